@@ -1,0 +1,9 @@
+//! Pure logic of tcplab: units, records, tcp_info decoding, limit attribution and
+//! statistics. Nothing here reads a clock or makes a syscall, so all of it is testable
+//! without privileges and in virtual time.
+
+pub mod clock;
+pub mod limits;
+pub mod record;
+pub mod tcpinfo;
+pub mod units;

@@ -1,0 +1,307 @@
+//! What a test asked for and what it measured: the records behind `tcplab run --json`
+//! (schema [`SCHEMA`]) and the rows of the SQLite store.
+//!
+//! Units: bytes, bit/s, µs for times inside a test (relative to the test's start `t0` on
+//! the client's monotonic clock), seconds as `f64` only for durations in summaries.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tcpinfo::{BbrInfo, TcpInfo};
+
+/// Version tag of the JSON document. Additive changes keep it; a renamed or removed
+/// field bumps it.
+pub const SCHEMA: &str = "tcplab.run/1";
+
+/// Which way data flows in a test. `Up` is client → server (iperf3's default),
+/// `Down` is server → client (iperf3's `-R`), `Bidir` runs both at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Up,
+    Down,
+    Bidir,
+}
+
+/// Direction of one flow: up = client → server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Up,
+    Down,
+}
+
+/// One end of a test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Host {
+    Client,
+    Server,
+}
+
+impl Direction {
+    pub fn sender(self) -> Host {
+        match self {
+            Direction::Up => Host::Client,
+            Direction::Down => Host::Server,
+        }
+    }
+    pub fn receiver(self) -> Host {
+        match self {
+            Direction::Up => Host::Server,
+            Direction::Down => Host::Client,
+        }
+    }
+}
+
+/// When a test stops sending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestEnd {
+    /// Send for this long (µs).
+    Duration { us: u64 },
+    /// Send this many bytes per flow.
+    Bytes { bytes: u64 },
+}
+
+/// How the sender hands data to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendMethod {
+    /// `write(2)` from a user buffer (one copy per byte).
+    Write,
+    /// `sendfile(2)` from an in-memory file (no user-space copy).
+    Sendfile,
+}
+
+/// The TCP tunings of every data connection of a test.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tuning {
+    /// SO_SNDBUF requested on the sending socket, bytes; `None` leaves autotuning on.
+    pub sndbuf: Option<u64>,
+    /// SO_RCVBUF requested on the receiving socket, bytes; `None` leaves autotuning on.
+    pub rcvbuf: Option<u64>,
+    /// Bytes per write (the message size).
+    pub write_size: u32,
+    /// Bytes per read.
+    pub read_size: u32,
+    /// TCP_NODELAY (Nagle off) on both ends.
+    pub nodelay: bool,
+    /// TCP_MAXSEG requested on both ends, bytes.
+    pub mss: Option<u32>,
+    /// Congestion control by name (TCP_CONGESTION); `None` keeps the kernel default.
+    pub cc: Option<String>,
+    /// SO_MAX_PACING_RATE on the sender, bit/s.
+    pub pacing_rate: Option<u64>,
+    pub send_method: SendMethod,
+}
+
+/// Everything a client asks of a test.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestParams {
+    /// Parallel data connections per direction.
+    pub streams: u16,
+    pub end: TestEnd,
+    pub mode: Mode,
+    pub tuning: Tuning,
+    /// tcp_info sampling period, µs; 0 turns sampling off.
+    pub sample_interval_us: u64,
+    /// Period of the per-interval records and live lines, µs.
+    pub report_interval_us: u64,
+}
+
+/// Outcome of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Ran to its end; all counts are complete.
+    Done,
+    /// Started but cut short (peer vanished, interrupted): the numbers cover what ran.
+    Incomplete,
+    /// Did not produce a measurement.
+    Failed,
+}
+
+/// What bounded a sender during a span of time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The receiver's advertised window.
+    Rwnd,
+    /// The sender's own socket buffer.
+    Sndbuf,
+    /// The congestion window (the network).
+    Cwnd,
+    /// The application did not supply data.
+    App,
+}
+
+/// Fractions of a time span spent under each limit; they sum to 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitShares {
+    pub rwnd: f64,
+    pub sndbuf: f64,
+    pub cwnd: f64,
+    pub app: f64,
+}
+
+/// Requested and effective size of one socket buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferSize {
+    /// What was asked with setsockopt, bytes; `None` = not set (kernel autotuning).
+    pub requested: Option<u64>,
+    /// What getsockopt reported after setup (Linux doubles the request), bytes.
+    pub effective: u64,
+    /// Set when the request exceeded net.core.[rw]mem_max: the cap, bytes.
+    pub capped_at: Option<u64>,
+    /// getsockopt at the end of the test (autotuning may have grown it), bytes.
+    pub at_end: u64,
+}
+
+/// Min / mean / max of a flow's smoothed RTT samples, µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RttStats {
+    pub min_us: u32,
+    pub mean_us: f64,
+    pub max_us: u32,
+}
+
+/// CPU time of the threads of one end of a test, as a share of one core over the
+/// test's wall time (iperf3's `cpu_utilization_percent`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUse {
+    pub user_pct: f64,
+    pub system_pct: f64,
+    pub total_pct: f64,
+}
+
+/// Facts about one host that explain its numbers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostMeta {
+    pub hostname: String,
+    pub kernel: String,
+    /// The sysctls that matter (tcp_rmem, tcp_wmem, core.[rw]mem_max, …), by name.
+    pub sysctls: BTreeMap<String, String>,
+}
+
+/// Estimated offset of the server's clock against the client's: server = client + offset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockOffset {
+    pub offset_us: i64,
+    /// Half the round trip of the best exchange: the offset is exact within ± this.
+    pub uncertainty_us: i64,
+}
+
+/// One data connection's results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowRecord {
+    /// 0-based index within the test.
+    pub id: u32,
+    pub direction: Direction,
+    /// Client-side and server-side socket addresses.
+    pub client_addr: String,
+    pub server_addr: String,
+    /// Congestion control read back with TCP_CONGESTION on the sender.
+    pub cc: String,
+    /// Sender's MSS (tcpi_snd_mss) at the end.
+    pub mss: u32,
+    /// The sending socket's buffer.
+    pub sndbuf: BufferSize,
+    /// The receiving socket's buffer.
+    pub rcvbuf: BufferSize,
+    /// Bytes handed to the kernel by the sender.
+    pub sent_bytes: u64,
+    /// Bytes read by the receiver.
+    pub received_bytes: u64,
+    /// sent_bytes over the sender's time window (first write to last byte acknowledged), bit/s.
+    pub sent_bps: f64,
+    /// received_bytes over the receiver's window (test start to end of stream), bit/s.
+    pub received_bps: f64,
+    /// Sender's window, seconds.
+    pub sender_seconds: f64,
+    /// Receiver's window, seconds.
+    pub receiver_seconds: f64,
+    /// Segments retransmitted (tcpi_total_retrans).
+    pub retransmits: u64,
+    /// tcp_info samples taken on the sender.
+    pub samples: u64,
+    /// tcp_info samples taken on the receiver.
+    pub receiver_samples: u64,
+    pub limits: LimitShares,
+    pub rtt: RttStats,
+}
+
+/// One report interval of one flow, merged from both ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalRecord {
+    pub flow: u32,
+    /// 0-based interval number.
+    pub index: u32,
+    /// Interval bounds, µs since t0.
+    pub start_us: u64,
+    pub end_us: u64,
+    /// Bytes newly acknowledged to the sender in the interval (tcpi_bytes_acked delta).
+    pub acked_bytes: u64,
+    /// Bytes read by the receiver in the interval.
+    pub received_bytes: u64,
+    pub retransmits: u64,
+    /// Sender's cwnd (segments) and smoothed RTT at the interval's end.
+    pub cwnd: u32,
+    pub srtt_us: u32,
+    pub limits: LimitShares,
+}
+
+/// One tcp_info snapshot of one socket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    pub flow: u32,
+    /// The end whose socket was sampled.
+    pub host: Host,
+    /// µs since t0 on the client's clock.
+    pub t_us: i64,
+    pub info: TcpInfo,
+    pub bbr: Option<BbrInfo>,
+}
+
+/// Totals over all flows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub sent_bytes: u64,
+    pub received_bytes: u64,
+    /// Sum of the flows' rates, bit/s.
+    pub sent_bps: f64,
+    pub received_bps: f64,
+    pub retransmits: u64,
+    pub rtt: RttStats,
+    /// Time-weighted over the flows.
+    pub limits: LimitShares,
+    pub dominant_limit: Option<Limit>,
+    pub cpu_client: CpuUse,
+    pub cpu_server: CpuUse,
+}
+
+/// One complete run: the JSON document of `tcplab run --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub schema: String,
+    pub tool_version: String,
+    pub label: Option<String>,
+    pub tags: Vec<String>,
+    pub status: RunStatus,
+    pub error: Option<String>,
+    /// Wall-clock time of t0, µs since the Unix epoch.
+    pub started_unix_us: i64,
+    /// The server as the user named it.
+    pub target: String,
+    pub params: TestParams,
+    pub client: HostMeta,
+    pub server: HostMeta,
+    pub clock: ClockOffset,
+    pub summary: Summary,
+    pub flows: Vec<FlowRecord>,
+    pub intervals: Vec<IntervalRecord>,
+    /// Raw samples; left out of `--json` unless asked for, always stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<SampleRecord>,
+}

@@ -1,0 +1,8 @@
+//! Linux I/O for tcplab: tcp_info and socket options, network namespaces and veth
+//! through netlink, per-thread CPU time, sysctls. A thin shell: decoding and
+//! arithmetic live in `tcplab-model`.
+
+pub mod cpu;
+pub mod netns;
+pub mod sockopt;
+pub mod sysctl;

@@ -1,1 +1,53 @@
-fn main() {}
+//! `tcplab`: a TCP performance lab in one binary.
+
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    if let Some(ns) = &cli.netns {
+        // Before any thread exists, so every thread of the process lives in it.
+        if let Err(e) = tcplab_sys::netns::enter_current_thread(ns) {
+            eprintln!("tcplab: cannot enter netns '{ns}': {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let result = match cli.command {
+        Command::Serve(args) => commands::serve(args),
+        Command::Run(args) => commands::run(args),
+        Command::Quickstart(args) => commands::quickstart(args),
+        Command::Runs { db } => commands::list_runs(&db),
+        Command::Export(args) => commands::export(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tcplab: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Help and version print as clap renders them; every other parse error becomes one
+/// line naming the bad token, with exit status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or("invalid arguments");
+    eprintln!("tcplab: {}", first.trim_start_matches("error: "));
+    ExitCode::from(2)
+}

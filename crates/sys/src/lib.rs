@@ -2,6 +2,7 @@
 //! through netlink, per-thread CPU time, sysctls. A thin shell: decoding and
 //! arithmetic live in `tcplab-model`.
 
+pub mod clock;
 pub mod cpu;
 pub mod netns;
 pub mod sockopt;

@@ -1,1 +1,438 @@
-//! (being written)
+//! Linux TCP socket options, thin over socket2 and libc. Decoding of the kernel's
+//! structs lives in [`tcplab_model::tcpinfo`].
+//!
+//! Every function takes anything that lends a socket's fd: `&TcpStream`,
+//! `&TcpListener`, a `BorrowedFd`, a `socket2::Socket`.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use socket2::SockRef;
+use tcplab_model::record::BufferSize;
+use tcplab_model::tcpinfo::{BbrInfo, TcpInfo, BBR_INFO_LEN, TCP_INFO_LEN};
+
+use crate::sysctl;
+
+/// TCP_INFO of the socket. On a kernel older than 6.7 the struct is shorter and the
+/// missing fields read 0 (see [`TcpInfo::has`]).
+pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
+    let mut buf = [0u8; TCP_INFO_LEN];
+    let len = getsockopt_bytes(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf)?;
+    Ok(TcpInfo::decode(&buf[..len]))
+}
+
+/// BBR's state from TCP_CC_INFO, or `None` when the socket does not run BBR.
+pub fn bbr_info(fd: impl AsFd) -> io::Result<Option<BbrInfo>> {
+    let fd = fd.as_fd();
+    // TCP_CC_INFO returns whichever struct the current algorithm fills (vegas and
+    // dctcp have their own), without saying which: only trust it under BBR.
+    if !congestion(fd)?.starts_with("bbr") {
+        return Ok(None);
+    }
+    let mut buf = [0u8; BBR_INFO_LEN];
+    let len = getsockopt_bytes(fd, libc::IPPROTO_TCP, libc::TCP_CC_INFO, &mut buf)?;
+    Ok(BbrInfo::decode(&buf[..len]))
+}
+
+/// Sets SO_SNDBUF and reports what the kernel made of it: Linux doubles the request
+/// (for its bookkeeping overhead) after capping it at net.core.wmem_max.
+pub fn set_sndbuf(fd: impl AsFd, requested: u64) -> io::Result<BufferSize> {
+    set_buffer(fd.as_fd(), Buffer::Send, requested)
+}
+
+/// Sets SO_RCVBUF; like [`set_sndbuf`], capped at net.core.rmem_max.
+pub fn set_rcvbuf(fd: impl AsFd, requested: u64) -> io::Result<BufferSize> {
+    set_buffer(fd.as_fd(), Buffer::Recv, requested)
+}
+
+/// The current SO_SNDBUF (already doubled), bytes.
+pub fn sndbuf(fd: impl AsFd) -> io::Result<u64> {
+    Buffer::Send.get(fd.as_fd())
+}
+
+/// The current SO_RCVBUF (already doubled), bytes.
+pub fn rcvbuf(fd: impl AsFd) -> io::Result<u64> {
+    Buffer::Recv.get(fd.as_fd())
+}
+
+#[derive(Clone, Copy)]
+enum Buffer {
+    Send,
+    Recv,
+}
+
+impl Buffer {
+    fn max_sysctl(self) -> &'static str {
+        match self {
+            Buffer::Send => "net.core.wmem_max",
+            Buffer::Recv => "net.core.rmem_max",
+        }
+    }
+
+    fn get(self, fd: BorrowedFd<'_>) -> io::Result<u64> {
+        let sock = SockRef::from(&fd);
+        let size = match self {
+            Buffer::Send => sock.send_buffer_size()?,
+            Buffer::Recv => sock.recv_buffer_size()?,
+        };
+        Ok(size as u64)
+    }
+
+    fn set(self, fd: BorrowedFd<'_>, size: usize) -> io::Result<()> {
+        let sock = SockRef::from(&fd);
+        match self {
+            Buffer::Send => sock.set_send_buffer_size(size),
+            Buffer::Recv => sock.set_recv_buffer_size(size),
+        }
+    }
+}
+
+fn set_buffer(fd: BorrowedFd<'_>, buffer: Buffer, requested: u64) -> io::Result<BufferSize> {
+    // Read in this thread, hence in the socket's network namespace.
+    let key = buffer.max_sysctl();
+    let max: u64 = sysctl::read(key)?
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))?;
+    // The option is a C int; anything larger is capped by the kernel anyway.
+    let size = requested.min(i32::MAX as u64) as usize;
+    buffer.set(fd, size)?;
+    let effective = buffer.get(fd)?;
+    Ok(BufferSize {
+        requested: Some(requested),
+        effective,
+        capped_at: (requested > max).then_some(max),
+        at_end: effective,
+    })
+}
+
+/// Why a congestion control could not be chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum CongestionError {
+    /// Not loaded in this kernel (`modprobe tcp_NAME` makes it available).
+    #[error("unknown congestion control '{name}' (available: {})", available.join(" "))]
+    Unknown {
+        name: String,
+        available: Vec<String>,
+    },
+    #[error("setting congestion control '{name}': {source}")]
+    Io {
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The congestion controls the kernel has loaded
+/// (net.ipv4.tcp_available_congestion_control).
+pub fn available_congestion() -> io::Result<Vec<String>> {
+    let list = sysctl::read("net.ipv4.tcp_available_congestion_control")?;
+    Ok(list.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Sets TCP_CONGESTION. Only algorithms already loaded are accepted: for a root
+/// process the kernel would otherwise load a module on the fly, and a typo would
+/// surface as a module-loading attempt rather than as a clear error.
+pub fn set_congestion(fd: impl AsFd, name: &str) -> Result<(), CongestionError> {
+    let io_error = |source| CongestionError::Io {
+        name: name.to_owned(),
+        source,
+    };
+    let available = available_congestion().map_err(io_error)?;
+    let unknown = |available| CongestionError::Unknown {
+        name: name.to_owned(),
+        available,
+    };
+    if !available.iter().any(|a| a == name) {
+        return Err(unknown(available));
+    }
+    match SockRef::from(&fd).set_tcp_congestion(name.as_bytes()) {
+        Ok(()) => Ok(()),
+        // Unloaded between the check and the call.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(unknown(available)),
+        Err(e) => Err(io_error(e)),
+    }
+}
+
+/// The socket's congestion control (TCP_CONGESTION).
+pub fn congestion(fd: impl AsFd) -> io::Result<String> {
+    let raw = SockRef::from(&fd).tcp_congestion()?;
+    // The kernel pads the name with NULs to TCP_CA_NAME_MAX.
+    let name = raw.split(|&b| b == 0).next().unwrap_or_default();
+    Ok(String::from_utf8_lossy(name).into_owned())
+}
+
+/// TCP_NODELAY: `true` turns Nagle's algorithm off.
+pub fn set_nodelay(fd: impl AsFd, nodelay: bool) -> io::Result<()> {
+    SockRef::from(&fd).set_tcp_nodelay(nodelay)
+}
+
+/// TCP_MAXSEG. Set it before connect/listen: on an established connection the
+/// kernel stores it but keeps the MSS it negotiated.
+pub fn set_mss(fd: impl AsFd, mss: u32) -> io::Result<()> {
+    SockRef::from(&fd).set_tcp_mss(mss)
+}
+
+/// TCP_MAXSEG: the current MSS once connected, the requested one before.
+pub fn mss(fd: impl AsFd) -> io::Result<u32> {
+    SockRef::from(&fd).tcp_mss()
+}
+
+/// SO_MAX_PACING_RATE in bytes/s (not bit/s); `u64::MAX` means unlimited.
+pub fn set_max_pacing_rate(fd: impl AsFd, bytes_per_sec: u64) -> io::Result<()> {
+    let fd = fd.as_fd();
+    let (level, name) = (libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE);
+    match setsockopt(fd, level, name, &bytes_per_sec) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // A kernel that takes only a u32, where u32::MAX means unlimited: keep
+            // unlimited as it is and clamp a finite rate just below it.
+            let rate = match bytes_per_sec {
+                u64::MAX => u32::MAX,
+                finite => u32::try_from(finite).unwrap_or(u32::MAX - 1),
+            };
+            setsockopt(fd, level, name, &rate)
+        }
+        result => result,
+    }
+}
+
+/// getsockopt into `buf`; returns how many bytes the kernel filled.
+fn getsockopt_bytes(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut len = libc::socklen_t::try_from(buf.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: buf is writable for len bytes and len is a valid socklen_t.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The kernel never reports more than it was given room for.
+    Ok((len as usize).min(buf.len()))
+}
+
+/// setsockopt with an integer value of `size_of::<T>()` bytes.
+fn setsockopt<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: value is readable for size_of::<T>() bytes during the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use socket2::{Domain, Protocol, Socket, Type};
+
+    /// An established loopback connection: (client, server).
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    }
+
+    fn sysctl_u64(key: &str) -> u64 {
+        sysctl::read(key).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn buffer_request_is_doubled() {
+        let (client, _server) = pair();
+        let snd = set_sndbuf(&client, 64 * 1024).unwrap();
+        assert_eq!(
+            snd,
+            BufferSize {
+                requested: Some(65536),
+                effective: 131072,
+                capped_at: None,
+                at_end: 131072,
+            }
+        );
+        assert_eq!(sndbuf(&client).unwrap(), 131072);
+        let rcv = set_rcvbuf(&client, 64 * 1024).unwrap();
+        assert_eq!((rcv.effective, rcv.capped_at), (131072, None));
+        assert_eq!(rcvbuf(&client).unwrap(), 131072);
+    }
+
+    #[test]
+    fn buffer_request_above_max_is_capped() {
+        let (client, _server) = pair();
+        let wmem_max = sysctl_u64("net.core.wmem_max");
+        let snd = set_sndbuf(&client, wmem_max + 1).unwrap();
+        assert_eq!(snd.capped_at, Some(wmem_max));
+        assert_eq!(snd.effective, 2 * wmem_max);
+        // Beyond a C int: clamped before the call, still capped by the kernel.
+        let snd = set_sndbuf(&client, u64::MAX).unwrap();
+        assert_eq!(
+            (snd.capped_at, snd.effective),
+            (Some(wmem_max), 2 * wmem_max)
+        );
+
+        let rmem_max = sysctl_u64("net.core.rmem_max");
+        let rcv = set_rcvbuf(&client, rmem_max * 4).unwrap();
+        assert_eq!(
+            (rcv.capped_at, rcv.effective),
+            (Some(rmem_max), 2 * rmem_max)
+        );
+    }
+
+    #[test]
+    fn congestion_round_trip() {
+        let (client, _server) = pair();
+        assert!(available_congestion().unwrap().contains(&"reno".to_owned()));
+        set_congestion(&client, "reno").unwrap();
+        assert_eq!(congestion(&client).unwrap(), "reno");
+    }
+
+    #[test]
+    fn unknown_congestion_lists_the_available_ones() {
+        let (client, _server) = pair();
+        let available = available_congestion().unwrap();
+        let err = set_congestion(&client, "no_such_cc").unwrap_err();
+        assert!(matches!(&err, CongestionError::Unknown { name, .. } if name == "no_such_cc"));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "unknown congestion control 'no_such_cc' (available: {})",
+                available.join(" ")
+            )
+        );
+        // The socket kept its algorithm.
+        assert!(available.contains(&congestion(&client).unwrap()));
+    }
+
+    #[test]
+    fn tcp_info_of_an_established_socket() {
+        let (client, server) = pair();
+        for sock in [&client, &server] {
+            let info = tcp_info(sock).unwrap();
+            assert_eq!(info.state, 1, "TCP_ESTABLISHED");
+            assert_eq!(info.valid_len as usize, TCP_INFO_LEN);
+            assert!(info.has(TcpInfo::TOTAL_RTO_TIME));
+            assert!(info.snd_cwnd > 0);
+        }
+    }
+
+    #[test]
+    fn bytes_acked_counts_a_megabyte() {
+        const LEN: usize = 1 << 20;
+        let (mut client, mut server) = pair();
+        let reader = thread::spawn(move || {
+            let mut got = Vec::new();
+            server.read_to_end(&mut got).unwrap();
+            (got.len(), server)
+        });
+        client.write_all(&vec![7u8; LEN]).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let (received, server) = reader.join().unwrap();
+        assert_eq!(received, LEN);
+        assert!(tcp_info(&server).unwrap().bytes_received >= LEN as u64);
+        // The last ACK may still be on its way back to the sender.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let info = loop {
+            let info = tcp_info(&client).unwrap();
+            if info.bytes_acked >= LEN as u64 || Instant::now() > deadline {
+                break info;
+            }
+            thread::sleep(Duration::from_millis(5));
+        };
+        assert!(info.bytes_acked >= LEN as u64, "{info:?}");
+        assert!(info.bytes_sent >= LEN as u64);
+    }
+
+    #[test]
+    fn mss_set_before_connect_bounds_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        set_mss(&sock, 1000).unwrap();
+        assert_eq!(mss(&sock).unwrap(), 1000);
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        sock.connect(&addr.into()).unwrap();
+        let _server = listener.accept().unwrap();
+        // Loopback's MTU would allow ~65k; options (timestamps) may take a few bytes.
+        let connected = mss(&sock).unwrap();
+        assert!((900..=1000).contains(&connected), "{connected}");
+        assert!(tcp_info(&sock).unwrap().snd_mss <= 1000);
+    }
+
+    #[test]
+    fn bbr_info_only_under_bbr() {
+        let (mut client, mut server) = pair();
+        set_congestion(&client, "reno").unwrap();
+        assert_eq!(bbr_info(&client).unwrap(), None);
+        if !available_congestion().unwrap().contains(&"bbr".to_owned()) {
+            eprintln!("bbr not loaded: skipping the BBR half");
+            return;
+        }
+        set_congestion(&client, "bbr").unwrap();
+        // BBR sets its gains on the first ACK it processes: move some data.
+        let mut buf = vec![0u8; 64 * 1024];
+        client.write_all(&buf).unwrap();
+        server.read_exact(&mut buf).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let bbr = loop {
+            let bbr = bbr_info(&client).unwrap().expect("BBR fills tcp_bbr_info");
+            if bbr.pacing_gain > 0 || Instant::now() > deadline {
+                break bbr;
+            }
+            thread::sleep(Duration::from_millis(5));
+        };
+        // Startup gain 2/ln 2 ≈ 2.89, or a later phase's; both shifted left by 8.
+        assert!((64..=1024).contains(&bbr.pacing_gain), "{bbr:?}");
+        assert!((256..=1024).contains(&bbr.cwnd_gain), "{bbr:?}");
+        assert!(bbr.min_rtt > 0 && bbr.min_rtt < 1_000_000, "{bbr:?}");
+        assert!(bbr.bw > 0, "{bbr:?}");
+    }
+
+    #[test]
+    fn max_pacing_rate_reads_back_in_tcp_info() {
+        let (client, _server) = pair();
+        set_max_pacing_rate(&client, 12_500_000).unwrap();
+        assert_eq!(tcp_info(&client).unwrap().max_pacing_rate, 12_500_000);
+        // Above u32::MAX, which needs the 64-bit option.
+        set_max_pacing_rate(&client, 10_000_000_000).unwrap();
+        assert_eq!(tcp_info(&client).unwrap().max_pacing_rate, 10_000_000_000);
+        set_max_pacing_rate(&client, u64::MAX).unwrap();
+        assert_eq!(tcp_info(&client).unwrap().max_pacing_rate, u64::MAX);
+    }
+
+    #[test]
+    fn nodelay_reads_back() {
+        let (client, _server) = pair();
+        set_nodelay(&client, true).unwrap();
+        assert!(SockRef::from(&client).tcp_nodelay().unwrap());
+        set_nodelay(&client, false).unwrap();
+        assert!(!SockRef::from(&client).tcp_nodelay().unwrap());
+    }
+}

@@ -1,1 +1,48 @@
-//! placeholder
+//! tcplab's traffic: the control protocol, the TCP engine that runs on both ends of a
+//! test, `serve` and `run`.
+//!
+//! Data flow of one test: [`client::run`] connects and negotiates over the control
+//! protocol ([`protocol`]), both ends run their flows with [`engine::run_side`], the
+//! server's report and samples travel back, and [`merge`] turns both ends' views into one
+//! [`tcplab_model::record::RunRecord`] on the client's time base.
+
+pub mod client;
+pub mod engine;
+pub mod merge;
+pub mod protocol;
+pub mod server;
+pub mod setup;
+
+use tcplab_model::record::{Direction, Mode, TestParams};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrafficError {
+    #[error("cannot connect to {target}: {source}")]
+    Connect {
+        target: String,
+        source: std::io::Error,
+    },
+    #[error("cannot resolve '{target}': {reason}")]
+    Resolve { target: String, reason: String },
+    #[error("server refused the test: {0}")]
+    Refused(String),
+    #[error("control protocol: {0}")]
+    Protocol(#[from] protocol::ProtocolError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The flows of a test, by id, with their directions: up flows first, then down flows.
+pub fn flow_roles(params: &TestParams) -> Vec<(u32, Direction)> {
+    let directions: &[Direction] = match params.mode {
+        Mode::Up => &[Direction::Up],
+        Mode::Down => &[Direction::Down],
+        Mode::Bidir => &[Direction::Up, Direction::Down],
+    };
+    directions
+        .iter()
+        .flat_map(|&d| std::iter::repeat_n(d, params.streams as usize))
+        .enumerate()
+        .map(|(id, d)| (id as u32, d))
+        .collect()
+}

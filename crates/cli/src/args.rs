@@ -1,0 +1,221 @@
+//! The command line. Flag names follow iperf3 where iperf3 has one.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
+use tcplab_model::units::{parse_duration, parse_rate, parse_size};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tcplab",
+    version,
+    about = "A TCP performance lab in one binary",
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Run inside this network namespace (as `ip netns exec NAME` would).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub netns: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve tests to tcplab clients, several at once.
+    Serve(ServeArgs),
+    /// Run one test against a tcplab server.
+    Run(RunArgs),
+    /// Build two namespaces joined by a veth pair, run a test across them and store it.
+    Quickstart(QuickstartArgs),
+    /// List the runs stored in a database.
+    Runs {
+        /// The SQLite database.
+        db: PathBuf,
+    },
+    /// Export one table of a database as CSV or JSON lines.
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address and port to listen on; [::] also accepts IPv4.
+    #[arg(
+        long,
+        short = 'B',
+        default_value = "[::]:5201",
+        value_name = "ADDR:PORT"
+    )]
+    pub listen: SocketAddr,
+    /// Most parallel streams one client may ask for.
+    #[arg(long, default_value_t = 128)]
+    pub max_streams: u16,
+    /// Longest test one client may ask for.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    pub max_duration: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TestArgs {
+    /// Test duration: 10s, 1.5s, 500ms; a bare number is seconds.
+    #[arg(long, short = 't', default_value = "10s", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "bytes")]
+    pub time: u64,
+    /// Send this many bytes per stream instead of running for a time (e.g. 100M).
+    #[arg(long, short = 'n', value_parser = parse_size, value_name = "SIZE")]
+    pub bytes: Option<u64>,
+    /// Parallel streams (per direction).
+    #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=128))]
+    pub parallel: u16,
+    /// Reverse: the server sends, the client receives.
+    #[arg(long, short = 'R', conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Socket buffer for both SO_SNDBUF and SO_RCVBUF, both ends (iperf3's -w).
+    #[arg(long, short = 'w', value_parser = parse_size, value_name = "SIZE")]
+    pub window: Option<u64>,
+    /// SO_SNDBUF of the sending sockets (overrides --window).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub sndbuf: Option<u64>,
+    /// SO_RCVBUF of the receiving sockets (overrides --window).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub rcvbuf: Option<u64>,
+    /// Bytes per write (the message size).
+    #[arg(long, short = 'l', default_value = "128K", value_parser = parse_size, value_name = "SIZE")]
+    pub length: u64,
+    /// Bytes per read on the receiver.
+    #[arg(long, default_value = "128K", value_parser = parse_size, value_name = "SIZE")]
+    pub read_size: u64,
+    /// Disable Nagle's algorithm (TCP_NODELAY).
+    #[arg(long, short = 'N')]
+    pub no_delay: bool,
+    /// TCP maximum segment size (TCP_MAXSEG).
+    #[arg(long = "set-mss", short = 'M', value_parser = parse_size, value_name = "SIZE")]
+    pub mss: Option<u64>,
+    /// Congestion control algorithm (TCP_CONGESTION), e.g. cubic, reno, bbr.
+    #[arg(long, short = 'C', value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// Cap the sender's pacing rate (SO_MAX_PACING_RATE), e.g. 500mbit.
+    #[arg(long = "fq-rate", alias = "pacing-rate", value_parser = parse_rate, value_name = "RATE")]
+    pub pacing_rate: Option<u64>,
+    /// How the sender hands data to the kernel.
+    #[arg(long, value_enum, default_value_t = SendMethodArg::Sendfile)]
+    pub send_method: SendMethodArg,
+    /// Use plain write() instead of zero-copy sendfile (same as --send-method write).
+    #[arg(long, conflicts_with = "send_method")]
+    pub no_zerocopy: bool,
+    /// Seconds between live report lines.
+    #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: u64,
+    /// tcp_info sampling period on both ends; 0 turns sampling off.
+    #[arg(long, default_value = "10ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub sample_interval: u64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SendMethodArg {
+    Write,
+    Sendfile,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The server: HOST, HOST:PORT, [IPv6]:PORT (port 5201 when omitted).
+    pub target: String,
+    #[command(flatten)]
+    pub test: TestArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct OutputArgs {
+    /// Print one JSON document (schema tcplab.run/1) on stdout instead of text.
+    #[arg(long, short = 'J')]
+    pub json: bool,
+    /// With --json, include every tcp_info sample.
+    #[arg(long, requires = "json")]
+    pub json_samples: bool,
+    /// Store the run in this SQLite database.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// A label for the run.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// A tag for the run (repeatable).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct QuickstartArgs {
+    #[command(flatten)]
+    pub test: TestArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// The SQLite database.
+    pub db: PathBuf,
+    /// Table: runs, flows, intervals or samples.
+    #[arg(long, default_value = "runs")]
+    pub table: String,
+    /// csv or jsonl.
+    #[arg(long, default_value = "csv")]
+    pub format: String,
+    /// Write here instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+impl TestArgs {
+    pub fn params(&self) -> Result<TestParams, String> {
+        let size_u32 = |what: &str, v: u64| -> Result<u32, String> {
+            u32::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("{what} must be between 1 byte and 4 GiB, got {v}"))
+        };
+        if self.interval == 0 {
+            return Err("--interval must be positive".into());
+        }
+        if self.sample_interval > 0 && self.sample_interval < 100 {
+            return Err("--sample-interval must be 0 (off) or at least 100us".into());
+        }
+        Ok(TestParams {
+            streams: self.parallel,
+            end: match self.bytes {
+                Some(bytes) => TestEnd::Bytes { bytes },
+                None => TestEnd::Duration { us: self.time },
+            },
+            mode: if self.bidir {
+                Mode::Bidir
+            } else if self.reverse {
+                Mode::Down
+            } else {
+                Mode::Up
+            },
+            tuning: Tuning {
+                sndbuf: self.sndbuf.or(self.window),
+                rcvbuf: self.rcvbuf.or(self.window),
+                write_size: size_u32("--length", self.length)?,
+                read_size: size_u32("--read-size", self.read_size)?,
+                nodelay: self.no_delay,
+                mss: self.mss.map(|m| size_u32("--set-mss", m)).transpose()?,
+                cc: self.congestion.clone(),
+                pacing_rate: self.pacing_rate,
+                send_method: match (self.no_zerocopy, self.send_method) {
+                    (true, _) | (false, SendMethodArg::Write) => SendMethod::Write,
+                    (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
+                },
+            },
+            sample_interval_us: self.sample_interval,
+            report_interval_us: self.interval,
+        })
+    }
+}

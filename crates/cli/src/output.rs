@@ -1,0 +1,208 @@
+//! Text shown to a person: the live interval lines and the final summary.
+
+use tcplab_model::record::{
+    BufferSize, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus,
+};
+use tcplab_model::units::{format_duration_us, format_rate, format_size};
+
+pub fn interval_header() -> String {
+    format!(
+        "{:<7} {:>15}  {:>12} {:>6} {:>7} {:>10}   {}",
+        "[flow]", "interval", "throughput", "retr", "cwnd", "srtt", "limits rwnd/sndbuf/cwnd/app"
+    )
+}
+
+/// One line per flow of one report interval, and a sum line when there are several.
+pub fn interval_lines(group: &[IntervalRecord]) -> Vec<String> {
+    let mut lines: Vec<String> = group
+        .iter()
+        .map(|r| interval_line(&format!("[{:>4}]", r.flow), r))
+        .collect();
+    if group.len() > 1 {
+        let first = &group[0];
+        let sum = IntervalRecord {
+            flow: 0,
+            index: first.index,
+            start_us: group.iter().map(|r| r.start_us).min().unwrap_or(0),
+            end_us: group.iter().map(|r| r.end_us).max().unwrap_or(0),
+            acked_bytes: group.iter().map(|r| r.acked_bytes).sum(),
+            received_bytes: group.iter().map(|r| r.received_bytes).sum(),
+            retransmits: group.iter().map(|r| r.retransmits).sum(),
+            cwnd: 0,
+            srtt_us: 0,
+            limits: LimitShares::weighted_mean(
+                &group.iter().map(|r| (r.limits, 1.0)).collect::<Vec<_>>(),
+            ),
+        };
+        lines.push(interval_line("[ SUM]", &sum));
+    }
+    lines
+}
+
+fn interval_line(tag: &str, r: &IntervalRecord) -> String {
+    let seconds = (r.end_us.saturating_sub(r.start_us)) as f64 / 1e6;
+    // The receiver's count is what arrived; the sender's acked count is the same bytes
+    // seen from the other end, used when the receiver's half is missing.
+    let bytes = if r.received_bytes > 0 {
+        r.received_bytes
+    } else {
+        r.acked_bytes
+    };
+    let bps = if seconds > 0.0 {
+        bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
+    };
+    let dash = |v: u32, s: String| if v == 0 { "-".to_string() } else { s };
+    format!(
+        "{tag:<7} {:>6.2}-{:>6.2} s  {:>12} {:>6} {:>7} {:>10}   {}",
+        r.start_us as f64 / 1e6,
+        r.end_us as f64 / 1e6,
+        format_rate(bps),
+        r.retransmits,
+        dash(r.cwnd, r.cwnd.to_string()),
+        dash(r.srtt_us, format_duration_us(u64::from(r.srtt_us))),
+        shares(&r.limits),
+    )
+}
+
+fn shares(l: &LimitShares) -> String {
+    format!(
+        "{:>3.0}% {:>3.0}% {:>3.0}% {:>3.0}%",
+        l.rwnd * 100.0,
+        l.sndbuf * 100.0,
+        l.cwnd * 100.0,
+        l.app * 100.0
+    )
+}
+
+/// The tunings each flow got, requested against effective.
+pub fn flow_setup(run: &RunRecord) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:<7} {:<5} {:<8} {:>5}  {:<36} {}",
+        "[flow]", "dir", "cc", "mss", "sndbuf (sender)", "rcvbuf (receiver)"
+    )];
+    for f in &run.flows {
+        lines.push(format!(
+            "[{:>4}]  {:<5} {:<8} {:>5}  {:<36} {}",
+            f.id,
+            format!("{:?}", f.direction).to_lowercase(),
+            f.cc,
+            f.mss,
+            buffer(&f.sndbuf, "wmem_max"),
+            buffer(&f.rcvbuf, "rmem_max"),
+        ));
+    }
+    lines
+}
+
+/// "256 KiB → 512 KiB effective" and the cap when Linux applied one.
+fn buffer(b: &BufferSize, cap_sysctl: &str) -> String {
+    match (b.requested, b.capped_at) {
+        (Some(req), Some(cap)) => format!(
+            "{} → {} (capped by net.core.{cap_sysctl} = {})",
+            format_size(req),
+            format_size(b.effective),
+            format_size(cap)
+        ),
+        (Some(req), None) => format!(
+            "{} → {} effective",
+            format_size(req),
+            format_size(b.effective)
+        ),
+        (None, _) => format!(
+            "auto {} → {}",
+            format_size(b.effective),
+            format_size(b.at_end)
+        ),
+    }
+}
+
+pub fn summary(run: &RunRecord) -> Vec<String> {
+    let s = &run.summary;
+    let mut lines = Vec::new();
+    lines.push(String::new());
+    for f in &run.flows {
+        lines.push(flow_summary(f));
+    }
+    lines.push(format!(
+        "total:  sent {} ({})   received {} ({})   retransmits {}",
+        format_size(s.sent_bytes),
+        format_rate(s.sent_bps),
+        format_size(s.received_bytes),
+        format_rate(s.received_bps),
+        s.retransmits
+    ));
+    if s.rtt.max_us > 0 {
+        lines.push(format!(
+            "rtt:    min {} / mean {} / max {} (smoothed, sender)",
+            format_duration_us(u64::from(s.rtt.min_us)),
+            format_duration_us(s.rtt.mean_us as u64),
+            format_duration_us(u64::from(s.rtt.max_us))
+        ));
+    }
+    if let Some(limit) = s.dominant_limit {
+        lines.push(format!(
+            "limits: rwnd {:.1}%  sndbuf {:.1}%  cwnd {:.1}%  app {:.1}%  → mostly {}-limited",
+            s.limits.rwnd * 100.0,
+            s.limits.sndbuf * 100.0,
+            s.limits.cwnd * 100.0,
+            s.limits.app * 100.0,
+            format!("{limit:?}").to_lowercase()
+        ));
+    }
+    lines.push(format!(
+        "cpu:    client {:.1}% (user {:.1}%, system {:.1}%)   server {:.1}% (user {:.1}%, system {:.1}%)",
+        s.cpu_client.total_pct,
+        s.cpu_client.user_pct,
+        s.cpu_client.system_pct,
+        s.cpu_server.total_pct,
+        s.cpu_server.user_pct,
+        s.cpu_server.system_pct
+    ));
+    if run.status != RunStatus::Done {
+        lines.push(format!(
+            "status: {} — {}",
+            format!("{:?}", run.status).to_lowercase(),
+            run.error.as_deref().unwrap_or("")
+        ));
+    }
+    lines
+}
+
+fn flow_summary(f: &FlowRecord) -> String {
+    format!(
+        "[{:>4}]  sent {} in {:.2} s = {}   received {} in {:.2} s = {}   retr {}   samples {}+{}",
+        f.id,
+        format_size(f.sent_bytes),
+        f.sender_seconds,
+        format_rate(f.sent_bps),
+        format_size(f.received_bytes),
+        f.receiver_seconds,
+        format_rate(f.received_bps),
+        f.retransmits,
+        f.samples,
+        f.receiver_samples,
+    )
+}
+
+/// One line of `tcplab runs`.
+pub fn run_row(run: &tcplab_store::RunSummaryRow) -> String {
+    let started =
+        std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
+    let rate = |bps: Option<f64>| bps.map_or_else(|| "-".to_string(), format_rate);
+    format!(
+        "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  {}{}",
+        run.id,
+        humantime::format_rfc3339_seconds(started).to_string(),
+        run.status,
+        format!("{:?}", run.mode).to_lowercase(),
+        rate(run.sent_bps),
+        rate(run.received_bps),
+        run.target,
+        run.label
+            .as_deref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default(),
+    )
+}

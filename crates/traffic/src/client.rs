@@ -1,0 +1,328 @@
+//! `tcplab run HOST:PORT`: one test against a tcplab server.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use tcplab_model::clock::{self, Exchange};
+use tcplab_model::record::{Host, IntervalRecord, RunRecord, TestParams};
+use tcplab_sys::clock::{monotonic_us, realtime_us};
+use tcplab_sys::sysctl;
+
+use crate::engine::{self, FlowSocket};
+use crate::merge::{self, EndReport, IntervalMerger, TestContext};
+use crate::protocol::{self, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport};
+use crate::setup;
+use crate::{flow_roles, TrafficError};
+
+pub const DEFAULT_PORT: u16 = 5201;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const TIME_PROBES: usize = 8;
+
+/// A test to run and how to label it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
+    pub target: String,
+    pub params: TestParams,
+    pub label: Option<String>,
+    pub tags: Vec<String>,
+}
+
+/// Resolves a target as users write it; the port defaults to 5201.
+pub fn resolve(target: &str) -> Result<Vec<SocketAddr>, TrafficError> {
+    let resolve_err = |reason: String| TrafficError::Resolve {
+        target: target.to_string(),
+        reason,
+    };
+    let (host, port) = match target.parse::<SocketAddr>() {
+        Ok(addr) => return Ok(vec![addr]),
+        Err(_) if target.parse::<std::net::IpAddr>().is_ok() => (target, DEFAULT_PORT),
+        Err(_) => match target.rsplit_once(':') {
+            Some((host, port)) => {
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| resolve_err(format!("bad port '{port}'")))?;
+                (host.trim_start_matches('[').trim_end_matches(']'), port)
+            }
+            None => (target, DEFAULT_PORT),
+        },
+    };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| resolve_err(e.to_string()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(resolve_err("no addresses".into()));
+    }
+    Ok(addrs)
+}
+
+/// Runs one test. `on_interval` sees each report interval as soon as both ends have
+/// reported it. Returns a record even when the test was cut short (status
+/// `incomplete`); errors only when nothing was measured.
+pub fn run(
+    request: &Request,
+    stop: Arc<AtomicBool>,
+    on_interval: &mut dyn FnMut(&[IntervalRecord]),
+) -> Result<RunRecord, TrafficError> {
+    let addrs = resolve(&request.target)?;
+    let (mut control, server_addr) = connect_any(&addrs, &request.target)?;
+    control.set_read_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
+    control.set_write_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
+    control.set_nodelay(true)?;
+    protocol::write_hello(&mut control, ConnKind::Control)?;
+    if protocol::read_hello(&mut control)? != ConnKind::Control {
+        return Err(ProtocolError::Malformed("server answered with a data hello".into()).into());
+    }
+    let offset = measure_clock_offset(&mut control)?;
+
+    protocol::send(
+        &mut control,
+        &Message::Start {
+            params: request.params.clone(),
+        },
+    )?;
+    let (data_port, cookie, server_meta) = match protocol::recv(&mut control)? {
+        Message::Accepted {
+            data_port,
+            cookie,
+            meta,
+        } => (data_port, protocol::parse_cookie(&cookie)?, meta),
+        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
+        other => {
+            return Err(
+                ProtocolError::Malformed(format!("expected Accepted, got {other:?}")).into(),
+            )
+        }
+    };
+    let data_addr = SocketAddr::new(server_addr.ip(), data_port);
+    let flows = open_flows(&request.params, data_addr, &cookie)?;
+    match protocol::recv(&mut control)? {
+        Message::Ready => {}
+        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
+        other => {
+            return Err(ProtocolError::Malformed(format!("expected Ready, got {other:?}")).into())
+        }
+    }
+
+    let context = TestContext {
+        target: request.target.clone(),
+        label: request.label.clone(),
+        tags: request.tags.clone(),
+        params: request.params.clone(),
+        started_unix_us: realtime_us(),
+        t0_us: monotonic_us(),
+        clock: offset,
+        client_meta: sysctl::host_meta(),
+        server_meta,
+    };
+    let reader = control.try_clone()?;
+    protocol::send(&mut control, &Message::Go)?;
+    Ok(run_started(
+        control,
+        reader,
+        flows,
+        context,
+        stop,
+        on_interval,
+    ))
+}
+
+fn connect_any(
+    addrs: &[SocketAddr],
+    target: &str,
+) -> Result<(TcpStream, SocketAddr), TrafficError> {
+    let mut last = io::Error::other("no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(addr, CONNECT_TIMEOUT) {
+            Ok(stream) => return Ok((stream, *addr)),
+            Err(e) => last = e,
+        }
+    }
+    Err(TrafficError::Connect {
+        target: target.to_string(),
+        source: last,
+    })
+}
+
+/// NTP-style exchanges over the control connection; the fastest one sets the offset.
+fn measure_clock_offset(
+    control: &mut TcpStream,
+) -> Result<tcplab_model::record::ClockOffset, TrafficError> {
+    let mut exchanges = Vec::with_capacity(TIME_PROBES);
+    for _ in 0..TIME_PROBES {
+        let client_send_us = monotonic_us();
+        protocol::send(control, &Message::TimeProbe { client_send_us })?;
+        match protocol::recv(control)? {
+            Message::TimeReply {
+                client_send_us: echoed,
+                server_recv_us,
+                server_send_us,
+            } if echoed == client_send_us => exchanges.push(Exchange {
+                client_send_us,
+                server_recv_us,
+                server_send_us,
+                client_recv_us: monotonic_us(),
+            }),
+            other => {
+                return Err(
+                    ProtocolError::Malformed(format!("expected TimeReply, got {other:?}")).into(),
+                )
+            }
+        }
+    }
+    Ok(clock::estimate(&exchanges).expect("at least one exchange"))
+}
+
+/// Opens one data connection per flow, tuned for its role before the handshake.
+fn open_flows(
+    params: &TestParams,
+    data_addr: SocketAddr,
+    cookie: &[u8; protocol::COOKIE_LEN],
+) -> Result<Vec<FlowSocket>, TrafficError> {
+    flow_roles(params)
+        .into_iter()
+        .map(|(id, direction)| {
+            let role = if direction.sender() == Host::Client {
+                Role::Send
+            } else {
+                Role::Receive
+            };
+            let socket = setup::tcp_socket(&data_addr)?;
+            let buffer = setup::apply(&socket, &params.tuning, role)?;
+            socket
+                .connect_timeout(&data_addr.into(), CONNECT_TIMEOUT)
+                .map_err(|source| TrafficError::Connect {
+                    target: data_addr.to_string(),
+                    source,
+                })?;
+            let mut stream: TcpStream = socket.into();
+            protocol::write_hello(&mut stream, ConnKind::Data)?;
+            protocol::write_data_intro(&mut stream, cookie, id)?;
+            Ok(FlowSocket {
+                id,
+                role,
+                stream,
+                buffer,
+            })
+        })
+        .collect()
+}
+
+enum Event {
+    Local(Vec<SideInterval>),
+    LocalDone(engine::SideOutcome),
+    Remote(Result<Message, ProtocolError>),
+}
+
+/// Runs the client's side while following the server's messages, until both ends are
+/// done or the server is gone.
+fn run_started(
+    mut control: TcpStream,
+    mut reader: TcpStream,
+    flows: Vec<FlowSocket>,
+    context: TestContext,
+    stop: Arc<AtomicBool>,
+    on_interval: &mut dyn FnMut(&[IntervalRecord]),
+) -> RunRecord {
+    let (events, inbox) = mpsc::channel::<Event>();
+    let (local_tx, local_rx) = mpsc::channel::<Vec<SideInterval>>();
+    {
+        let events = events.clone();
+        thread::spawn(move || {
+            for records in local_rx {
+                if events.send(Event::Local(records)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    {
+        let (params, stop, events) = (context.params.clone(), Arc::clone(&stop), events.clone());
+        let t0 = context.t0_us;
+        thread::spawn(move || {
+            let outcome = engine::run_side(&params, Host::Client, flows, t0, local_tx, stop);
+            let _ = events.send(Event::LocalDone(outcome));
+        });
+    }
+    // A live test has no natural silence bound; the server reports every interval.
+    let silence =
+        Duration::from_micros(context.params.report_interval_us) + crate::server::HANDSHAKE_TIMEOUT;
+    let _ = reader.set_read_timeout(Some(silence));
+    thread::spawn(move || loop {
+        let msg = protocol::recv(&mut reader);
+        let more = matches!(
+            msg,
+            Ok(Message::Interval { .. } | Message::SideDone { .. } | Message::Samples { .. })
+        );
+        if events.send(Event::Remote(msg)).is_err() || !more {
+            return;
+        }
+    });
+
+    let mut merger = IntervalMerger::new(&context);
+    let mut local: Option<engine::SideOutcome> = None;
+    let mut remote_report: Option<SideReport> = None;
+    let mut remote_samples = Vec::new();
+    let mut remote_finished = false;
+    let mut error: Option<String> = None;
+    while local.is_none() || !remote_finished {
+        let Ok(event) = inbox.recv() else { break };
+        match event {
+            Event::Local(records) => emit(merger.add(Host::Client, records), on_interval),
+            Event::LocalDone(outcome) => local = Some(outcome),
+            Event::Remote(Ok(Message::Interval { records })) => {
+                emit(merger.add(Host::Server, records), on_interval)
+            }
+            Event::Remote(Ok(Message::SideDone { report })) => remote_report = Some(report),
+            Event::Remote(Ok(Message::Samples { samples })) => remote_samples.extend(samples),
+            Event::Remote(Ok(Message::SamplesEnd)) => remote_finished = true,
+            Event::Remote(other) => {
+                let why = match other {
+                    Ok(msg) => format!("unexpected message from server: {msg:?}"),
+                    Err(ProtocolError::Closed) => {
+                        "server closed the control connection mid-test".to_string()
+                    }
+                    Err(e) => format!("lost the server: {e}"),
+                };
+                remote_finished = true;
+                if remote_report.is_none() {
+                    // The server is gone mid-test: end our side now instead of waiting on dead sockets.
+                    stop.store(true, Ordering::Relaxed);
+                }
+                error.get_or_insert(why);
+            }
+        }
+    }
+    if stop.load(Ordering::Relaxed) && error.is_none() {
+        error = Some("interrupted".into());
+    }
+    let _ = protocol::send(&mut control, &Message::Bye);
+    let local = local.expect("local side reports before the loop ends");
+    let server = remote_report.map(|report| EndReport {
+        report,
+        samples: remote_samples,
+    });
+    let intervals = merger.finish();
+    merge::merge(
+        &context,
+        EndReport {
+            report: local.report,
+            samples: local.samples,
+        },
+        server,
+        intervals,
+        error,
+    )
+}
+
+fn emit(groups: Vec<Vec<IntervalRecord>>, on_interval: &mut dyn FnMut(&[IntervalRecord])) {
+    for group in groups {
+        on_interval(&group);
+    }
+}

@@ -1,0 +1,576 @@
+//! One end of a test: its data flows and the monitor that samples them.
+//!
+//! The same code runs on the client and on the server; only the roles of the flows
+//! differ. Each flow runs on its own OS thread with blocking-or-polled I/O (no async
+//! runtime: namespace work must stay on dedicated threads). One monitor thread takes
+//! tcp_info samples at the sampling interval and cuts report intervals.
+
+use std::io::{self, Read};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use tcplab_model::limits;
+use tcplab_model::record::{
+    BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
+};
+use tcplab_model::tcpinfo::TcpInfo;
+use tcplab_sys::clock::monotonic_us;
+use tcplab_sys::cpu::{self, CpuTime};
+use tcplab_sys::sockopt;
+
+use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
+
+/// How long a sender waits, after its last write, for the receiver to acknowledge
+/// everything, beyond the test's own duration.
+const DRAIN_GRACE_US: i64 = 10_000_000;
+/// How often a blocked receiver looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// A connected data socket with its role on this end.
+pub struct FlowSocket {
+    pub id: u32,
+    pub role: Role,
+    pub stream: TcpStream,
+    /// The role's buffer as set up (SO_SNDBUF when sending, SO_RCVBUF when receiving).
+    pub buffer: BufferSize,
+}
+
+/// What one end of a test produced.
+pub struct SideOutcome {
+    pub report: SideReport,
+    /// Samples with `t_us` in this end's monotonic µs.
+    pub samples: Vec<SampleRecord>,
+}
+
+/// Shared between a flow's thread and the monitor.
+struct FlowShared {
+    id: u32,
+    role: Role,
+    stream: TcpStream,
+    /// Bytes read so far (receivers); senders are measured by tcpi_bytes_acked.
+    received: AtomicU64,
+    done: AtomicBool,
+}
+
+/// Runs this end's flows from `t0_us` (this end's monotonic clock) to their end.
+/// Report-interval records go to `intervals` as they are cut; `stop` ends the test early.
+pub fn run_side(
+    params: &TestParams,
+    host: Host,
+    flows: Vec<FlowSocket>,
+    t0_us: i64,
+    intervals: Sender<Vec<SideInterval>>,
+    stop: Arc<AtomicBool>,
+) -> SideOutcome {
+    let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
+    let shared: Vec<Arc<FlowShared>> = flows
+        .into_iter()
+        .map(|f| {
+            Arc::new(FlowShared {
+                id: f.id,
+                role: f.role,
+                stream: f.stream,
+                received: AtomicU64::new(0),
+                done: AtomicBool::new(false),
+            })
+        })
+        .collect();
+
+    let workers: Vec<_> = shared
+        .iter()
+        .map(|flow| {
+            let flow = Arc::clone(flow);
+            let params = params.clone();
+            let stop = Arc::clone(&stop);
+            thread::Builder::new()
+                .name(format!("flow-{}", flow.id))
+                .spawn(move || {
+                    let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
+                    let outcome = run_flow(&flow, &params, t0_us, &stop);
+                    flow.done.store(true, Ordering::Release);
+                    let cpu = cpu::thread_cpu_time().unwrap_or_default() - cpu_start;
+                    (outcome, cpu)
+                })
+                .expect("spawning a flow thread")
+        })
+        .collect();
+
+    let monitor = {
+        let shared = shared.clone();
+        let params = params.clone();
+        thread::Builder::new()
+            .name("monitor".into())
+            .spawn(move || {
+                let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
+                let result = monitor(&shared, &params, host, t0_us, &intervals);
+                (
+                    result,
+                    cpu::thread_cpu_time().unwrap_or_default() - cpu_start,
+                )
+            })
+            .expect("spawning the monitor thread")
+    };
+
+    let mut cpu_spent = CpuTime::default();
+    let outcomes: Vec<FlowOutcome> = workers
+        .into_iter()
+        .map(|w| {
+            let (outcome, cpu) = w.join().expect("flow thread panicked");
+            cpu_spent = cpu_spent + cpu;
+            outcome
+        })
+        .collect();
+    let (watch, monitor_cpu) = monitor.join().expect("monitor thread panicked");
+    cpu_spent = cpu_spent + monitor_cpu;
+
+    let end_us = outcomes.iter().map(|o| o.end_us).max().unwrap_or(t0_us);
+    let flows = shared
+        .iter()
+        .zip(outcomes)
+        .zip(buffers)
+        .zip(watch.flows)
+        .map(|(((flow, outcome), buffer), watched)| side_flow(flow, outcome, buffer, watched))
+        .collect();
+    SideOutcome {
+        report: SideReport {
+            flows,
+            cpu: cpu::usage(cpu_spent, (end_us - t0_us).max(1) as u64),
+        },
+        samples: watch.samples,
+    }
+}
+
+fn side_flow(
+    flow: &FlowShared,
+    outcome: FlowOutcome,
+    mut buffer: BufferSize,
+    watched: WatchedFlow,
+) -> SideFlow {
+    let fd = flow.stream.as_fd();
+    buffer.at_end = match flow.role {
+        Role::Send => sockopt::sndbuf(&fd),
+        Role::Receive => sockopt::rcvbuf(&fd),
+    }
+    .unwrap_or(buffer.effective);
+    let elapsed = (outcome.end_us - outcome.start_us).max(0) as u64;
+    let (limits, retransmits, mss) = match (&outcome.first, &outcome.last) {
+        (Some(first), Some(last)) => (
+            limits::shares(first, last, elapsed),
+            u64::from(last.total_retrans.saturating_sub(first.total_retrans)),
+            last.snd_mss,
+        ),
+        _ => (LimitShares::default(), 0, 0),
+    };
+    SideFlow {
+        id: flow.id,
+        role: flow.role,
+        local_addr: addr_string(flow.stream.local_addr()),
+        peer_addr: addr_string(flow.stream.peer_addr()),
+        cc: sockopt::congestion(&fd).unwrap_or_default(),
+        mss,
+        buffer,
+        bytes: outcome.bytes,
+        start_us: outcome.start_us,
+        end_us: outcome.end_us,
+        retransmits,
+        samples: watched.samples,
+        limits,
+        rtt: watched.rtt.stats(),
+        error: outcome.error,
+    }
+}
+
+fn addr_string(addr: io::Result<std::net::SocketAddr>) -> String {
+    addr.map(|a| a.to_string()).unwrap_or_default()
+}
+
+struct FlowOutcome {
+    bytes: u64,
+    start_us: i64,
+    end_us: i64,
+    /// tcp_info at the start and at the end of the flow's window.
+    first: Option<TcpInfo>,
+    last: Option<TcpInfo>,
+    error: Option<String>,
+}
+
+fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBool) -> FlowOutcome {
+    let fd = flow.stream.as_fd();
+    let first = sockopt::tcp_info(&fd).ok();
+    let result = match flow.role {
+        Role::Send => send_until_end(flow, params, t0_us, stop),
+        Role::Receive => receive_until_eof(flow, params, stop),
+    };
+    let end_us = monotonic_us();
+    let last = sockopt::tcp_info(&fd).ok();
+    let (bytes, error) = match result {
+        Ok(bytes) => (bytes, None),
+        Err((bytes, e)) => (bytes, Some(e.to_string())),
+    };
+    FlowOutcome {
+        bytes,
+        start_us: t0_us,
+        end_us,
+        first,
+        last,
+        error,
+    }
+}
+
+type FlowResult = Result<u64, (u64, io::Error)>;
+
+/// Sends until the duration or byte budget is spent, then closes the write side and
+/// waits until the receiver has acknowledged every byte: the flow's window ends when
+/// its last byte is delivered, so sender and receiver count the same bytes.
+fn send_until_end(
+    flow: &FlowShared,
+    params: &TestParams,
+    t0_us: i64,
+    stop: &AtomicBool,
+) -> FlowResult {
+    let (deadline, mut budget) = match params.end {
+        TestEnd::Duration { us } => (Some(t0_us + us as i64), u64::MAX),
+        TestEnd::Bytes { bytes } => (None, bytes),
+    };
+    let mut payload = Payload::new(params.tuning.send_method, params.tuning.write_size as usize)
+        .map_err(|e| (0, e))?;
+    let stream = &flow.stream;
+    stream.set_nonblocking(true).map_err(|e| (0, e))?;
+    let mut sent = 0u64;
+    while budget > 0 && !stop.load(Ordering::Relaxed) {
+        let now = monotonic_us();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        let want = budget.min(params.tuning.write_size as u64) as usize;
+        match payload.send(stream, want) {
+            Ok(n) => {
+                sent += n as u64;
+                budget -= n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let wait_ms = deadline.map_or(100, |d| ((d - now) / 1000).clamp(1, 100));
+                wait_writable(stream, wait_ms as i32).map_err(|e| (sent, e))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((sent, e)),
+        }
+    }
+    stream.shutdown(Shutdown::Write).map_err(|e| (sent, e))?;
+    let drain_deadline = monotonic_us() + deadline.map_or(0, |d| d - t0_us) + DRAIN_GRACE_US;
+    wait_all_acked(stream, drain_deadline, stop).map_err(|e| (sent, e))?;
+    Ok(sent)
+}
+
+fn wait_writable(stream: &TcpStream, timeout_ms: i32) -> io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn wait_all_acked(stream: &TcpStream, deadline_us: i64, stop: &AtomicBool) -> io::Result<()> {
+    loop {
+        let info = sockopt::tcp_info(&stream.as_fd())?;
+        if info.unacked == 0 && info.notsent_bytes == 0 {
+            return Ok(());
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if monotonic_us() > deadline_us {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "receiver did not acknowledge the last {} bytes in time",
+                    u64::from(info.notsent_bytes)
+                        + u64::from(info.unacked) * u64::from(info.snd_mss)
+                ),
+            ));
+        }
+        thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) -> FlowResult {
+    let mut buf = vec![0u8; params.tuning.read_size as usize];
+    let mut stream = &flow.stream;
+    stream
+        .set_read_timeout(Some(STOP_POLL))
+        .map_err(|e| (0, e))?;
+    let mut total = 0u64;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => {
+                total += n as u64;
+                flow.received.store(total, Ordering::Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(total);
+                }
+            }
+            Err(e) => return Err((total, e)),
+        }
+    }
+}
+
+/// The bytes a sender hands to the kernel.
+enum Payload {
+    Buffer(Vec<u8>),
+    /// An in-memory file whose pages `sendfile` passes to the socket without copying.
+    File {
+        fd: OwnedFd,
+        len: i64,
+        offset: i64,
+    },
+}
+
+impl Payload {
+    fn new(method: SendMethod, write_size: usize) -> io::Result<Payload> {
+        let pattern = |i: usize| (i % 251) as u8;
+        match method {
+            SendMethod::Write => Ok(Payload::Buffer((0..write_size).map(pattern).collect())),
+            SendMethod::Sendfile => {
+                // Several writes' worth so consecutive sendfile calls walk distinct pages.
+                let len = (write_size * 8).max(1 << 20);
+                // SAFETY: memfd_create with a valid NUL-terminated name.
+                let raw =
+                    unsafe { libc::memfd_create(c"tcplab-payload".as_ptr(), libc::MFD_CLOEXEC) };
+                if raw < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: raw is a fresh descriptor we own.
+                let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+                let data: Vec<u8> = (0..len).map(pattern).collect();
+                let mut file = std::fs::File::from(fd.try_clone()?);
+                io::Write::write_all(&mut file, &data)?;
+                Ok(Payload::File {
+                    fd,
+                    len: len as i64,
+                    offset: 0,
+                })
+            }
+        }
+    }
+
+    fn send(&mut self, stream: &TcpStream, want: usize) -> io::Result<usize> {
+        match self {
+            Payload::Buffer(buf) => io::Write::write(&mut &*stream, &buf[..want]),
+            Payload::File { fd, len, offset } => {
+                if *offset + want as i64 > *len {
+                    *offset = 0;
+                }
+                // SAFETY: both descriptors are open; `offset` is a valid i64 the call updates.
+                let n = unsafe { libc::sendfile(stream.as_raw_fd(), fd.as_raw_fd(), offset, want) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            }
+        }
+    }
+}
+
+/// What the monitor learned of one flow.
+#[derive(Default)]
+struct WatchedFlow {
+    samples: u64,
+    rtt: RttAccumulator,
+}
+
+struct Watch {
+    flows: Vec<WatchedFlow>,
+    samples: Vec<SampleRecord>,
+}
+
+#[derive(Default)]
+struct RttAccumulator {
+    min: u32,
+    max: u32,
+    sum: u64,
+    count: u64,
+}
+
+impl RttAccumulator {
+    fn add(&mut self, rtt_us: u32) {
+        if rtt_us == 0 {
+            return;
+        }
+        self.min = if self.count == 0 {
+            rtt_us
+        } else {
+            self.min.min(rtt_us)
+        };
+        self.max = self.max.max(rtt_us);
+        self.sum += u64::from(rtt_us);
+        self.count += 1;
+    }
+
+    fn stats(&self) -> RttStats {
+        RttStats {
+            min_us: self.min,
+            mean_us: if self.count == 0 {
+                0.0
+            } else {
+                self.sum as f64 / self.count as f64
+            },
+            max_us: self.max,
+        }
+    }
+}
+
+/// Where the monitor is in a flow's current report interval.
+struct IntervalCursor {
+    index: u32,
+    start_us: i64,
+    info: Option<TcpInfo>,
+    received: u64,
+}
+
+/// Samples every flow at the sampling interval and cuts report intervals, until all
+/// flows are done.
+fn monitor(
+    flows: &[Arc<FlowShared>],
+    params: &TestParams,
+    host: Host,
+    t0_us: i64,
+    intervals: &Sender<Vec<SideInterval>>,
+) -> Watch {
+    let sample_every = params.sample_interval_us as i64;
+    let report_every = params.report_interval_us.max(1) as i64;
+    let mut watched: Vec<WatchedFlow> = flows.iter().map(|_| WatchedFlow::default()).collect();
+    let mut samples = Vec::new();
+    let mut cursors: Vec<IntervalCursor> = flows
+        .iter()
+        .map(|f| IntervalCursor {
+            index: 0,
+            start_us: t0_us,
+            info: sockopt::tcp_info(&f.stream.as_fd()).ok(),
+            received: 0,
+        })
+        .collect();
+    let mut next_sample = t0_us + sample_every;
+    let mut next_report = t0_us + report_every;
+    loop {
+        let all_done = flows.iter().all(|f| f.done.load(Ordering::Acquire));
+        let now = monotonic_us();
+        if sample_every > 0 && now >= next_sample {
+            for (flow, w) in flows.iter().zip(&mut watched) {
+                if flow.done.load(Ordering::Acquire) {
+                    continue;
+                }
+                let fd = flow.stream.as_fd();
+                let Ok(info) = sockopt::tcp_info(&fd) else {
+                    continue;
+                };
+                let bbr = sockopt::bbr_info(&fd).ok().flatten();
+                if flow.role == Role::Send {
+                    w.rtt.add(info.rtt);
+                }
+                w.samples += 1;
+                samples.push(SampleRecord {
+                    flow: flow.id,
+                    host,
+                    t_us: now,
+                    info,
+                    bbr,
+                });
+            }
+            // Skip ticks we overslept instead of bursting to catch up.
+            next_sample += sample_every * ((now - next_sample) / sample_every + 1);
+        }
+        if now >= next_report || all_done {
+            let records: Vec<SideInterval> = flows
+                .iter()
+                .zip(&mut cursors)
+                .zip(&mut watched)
+                .filter_map(|((flow, cursor), w)| cut_interval(flow, cursor, w, now))
+                .collect();
+            if !records.is_empty() {
+                // A closed receiver only means nobody watches live lines any more.
+                let _ = intervals.send(records);
+            }
+            next_report += report_every * ((now - next_report) / report_every + 1);
+        }
+        if all_done {
+            break;
+        }
+        let next = if sample_every > 0 {
+            next_sample.min(next_report)
+        } else {
+            next_report
+        };
+        let wait = (next - monotonic_us()).clamp(0, 50_000);
+        thread::sleep(Duration::from_micros(wait as u64));
+    }
+    Watch {
+        flows: watched,
+        samples,
+    }
+}
+
+/// Closes the current report interval of one flow at `now`, if it has one open.
+fn cut_interval(
+    flow: &FlowShared,
+    cursor: &mut IntervalCursor,
+    watched: &mut WatchedFlow,
+    now: i64,
+) -> Option<SideInterval> {
+    if cursor.start_us >= now || cursor.info.is_none() {
+        return None;
+    }
+    let info = sockopt::tcp_info(&flow.stream.as_fd()).ok()?;
+    let prev = cursor.info.replace(info).expect("checked above");
+    let received = flow.received.load(Ordering::Relaxed);
+    let record = SideInterval {
+        flow: flow.id,
+        index: cursor.index,
+        role: flow.role,
+        start_us: cursor.start_us,
+        end_us: now,
+        bytes: match flow.role {
+            Role::Send => info.bytes_acked.saturating_sub(prev.bytes_acked),
+            Role::Receive => received - cursor.received,
+        },
+        retransmits: u64::from(info.total_retrans.saturating_sub(prev.total_retrans)),
+        cwnd: info.snd_cwnd,
+        srtt_us: info.rtt,
+        limits: limits::shares(&prev, &info, (now - cursor.start_us) as u64),
+    };
+    if flow.role == Role::Send {
+        watched.rtt.add(info.rtt);
+    }
+    cursor.index += 1;
+    cursor.start_us = now;
+    cursor.received = received;
+    if flow.done.load(Ordering::Acquire) {
+        // The flow's last interval: nothing follows it.
+        cursor.info = None;
+    }
+    Some(record)
+}

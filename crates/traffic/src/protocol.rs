@@ -1,0 +1,309 @@
+//! The control protocol between `tcplab run` and `tcplab serve`.
+//!
+//! Every connection starts with an 8-byte hello: the magic `TCPLAB`, a kind byte
+//! (`C` control, `D` data) and the protocol version. A control connection then carries
+//! length-delimited JSON messages (u32 big-endian length, at most [`MAX_MESSAGE`] bytes);
+//! a data connection carries the test's cookie and its flow id, then raw payload.
+//!
+//! A test, in order:
+//! 1. client → `TimeProbe` × n, server → `TimeReply` (clock offset, see `model::clock`);
+//! 2. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
+//! 3. client opens the data connections to `data_port`, server → `Ready` when all arrived;
+//! 4. client → `Go`: both ends start their flows; each end's report-interval records
+//!    travel as they happen (`Interval`), so both ends' figures reach the client live;
+//! 5. server → `SideDone{report}`, then `Samples` chunks and `SamplesEnd`; client → `Bye`.
+
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+use tcplab_model::record::{
+    BufferSize, CpuUse, HostMeta, LimitShares, RttStats, SampleRecord, TestParams,
+};
+
+pub const MAGIC: &[u8; 6] = b"TCPLAB";
+pub const VERSION: u8 = 1;
+/// Largest control message accepted; anything longer is hostile or broken.
+pub const MAX_MESSAGE: usize = 4 << 20;
+/// Samples per `Samples` message, to stay well below [`MAX_MESSAGE`].
+pub const SAMPLES_PER_CHUNK: usize = 1000;
+pub const COOKIE_LEN: usize = 16;
+
+/// What a connection is for, from its hello.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnKind {
+    Control,
+    Data,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("not a tcplab peer (hello was {0:02x?})")]
+    BadMagic(Vec<u8>),
+    #[error("peer speaks tcplab protocol version {peer}, this is version {VERSION}")]
+    Version { peer: u8 },
+    #[error("message of {0} bytes exceeds the limit of {MAX_MESSAGE}")]
+    TooLarge(usize),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    #[error("peer closed the control connection")]
+    Closed,
+}
+
+pub fn write_hello(w: &mut impl Write, kind: ConnKind) -> io::Result<()> {
+    let mut hello = [0u8; 8];
+    hello[..6].copy_from_slice(MAGIC);
+    hello[6] = match kind {
+        ConnKind::Control => b'C',
+        ConnKind::Data => b'D',
+    };
+    hello[7] = VERSION;
+    w.write_all(&hello)
+}
+
+pub fn read_hello(r: &mut impl Read) -> Result<ConnKind, ProtocolError> {
+    let mut hello = [0u8; 8];
+    r.read_exact(&mut hello).map_err(closed_on_eof)?;
+    parse_hello(&hello)
+}
+
+fn parse_hello(hello: &[u8; 8]) -> Result<ConnKind, ProtocolError> {
+    if &hello[..6] != MAGIC {
+        return Err(ProtocolError::BadMagic(hello.to_vec()));
+    }
+    let kind = match hello[6] {
+        b'C' => ConnKind::Control,
+        b'D' => ConnKind::Data,
+        _ => return Err(ProtocolError::BadMagic(hello.to_vec())),
+    };
+    if hello[7] != VERSION {
+        return Err(ProtocolError::Version { peer: hello[7] });
+    }
+    Ok(kind)
+}
+
+/// The first bytes of a data connection after its hello.
+pub fn write_data_intro(
+    w: &mut impl Write,
+    cookie: &[u8; COOKIE_LEN],
+    flow: u32,
+) -> io::Result<()> {
+    let mut intro = [0u8; COOKIE_LEN + 4];
+    intro[..COOKIE_LEN].copy_from_slice(cookie);
+    intro[COOKIE_LEN..].copy_from_slice(&flow.to_be_bytes());
+    w.write_all(&intro)
+}
+
+pub fn read_data_intro(r: &mut impl Read) -> io::Result<([u8; COOKIE_LEN], u32)> {
+    let mut intro = [0u8; COOKIE_LEN + 4];
+    r.read_exact(&mut intro)?;
+    let mut cookie = [0u8; COOKIE_LEN];
+    cookie.copy_from_slice(&intro[..COOKIE_LEN]);
+    let flow = u32::from_be_bytes(intro[COOKIE_LEN..].try_into().expect("4 bytes"));
+    Ok((cookie, flow))
+}
+
+pub fn send(w: &mut impl Write, msg: &Message) -> Result<(), ProtocolError> {
+    let body = serde_json::to_vec(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))?;
+    if body.len() > MAX_MESSAGE {
+        return Err(ProtocolError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    Ok(())
+}
+
+pub fn recv(r: &mut impl Read) -> Result<Message, ProtocolError> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).map_err(closed_on_eof)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_MESSAGE {
+        return Err(ProtocolError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(closed_on_eof)?;
+    serde_json::from_slice(&body).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
+fn closed_on_eof(e: io::Error) -> ProtocolError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        ProtocolError::Closed
+    } else {
+        ProtocolError::Io(e)
+    }
+}
+
+/// Every control message, both directions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    TimeProbe {
+        client_send_us: i64,
+    },
+    TimeReply {
+        client_send_us: i64,
+        server_recv_us: i64,
+        server_send_us: i64,
+    },
+    Start {
+        params: TestParams,
+    },
+    Accepted {
+        data_port: u16,
+        /// Hex of the cookie every data connection must present.
+        cookie: String,
+        meta: HostMeta,
+    },
+    Refused {
+        reason: String,
+    },
+    Ready,
+    Go,
+    Interval {
+        records: Vec<SideInterval>,
+    },
+    SideDone {
+        report: SideReport,
+    },
+    Samples {
+        samples: Vec<SampleRecord>,
+    },
+    SamplesEnd,
+    Bye,
+}
+
+/// What one flow does on one end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Send,
+    Receive,
+}
+
+/// One end's view of one report interval of one flow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SideInterval {
+    pub flow: u32,
+    pub index: u32,
+    pub role: Role,
+    /// The interval's bounds in this end's monotonic µs.
+    pub start_us: i64,
+    pub end_us: i64,
+    /// Sender: bytes newly acknowledged; receiver: bytes read.
+    pub bytes: u64,
+    pub retransmits: u64,
+    pub cwnd: u32,
+    pub srtt_us: u32,
+    pub limits: LimitShares,
+}
+
+/// One end's results for one flow. Times are that end's monotonic µs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SideFlow {
+    pub id: u32,
+    pub role: Role,
+    pub local_addr: String,
+    pub peer_addr: String,
+    pub cc: String,
+    pub mss: u32,
+    /// The buffer that matters for the role: SO_SNDBUF when sending, SO_RCVBUF when receiving.
+    pub buffer: BufferSize,
+    /// Bytes written (sender) or read (receiver).
+    pub bytes: u64,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub retransmits: u64,
+    pub samples: u64,
+    pub limits: LimitShares,
+    pub rtt: RttStats,
+    /// Set when the flow broke before its end.
+    pub error: Option<String>,
+}
+
+/// One end's results for a whole test.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SideReport {
+    pub flows: Vec<SideFlow>,
+    pub cpu: CpuUse,
+}
+
+pub fn cookie_hex(cookie: &[u8; COOKIE_LEN]) -> String {
+    cookie.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn parse_cookie(hex: &str) -> Result<[u8; COOKIE_LEN], ProtocolError> {
+    let bad = || ProtocolError::Malformed(format!("bad cookie '{hex}'"));
+    if hex.len() != COOKIE_LEN * 2 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut cookie = [0u8; COOKIE_LEN];
+    for (i, byte) in cookie.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(cookie)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trip_and_rejects() {
+        let mut buf = Vec::new();
+        write_hello(&mut buf, ConnKind::Data).unwrap();
+        assert_eq!(&buf, b"TCPLABD\x01");
+        assert_eq!(read_hello(&mut &buf[..]).unwrap(), ConnKind::Data);
+        assert!(matches!(
+            read_hello(&mut &b"GET / HT"[..]),
+            Err(ProtocolError::BadMagic(_))
+        ));
+        assert!(matches!(
+            read_hello(&mut &b"TCPLABC\x07"[..]),
+            Err(ProtocolError::Version { peer: 7 })
+        ));
+        assert!(matches!(
+            read_hello(&mut &b"TCP"[..]),
+            Err(ProtocolError::Closed)
+        ));
+    }
+
+    #[test]
+    fn message_frames_round_trip() {
+        let mut buf = Vec::new();
+        send(&mut buf, &Message::Go).unwrap();
+        send(&mut buf, &Message::Refused { reason: "x".into() }).unwrap();
+        let mut r = &buf[..];
+        assert_eq!(recv(&mut r).unwrap(), Message::Go);
+        assert_eq!(
+            recv(&mut r).unwrap(),
+            Message::Refused { reason: "x".into() }
+        );
+        assert!(matches!(recv(&mut r), Err(ProtocolError::Closed)));
+    }
+
+    #[test]
+    fn oversized_and_garbage_frames_are_rejected() {
+        let huge = ((MAX_MESSAGE + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            recv(&mut &huge[..]),
+            Err(ProtocolError::TooLarge(_))
+        ));
+        let mut garbage = 5u32.to_be_bytes().to_vec();
+        garbage.extend_from_slice(b"{{{{{");
+        assert!(matches!(
+            recv(&mut &garbage[..]),
+            Err(ProtocolError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn cookie_hex_round_trip() {
+        let cookie = [0xab; COOKIE_LEN];
+        assert_eq!(parse_cookie(&cookie_hex(&cookie)).unwrap(), cookie);
+        assert!(parse_cookie("zz").is_err());
+        assert!(parse_cookie(&"é".repeat(16)).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! Applying a test's tunings to data sockets, on the side of each socket's role.
+//!
+//! Buffers must be set before the handshake (the window scale is chosen at SYN time),
+//! so the client sets them before `connect` and the server on its per-test listener,
+//! whose accepted sockets inherit them.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tcplab_model::record::{BufferSize, Tuning};
+use tcplab_sys::sockopt;
+
+use crate::protocol::Role;
+
+/// Sets what matters for `role` on a socket not yet connected (or just accepted) and
+/// returns the role's buffer as requested and as the kernel took it.
+pub fn apply(socket: &impl AsFd, tuning: &Tuning, role: Role) -> io::Result<BufferSize> {
+    let fd = socket.as_fd();
+    sockopt::set_nodelay(&fd, tuning.nodelay)?;
+    if let Some(mss) = tuning.mss {
+        sockopt::set_mss(&fd, mss)?;
+    }
+    match role {
+        Role::Send => {
+            if let Some(cc) = &tuning.cc {
+                sockopt::set_congestion(&fd, cc)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            }
+            if let Some(bits) = tuning.pacing_rate {
+                sockopt::set_max_pacing_rate(&fd, bits / 8)?;
+            }
+            match tuning.sndbuf {
+                Some(bytes) => sockopt::set_sndbuf(&fd, bytes),
+                None => untouched(sockopt::sndbuf(&fd)?),
+            }
+        }
+        Role::Receive => match tuning.rcvbuf {
+            Some(bytes) => sockopt::set_rcvbuf(&fd, bytes),
+            None => untouched(sockopt::rcvbuf(&fd)?),
+        },
+    }
+}
+
+fn untouched(effective: u64) -> io::Result<BufferSize> {
+    Ok(BufferSize {
+        requested: None,
+        effective,
+        capped_at: None,
+        at_end: effective,
+    })
+}
+
+pub fn tcp_socket(addr: &SocketAddr) -> io::Result<Socket> {
+    Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+}
+
+/// The server's listener for one test's data connections: receive buffer and MSS set
+/// here reach the accepted sockets before their handshake completes.
+pub fn data_listener(local: SocketAddr, tuning: &Tuning, receives: bool) -> io::Result<Socket> {
+    let socket = tcp_socket(&local)?;
+    socket.set_reuse_address(true)?;
+    if receives {
+        apply(&socket, tuning, Role::Receive)?;
+    } else if let Some(mss) = tuning.mss {
+        sockopt::set_mss(&socket.as_fd(), mss)?;
+    }
+    socket.bind(&SocketAddr::new(local.ip(), 0).into())?;
+    socket.listen(128)?;
+    Ok(socket)
+}

@@ -167,8 +167,8 @@ pub fn list_runs(db: &Path) -> Result<ExitCode> {
     let mut out = io::stdout().lock();
     writeln!(
         out,
-        "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  {}",
-        "id", "started (UTC)", "status", "mode", "sent", "received", "target / label"
+        "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  target / label",
+        "id", "started (UTC)", "status", "mode", "sent", "received"
     )?;
     for run in store.list_runs()? {
         writeln!(out, "{}", output::run_row(&run))?;

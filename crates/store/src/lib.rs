@@ -1,1 +1,777 @@
-//! placeholder
+//! The SQLite store of tcplab runs: one file per experiment holding every run's
+//! parameters, metadata, summaries, flows, intervals and raw tcp_info samples, so every
+//! printed number can be recomputed from rows.
+//!
+//! - [`Store::open`] creates or opens the file (WAL, foreign keys on, busy timeout) and
+//!   migrates its schema (`PRAGMA user_version`, see [`SCHEMA_VERSION`] and `schema.rs`).
+//! - [`Store::insert_run`] / [`Store::load_run`] write and read a whole
+//!   [`RunRecord`]; a loaded record equals the inserted one.
+//! - [`Store::export`] writes any table as CSV or JSON lines for pandas and R.
+//!
+//! Tables, columns and units are documented in `SCHEMA.md` next to this crate's
+//! `Cargo.toml`.
+
+mod error;
+mod export;
+mod rows;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rusqlite::{params_from_iter, Connection, ErrorCode, Transaction, TransactionBehavior};
+use tcplab_model::record::{
+    BufferSize, ClockOffset, CpuUse, FlowRecord, Host, IntervalRecord, LimitShares, Mode, RttStats,
+    RunRecord, SampleRecord, Summary, TestEnd,
+};
+use tcplab_model::tcpinfo::{BbrInfo, TcpInfo};
+
+pub use error::{ParseNameError, Result, StoreError};
+pub use export::{ExportFormat, Table};
+pub use schema::SCHEMA_VERSION;
+
+use rows::{enum_name, enum_value, int, opt_enum_value, opt_int, opt_text, real, text, RowReader};
+use schema::{
+    sample_columns, SqlInt, MIGRATIONS, SAMPLE_BBR_COLUMNS, SAMPLE_KEY_COLUMNS, TCP_INFO_COLUMNS,
+};
+
+/// How long a statement waits for another connection's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An open tcplab database.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// One line of `tcplab list`: the `runs` columns that identify a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunSummaryRow {
+    pub id: i64,
+    /// Wall-clock time of t0, µs since the Unix epoch.
+    pub started_unix_us: i64,
+    pub label: Option<String>,
+    /// `done`, `incomplete`, `failed`, or `running` (reserved: a run being written).
+    pub status: String,
+    pub target: String,
+    pub mode: Mode,
+    /// Total rates, bit/s; `None` when not recorded (a running run, or NaN).
+    pub sent_bps: Option<f64>,
+    pub received_bps: Option<f64>,
+}
+
+/// Maps an SQLite error to [`StoreError`], recognising "file is not a database".
+fn sqlite_err<'a>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(rusqlite::Error) -> StoreError + 'a {
+    move |source| {
+        if source.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
+            StoreError::NotSqlite {
+                path: path.to_owned(),
+            }
+        } else {
+            StoreError::Sqlite {
+                path: path.to_owned(),
+                op,
+                source,
+            }
+        }
+    }
+}
+
+fn json_err<'a>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(serde_json::Error) -> StoreError + 'a {
+    move |source| StoreError::Json {
+        path: path.to_owned(),
+        op,
+        source,
+    }
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+}
+
+impl Store {
+    /// Opens the database at `path`, creating it if missing, and migrates its schema to
+    /// [`SCHEMA_VERSION`]. Refuses a file that is not SQLite ([`StoreError::NotSqlite`])
+    /// and a database from a newer tcplab ([`StoreError::TooNew`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_owned();
+        let mut conn = Connection::open(&path).map_err(sqlite_err(&path, "opening"))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(sqlite_err(&path, "setting the busy timeout"))?;
+        // The first statement to read the file's header: fails here if it is not SQLite.
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+            .map_err(sqlite_err(&path, "switching to WAL mode"))?;
+        // In WAL mode NORMAL loses at most the last commits on power loss, never corrupts.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sqlite_err(&path, "setting synchronous"))?;
+        conn.pragma_update(None, "foreign_keys", true)
+            .map_err(sqlite_err(&path, "enabling foreign keys"))?;
+        migrate(&mut conn, &path)?;
+        check_sample_columns(&conn, &path)?;
+        Ok(Store { conn, path })
+    }
+
+    /// The file this store was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stores a whole run (the run row, its flows, intervals and samples) in one
+    /// transaction and returns its id.
+    pub fn insert_run(&mut self, run: &RunRecord) -> Result<i64> {
+        let path = &self.path;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite_err(path, "starting to insert a run"))?;
+        let run_id = insert_named(&tx, "runs", &run_values(run, path)?)
+            .map_err(sqlite_err(path, "inserting a run (runs)"))?;
+        for flow in &run.flows {
+            insert_named(&tx, "flows", &flow_values(run_id, flow))
+                .map_err(sqlite_err(path, "inserting a run (flows)"))?;
+        }
+        for interval in &run.intervals {
+            insert_named(&tx, "intervals", &interval_values(run_id, interval))
+                .map_err(sqlite_err(path, "inserting a run (intervals)"))?;
+        }
+        insert_samples(&tx, run_id, &run.samples)
+            .map_err(sqlite_err(path, "inserting a run (samples)"))?;
+        tx.commit()
+            .map_err(sqlite_err(path, "committing an inserted run"))?;
+        Ok(run_id)
+    }
+
+    /// Reads back the run stored under `id`, equal to what [`Store::insert_run`] stored
+    /// (flows, intervals and samples in their original order).
+    pub fn load_run(&self, id: i64) -> Result<RunRecord> {
+        let path = &self.path;
+        let err = |op| sqlite_err(path, op);
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(err("starting to load a run"))?;
+
+        let mut stmt = tx
+            .prepare_cached("SELECT * FROM runs WHERE id = ?1")
+            .map_err(err("loading a run (runs)"))?;
+        let mut rows = stmt.query([id]).map_err(err("loading a run (runs)"))?;
+        let Some(row) = rows.next().map_err(err("loading a run (runs)"))? else {
+            return Err(StoreError::NoSuchRun {
+                path: path.clone(),
+                id,
+            });
+        };
+        let r = RowReader {
+            row,
+            table: "runs",
+            path,
+            run_id: id,
+        };
+        let mut run = read_run(&r)?;
+        drop(rows);
+        drop(stmt);
+
+        run.flows = load_rows(&tx, path, id, "flows", read_flow)?;
+        run.intervals = load_rows(&tx, path, id, "intervals", read_interval)?;
+        run.samples = load_samples(&tx, path, id)?;
+        Ok(run)
+    }
+
+    /// Every run, oldest first.
+    pub fn list_runs(&self) -> Result<Vec<RunSummaryRow>> {
+        let err = || sqlite_err(&self.path, "listing runs");
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, started_unix_us, label, status, target, mode, sent_bps, received_bps
+                 FROM runs ORDER BY id",
+            )
+            .map_err(err())?;
+        let mut out = Vec::new();
+        let mut rows = stmt.query([]).map_err(err())?;
+        while let Some(row) = rows.next().map_err(err())? {
+            let id: i64 = row.get("id").map_err(err())?;
+            let r = RowReader {
+                row,
+                table: "runs",
+                path: &self.path,
+                run_id: id,
+            };
+            let opt_real = |col| {
+                let v = r.real(col)?;
+                Ok::<_, StoreError>((!v.is_nan()).then_some(v))
+            };
+            out.push(RunSummaryRow {
+                id,
+                started_unix_us: r.int("started_unix_us")?,
+                label: r.opt_text("label")?,
+                status: r.text("status")?,
+                target: r.text("target")?,
+                mode: r.enum_("mode")?,
+                sent_bps: opt_real("sent_bps")?,
+                received_bps: opt_real("received_bps")?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The id of the most recently inserted run, `None` when there are no runs.
+    pub fn last_run_id(&self) -> Result<Option<i64>> {
+        self.conn
+            .query_row("SELECT max(id) FROM runs", [], |r| r.get(0))
+            .map_err(sqlite_err(&self.path, "finding the last run"))
+    }
+
+    /// Deletes a run with its flows, intervals and samples; `false` if there was none.
+    pub fn delete_run(&mut self, id: i64) -> Result<bool> {
+        let n = self
+            .conn
+            .execute("DELETE FROM runs WHERE id = ?1", [id])
+            .map_err(sqlite_err(&self.path, "deleting a run"))?;
+        Ok(n > 0)
+    }
+}
+
+/// Applies the missing migrations, each in its own transaction.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    loop {
+        let current = user_version(conn).map_err(sqlite_err(path, "reading the schema version"))?;
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.to_owned(),
+                found: current,
+                known: SCHEMA_VERSION,
+            });
+        }
+        if current == SCHEMA_VERSION {
+            return Ok(());
+        }
+        if current < 0 {
+            return Err(StoreError::Schema {
+                path: path.to_owned(),
+                detail: format!("negative schema version {current}"),
+            });
+        }
+        let next = current + 1;
+        let migrate_err = |source| StoreError::Migrate {
+            path: path.to_owned(),
+            version: next,
+            source,
+        };
+        // IMMEDIATE takes the write lock first, so two processes opening a new file at
+        // once migrate it once: the second sees the new version below and starts over.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sqlite_err(path, "starting a migration"))?;
+        if user_version(&tx).map_err(migrate_err)? != current {
+            continue;
+        }
+        tx.execute_batch(&MIGRATIONS[current as usize]())
+            .map_err(migrate_err)?;
+        tx.pragma_update(None, "user_version", next)
+            .map_err(migrate_err)?;
+        tx.commit().map_err(migrate_err)?;
+    }
+}
+
+/// Refuses a database whose `samples` table does not have exactly the columns this build
+/// reads and writes (a `TcpInfo` field added without a migration).
+fn check_sample_columns(conn: &Connection, path: &Path) -> Result<()> {
+    let err = sqlite_err(path, "reading the samples columns");
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info('samples')")
+        .map_err(err)?;
+    let have: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .and_then(|rows| rows.collect())
+        .map_err(sqlite_err(path, "reading the samples columns"))?;
+    let want: Vec<&str> = sample_columns().collect();
+    // Compared as sets: a column added by a later migration sits at the table's end,
+    // and every statement names its columns.
+    let missing: Vec<&str> = want
+        .iter()
+        .filter(|w| !have.iter().any(|h| h == *w))
+        .copied()
+        .collect();
+    let extra: Vec<&str> = have
+        .iter()
+        .filter(|h| !want.contains(&h.as_str()))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() || !extra.is_empty() {
+        return Err(StoreError::Schema {
+            path: path.to_owned(),
+            detail: format!(
+                "table samples: missing columns {missing:?}, unexpected columns {extra:?} \
+                 (a tcp_info field needs a migration)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Column names shared by the writers and readers below.
+const CPU_CLIENT: [&str; 3] = [
+    "cpu_client_user_pct",
+    "cpu_client_system_pct",
+    "cpu_client_total_pct",
+];
+const CPU_SERVER: [&str; 3] = [
+    "cpu_server_user_pct",
+    "cpu_server_system_pct",
+    "cpu_server_total_pct",
+];
+const SNDBUF: [&str; 4] = [
+    "sndbuf_requested",
+    "sndbuf_effective",
+    "sndbuf_capped_at",
+    "sndbuf_at_end",
+];
+const RCVBUF: [&str; 4] = [
+    "rcvbuf_requested",
+    "rcvbuf_effective",
+    "rcvbuf_capped_at",
+    "rcvbuf_at_end",
+];
+
+type Columns = Vec<(&'static str, rusqlite::types::Value)>;
+
+/// `INSERT INTO table (names) VALUES (values)`; returns the new rowid.
+fn insert_named(tx: &Transaction<'_>, table: &str, cols: &Columns) -> rusqlite::Result<i64> {
+    let names: Vec<&str> = cols.iter().map(|(n, _)| *n).collect();
+    let marks = vec!["?"; cols.len()].join(", ");
+    let sql = format!(
+        "INSERT INTO {table} ({}) VALUES ({marks})",
+        names.join(", ")
+    );
+    let mut stmt = tx.prepare_cached(&sql)?;
+    stmt.execute(params_from_iter(cols.iter().map(|(_, v)| v)))?;
+    Ok(tx.last_insert_rowid())
+}
+
+fn limit_values(l: &LimitShares) -> [(&'static str, rusqlite::types::Value); 4] {
+    [
+        ("limit_rwnd", real(l.rwnd)),
+        ("limit_sndbuf", real(l.sndbuf)),
+        ("limit_cwnd", real(l.cwnd)),
+        ("limit_app", real(l.app)),
+    ]
+}
+
+fn rtt_values(r: &RttStats) -> [(&'static str, rusqlite::types::Value); 3] {
+    [
+        ("rtt_min_us", int(r.min_us)),
+        ("rtt_mean_us", real(r.mean_us)),
+        ("rtt_max_us", int(r.max_us)),
+    ]
+}
+
+fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
+    let json = |v: String| rusqlite::types::Value::Text(v);
+    let enc = |r: serde_json::Result<String>| r.map(json).map_err(json_err(path, "encoding a run"));
+    let p = &run.params;
+    let (end_kind, end_value) = match p.end {
+        TestEnd::Duration { us } => ("duration", us),
+        TestEnd::Bytes { bytes } => ("bytes", bytes),
+    };
+    let s = &run.summary;
+    let mut cols: Columns = vec![
+        ("schema", text(&run.schema)),
+        ("tool_version", text(&run.tool_version)),
+        ("label", opt_text(run.label.as_deref())),
+        ("tags", enc(serde_json::to_string(&run.tags))?),
+        ("status", enum_value(&run.status)),
+        ("error", opt_text(run.error.as_deref())),
+        ("started_unix_us", int(run.started_unix_us)),
+        ("target", text(&run.target)),
+        ("mode", enum_value(&p.mode)),
+        ("streams", int(p.streams)),
+        ("end_kind", text(end_kind)),
+        ("end_value", int(end_value)),
+        ("sample_interval_us", int(p.sample_interval_us)),
+        ("report_interval_us", int(p.report_interval_us)),
+        ("params_json", enc(serde_json::to_string(p))?),
+        ("client_meta_json", enc(serde_json::to_string(&run.client))?),
+        ("server_meta_json", enc(serde_json::to_string(&run.server))?),
+        ("clock_offset_us", int(run.clock.offset_us)),
+        ("clock_uncertainty_us", int(run.clock.uncertainty_us)),
+        ("sent_bytes", int(s.sent_bytes)),
+        ("received_bytes", int(s.received_bytes)),
+        ("sent_bps", real(s.sent_bps)),
+        ("received_bps", real(s.received_bps)),
+        ("retransmits", int(s.retransmits)),
+    ];
+    cols.extend(rtt_values(&s.rtt));
+    cols.extend(limit_values(&s.limits));
+    cols.push(("dominant_limit", opt_enum_value(s.dominant_limit.as_ref())));
+    for (names, cpu) in [(CPU_CLIENT, &s.cpu_client), (CPU_SERVER, &s.cpu_server)] {
+        let [user, system, total] = names;
+        cols.extend([
+            (user, real(cpu.user_pct)),
+            (system, real(cpu.system_pct)),
+            (total, real(cpu.total_pct)),
+        ]);
+    }
+    Ok(cols)
+}
+
+fn buffer_values(
+    [requested, effective, capped_at, at_end]: [&'static str; 4],
+    b: &BufferSize,
+) -> [(&'static str, rusqlite::types::Value); 4] {
+    [
+        (requested, opt_int(b.requested)),
+        (effective, int(b.effective)),
+        (capped_at, opt_int(b.capped_at)),
+        (at_end, int(b.at_end)),
+    ]
+}
+
+fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
+    let mut cols: Columns = vec![
+        ("run_id", int(run_id)),
+        ("flow", int(f.id)),
+        ("direction", enum_value(&f.direction)),
+        ("client_addr", text(&f.client_addr)),
+        ("server_addr", text(&f.server_addr)),
+        ("cc", text(&f.cc)),
+        ("mss", int(f.mss)),
+    ];
+    cols.extend(buffer_values(SNDBUF, &f.sndbuf));
+    cols.extend(buffer_values(RCVBUF, &f.rcvbuf));
+    cols.extend([
+        ("sent_bytes", int(f.sent_bytes)),
+        ("received_bytes", int(f.received_bytes)),
+        ("sent_bps", real(f.sent_bps)),
+        ("received_bps", real(f.received_bps)),
+        ("sender_seconds", real(f.sender_seconds)),
+        ("receiver_seconds", real(f.receiver_seconds)),
+        ("retransmits", int(f.retransmits)),
+        ("samples", int(f.samples)),
+        ("receiver_samples", int(f.receiver_samples)),
+    ]);
+    cols.extend(limit_values(&f.limits));
+    cols.extend(rtt_values(&f.rtt));
+    cols
+}
+
+fn interval_values(run_id: i64, i: &IntervalRecord) -> Columns {
+    let mut cols: Columns = vec![
+        ("run_id", int(run_id)),
+        ("flow", int(i.flow)),
+        ("idx", int(i.index)),
+        ("start_us", int(i.start_us)),
+        ("end_us", int(i.end_us)),
+        ("acked_bytes", int(i.acked_bytes)),
+        ("received_bytes", int(i.received_bytes)),
+        ("retransmits", int(i.retransmits)),
+        ("cwnd", int(i.cwnd)),
+        ("srtt_us", int(i.srtt_us)),
+    ];
+    cols.extend(limit_values(&i.limits));
+    cols
+}
+
+/// The positional INSERT for `samples`, built once from the column table.
+fn samples_insert_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let names: Vec<String> = sample_columns().map(|c| format!("\"{c}\"")).collect();
+        let marks: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
+        format!(
+            "INSERT INTO samples ({}) VALUES ({})",
+            names.join(", "),
+            marks.join(", ")
+        )
+    })
+}
+
+/// The SELECT for one run's samples, columns in table order after `run_id`.
+fn samples_select_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let names: Vec<String> = sample_columns()
+            .skip(1)
+            .map(|c| format!("\"{c}\""))
+            .collect();
+        // A run's samples are inserted in one transaction, so their rowids form one
+        // range holding no other run's rows: scanning that range of the table returns
+        // them in insertion order without sorting (the run_id test keeps it correct
+        // even if the range were not exclusive).
+        format!(
+            "SELECT {} FROM samples NOT INDEXED \
+             WHERE rowid BETWEEN ?2 AND ?3 AND run_id = ?1 ORDER BY rowid",
+            names.join(", ")
+        )
+    })
+}
+
+fn insert_samples(
+    tx: &Transaction<'_>,
+    run_id: i64,
+    samples: &[SampleRecord],
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(samples_insert_sql())?;
+    let client = enum_name(&Host::Client);
+    let server = enum_name(&Host::Server);
+    let info_at = SAMPLE_KEY_COLUMNS.len() + 1;
+    let bbr_at = info_at + TCP_INFO_COLUMNS.len();
+    for s in samples {
+        stmt.raw_bind_parameter(1, run_id)?;
+        stmt.raw_bind_parameter(2, s.flow)?;
+        let host = match s.host {
+            Host::Client => &client,
+            Host::Server => &server,
+        };
+        stmt.raw_bind_parameter(3, host)?;
+        stmt.raw_bind_parameter(4, s.t_us)?;
+        for (i, c) in TCP_INFO_COLUMNS.iter().enumerate() {
+            stmt.raw_bind_parameter(info_at + i, (c.get)(&s.info))?;
+        }
+        let bbr = s.bbr.as_ref();
+        let bbr_values = [
+            bbr.map(|b| b.bw.to_sql()),
+            bbr.map(|b| b.min_rtt.to_sql()),
+            bbr.map(|b| b.pacing_gain.to_sql()),
+            bbr.map(|b| b.cwnd_gain.to_sql()),
+        ];
+        for (i, v) in bbr_values.into_iter().enumerate() {
+            stmt.raw_bind_parameter(bbr_at + i, v)?;
+        }
+        stmt.raw_execute()?;
+    }
+    Ok(())
+}
+
+/// One run's rows of a child table (`flows`, `intervals`) in insertion order.
+fn load_rows<T>(
+    tx: &Transaction<'_>,
+    path: &Path,
+    run_id: i64,
+    table: &'static str,
+    read: fn(&RowReader<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let err = || sqlite_err(path, "loading a run");
+    let sql = format!("SELECT * FROM {table} WHERE run_id = ?1 ORDER BY rowid");
+    let mut stmt = tx.prepare_cached(&sql).map_err(err())?;
+    let mut rows = stmt.query([run_id]).map_err(err())?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(err())? {
+        out.push(read(&RowReader {
+            row,
+            table,
+            path,
+            run_id,
+        })?);
+    }
+    Ok(out)
+}
+
+fn load_samples(tx: &Transaction<'_>, path: &Path, run_id: i64) -> Result<Vec<SampleRecord>> {
+    let err = |op| sqlite_err(path, op);
+    let mut stmt = tx
+        .prepare_cached(samples_select_sql())
+        .map_err(err("loading a run (samples)"))?;
+    let (first, last): (Option<i64>, Option<i64>) = tx
+        .query_row(
+            "SELECT min(rowid), max(rowid) FROM samples WHERE run_id = ?1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(err("loading a run (samples)"))?;
+    let (Some(first), Some(last)) = (first, last) else {
+        return Ok(Vec::new());
+    };
+    let mut rows = stmt
+        .query([run_id, first, last])
+        .map_err(err("loading a run (samples)"))?;
+    // Positions in the SELECT, which is sample_columns() without run_id.
+    debug_assert_eq!(SAMPLE_KEY_COLUMNS[1..], ["flow", "host", "t_us"]);
+    let info_at = SAMPLE_KEY_COLUMNS.len() - 1;
+    let bbr_at = info_at + TCP_INFO_COLUMNS.len();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(err("loading a run (samples)"))? {
+        let r = RowReader {
+            row,
+            table: "samples",
+            path,
+            run_id,
+        };
+        let mut info = TcpInfo::default();
+        for (i, c) in TCP_INFO_COLUMNS.iter().enumerate() {
+            let v = row
+                .get_ref(info_at + i)
+                .map_err(err("loading a run (samples)"))?;
+            match v {
+                rusqlite::types::ValueRef::Integer(n) if (c.set)(&mut info, n) => {}
+                other => {
+                    return Err(r.bad(
+                        (info_at + i, c.name),
+                        other,
+                        "not an integer of the field's type",
+                    ))
+                }
+            }
+        }
+        let bbr_col = |i: usize| (bbr_at + i, SAMPLE_BBR_COLUMNS[i]);
+        let bbr = match (
+            r.opt_int(bbr_col(0))?,
+            r.opt_int(bbr_col(1))?,
+            r.opt_int(bbr_col(2))?,
+            r.opt_int(bbr_col(3))?,
+        ) {
+            (Some(bw), Some(min_rtt), Some(pacing_gain), Some(cwnd_gain)) => Some(BbrInfo {
+                bw,
+                min_rtt,
+                pacing_gain,
+                cwnd_gain,
+            }),
+            (None, None, None, None) => None,
+            _ => {
+                return Err(r.bad(
+                    bbr_col(0),
+                    "partial",
+                    "bbr_* columns must be all NULL or all set",
+                ))
+            }
+        };
+        out.push(SampleRecord {
+            flow: r.int((0, "flow"))?,
+            host: r.enum_((1, "host"))?,
+            t_us: r.int((2, "t_us"))?,
+            info,
+            bbr,
+        });
+    }
+    Ok(out)
+}
+
+fn read_limits(r: &RowReader<'_>) -> Result<LimitShares> {
+    Ok(LimitShares {
+        rwnd: r.real("limit_rwnd")?,
+        sndbuf: r.real("limit_sndbuf")?,
+        cwnd: r.real("limit_cwnd")?,
+        app: r.real("limit_app")?,
+    })
+}
+
+fn read_rtt(r: &RowReader<'_>) -> Result<RttStats> {
+    Ok(RttStats {
+        min_us: r.int("rtt_min_us")?,
+        mean_us: r.real("rtt_mean_us")?,
+        max_us: r.int("rtt_max_us")?,
+    })
+}
+
+fn read_cpu(r: &RowReader<'_>, [user, system, total]: [&str; 3]) -> Result<CpuUse> {
+    Ok(CpuUse {
+        user_pct: r.real(user)?,
+        system_pct: r.real(system)?,
+        total_pct: r.real(total)?,
+    })
+}
+
+/// The run row, with empty flows, intervals and samples.
+fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
+    let status = r.text("status")?;
+    if status == "running" {
+        return Err(r.bad(
+            "status",
+            status,
+            "the run is still being written and has no record yet",
+        ));
+    }
+    Ok(RunRecord {
+        schema: r.text("schema")?,
+        tool_version: r.text("tool_version")?,
+        label: r.opt_text("label")?,
+        tags: r.json("tags")?,
+        status: r.enum_("status")?,
+        error: r.opt_text("error")?,
+        started_unix_us: r.int("started_unix_us")?,
+        target: r.text("target")?,
+        // The columns mode … report_interval_us repeat parts of params_json for queries.
+        params: r.json("params_json")?,
+        client: r.json("client_meta_json")?,
+        server: r.json("server_meta_json")?,
+        clock: ClockOffset {
+            offset_us: r.int("clock_offset_us")?,
+            uncertainty_us: r.int("clock_uncertainty_us")?,
+        },
+        summary: Summary {
+            sent_bytes: r.int("sent_bytes")?,
+            received_bytes: r.int("received_bytes")?,
+            sent_bps: r.real("sent_bps")?,
+            received_bps: r.real("received_bps")?,
+            retransmits: r.int("retransmits")?,
+            rtt: read_rtt(r)?,
+            limits: read_limits(r)?,
+            dominant_limit: r.opt_enum("dominant_limit")?,
+            cpu_client: read_cpu(r, CPU_CLIENT)?,
+            cpu_server: read_cpu(r, CPU_SERVER)?,
+        },
+        flows: Vec::new(),
+        intervals: Vec::new(),
+        samples: Vec::new(),
+    })
+}
+
+fn read_buffer(
+    r: &RowReader<'_>,
+    [requested, effective, capped_at, at_end]: [&str; 4],
+) -> Result<BufferSize> {
+    Ok(BufferSize {
+        requested: r.opt_int(requested)?,
+        effective: r.int(effective)?,
+        capped_at: r.opt_int(capped_at)?,
+        at_end: r.int(at_end)?,
+    })
+}
+
+fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
+    Ok(FlowRecord {
+        id: r.int("flow")?,
+        direction: r.enum_("direction")?,
+        client_addr: r.text("client_addr")?,
+        server_addr: r.text("server_addr")?,
+        cc: r.text("cc")?,
+        mss: r.int("mss")?,
+        sndbuf: read_buffer(r, SNDBUF)?,
+        rcvbuf: read_buffer(r, RCVBUF)?,
+        sent_bytes: r.int("sent_bytes")?,
+        received_bytes: r.int("received_bytes")?,
+        sent_bps: r.real("sent_bps")?,
+        received_bps: r.real("received_bps")?,
+        sender_seconds: r.real("sender_seconds")?,
+        receiver_seconds: r.real("receiver_seconds")?,
+        retransmits: r.int("retransmits")?,
+        samples: r.int("samples")?,
+        receiver_samples: r.int("receiver_samples")?,
+        limits: read_limits(r)?,
+        rtt: read_rtt(r)?,
+    })
+}
+
+fn read_interval(r: &RowReader<'_>) -> Result<IntervalRecord> {
+    Ok(IntervalRecord {
+        flow: r.int("flow")?,
+        index: r.int("idx")?,
+        start_us: r.int("start_us")?,
+        end_us: r.int("end_us")?,
+        acked_bytes: r.int("acked_bytes")?,
+        received_bytes: r.int("received_bytes")?,
+        retransmits: r.int("retransmits")?,
+        cwnd: r.int("cwnd")?,
+        srtt_us: r.int("srtt_us")?,
+        limits: read_limits(r)?,
+    })
+}

@@ -52,8 +52,11 @@ struct FlowShared {
     id: u32,
     role: Role,
     stream: TcpStream,
-    /// Bytes read so far (receivers); senders are measured by tcpi_bytes_acked.
-    received: AtomicU64,
+    /// Taken at setup: a socket closed by its peer no longer knows them.
+    local_addr: String,
+    peer_addr: String,
+    /// Bytes written (sender) or read (receiver) so far.
+    bytes: AtomicU64,
     done: AtomicBool,
 }
 
@@ -74,8 +77,10 @@ pub fn run_side(
             Arc::new(FlowShared {
                 id: f.id,
                 role: f.role,
+                local_addr: addr_string(f.stream.local_addr()),
+                peer_addr: addr_string(f.stream.peer_addr()),
                 stream: f.stream,
-                received: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
                 done: AtomicBool::new(false),
             })
         })
@@ -153,8 +158,8 @@ fn side_flow(
 ) -> SideFlow {
     let fd = flow.stream.as_fd();
     buffer.at_end = match flow.role {
-        Role::Send => sockopt::sndbuf(&fd),
-        Role::Receive => sockopt::rcvbuf(&fd),
+        Role::Send => sockopt::sndbuf(fd),
+        Role::Receive => sockopt::rcvbuf(fd),
     }
     .unwrap_or(buffer.effective);
     let elapsed = (outcome.end_us - outcome.start_us).max(0) as u64;
@@ -169,9 +174,9 @@ fn side_flow(
     SideFlow {
         id: flow.id,
         role: flow.role,
-        local_addr: addr_string(flow.stream.local_addr()),
-        peer_addr: addr_string(flow.stream.peer_addr()),
-        cc: sockopt::congestion(&fd).unwrap_or_default(),
+        local_addr: flow.local_addr.clone(),
+        peer_addr: flow.peer_addr.clone(),
+        cc: sockopt::congestion(fd).unwrap_or_default(),
         mss,
         buffer,
         bytes: outcome.bytes,
@@ -201,13 +206,13 @@ struct FlowOutcome {
 
 fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBool) -> FlowOutcome {
     let fd = flow.stream.as_fd();
-    let first = sockopt::tcp_info(&fd).ok();
+    let first = sockopt::tcp_info(fd).ok();
     let result = match flow.role {
         Role::Send => send_until_end(flow, params, t0_us, stop),
         Role::Receive => receive_until_eof(flow, params, stop),
     };
     let end_us = monotonic_us();
-    let last = sockopt::tcp_info(&fd).ok();
+    let last = sockopt::tcp_info(fd).ok();
     let (bytes, error) = match result {
         Ok(bytes) => (bytes, None),
         Err((bytes, e)) => (bytes, Some(e.to_string())),
@@ -252,6 +257,7 @@ fn send_until_end(
             Ok(n) => {
                 sent += n as u64;
                 budget -= n as u64;
+                flow.bytes.store(sent, Ordering::Relaxed);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let wait_ms = deadline.map_or(100, |d| ((d - now) / 1000).clamp(1, 100));
@@ -286,7 +292,7 @@ fn wait_writable(stream: &TcpStream, timeout_ms: i32) -> io::Result<()> {
 
 fn wait_all_acked(stream: &TcpStream, deadline_us: i64, stop: &AtomicBool) -> io::Result<()> {
     loop {
-        let info = sockopt::tcp_info(&stream.as_fd())?;
+        let info = sockopt::tcp_info(stream.as_fd())?;
         if info.unacked == 0 && info.notsent_bytes == 0 {
             return Ok(());
         }
@@ -319,7 +325,7 @@ fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) 
             Ok(0) => return Ok(total),
             Ok(n) => {
                 total += n as u64;
-                flow.received.store(total, Ordering::Relaxed);
+                flow.bytes.store(total, Ordering::Relaxed);
             }
             Err(e)
                 if matches!(
@@ -449,7 +455,10 @@ struct IntervalCursor {
     index: u32,
     start_us: i64,
     info: Option<TcpInfo>,
-    received: u64,
+    /// tcpi_bytes_acked at t0: the handshake and our data intro are not payload.
+    acked_base: u64,
+    /// Payload bytes counted so far (acknowledged for a sender, read for a receiver).
+    counted: u64,
 }
 
 /// Samples every flow at the sampling interval and cuts report intervals, until all
@@ -467,11 +476,15 @@ fn monitor(
     let mut samples = Vec::new();
     let mut cursors: Vec<IntervalCursor> = flows
         .iter()
-        .map(|f| IntervalCursor {
-            index: 0,
-            start_us: t0_us,
-            info: sockopt::tcp_info(&f.stream.as_fd()).ok(),
-            received: 0,
+        .map(|f| {
+            let info = sockopt::tcp_info(f.stream.as_fd()).ok();
+            IntervalCursor {
+                index: 0,
+                start_us: t0_us,
+                acked_base: info.map_or(0, |i| i.bytes_acked),
+                info,
+                counted: 0,
+            }
         })
         .collect();
     let mut next_sample = t0_us + sample_every;
@@ -485,10 +498,10 @@ fn monitor(
                     continue;
                 }
                 let fd = flow.stream.as_fd();
-                let Ok(info) = sockopt::tcp_info(&fd) else {
+                let Ok(info) = sockopt::tcp_info(fd) else {
                     continue;
                 };
-                let bbr = sockopt::bbr_info(&fd).ok().flatten();
+                let bbr = sockopt::bbr_info(fd).ok().flatten();
                 if flow.role == Role::Send {
                     w.rtt.add(info.rtt);
                 }
@@ -544,19 +557,24 @@ fn cut_interval(
     if cursor.start_us >= now || cursor.info.is_none() {
         return None;
     }
-    let info = sockopt::tcp_info(&flow.stream.as_fd()).ok()?;
+    let info = sockopt::tcp_info(flow.stream.as_fd()).ok()?;
     let prev = cursor.info.replace(info).expect("checked above");
-    let received = flow.received.load(Ordering::Relaxed);
+    let moved = flow.bytes.load(Ordering::Relaxed);
+    let counted = match flow.role {
+        // The FIN takes one sequence number that tcpi_bytes_acked counts too.
+        Role::Send => info
+            .bytes_acked
+            .saturating_sub(cursor.acked_base)
+            .min(moved),
+        Role::Receive => moved,
+    };
     let record = SideInterval {
         flow: flow.id,
         index: cursor.index,
         role: flow.role,
         start_us: cursor.start_us,
         end_us: now,
-        bytes: match flow.role {
-            Role::Send => info.bytes_acked.saturating_sub(prev.bytes_acked),
-            Role::Receive => received - cursor.received,
-        },
+        bytes: counted.saturating_sub(cursor.counted),
         retransmits: u64::from(info.total_retrans.saturating_sub(prev.total_retrans)),
         cwnd: info.snd_cwnd,
         srtt_us: info.rtt,
@@ -567,7 +585,7 @@ fn cut_interval(
     }
     cursor.index += 1;
     cursor.start_us = now;
-    cursor.received = received;
+    cursor.counted = counted;
     if flow.done.load(Ordering::Acquire) {
         // The flow's last interval: nothing follows it.
         cursor.info = None;

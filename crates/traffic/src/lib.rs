@@ -17,7 +17,7 @@ use tcplab_model::record::{Direction, Mode, TestParams};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrafficError {
-    #[error("cannot connect to {target}: {source}")]
+    #[error("cannot connect to {target}")]
     Connect {
         target: String,
         source: std::io::Error,
@@ -26,9 +26,9 @@ pub enum TrafficError {
     Resolve { target: String, reason: String },
     #[error("server refused the test: {0}")]
     Refused(String),
-    #[error("control protocol: {0}")]
+    #[error(transparent)]
     Protocol(#[from] protocol::ProtocolError),
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 

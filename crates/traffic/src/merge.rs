@@ -41,12 +41,22 @@ impl TestContext {
     }
 }
 
+/// The two ends' records of one flow's interval, each with the end it came from.
+#[derive(Default)]
+struct Halves {
+    sender: Option<(Host, SideInterval)>,
+    receiver: Option<(Host, SideInterval)>,
+}
+
 /// Pairs the sender's and the receiver's halves of each report interval.
 pub struct IntervalMerger {
     context: TestContext,
     flows: usize,
-    halves: BTreeMap<(u32, u32), (Option<SideInterval>, Option<SideInterval>, Option<Host>)>,
+    halves: BTreeMap<(u32, u32), Halves>,
+    /// Paired records by interval, until every flow of that interval is in.
     done: BTreeMap<u32, Vec<IntervalRecord>>,
+    /// Complete intervals already handed out.
+    emitted: Vec<IntervalRecord>,
 }
 
 impl IntervalMerger {
@@ -56,6 +66,7 @@ impl IntervalMerger {
             context: context.clone(),
             halves: BTreeMap::new(),
             done: BTreeMap::new(),
+            emitted: Vec::new(),
         }
     }
 
@@ -66,19 +77,12 @@ impl IntervalMerger {
             let key = (record.index, record.flow);
             let entry = self.halves.entry(key).or_default();
             match record.role {
-                Role::Send => {
-                    entry.0 = Some(record);
-                    entry.2 = Some(host);
-                }
-                Role::Receive => entry.1 = Some(record),
+                Role::Send => entry.sender = Some((host, record)),
+                Role::Receive => entry.receiver = Some((host, record)),
             }
-            if let (Some(_), Some(_), Some(_)) = entry {
-                let (sender, receiver, sender_host) = self.halves.remove(&key).expect("present");
-                let merged = self.pair(
-                    sender.as_ref(),
-                    receiver.as_ref(),
-                    sender_host.unwrap_or(host),
-                );
+            if entry.sender.is_some() && entry.receiver.is_some() {
+                let halves = self.halves.remove(&key).expect("present");
+                let merged = self.pair(&halves);
                 self.done.entry(key.0).or_default().push(merged);
             }
         }
@@ -88,41 +92,37 @@ impl IntervalMerger {
             .take_while(|(_, group)| group.len() == self.flows)
             .map(|(&index, _)| index)
             .collect();
-        complete
+        let groups: Vec<Vec<IntervalRecord>> = complete
             .into_iter()
             .filter_map(|i| self.done.remove(&i))
-            .collect()
+            .collect();
+        self.emitted.extend(groups.iter().flatten().cloned());
+        groups
     }
 
-    /// Everything left, paired or not, ordered by interval then flow.
+    /// Every interval, paired or not, ordered by interval then flow.
     pub fn finish(mut self) -> Vec<IntervalRecord> {
         let halves = std::mem::take(&mut self.halves);
-        for ((index, _), (sender, receiver, sender_host)) in halves {
-            let merged = self.pair(
-                sender.as_ref(),
-                receiver.as_ref(),
-                sender_host.unwrap_or(Host::Client),
-            );
+        for ((index, _), halves) in halves {
+            let merged = self.pair(&halves);
             self.done.entry(index).or_default().push(merged);
         }
-        let mut all: Vec<IntervalRecord> = self.done.into_values().flatten().collect();
+        let mut all = self.emitted;
+        all.extend(self.done.into_values().flatten());
         all.sort_by_key(|r| (r.index, r.flow));
         all
     }
 
-    fn pair(
-        &self,
-        sender: Option<&SideInterval>,
-        receiver: Option<&SideInterval>,
-        sender_host: Host,
-    ) -> IntervalRecord {
-        let (bounds, host) = match (sender, receiver) {
-            (Some(s), _) => (s, sender_host),
-            // Without the sender's half, its receiver is on the other end.
-            (None, Some(r)) => (r, other(sender_host)),
-            (None, None) => unreachable!("an interval has at least one half"),
-        };
-        let rel = |t| self.context.relative_us(host, t).max(0) as u64;
+    /// One record from whichever halves arrived; the sender's bounds win.
+    fn pair(&self, halves: &Halves) -> IntervalRecord {
+        let (host, bounds) = halves
+            .sender
+            .as_ref()
+            .or(halves.receiver.as_ref())
+            .expect("an interval has at least one half");
+        let sender = halves.sender.as_ref().map(|(_, s)| s);
+        let receiver = halves.receiver.as_ref().map(|(_, r)| r);
+        let rel = |t| self.context.relative_us(*host, t).max(0) as u64;
         IntervalRecord {
             flow: bounds.flow,
             index: bounds.index,
@@ -135,13 +135,6 @@ impl IntervalMerger {
             srtt_us: sender.map_or(0, |s| s.srtt_us),
             limits: sender.map_or_else(LimitShares::default, |s| s.limits),
         }
-    }
-}
-
-fn other(host: Host) -> Host {
-    match host {
-        Host::Client => Host::Server,
-        Host::Server => Host::Client,
     }
 }
 
@@ -308,5 +301,209 @@ fn summarize(
         dominant_limit: any_time.then(|| limits.dominant()),
         cpu_client,
         cpu_server,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcplab_model::record::{BufferSize, CpuUse, Mode, SendMethod, TestEnd, Tuning};
+
+    fn context(mode: Mode, streams: u16) -> TestContext {
+        TestContext {
+            target: "server".into(),
+            label: None,
+            tags: vec![],
+            params: TestParams {
+                streams,
+                end: TestEnd::Duration { us: 2_000_000 },
+                mode,
+                tuning: Tuning {
+                    sndbuf: None,
+                    rcvbuf: None,
+                    write_size: 1000,
+                    read_size: 1000,
+                    nodelay: false,
+                    mss: None,
+                    cc: None,
+                    pacing_rate: None,
+                    send_method: SendMethod::Write,
+                },
+                sample_interval_us: 10_000,
+                report_interval_us: 1_000_000,
+            },
+            started_unix_us: 0,
+            t0_us: 1_000_000,
+            // The server's clock reads 500 ms ahead of the client's.
+            clock: ClockOffset {
+                offset_us: 500_000,
+                uncertainty_us: 10,
+            },
+            client_meta: HostMeta::default(),
+            server_meta: HostMeta::default(),
+        }
+    }
+
+    fn half(flow: u32, index: u32, role: Role, start_us: i64, bytes: u64) -> SideInterval {
+        SideInterval {
+            flow,
+            index,
+            role,
+            start_us,
+            end_us: start_us + 1_000_000,
+            bytes,
+            retransmits: 1,
+            cwnd: 10,
+            srtt_us: 100,
+            limits: LimitShares {
+                rwnd: 0.0,
+                sndbuf: 0.0,
+                cwnd: 1.0,
+                app: 0.0,
+            },
+        }
+    }
+
+    fn side_flow(id: u32, role: Role, bytes: u64, start_us: i64, seconds: f64) -> SideFlow {
+        SideFlow {
+            id,
+            role,
+            local_addr: format!("local{id}"),
+            peer_addr: format!("peer{id}"),
+            cc: "cubic".into(),
+            mss: 1448,
+            buffer: BufferSize {
+                requested: Some(1000),
+                effective: 2000,
+                capped_at: None,
+                at_end: 2000,
+            },
+            bytes,
+            start_us,
+            end_us: start_us + (seconds * 1e6) as i64,
+            retransmits: 3,
+            samples: 7,
+            limits: LimitShares {
+                rwnd: 0.5,
+                sndbuf: 0.0,
+                cwnd: 0.5,
+                app: 0.0,
+            },
+            rtt: RttStats {
+                min_us: 10,
+                mean_us: 20.0,
+                max_us: 30,
+            },
+            error: None,
+        }
+    }
+
+    #[test]
+    fn an_interval_completes_when_both_ends_reported_it_on_the_clients_clock() {
+        let ctx = context(Mode::Up, 1);
+        let mut merger = IntervalMerger::new(&ctx);
+        // The client sends (its clock), the server receives (clock + 500 ms).
+        assert!(merger
+            .add(Host::Client, vec![half(0, 0, Role::Send, 1_000_000, 900)])
+            .is_empty());
+        let groups = merger.add(
+            Host::Server,
+            vec![half(0, 0, Role::Receive, 1_500_000, 1000)],
+        );
+        assert_eq!(groups.len(), 1);
+        let r = &groups[0][0];
+        assert_eq!((r.start_us, r.end_us), (0, 1_000_000));
+        assert_eq!(
+            (r.acked_bytes, r.received_bytes, r.retransmits),
+            (900, 1000, 1)
+        );
+        // A half without its partner still lands in the record at the end.
+        merger.add(Host::Server, vec![half(0, 1, Role::Receive, 2_500_000, 5)]);
+        let all = merger.finish();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].received_bytes, 5);
+        assert_eq!(
+            all[1].start_us, 1_000_000,
+            "server time moved to the client's clock"
+        );
+        assert_eq!(all[1].cwnd, 0, "no sender half, no sender figures");
+    }
+
+    #[test]
+    fn a_group_waits_for_every_flow() {
+        let ctx = context(Mode::Bidir, 1);
+        let mut merger = IntervalMerger::new(&ctx);
+        merger.add(
+            Host::Client,
+            vec![
+                half(0, 0, Role::Send, 1_000_000, 1),
+                half(1, 0, Role::Receive, 1_000_000, 2),
+            ],
+        );
+        assert!(merger
+            .add(Host::Server, vec![half(0, 0, Role::Receive, 1_500_000, 1)])
+            .is_empty());
+        let groups = merger.add(Host::Server, vec![half(1, 0, Role::Send, 1_500_000, 2)]);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].len(), 2);
+    }
+
+    #[test]
+    fn flows_take_sending_figures_from_the_sender_and_receiving_ones_from_the_receiver() {
+        let ctx = context(Mode::Down, 1);
+        let client = EndReport {
+            report: SideReport {
+                flows: vec![side_flow(0, Role::Receive, 1000, 1_000_000, 2.0)],
+                cpu: CpuUse::default(),
+            },
+            samples: vec![],
+        };
+        let mut sender = side_flow(0, Role::Send, 1000, 1_500_000, 1.0);
+        sender.cc = "bbr".into();
+        let server = EndReport {
+            report: SideReport {
+                flows: vec![sender],
+                cpu: CpuUse {
+                    user_pct: 1.0,
+                    system_pct: 2.0,
+                    total_pct: 3.0,
+                },
+            },
+            samples: vec![],
+        };
+        let run = merge(&ctx, client, Some(server), vec![], None);
+        assert_eq!(run.status, RunStatus::Done);
+        let f = &run.flows[0];
+        assert_eq!(f.direction, Direction::Down);
+        assert_eq!(f.cc, "bbr");
+        assert_eq!((f.sent_bps, f.received_bps), (8000.0, 4000.0));
+        assert_eq!(f.client_addr, "local0");
+        assert_eq!(f.server_addr, "peer0");
+        assert_eq!(run.summary.cpu_server.total_pct, 3.0);
+        assert_eq!(run.summary.retransmits, 3);
+    }
+
+    #[test]
+    fn a_missing_server_report_makes_the_run_incomplete() {
+        let ctx = context(Mode::Up, 2);
+        let client = EndReport {
+            report: SideReport {
+                flows: vec![
+                    side_flow(0, Role::Send, 10, 1_000_000, 1.0),
+                    side_flow(1, Role::Send, 30, 1_000_000, 1.0),
+                ],
+                cpu: CpuUse::default(),
+            },
+            samples: vec![],
+        };
+        let run = merge(&ctx, client, None, vec![], Some("server vanished".into()));
+        assert_eq!(run.status, RunStatus::Incomplete);
+        assert_eq!(run.error.as_deref(), Some("server vanished"));
+        assert_eq!(run.summary.sent_bytes, 40);
+        assert_eq!(run.summary.received_bytes, 0);
+        assert_eq!(
+            run.summary.dominant_limit,
+            Some(tcplab_model::record::Limit::Rwnd)
+        );
     }
 }

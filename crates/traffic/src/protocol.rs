@@ -37,7 +37,7 @@ pub enum ConnKind {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     #[error("not a tcplab peer (hello was {0:02x?})")]
     BadMagic(Vec<u8>),

@@ -335,7 +335,7 @@ fn accept_flows(
         let role = roles[id as usize];
         let buffer = match (role, receive_buffer) {
             (Role::Receive, Some(mut b)) => {
-                b.effective = sockopt::rcvbuf(&stream.as_fd())?;
+                b.effective = sockopt::rcvbuf(stream.as_fd())?;
                 b.at_end = b.effective;
                 b
             }

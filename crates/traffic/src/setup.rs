@@ -18,27 +18,27 @@ use crate::protocol::Role;
 /// returns the role's buffer as requested and as the kernel took it.
 pub fn apply(socket: &impl AsFd, tuning: &Tuning, role: Role) -> io::Result<BufferSize> {
     let fd = socket.as_fd();
-    sockopt::set_nodelay(&fd, tuning.nodelay)?;
+    sockopt::set_nodelay(fd, tuning.nodelay)?;
     if let Some(mss) = tuning.mss {
-        sockopt::set_mss(&fd, mss)?;
+        sockopt::set_mss(fd, mss)?;
     }
     match role {
         Role::Send => {
             if let Some(cc) = &tuning.cc {
-                sockopt::set_congestion(&fd, cc)
+                sockopt::set_congestion(fd, cc)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
             }
             if let Some(bits) = tuning.pacing_rate {
-                sockopt::set_max_pacing_rate(&fd, bits / 8)?;
+                sockopt::set_max_pacing_rate(fd, bits / 8)?;
             }
             match tuning.sndbuf {
-                Some(bytes) => sockopt::set_sndbuf(&fd, bytes),
-                None => untouched(sockopt::sndbuf(&fd)?),
+                Some(bytes) => sockopt::set_sndbuf(fd, bytes),
+                None => untouched(sockopt::sndbuf(fd)?),
             }
         }
         Role::Receive => match tuning.rcvbuf {
-            Some(bytes) => sockopt::set_rcvbuf(&fd, bytes),
-            None => untouched(sockopt::rcvbuf(&fd)?),
+            Some(bytes) => sockopt::set_rcvbuf(fd, bytes),
+            None => untouched(sockopt::rcvbuf(fd)?),
         },
     }
 }
@@ -68,7 +68,7 @@ pub fn data_listener(local: SocketAddr, tuning: &Tuning, receives: bool) -> io::
     if receives {
         apply(&socket, tuning, Role::Receive)?;
     } else if let Some(mss) = tuning.mss {
-        sockopt::set_mss(&socket.as_fd(), mss)?;
+        sockopt::set_mss(socket.as_fd(), mss)?;
     }
     socket.bind(&SocketAddr::new(local.ip(), 0).into())?;
     socket.listen(128)?;

@@ -1,0 +1,483 @@
+//! The TCP engine across real network namespaces: `tcplab serve` in one, `tcplab run`
+//! in the other, checked against the kernel and against independent counters.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[test]
+fn forward_run_reports_equal_bytes_and_a_complete_json_document() {
+    let Some(bed) = Bed::new("forward_run") else {
+        return;
+    };
+    let rx_before = rx_bytes(&bed, true, "veth-b");
+    let v = bed.run_json(&["-t", "1.5s"]);
+    let rx_after = rx_bytes(&bed, true, "veth-b");
+
+    assert_eq!(str_at(&v, "/schema"), "tcplab.run/1");
+    assert_eq!(str_at(&v, "/status"), "done");
+    let sent = u64_at(&v, "/summary/sent_bytes");
+    let received = u64_at(&v, "/summary/received_bytes");
+    // The sender drains to the last acknowledged byte, so both ends count the same bytes.
+    assert_eq!(sent, received);
+    assert!(sent > 10_000_000, "only {sent} bytes in 1.5 s over veth");
+    // The server's veth counted the payload plus headers (≤ 6 % at MSS 1448 with options).
+    let on_wire = rx_after - rx_before;
+    assert!(
+        on_wire >= received && on_wire as f64 <= received as f64 * 1.06,
+        "{on_wire} on wire for {received}"
+    );
+
+    let sent_bps = f64_at(&v, "/summary/sent_bps");
+    let received_bps = f64_at(&v, "/summary/received_bps");
+    assert!(
+        (sent_bps - received_bps).abs() / received_bps < 0.02,
+        "{sent_bps} vs {received_bps}"
+    );
+    assert!(f64_at(&v, "/summary/retransmits") >= 0.0);
+    let flow = &flows(&v)[0];
+    assert_eq!(flow["direction"], "up");
+    let seconds = flow["sender_seconds"].as_f64().unwrap();
+    assert!(
+        (1.5..2.5).contains(&seconds),
+        "sender window {seconds} s for a 1.5 s test"
+    );
+    // Default 10 ms sampling over ≥ 1.5 s.
+    assert!(u64_at(flow, "/samples") >= 100, "{flow:#}");
+    assert!(u64_at(flow, "/receiver_samples") >= 100, "{flow:#}");
+    let limits = &flow["limits"];
+    let sum: f64 = ["rwnd", "sndbuf", "cwnd", "app"]
+        .iter()
+        .map(|k| limits[k].as_f64().unwrap())
+        .sum();
+    assert!((sum - 1.0).abs() < 1e-9, "limits sum to {sum}");
+    for key in ["/sndbuf/effective", "/rcvbuf/effective"] {
+        assert!(u64_at(flow, key) > 0, "{key}");
+    }
+    assert!(!flow["cc"].as_str().unwrap().is_empty());
+    assert!(f64_at(&v, "/summary/cpu_client/total_pct") > 0.0);
+    assert!(f64_at(&v, "/summary/cpu_server/total_pct") > 0.0);
+    // Intervals: one per report interval, merged from both ends.
+    let intervals = v["intervals"].as_array().unwrap();
+    assert!(intervals.len() >= 2, "{intervals:?}");
+    let acked: u64 = intervals
+        .iter()
+        .map(|i| i["acked_bytes"].as_u64().unwrap())
+        .sum();
+    let read: u64 = intervals
+        .iter()
+        .map(|i| i["received_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(read, received, "interval reads add up to the total");
+    // The sender's last interval ends when the last byte is acknowledged.
+    assert_eq!(acked, sent);
+}
+
+#[test]
+fn effective_buffers_are_the_kernels_doubled_and_capped_values() {
+    let Some(bed) = Bed::new("effective_buffers") else {
+        return;
+    };
+    let v = bed.run_json(&["-t", "0.5s", "--sndbuf", "64K", "--rcvbuf", "100000"]);
+    let flow = &flows(&v)[0];
+    // Linux doubles SO_SNDBUF/SO_RCVBUF requests (socket(7)).
+    assert_eq!(u64_at(flow, "/sndbuf/requested"), 65536);
+    assert_eq!(u64_at(flow, "/sndbuf/effective"), 131072);
+    assert_eq!(u64_at(flow, "/rcvbuf/requested"), 100000);
+    assert_eq!(u64_at(flow, "/rcvbuf/effective"), 200000);
+    assert!(flow["sndbuf"]["capped_at"].is_null());
+
+    // Above net.core.wmem_max the kernel caps the request before doubling it.
+    let wmem_max: u64 = bed
+        .in_client(|| std::fs::read_to_string("/proc/sys/net/core/wmem_max"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let huge = (wmem_max * 4).to_string();
+    let v = bed.run_json(&["-t", "0.3s", "--sndbuf", &huge]);
+    let flow = &flows(&v)[0];
+    assert_eq!(u64_at(flow, "/sndbuf/capped_at"), wmem_max);
+    assert_eq!(u64_at(flow, "/sndbuf/effective"), 2 * wmem_max);
+
+    // The text output says so too.
+    let out = bed.run(&["-t", "0.3s", "--sndbuf", &huge]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("capped by net.core.wmem_max"), "{text}");
+}
+
+#[test]
+fn congestion_control_is_read_back_from_the_socket() {
+    let Some(bed) = Bed::new("congestion_control") else {
+        return;
+    };
+    for cc in ["reno", "cubic"] {
+        for mode in [&[][..], &["-R"][..]] {
+            let mut args = vec!["-t", "0.3s", "-C", cc];
+            args.extend_from_slice(mode);
+            let v = bed.run_json(&args);
+            assert_eq!(str_at(&flows(&v)[0], "/cc"), cc, "mode {mode:?}");
+        }
+    }
+    let out = bed.run(&["-t", "0.3s", "-C", "vegas-not-here"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("vegas-not-here") && err.contains("cubic") && err.contains("reno"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
+    let Some(bed) = Bed::new("rwnd_limited") else {
+        return;
+    };
+    // cubic, not the default bbr: on a microsecond-RTT veth bbr holds cwnd near its
+    // 4-segment floor, as small as this window, and the two limits blur.
+    let v = bed.run_json(&["-t", "1s", "-C", "cubic", "--rcvbuf", "8K"]);
+    assert_eq!(
+        str_at(&v, "/summary/dominant_limit"),
+        "rwnd",
+        "{:#}",
+        v["summary"]
+    );
+    assert!(
+        f64_at(&v, "/summary/limits/rwnd") > 0.8,
+        "{:#}",
+        v["summary"]
+    );
+    // Without the small buffer the receive window is not what limits it.
+    let v = bed.run_json(&["-t", "1s", "-C", "cubic"]);
+    assert!(
+        f64_at(&v, "/summary/limits/rwnd") < 0.2,
+        "{:#}",
+        v["summary"]
+    );
+}
+
+#[test]
+fn parallel_streams_sum_to_the_total_and_each_flow_balances() {
+    let Some(bed) = Bed::new("parallel") else {
+        return;
+    };
+    let v = bed.run_json(&["-t", "1s", "-P", "4"]);
+    let flows = flows(&v);
+    assert_eq!(flows.len(), 4);
+    let ids: Vec<u64> = flows.iter().map(|f| f["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    for f in flows {
+        assert_eq!(f["sent_bytes"], f["received_bytes"], "{f:#}");
+        assert!(f["sent_bytes"].as_u64().unwrap() > 0);
+    }
+    for key in ["sent_bytes", "received_bytes", "retransmits"] {
+        let sum: u64 = flows.iter().map(|f| f[key].as_u64().unwrap()).sum();
+        assert_eq!(sum, u64_at(&v, &format!("/summary/{key}")), "{key}");
+    }
+    let sum_bps: f64 = flows
+        .iter()
+        .map(|f| f["received_bps"].as_f64().unwrap())
+        .sum();
+    assert!((sum_bps - f64_at(&v, "/summary/received_bps")).abs() < 1.0);
+    // Live lines carry one line per flow and a sum line.
+    let out = bed.run(&["-t", "1s", "-P", "2"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[ SUM]"), "{text}");
+}
+
+#[test]
+fn reverse_and_bidirectional_modes() {
+    let Some(bed) = Bed::new("reverse_bidir") else {
+        return;
+    };
+    let v = bed.run_json(&["-t", "0.7s", "-R"]);
+    let flow = &flows(&v)[0];
+    assert_eq!(flow["direction"], "down");
+    assert_eq!(flow["sent_bytes"], flow["received_bytes"]);
+    assert!(flow["sent_bytes"].as_u64().unwrap() > 1_000_000);
+    assert!(
+        u64_at(flow, "/samples") > 0,
+        "server-side sender samples travel back"
+    );
+
+    let v = bed.run_json(&["-t", "0.7s", "--bidir", "-P", "2"]);
+    let dirs: Vec<&str> = flows(&v)
+        .iter()
+        .map(|f| f["direction"].as_str().unwrap())
+        .collect();
+    assert_eq!(dirs, ["up", "up", "down", "down"]);
+    for f in flows(&v) {
+        assert_eq!(f["sent_bytes"], f["received_bytes"], "{f:#}");
+    }
+}
+
+#[test]
+fn byte_count_mode_sends_exactly_that_many_bytes_per_stream() {
+    let Some(bed) = Bed::new("byte_count") else {
+        return;
+    };
+    for method in ["write", "sendfile"] {
+        let v = bed.run_json(&[
+            "-n",
+            "5M",
+            "-P",
+            "2",
+            "-l",
+            "100000",
+            "--send-method",
+            method,
+        ]);
+        for f in flows(&v) {
+            assert_eq!(u64_at(f, "/sent_bytes"), 5 << 20, "{method}");
+            assert_eq!(u64_at(f, "/received_bytes"), 5 << 20, "{method}");
+        }
+    }
+}
+
+#[test]
+fn ipv6_and_host_names_work() {
+    let Some(bed) = Bed::new("ipv6") else { return };
+    let v = parse_success(
+        &bed.client_to(bed.server_addr_v6(), &["-t", "0.3s", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        str_at(&flows(&v)[0], "/server_addr").starts_with("[fd00:"),
+        "{v:#}"
+    );
+    // "localhost" resolves inside the server's namespace, where the server does not
+    // listen on loopback: the error must name the target.
+    let out = support::tcplab()
+        .args([
+            "--netns",
+            bed.lab.a().name(),
+            "run",
+            "localhost:5201",
+            "-t",
+            "0.2s",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("localhost:5201"), "{err}");
+}
+
+#[test]
+fn one_millisecond_sampling_takes_a_sample_per_millisecond_on_both_ends() {
+    let Some(bed) = Bed::new("sampling_1ms") else {
+        return;
+    };
+    let v = bed.run_json(&["-t", "1s", "--sample-interval", "1ms", "--json-samples"]);
+    let flow = &flows(&v)[0];
+    let sender = u64_at(flow, "/samples");
+    let receiver = u64_at(flow, "/receiver_samples");
+    // Two busy cores carry the transfer; allow the sampler to miss some ticks.
+    assert!(
+        (700..=1100).contains(&sender),
+        "{sender} sender samples in 1 s"
+    );
+    assert!(
+        (700..=1100).contains(&receiver),
+        "{receiver} receiver samples in 1 s"
+    );
+    let samples = v["samples"].as_array().unwrap();
+    assert_eq!(samples.len() as u64, sender + receiver);
+    // One time base: both ends' samples lie within the test window on the client's clock.
+    for s in samples {
+        let t = s["t_us"].as_i64().unwrap();
+        assert!((-5_000..1_500_000).contains(&t), "sample at {t} µs");
+    }
+    let server_side: Vec<&serde_json::Value> =
+        samples.iter().filter(|s| s["host"] == "server").collect();
+    assert!(!server_side.is_empty());
+    assert!(server_side
+        .iter()
+        .all(|s| s["info"]["bytes_received"].as_u64().is_some()));
+    // Sampling off: no samples, still limits from the interval snapshots.
+    let v = bed.run_json(&["-t", "0.5s", "--sample-interval", "0"]);
+    assert_eq!(u64_at(&flows(&v)[0], "/samples"), 0);
+}
+
+#[test]
+fn four_concurrent_clients_are_served_correctly() {
+    let Some(bed) = Bed::new("concurrent_clients") else {
+        return;
+    };
+    let children: Vec<_> = (0..4)
+        .map(|i| {
+            bed.client(&["-n", &format!("{}M", 2 + i), "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let v = parse_success(&child.wait_with_output().unwrap());
+        let f = &flows(&v)[0];
+        let expected = (2 + i as u64) << 20;
+        assert_eq!(u64_at(f, "/sent_bytes"), expected, "client {i}");
+        assert_eq!(u64_at(f, "/received_bytes"), expected, "client {i}");
+    }
+}
+
+#[test]
+fn the_server_survives_garbage_oversize_and_vanishing_clients() {
+    let Some(mut bed) = Bed::new("hostile_clients") else {
+        return;
+    };
+    let addr = bed.server_addr();
+    bed.in_client(move || {
+        // Not a tcplab hello.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        // A valid hello, then a frame claiming 2 GiB.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"TCPLABC\x01").unwrap();
+        s.write_all(&0x8000_0000u32.to_be_bytes()).unwrap();
+        let _ = s.read_to_end(&mut buf);
+        // A valid hello, then malformed JSON.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"TCPLABC\x01").unwrap();
+        s.write_all(&7u32.to_be_bytes()).unwrap();
+        s.write_all(b"{\"type\"").unwrap();
+        let _ = s.read_to_end(&mut buf);
+        // A client that asks for a test and vanishes before opening its data connections.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"TCPLABC\x01").unwrap();
+        let start = br#"{"type":"start","params":{"streams":1,"end":{"duration":{"us":1000000}},"mode":"up","tuning":{"sndbuf":null,"rcvbuf":null,"write_size":1000,"read_size":1000,"nodelay":false,"mss":null,"cc":null,"pacing_rate":null,"send_method":"write"},"sample_interval_us":0,"report_interval_us":1000000}}"#;
+        s.write_all(&(start.len() as u32).to_be_bytes()).unwrap();
+        s.write_all(start).unwrap();
+        drop(s);
+    });
+    // Meanwhile and afterwards, a real test runs normally.
+    let v = bed.run_json(&["-t", "0.5s"]);
+    assert_eq!(str_at(&v, "/status"), "done");
+    assert!(bed.server_is_alive());
+    let log = bed.server_log();
+    assert!(log.contains("not a tcplab peer"), "{log}");
+    assert!(log.contains("exceeds the limit"), "{log}");
+    assert!(log.contains("malformed message"), "{log}");
+}
+
+#[test]
+fn a_silent_client_is_timed_out() {
+    let Some(mut bed) = Bed::new("silent_client") else {
+        return;
+    };
+    let addr = bed.server_addr();
+    let started = Instant::now();
+    let closed_after = bed.in_client(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 16];
+        // The server must close on us without our ever sending a byte.
+        let n = s.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0);
+        started.elapsed()
+    });
+    assert!(
+        closed_after >= Duration::from_secs(9) && closed_after < Duration::from_secs(20),
+        "{closed_after:?}"
+    );
+    assert!(bed.server_is_alive());
+}
+
+#[test]
+fn a_server_killed_mid_test_leaves_an_incomplete_stored_run() {
+    let Some(mut bed) = Bed::new("server_killed") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let child = bed
+        .client(&["-t", "5s", "--db", db.to_str().unwrap(), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    bed.kill_server();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "an incomplete run exits non-zero");
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("partial results still print");
+    assert_eq!(str_at(&v, "/status"), "incomplete");
+    assert!(
+        v["error"].as_str().unwrap().contains("server"),
+        "{:#}",
+        v["error"]
+    );
+    assert!(u64_at(&flows(&v)[0], "/sent_bytes") > 0);
+
+    let runs = support::tcplab()
+        .args(["runs", db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&runs.stdout);
+    assert!(text.contains("incomplete"), "{text}");
+}
+
+#[test]
+fn unreachable_or_refusing_servers_give_a_clear_error() {
+    let Some(bed) = Bed::new("unreachable") else {
+        return;
+    };
+    // Nothing listens on this port in the server's namespace: refused.
+    let mut target = bed.server_addr();
+    target.set_port(5999);
+    let out = bed.client_to(target, &["-t", "1s"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&target.to_string()) && err.contains("refused"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn stored_runs_export_as_csv_and_jsonl() {
+    let Some(bed) = Bed::new("store_export") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let db_arg = db.to_str().unwrap();
+    bed.run_json(&[
+        "-t", "0.5s", "-P", "2", "--db", db_arg, "--label", "first", "--tag", "a",
+    ]);
+    let v = bed.run_json(&["-t", "0.5s", "--db", db_arg]);
+    let export = |table: &str, format: &str| {
+        let out = support::tcplab()
+            .args(["export", db_arg, "--table", table, "--format", format])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let runs = export("runs", "csv");
+    assert_eq!(runs.lines().count(), 3, "header and two runs:\n{runs}");
+    assert!(runs.contains("first"));
+    let flows_jsonl = export("flows", "jsonl");
+    assert_eq!(flows_jsonl.lines().count(), 3);
+    let last: serde_json::Value =
+        serde_json::from_str(flows_jsonl.lines().last().unwrap()).unwrap();
+    assert_eq!(last["sent_bytes"], flows(&v)[0]["sent_bytes"]);
+    let samples = export("samples", "csv");
+    assert!(samples.lines().count() > 50, "samples stored");
+}

@@ -1,0 +1,209 @@
+//! A test bed: two fresh network namespaces joined by a veth pair, `tcplab serve`
+//! running in the server's, and helpers to run the real binary in the client's.
+
+#![allow(dead_code)] // each test file uses its own part of the bed
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tcplab_sys::netns::{privileged_or_skip, VethLab};
+
+pub const PORT: u16 = 5201;
+
+pub fn tcplab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tcplab"))
+}
+
+pub struct Bed {
+    pub lab: VethLab,
+    server: Option<Child>,
+    pub server_log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// A namespace prefix unique to this process and bed: names must not clash across test
+/// binaries running at once; addresses may, since every bed has its own namespaces.
+fn unique() -> (String, u16) {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (format!("tlt{}-{n}", std::process::id()), n)
+}
+
+impl Bed {
+    /// A bed with a running server, or `None` (after printing why) when this machine
+    /// cannot create namespaces outside CI.
+    pub fn new(test: &str) -> Option<Bed> {
+        if !privileged_or_skip(test) {
+            return None;
+        }
+        let (prefix, n) = unique();
+        let lab = VethLab::new(&prefix, n + 1).expect("creating the veth lab");
+        let dir = tempfile::tempdir().unwrap();
+        let mut bed = Bed {
+            lab,
+            server: None,
+            server_log: dir.path().join("server.log"),
+            _dir: dir,
+        };
+        bed.start_server();
+        Some(bed)
+    }
+
+    pub fn start_server(&mut self) {
+        let log = std::fs::File::create(&self.server_log).unwrap();
+        let child = tcplab()
+            .args([
+                "--netns",
+                self.lab.b().name(),
+                "serve",
+                "--listen",
+                "[::]:5201",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting tcplab serve");
+        self.server = Some(child);
+        self.wait_listening();
+    }
+
+    pub fn server_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.lab.addr_b_v4(), PORT)
+    }
+
+    pub fn server_addr_v6(&self) -> SocketAddr {
+        SocketAddr::new(self.lab.addr_b_v6(), PORT)
+    }
+
+    fn wait_listening(&self) {
+        let addr = self.server_addr();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let up = self
+                .lab
+                .a()
+                .run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())
+                .unwrap();
+            if up {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("server did not listen on {addr}");
+    }
+
+    /// `tcplab --netns CLIENT run SERVER ARGS…`, unwaited.
+    pub fn client(&self, args: &[&str]) -> Command {
+        self.client_to(self.server_addr(), args)
+    }
+
+    pub fn client_to(&self, target: SocketAddr, args: &[&str]) -> Command {
+        let mut cmd = tcplab();
+        cmd.args(["--netns", self.lab.a().name(), "run"])
+            .arg(target.to_string())
+            .args(args);
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.client(args).output().expect("running tcplab run")
+    }
+
+    /// Runs with `--json`, asserts success and returns the document.
+    pub fn run_json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let out = self.run(&all);
+        parse_success(&out)
+    }
+
+    /// Runs a closure on a thread inside the client's namespace.
+    pub fn in_client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        self.lab.a().run(f).unwrap()
+    }
+
+    pub fn kill_server(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn server_is_alive(&mut self) -> bool {
+        matches!(self.server.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(&self.server_log).unwrap_or_default()
+    }
+
+    pub fn server_pid(&self) -> u32 {
+        self.server.as_ref().expect("server running").id()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.kill_server();
+    }
+}
+
+pub fn parse_success(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "tcplab failed ({}): {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON document: {e}\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+pub fn f64_at(v: &Value, pointer: &str) -> f64 {
+    v.pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {pointer} in {v:#}"))
+}
+
+pub fn u64_at(v: &Value, pointer: &str) -> u64 {
+    v.pointer(pointer)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no integer at {pointer} in {v:#}"))
+}
+
+pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
+}
+
+pub fn flows(v: &Value) -> &Vec<Value> {
+    v["flows"].as_array().expect("flows array")
+}
+
+/// Received bytes counted by the kernel on an interface of a namespace
+/// (/proc/thread-self/net/dev seen from inside it): an independent byte counter.
+pub fn rx_bytes(bed: &Bed, in_server: bool, ifname: &str) -> u64 {
+    let ns = if in_server { bed.lab.b() } else { bed.lab.a() };
+    let ifname = ifname.to_string();
+    ns.run(move || {
+        let dev = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap();
+        dev.lines()
+            .find_map(|l| {
+                let (name, rest) = l.split_once(':')?;
+                (name.trim() == ifname)
+                    .then(|| rest.split_whitespace().next().unwrap().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {ifname} in {dev}"))
+    })
+    .unwrap()
+}

@@ -1,0 +1,91 @@
+//! Errors of the store. Every variant names the database file and the operation, so a
+//! message printed by the CLI says what failed where without more context.
+
+use std::path::PathBuf;
+
+/// Failure of a store operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file exists but is not an SQLite database.
+    #[error("{}: not an SQLite database (is this a tcplab database?)", path.display())]
+    NotSqlite { path: PathBuf },
+
+    /// The database was written by a newer tcplab whose schema this build does not know.
+    #[error(
+        "{}: schema version {found} is newer than this tcplab knows ({known}); \
+         use a newer tcplab to read it",
+        path.display()
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+
+    /// Applying migration `version` failed; the database stays at the version before it.
+    #[error("{}: migrating the schema to version {version}: {source}", path.display())]
+    Migrate {
+        path: PathBuf,
+        version: i64,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    /// The schema on disk does not match what this build expects at its version.
+    #[error("{}: schema mismatch: {detail}", path.display())]
+    Schema { path: PathBuf, detail: String },
+
+    /// An SQLite call failed during `op` (e.g. "opening", "inserting a run").
+    #[error("{}: {op}: {source}", path.display())]
+    Sqlite {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    /// A JSON column could not be encoded or decoded during `op`.
+    #[error("{}: {op}: JSON: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A stored value is outside what the record type allows (e.g. an unknown status, a
+    /// negative count); `what` names the table, column and value.
+    #[error("{}: run {run_id}: bad stored value: {what}", path.display())]
+    BadValue {
+        path: PathBuf,
+        run_id: i64,
+        what: String,
+    },
+
+    /// No run with this id.
+    #[error("{}: no run with id {id}", path.display())]
+    NoSuchRun { path: PathBuf, id: i64 },
+
+    /// Writing the export failed (the output, not the database).
+    #[error("{}: exporting table {table} as {format}: {source}", path.display())]
+    Export {
+        path: PathBuf,
+        table: &'static str,
+        format: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result of the store's operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A name given for a [`crate::Table`] or [`crate::ExportFormat`] that is not one of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} '{given}' (valid: {})", valid.join(", "))]
+pub struct ParseNameError {
+    /// "table" or "export format".
+    pub kind: &'static str,
+    pub given: String,
+    pub valid: &'static [&'static str],
+}

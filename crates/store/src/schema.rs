@@ -1,0 +1,306 @@
+//! The schema: the ordered list of migrations, the one definition of the `samples`
+//! columns that mirror [`TcpInfo`], and how Rust numbers map onto SQLite integers.
+//!
+//! Migration `n` (1-based) brings a database from `user_version = n - 1` to `n`. A
+//! migration's SQL is history: once released it must never change, because databases
+//! already at that version will not run it again. Change the schema by appending a step.
+
+use tcplab_model::tcpinfo::TcpInfo;
+
+/// A Rust integer stored in an SQLite INTEGER (i64).
+///
+/// `u64` is stored as its two's-complement `i64` bit pattern, so every value round-trips
+/// exactly; values above `i64::MAX` read as negative numbers in SQL and in exports. The
+/// only such value seen in practice is `u64::MAX` (the kernel's `~0`, "no limit", e.g.
+/// `max_pacing_rate` when SO_MAX_PACING_RATE is unset), which reads as `-1`.
+pub(crate) trait SqlInt: Sized {
+    fn to_sql(self) -> i64;
+    /// `None` when the stored value does not fit the Rust type.
+    fn from_sql(v: i64) -> Option<Self>;
+}
+
+macro_rules! narrow_sql_int {
+    ($($t:ty),*) => {$(
+        impl SqlInt for $t {
+            fn to_sql(self) -> i64 {
+                i64::from(self)
+            }
+            fn from_sql(v: i64) -> Option<Self> {
+                Self::try_from(v).ok()
+            }
+        }
+    )*};
+}
+narrow_sql_int!(u8, u16, u32, i64);
+
+impl SqlInt for u64 {
+    fn to_sql(self) -> i64 {
+        self as i64
+    }
+    fn from_sql(v: i64) -> Option<Self> {
+        Some(v as u64)
+    }
+}
+
+impl SqlInt for bool {
+    fn to_sql(self) -> i64 {
+        i64::from(self)
+    }
+    fn from_sql(v: i64) -> Option<Self> {
+        match v {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// One `samples` column holding one [`TcpInfo`] field (same name), INTEGER NOT NULL.
+pub(crate) struct InfoColumn {
+    pub name: &'static str,
+    pub get: fn(&TcpInfo) -> i64,
+    /// Stores `v` into the field; `false` when `v` does not fit the field's type.
+    pub set: fn(&mut TcpInfo, i64) -> bool,
+}
+
+/// Defines [`TCP_INFO_COLUMNS`] from the field names, in table order. The destructuring
+/// below lists the fields without `..`, so a field added to `TcpInfo` fails to compile
+/// until it is listed here (and a migration adds its column, see `migration_1`).
+macro_rules! tcp_info_columns {
+    ($($field:ident),* $(,)?) => {
+        /// The `samples` columns after `run_id, flow, host, t_us`, one per [`TcpInfo`] field.
+        pub(crate) static TCP_INFO_COLUMNS: &[InfoColumn] = &[$(
+            InfoColumn {
+                name: stringify!($field),
+                get: |i| SqlInt::to_sql(i.$field),
+                set: |i, v| match SqlInt::from_sql(v) {
+                    Some(x) => {
+                        i.$field = x;
+                        true
+                    }
+                    None => false,
+                },
+            },
+        )*];
+
+        #[allow(dead_code)]
+        fn every_tcp_info_field_has_a_column(info: TcpInfo) {
+            let TcpInfo { $($field: _),* } = info;
+        }
+    };
+}
+
+tcp_info_columns!(
+    valid_len,
+    state,
+    ca_state,
+    retransmits,
+    probes,
+    backoff,
+    options,
+    snd_wscale,
+    rcv_wscale,
+    delivery_rate_app_limited,
+    fastopen_client_fail,
+    rto,
+    ato,
+    snd_mss,
+    rcv_mss,
+    unacked,
+    sacked,
+    lost,
+    retrans,
+    fackets,
+    last_data_sent,
+    last_ack_sent,
+    last_data_recv,
+    last_ack_recv,
+    pmtu,
+    rcv_ssthresh,
+    rtt,
+    rttvar,
+    snd_ssthresh,
+    snd_cwnd,
+    advmss,
+    reordering,
+    rcv_rtt,
+    rcv_space,
+    total_retrans,
+    pacing_rate,
+    max_pacing_rate,
+    bytes_acked,
+    bytes_received,
+    segs_out,
+    segs_in,
+    notsent_bytes,
+    min_rtt,
+    data_segs_in,
+    data_segs_out,
+    delivery_rate,
+    busy_time,
+    rwnd_limited,
+    sndbuf_limited,
+    delivered,
+    delivered_ce,
+    bytes_sent,
+    bytes_retrans,
+    dsack_dups,
+    reord_seen,
+    rcv_ooopack,
+    snd_wnd,
+    rcv_wnd,
+    rehash,
+    total_rto,
+    total_rto_recoveries,
+    total_rto_time,
+);
+
+/// The `samples` columns before the `TcpInfo` ones.
+pub(crate) const SAMPLE_KEY_COLUMNS: [&str; 4] = ["run_id", "flow", "host", "t_us"];
+/// The nullable `samples` columns after the `TcpInfo` ones ([`tcplab_model::tcpinfo::BbrInfo`]).
+pub(crate) const SAMPLE_BBR_COLUMNS: [&str; 4] =
+    ["bbr_bw", "bbr_min_rtt", "bbr_pacing_gain", "bbr_cwnd_gain"];
+
+/// Every `samples` column in table order.
+pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
+    SAMPLE_KEY_COLUMNS
+        .into_iter()
+        .chain(TCP_INFO_COLUMNS.iter().map(|c| c.name))
+        .chain(SAMPLE_BBR_COLUMNS)
+}
+
+/// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
+pub(crate) static MIGRATIONS: &[fn() -> String] = &[migration_1];
+
+/// The schema version this build writes (`PRAGMA user_version` after all migrations).
+pub const SCHEMA_VERSION: i64 = 1;
+
+const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
+
+/// Migration 1: the initial schema. See SCHEMA.md for the meaning and unit of every column.
+///
+/// The `samples` column list comes from [`TCP_INFO_COLUMNS`] as it was at version 1; the
+/// test `migration_1_sample_columns_are_frozen` pins it. A `TcpInfo` field added later
+/// goes at the end of `TCP_INFO_COLUMNS` *and* gets a new migration
+/// (`ALTER TABLE samples ADD COLUMN <name> INTEGER NOT NULL DEFAULT 0`); this function
+/// must then keep producing the version-1 list (take the first 63 columns).
+fn migration_1() -> String {
+    let info_columns: String = TCP_INFO_COLUMNS
+        .iter()
+        .map(|c| format!("    \"{}\" INTEGER NOT NULL,\n", c.name))
+        .collect();
+    format!(
+        r#"
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    schema TEXT NOT NULL,
+    tool_version TEXT NOT NULL,
+    label TEXT,
+    tags TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL CHECK (status IN ('running', 'done', 'incomplete', 'failed')),
+    error TEXT,
+    started_unix_us INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('up', 'down', 'bidir')),
+    streams INTEGER NOT NULL,
+    end_kind TEXT NOT NULL CHECK (end_kind IN ('duration', 'bytes')),
+    end_value INTEGER NOT NULL,
+    sample_interval_us INTEGER NOT NULL,
+    report_interval_us INTEGER NOT NULL,
+    params_json TEXT NOT NULL,
+    client_meta_json TEXT NOT NULL,
+    server_meta_json TEXT NOT NULL,
+    clock_offset_us INTEGER NOT NULL,
+    clock_uncertainty_us INTEGER NOT NULL,
+    sent_bytes INTEGER,
+    received_bytes INTEGER,
+    sent_bps REAL,
+    received_bps REAL,
+    retransmits INTEGER,
+    rtt_min_us INTEGER,
+    rtt_mean_us REAL,
+    rtt_max_us INTEGER,
+    limit_rwnd REAL,
+    limit_sndbuf REAL,
+    limit_cwnd REAL,
+    limit_app REAL,
+    dominant_limit TEXT CHECK (dominant_limit IN ('rwnd', 'sndbuf', 'cwnd', 'app')),
+    cpu_client_user_pct REAL,
+    cpu_client_system_pct REAL,
+    cpu_client_total_pct REAL,
+    cpu_server_user_pct REAL,
+    cpu_server_system_pct REAL,
+    cpu_server_total_pct REAL
+);
+CREATE INDEX runs_started ON runs (started_unix_us);
+
+CREATE TABLE flows (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    flow INTEGER NOT NULL,
+    direction TEXT NOT NULL CHECK (direction IN ('up', 'down')),
+    client_addr TEXT NOT NULL,
+    server_addr TEXT NOT NULL,
+    cc TEXT NOT NULL,
+    mss INTEGER NOT NULL,
+    sndbuf_requested INTEGER,
+    sndbuf_effective INTEGER NOT NULL,
+    sndbuf_capped_at INTEGER,
+    sndbuf_at_end INTEGER NOT NULL,
+    rcvbuf_requested INTEGER,
+    rcvbuf_effective INTEGER NOT NULL,
+    rcvbuf_capped_at INTEGER,
+    rcvbuf_at_end INTEGER NOT NULL,
+    sent_bytes INTEGER NOT NULL,
+    received_bytes INTEGER NOT NULL,
+    sent_bps REAL,
+    received_bps REAL,
+    sender_seconds REAL,
+    receiver_seconds REAL,
+    retransmits INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+    receiver_samples INTEGER NOT NULL,
+    limit_rwnd REAL,
+    limit_sndbuf REAL,
+    limit_cwnd REAL,
+    limit_app REAL,
+    rtt_min_us INTEGER NOT NULL,
+    rtt_mean_us REAL,
+    rtt_max_us INTEGER NOT NULL,
+    PRIMARY KEY (run_id, flow)
+);
+
+CREATE TABLE intervals (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    flow INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    start_us INTEGER NOT NULL,
+    end_us INTEGER NOT NULL,
+    acked_bytes INTEGER NOT NULL,
+    received_bytes INTEGER NOT NULL,
+    retransmits INTEGER NOT NULL,
+    cwnd INTEGER NOT NULL,
+    srtt_us INTEGER NOT NULL,
+    limit_rwnd REAL,
+    limit_sndbuf REAL,
+    limit_cwnd REAL,
+    limit_app REAL,
+    PRIMARY KEY (run_id, flow, idx)
+);
+
+CREATE TABLE samples (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    flow INTEGER NOT NULL,
+    host TEXT NOT NULL CHECK (host IN ('client', 'server')),
+    t_us INTEGER NOT NULL,
+{info_columns}    bbr_bw INTEGER,
+    bbr_min_rtt INTEGER,
+    bbr_pacing_gain INTEGER,
+    bbr_cwnd_gain INTEGER,
+    CHECK ((bbr_bw IS NULL) = (bbr_min_rtt IS NULL)
+       AND (bbr_bw IS NULL) = (bbr_pacing_gain IS NULL)
+       AND (bbr_bw IS NULL) = (bbr_cwnd_gain IS NULL))
+);
+CREATE INDEX samples_run_flow_t ON samples (run_id, flow, t_us);
+"#
+    )
+}

@@ -1,0 +1,780 @@
+//! Tests of the store against files in temporary directories.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::{json, Value as Json};
+use tcplab_model::record::{
+    BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, Limit,
+    LimitShares, Mode, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod, Summary, TestEnd,
+    TestParams, Tuning, SCHEMA,
+};
+use tcplab_model::tcpinfo::{BbrInfo, TcpInfo};
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Fixtures
+
+/// A `TcpInfo` whose every field has a different value, derived from `seed`, so a column
+/// mapped to the wrong field shows up. Built through serde, independently of the store's
+/// column table. Includes values that exercise the u64 convention.
+fn tcp_info(seed: u64) -> TcpInfo {
+    let Json::Object(mut fields) = serde_json::to_value(TcpInfo::default()).unwrap() else {
+        panic!("TcpInfo is not an object");
+    };
+    for (i, (_, v)) in fields.iter_mut().enumerate() {
+        *v = match v {
+            Json::Bool(_) => Json::Bool((seed + i as u64) % 2 == 1),
+            // Fits u8, the narrowest integer field.
+            _ => json!((seed * 7 + i as u64) % 250 + 1),
+        };
+    }
+    let mut info: TcpInfo = serde_json::from_value(Json::Object(fields)).unwrap();
+    info.valid_len = 280;
+    info.max_pacing_rate = u64::MAX; // the kernel's "no limit"
+    info.bytes_acked = (1 << 40) + seed; // beyond u32
+    info.pacing_rate = i64::MAX as u64 + 1 + seed; // beyond i64: stored wrapped
+    info.total_rto = u16::MAX;
+    info.snd_cwnd = u32::MAX - seed as u32;
+    info
+}
+
+fn limits(a: f64) -> LimitShares {
+    LimitShares {
+        rwnd: a,
+        sndbuf: 0.125,
+        cwnd: 0.75 - a,
+        app: 0.125,
+    }
+}
+
+fn flow(id: u32, direction: Direction) -> FlowRecord {
+    FlowRecord {
+        id,
+        direction,
+        client_addr: format!("10.0.0.1:{}", 40000 + id),
+        server_addr: "10.0.0.2:5201".into(),
+        cc: if id == 0 { "bbr" } else { "cubic" }.into(),
+        mss: 1448,
+        sndbuf: BufferSize {
+            requested: Some(4 << 20),
+            effective: 8 << 20,
+            capped_at: Some(6 << 20),
+            at_end: 8 << 20,
+        },
+        rcvbuf: BufferSize {
+            requested: None,
+            effective: 131_072,
+            capped_at: None,
+            at_end: 6_291_456,
+        },
+        sent_bytes: 1_250_000_000 + u64::from(id),
+        received_bytes: 1_249_999_000 + u64::from(id),
+        sent_bps: 9.41e9 + f64::from(id),
+        received_bps: 9.40e9,
+        sender_seconds: 10.0625,
+        receiver_seconds: 10.001,
+        retransmits: 17 + u64::from(id),
+        samples: 1000,
+        receiver_samples: 999,
+        limits: limits(0.25),
+        rtt: RttStats {
+            min_us: 120,
+            mean_us: 345.5,
+            max_us: 9000 + id,
+        },
+    }
+}
+
+/// A complete run with two flows (one each way), interleaved intervals and `n_samples`
+/// samples interleaved across flows and hosts, BBR info on flow 0's samples only.
+fn sample_record(n_samples: usize) -> RunRecord {
+    let flows = vec![flow(0, Direction::Up), flow(1, Direction::Down)];
+    let mut intervals = Vec::new();
+    for index in 0..3u32 {
+        for f in 0..2u32 {
+            intervals.push(IntervalRecord {
+                flow: f,
+                index,
+                start_us: u64::from(index) * 1_000_000,
+                end_us: u64::from(index + 1) * 1_000_000,
+                acked_bytes: 117_000_000 + u64::from(index * 10 + f),
+                received_bytes: 116_000_000 + u64::from(index),
+                retransmits: u64::from(index),
+                cwnd: 300 + index,
+                srtt_us: 410 + f,
+                limits: limits(0.5),
+            });
+        }
+    }
+    let samples = (0..n_samples)
+        .map(|i| {
+            let flow = (i % 2) as u32;
+            SampleRecord {
+                flow,
+                host: if i % 3 == 0 {
+                    Host::Server
+                } else {
+                    Host::Client
+                },
+                t_us: i as i64 * 10_000 - 5, // the first is before t0
+                info: tcp_info(i as u64),
+                bbr: (flow == 0).then_some(BbrInfo {
+                    bw: 1_200_000_000 + i as u64,
+                    min_rtt: 118,
+                    pacing_gain: 320,
+                    cwnd_gain: 512,
+                }),
+            }
+        })
+        .collect();
+    RunRecord {
+        schema: SCHEMA.into(),
+        tool_version: "0.1.0".into(),
+        label: Some("bbr vs cubic, 10 ms".into()),
+        tags: vec!["sweep-a".into(), "with \"quotes\", commas".into()],
+        status: RunStatus::Done,
+        error: None,
+        started_unix_us: 1_795_000_000_123_456,
+        target: "10.0.0.2".into(),
+        params: TestParams {
+            streams: 1,
+            end: TestEnd::Duration { us: 10_000_000 },
+            mode: Mode::Bidir,
+            tuning: Tuning {
+                sndbuf: Some(4 << 20),
+                rcvbuf: None,
+                write_size: 131_072,
+                read_size: 131_072,
+                nodelay: false,
+                mss: None,
+                cc: Some("bbr".into()),
+                pacing_rate: Some(u64::MAX),
+                send_method: SendMethod::Sendfile,
+            },
+            sample_interval_us: 10_000,
+            report_interval_us: 1_000_000,
+        },
+        client: HostMeta {
+            hostname: "alpha".into(),
+            kernel: "6.8.0-45-generic".into(),
+            sysctls: BTreeMap::from([("net.ipv4.tcp_wmem".into(), "4096 16384 4194304".into())]),
+        },
+        server: HostMeta {
+            hostname: "beta".into(),
+            kernel: "6.1.0".into(),
+            sysctls: BTreeMap::new(),
+        },
+        clock: ClockOffset {
+            offset_us: -1234,
+            uncertainty_us: 56,
+        },
+        summary: Summary {
+            sent_bytes: 2_500_000_001,
+            received_bytes: 2_499_998_001,
+            sent_bps: 1.882e10,
+            received_bps: 1.88e10,
+            retransmits: 35,
+            rtt: RttStats {
+                min_us: 120,
+                mean_us: 345.5,
+                max_us: 9001,
+            },
+            limits: limits(0.3),
+            dominant_limit: Some(Limit::Cwnd),
+            cpu_client: CpuUse {
+                user_pct: 1.5,
+                system_pct: 38.25,
+                total_pct: 39.75,
+            },
+            cpu_server: CpuUse {
+                user_pct: 2.0,
+                system_pct: 45.0,
+                total_pct: 47.0,
+            },
+        },
+        flows,
+        intervals,
+        samples,
+    }
+}
+
+/// A failed run: every Option empty, nothing measured.
+fn failed_record() -> RunRecord {
+    let mut r = sample_record(0);
+    r.label = None;
+    r.tags = Vec::new();
+    r.status = RunStatus::Failed;
+    r.error = Some("connect: connection refused".into());
+    r.params.end = TestEnd::Bytes { bytes: 1 << 30 };
+    r.params.mode = Mode::Up;
+    r.summary = Summary::default();
+    r.flows.clear();
+    r.intervals.clear();
+    r
+}
+
+fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("lab.db")).unwrap();
+    (dir, store)
+}
+
+fn count(store: &Store, sql: &str) -> i64 {
+    store.conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Opening and migrating
+
+#[test]
+fn migration_from_empty_sets_user_version() {
+    let (_dir, store) = temp_store();
+    assert_eq!(user_version(&store.conn).unwrap(), SCHEMA_VERSION);
+    for table in Table::ALL {
+        let n = count(
+            &store,
+            &format!(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
+            ),
+        );
+        assert_eq!(n, 1, "table {table}");
+    }
+    let mode: String = store
+        .conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    assert_eq!(count(&store, "PRAGMA foreign_keys"), 1);
+    assert!(count(&store, "PRAGMA busy_timeout") >= 1000);
+    assert_eq!(store.last_run_id().unwrap(), None);
+    assert!(store.list_runs().unwrap().is_empty());
+}
+
+#[test]
+fn reopening_is_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lab.db");
+    let schema_sql = |s: &Store| -> Vec<String> {
+        let mut stmt = s
+            .conn
+            .prepare("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
+            .unwrap();
+        let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+        rows.collect::<rusqlite::Result<_>>().unwrap()
+    };
+    let mut store = Store::open(&path).unwrap();
+    let id = store.insert_run(&failed_record()).unwrap();
+    let before = schema_sql(&store);
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(user_version(&store.conn).unwrap(), SCHEMA_VERSION);
+    assert_eq!(schema_sql(&store), before);
+    assert_eq!(store.load_run(id).unwrap(), failed_record());
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.db");
+    let store = Store::open(&path).unwrap();
+    store
+        .conn
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    drop(store);
+    let err = Store::open(&path)
+        .err()
+        .expect("newer schema must be refused");
+    assert!(
+        matches!(err, StoreError::TooNew { found, known, .. }
+            if found == SCHEMA_VERSION + 1 && known == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("future.db") && msg.contains("newer"), "{msg}");
+}
+
+#[test]
+fn non_sqlite_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("results.csv");
+    std::fs::write(&path, "flow,t_us,cwnd\n".repeat(100)).unwrap();
+    let err = Store::open(&path)
+        .err()
+        .expect("a CSV file is not a database");
+    assert!(matches!(err, StoreError::NotSqlite { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("results.csv") && msg.contains("not an SQLite database"),
+        "{msg}"
+    );
+    // The file is left alone.
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "flow,t_us,cwnd\n".repeat(100)
+    );
+}
+
+#[test]
+fn missing_sample_column_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lab.db");
+    let store = Store::open(&path).unwrap();
+    store
+        .conn
+        .execute_batch("ALTER TABLE samples DROP COLUMN rehash")
+        .unwrap();
+    drop(store);
+    let err = Store::open(&path)
+        .err()
+        .expect("schema drift must be refused");
+    assert!(err.to_string().contains("rehash"), "{err}");
+}
+
+/// Migration 1 is history: its `samples` columns must not change when `TcpInfo` grows
+/// (a new field needs a new migration instead; see `migration_1`).
+#[test]
+fn migration_1_sample_columns_are_frozen() {
+    let frozen = "run_id flow host t_us valid_len state ca_state retransmits probes backoff \
+        options snd_wscale rcv_wscale delivery_rate_app_limited fastopen_client_fail rto ato \
+        snd_mss rcv_mss unacked sacked lost retrans fackets last_data_sent last_ack_sent \
+        last_data_recv last_ack_recv pmtu rcv_ssthresh rtt rttvar snd_ssthresh snd_cwnd \
+        advmss reordering rcv_rtt rcv_space total_retrans pacing_rate max_pacing_rate \
+        bytes_acked bytes_received segs_out segs_in notsent_bytes min_rtt data_segs_in \
+        data_segs_out delivery_rate busy_time rwnd_limited sndbuf_limited delivered \
+        delivered_ce bytes_sent bytes_retrans dsack_dups reord_seen rcv_ooopack snd_wnd \
+        rcv_wnd rehash total_rto total_rto_recoveries total_rto_time bbr_bw bbr_min_rtt \
+        bbr_pacing_gain bbr_cwnd_gain";
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch(&MIGRATIONS[0]()).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info('samples')")
+        .unwrap();
+    let have: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        have.join(" "),
+        frozen.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Runs
+
+#[test]
+fn round_trip() {
+    let (_dir, mut store) = temp_store();
+    let done = sample_record(50);
+    let failed = failed_record();
+    let id1 = store.insert_run(&done).unwrap();
+    let id2 = store.insert_run(&failed).unwrap();
+    assert!(id2 > id1);
+    assert_eq!(store.load_run(id1).unwrap(), done);
+    assert_eq!(store.load_run(id2).unwrap(), failed);
+    assert_eq!(store.last_run_id().unwrap(), Some(id2));
+
+    let list = store.list_runs().unwrap();
+    assert_eq!(
+        list,
+        vec![
+            RunSummaryRow {
+                id: id1,
+                started_unix_us: done.started_unix_us,
+                label: done.label.clone(),
+                status: "done".into(),
+                target: "10.0.0.2".into(),
+                mode: Mode::Bidir,
+                sent_bps: Some(1.882e10),
+                received_bps: Some(1.88e10),
+            },
+            RunSummaryRow {
+                id: id2,
+                started_unix_us: failed.started_unix_us,
+                label: None,
+                status: "failed".into(),
+                target: "10.0.0.2".into(),
+                mode: Mode::Up,
+                sent_bps: Some(0.0),
+                received_bps: Some(0.0),
+            },
+        ]
+    );
+    assert!(matches!(
+        store.load_run(id2 + 1),
+        Err(StoreError::NoSuchRun { id, .. }) if id == id2 + 1
+    ));
+}
+
+#[test]
+fn nan_is_stored_as_null_and_read_back_as_nan() {
+    let (_dir, mut store) = temp_store();
+    let mut run = failed_record();
+    run.summary.rtt.mean_us = f64::NAN;
+    let id = store.insert_run(&run).unwrap();
+    assert_eq!(
+        count(
+            &store,
+            &format!("SELECT count(*) FROM runs WHERE id = {id} AND rtt_mean_us IS NULL")
+        ),
+        1
+    );
+    assert!(store.load_run(id).unwrap().summary.rtt.mean_us.is_nan());
+}
+
+#[test]
+fn duplicate_flow_ids_roll_back_the_whole_run() {
+    let (_dir, mut store) = temp_store();
+    let mut run = sample_record(10);
+    run.flows[1].id = 0;
+    let err = store.insert_run(&run).unwrap_err();
+    assert!(err.to_string().contains("flows"), "{err}");
+    assert_eq!(count(&store, "SELECT count(*) FROM runs"), 0);
+    assert_eq!(count(&store, "SELECT count(*) FROM samples"), 0);
+}
+
+#[test]
+fn running_rows_are_listed_but_not_loaded() {
+    let (_dir, mut store) = temp_store();
+    let id = store.insert_run(&failed_record()).unwrap();
+    store
+        .conn
+        .execute("UPDATE runs SET status = 'running' WHERE id = ?1", [id])
+        .unwrap();
+    assert_eq!(store.list_runs().unwrap()[0].status, "running");
+    let err = store.load_run(id).unwrap_err();
+    assert!(matches!(err, StoreError::BadValue { .. }), "{err:?}");
+    assert!(err.to_string().contains("running"), "{err}");
+}
+
+#[test]
+fn deleting_a_run_cascades() {
+    let (_dir, mut store) = temp_store();
+    let keep = store.insert_run(&sample_record(20)).unwrap();
+    let gone = store.insert_run(&sample_record(30)).unwrap();
+    let per_run = |store: &Store, table: &str, id: i64| {
+        count(
+            store,
+            &format!("SELECT count(*) FROM {table} WHERE run_id = {id}"),
+        )
+    };
+    assert_eq!(per_run(&store, "flows", gone), 2);
+    assert_eq!(per_run(&store, "intervals", gone), 6);
+    assert_eq!(per_run(&store, "samples", gone), 30);
+
+    assert!(store.delete_run(gone).unwrap());
+    assert!(!store.delete_run(gone).unwrap());
+    for table in ["flows", "intervals", "samples"] {
+        assert_eq!(per_run(&store, table, gone), 0, "{table}");
+    }
+    assert_eq!(per_run(&store, "samples", keep), 20);
+    assert_eq!(store.load_run(keep).unwrap(), sample_record(20));
+
+    // Ids are never reused, and the next run's samples load on their own.
+    let next = store.insert_run(&sample_record(25)).unwrap();
+    assert!(next > gone);
+    assert_eq!(store.load_run(next).unwrap(), sample_record(25));
+    assert_eq!(store.last_run_id().unwrap(), Some(next));
+
+    // Plain SQL deletes cascade too (foreign keys are on for the store's connection).
+    store.conn.execute("DELETE FROM runs", []).unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM samples"), 0);
+}
+
+#[test]
+fn loading_samples_scans_a_rowid_range_without_sorting() {
+    let (_dir, store) = temp_store();
+    let mut stmt = store
+        .conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", samples_select_sql()))
+        .unwrap();
+    let plan: Vec<String> = stmt
+        .query_map([1, 1, 2], |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|p| p.contains("rowid>? AND rowid<?")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:?}");
+}
+
+/// Timing, printed (run with `--nocapture`), not asserted: the aim is < 1 s for 100k
+/// samples in a release build.
+#[test]
+fn insert_100k_samples_timing() {
+    let (_dir, mut store) = temp_store();
+    let run = sample_record(100_000);
+    let t = Instant::now();
+    let id = store.insert_run(&run).unwrap();
+    let insert = t.elapsed();
+    let t = Instant::now();
+    let loaded = store.load_run(id).unwrap();
+    let load = t.elapsed();
+    assert_eq!(loaded.samples.len(), 100_000);
+    assert!(loaded == run);
+    eprintln!("100k samples: insert_run {insert:?}, load_run {load:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Export
+
+fn export_string(store: &Store, table: Table, format: ExportFormat) -> String {
+    let mut out = Vec::new();
+    store.export(table, format, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn names(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+/// The header each table must export (hand-written; samples' `TcpInfo` part from serde).
+fn expected_columns(table: Table) -> Vec<String> {
+    match table {
+        Table::Runs => names(
+            "id schema tool_version label tags status error started_unix_us target mode \
+             streams end_kind end_value sample_interval_us report_interval_us params_json \
+             client_meta_json server_meta_json clock_offset_us clock_uncertainty_us \
+             sent_bytes received_bytes sent_bps received_bps retransmits rtt_min_us \
+             rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
+             dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
+             cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct",
+        ),
+        Table::Flows => names(
+            "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
+             sndbuf_effective sndbuf_capped_at sndbuf_at_end rcvbuf_requested \
+             rcvbuf_effective rcvbuf_capped_at rcvbuf_at_end sent_bytes received_bytes \
+             sent_bps received_bps sender_seconds receiver_seconds retransmits samples \
+             receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
+             rtt_mean_us rtt_max_us",
+        ),
+        Table::Intervals => names(
+            "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \
+             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app",
+        ),
+        Table::Samples => {
+            let mut v = names("run_id flow host t_us");
+            // serde_json's map is sorted, so compare this middle part as a set below.
+            let Json::Object(m) = serde_json::to_value(TcpInfo::default()).unwrap() else {
+                unreachable!()
+            };
+            v.extend(m.keys().cloned());
+            v.extend(names("bbr_bw bbr_min_rtt bbr_pacing_gain bbr_cwnd_gain"));
+            v
+        }
+    }
+}
+
+fn assert_header(table: Table, header: &[String]) {
+    let mut want = expected_columns(table);
+    let mut have = header.to_vec();
+    if table == Table::Samples {
+        assert_eq!(have[..4], want[..4]);
+        assert_eq!(have[have.len() - 4..], want[want.len() - 4..]);
+        want.sort();
+        have.sort();
+    }
+    assert_eq!(have, want, "{table} header");
+}
+
+/// The stored form of a `TcpInfo` JSON value: u64 above i64::MAX wraps (SCHEMA.md).
+fn stored_int(v: &Json) -> Json {
+    match v {
+        Json::Bool(b) => json!(i64::from(*b)),
+        Json::Number(n) => match n.as_u64() {
+            Some(u) => json!(u as i64),
+            None => v.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+/// The rows each table should export for [`store_for_export`], as JSON objects built from
+/// the records (only the columns worth checking; the samples' `TcpInfo` part is complete).
+fn expected_rows(table: Table, run: &RunRecord, failed: &RunRecord) -> Vec<Json> {
+    match table {
+        Table::Runs => vec![
+            json!({
+                "id": 1, "schema": "tcplab.run/1", "label": "bbr vs cubic, 10 ms",
+                "tags": r#"["sweep-a","with \"quotes\", commas"]"#,
+                "status": "done", "error": null,
+                "started_unix_us": run.started_unix_us, "mode": "bidir", "streams": 1,
+                "end_kind": "duration", "end_value": 10_000_000,
+                "clock_offset_us": -1234, "sent_bytes": 2_500_000_001u64,
+                "sent_bps": 1.882e10, "rtt_mean_us": 345.5, "dominant_limit": "cwnd",
+                "cpu_client_system_pct": 38.25,
+            }),
+            json!({
+                "id": 2, "label": null, "tags": "[]", "status": "failed",
+                "error": failed.error, "mode": "up", "end_kind": "bytes",
+                "end_value": 1u64 << 30, "dominant_limit": null, "sent_bps": 0.0,
+            }),
+        ],
+        Table::Flows => run
+            .flows
+            .iter()
+            .map(|f| {
+                json!({
+                    "run_id": 1, "flow": f.id, "cc": f.cc,
+                    "direction": if f.direction == Direction::Up { "up" } else { "down" },
+                    "sndbuf_requested": f.sndbuf.requested, "sndbuf_capped_at": f.sndbuf.capped_at,
+                    "rcvbuf_requested": null, "rcvbuf_at_end": f.rcvbuf.at_end,
+                    "sent_bytes": f.sent_bytes, "sent_bps": f.sent_bps,
+                    "sender_seconds": f.sender_seconds, "limit_rwnd": f.limits.rwnd,
+                    "rtt_max_us": f.rtt.max_us, "receiver_samples": f.receiver_samples,
+                })
+            })
+            .collect(),
+        Table::Intervals => run
+            .intervals
+            .iter()
+            .map(|i| {
+                json!({
+                    "run_id": 1, "flow": i.flow, "idx": i.index, "start_us": i.start_us,
+                    "acked_bytes": i.acked_bytes, "cwnd": i.cwnd, "limit_cwnd": i.limits.cwnd,
+                })
+            })
+            .collect(),
+        Table::Samples => run
+            .samples
+            .iter()
+            .map(|s| {
+                let Json::Object(mut m) = serde_json::to_value(s.info).unwrap() else {
+                    unreachable!()
+                };
+                for v in m.values_mut() {
+                    *v = stored_int(v);
+                }
+                m.insert("run_id".into(), json!(1));
+                m.insert("flow".into(), json!(s.flow));
+                m.insert(
+                    "host".into(),
+                    json!(if s.host == Host::Client {
+                        "client"
+                    } else {
+                        "server"
+                    }),
+                );
+                m.insert("t_us".into(), json!(s.t_us));
+                m.insert("bbr_bw".into(), json!(s.bbr.map(|b| b.bw)));
+                m.insert("bbr_cwnd_gain".into(), json!(s.bbr.map(|b| b.cwnd_gain)));
+                Json::Object(m)
+            })
+            .collect(),
+    }
+}
+
+fn store_for_export() -> (tempfile::TempDir, Store, RunRecord, RunRecord) {
+    let (dir, mut store) = temp_store();
+    let run = sample_record(7);
+    let failed = failed_record();
+    assert_eq!(store.insert_run(&run).unwrap(), 1);
+    assert_eq!(store.insert_run(&failed).unwrap(), 2);
+    (dir, store, run, failed)
+}
+
+fn assert_subset(have: &Json, want: &Json, what: &str) {
+    for (k, v) in want.as_object().unwrap() {
+        assert_eq!(have.get(k), Some(v), "{what}: column {k}");
+    }
+}
+
+#[test]
+fn export_jsonl_of_each_table() {
+    let (_dir, store, run, failed) = store_for_export();
+    for table in Table::ALL {
+        let out = export_string(&store, table, ExportFormat::Jsonl);
+        assert!(out.ends_with('\n') || out.is_empty());
+        let lines: Vec<Json> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{table}: {e}: {l}")))
+            .collect();
+        let want = expected_rows(table, &run, &failed);
+        assert_eq!(lines.len(), want.len(), "{table} rows");
+        for (i, (have, want)) in lines.iter().zip(&want).enumerate() {
+            assert_subset(have, want, &format!("{table} row {i}"));
+        }
+        // Keys in column order (checked via the raw text of the first line).
+        let first = out.lines().next().unwrap();
+        let mut at = 0;
+        for name in expected_columns(table).iter().take(4) {
+            let pos = first[at..]
+                .find(&format!("\"{name}\":"))
+                .unwrap_or_else(|| panic!("{table}: {name} out of order"));
+            at += pos;
+        }
+    }
+    // Spot checks on types: integers stay integers, u64::MAX wraps to -1.
+    let line = export_string(&store, Table::Samples, ExportFormat::Jsonl);
+    let first: Json = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    assert_eq!(first["max_pacing_rate"], json!(-1));
+    assert_eq!(first["bytes_acked"], json!(1u64 << 40));
+    assert_eq!(first["t_us"], json!(-5));
+    assert_eq!(first["bbr_min_rtt"], json!(118));
+    let second: Json = serde_json::from_str(line.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(second["bbr_min_rtt"], Json::Null);
+}
+
+#[test]
+fn export_csv_of_each_table() {
+    let (_dir, store, run, failed) = store_for_export();
+    for table in Table::ALL {
+        let out = export_string(&store, table, ExportFormat::Csv);
+        let mut reader = csv::Reader::from_reader(out.as_bytes());
+        let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+        assert_header(table, &header);
+        let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+        let want = expected_rows(table, &run, &failed);
+        assert_eq!(rows.len(), want.len(), "{table} rows");
+        for (i, (row, want)) in rows.iter().zip(&want).enumerate() {
+            for (col, v) in want.as_object().unwrap() {
+                let at = header.iter().position(|h| h == col).unwrap();
+                let field = &row[at];
+                match v {
+                    Json::Null => assert_eq!(field, "", "{table} row {i} {col}"),
+                    Json::String(s) => assert_eq!(field, s, "{table} row {i} {col}"),
+                    Json::Number(n) if n.is_f64() => assert_eq!(
+                        field.parse::<f64>().unwrap(),
+                        n.as_f64().unwrap(),
+                        "{table} row {i} {col}"
+                    ),
+                    Json::Number(n) => assert_eq!(field, n.to_string(), "{table} row {i} {col}"),
+                    other => panic!("unexpected {other}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn export_of_an_empty_store() {
+    let (_dir, store) = temp_store();
+    for table in Table::ALL {
+        assert_eq!(export_string(&store, table, ExportFormat::Jsonl), "");
+        let csv = export_string(&store, table, ExportFormat::Csv);
+        assert_eq!(csv.lines().count(), 1, "{table}: header only");
+    }
+}
+
+#[test]
+fn names_parse_and_errors_list_the_valid_ones() {
+    for t in Table::ALL {
+        assert_eq!(t.to_string().parse::<Table>().unwrap(), t);
+    }
+    for f in ExportFormat::ALL {
+        assert_eq!(f.to_string().parse::<ExportFormat>().unwrap(), f);
+    }
+    let e = "run".parse::<Table>().unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "unknown table 'run' (valid: runs, flows, intervals, samples)"
+    );
+    let e = "json".parse::<ExportFormat>().unwrap_err().to_string();
+    assert_eq!(e, "unknown export format 'json' (valid: csv, jsonl)");
+}

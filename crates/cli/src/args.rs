@@ -53,17 +53,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 128)]
     pub max_streams: u16,
     /// Longest test one client may ask for.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "1h", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub max_duration: u64,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct TestArgs {
     /// Test duration: 10s, 1.5s, 500ms; a bare number is seconds.
-    #[arg(long, short = 't', default_value = "10s", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "bytes")]
+    #[arg(long, short = 't', default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION", conflicts_with = "bytes")]
     pub time: u64,
     /// Send this many bytes per stream instead of running for a time (e.g. 100M).
-    #[arg(long, short = 'n', value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, short = 'n', value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub bytes: Option<u64>,
     /// Parallel streams (per direction).
     #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=128))]
@@ -75,31 +75,31 @@ pub struct TestArgs {
     #[arg(long)]
     pub bidir: bool,
     /// Socket buffer for both SO_SNDBUF and SO_RCVBUF, both ends (iperf3's -w).
-    #[arg(long, short = 'w', value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, short = 'w', value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub window: Option<u64>,
     /// SO_SNDBUF of the sending sockets (overrides --window).
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub sndbuf: Option<u64>,
     /// SO_RCVBUF of the receiving sockets (overrides --window).
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub rcvbuf: Option<u64>,
     /// Bytes per write (the message size).
-    #[arg(long, short = 'l', default_value = "128K", value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, short = 'l', default_value = "128K", value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub length: u64,
     /// Bytes per read on the receiver.
-    #[arg(long, default_value = "128K", value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, default_value = "128K", value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub read_size: u64,
     /// Disable Nagle's algorithm (TCP_NODELAY).
     #[arg(long, short = 'N')]
     pub no_delay: bool,
     /// TCP maximum segment size (TCP_MAXSEG).
-    #[arg(long = "set-mss", short = 'M', value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long = "set-mss", short = 'M', value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub mss: Option<u64>,
     /// Congestion control algorithm (TCP_CONGESTION), e.g. cubic, reno, bbr.
     #[arg(long, short = 'C', value_name = "NAME")]
     pub congestion: Option<String>,
     /// Cap the sender's pacing rate (SO_MAX_PACING_RATE), e.g. 500mbit.
-    #[arg(long = "fq-rate", alias = "pacing-rate", value_parser = parse_rate, value_name = "RATE")]
+    #[arg(long = "fq-rate", alias = "pacing-rate", value_parser = parse_rate, allow_hyphen_values = true, value_name = "RATE")]
     pub pacing_rate: Option<u64>,
     /// How the sender hands data to the kernel.
     #[arg(long, value_enum, default_value_t = SendMethodArg::Sendfile)]
@@ -108,10 +108,10 @@ pub struct TestArgs {
     #[arg(long, conflicts_with = "send_method")]
     pub no_zerocopy: bool,
     /// Seconds between live report lines.
-    #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub interval: u64,
     /// tcp_info sampling period on both ends; 0 turns sampling off.
-    #[arg(long, default_value = "10ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10ms", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub sample_interval: u64,
 }
 

@@ -36,6 +36,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     run_and_report(&args.target, params, &args.output)
 }
 
+/// Where `quickstart` stores its runs unless told otherwise.
+const QUICKSTART_DB: &str = "tcplab-quickstart.db";
+
 /// Two fresh namespaces joined by a veth pair, a server in one, this test from the
 /// other: a complete run on any Linux machine where we may create namespaces.
 pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
@@ -59,9 +62,11 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         );
     }
     let target = server_addr.to_string();
-    let output = &args.output;
+    let mut output = args.output;
+    output.db.get_or_insert_with(|| QUICKSTART_DB.into());
+    output.label.get_or_insert_with(|| "quickstart".into());
     lab.a()
-        .run(move || run_and_report(&target, params, output))?
+        .run(move || run_and_report(&target, params, &output))?
 }
 
 /// The parameters, checked here where a bad value can name its flag.
@@ -92,17 +97,18 @@ fn run_and_report(target: &str, params: TestParams, out: &OutputArgs) -> Result<
     let stop = Arc::new(AtomicBool::new(false));
     install_interrupt(&stop);
     let live = !out.json;
-    if live {
-        println!("{}", output::interval_header());
-    }
+    let mut header_shown = false;
     let mut record = client::run(&request, stop, &mut |group| {
         if live {
+            if !header_shown {
+                println!("{}", output::interval_header());
+                header_shown = true;
+            }
             for line in output::interval_lines(group) {
                 println!("{line}");
             }
         }
-    })
-    .with_context(|| format!("test against {target} failed"))?;
+    })?;
 
     if let Some(store) = store.as_mut() {
         let id = store.insert_run(&record).context("storing the run")?;

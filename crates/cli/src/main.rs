@@ -46,8 +46,16 @@ fn usage_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
+    // Clap's message runs until the first blank line (usage and tips follow it).
     let rendered = e.render().to_string();
-    let first = rendered.lines().next().unwrap_or("invalid arguments");
-    eprintln!("tcplab: {}", first.trim_start_matches("error: "));
+    let message: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    eprintln!(
+        "tcplab: {}",
+        message.join(" ").trim_start_matches("error: ")
+    );
     ExitCode::from(2)
 }

@@ -26,11 +26,22 @@ pub fn bbr_info(fd: impl AsFd) -> io::Result<Option<BbrInfo>> {
     let fd = fd.as_fd();
     // TCP_CC_INFO returns whichever struct the current algorithm fills (vegas and
     // dctcp have their own), without saying which: only trust it under BBR.
-    if !congestion(fd)?.starts_with("bbr") {
+    if !runs_bbr(fd)? {
         return Ok(None);
     }
+    bbr_info_of_bbr_socket(fd)
+}
+
+/// Whether the socket's congestion control is a BBR variant.
+pub fn runs_bbr(fd: impl AsFd) -> io::Result<bool> {
+    Ok(congestion(fd)?.starts_with("bbr"))
+}
+
+/// [`bbr_info`] for a socket the caller knows runs BBR ([`runs_bbr`]): one syscall
+/// instead of two, for samplers that ask every millisecond.
+pub fn bbr_info_of_bbr_socket(fd: impl AsFd) -> io::Result<Option<BbrInfo>> {
     let mut buf = [0u8; BBR_INFO_LEN];
-    let len = getsockopt_bytes(fd, libc::IPPROTO_TCP, libc::TCP_CC_INFO, &mut buf)?;
+    let len = getsockopt_bytes(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CC_INFO, &mut buf)?;
     Ok(BbrInfo::decode(&buf[..len]))
 }
 

@@ -407,6 +407,8 @@ impl Payload {
 struct WatchedFlow {
     samples: u64,
     rtt: RttAccumulator,
+    /// A sending socket under BBR: its samples carry TCP_CC_INFO too.
+    bbr: bool,
 }
 
 struct Watch {
@@ -472,8 +474,14 @@ fn monitor(
 ) -> Watch {
     let sample_every = params.sample_interval_us as i64;
     let report_every = params.report_interval_us.max(1) as i64;
-    let mut watched: Vec<WatchedFlow> = flows.iter().map(|_| WatchedFlow::default()).collect();
-    let mut samples = Vec::new();
+    let mut watched: Vec<WatchedFlow> = flows
+        .iter()
+        .map(|f| WatchedFlow {
+            bbr: f.role == Role::Send && sockopt::runs_bbr(&f.stream).unwrap_or(false),
+            ..WatchedFlow::default()
+        })
+        .collect();
+    let mut samples = Vec::with_capacity(expected_samples(params, flows.len()));
     let mut cursors: Vec<IntervalCursor> = flows
         .iter()
         .map(|f| {
@@ -501,7 +509,11 @@ fn monitor(
                 let Ok(info) = sockopt::tcp_info(fd) else {
                     continue;
                 };
-                let bbr = sockopt::bbr_info(fd).ok().flatten();
+                let bbr = if w.bbr {
+                    sockopt::bbr_info_of_bbr_socket(fd).ok().flatten()
+                } else {
+                    None
+                };
                 if flow.role == Role::Send {
                     w.rtt.add(info.rtt);
                 }
@@ -544,6 +556,17 @@ fn monitor(
     Watch {
         flows: watched,
         samples,
+    }
+}
+
+/// Room for a timed test's samples up front, so the sampler never reallocates mid-test.
+fn expected_samples(params: &TestParams, flows: usize) -> usize {
+    match (params.end, params.sample_interval_us) {
+        (TestEnd::Duration { us }, every) if every > 0 => {
+            // A little slack for the drain after the last write; capped at ~100 MB.
+            ((us / every + 100) as usize * flows).min(400_000)
+        }
+        _ => 0,
     }
 }
 

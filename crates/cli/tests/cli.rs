@@ -1,0 +1,115 @@
+//! Bad input gets one line naming the bad token and a non-zero exit; no privileges needed.
+
+use std::process::{Command, Output};
+
+fn tcplab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tcplab"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Asserts exit `code` and a single stderr line containing every `needle`.
+fn assert_one_line_error(args: &[&str], code: i32, needles: &[&str]) {
+    let out = tcplab(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.starts_with("tcplab: "), "{err}");
+    for needle in needles {
+        assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+    }
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn bad_units_name_the_token_and_exit_2() {
+    assert_one_line_error(&["run", "h", "-t", "10 mbit"], 2, &["'10 mbit'", "--time"]);
+    assert_one_line_error(&["run", "h", "-t", "-5s"], 2, &["'-5s'", "negative"]);
+    assert_one_line_error(
+        &["run", "h", "-l", "64Q"],
+        2,
+        &["'64Q'", "unknown unit 'Q'"],
+    );
+    assert_one_line_error(
+        &["run", "h", "--fq-rate", "fast"],
+        2,
+        &["'fast'", "--fq-rate"],
+    );
+    assert_one_line_error(&["run", "h", "-w", "1.5.5M"], 2, &["'1.5.5M'"]);
+    assert_one_line_error(&["run", "h", "-P", "0"], 2, &["'0'", "--parallel"]);
+}
+
+#[test]
+fn unknown_flags_and_missing_arguments_exit_2() {
+    assert_one_line_error(&["run", "h", "--bogus"], 2, &["'--bogus'"]);
+    assert_one_line_error(&["run"], 2, &["<TARGET>"]);
+    assert_one_line_error(&["frobnicate"], 2, &["'frobnicate'"]);
+    assert_one_line_error(&["run", "h", "-R", "--bidir"], 2, &["--bidir"]);
+}
+
+#[test]
+fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
+    assert_one_line_error(&["run", "h", "-i", "0"], 1, &["--interval"]);
+    assert_one_line_error(
+        &["run", "h", "--sample-interval", "50us"],
+        1,
+        &["--sample-interval"],
+    );
+    assert_one_line_error(&["run", "h", "-l", "8G"], 1, &["--length"]);
+    assert_one_line_error(
+        &["run", "h", "-C", "no-such-cc"],
+        1,
+        &["'no-such-cc'", "available"],
+    );
+}
+
+#[test]
+fn unreachable_peers_and_bad_files_get_a_clear_error() {
+    assert_one_line_error(
+        &["run", "no-such-host.invalid", "-t", "1s"],
+        1,
+        &["no-such-host.invalid"],
+    );
+    // Port 1 on loopback: nothing listens there.
+    assert_one_line_error(
+        &["run", "127.0.0.1:1", "-t", "1s"],
+        1,
+        &["127.0.0.1:1", "refused"],
+    );
+    assert_one_line_error(&["run", "127.0.0.1:99999"], 1, &["99999"]);
+    let dir = tempfile::tempdir().unwrap();
+    let not_db = dir.path().join("notes.txt");
+    std::fs::write(&not_db, "hello, not a database\n").unwrap();
+    let not_db = not_db.to_str().unwrap();
+    assert_one_line_error(&["runs", not_db], 1, &[not_db, "not an SQLite database"]);
+    assert_one_line_error(&["export", "/nonexistent/x.db"], 1, &["/nonexistent/x.db"]);
+    let db = dir.path().join("empty.db");
+    let db = db.to_str().unwrap();
+    assert!(tcplab(&["export", db, "--table", "runs"]).status.code() == Some(1));
+    std::fs::File::create(db).unwrap();
+    assert_one_line_error(
+        &["export", db, "--table", "bogus"],
+        1,
+        &["'bogus'", "runs, flows, intervals, samples"],
+    );
+    assert_one_line_error(&["export", db, "--format", "xml"], 1, &["'xml'", "csv"]);
+    // A store that cannot be created is reported before any test is spent on it.
+    assert_one_line_error(
+        &["run", "127.0.0.1:1", "--db", "/nonexistent/dir/r.db"],
+        1,
+        &["/nonexistent/dir/r.db"],
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    assert!(tcplab(&["--help"]).status.success());
+    assert!(tcplab(&["run", "--help"]).status.success());
+    let v = tcplab(&["--version"]);
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("tcplab "));
+}

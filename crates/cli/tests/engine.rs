@@ -252,22 +252,31 @@ fn ipv6_and_host_names_work() {
         str_at(&flows(&v)[0], "/server_addr").starts_with("[fd00:"),
         "{v:#}"
     );
-    // "localhost" resolves inside the server's namespace, where the server does not
-    // listen on loopback: the error must name the target.
-    let out = support::tcplab()
-        .args([
-            "--netns",
-            bed.lab.a().name(),
-            "run",
-            "localhost:5201",
-            "-t",
-            "0.2s",
-        ])
-        .output()
+    // A host name: a second server on the client namespace's own loopback, reached as
+    // "localhost", which resolves to ::1 and 127.0.0.1 (the client tries each).
+    let mut local = support::tcplab()
+        .args(["--netns", bed.lab.a().name(), "serve", "--listen", "127.0.0.1:5301"])
+        .stderr(Stdio::null())
+        .spawn()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("localhost:5201"), "{err}");
+    let mut out = None;
+    for _ in 0..50 {
+        let attempt = support::tcplab()
+            .args(["--netns", bed.lab.a().name(), "run", "localhost:5301", "-t", "0.2s", "--json"])
+            .output()
+            .unwrap();
+        if attempt.status.success() {
+            out = Some(attempt);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = local.kill();
+    let _ = local.wait();
+    let v = parse_success(&out.expect("localhost:5301 answered"));
+    assert_eq!(str_at(&v, "/target"), "localhost:5301");
+    // Data connections go to the server's per-test port on the address that answered.
+    assert!(str_at(&flows(&v)[0], "/server_addr").starts_with("127.0.0.1:"), "{v:#}");
 }
 
 #[test]

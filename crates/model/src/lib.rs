@@ -4,6 +4,9 @@
 
 pub mod clock;
 pub mod limits;
+pub mod link;
+pub mod path;
+pub mod packet;
 pub mod record;
 pub mod tcpinfo;
 pub mod units;

@@ -1,0 +1,734 @@
+//! One direction of the emulated path, without I/O.
+//!
+//! ```text
+//! push ─▶ loss / duplicate / corrupt ─▶ bottleneck queue (limit; drop-tail or CoDel)
+//!      ─▶ serialization at rate (+ overhead) or trace opportunities
+//!      ─▶ propagation delay + jitter, netem reorder ─▶ pop
+//! ```
+//!
+//! Like quinn-proto, the link never reads a clock: every call takes `now`, virtual
+//! nanoseconds since the link's start (time 0 is where a trace begins), and
+//! [`Link::next_deadline`] says when to call again. Nanoseconds make serialization exact:
+//! 1500 B at 10 Gbit/s is 1200 ns. `now` must not go backwards between calls.
+//!
+//! The runtime owns the payloads; the link moves handles `P` (buffer indices) and hands
+//! each one back exactly once: from [`Link::pop`] when delivered, in a
+//! [`PushOutcome::Dropped`] when refused at the door, or from [`Link::pop_dropped`] when
+//! CoDel drops it inside.
+//!
+//! Without a rate or trace there is no bottleneck: packets go straight to the delay line.
+//! The queue holds packets waiting for the serializer, never the ones in flight on the
+//! wire, so its limit is the router buffer alone. A packet that finds the link idle is
+//! never refused by the limit. All randomness comes from one ChaCha8 generator seeded by
+//! `seed`, so a seed fixes the whole schedule.
+
+mod dist;
+mod queue;
+mod trace;
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+use std::fmt;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::path::{Aqm, Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, PathSpec, Prob};
+use queue::{Codel, Fifo, Queued};
+use trace::TraceCursor;
+pub use trace::{Trace, TraceError, OPPORTUNITY_BYTES};
+
+const NS_PER_US: u64 = 1_000;
+
+/// What the link did with a pushed packet.
+#[must_use]
+#[derive(Debug, PartialEq, Eq)]
+pub enum PushOutcome<P> {
+    /// In the link; it comes out of [`Link::pop`] (or [`Link::pop_dropped`]).
+    Accepted,
+    /// Accepted, and netem's `duplicate` fired: copy the payload now and give the copy to
+    /// [`Link::push_duplicate`] with the same `now`.
+    Duplicate,
+    /// Refused: the handle comes back to be freed.
+    Dropped(Dropped<P>),
+}
+
+/// Why a packet did not get through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DropReason {
+    /// Random or Gilbert–Elliott loss.
+    Loss,
+    /// The queue was full (drop-tail).
+    Queue,
+    /// CoDel dropped it at the head of the queue.
+    Aqm,
+    /// Larger than the MTU: a super-packet that was not segmented.
+    Oversize,
+}
+
+/// A packet the link dropped.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Dropped<P> {
+    pub packet: P,
+    pub reason: DropReason,
+    /// When, ns.
+    pub at: u64,
+}
+
+/// A packet leaving the link.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Delivered<P> {
+    pub packet: P,
+    pub wire_len: u32,
+    /// The runtime should flip a bit of it.
+    pub corrupt: bool,
+    /// When it was pushed, ns.
+    pub pushed_at: u64,
+    /// Time spent waiting in the bottleneck queue, ns.
+    pub queue_delay: u64,
+    /// When it was due out (≤ the `now` of the pop), ns.
+    pub due: u64,
+}
+
+/// What happened in the link so far. Every packet that entered (`packets_in`, copies
+/// included) is delivered, dropped or still inside.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkCounters {
+    /// Packets that entered, duplicates included.
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub delivered_packets: u64,
+    pub delivered_bytes: u64,
+    pub dropped_loss: u64,
+    pub dropped_queue: u64,
+    pub dropped_aqm: u64,
+    pub dropped_oversize: u64,
+    /// Copies made by `duplicate`.
+    pub duplicated: u64,
+    /// Packets marked corrupt (decided on entry).
+    pub corrupted: u64,
+    /// Packets delivered after one that left the bottleneck later.
+    pub reordered: u64,
+    /// Now in the queue (not counting the one being serialized).
+    pub queue_packets: u64,
+    pub queue_bytes: u64,
+    pub max_queue_bytes: u64,
+}
+
+impl LinkCounters {
+    pub fn dropped(&self) -> u64 {
+        self.dropped_loss + self.dropped_queue + self.dropped_aqm + self.dropped_oversize
+    }
+}
+
+/// Why a link could not be built from its spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkError {
+    /// The spec names a trace file but no trace was given.
+    MissingTrace { path: String },
+    /// A trace was given but the spec has none.
+    UnexpectedTrace,
+    /// A queue in BDP needs a fixed rate.
+    BdpWithoutRate,
+}
+
+impl fmt::Display for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkError::MissingTrace { path } => write!(f, "trace {path}: not loaded"),
+            LinkError::UnexpectedTrace => f.write_str("a trace was given but the spec has none"),
+            LinkError::BdpWithoutRate => f.write_str("a queue in bdp needs a fixed rate"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+/// netem's `gemodel` state, or plain random loss.
+#[derive(Debug)]
+enum LossState {
+    None,
+    Random(u32),
+    GilbertElliott {
+        p: u32,
+        r: u32,
+        loss_bad: u32,
+        loss_good: u32,
+        bad: bool,
+    },
+}
+
+#[derive(Debug)]
+struct ReorderState {
+    prob: f64,
+    correlation: f64,
+    gap: u32,
+    /// Packets delayed since the last early one.
+    counter: u32,
+    last: f64,
+}
+
+/// Who empties the queue.
+#[derive(Debug)]
+enum Server {
+    Unlimited,
+    Rate {
+        bps: u64,
+        overhead: u32,
+        /// The remainder of ⌊bits · 10⁹ / bps⌋, so back-to-back packets never drift.
+        carry: u128,
+    },
+    Trace {
+        trace: Trace,
+        /// The next opportunity, valid while the link is busy.
+        cursor: TraceCursor,
+    },
+}
+
+/// The packet being serialized.
+#[derive(Debug)]
+struct InService<P> {
+    q: Queued<P>,
+    queue_delay: u64,
+    /// Rate: when the last bit is out.
+    done_at: u64,
+    /// Trace: bytes still to send.
+    remaining: u32,
+}
+
+/// A packet on the wire, due at `due`; the heap pops the smallest (due, seq).
+#[derive(Debug)]
+struct InFlight<P> {
+    due: u64,
+    seq: u64,
+    q: Queued<P>,
+    queue_delay: u64,
+}
+
+impl<P> PartialEq for InFlight<P> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl<P> Eq for InFlight<P> {}
+impl<P> PartialOrd for InFlight<P> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<P> Ord for InFlight<P> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Reversed: BinaryHeap is a max-heap.
+        (other.due, other.seq).cmp(&(self.due, self.seq))
+    }
+}
+
+/// One direction of the path; see the [module docs](self).
+#[derive(Debug)]
+pub struct Link<P> {
+    delay_ns: u64,
+    jitter: Option<Jitter>,
+    loss: LossState,
+    duplicate: u32,
+    corrupt: u32,
+    reorder: Option<ReorderState>,
+    server: Server,
+    limit: Limit,
+    codel: Option<Codel>,
+    mtu: u32,
+    rng: ChaCha8Rng,
+
+    now: u64,
+    queue: Fifo<P>,
+    in_service: Option<InService<P>>,
+    wire: BinaryHeap<InFlight<P>>,
+    dropped: VecDeque<Dropped<P>>,
+    next_seq: u64,
+    /// The highest seq delivered, to count reordering.
+    max_delivered: Option<u64>,
+    /// Without reordering jitter no packet is due before this.
+    last_due: u64,
+    counters: LinkCounters,
+}
+
+fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
+    ppb != 0 && rng.random_range(0..Prob::SCALE) < ppb
+}
+
+impl<P> Link<P> {
+    /// A link for one direction. `path_rtt_us` sizes a queue given in BDP; `trace` is the
+    /// parsed file the spec names, if it names one.
+    pub fn new(
+        spec: &LinkSpec,
+        path_rtt_us: u64,
+        mtu: u32,
+        seed: u64,
+        trace: Option<Trace>,
+    ) -> Result<Self, LinkError> {
+        let server = match (&spec.bottleneck, trace) {
+            (Bottleneck::Trace { path }, None) => {
+                return Err(LinkError::MissingTrace { path: path.clone() })
+            }
+            (Bottleneck::Trace { .. }, Some(trace)) => Server::Trace {
+                trace,
+                cursor: TraceCursor::default(),
+            },
+            (_, Some(_)) => return Err(LinkError::UnexpectedTrace),
+            (Bottleneck::Unlimited, None) => Server::Unlimited,
+            (&Bottleneck::Rate { bps, overhead }, None) => Server::Rate {
+                bps,
+                overhead,
+                carry: 0,
+            },
+        };
+        let limit = spec
+            .queue_limit(path_rtt_us)
+            .ok_or(LinkError::BdpWithoutRate)?;
+        let loss = match spec.loss {
+            Loss::None => LossState::None,
+            Loss::Random(p) => LossState::Random(p.ppb()),
+            Loss::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => LossState::GilbertElliott {
+                p: p.ppb(),
+                r: r.ppb(),
+                loss_bad: loss_bad.ppb(),
+                loss_good: loss_good.ppb(),
+                bad: false,
+            },
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let reorder = spec.reorder.map(|r| ReorderState {
+            prob: r.prob.as_f64(),
+            correlation: r.correlation.as_f64(),
+            gap: r.gap.max(1),
+            counter: 0,
+            last: rng.random(),
+        });
+        let codel = match spec.aqm {
+            Aqm::DropTail => None,
+            Aqm::Codel {
+                target_us,
+                interval_us,
+            } => Some(Codel::new(
+                target_us * NS_PER_US,
+                interval_us * NS_PER_US,
+                mtu,
+            )),
+        };
+        Ok(Link {
+            delay_ns: spec.delay_us * NS_PER_US,
+            jitter: spec.jitter,
+            loss,
+            duplicate: spec.duplicate.ppb(),
+            corrupt: spec.corrupt.ppb(),
+            reorder,
+            server,
+            limit,
+            codel,
+            mtu,
+            rng,
+            now: 0,
+            queue: Fifo::new(),
+            in_service: None,
+            wire: BinaryHeap::with_capacity(64),
+            dropped: VecDeque::new(),
+            next_seq: 0,
+            max_delivered: None,
+            last_due: 0,
+            counters: LinkCounters::default(),
+        })
+    }
+
+    /// The link of one direction of `path`, with that direction's seed.
+    pub fn for_direction(
+        path: &PathSpec,
+        dir: Direction,
+        trace: Option<Trace>,
+    ) -> Result<Self, LinkError> {
+        Link::new(
+            path.link(dir),
+            path.rtt_us(),
+            path.mtu,
+            path.link_seed(dir),
+            trace,
+        )
+    }
+
+    pub fn counters(&self) -> &LinkCounters {
+        &self.counters
+    }
+
+    /// The resolved bottleneck buffer.
+    pub fn limit(&self) -> Limit {
+        self.limit
+    }
+
+    /// Packets inside: queued, being serialized or on the wire.
+    pub fn inside(&self) -> usize {
+        self.queue.len() + usize::from(self.in_service.is_some()) + self.wire.len()
+    }
+
+    /// A packet arrives at `now` with `wire_len` bytes (the IP packet). Call
+    /// [`pop_dropped`](Self::pop_dropped) afterwards too: time moving on may have let
+    /// CoDel drop queued packets.
+    pub fn push(&mut self, now: u64, packet: P, wire_len: u32) -> PushOutcome<P> {
+        self.advance(now);
+        self.count_in(wire_len);
+        if wire_len > self.mtu {
+            return self.refuse(packet, DropReason::Oversize);
+        }
+        // As netem: duplication is decided first, and a loss then takes one of the two
+        // copies, so the packet goes on alone.
+        let duplicate = roll(&mut self.rng, self.duplicate);
+        if self.loss_event() {
+            if !duplicate {
+                return self.refuse(packet, DropReason::Loss);
+            }
+            self.count_in(wire_len);
+            self.counters.duplicated += 1;
+            self.counters.dropped_loss += 1;
+            return match self.admit(packet, wire_len) {
+                Ok(()) => PushOutcome::Accepted,
+                Err(d) => PushOutcome::Dropped(d),
+            };
+        }
+        match self.admit(packet, wire_len) {
+            Ok(()) if duplicate => PushOutcome::Duplicate,
+            Ok(()) => PushOutcome::Accepted,
+            Err(d) => {
+                if duplicate {
+                    // netem drops the copy with the original when the queue is full.
+                    self.count_in(wire_len);
+                    self.counters.duplicated += 1;
+                    self.counters.dropped_queue += 1;
+                }
+                PushOutcome::Dropped(d)
+            }
+        }
+    }
+
+    /// The copy asked for by [`PushOutcome::Duplicate`]. It faces loss again, as netem
+    /// re-enqueues its clone, but is never duplicated itself.
+    pub fn push_duplicate(&mut self, now: u64, packet: P, wire_len: u32) -> PushOutcome<P> {
+        self.advance(now);
+        self.count_in(wire_len);
+        self.counters.duplicated += 1;
+        if wire_len > self.mtu {
+            return self.refuse(packet, DropReason::Oversize);
+        }
+        if self.loss_event() {
+            return self.refuse(packet, DropReason::Loss);
+        }
+        match self.admit(packet, wire_len) {
+            Ok(()) => PushOutcome::Accepted,
+            Err(d) => PushOutcome::Dropped(d),
+        }
+    }
+
+    /// The next packet due by `now`, if any; call until `None`.
+    pub fn pop(&mut self, now: u64) -> Option<Delivered<P>> {
+        self.advance(now);
+        if self.wire.peek()?.due > now {
+            return None;
+        }
+        let f = self.wire.pop()?;
+        self.counters.delivered_packets += 1;
+        self.counters.delivered_bytes += u64::from(f.q.wire_len);
+        match self.max_delivered {
+            Some(max) if f.seq < max => self.counters.reordered += 1,
+            _ => self.max_delivered = Some(f.seq),
+        }
+        Some(Delivered {
+            packet: f.q.packet,
+            wire_len: f.q.wire_len,
+            corrupt: f.q.corrupt,
+            pushed_at: f.q.pushed_at,
+            queue_delay: f.queue_delay,
+            due: f.due,
+        })
+    }
+
+    /// A packet CoDel dropped inside the link, to be freed; call until `None` after
+    /// each push or pop.
+    pub fn pop_dropped(&mut self) -> Option<Dropped<P>> {
+        self.dropped.pop_front()
+    }
+
+    /// The earliest time something happens inside: a serialization ends, an opportunity
+    /// of a busy trace link comes, or a packet is due. `None` when the link is empty.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let wire = self.wire.peek().map(|f| f.due);
+        match (self.server_deadline(), wire) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn count_in(&mut self, wire_len: u32) {
+        self.counters.packets_in += 1;
+        self.counters.bytes_in += u64::from(wire_len);
+    }
+
+    fn refuse(&mut self, packet: P, reason: DropReason) -> PushOutcome<P> {
+        match reason {
+            DropReason::Loss => self.counters.dropped_loss += 1,
+            DropReason::Queue => self.counters.dropped_queue += 1,
+            DropReason::Aqm => self.counters.dropped_aqm += 1,
+            DropReason::Oversize => self.counters.dropped_oversize += 1,
+        }
+        PushOutcome::Dropped(Dropped {
+            packet,
+            reason,
+            at: self.now,
+        })
+    }
+
+    /// netem's loss_event: the state's loss decides this packet, after the transition
+    /// roll (netem draws the transition first but judges by the state it started in).
+    fn loss_event(&mut self) -> bool {
+        let rng = &mut self.rng;
+        match &mut self.loss {
+            LossState::None => false,
+            LossState::Random(p) => roll(rng, *p),
+            LossState::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+                bad,
+            } => {
+                if *bad {
+                    if roll(rng, *r) {
+                        *bad = false;
+                    }
+                    roll(rng, *loss_bad)
+                } else {
+                    if roll(rng, *p) {
+                        *bad = true;
+                    }
+                    roll(rng, *loss_good)
+                }
+            }
+        }
+    }
+
+    /// Corruption, then the queue (or straight to the wire without a bottleneck).
+    fn admit(&mut self, packet: P, wire_len: u32) -> Result<(), Dropped<P>> {
+        let corrupt = roll(&mut self.rng, self.corrupt);
+        if corrupt {
+            self.counters.corrupted += 1;
+        }
+        let now = self.now;
+        let q = Queued {
+            packet,
+            wire_len,
+            corrupt,
+            pushed_at: now,
+        };
+        if matches!(self.server, Server::Unlimited) {
+            self.transmitted(q, 0, now);
+            return Ok(());
+        }
+        let idle = self.in_service.is_none() && self.queue.is_empty();
+        if !idle && !self.queue.fits(self.limit, wire_len) {
+            self.counters.dropped_queue += 1;
+            return Err(Dropped {
+                packet: q.packet,
+                reason: DropReason::Queue,
+                at: now,
+            });
+        }
+        self.queue.push(q);
+        if idle {
+            match &mut self.server {
+                Server::Rate { .. } => self.start_rate(now),
+                Server::Trace { trace, cursor } => *cursor = trace.first_after(now),
+                Server::Unlimited => unreachable!("handled above"),
+            }
+        }
+        self.sync_queue_counters();
+        Ok(())
+    }
+
+    fn sync_queue_counters(&mut self) {
+        let c = &mut self.counters;
+        c.queue_packets = self.queue.len() as u64;
+        c.queue_bytes = self.queue.bytes();
+        c.max_queue_bytes = c.max_queue_bytes.max(c.queue_bytes);
+    }
+
+    /// The head of the queue at `now`, through CoDel if configured.
+    fn dequeue(&mut self, now: u64) -> Option<Queued<P>> {
+        let q = match &mut self.codel {
+            None => self.queue.pop(),
+            Some(codel) => {
+                let (dropped, counters) = (&mut self.dropped, &mut self.counters);
+                codel.dequeue(now, &mut self.queue, |q| {
+                    counters.dropped_aqm += 1;
+                    dropped.push_back(Dropped {
+                        packet: q.packet,
+                        reason: DropReason::Aqm,
+                        at: now,
+                    });
+                })
+            }
+        };
+        self.sync_queue_counters();
+        q
+    }
+
+    fn server_deadline(&self) -> Option<u64> {
+        match &self.server {
+            Server::Unlimited => None,
+            Server::Rate { .. } => self.in_service.as_ref().map(|s| s.done_at),
+            Server::Trace { trace, cursor } => (self.in_service.is_some()
+                || !self.queue.is_empty())
+            .then(|| trace.time_ns(*cursor)),
+        }
+    }
+
+    /// Runs every internal event up to `now`, in time order.
+    fn advance(&mut self, now: u64) {
+        debug_assert!(now >= self.now, "time went backwards: {now} < {}", self.now);
+        let now = now.max(self.now);
+        while let Some(t) = self.server_deadline().filter(|&t| t <= now) {
+            // Events happen at their own time, not at the time we noticed them.
+            self.now = t;
+            match self.server {
+                Server::Rate { .. } => {
+                    let s = self
+                        .in_service
+                        .take()
+                        .expect("a rate deadline has a packet");
+                    self.transmitted(s.q, s.queue_delay, t);
+                    self.start_rate(t);
+                }
+                Server::Trace { .. } => self.opportunity(t),
+                Server::Unlimited => unreachable!("no deadline"),
+            }
+        }
+        self.now = now;
+    }
+
+    /// Starts serializing the next packet at `t` if the rate server is free.
+    fn start_rate(&mut self, t: u64) {
+        if self.in_service.is_some() {
+            return;
+        }
+        let next = self.dequeue(t);
+        let Server::Rate {
+            bps,
+            overhead,
+            carry,
+        } = &mut self.server
+        else {
+            unreachable!("rate server")
+        };
+        let Some(q) = next else {
+            // Idle: the next packet starts on its own arrival time.
+            *carry = 0;
+            return;
+        };
+        let bits = u128::from(q.wire_len + *overhead) * 8;
+        let scaled = bits * 1_000_000_000 + *carry;
+        let tx_ns = (scaled / u128::from(*bps)) as u64;
+        *carry = scaled % u128::from(*bps);
+        self.in_service = Some(InService {
+            queue_delay: t - q.pushed_at,
+            q,
+            done_at: t + tx_ns,
+            remaining: 0,
+        });
+    }
+
+    /// One trace opportunity at `t`: 1500 bytes for the packet in service and then the
+    /// next ones, as mahimahi's `rationalize`; unused bytes are lost.
+    fn opportunity(&mut self, t: u64) {
+        if let Server::Trace { trace, cursor } = &mut self.server {
+            *cursor = trace.next(*cursor);
+        }
+        let mut budget = OPPORTUNITY_BYTES;
+        loop {
+            if self.in_service.is_none() {
+                let Some(q) = self.dequeue(t) else { break };
+                self.in_service = Some(InService {
+                    queue_delay: t - q.pushed_at,
+                    remaining: q.wire_len,
+                    q,
+                    done_at: 0,
+                });
+            }
+            let s = self.in_service.as_mut().expect("just filled");
+            if s.remaining > budget {
+                s.remaining -= budget;
+                break;
+            }
+            budget -= s.remaining;
+            let s = self.in_service.take().expect("just filled");
+            self.transmitted(s.q, s.queue_delay, t);
+            if budget == 0 {
+                break;
+            }
+        }
+    }
+
+    /// The last bit left the bottleneck at `t`: propagation, jitter and reorder.
+    fn transmitted(&mut self, q: Queued<P>, queue_delay: u64, t: u64) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let due = if self.sent_early() {
+            t
+        } else {
+            let mut due = t + self.propagation_delay();
+            if !self.jitter.is_some_and(|j| j.reorder) {
+                due = due.max(self.last_due);
+                self.last_due = due;
+            }
+            due
+        };
+        self.wire.push(InFlight {
+            due,
+            seq,
+            q,
+            queue_delay,
+        });
+    }
+
+    /// netem's reorder: after `gap - 1` delayed packets, each goes out without the delay
+    /// with the (correlated) probability.
+    fn sent_early(&mut self) -> bool {
+        let Some(r) = &mut self.reorder else {
+            return false;
+        };
+        if r.counter + 1 < r.gap {
+            r.counter += 1;
+            return false;
+        }
+        let fresh: f64 = self.rng.random();
+        let u = (1.0 - r.correlation) * fresh + r.correlation * r.last;
+        r.last = u;
+        if u < r.prob {
+            r.counter = 0;
+            true
+        } else {
+            r.counter += 1;
+            false
+        }
+    }
+
+    /// The delay plus a jitter draw, never below zero.
+    fn propagation_delay(&mut self) -> u64 {
+        let Some(j) = self.jitter else {
+            return self.delay_ns;
+        };
+        let u: f64 = self.rng.random();
+        let offset = dist::offset(j.dist, u) * (j.jitter_us * NS_PER_US) as f64;
+        (self.delay_ns as f64 + offset).max(0.0).round() as u64
+    }
+}

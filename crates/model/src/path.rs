@@ -1,0 +1,1585 @@
+//! The path spec: what the two links between client and server do, in one line.
+//!
+//! ```text
+//! spec      := clause*                       (clauses separated by spaces, any order)
+//! clause    := [dir "."] key value
+//! dir       := "up" | "down"                 (up = client → server; no prefix = both)
+//!
+//! key value:
+//!   delay D                                  one-way propagation delay
+//!   rtt D                                    D/2 each way (an odd µs goes to up); no prefix,
+//!                                            and no `delay` on a direction rtt already sets
+//!   jitter D [dist uniform|normal|pareto|paretonormal] [reorder|noreorder]
+//!                                            delay varies by D (normal: σ = D); default
+//!                                            `dist normal noreorder`: a packet is never
+//!                                            delivered before an earlier one
+//!   loss P                                   random loss (also `loss random P`)
+//!   loss gemodel p [r [1-h [1-k]]]           Gilbert–Elliott as netem: p good→bad, r bad→good
+//!                                            (default 1-p), 1-h loss when bad (default 100%),
+//!                                            1-k loss when good (default 0%)
+//!   duplicate P                              P of packets arrive twice
+//!   corrupt P                                P of packets arrive with a flipped bit
+//!   reorder P [CORR] [gap N]                 as netem: P of packets (after N-1 delayed ones,
+//!                                            default N = 1) skip the delay; needs a delay
+//!   rate R [overhead BYTES]                  bottleneck rate; BYTES added to every packet
+//!   trace FILE                               mahimahi trace instead of a rate (no spaces in
+//!                                            FILE); a direction has a rate or a trace
+//!   queue N                                  bottleneck buffer, default 1000p:
+//!                                              100 or 100p   packets (a bare number)
+//!                                              64KiB, 1500B  bytes (any size with a unit)
+//!                                              1bdp, 0.5bdp  times rate × path RTT (needs rate)
+//!   aqm droptail | aqm codel [target D] [interval D]
+//!                                            CoDel defaults: target 5ms, interval 100ms
+//!   mtu BYTES                                whole path only, default 1500
+//!   seed N                                   whole path only, default 1
+//!
+//! D: 250us, 10ms, 1.5s   R: 100mbit, 1gbit, 500kbit (`Bps` spellings are bytes/s)
+//! P: 1%, 0.25%           BYTES: 1500, 64K, 1MiB, 64kB
+//! ```
+//!
+//! A direction-prefixed key overrides the same key without prefix (`rate 100mbit
+//! down.rate 10mbit`); the same key twice in one scope is an error, whatever the order.
+//! After `jitter`, `reorder` followed by a percentage is the `reorder` key, not the flag.
+//! Without `rate` or `trace` a direction has no bottleneck: `queue` and `aqm` are then
+//! ignored. Parsing never reads the trace file; [`PathSpec`] only records its path.
+//!
+//! The same spec in an experiment's TOML: top-level keys apply to both directions, tables
+//! `up` and `down` to one, and each value is the text after the key in the grammar above
+//! (numbers may be TOML numbers):
+//!
+//! ```toml
+//! [path]
+//! rtt = "20ms"
+//! rate = "100mbit"
+//! queue = "1bdp"
+//! aqm = "codel target 5ms"
+//! [path.up]
+//! loss = "gemodel 1% 10%"
+//! ```
+//!
+//! [`PathSpec`]'s `Display` prints the normalized spec: each unit back in one spelling,
+//! defaults left out, so parsing it gives the same spec again.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::Error as _;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::units::{parse_duration, parse_percent, parse_rate, parse_size};
+
+pub const DEFAULT_MTU: u32 = 1500;
+pub const DEFAULT_SEED: u64 = 1;
+pub const DEFAULT_QUEUE_PACKETS: u64 = 1000;
+pub const CODEL_TARGET_US: u64 = 5_000;
+pub const CODEL_INTERVAL_US: u64 = 100_000;
+/// The IPv4 minimum and the IP maximum.
+pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 68..=65_535;
+
+/// Which way packets travel: up = client → server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Up,
+    Down,
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+}
+
+/// A probability, exact to one part per billion so that printing and parsing it again
+/// gives the same value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Prob(u32);
+
+impl Prob {
+    pub const SCALE: u32 = 1_000_000_000;
+    pub const ZERO: Prob = Prob(0);
+    pub const ONE: Prob = Prob(Prob::SCALE);
+
+    /// `None` above 100%.
+    pub fn from_ppb(ppb: u32) -> Option<Prob> {
+        (ppb <= Prob::SCALE).then_some(Prob(ppb))
+    }
+
+    /// Parts per billion.
+    pub fn ppb(self) -> u32 {
+        self.0
+    }
+
+    pub fn as_f64(self) -> f64 {
+        f64::from(self.0) / f64::from(Prob::SCALE)
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+
+    /// 1 − self.
+    pub fn complement(self) -> Prob {
+        Prob(Prob::SCALE - self.0)
+    }
+}
+
+/// Exact: `1%`, `0.25%`, `0.0000001%`.
+impl fmt::Display for Prob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One percent is 10^7 ppb.
+        let (int, frac) = (self.0 / 10_000_000, self.0 % 10_000_000);
+        if frac == 0 {
+            write!(f, "{int}%")
+        } else {
+            let digits = format!("{frac:07}");
+            write!(f, "{int}.{}%", digits.trim_end_matches('0'))
+        }
+    }
+}
+
+/// Parses a percentage with [`parse_percent`] and rounds it to whole ppb, rejecting what
+/// is finer (the f64 it returns is within a few ulps of the decimal typed).
+fn parse_prob(text: &str) -> Result<Prob, String> {
+    let fraction = parse_percent(text).map_err(|e| e.to_string())?;
+    let ppb = fraction * f64::from(Prob::SCALE);
+    let rounded = ppb.round();
+    if (ppb - rounded).abs() > 1e-3 {
+        return Err(format!(
+            "invalid percentage '{text}': finer than 0.0000001%"
+        ));
+    }
+    Ok(Prob(rounded as u32))
+}
+
+/// How the jittered delay is drawn; netem's distributions, see `link` for the formulas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum JitterDist {
+    /// delay ± jitter, uniformly.
+    Uniform,
+    /// σ = jitter.
+    #[default]
+    Normal,
+    /// netem's `pareto` table (shape 3, mean 0, scaled by jitter).
+    Pareto,
+    /// netem's `paretonormal`: ¼ normal + ¾ pareto of the same quantile.
+    ParetoNormal,
+}
+
+impl JitterDist {
+    const ALL: [JitterDist; 4] = [
+        JitterDist::Uniform,
+        JitterDist::Normal,
+        JitterDist::Pareto,
+        JitterDist::ParetoNormal,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JitterDist::Uniform => "uniform",
+            JitterDist::Normal => "normal",
+            JitterDist::Pareto => "pareto",
+            JitterDist::ParetoNormal => "paretonormal",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Jitter {
+    /// > 0.
+    pub jitter_us: u64,
+    pub dist: JitterDist,
+    /// Packets may overtake each other; off, each is held until the one before it is out.
+    pub reorder: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Loss {
+    #[default]
+    None,
+    /// Each packet independently; > 0.
+    Random(Prob),
+    /// netem's `gemodel`.
+    GilbertElliott {
+        /// good → bad, per packet.
+        p: Prob,
+        /// bad → good, per packet.
+        r: Prob,
+        /// Loss probability in the bad state (netem's 1-h).
+        loss_bad: Prob,
+        /// Loss probability in the good state (netem's 1-k).
+        loss_good: Prob,
+    },
+}
+
+/// netem's `reorder`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reorder {
+    /// > 0.
+    pub prob: Prob,
+    pub correlation: Prob,
+    /// ≥ 1: after an early packet, the next `gap - 1` are always delayed.
+    pub gap: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Bottleneck {
+    /// No rate limit: no queue, no serialization.
+    #[default]
+    Unlimited,
+    Rate {
+        /// bit/s, > 0.
+        bps: u64,
+        /// Bytes added to each packet's size on the wire.
+        overhead: u32,
+    },
+    /// A mahimahi trace; the caller loads the file.
+    Trace { path: String },
+}
+
+/// The bottleneck buffer as written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum QueueLimit {
+    Packets(u64),
+    Bytes(u64),
+    /// A multiple (finite, ≥ 0) of rate × path RTT; needs a fixed rate.
+    Bdp(f64),
+}
+
+impl Default for QueueLimit {
+    fn default() -> Self {
+        QueueLimit::Packets(DEFAULT_QUEUE_PACKETS)
+    }
+}
+
+/// The bottleneck buffer in packets or bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Limit {
+    Packets(u64),
+    Bytes(u64),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Aqm {
+    #[default]
+    DropTail,
+    Codel {
+        target_us: u64,
+        interval_us: u64,
+    },
+}
+
+/// One direction of the path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LinkSpec {
+    /// One-way propagation delay.
+    pub delay_us: u64,
+    pub jitter: Option<Jitter>,
+    pub loss: Loss,
+    pub duplicate: Prob,
+    pub corrupt: Prob,
+    pub reorder: Option<Reorder>,
+    pub bottleneck: Bottleneck,
+    pub queue: QueueLimit,
+    pub aqm: Aqm,
+}
+
+impl LinkSpec {
+    /// The buffer in packets or bytes; a BDP multiple becomes
+    /// ⌊multiple × rate × path RTT / 8⌋ bytes. `None` for a BDP multiple without a fixed
+    /// rate, which the parser rejects.
+    pub fn queue_limit(&self, path_rtt_us: u64) -> Option<Limit> {
+        Some(match self.queue {
+            QueueLimit::Packets(n) => Limit::Packets(n),
+            QueueLimit::Bytes(n) => Limit::Bytes(n),
+            QueueLimit::Bdp(multiple) => {
+                let Bottleneck::Rate { bps, .. } = self.bottleneck else {
+                    return None;
+                };
+                // Exact integer BDP first; only the multiple goes through f64.
+                let bdp = u128::from(bps) * u128::from(path_rtt_us) / 8_000_000;
+                Limit::Bytes((bdp as f64 * multiple).floor() as u64)
+            }
+        })
+    }
+
+    /// Why this direction cannot be built, naming the key at fault.
+    fn problem(&self) -> Option<(Key, String)> {
+        if self.reorder.is_some() && self.delay_us == 0 {
+            return Some((
+                Key::Reorder,
+                "reorder needs a delay on this direction (reordered packets are the ones sent without it)".into(),
+            ));
+        }
+        if matches!(self.queue, QueueLimit::Bdp(_))
+            && !matches!(self.bottleneck, Bottleneck::Rate { .. })
+        {
+            return Some((
+                Key::Queue,
+                "a queue in bdp needs a fixed rate on this direction".into(),
+            ));
+        }
+        None
+    }
+}
+
+/// Both directions and what they share.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathSpec {
+    /// Client → server.
+    pub up: LinkSpec,
+    /// Server → client.
+    pub down: LinkSpec,
+    pub mtu: u32,
+    pub seed: u64,
+}
+
+impl Default for PathSpec {
+    fn default() -> Self {
+        PathSpec {
+            up: LinkSpec::default(),
+            down: LinkSpec::default(),
+            mtu: DEFAULT_MTU,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+impl PathSpec {
+    pub fn link(&self, dir: Direction) -> &LinkSpec {
+        match dir {
+            Direction::Up => &self.up,
+            Direction::Down => &self.down,
+        }
+    }
+
+    /// Base round trip: both one-way delays, without jitter or queuing.
+    pub fn rtt_us(&self) -> u64 {
+        self.up.delay_us.saturating_add(self.down.delay_us)
+    }
+
+    /// The RNG seed of one direction: distinct per direction, fixed by `seed`.
+    pub fn link_seed(&self, dir: Direction) -> u64 {
+        let lane = match dir {
+            Direction::Up => 0,
+            Direction::Down => 1,
+        };
+        splitmix64(self.seed.wrapping_mul(2).wrapping_add(lane))
+    }
+
+    /// Checks what the parser checks, for a spec built in code.
+    pub fn validate(&self) -> Result<(), PathError> {
+        if !MTU_RANGE.contains(&self.mtu) {
+            return Err(PathError::whole(format!(
+                "mtu {} is outside {}..={}",
+                self.mtu,
+                MTU_RANGE.start(),
+                MTU_RANGE.end()
+            )));
+        }
+        for dir in [Direction::Up, Direction::Down] {
+            if let Some((key, message)) = self.link(dir).problem() {
+                return Err(PathError::whole(format!(
+                    "{}.{}: {message}",
+                    dir.name(),
+                    key.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+/// Where in the input an error is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// 1-based word of the text.
+    Word(usize),
+    /// The text ended after this word.
+    End { after_word: usize },
+    /// A key of the TOML form (`rate`, `up.loss`).
+    Key(String),
+    /// The spec as a whole.
+    Whole,
+}
+
+/// A rejected path spec; one line naming the offending token and its position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathError {
+    /// The offending text: a word, or a TOML value.
+    pub token: String,
+    pub position: Position,
+    pub message: String,
+}
+
+impl PathError {
+    fn whole(message: String) -> Self {
+        PathError {
+            token: String::new(),
+            position: Position::Whole,
+            message,
+        }
+    }
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = self.token.escape_debug();
+        match &self.position {
+            Position::Word(n) => write!(f, "path spec: at '{token}' (word {n}): ")?,
+            Position::End { after_word } => write!(
+                f,
+                "path spec: at the end, after '{token}' (word {after_word}): "
+            )?,
+            Position::Key(key) => write!(f, "path spec: at '{token}' (key {key}): ")?,
+            Position::Whole => f.write_str("path spec: ")?,
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PathError {}
+
+// ---------------------------------------------------------------------------------------
+// Parsing
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Delay,
+    Rtt,
+    Jitter,
+    Loss,
+    Duplicate,
+    Corrupt,
+    Reorder,
+    Rate,
+    Trace,
+    Queue,
+    Aqm,
+    Mtu,
+    Seed,
+}
+
+impl Key {
+    const ALL: [Key; 13] = [
+        Key::Delay,
+        Key::Rtt,
+        Key::Jitter,
+        Key::Loss,
+        Key::Duplicate,
+        Key::Corrupt,
+        Key::Reorder,
+        Key::Rate,
+        Key::Trace,
+        Key::Queue,
+        Key::Aqm,
+        Key::Mtu,
+        Key::Seed,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Key::Delay => "delay",
+            Key::Rtt => "rtt",
+            Key::Jitter => "jitter",
+            Key::Loss => "loss",
+            Key::Duplicate => "duplicate",
+            Key::Corrupt => "corrupt",
+            Key::Reorder => "reorder",
+            Key::Rate => "rate",
+            Key::Trace => "trace",
+            Key::Queue => "queue",
+            Key::Aqm => "aqm",
+            Key::Mtu => "mtu",
+            Key::Seed => "seed",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Key> {
+        Key::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Keys that only exist for the path as a whole.
+    fn whole_path_only(self) -> bool {
+        matches!(self, Key::Rtt | Key::Mtu | Key::Seed)
+    }
+}
+
+fn expected_keys() -> String {
+    let names: Vec<_> = Key::ALL.iter().map(|k| k.name()).collect();
+    format!(
+        "expected one of {} (prefix up. or down. for one direction)",
+        names.join(", ")
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    Both,
+    Up,
+    Down,
+}
+
+impl Scope {
+    fn prefix(self) -> &'static str {
+        match self {
+            Scope::Both => "",
+            Scope::Up => "up.",
+            Scope::Down => "down.",
+        }
+    }
+
+    fn covers(self, dir: Direction) -> bool {
+        matches!(
+            (self, dir),
+            (Scope::Both, _) | (Scope::Up, Direction::Up) | (Scope::Down, Direction::Down)
+        )
+    }
+}
+
+/// One word of input, with what an error about it should quote and where it is.
+#[derive(Clone, Debug)]
+struct Token {
+    text: String,
+    /// The word itself for text input; the whole value for TOML.
+    shown: String,
+    /// TOML: the whole value, quoted when it ends too early.
+    value: String,
+    position: Position,
+}
+
+impl Token {
+    fn error(&self, message: impl Into<String>) -> PathError {
+        PathError {
+            token: self.shown.clone(),
+            position: self.position.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// The input ended right after this token while a value was still expected.
+    fn missing(&self, message: impl Into<String>) -> PathError {
+        let (token, position) = match self.position {
+            Position::Word(n) => (self.shown.clone(), Position::End { after_word: n }),
+            ref other => (self.value.clone(), other.clone()),
+        };
+        PathError {
+            token,
+            position,
+            message: message.into(),
+        }
+    }
+
+    fn looks_numeric(&self) -> bool {
+        self.text
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || c == '.')
+    }
+}
+
+struct Cursor<'a> {
+    tokens: &'a [Token],
+    next: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<&'a Token> {
+        self.tokens.get(self.next)
+    }
+
+    fn peek2(&self) -> Option<&'a Token> {
+        self.tokens.get(self.next + 1)
+    }
+
+    fn bump(&mut self) -> Option<&'a Token> {
+        let t = self.tokens.get(self.next)?;
+        self.next += 1;
+        Some(t)
+    }
+
+    /// The next token, which must exist: `what` names the value for the error.
+    fn value(&mut self, what: &str) -> Result<&'a Token, PathError> {
+        match self.bump() {
+            Some(t) => Ok(t),
+            None => Err(self
+                .last()
+                .missing(format!("missing value; expected {what}"))),
+        }
+    }
+
+    fn last(&self) -> &'a Token {
+        &self.tokens[self.next - 1]
+    }
+}
+
+const DURATION: &str = "a duration such as 250us, 10ms, 1.5s";
+const RATE: &str = "a rate such as 100mbit, 1gbit, 500kbit";
+const PERCENT: &str = "a percentage such as 1% or 0.1%";
+const SIZE: &str = "a size in bytes such as 1500, 64K, 1MiB";
+
+fn duration(t: &Token) -> Result<u64, PathError> {
+    parse_duration(&t.text).map_err(|e| t.error(e.to_string()))
+}
+
+fn positive_duration(t: &Token) -> Result<u64, PathError> {
+    match duration(t)? {
+        0 => Err(t.error("must be above zero")),
+        d => Ok(d),
+    }
+}
+
+fn prob(t: &Token) -> Result<Prob, PathError> {
+    parse_prob(&t.text).map_err(|e| t.error(e))
+}
+
+fn size(t: &Token) -> Result<u64, PathError> {
+    parse_size(&t.text).map_err(|e| t.error(e.to_string()))
+}
+
+fn small_size(t: &Token) -> Result<u32, PathError> {
+    u32::try_from(size(t)?).map_err(|_| t.error("too large"))
+}
+
+/// What one clause sets.
+#[derive(Clone, Debug, PartialEq)]
+enum Setting {
+    Delay(u64),
+    Rtt(u64),
+    Jitter(Option<Jitter>),
+    Loss(Loss),
+    Duplicate(Prob),
+    Corrupt(Prob),
+    Reorder(Option<Reorder>),
+    Bottleneck(Bottleneck),
+    Queue(QueueLimit),
+    Aqm(Aqm),
+    Mtu(u32),
+    Seed(u64),
+}
+
+struct Clause<'a> {
+    scope: Scope,
+    key: Key,
+    /// The key's own token, for errors about the clause as a whole.
+    at: &'a Token,
+    setting: Setting,
+}
+
+/// Reads one clause: a key and its value words.
+fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
+    let at = cur.bump().expect("caller checked for a token");
+    let (scope, name) = if let Some(rest) = at.text.strip_prefix("up.") {
+        (Scope::Up, rest)
+    } else if let Some(rest) = at.text.strip_prefix("down.") {
+        (Scope::Down, rest)
+    } else {
+        (Scope::Both, at.text.as_str())
+    };
+    let Some(key) = Key::from_name(name) else {
+        return Err(at.error(unknown_key_message(at, cur)));
+    };
+    if scope != Scope::Both && key.whole_path_only() {
+        let hint = if key == Key::Rtt {
+            format!("rtt sets both directions; use {}delay", scope.prefix())
+        } else {
+            format!("{} applies to the whole path; drop the prefix", key.name())
+        };
+        return Err(at.error(hint));
+    }
+    let setting = match key {
+        Key::Delay => Setting::Delay(duration(cur.value(DURATION)?)?),
+        Key::Rtt => Setting::Rtt(duration(cur.value(DURATION)?)?),
+        Key::Jitter => Setting::Jitter(jitter(cur)?),
+        Key::Loss => Setting::Loss(loss(cur)?),
+        Key::Duplicate => Setting::Duplicate(prob(cur.value(PERCENT)?)?),
+        Key::Corrupt => Setting::Corrupt(prob(cur.value(PERCENT)?)?),
+        Key::Reorder => Setting::Reorder(reorder(cur)?),
+        Key::Rate => {
+            let t = cur.value(RATE)?;
+            let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
+            if bps == 0 {
+                return Err(t.error("a rate must be above zero; leave out rate for no limit"));
+            }
+            let mut overhead = 0;
+            if cur.peek().is_some_and(|t| t.text == "overhead") {
+                cur.bump();
+                overhead = small_size(cur.value(SIZE)?)?;
+            }
+            Setting::Bottleneck(Bottleneck::Rate { bps, overhead })
+        }
+        Key::Trace => Setting::Bottleneck(Bottleneck::Trace {
+            path: cur.value("a trace file")?.text.clone(),
+        }),
+        Key::Queue => Setting::Queue(queue(cur.value("a queue size such as 100p, 256K, 1bdp")?)?),
+        Key::Aqm => Setting::Aqm(aqm(cur)?),
+        Key::Mtu => {
+            let t = cur.value(SIZE)?;
+            let mtu = small_size(t)?;
+            if !MTU_RANGE.contains(&mtu) {
+                return Err(t.error(format!(
+                    "mtu must be within {}..={} bytes",
+                    MTU_RANGE.start(),
+                    MTU_RANGE.end()
+                )));
+            }
+            Setting::Mtu(mtu)
+        }
+        Key::Seed => {
+            let t = cur.value("a whole number")?;
+            let seed = t
+                .text
+                .parse()
+                .map_err(|_| t.error("invalid seed; expected a whole number"))?;
+            Setting::Seed(seed)
+        }
+    };
+    Ok(Clause {
+        scope,
+        key,
+        at,
+        setting,
+    })
+}
+
+fn unknown_key_message(at: &Token, cur: &Cursor<'_>) -> String {
+    let mut message = if at.looks_numeric() {
+        format!("a value where a key was expected; {}", expected_keys())
+    } else {
+        format!("unknown key; {}", expected_keys())
+    };
+    // `rate 10 mbit`: the unit was split from its number.
+    let one = format!("1{}", at.text);
+    let is_unit = !at.looks_numeric()
+        && (parse_rate(&one).is_ok() || parse_duration(&one).is_ok() || parse_size(&one).is_ok());
+    if is_unit && cur.next >= 2 {
+        let previous = &cur.tokens[cur.next - 2];
+        message.push_str(&format!(
+            "; a unit follows its number without a space, as in '{}{}'",
+            previous.text, at.text
+        ));
+    }
+    message
+}
+
+fn jitter(cur: &mut Cursor<'_>) -> Result<Option<Jitter>, PathError> {
+    let jitter_us = duration(cur.value(DURATION)?)?;
+    let mut dist = None;
+    let mut reorder = None;
+    while let Some(t) = cur.peek() {
+        match t.text.as_str() {
+            "dist" | "distribution" => {
+                cur.bump();
+                if dist.is_some() {
+                    return Err(t.error("distribution given twice"));
+                }
+                let v = cur.value("uniform, normal, pareto or paretonormal")?;
+                let found = JitterDist::ALL.into_iter().find(|d| d.name() == v.text);
+                dist = Some(found.ok_or_else(|| {
+                    v.error(
+                        "unknown distribution; expected uniform, normal, pareto or paretonormal",
+                    )
+                })?);
+            }
+            // `reorder 25%` right after jitter is netem's reorder key, not the flag.
+            "reorder" if cur.peek2().is_some_and(Token::looks_numeric) => break,
+            "reorder" | "noreorder" => {
+                cur.bump();
+                if reorder.is_some() {
+                    return Err(t.error("reorder or noreorder given twice"));
+                }
+                reorder = Some(t.text == "reorder");
+            }
+            _ => break,
+        }
+    }
+    Ok((jitter_us > 0).then(|| Jitter {
+        jitter_us,
+        dist: dist.unwrap_or_default(),
+        reorder: reorder.unwrap_or(false),
+    }))
+}
+
+fn loss(cur: &mut Cursor<'_>) -> Result<Loss, PathError> {
+    let first = cur.value("a percentage, or gemodel p [r [1-h [1-k]]]")?;
+    match first.text.as_str() {
+        "gemodel" => {
+            let p = prob(cur.value(PERCENT)?)?;
+            let mut optional = [p.complement(), Prob::ONE, Prob::ZERO];
+            for slot in &mut optional {
+                match cur.peek() {
+                    Some(t) if t.looks_numeric() => *slot = prob(cur.bump().expect("peeked"))?,
+                    _ => break,
+                }
+            }
+            let [r, loss_bad, loss_good] = optional;
+            Ok(Loss::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            })
+        }
+        "random" => random_loss(cur.value(PERCENT)?),
+        _ => random_loss(first),
+    }
+}
+
+fn random_loss(t: &Token) -> Result<Loss, PathError> {
+    let p = prob(t)?;
+    Ok(if p.is_zero() {
+        Loss::None
+    } else {
+        Loss::Random(p)
+    })
+}
+
+fn reorder(cur: &mut Cursor<'_>) -> Result<Option<Reorder>, PathError> {
+    let prob_ = prob(cur.value(PERCENT)?)?;
+    let mut correlation = Prob::ZERO;
+    if cur.peek().is_some_and(Token::looks_numeric) {
+        correlation = prob(cur.bump().expect("peeked"))?;
+    }
+    let mut gap = 1;
+    if cur.peek().is_some_and(|t| t.text == "gap") {
+        cur.bump();
+        let t = cur.value("a whole number of packets")?;
+        gap = match t.text.parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => return Err(t.error("invalid gap; expected a whole number of packets ≥ 1")),
+        };
+    }
+    Ok((!prob_.is_zero()).then_some(Reorder {
+        prob: prob_,
+        correlation,
+        gap,
+    }))
+}
+
+/// `100`/`100p` packets, `1bdp`/`0.5bdp` BDP multiples, anything else a size in bytes
+/// (so a bare number is packets, as tc's `limit`, and bytes always carry a unit).
+fn queue(t: &Token) -> Result<QueueLimit, PathError> {
+    let text = t.text.as_str();
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let packets = text.strip_suffix('p').unwrap_or(text);
+    if all_digits(packets) {
+        return packets
+            .parse()
+            .map(QueueLimit::Packets)
+            .map_err(|_| t.error("too many packets"));
+    }
+    if let Some(number) = text.strip_suffix("bdp") {
+        let decimal = {
+            let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+            (all_digits(int) || all_digits(frac))
+                && int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        };
+        return match number.parse::<f64>() {
+            Ok(m) if decimal && m.is_finite() => Ok(QueueLimit::Bdp(m)),
+            _ => Err(t.error("invalid BDP multiple; expected a number such as 1bdp or 0.5bdp")),
+        };
+    }
+    match parse_size(text) {
+        Ok(bytes) => Ok(QueueLimit::Bytes(bytes)),
+        Err(e) => Err(t.error(format!(
+            "{e}; a queue is packets (100, 100p), bytes with a unit (1500B, 64K) or a BDP multiple (1bdp)"
+        ))),
+    }
+}
+
+fn aqm(cur: &mut Cursor<'_>) -> Result<Aqm, PathError> {
+    let t = cur.value("droptail or codel")?;
+    match t.text.as_str() {
+        "droptail" => Ok(Aqm::DropTail),
+        "codel" => {
+            let mut target = None;
+            let mut interval = None;
+            while let Some(t) = cur.peek() {
+                let slot = match t.text.as_str() {
+                    "target" => &mut target,
+                    "interval" => &mut interval,
+                    _ => break,
+                };
+                cur.bump();
+                if slot.is_some() {
+                    return Err(t.error("given twice"));
+                }
+                *slot = Some(positive_duration(cur.value(DURATION)?)?);
+            }
+            Ok(Aqm::Codel {
+                target_us: target.unwrap_or(CODEL_TARGET_US),
+                interval_us: interval.unwrap_or(CODEL_INTERVAL_US),
+            })
+        }
+        _ => Err(t.error("unknown aqm; expected droptail or codel")),
+    }
+}
+
+/// The clauses of a whole spec into a [`PathSpec`]; order does not matter.
+fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
+    // The same key twice in one scope.
+    for (i, c) in clauses.iter().enumerate() {
+        if let Some(first) = clauses[..i]
+            .iter()
+            .find(|o| o.scope == c.scope && same_slot(o.key, c.key))
+        {
+            let message = if first.key == c.key {
+                format!("{} set twice", c.at.text)
+            } else {
+                format!(
+                    "{} and {} both set this direction's bottleneck; a direction has either a rate or a trace",
+                    first.at.text, c.at.text
+                )
+            };
+            return Err(c.at.error(message));
+        }
+    }
+    let rtt = clauses.iter().find(|c| c.key == Key::Rtt);
+    if let (Some(_), Some(delay)) = (rtt, clauses.iter().find(|c| c.key == Key::Delay)) {
+        return Err(delay
+            .at
+            .error("rtt already sets the delay of both directions; use either rtt or delay"));
+    }
+    let mut path = PathSpec::default();
+    for dir in [Direction::Up, Direction::Down] {
+        // The clause that decides `key` for this direction: its own scope wins.
+        let pick = |key: Key| {
+            let mut found = None;
+            for c in clauses
+                .iter()
+                .filter(|c| c.key == key && c.scope.covers(dir))
+            {
+                if found.is_none() || c.scope != Scope::Both {
+                    found = Some(c);
+                }
+            }
+            found
+        };
+        let rate = pick(Key::Rate);
+        let trace = pick(Key::Trace);
+        if let (Some(rate), Some(trace)) = (rate, trace) {
+            let later = if rate.at.position_index() > trace.at.position_index() {
+                rate
+            } else {
+                trace
+            };
+            return Err(later.at.error(format!(
+                "rate and trace both set the {} direction; a direction has either a rate or a trace",
+                dir.name()
+            )));
+        }
+        let link = match dir {
+            Direction::Up => &mut path.up,
+            Direction::Down => &mut path.down,
+        };
+        let mut at = BTreeMap::new();
+        for key in Key::ALL {
+            let Some(c) = pick(key) else { continue };
+            at.insert(key, c.at);
+            match &c.setting {
+                Setting::Delay(d) => link.delay_us = *d,
+                // An odd µs goes up so that up + down = rtt exactly.
+                Setting::Rtt(rtt) => {
+                    link.delay_us = match dir {
+                        Direction::Up => rtt.div_ceil(2),
+                        Direction::Down => rtt / 2,
+                    }
+                }
+                Setting::Jitter(j) => link.jitter = *j,
+                Setting::Loss(l) => link.loss = *l,
+                Setting::Duplicate(p) => link.duplicate = *p,
+                Setting::Corrupt(p) => link.corrupt = *p,
+                Setting::Reorder(r) => link.reorder = *r,
+                Setting::Bottleneck(b) => link.bottleneck = b.clone(),
+                Setting::Queue(q) => link.queue = *q,
+                Setting::Aqm(a) => link.aqm = *a,
+                Setting::Mtu(m) => path.mtu = *m,
+                Setting::Seed(s) => path.seed = *s,
+            }
+        }
+        if let Some((key, message)) = link.problem() {
+            let token = at.get(&key).expect("a problem names a key that was set");
+            return Err(token.error(format!("{message} ({})", dir.name())));
+        }
+    }
+    Ok(path)
+}
+
+/// Rate and trace fill the same slot: the bottleneck.
+fn same_slot(a: Key, b: Key) -> bool {
+    let bottleneck = |k| matches!(k, Key::Rate | Key::Trace);
+    a == b || (bottleneck(a) && bottleneck(b))
+}
+
+impl Token {
+    fn position_index(&self) -> usize {
+        match self.position {
+            Position::Word(n) | Position::End { after_word: n } => n,
+            _ => 0,
+        }
+    }
+}
+
+impl FromStr for PathSpec {
+    type Err = PathError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let tokens: Vec<Token> = text
+            .split_whitespace()
+            .enumerate()
+            .map(|(i, w)| Token {
+                text: w.to_owned(),
+                shown: w.to_owned(),
+                value: String::new(),
+                position: Position::Word(i + 1),
+            })
+            .collect();
+        let mut cur = Cursor {
+            tokens: &tokens,
+            next: 0,
+        };
+        let mut clauses = Vec::new();
+        while cur.peek().is_some() {
+            clauses.push(clause(&mut cur)?);
+        }
+        build(&clauses)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Printing
+
+/// Exact rate in the largest unit that divides it.
+fn fmt_rate(bps: u64) -> String {
+    for (unit, per) in [
+        ("tbit", 1_000_000_000_000),
+        ("gbit", 1_000_000_000),
+        ("mbit", 1_000_000),
+        ("kbit", 1_000),
+    ] {
+        if bps.is_multiple_of(per) {
+            return format!("{}{unit}", bps / per);
+        }
+    }
+    format!("{bps}bit")
+}
+
+/// Exact duration (µs) in the largest unit that divides it.
+fn fmt_duration(us: u64) -> String {
+    if us != 0 && us.is_multiple_of(1_000_000) {
+        format!("{}s", us / 1_000_000)
+    } else if us != 0 && us.is_multiple_of(1_000) {
+        format!("{}ms", us / 1_000)
+    } else {
+        format!("{us}us")
+    }
+}
+
+/// Exact size with a unit: the largest binary or decimal unit that divides it, else B.
+fn fmt_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 8] = [
+        ("TiB", 1 << 40),
+        ("TB", 1_000_000_000_000),
+        ("GiB", 1 << 30),
+        ("GB", 1_000_000_000),
+        ("MiB", 1 << 20),
+        ("MB", 1_000_000),
+        ("KiB", 1 << 10),
+        ("kB", 1_000),
+    ];
+    if bytes != 0 {
+        for (unit, per) in UNITS {
+            if bytes.is_multiple_of(per) {
+                return format!("{}{unit}", bytes / per);
+            }
+        }
+    }
+    format!("{bytes}B")
+}
+
+impl fmt::Display for QueueLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueLimit::Packets(n) => write!(f, "{n}p"),
+            QueueLimit::Bytes(n) => f.write_str(&fmt_size(*n)),
+            // f64's Display is the shortest text that parses back to the same value.
+            QueueLimit::Bdp(m) => write!(f, "{m}bdp"),
+        }
+    }
+}
+
+fn fmt_jitter(j: &Jitter) -> String {
+    let mut s = fmt_duration(j.jitter_us);
+    if j.dist != JitterDist::Normal {
+        s.push_str(" dist ");
+        s.push_str(j.dist.name());
+    }
+    if j.reorder {
+        s.push_str(" reorder");
+    }
+    s
+}
+
+fn fmt_loss(l: &Loss) -> Option<String> {
+    match l {
+        Loss::None => None,
+        Loss::Random(p) => Some(p.to_string()),
+        Loss::GilbertElliott {
+            p,
+            r,
+            loss_bad,
+            loss_good,
+        } => {
+            let mut args = vec![*p, *r, *loss_bad, *loss_good];
+            let defaults = [*p, p.complement(), Prob::ONE, Prob::ZERO];
+            // Positional: only trailing defaults can go.
+            while args.len() > 1 && args[args.len() - 1] == defaults[args.len() - 1] {
+                args.pop();
+            }
+            let args: Vec<String> = args.iter().map(Prob::to_string).collect();
+            Some(format!("gemodel {}", args.join(" ")))
+        }
+    }
+}
+
+fn fmt_reorder(r: &Reorder) -> String {
+    let mut s = r.prob.to_string();
+    if !r.correlation.is_zero() {
+        s.push_str(&format!(" {}", r.correlation));
+    }
+    if r.gap != 1 {
+        s.push_str(&format!(" gap {}", r.gap));
+    }
+    s
+}
+
+fn fmt_bottleneck(b: &Bottleneck) -> Option<(Key, String)> {
+    match b {
+        Bottleneck::Unlimited => None,
+        Bottleneck::Rate { bps, overhead } => {
+            let mut s = fmt_rate(*bps);
+            if *overhead != 0 {
+                s.push_str(&format!(" overhead {overhead}"));
+            }
+            Some((Key::Rate, s))
+        }
+        Bottleneck::Trace { path } => Some((Key::Trace, path.clone())),
+    }
+}
+
+fn fmt_aqm(a: &Aqm) -> Option<String> {
+    match *a {
+        Aqm::DropTail => None,
+        Aqm::Codel {
+            target_us,
+            interval_us,
+        } => {
+            let mut s = "codel".to_owned();
+            if target_us != CODEL_TARGET_US {
+                s.push_str(&format!(" target {}", fmt_duration(target_us)));
+            }
+            if interval_us != CODEL_INTERVAL_US {
+                s.push_str(&format!(" interval {}", fmt_duration(interval_us)));
+            }
+            Some(s)
+        }
+    }
+}
+
+/// One printed clause.
+struct Item {
+    scope: Scope,
+    key: Key,
+    value: String,
+}
+
+impl PathSpec {
+    /// The normalized clauses: a field equal in both directions once without prefix,
+    /// otherwise once per direction; defaults left out.
+    fn items(&self) -> Vec<Item> {
+        let mut items = Vec::new();
+        let (up, down) = (&self.up, &self.down);
+        if up.delay_us == down.delay_us {
+            if up.delay_us != 0 {
+                items.push(Item {
+                    scope: Scope::Both,
+                    key: Key::Rtt,
+                    value: fmt_duration(up.delay_us * 2),
+                });
+            }
+        } else {
+            for (scope, d) in [(Scope::Up, up.delay_us), (Scope::Down, down.delay_us)] {
+                if d != 0 {
+                    items.push(Item {
+                        scope,
+                        key: Key::Delay,
+                        value: fmt_duration(d),
+                    });
+                }
+            }
+        }
+        // Each per-direction field as (key, value) when not the default.
+        type Field = fn(&LinkSpec) -> Option<(Key, String)>;
+        let fields: [Field; 8] = [
+            |l| l.jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
+            |l| fmt_loss(&l.loss).map(|v| (Key::Loss, v)),
+            |l| (!l.duplicate.is_zero()).then(|| (Key::Duplicate, l.duplicate.to_string())),
+            |l| (!l.corrupt.is_zero()).then(|| (Key::Corrupt, l.corrupt.to_string())),
+            |l| l.reorder.as_ref().map(|r| (Key::Reorder, fmt_reorder(r))),
+            |l| fmt_bottleneck(&l.bottleneck),
+            |l| (l.queue != QueueLimit::default()).then(|| (Key::Queue, l.queue.to_string())),
+            |l| fmt_aqm(&l.aqm).map(|v| (Key::Aqm, v)),
+        ];
+        for field in fields {
+            let (u, d) = (field(up), field(down));
+            if u == d {
+                if let Some((key, value)) = u {
+                    items.push(Item {
+                        scope: Scope::Both,
+                        key,
+                        value,
+                    });
+                }
+            } else {
+                for (scope, v) in [(Scope::Up, u), (Scope::Down, d)] {
+                    if let Some((key, value)) = v {
+                        items.push(Item { scope, key, value });
+                    }
+                }
+            }
+        }
+        if self.mtu != DEFAULT_MTU {
+            items.push(Item {
+                scope: Scope::Both,
+                key: Key::Mtu,
+                value: self.mtu.to_string(),
+            });
+        }
+        if self.seed != DEFAULT_SEED {
+            items.push(Item {
+                scope: Scope::Both,
+                key: Key::Seed,
+                value: self.seed.to_string(),
+            });
+        }
+        items
+    }
+}
+
+/// The normalized spec; empty for an ideal path (no delay, no limits, defaults).
+impl fmt::Display for PathSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, item) in self.items().iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(
+                f,
+                "{}{} {}",
+                item.scope.prefix(),
+                item.key.name(),
+                item.value
+            )?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// serde: the TOML form
+
+/// Both-direction keys at the top, then `up` and `down` tables; values are grammar text,
+/// except `mtu` and `seed`, which are numbers.
+impl Serialize for PathSpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let items = self.items();
+        let table = |scope: Scope| -> BTreeMap<&'static str, &str> {
+            items
+                .iter()
+                .filter(|i| i.scope == scope)
+                .map(|i| (i.key.name(), i.value.as_str()))
+                .collect()
+        };
+        let (up, down) = (table(Scope::Up), table(Scope::Down));
+        let mut map = serializer.serialize_map(None)?;
+        for item in items.iter().filter(|i| i.scope == Scope::Both) {
+            match item.key {
+                Key::Mtu => map.serialize_entry("mtu", &self.mtu)?,
+                // TOML integers are i64; a larger seed goes as text.
+                Key::Seed => match i64::try_from(self.seed) {
+                    Ok(seed) => map.serialize_entry("seed", &seed)?,
+                    Err(_) => map.serialize_entry("seed", &item.value)?,
+                },
+                key => map.serialize_entry(key.name(), &item.value)?,
+            }
+        }
+        // Tables last: TOML cannot put plain keys after a table.
+        if !up.is_empty() {
+            map.serialize_entry("up", &up)?;
+        }
+        if !down.is_empty() {
+            map.serialize_entry("down", &down)?;
+        }
+        map.end()
+    }
+}
+
+/// A TOML (or JSON) value as written.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawValue {
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Text(String),
+    Table(BTreeMap<String, RawValue>),
+}
+
+impl<'de> Deserialize<'de> for PathSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, RawValue>::deserialize(deserializer)?;
+        PathSpec::from_table(map).map_err(D::Error::custom)
+    }
+}
+
+impl PathSpec {
+    fn from_table(map: BTreeMap<String, RawValue>) -> Result<PathSpec, PathError> {
+        // Each key with its value words is a group that must be read whole.
+        let mut groups: Vec<Vec<Token>> = Vec::new();
+        for (key, value) in map {
+            match (key.as_str(), value) {
+                ("up" | "down", RawValue::Table(table)) => {
+                    for (inner, value) in table {
+                        groups.push(group(&format!("{key}.{inner}"), value)?);
+                    }
+                }
+                (_, value) => groups.push(group(&key, value)?),
+            }
+        }
+        let mut clauses = Vec::new();
+        for tokens in &groups {
+            let mut cur = Cursor { tokens, next: 0 };
+            clauses.push(clause(&mut cur)?);
+            if let Some(extra) = cur.peek() {
+                return Err(extra.error(format!(
+                    "unexpected '{}' after the value of {}{}",
+                    extra.text,
+                    tokens[0].text,
+                    if extra.looks_numeric() {
+                        ""
+                    } else {
+                        "; a unit follows its number without a space"
+                    }
+                )));
+            }
+        }
+        build(&clauses)
+    }
+}
+
+fn group(key: &str, value: RawValue) -> Result<Vec<Token>, PathError> {
+    let position = Position::Key(key.to_owned());
+    let text = match value {
+        RawValue::Text(s) => s,
+        RawValue::Int(n) => n.to_string(),
+        RawValue::UInt(n) => n.to_string(),
+        RawValue::Float(x) => x.to_string(),
+        RawValue::Bool(b) => {
+            return Err(PathError {
+                token: b.to_string(),
+                position,
+                message: "expected a string or a number".into(),
+            })
+        }
+        RawValue::Table(_) => {
+            return Err(PathError {
+                token: key.to_owned(),
+                position,
+                message: format!(
+                    "unexpected table; only up and down hold keys, {}",
+                    expected_keys()
+                ),
+            })
+        }
+    };
+    let key_token = Token {
+        text: key.to_owned(),
+        shown: key.to_owned(),
+        value: text.clone(),
+        position: position.clone(),
+    };
+    let words = text.split_whitespace().map(|w| Token {
+        text: w.to_owned(),
+        shown: text.clone(),
+        value: text.clone(),
+        position: position.clone(),
+    });
+    Ok(std::iter::once(key_token).chain(words).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> PathSpec {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn err(s: &str) -> String {
+        s.parse::<PathSpec>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn probabilities_print_exactly() {
+        for (text, ppb) in [
+            ("1%", 10_000_000),
+            ("0.25%", 2_500_000),
+            ("100%", 1_000_000_000),
+        ] {
+            assert_eq!(parse_prob(text), Ok(Prob(ppb)));
+            assert_eq!(Prob(ppb).to_string(), text);
+        }
+        assert_eq!(Prob(1).to_string(), "0.0000001%");
+        assert_eq!(parse_prob("0.0000001%"), Ok(Prob(1)));
+        assert!(parse_prob("0.00000001%").is_err());
+    }
+
+    #[test]
+    fn simple_spec() {
+        let p = parse("rtt 20ms rate 100mbit queue 1bdp up.loss 1%");
+        assert_eq!(p.up.delay_us, 10_000);
+        assert_eq!(p.down.delay_us, 10_000);
+        assert_eq!(p.up.loss, Loss::Random(Prob(10_000_000)));
+        assert_eq!(p.down.loss, Loss::None);
+        assert_eq!(
+            p.up.bottleneck,
+            Bottleneck::Rate {
+                bps: 100_000_000,
+                overhead: 0
+            }
+        );
+        // 100 Mbit/s × 20 ms = 250 000 bytes.
+        assert_eq!(p.up.queue_limit(p.rtt_us()), Some(Limit::Bytes(250_000)));
+        assert_eq!(p.to_string(), "rtt 20ms up.loss 1% rate 100mbit queue 1bdp");
+    }
+
+    #[test]
+    fn error_names_token_and_word() {
+        assert_eq!(
+            err("rtt 20ms ratte 10mbit"),
+            format!(
+                "path spec: at 'ratte' (word 3): unknown key; {}",
+                expected_keys()
+            )
+        );
+        let e = err("rate 10 mbit");
+        assert!(
+            e.starts_with("path spec: at 'mbit' (word 3): unknown key"),
+            "{e}"
+        );
+        assert!(e.ends_with("as in '10mbit'"), "{e}");
+        assert!(
+            err("rtt").starts_with("path spec: at the end, after 'rtt' (word 1): missing value")
+        );
+        assert!(err("rtt 20ms up.delay 5ms").contains("(word 3): rtt already sets"));
+        assert!(err("loss 1% loss 2%").contains("at 'loss' (word 3): loss set twice"));
+        assert!(err("up.rtt 10ms").contains("use up.delay"));
+        assert!(err("reorder 25%").contains("reorder needs a delay"));
+        assert!(err("delay 10ms queue 1bdp").contains("needs a fixed rate"));
+        assert!(err("rate 10mbit down.trace x.down").contains("rate and trace both set the down"));
+        assert!(err("up.mtu 9000").contains("drop the prefix"));
+        assert!(err("rate 0").contains("above zero"));
+    }
+
+    #[test]
+    fn overrides_and_defaults() {
+        let p = parse("rate 100mbit down.rate 10mbit delay 5ms up.delay 7ms");
+        assert_eq!(p.up.delay_us, 7_000);
+        assert_eq!(p.down.delay_us, 5_000);
+        assert_eq!(
+            p.down.bottleneck,
+            Bottleneck::Rate {
+                bps: 10_000_000,
+                overhead: 0
+            }
+        );
+        assert_eq!(parse("").to_string(), "");
+        assert_eq!(parse(""), PathSpec::default());
+    }
+
+    #[test]
+    fn queue_forms() {
+        let q = |s: &str| parse(&format!("rate 1mbit queue {s}")).up.queue;
+        assert_eq!(q("100"), QueueLimit::Packets(100));
+        assert_eq!(q("100p"), QueueLimit::Packets(100));
+        assert_eq!(q("1500B"), QueueLimit::Bytes(1500));
+        assert_eq!(q("256K"), QueueLimit::Bytes(256 * 1024));
+        assert_eq!(q("1MB"), QueueLimit::Bytes(1_000_000));
+        assert_eq!(q("0.5bdp"), QueueLimit::Bdp(0.5));
+        assert!(err("rate 1mbit queue 1e3bdp").contains("invalid BDP multiple"));
+        assert!(err("rate 1mbit queue 10x").contains("a queue is packets"));
+    }
+
+    #[test]
+    fn jitter_and_reorder_words() {
+        let p = parse("delay 10ms jitter 2ms reorder 25% 50% gap 5");
+        let j = p.up.jitter.unwrap();
+        assert!(!j.reorder, "'reorder 25%' is the key");
+        assert_eq!(
+            p.up.reorder,
+            Some(Reorder {
+                prob: Prob(250_000_000),
+                correlation: Prob(500_000_000),
+                gap: 5
+            })
+        );
+        let p = parse("delay 10ms jitter 2ms dist pareto reorder loss 1%");
+        let j = p.up.jitter.unwrap();
+        assert!(j.reorder);
+        assert_eq!(j.dist, JitterDist::Pareto);
+        assert_eq!(
+            p.to_string(),
+            "rtt 20ms jitter 2ms dist pareto reorder loss 1%"
+        );
+    }
+
+    #[test]
+    fn gemodel_defaults_follow_netem() {
+        let p = parse("loss gemodel 1%");
+        assert_eq!(
+            p.up.loss,
+            Loss::GilbertElliott {
+                p: Prob(10_000_000),
+                r: Prob(990_000_000),
+                loss_bad: Prob::ONE,
+                loss_good: Prob::ZERO
+            }
+        );
+        assert_eq!(p.to_string(), "loss gemodel 1%");
+        let p = parse("loss gemodel 1% 10% 100% 0.5%");
+        assert_eq!(p.to_string(), "loss gemodel 1% 10% 100% 0.5%");
+    }
+
+    #[test]
+    fn odd_rtt_splits_exactly() {
+        let p = parse("rtt 3us");
+        assert_eq!((p.up.delay_us, p.down.delay_us), (2, 1));
+        assert_eq!(parse(&p.to_string()), p);
+    }
+}

@@ -7,3 +7,4 @@ pub mod cpu;
 pub mod netns;
 pub mod sockopt;
 pub mod sysctl;
+pub mod tun;

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tcplab_model::path::PathSpec;
 use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
 
@@ -26,10 +27,13 @@ pub struct Cli {
 pub enum Command {
     /// Serve tests to tcplab clients, several at once.
     Serve(ServeArgs),
-    /// Run one test against a tcplab server.
+    /// Run one test against a tcplab server, or across an emulated path (--path).
     Run(RunArgs),
-    /// Build two namespaces joined by a veth pair, run a test across them and store it.
+    /// Run a test across an emulated 20 ms, 1 Gbit/s path and store it.
     Quickstart(QuickstartArgs),
+    /// Labs: namespaces joined through the link emulator, kept until `lab down`.
+    #[command(subcommand)]
+    Lab(LabCommand),
     /// List the runs stored in a database.
     Runs {
         /// The SQLite database.
@@ -123,15 +127,69 @@ pub enum SendMethodArg {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The server: HOST, HOST:PORT, [IPv6]:PORT (port 5201 when omitted).
-    pub target: String,
+    /// The server: HOST, HOST:PORT, [IPv6]:PORT (port 5201 when omitted). Leave it out
+    /// with --path: the test then runs across a lab built for it.
+    #[arg(required_unless_present = "path", conflicts_with = "path")]
+    pub target: Option<String>,
+    #[command(flatten)]
+    pub lab: PathArgs,
     #[command(flatten)]
     pub test: TestArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
-#[derive(Args, Debug)]
+/// An emulated path and the hosts behind it.
+#[derive(Args, Debug, Clone)]
+pub struct PathArgs {
+    /// Path spec of the bottleneck, e.g. "rtt 20ms rate 100mbit queue 1bdp up.loss 1%".
+    #[arg(long, value_parser = parse_path, value_name = "SPEC")]
+    pub path: Option<PathSpec>,
+    /// Client hosts sharing the bottleneck (a dumbbell).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=250))]
+    pub clients: u16,
+    /// A client's own access link, in client order; one spec applies to every client.
+    #[arg(long = "client-path", value_parser = parse_path, value_name = "SPEC")]
+    pub client_paths: Vec<PathSpec>,
+}
+
+pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_model::path::PathError> {
+    s.parse()
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Create namespaces NAME-client and NAME-server joined through the emulator.
+    Up {
+        name: String,
+        #[command(flatten)]
+        path: PathArgs,
+    },
+    /// Stop a lab's emulator and remove its namespaces.
+    Down { name: String },
+    /// List labs.
+    List {
+        #[arg(long, short = 'J')]
+        json: bool,
+    },
+    /// A lab's hosts, path and live link counters.
+    Show {
+        name: String,
+        #[arg(long, short = 'J')]
+        json: bool,
+    },
+    /// Remove what labs of dead processes left behind.
+    Gc,
+    /// Runs a lab's emulator in the foreground (what `lab up` starts in the background).
+    #[command(hide = true)]
+    Daemon {
+        name: String,
+        #[command(flatten)]
+        path: PathArgs,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
     /// Print one JSON document (schema tcplab.run/1) on stdout instead of text.
     #[arg(long, short = 'J')]
@@ -152,6 +210,9 @@ pub struct OutputArgs {
 
 #[derive(Args, Debug)]
 pub struct QuickstartArgs {
+    /// The emulated path.
+    #[arg(long, default_value = "rtt 20ms rate 1gbit queue 1bdp", value_parser = parse_path, value_name = "SPEC")]
+    pub path: PathSpec,
     #[command(flatten)]
     pub test: TestArgs,
     #[command(flatten)]

@@ -8,15 +8,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use tcplab_lab::{Lab, LabConfig};
+use tcplab_model::path::PathSpec;
 use tcplab_model::record::{RunRecord, RunStatus, TestParams};
 use tcplab_store::{ExportFormat, Store, Table};
-use tcplab_sys::netns::VethLab;
 use tcplab_sys::sockopt;
 use tcplab_traffic::client::{self, Request};
+use tcplab_traffic::merge;
 use tcplab_traffic::server::{self, ServerLimits};
 
 use crate::args::{ExportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs};
-use crate::output;
+use crate::{lab, output};
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(args.listen)
@@ -27,46 +29,148 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         max_duration_us: args.max_duration,
         ..ServerLimits::default()
     };
-    server::serve(listener, limits, |line| eprintln!("tcplab serve: {line}"))?;
+    server::serve(
+        listener,
+        limits,
+        |line| eprintln!("tcplab serve: {line}"),
+        &AtomicBool::new(false),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let params = checked_params(&args.test)?;
-    run_and_report(&args.target, params, &args.output)
+    // A bad database path should fail before a test is spent on it.
+    let store = open_output_store(&args.output)?;
+    let stop = interrupt_flag();
+    let record = match (
+        &args.target,
+        lab::config(&args.lab, &format!("run{}", std::process::id()))?,
+    ) {
+        (Some(target), None) => run_client(target, &params, &args.output, stop, true)?,
+        (None, Some(config)) => run_in_lab(&config, &params, &args.output, stop)?,
+        _ => bail!("give either a server TARGET or --path, not both"),
+    };
+    report(record, &args.output, store)
 }
 
 /// Where `quickstart` stores its runs unless told otherwise.
 const QUICKSTART_DB: &str = "tcplab-quickstart.db";
 
-/// Two fresh namespaces joined by a veth pair, a server in one, this test from the
-/// other: a complete run on any Linux machine where we may create namespaces.
+/// A test across an emulated path in a lab built for it: the whole pipeline on any
+/// Linux machine where we may create namespaces.
 pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let params = checked_params(&args.test)?;
-    let lab = VethLab::new("tcplab-qs", std::process::id() as u16)
-        .context("cannot build the quickstart namespaces (root or CAP_NET_ADMIN needed)")?;
-    let server_addr = SocketAddr::new(lab.addr_b_v4(), client::DEFAULT_PORT);
-    let listener = lab.b().try_run(move || TcpListener::bind(server_addr))?;
-    // The serving thread lives in the server's namespace, so the per-test data
-    // listeners it opens do too; it ends with the process.
-    lab.b()
-        .spawn(move || server::serve(listener, ServerLimits::default(), |_| {}))
-        .context("starting the quickstart server")?;
-    if !args.output.json {
-        println!(
-            "quickstart: namespaces {} (client {}) and {} (server {}) joined by a veth pair",
-            lab.a().name(),
-            lab.addr_a_v4(),
-            lab.b().name(),
-            lab.addr_b_v4()
-        );
-    }
-    let target = server_addr.to_string();
     let mut output = args.output;
     output.db.get_or_insert_with(|| QUICKSTART_DB.into());
     output.label.get_or_insert_with(|| "quickstart".into());
-    lab.a()
-        .run(move || run_and_report(&target, params, &output))?
+    let store = open_output_store(&output)?;
+    let config = LabConfig {
+        name: format!("qs{}", std::process::id()),
+        path: args.path,
+        clients: vec![PathSpec::default()],
+    };
+    let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
+    report(record, &output, store)
+}
+
+/// Builds the lab, serves in its server host, runs the test from every client host at
+/// once, and records the path and what its links did.
+fn run_in_lab(
+    config: &LabConfig,
+    params: &TestParams,
+    out: &OutputArgs,
+    stop: Arc<AtomicBool>,
+) -> Result<RunRecord> {
+    let lab = Lab::up(config)
+        .context("cannot build the lab (root or CAP_NET_ADMIN and CAP_SYS_ADMIN needed)")?;
+    if !out.json {
+        println!("lab {}: path \"{}\"", lab.name(), lab.entry.path);
+        for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {
+            let access = entry
+                .access
+                .as_deref()
+                .map(|a| format!(" via \"{a}\""))
+                .unwrap_or_default();
+            println!(
+                "  client {} ({}){access} → server {} ({})",
+                host.addr,
+                host.ns.name(),
+                lab.server.addr,
+                lab.server.ns.name()
+            );
+        }
+    }
+    let server_addr = SocketAddr::new(lab.server.addr, client::DEFAULT_PORT);
+    let listener = lab
+        .server
+        .ns
+        .try_run(move || TcpListener::bind(server_addr))?;
+    let server_stop = Arc::new(AtomicBool::new(false));
+    let serving = {
+        let server_stop = Arc::clone(&server_stop);
+        lab.server
+            .ns
+            .spawn(move || server::serve(listener, ServerLimits::default(), |_| {}, &server_stop))?
+    };
+    let live = !out.json && lab.clients.len() == 1;
+    let runs: Vec<_> = lab
+        .clients
+        .iter()
+        .map(|host| {
+            let (params, out, stop) = (params.clone(), out.clone(), Arc::clone(&stop));
+            let target = server_addr.to_string();
+            host.ns.spawn(move || {
+                run_client(&target, &params, &out, stop, live).map_err(|e| format!("{e:#}"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut records = Vec::new();
+    for (k, run) in runs.into_iter().enumerate() {
+        let record = run
+            .join()
+            .map_err(|_| anyhow::anyhow!("client {} panicked", k + 1))?;
+        records.push((
+            format!("client{}", k + 1),
+            record.map_err(anyhow::Error::msg)?,
+        ));
+    }
+    server_stop.store(true, Ordering::Relaxed);
+    let _ = serving.join();
+    let entry = lab.entry.clone();
+    let stats = lab.down().context("tearing the lab down")?;
+    let mut record = merge::combine(records).expect("a lab has at least one client");
+    record.path = Some(stats.record(&entry));
+    Ok(record)
+}
+
+/// One test from this thread's namespace, with live lines when asked.
+fn run_client(
+    target: &str,
+    params: &TestParams,
+    out: &OutputArgs,
+    stop: Arc<AtomicBool>,
+    live: bool,
+) -> Result<RunRecord> {
+    let request = Request {
+        target: target.to_string(),
+        params: params.clone(),
+        label: out.label.clone(),
+        tags: out.tags.clone(),
+    };
+    let live = live && !out.json;
+    let mut header_shown = false;
+    Ok(client::run(&request, stop, &mut |group| {
+        if live {
+            if !header_shown {
+                println!("{}", output::interval_header());
+                header_shown = true;
+            }
+            for line in output::interval_lines(group) {
+                println!("{line}");
+            }
+        }
+    })?)
 }
 
 /// The parameters, checked here where a bad value can name its flag.
@@ -85,38 +189,12 @@ fn checked_params(test: &TestArgs) -> Result<TestParams> {
     Ok(params)
 }
 
-fn run_and_report(target: &str, params: TestParams, out: &OutputArgs) -> Result<ExitCode> {
-    // Open the store first: a bad path should fail before a test is spent on it.
-    let mut store = out.db.as_deref().map(open_store).transpose()?;
-    let request = Request {
-        target: target.to_string(),
-        params,
-        label: out.label.clone(),
-        tags: out.tags.clone(),
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    install_interrupt(&stop);
-    let live = !out.json;
-    let mut header_shown = false;
-    let mut record = client::run(&request, stop, &mut |group| {
-        if live {
-            if !header_shown {
-                println!("{}", output::interval_header());
-                header_shown = true;
-            }
-            for line in output::interval_lines(group) {
-                println!("{line}");
-            }
-        }
-    })?;
-
-    if let Some(store) = store.as_mut() {
+/// Stores and prints a finished run.
+fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Result<ExitCode> {
+    if let Some(mut store) = store {
         let id = store.insert_run(&record).context("storing the run")?;
-        if live {
-            println!(
-                "stored as run {id} in {}",
-                out.db.as_deref().unwrap_or(Path::new("")).display()
-            );
+        if !out.json {
+            println!("stored as run {id} in {}", store.path().display());
         }
     }
     if out.json {
@@ -143,26 +221,32 @@ fn exit_code(record: &RunRecord) -> ExitCode {
     }
 }
 
+fn open_output_store(out: &OutputArgs) -> Result<Option<Store>> {
+    out.db.as_deref().map(open_store).transpose()
+}
+
 fn open_store(path: &Path) -> Result<Store> {
     Store::open(path).with_context(|| format!("cannot open database {}", path.display()))
 }
 
-/// Ctrl-C ends the test early; what was measured is still reported and stored.
-fn install_interrupt(stop: &Arc<AtomicBool>) {
+/// The flag Ctrl-C (or SIGTERM) sets: tests end early, and what was measured is still
+/// reported, stored and cleaned up after.
+pub fn interrupt_flag() -> Arc<AtomicBool> {
     static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
     extern "C" fn on_signal(_: libc::c_int) {
         if let Some(stop) = STOP.get() {
             stop.store(true, Ordering::Relaxed);
         }
     }
-    if STOP.set(Arc::clone(stop)).is_ok() {
+    Arc::clone(STOP.get_or_init(|| {
         let handler: extern "C" fn(libc::c_int) = on_signal;
         // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
         unsafe {
             libc::signal(libc::SIGINT, handler as libc::sighandler_t);
             libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
         }
-    }
+        Arc::new(AtomicBool::new(false))
+    }))
 }
 
 pub fn list_runs(db: &Path) -> Result<ExitCode> {

@@ -2,6 +2,7 @@
 
 mod args;
 mod commands;
+mod lab;
 mod output;
 
 use std::process::ExitCode;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve(args),
         Command::Run(args) => commands::run(args),
         Command::Quickstart(args) => commands::quickstart(args),
+        Command::Lab(cmd) => lab::command(cmd),
         Command::Runs { db } => commands::list_runs(&db),
         Command::Export(args) => commands::export(args),
     };

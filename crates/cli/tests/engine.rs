@@ -255,14 +255,28 @@ fn ipv6_and_host_names_work() {
     // A host name: a second server on the client namespace's own loopback, reached as
     // "localhost", which resolves to ::1 and 127.0.0.1 (the client tries each).
     let mut local = support::tcplab()
-        .args(["--netns", bed.lab.a().name(), "serve", "--listen", "127.0.0.1:5301"])
+        .args([
+            "--netns",
+            bed.lab.a().name(),
+            "serve",
+            "--listen",
+            "127.0.0.1:5301",
+        ])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut out = None;
     for _ in 0..50 {
         let attempt = support::tcplab()
-            .args(["--netns", bed.lab.a().name(), "run", "localhost:5301", "-t", "0.2s", "--json"])
+            .args([
+                "--netns",
+                bed.lab.a().name(),
+                "run",
+                "localhost:5301",
+                "-t",
+                "0.2s",
+                "--json",
+            ])
             .output()
             .unwrap();
         if attempt.status.success() {
@@ -276,7 +290,10 @@ fn ipv6_and_host_names_work() {
     let v = parse_success(&out.expect("localhost:5301 answered"));
     assert_eq!(str_at(&v, "/target"), "localhost:5301");
     // Data connections go to the server's per-test port on the address that answered.
-    assert!(str_at(&flows(&v)[0], "/server_addr").starts_with("127.0.0.1:"), "{v:#}");
+    assert!(
+        str_at(&flows(&v)[0], "/server_addr").starts_with("127.0.0.1:"),
+        "{v:#}"
+    );
 }
 
 #[test]

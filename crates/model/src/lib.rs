@@ -5,8 +5,8 @@
 pub mod clock;
 pub mod limits;
 pub mod link;
-pub mod path;
 pub mod packet;
+pub mod path;
 pub mod record;
 pub mod tcpinfo;
 pub mod units;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::link::LinkCounters;
 use crate::tcpinfo::{BbrInfo, TcpInfo};
 
 /// Version tag of the JSON document. Additive changes keep it; a renamed or removed
@@ -198,6 +199,9 @@ pub struct ClockOffset {
 pub struct FlowRecord {
     /// 0-based index within the test.
     pub id: u32,
+    /// The client host that ran it, in a lab with several clients ("client2").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub direction: Direction,
     /// Client-side and server-side socket addresses.
     pub client_addr: String,
@@ -281,6 +285,51 @@ pub struct Summary {
     pub cpu_server: CpuUse,
 }
 
+/// The emulated path a run went through and what its links did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathRecord {
+    /// The bottleneck's path spec, normalized.
+    pub spec: String,
+    /// Each client's access-link spec ("" for none), in client order.
+    pub access: Vec<String>,
+    pub up: DirectionStats,
+    pub down: DirectionStats,
+}
+
+/// One direction of the emulator: its links' counters and how punctual it was.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirectionStats {
+    /// Packets handled one by one (some link has a per-packet effect) or, when the
+    /// links only delay, as the kernel's GSO units.
+    pub per_packet: bool,
+    pub links: Vec<NamedCounters>,
+    /// How late packets left the emulator against their due time.
+    pub lateness: Lateness,
+    /// Packets the emulator could not parse, route, or write.
+    pub malformed: u64,
+    pub unroutable: u64,
+    pub write_errors: u64,
+    /// Packet buffers allocated: the high-water mark of packets inside.
+    pub buffers: usize,
+}
+
+/// One link's counters, named ("bottleneck", "access client2").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NamedCounters {
+    pub name: String,
+    #[serde(flatten)]
+    pub counters: LinkCounters,
+}
+
+/// Lateness of deliveries (time written − time due), µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Lateness {
+    pub packets: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
 /// One complete run: the JSON document of `tcplab run --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -301,6 +350,9 @@ pub struct RunRecord {
     pub summary: Summary,
     pub flows: Vec<FlowRecord>,
     pub intervals: Vec<IntervalRecord>,
+    /// The emulated path, when the run went through a lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathRecord>,
     /// Raw samples; left out of `--json` unless asked for, always stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<SampleRecord>,

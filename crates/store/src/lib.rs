@@ -400,6 +400,17 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
         ("sample_interval_us", int(p.sample_interval_us)),
         ("report_interval_us", int(p.report_interval_us)),
         ("params_json", enc(serde_json::to_string(p))?),
+        (
+            "path_spec",
+            opt_text(run.path.as_ref().map(|p| p.spec.as_str())),
+        ),
+        (
+            "path_json",
+            match &run.path {
+                Some(path) => enc(serde_json::to_string(path))?,
+                None => opt_text(None),
+            },
+        ),
         ("client_meta_json", enc(serde_json::to_string(&run.client))?),
         ("server_meta_json", enc(serde_json::to_string(&run.server))?),
         ("clock_offset_us", int(run.clock.offset_us)),
@@ -441,6 +452,7 @@ fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
         ("run_id", int(run_id)),
         ("flow", int(f.id)),
         ("direction", enum_value(&f.direction)),
+        ("host", opt_text(f.host.as_deref())),
         ("client_addr", text(&f.client_addr)),
         ("server_addr", text(&f.server_addr)),
         ("cc", text(&f.cc)),
@@ -701,6 +713,11 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
         target: r.text("target")?,
         // The columns mode … report_interval_us repeat parts of params_json for queries.
         params: r.json("params_json")?,
+        path: r
+            .opt_text("path_json")?
+            .map(|j| serde_json::from_str(&j))
+            .transpose()
+            .map_err(|e| r.bad("path_json", String::new(), &e.to_string()))?,
         client: r.json("client_meta_json")?,
         server: r.json("server_meta_json")?,
         clock: ClockOffset {
@@ -741,6 +758,7 @@ fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
     Ok(FlowRecord {
         id: r.int("flow")?,
         direction: r.enum_("direction")?,
+        host: r.opt_text("host")?,
         client_addr: r.text("client_addr")?,
         server_addr: r.text("server_addr")?,
         cc: r.text("cc")?,

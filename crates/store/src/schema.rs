@@ -170,10 +170,20 @@ pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
 }
 
 /// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
-pub(crate) static MIGRATIONS: &[fn() -> String] = &[migration_1];
+pub(crate) static MIGRATIONS: &[fn() -> String] = &[migration_1, migration_2];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Migration 2: runs through an emulated path record it, and flows their client host.
+fn migration_2() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN path_spec TEXT;
+ALTER TABLE runs ADD COLUMN path_json TEXT;
+ALTER TABLE flows ADD COLUMN host TEXT;
+"#
+    .to_string()
+}
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 

@@ -52,6 +52,7 @@ fn limits(a: f64) -> LimitShares {
 fn flow(id: u32, direction: Direction) -> FlowRecord {
     FlowRecord {
         id,
+        host: (id % 2 == 1).then(|| format!("client{id}")),
         direction,
         client_addr: format!("10.0.0.1:{}", 40000 + id),
         server_addr: "10.0.0.2:5201".into(),
@@ -196,6 +197,21 @@ fn sample_record(n_samples: usize) -> RunRecord {
         },
         flows,
         intervals,
+        path: Some(tcplab_model::record::PathRecord {
+            spec: "rtt 20ms rate 100mbit".into(),
+            access: vec![String::new()],
+            up: tcplab_model::record::DirectionStats {
+                per_packet: true,
+                lateness: tcplab_model::record::Lateness {
+                    packets: 9,
+                    p50_us: 1.5,
+                    p99_us: 20.0,
+                    max_us: 31.0,
+                },
+                ..Default::default()
+            },
+            down: Default::default(),
+        }),
         samples,
     }
 }
@@ -212,6 +228,7 @@ fn failed_record() -> RunRecord {
     r.summary = Summary::default();
     r.flows.clear();
     r.intervals.clear();
+    r.path = None;
     r
 }
 
@@ -544,7 +561,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              sent_bytes received_bytes sent_bps received_bps retransmits rtt_min_us \
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
-             cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct",
+             cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -552,7 +569,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              rcvbuf_effective rcvbuf_capped_at rcvbuf_at_end sent_bytes received_bytes \
              sent_bps received_bps sender_seconds receiver_seconds retransmits samples \
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
-             rtt_mean_us rtt_max_us",
+             rtt_mean_us rtt_max_us host",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \

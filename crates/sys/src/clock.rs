@@ -5,6 +5,17 @@ pub fn monotonic_us() -> i64 {
     read(libc::CLOCK_MONOTONIC)
 }
 
+/// CLOCK_MONOTONIC in ns: the emulator's clock, fine enough for 1 µs serialization steps.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// CLOCK_REALTIME in µs since the Unix epoch: the wall-clock anchor of t0.
 pub fn realtime_us() -> i64 {
     read(libc::CLOCK_REALTIME)

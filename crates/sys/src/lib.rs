@@ -4,7 +4,9 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod netem;
 pub mod netns;
+pub mod poll;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tun;

@@ -289,24 +289,7 @@ impl Tun {
     /// Waits until a packet can be read or `timeout_ms` passes (-1: forever). Returns
     /// whether one is ready. EINTR counts as a timeout.
     pub fn wait_readable(&self, timeout_ms: i32) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        match unsafe { libc::poll(&mut pfd, 1, timeout_ms) } {
-            -1 => {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    Ok(false)
-                } else {
-                    Err(e)
-                }
-            }
-            0 => Ok(false),
-            _ => Ok(pfd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0),
-        }
+        crate::poll::wait_for(self, libc::POLLIN, timeout_ms)
     }
 }
 

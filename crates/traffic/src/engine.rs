@@ -21,7 +21,7 @@ use tcplab_model::record::{
 use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
-use tcplab_sys::sockopt;
+use tcplab_sys::{poll, sockopt};
 
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
 
@@ -261,7 +261,7 @@ fn send_until_end(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let wait_ms = deadline.map_or(100, |d| ((d - now) / 1000).clamp(1, 100));
-                wait_writable(stream, wait_ms as i32).map_err(|e| (sent, e))?;
+                poll::wait_for(stream, libc::POLLOUT, wait_ms as i32).map_err(|e| (sent, e))?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err((sent, e)),
@@ -271,23 +271,6 @@ fn send_until_end(
     let drain_deadline = monotonic_us() + deadline.map_or(0, |d| d - t0_us) + DRAIN_GRACE_US;
     wait_all_acked(stream, drain_deadline, stop).map_err(|e| (sent, e))?;
     Ok(sent)
-}
-
-fn wait_writable(stream: &TcpStream, timeout_ms: i32) -> io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd: stream.as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
 }
 
 fn wait_all_acked(stream: &TcpStream, deadline_us: i64, stop: &AtomicBool) -> io::Result<()> {

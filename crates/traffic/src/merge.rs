@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use tcplab_model::record::{
-    ClockOffset, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares, RttStats,
-    RunRecord, RunStatus, SampleRecord, Summary, TestParams, SCHEMA,
+    ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
+    RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestParams, SCHEMA,
 };
 
 use crate::flow_roles;
@@ -217,6 +217,7 @@ pub fn merge(
         ),
         flows,
         intervals,
+        path: None,
         samples,
     }
 }
@@ -250,6 +251,7 @@ fn flow_record(
         .unwrap_or_default();
     FlowRecord {
         id,
+        host: None,
         direction,
         client_addr,
         server_addr,
@@ -269,6 +271,53 @@ fn flow_record(
         limits: sender.map(|f| f.limits).unwrap_or_default(),
         rtt: sender.map(|f| f.rtt).unwrap_or_default(),
     }
+}
+
+/// One record for tests run at once from several client hosts against one server (a
+/// dumbbell): flows are numbered anew in host order and named by their host.
+pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
+    let mut runs = runs.into_iter();
+    let (first_host, mut combined) = runs.next()?;
+    let mut rest: Vec<(String, RunRecord)> = runs.collect();
+    if rest.is_empty() {
+        return Some(combined);
+    }
+    rest.insert(0, (first_host, combined.clone()));
+    let (mut flows, mut intervals, mut samples) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_client, mut cpu_server) = (Vec::new(), Vec::new());
+    for (host, run) in rest {
+        let base = flows.len() as u32;
+        flows.extend(run.flows.into_iter().map(|mut f| {
+            f.id += base;
+            f.host = Some(host.clone());
+            f
+        }));
+        intervals.extend(run.intervals.into_iter().map(|mut i| {
+            i.flow += base;
+            i
+        }));
+        samples.extend(run.samples.into_iter().map(|mut s| {
+            s.flow += base;
+            s
+        }));
+        cpu_client.push(run.summary.cpu_client);
+        cpu_server.push(run.summary.cpu_server);
+        if run.status != RunStatus::Done && combined.status == RunStatus::Done {
+            combined.status = run.status;
+            combined.error = run.error.map(|e| format!("{host}: {e}"));
+        }
+    }
+    let sum = |cpus: &[CpuUse]| CpuUse {
+        user_pct: cpus.iter().map(|c| c.user_pct).sum(),
+        system_pct: cpus.iter().map(|c| c.system_pct).sum(),
+        total_pct: cpus.iter().map(|c| c.total_pct).sum(),
+    };
+    combined.summary = summarize(&flows, sum(&cpu_client), sum(&cpu_server));
+    combined.flows = flows;
+    combined.intervals = intervals;
+    samples.sort_by_key(|s| (s.t_us, s.flow));
+    combined.samples = samples;
+    Some(combined)
 }
 
 fn summarize(

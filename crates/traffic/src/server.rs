@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rand::RngCore;
 use tcplab_model::record::{BufferSize, Host, TestEnd, TestParams};
-use tcplab_sys::{clock::monotonic_us, sockopt, sysctl};
+use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
 use crate::engine::{self, FlowSocket};
 use crate::protocol::{
@@ -45,12 +45,22 @@ impl Default for ServerLimits {
     }
 }
 
-/// Serves until the listener fails. Each control connection gets its own thread.
-pub fn serve(listener: TcpListener, limits: ServerLimits, log: fn(&str)) -> io::Result<()> {
+/// Serves until `stop` is set. Each control connection gets its own thread.
+pub fn serve(
+    listener: TcpListener,
+    limits: ServerLimits,
+    log: fn(&str),
+    stop: &AtomicBool,
+) -> io::Result<()> {
     let limits = Arc::new(limits);
-    loop {
+    listener.set_nonblocking(true)?;
+    while !stop.load(Ordering::Relaxed) {
         let (stream, peer) = match listener.accept() {
             Ok(conn) => conn,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                poll::wait_for(&listener, libc::POLLIN, ACCEPT_POLL_MS)?;
+                continue;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 log(&format!("accept failed: {e}"));
@@ -69,7 +79,11 @@ pub fn serve(listener: TcpListener, limits: ServerLimits, log: fn(&str)) -> io::
             log(&format!("{peer}: cannot spawn a thread: {e}"));
         }
     }
+    Ok(())
 }
+
+/// How often an idle server looks at its stop flag.
+const ACCEPT_POLL_MS: i32 = 100;
 
 fn handle_client(
     mut control: TcpStream,

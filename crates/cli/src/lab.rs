@@ -1,0 +1,316 @@
+//! `tcplab lab …`: labs that outlive the command that made them.
+//!
+//! `lab up` starts `tcplab lab daemon` as a detached process that builds the lab, runs
+//! its emulator and answers on a Unix socket (`show`, `down`) until told to stop or
+//! signalled. The registry (`tcplab_lab::registry`) remembers every lab with its
+//! process, so `lab gc` can remove the namespaces of a daemon that died.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::json;
+use tcplab_lab::registry::{self, LabEntry};
+use tcplab_lab::{Lab, LabConfig, LabStats};
+use tcplab_model::path::PathSpec;
+use tcplab_sys::poll;
+
+use crate::args::{LabCommand, PathArgs};
+use crate::commands::interrupt_flag;
+
+/// How long `show` and `down` wait for a daemon's answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The lab `PathArgs` ask for, or `None` without `--path`.
+pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
+    let Some(path) = args.path.clone() else {
+        if !args.client_paths.is_empty() || args.clients != 1 {
+            bail!("--clients and --client-path need --path");
+        }
+        return Ok(None);
+    };
+    let n = args.clients as usize;
+    let clients = match args.client_paths.len() {
+        0 => vec![PathSpec::default(); n],
+        1 => vec![args.client_paths[0].clone(); n],
+        k if k == n => args.client_paths.clone(),
+        k => bail!("--client-path given {k} times for {n} clients: give it once (for all) or once per client"),
+    };
+    Ok(Some(LabConfig {
+        name: name.to_string(),
+        path,
+        clients,
+    }))
+}
+
+pub fn command(cmd: LabCommand) -> Result<ExitCode> {
+    match cmd {
+        LabCommand::Up { name, path } => up(&name, &path),
+        LabCommand::Down { name } => down(&name),
+        LabCommand::List { json } => list(json),
+        LabCommand::Show { name, json } => show(&name, json),
+        LabCommand::Gc => {
+            let removed = registry::gc().context("removing leftover labs")?;
+            for name in &removed {
+                println!("removed leftover lab {name}");
+            }
+            if removed.is_empty() {
+                println!("nothing to remove");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Daemon { name, path } => daemon(&name, &path),
+    }
+}
+
+fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
+    registry::check_name(name).map_err(anyhow::Error::msg)?;
+    if args.path.is_none() {
+        bail!("lab up needs --path SPEC (an empty spec \"\" is an ideal path)");
+    }
+    config(args, name)?;
+    let mut cmd = Command::new(std::env::current_exe().context("locating the tcplab binary")?);
+    cmd.args([
+        "lab",
+        "daemon",
+        name,
+        "--clients",
+        &args.clients.to_string(),
+    ]);
+    cmd.arg("--path")
+        .arg(args.path.as_ref().expect("checked").to_string());
+    for access in &args.client_paths {
+        cmd.arg("--client-path").arg(access.to_string());
+    }
+    // Its own process group: a Ctrl-C meant for the shell must not stop the lab.
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting the lab daemon")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    if line.trim() != "ready" {
+        let _ = child.wait();
+        bail!(
+            "{}",
+            line.trim()
+                .strip_prefix("error: ")
+                .unwrap_or("the lab daemon exited without a word")
+        );
+    }
+    let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
+    print_entry(&entry);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_entry(entry: &LabEntry) {
+    println!(
+        "lab {} up (pid {}): path \"{}\"",
+        entry.name, entry.pid, entry.path
+    );
+    println!(
+        "  server {:<12} {} {}",
+        entry.server.ns, entry.server.addr, entry.server.addr6
+    );
+    for c in &entry.clients {
+        let access = c
+            .access
+            .as_deref()
+            .map(|a| format!("  access \"{a}\""))
+            .unwrap_or_default();
+        println!("  client {:<12} {} {}{access}", c.ns, c.addr, c.addr6);
+    }
+}
+
+/// Sends one request to a lab's daemon and returns its answer.
+fn ask(name: &str, request: &str) -> Result<String> {
+    let mut stream = UnixStream::connect(registry::socket_path(name)).with_context(|| {
+        match registry::get(name) {
+            Ok(Some(entry)) if !registry::pid_alive(entry.pid) => {
+                format!("lab {name} is a leftover of a dead process (run tcplab lab gc)")
+            }
+            Ok(Some(_)) => format!("lab {name} does not answer"),
+            _ => format!("no lab named {name} (see tcplab lab list)"),
+        }
+    })?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    writeln!(stream, "{request}")?;
+    let mut answer = String::new();
+    BufReader::new(stream).read_line(&mut answer)?;
+    Ok(answer)
+}
+
+fn down(name: &str) -> Result<ExitCode> {
+    registry::check_name(name).map_err(anyhow::Error::msg)?;
+    match registry::get(name)? {
+        Some(entry) if !registry::pid_alive(entry.pid) => {
+            registry::remove(&entry).context("removing the leftover lab")?;
+            println!("lab {name} was a leftover of a dead process; removed");
+        }
+        Some(_) => {
+            let answer = ask(name, "down")?;
+            if answer.trim() != "ok" {
+                bail!("lab {name}: {}", answer.trim());
+            }
+            println!("lab {name} down");
+        }
+        None => bail!("no lab named {name} (see tcplab lab list)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(json: bool) -> Result<ExitCode> {
+    let labs = registry::list()?;
+    if json {
+        let rows: Vec<_> = labs
+            .iter()
+            .map(|e| json!({"lab": e, "alive": registry::pid_alive(e.pid)}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<16} {:>8}  {:<9} {:<16} {:<8} path",
+        "name", "pid", "state", "server", "clients"
+    );
+    for e in &labs {
+        let state = if registry::pid_alive(e.pid) {
+            "up"
+        } else {
+            "leftover"
+        };
+        println!(
+            "{:<16} {:>8}  {:<9} {:<16} {:<8} {}",
+            e.name,
+            e.pid,
+            state,
+            e.server.addr,
+            e.clients.len(),
+            e.path
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(name: &str, json: bool) -> Result<ExitCode> {
+    registry::check_name(name).map_err(anyhow::Error::msg)?;
+    let answer = ask(name, "show")?;
+    let doc: serde_json::Value =
+        serde_json::from_str(&answer).context("reading the lab's answer")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let entry: LabEntry = serde_json::from_value(doc["lab"].clone())?;
+    let stats: LabStats = serde_json::from_value(json!({"up": doc["up"], "down": doc["down"]}))?;
+    print_entry(&entry);
+    for (dir, s) in [("up", &stats.up), ("down", &stats.down)] {
+        for link in &s.links {
+            let c = &link.counters;
+            println!(
+                "  {dir:<4} {:<16} in {} pkts / {} B, delivered {}, dropped loss {} queue {} aqm {}, queue {} pkts / {} B (max {} B)",
+                link.name,
+                c.packets_in,
+                c.bytes_in,
+                c.delivered_packets,
+                c.dropped_loss,
+                c.dropped_queue,
+                c.dropped_aqm,
+                c.queue_packets,
+                c.queue_bytes,
+                c.max_queue_bytes
+            );
+        }
+        println!(
+            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {} packets",
+            s.lateness.p50_us, s.lateness.p99_us, s.lateness.max_us, s.lateness.packets
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The document `lab show --json` prints.
+fn show_document(lab: &Lab) -> serde_json::Value {
+    let stats = lab.stats();
+    let host = |h: &registry::HostEntry| json!({"ns": h.ns, "addr": h.addr, "addr6": h.addr6, "access": h.access});
+    json!({
+        "lab": lab.entry,
+        "path": lab.entry.path,
+        "server": host(&lab.entry.server),
+        "client": host(&lab.entry.clients[0]),
+        "clients": lab.entry.clients.iter().map(host).collect::<Vec<_>>(),
+        "up": stats.up,
+        "down": stats.down,
+    })
+}
+
+/// Builds the lab and serves requests about it until `down` or a signal. Before
+/// "ready", errors go to stdout, where `lab up` reads them.
+fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
+    let stop = interrupt_flag();
+    let started = config(args, name)
+        .and_then(|c| c.ok_or_else(|| anyhow!("--path is required")))
+        .and_then(|c| Lab::up(&c).map_err(anyhow::Error::from))
+        .and_then(|lab| {
+            let socket = registry::socket_path(name);
+            let _ = std::fs::remove_file(&socket);
+            let listener = UnixListener::bind(&socket)
+                .with_context(|| format!("binding {}", socket.display()))?;
+            Ok((lab, listener))
+        });
+    let (lab, listener) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            println!("error: {e:#}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    listener.set_nonblocking(true)?;
+    while !stop.load(Ordering::Relaxed) && lab.is_running() {
+        let mut stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                poll::wait_for(&listener, libc::POLLIN, 100)?;
+                continue;
+            }
+            Err(_) => continue,
+        };
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+        let mut request = String::new();
+        if BufReader::new(&stream).read_line(&mut request).is_err() {
+            continue;
+        }
+        match request.trim() {
+            "show" => {
+                let _ = writeln!(stream, "{}", show_document(&lab));
+            }
+            "down" => {
+                let result = lab.down();
+                let _ = match &result {
+                    Ok(_) => writeln!(stream, "ok"),
+                    Err(e) => writeln!(stream, "{e}"),
+                };
+                return Ok(if result.is_ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
+            other => {
+                let _ = writeln!(stream, "unknown request '{other}'");
+            }
+        }
+    }
+    lab.down()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,15 @@
+//! tcplab's labs: network namespaces joined through the userspace link emulator.
+//!
+//! A lab has one server host and one or more client hosts, each a network namespace
+//! with a TUN device. The emulator (one thread per direction, [`pipeline`]) carries
+//! packets between the devices through the link models of the path spec: the
+//! bottleneck shared by all clients and, in a dumbbell, each client's own access
+//! link. Every lab is registered under [`registry::RUN_DIR`] so that `tcplab lab gc`
+//! can remove what a crashed process left behind.
+
+pub mod pipeline;
+pub mod pool;
+pub mod registry;
+mod topology;
+
+pub use topology::{Host, Lab, LabConfig, LabError, LabStats};

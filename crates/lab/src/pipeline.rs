@@ -1,0 +1,421 @@
+//! One direction of the emulator, binding link models to TUN devices in real time.
+//!
+//! Packets read from the ingress devices pass through a chain of links (an access
+//! link, then the shared bottleneck, or the reverse) and are written to an egress
+//! device when the last link delivers them. The links are the sans-IO models of
+//! `tcplab_model::link`; this loop only reads the clock, moves buffers and sleeps until
+//! the next deadline.
+//!
+//! Where any link of the direction applies a per-packet effect, GSO super-packets
+//! from the kernel are segmented into wire-size packets before the first link, and
+//! consecutive segments of a flow are coalesced again on the way out (GRO-style), so
+//! the receiving kernel's per-packet cost does not cap the emulator. Where no link
+//! does (delay only), super-packets pass through whole.
+
+use std::io::{self, IoSlice};
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hdrhistogram::Histogram;
+use tcplab_model::link::{Link, PushOutcome};
+use tcplab_model::packet::{
+    finish_checksum, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
+};
+use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
+use tcplab_sys::clock::monotonic_ns;
+use tcplab_sys::tun::{Tun, MAX_PACKET};
+
+use crate::pool::{BufId, Pool};
+
+/// Packets read from one device before looking at the links again.
+const READ_BATCH: usize = 64;
+/// How often the loop publishes its counters.
+const PUBLISH_EVERY_NS: u64 = 20_000_000;
+/// Never sleep in the kernel for less than this: spin instead.
+const MIN_SLEEP_NS: u64 = 15_000;
+
+/// Where a packet goes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Into the link with this index.
+    Hop(usize),
+    /// Out through the egress device with this index.
+    Egress(usize),
+    /// By destination address, through the direction's routes.
+    Route,
+}
+
+pub struct Hop {
+    /// For counters: e.g. "bottleneck" or "access client2".
+    pub name: String,
+    pub link: Link<BufId>,
+    pub then: Target,
+}
+
+/// Everything one direction's thread owns.
+pub struct DirectionPlan {
+    pub ingress: Vec<(Arc<Tun>, Target)>,
+    pub hops: Vec<Hop>,
+    pub egress: Vec<Arc<Tun>>,
+    pub routes: Vec<(IpAddr, Target)>,
+    /// Segment super-packets (some link applies a per-packet effect).
+    pub per_packet: bool,
+    /// Largest IP packet on the wire.
+    pub mtu: u32,
+}
+
+/// Runs one direction until `stop`. `epoch_ns` is the monotonic time the links call 0.
+pub fn run(
+    plan: DirectionPlan,
+    stats: Arc<Mutex<DirectionStats>>,
+    stop: Arc<AtomicBool>,
+    epoch_ns: u64,
+) -> io::Result<()> {
+    // Microsecond deadlines: the default 50 µs timer slack would be the error itself.
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    for (tun, _) in &plan.ingress {
+        tun.set_nonblocking(true)?;
+    }
+    let mut direction = Direction::new(plan, epoch_ns);
+    let mut next_publish = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let now = direction.now();
+        direction.ingest(now)?;
+        direction.deliver(now);
+        direction.flush();
+        if now >= next_publish {
+            *stats.lock().expect("stats lock") = direction.stats();
+            next_publish = now + PUBLISH_EVERY_NS;
+        }
+        let next = direction
+            .next_deadline()
+            .map_or(next_publish, |d| d.min(next_publish));
+        direction.wait_until(next)?;
+    }
+    *stats.lock().expect("stats lock") = direction.stats();
+    Ok(())
+}
+
+struct Direction {
+    plan: DirectionPlan,
+    epoch_ns: u64,
+    pool: Pool,
+    scratch: Vec<u8>,
+    coalescers: Vec<Coalescer>,
+    /// Last push time per hop: a link's clock never goes backwards.
+    last_push: Vec<u64>,
+    lateness: Histogram<u64>,
+    malformed: u64,
+    unroutable: u64,
+    write_errors: u64,
+    /// Running estimate of how late a sleep wakes up, ns.
+    oversleep_ns: u64,
+    pollfds: Vec<libc::pollfd>,
+}
+
+impl Direction {
+    fn new(plan: DirectionPlan, epoch_ns: u64) -> Direction {
+        let buffer = if plan.per_packet {
+            VirtioNetHdr::LEN + plan.mtu as usize + 64
+        } else {
+            MAX_PACKET
+        };
+        let pollfds = plan
+            .ingress
+            .iter()
+            .map(|(tun, _)| libc::pollfd {
+                fd: tun.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Direction {
+            pool: Pool::new(buffer),
+            scratch: vec![0u8; MAX_PACKET],
+            coalescers: plan.egress.iter().map(|_| Coalescer::new()).collect(),
+            last_push: vec![0; plan.hops.len()],
+            lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .expect("valid histogram bounds"),
+            malformed: 0,
+            unroutable: 0,
+            write_errors: 0,
+            oversleep_ns: 20_000,
+            pollfds,
+            plan,
+            epoch_ns,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.epoch_ns)
+    }
+
+    /// Reads what the devices have, up to a batch each, into the first links.
+    fn ingest(&mut self, now: u64) -> io::Result<()> {
+        for i in 0..self.plan.ingress.len() {
+            for _ in 0..READ_BATCH {
+                let tun = Arc::clone(&self.plan.ingress[i].0);
+                let target = self.plan.ingress[i].1;
+                let read = if self.plan.per_packet {
+                    tun.read(&mut self.scratch)
+                        .map(|n| self.segment_scratch(n, target, now))
+                } else {
+                    let id = self.pool.alloc();
+                    match tun.read(&mut self.pool.get_mut(id).data) {
+                        Ok(n) => {
+                            self.pool.get_mut(id).len = n;
+                            self.dispatch(target, now, id, (n - VirtioNetHdr::LEN.min(n)) as u32);
+                            Ok(())
+                        }
+                        Err(e) => {
+                            self.pool.release(id);
+                            Err(e)
+                        }
+                    }
+                };
+                match read {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Splits the packet in `scratch` into wire-size segments, each in its own buffer.
+    fn segment_scratch(&mut self, n: usize, target: Target, now: u64) {
+        // Taken out while its segments are dispatched through `self`; a move, no copy.
+        let scratch = std::mem::take(&mut self.scratch);
+        self.segment(&scratch[..n], target, now);
+        self.scratch = scratch;
+    }
+
+    fn segment(&mut self, packet: &[u8], target: Target, now: u64) {
+        let Ok((hdr, ip)) = VirtioNetHdr::split(packet) else {
+            self.malformed += 1;
+            return;
+        };
+        let Ok(segments) = Segmenter::new(&hdr, ip) else {
+            self.malformed += 1;
+            return;
+        };
+        for i in 0..segments.len() {
+            let id = self.pool.alloc();
+            let buf = self.pool.get_mut(id);
+            match segments.write_segment(i, CsumMode::Partial, true, &mut buf.data) {
+                Ok(len) => {
+                    buf.len = len;
+                    let wire = segments.wire_len(i) as u32;
+                    self.dispatch(target, now, id, wire);
+                }
+                Err(_) => {
+                    self.pool.release(id);
+                    self.malformed += 1;
+                }
+            }
+        }
+    }
+
+    /// Hands a packet to its next stage at time `at`.
+    fn dispatch(&mut self, target: Target, at: u64, id: BufId, wire_len: u32) {
+        match target {
+            Target::Hop(h) => {
+                let at = at.max(self.last_push[h]);
+                self.last_push[h] = at;
+                match self.plan.hops[h].link.push(at, id, wire_len) {
+                    PushOutcome::Accepted => {}
+                    PushOutcome::Duplicate => {
+                        let copy = self.pool.duplicate(id);
+                        if let PushOutcome::Dropped(d) =
+                            self.plan.hops[h].link.push_duplicate(at, copy, wire_len)
+                        {
+                            self.pool.release(d.packet);
+                        }
+                    }
+                    PushOutcome::Dropped(d) => self.pool.release(d.packet),
+                }
+            }
+            Target::Egress(e) => self.write(e, id),
+            Target::Route => match self.route(id) {
+                Some(next) => self.dispatch(next, at, id, wire_len),
+                None => {
+                    self.unroutable += 1;
+                    self.pool.release(id);
+                }
+            },
+        }
+    }
+
+    fn route(&self, id: BufId) -> Option<Target> {
+        let (_, ip) = VirtioNetHdr::split(self.pool.get(id).bytes()).ok()?;
+        let dst = PacketInfo::parse(ip).ok()?.dst;
+        self.plan
+            .routes
+            .iter()
+            .find(|(addr, _)| *addr == dst)
+            .map(|(_, t)| *t)
+    }
+
+    /// Moves every packet due by `now` to its next stage, until nothing is due.
+    fn deliver(&mut self, now: u64) {
+        loop {
+            let mut moved = false;
+            for h in 0..self.plan.hops.len() {
+                while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
+                    self.pool.release(dropped.packet);
+                }
+                while let Some(d) = self.plan.hops[h].link.pop(now) {
+                    moved = true;
+                    if d.corrupt {
+                        self.corrupt(d.packet);
+                    }
+                    let then = self.plan.hops[h].then;
+                    if let Target::Egress(_) | Target::Route = then {
+                        // Lateness of the final delivery, in ns.
+                        let _ = self.lateness.record(now.saturating_sub(d.due).max(1));
+                    }
+                    self.dispatch(then, d.due, d.packet, d.wire_len);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Flips one bit of a packet so the receiver's checksum catches it: the checksum
+    /// the kernel left to us is completed first, or the receiver would trust it.
+    fn corrupt(&mut self, id: BufId) {
+        let buf = self.pool.get_mut(id);
+        let len = buf.len;
+        let (head, ip) = buf.data[..len].split_at_mut(VirtioNetHdr::LEN);
+        if let Ok(mut hdr) = VirtioNetHdr::parse(head) {
+            if finish_checksum(&mut hdr, ip).is_ok() {
+                let mut bytes = [0u8; VirtioNetHdr::LEN];
+                hdr.write_to(&mut bytes);
+                head.copy_from_slice(&bytes);
+            }
+        }
+        if let Some(last) = ip.last_mut() {
+            *last ^= 0x01;
+        }
+    }
+
+    fn write(&mut self, egress: usize, id: BufId) {
+        let tun = &self.plan.egress[egress];
+        let bytes = self.pool.get(id).bytes();
+        let result = if self.plan.per_packet {
+            let coalescer = &mut self.coalescers[egress];
+            if coalescer.push(bytes) {
+                Ok(0)
+            } else {
+                let flushed = coalescer
+                    .finish()
+                    .map_or(Ok(0), |pending| tun.write(pending));
+                if coalescer.push(bytes) {
+                    flushed
+                } else {
+                    flushed.and(tun.writev(&[IoSlice::new(bytes)]))
+                }
+            }
+        } else {
+            tun.write(bytes)
+        };
+        if result.is_err() {
+            self.write_errors += 1;
+        }
+        self.pool.release(id);
+    }
+
+    fn flush(&mut self) {
+        for (coalescer, tun) in self.coalescers.iter_mut().zip(&self.plan.egress) {
+            if let Some(pending) = coalescer.finish() {
+                if tun.write(pending).is_err() {
+                    self.write_errors += 1;
+                }
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        self.plan
+            .hops
+            .iter()
+            .filter_map(|h| h.link.next_deadline())
+            .min()
+    }
+
+    /// Sleeps until `deadline` or until a device has a packet. The kernel's wake-up is
+    /// late by a few tens of µs, so sleep that much less and spin the rest.
+    fn wait_until(&mut self, deadline: u64) -> io::Result<()> {
+        let now = self.now();
+        if deadline <= now {
+            return Ok(());
+        }
+        let sleep = (deadline - now).saturating_sub(self.oversleep_ns);
+        if sleep >= MIN_SLEEP_NS {
+            let ts = libc::timespec {
+                tv_sec: (sleep / 1_000_000_000) as libc::time_t,
+                tv_nsec: (sleep % 1_000_000_000) as libc::c_long,
+            };
+            // SAFETY: valid pollfd array and timespec for the duration of the call.
+            let ready = unsafe {
+                libc::ppoll(
+                    self.pollfds.as_mut_ptr(),
+                    self.pollfds.len() as libc::nfds_t,
+                    &ts,
+                    std::ptr::null(),
+                )
+            };
+            if ready < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            if ready != 0 {
+                return Ok(());
+            }
+            let woke = self.now();
+            let late = woke.saturating_sub(now + sleep);
+            // An exponentially weighted mean of the oversleep, capped so one long
+            // preemption does not turn every later wait into a spin.
+            self.oversleep_ns = (self.oversleep_ns * 7 + late.min(200_000)) / 8;
+        }
+        while self.now() < deadline {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> DirectionStats {
+        let q = |q: f64| self.lateness.value_at_quantile(q) as f64 / 1000.0;
+        DirectionStats {
+            per_packet: self.plan.per_packet,
+            links: self
+                .plan
+                .hops
+                .iter()
+                .map(|h| NamedCounters {
+                    name: h.name.clone(),
+                    counters: *h.link.counters(),
+                })
+                .collect(),
+            lateness: Lateness {
+                packets: self.lateness.len(),
+                p50_us: q(0.5),
+                p99_us: q(0.99),
+                max_us: self.lateness.max() as f64 / 1000.0,
+            },
+            malformed: self.malformed,
+            unroutable: self.unroutable,
+            write_errors: self.write_errors,
+            buffers: self.pool.allocated(),
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Building and tearing down a lab: namespaces, TUN devices, host sysctls, links and
+//! the emulator's threads.
+//!
+//! Addresses: the server is 10.77.0.1/16 and fd00:77::1/64; client k (from 1) is
+//! 10.77.1.k and fd00:77::1:k. Every lab has its own namespaces, so labs never clash.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use serde::{Deserialize, Serialize};
+use tcplab_model::link::{Link, LinkError, Trace};
+use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, PathSpec};
+use tcplab_sys::clock::{monotonic_ns, realtime_us};
+use tcplab_sys::netns::{self, NetNs};
+use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
+
+use crate::pipeline::{self, DirectionPlan, Hop, Target};
+use crate::registry::{self, HostEntry, LabEntry};
+use tcplab_model::record::{DirectionStats, PathRecord};
+
+const TUN_NAME: &str = "tcplab0";
+
+/// Per-host TCP memory limits: room for a 1 Gbit/s × 100 ms path (12.5 MB in flight)
+/// with autotuning's overhead. net.core.[rw]mem_max are not per-namespace, so they are
+/// left alone.
+const HOST_SYSCTLS: &[(&str, &str)] = &[
+    ("net.ipv4.tcp_rmem", "4096 131072 67108864"),
+    ("net.ipv4.tcp_wmem", "4096 16384 67108864"),
+    // Runs must not inherit cached ssthresh or RTT from an earlier connection.
+    ("net.ipv4.tcp_no_metrics_save", "1"),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("{0}")]
+    Name(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("trace {path}: {message}")]
+    Trace { path: String, message: String },
+    #[error("link: {0}")]
+    Link(#[from] LinkError),
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LabError {
+    let context = context.into();
+    move |source| LabError::Io { context, source }
+}
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    pub name: String,
+    /// The bottleneck path between the clients and the server.
+    pub path: PathSpec,
+    /// One entry per client host: its access link (an empty spec for none).
+    pub clients: Vec<PathSpec>,
+}
+
+/// One host of a running lab.
+#[derive(Debug)]
+pub struct Host {
+    pub ns: NetNs,
+    pub addr: IpAddr,
+    pub addr6: IpAddr,
+}
+
+/// Live counters of a lab, per direction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabStats {
+    pub up: DirectionStats,
+    pub down: DirectionStats,
+}
+
+impl LabStats {
+    /// What a run through this lab records of its path.
+    pub fn record(self, entry: &LabEntry) -> PathRecord {
+        PathRecord {
+            spec: entry.path.clone(),
+            access: entry
+                .clients
+                .iter()
+                .map(|c| c.access.clone().unwrap_or_default())
+                .collect(),
+            up: self.up,
+            down: self.down,
+        }
+    }
+}
+
+/// A running lab; dropping it tears everything down.
+pub struct Lab {
+    pub entry: LabEntry,
+    pub server: Host,
+    pub clients: Vec<Host>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+    up: Arc<Mutex<DirectionStats>>,
+    down: Arc<Mutex<DirectionStats>>,
+}
+
+fn server_addrs() -> (IpAddr, IpAddr) {
+    (
+        IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1)),
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1)),
+    )
+}
+
+fn client_addrs(k: u16) -> (IpAddr, IpAddr) {
+    (
+        IpAddr::V4(Ipv4Addr::new(10, 77, 1, k as u8)),
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 1, k)),
+    )
+}
+
+/// A link that only delays can carry GSO super-packets whole.
+fn delay_only(spec: &LinkSpec) -> bool {
+    spec.jitter.is_none()
+        && matches!(spec.loss, Loss::None)
+        && spec.duplicate.is_zero()
+        && spec.corrupt.is_zero()
+        && spec.reorder.is_none()
+        && matches!(spec.bottleneck, Bottleneck::Unlimited)
+}
+
+fn is_ideal(path: &PathSpec) -> bool {
+    delay_only(&path.up)
+        && delay_only(&path.down)
+        && path.up.delay_us == 0
+        && path.down.delay_us == 0
+}
+
+fn load_trace(spec: &LinkSpec) -> Result<Option<Trace>, LabError> {
+    let Bottleneck::Trace { path } = &spec.bottleneck else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| LabError::Trace {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    Trace::parse(&text).map(Some).map_err(|e| LabError::Trace {
+        path: path.clone(),
+        message: e.to_string(),
+    })
+}
+
+fn make_link(
+    path: &PathSpec,
+    dir: Direction,
+    per_packet: bool,
+) -> Result<Link<crate::pool::BufId>, LabError> {
+    let spec = path.link(dir);
+    // Whole super-packets are larger than the MTU; only segmented traffic is held to it.
+    let mtu = if per_packet {
+        path.mtu
+    } else {
+        MAX_PACKET as u32
+    };
+    Ok(Link::new(
+        spec,
+        path.rtt_us(),
+        mtu,
+        path.link_seed(dir),
+        load_trace(spec)?,
+    )?)
+}
+
+impl Lab {
+    /// Builds the lab and starts its emulator. On any error, what was made is removed.
+    pub fn up(config: &LabConfig) -> Result<Lab, LabError> {
+        registry::check_name(&config.name).map_err(LabError::Name)?;
+        if config.clients.is_empty() || config.clients.len() > 250 {
+            return Err(LabError::Name(format!(
+                "a lab has 1 to 250 clients, not {}",
+                config.clients.len()
+            )));
+        }
+        let (server_v4, server_v6) = server_addrs();
+        let single = config.clients.len() == 1;
+        let client_ns = |k: usize| {
+            if single {
+                format!("{}-client", config.name)
+            } else {
+                format!("{}-client{k}", config.name)
+            }
+        };
+        let entry = LabEntry {
+            name: config.name.clone(),
+            pid: std::process::id(),
+            path: config.path.to_string(),
+            server: HostEntry {
+                ns: format!("{}-server", config.name),
+                addr: server_v4.to_string(),
+                addr6: server_v6.to_string(),
+                access: None,
+            },
+            clients: config
+                .clients
+                .iter()
+                .enumerate()
+                .map(|(i, access)| {
+                    let (v4, v6) = client_addrs(i as u16 + 1);
+                    HostEntry {
+                        ns: client_ns(i + 1),
+                        addr: v4.to_string(),
+                        addr6: v6.to_string(),
+                        access: (!is_ideal(access)).then(|| access.to_string()),
+                    }
+                })
+                .collect(),
+            created_unix_us: realtime_us(),
+        };
+        registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
+        // From here on, a failure must undo what was made.
+        let mut made = Vec::new();
+        let built = Self::build(config, entry.clone(), &mut made);
+        if built.is_err() {
+            for ns in made {
+                let _ = NetNs::delete(&ns);
+            }
+            registry::unregister(&config.name);
+        }
+        built
+    }
+
+    fn build(config: &LabConfig, entry: LabEntry, made: &mut Vec<NetNs>) -> Result<Lab, LabError> {
+        let mtu = config.path.mtu;
+        let make_host = |ns_name: &str,
+                         v4: IpAddr,
+                         v6: IpAddr,
+                         made: &mut Vec<NetNs>|
+         -> Result<(Host, Arc<Tun>), LabError> {
+            let ns = NetNs::create(ns_name).map_err(io_err(format!("creating netns {ns_name}")))?;
+            made.push(ns.clone());
+            let opts = TunOptions {
+                vnet_hdr: true,
+                offloads: Offloads::TSO,
+                nonblocking: true,
+                ..TunOptions::default()
+            };
+            let tun = tun::create_in(&ns, TUN_NAME, opts, &[(v4, 16), (v6, 64)])
+                .map_err(io_err(format!("creating {TUN_NAME} in {ns_name}")))?;
+            ns.try_run(|| netns::set_mtu(TUN_NAME, mtu))
+                .map_err(io_err(format!("setting MTU in {ns_name}")))?;
+            for (key, value) in HOST_SYSCTLS {
+                netns::write_sysctl_in(&ns, key, value)
+                    .map_err(io_err(format!("setting {key} in {ns_name}")))?;
+            }
+            Ok((
+                Host {
+                    ns,
+                    addr: v4,
+                    addr6: v6,
+                },
+                Arc::new(tun),
+            ))
+        };
+
+        let (server_v4, server_v6) = server_addrs();
+        let (server, server_tun) = make_host(&entry.server.ns, server_v4, server_v6, made)?;
+        let mut clients = Vec::new();
+        let mut client_tuns = Vec::new();
+        for (i, host) in entry.clients.iter().enumerate() {
+            let (v4, v6) = client_addrs(i as u16 + 1);
+            let (client, tun) = make_host(&host.ns, v4, v6, made)?;
+            clients.push(client);
+            client_tuns.push(tun);
+        }
+
+        let per_packet = |dir: Direction| {
+            !delay_only(config.path.link(dir))
+                || config.clients.iter().any(|a| !delay_only(a.link(dir)))
+        };
+        let up_plan = Self::plan(
+            config,
+            Direction::Up,
+            per_packet(Direction::Up),
+            &client_tuns,
+            &server_tun,
+            &clients,
+        )?;
+        let down_plan = Self::plan(
+            config,
+            Direction::Down,
+            per_packet(Direction::Down),
+            &client_tuns,
+            &server_tun,
+            &clients,
+        )?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let epoch = monotonic_ns();
+        let up = Arc::new(Mutex::new(DirectionStats::default()));
+        let down = Arc::new(Mutex::new(DirectionStats::default()));
+        let mut threads = Vec::new();
+        for (name, plan, stats) in [
+            ("emulator-up", up_plan, &up),
+            ("emulator-down", down_plan, &down),
+        ] {
+            let (stats, stop) = (Arc::clone(stats), Arc::clone(&stop));
+            let handle = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || pipeline::run(plan, stats, stop, epoch))
+                .map_err(io_err("starting the emulator"))?;
+            threads.push(handle);
+        }
+        Ok(Lab {
+            entry,
+            server,
+            clients,
+            stop,
+            threads,
+            up,
+            down,
+        })
+    }
+
+    /// The links of one direction, chained: up = client → access → bottleneck →
+    /// server; down = server → bottleneck → access (by destination) → client.
+    fn plan(
+        config: &LabConfig,
+        dir: Direction,
+        per_packet: bool,
+        client_tuns: &[Arc<Tun>],
+        server_tun: &Arc<Tun>,
+        clients: &[Host],
+    ) -> Result<DirectionPlan, LabError> {
+        let mut hops = Vec::new();
+        // Index 0 is always the shared bottleneck.
+        hops.push(Hop {
+            name: "bottleneck".into(),
+            link: make_link(&config.path, dir, per_packet)?,
+            then: match dir {
+                Direction::Up => Target::Egress(0),
+                Direction::Down => Target::Route,
+            },
+        });
+        // The client side of each client: its access link if it has one, else its device.
+        let mut client_side = Vec::new();
+        for (k, access) in config.clients.iter().enumerate() {
+            if is_ideal(access) {
+                client_side.push(match dir {
+                    Direction::Up => Target::Hop(0),
+                    Direction::Down => Target::Egress(k),
+                });
+            } else {
+                hops.push(Hop {
+                    name: format!("access client{}", k + 1),
+                    link: make_link(access, dir, per_packet)?,
+                    then: match dir {
+                        Direction::Up => Target::Hop(0),
+                        Direction::Down => Target::Egress(k),
+                    },
+                });
+                client_side.push(Target::Hop(hops.len() - 1));
+            }
+        }
+        Ok(match dir {
+            Direction::Up => DirectionPlan {
+                ingress: client_tuns.iter().cloned().zip(client_side).collect(),
+                hops,
+                egress: vec![Arc::clone(server_tun)],
+                routes: Vec::new(),
+                per_packet,
+                mtu: config.path.mtu,
+            },
+            Direction::Down => DirectionPlan {
+                ingress: vec![(Arc::clone(server_tun), Target::Hop(0))],
+                hops,
+                egress: client_tuns.to_vec(),
+                routes: clients
+                    .iter()
+                    .zip(&client_side)
+                    .flat_map(|(c, &t)| [(c.addr, t), (c.addr6, t)])
+                    .collect(),
+                per_packet,
+                mtu: config.path.mtu,
+            },
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+
+    pub fn stats(&self) -> LabStats {
+        LabStats {
+            up: self.up.lock().expect("stats lock").clone(),
+            down: self.down.lock().expect("stats lock").clone(),
+        }
+    }
+
+    /// Whether both emulator threads are still running.
+    pub fn is_running(&self) -> bool {
+        self.threads.iter().all(|t| !t.is_finished())
+    }
+
+    /// Stops the emulator and removes the namespaces; returns the final counters.
+    pub fn down(mut self) -> Result<LabStats, LabError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<LabStats, LabError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut failure = None;
+        for thread in self.threads.drain(..) {
+            if let Ok(Err(e)) = thread.join() {
+                failure.get_or_insert(e);
+            }
+        }
+        let stats = self.stats();
+        for host in std::iter::once(&self.server).chain(&self.clients) {
+            host.ns
+                .delete()
+                .map_err(io_err(format!("deleting netns {}", host.ns.name())))?;
+        }
+        registry::unregister(&self.entry.name);
+        match failure {
+            Some(e) => Err(LabError::Io {
+                context: "the emulator stopped".into(),
+                source: e,
+            }),
+            None => Ok(stats),
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            let _ = self.shutdown();
+        }
+    }
+}

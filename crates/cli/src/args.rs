@@ -151,6 +151,15 @@ pub struct PathArgs {
     /// A client's own access link, in client order; one spec applies to every client.
     #[arg(long = "client-path", value_parser = parse_path, value_name = "SPEC")]
     pub client_paths: Vec<PathSpec>,
+    /// What carries the packets: tcplab's emulator, or the kernel's netem where it exists.
+    #[arg(long, value_enum, default_value_t = BackendArg::Emulator)]
+    pub backend: BackendArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BackendArg {
+    Emulator,
+    Netem,
 }
 
 pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_model::path::PathError> {

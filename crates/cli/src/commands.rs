@@ -69,6 +69,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         name: format!("qs{}", std::process::id()),
         path: args.path,
         clients: vec![PathSpec::default()],
+        backend: tcplab_lab::Backend::Emulator,
     };
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     report(record, &output, store)
@@ -82,8 +83,7 @@ fn run_in_lab(
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
 ) -> Result<RunRecord> {
-    let lab = Lab::up(config)
-        .context("cannot build the lab (root or CAP_NET_ADMIN and CAP_SYS_ADMIN needed)")?;
+    let lab = Lab::up(config).context("cannot build the lab")?;
     if !out.json {
         println!("lab {}: path \"{}\"", lab.name(), lab.entry.path);
         for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {

@@ -15,11 +15,11 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use tcplab_lab::registry::{self, LabEntry};
-use tcplab_lab::{Lab, LabConfig, LabStats};
+use tcplab_lab::{Backend, Lab, LabConfig, LabStats};
 use tcplab_model::path::PathSpec;
 use tcplab_sys::poll;
 
-use crate::args::{LabCommand, PathArgs};
+use crate::args::{BackendArg, LabCommand, PathArgs};
 use crate::commands::interrupt_flag;
 
 /// How long `show` and `down` wait for a daemon's answer.
@@ -28,8 +28,11 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The lab `PathArgs` ask for, or `None` without `--path`.
 pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
     let Some(path) = args.path.clone() else {
-        if !args.client_paths.is_empty() || args.clients != 1 {
-            bail!("--clients and --client-path need --path");
+        if !args.client_paths.is_empty()
+            || args.clients != 1
+            || matches!(args.backend, BackendArg::Netem)
+        {
+            bail!("--clients, --client-path and --backend need --path");
         }
         return Ok(None);
     };
@@ -44,6 +47,10 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         name: name.to_string(),
         path,
         clients,
+        backend: match args.backend {
+            BackendArg::Emulator => Backend::Emulator,
+            BackendArg::Netem => Backend::Netem,
+        },
     }))
 }
 

@@ -12,4 +12,4 @@ pub mod pool;
 pub mod registry;
 mod topology;
 
-pub use topology::{Host, Lab, LabConfig, LabError, LabStats};
+pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabStats};

@@ -118,11 +118,7 @@ struct Direction {
 
 impl Direction {
     fn new(plan: DirectionPlan, epoch_ns: u64) -> Direction {
-        let buffer = if plan.per_packet {
-            VirtioNetHdr::LEN + plan.mtu as usize + 64
-        } else {
-            MAX_PACKET
-        };
+        let small = VirtioNetHdr::LEN + plan.mtu as usize + 64;
         let pollfds = plan
             .ingress
             .iter()
@@ -133,7 +129,7 @@ impl Direction {
             })
             .collect();
         Direction {
-            pool: Pool::new(buffer),
+            pool: Pool::new(small, MAX_PACKET),
             scratch: vec![0u8; MAX_PACKET],
             coalescers: plan.egress.iter().map(|_| Coalescer::new()).collect(),
             last_push: vec![0; plan.hops.len()],
@@ -163,10 +159,12 @@ impl Direction {
                     tun.read(&mut self.scratch)
                         .map(|n| self.segment_scratch(n, target, now))
                 } else {
-                    let id = self.pool.alloc();
+                    let id = self.pool.alloc_large();
                     match tun.read(&mut self.pool.get_mut(id).data) {
                         Ok(n) => {
                             self.pool.get_mut(id).len = n;
+                            // Most packets are small (ACKs): keep the large buffer free.
+                            let id = self.pool.shrink(id);
                             self.dispatch(target, now, id, (n - VirtioNetHdr::LEN.min(n)) as u32);
                             Ok(())
                         }
@@ -205,7 +203,7 @@ impl Direction {
             return;
         };
         for i in 0..segments.len() {
-            let id = self.pool.alloc();
+            let id = self.pool.alloc_small();
             let buf = self.pool.get_mut(id);
             match segments.write_segment(i, CsumMode::Partial, true, &mut buf.data) {
                 Ok(len) => {
@@ -240,7 +238,11 @@ impl Direction {
                     PushOutcome::Dropped(d) => self.pool.release(d.packet),
                 }
             }
-            Target::Egress(e) => self.write(e, id),
+            Target::Egress(e) => {
+                // Lateness of the final delivery, in ns; `at` is when it was due.
+                let _ = self.lateness.record(self.now().saturating_sub(at).max(1));
+                self.write(e, id)
+            }
             Target::Route => match self.route(id) {
                 Some(next) => self.dispatch(next, at, id, wire_len),
                 None => {
@@ -275,10 +277,6 @@ impl Direction {
                         self.corrupt(d.packet);
                     }
                     let then = self.plan.hops[h].then;
-                    if let Target::Egress(_) | Target::Route = then {
-                        // Lateness of the final delivery, in ns.
-                        let _ = self.lateness.record(now.saturating_sub(d.due).max(1));
-                    }
                     self.dispatch(then, d.due, d.packet, d.wire_len);
                 }
             }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tcplab_model::link::{Link, LinkError, Trace};
 use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, PathSpec};
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
+use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
 
@@ -43,6 +44,18 @@ pub enum LabError {
     Trace { path: String, message: String },
     #[error("link: {0}")]
     Link(#[from] LinkError),
+    #[error(transparent)]
+    Netem(#[from] NetemError),
+}
+
+/// What carries the packets between the hosts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// tcplab's userspace emulator (TUN devices): every key of the spec, per packet.
+    #[default]
+    Emulator,
+    /// The kernel's netem qdisc on a veth pair, where the kernel has sch_netem.
+    Netem,
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LabError {
@@ -58,6 +71,7 @@ pub struct LabConfig {
     pub path: PathSpec,
     /// One entry per client host: its access link (an empty spec for none).
     pub clients: Vec<PathSpec>,
+    pub backend: Backend,
 }
 
 /// One host of a running lab.
@@ -100,6 +114,8 @@ pub struct Lab {
     threads: Vec<JoinHandle<io::Result<()>>>,
     up: Arc<Mutex<DirectionStats>>,
     down: Arc<Mutex<DirectionStats>>,
+    /// Until torn down: what Drop still has to do.
+    alive: bool,
 }
 
 fn server_addrs() -> (IpAddr, IpAddr) {
@@ -227,6 +243,9 @@ impl Lab {
     }
 
     fn build(config: &LabConfig, entry: LabEntry, made: &mut Vec<NetNs>) -> Result<Lab, LabError> {
+        if config.backend == Backend::Netem {
+            return Self::build_netem(config, entry, made);
+        }
         let mtu = config.path.mtu;
         let make_host = |ns_name: &str,
                          v4: IpAddr,
@@ -315,6 +334,74 @@ impl Lab {
             threads,
             up,
             down,
+            alive: true,
+        })
+    }
+
+    /// The same path with the kernel's netem on a veth pair: up on the client's end,
+    /// down on the server's. Translated and probed before anything is made.
+    fn build_netem(
+        config: &LabConfig,
+        entry: LabEntry,
+        made: &mut Vec<NetNs>,
+    ) -> Result<Lab, LabError> {
+        if config.clients.len() != 1 || !is_ideal(&config.clients[0]) {
+            return Err(LabError::Name(
+                "the netem backend builds no dumbbell: use the emulator backend".into(),
+            ));
+        }
+        let path = &config.path;
+        let up = netem::netem_options(&path.up, path.rtt_us(), path.mtu)?;
+        let down = netem::netem_options(&path.down, path.rtt_us(), path.mtu)?;
+        netem::probe_netem()?;
+        let make = |name: &str, made: &mut Vec<NetNs>| {
+            let ns = NetNs::create(name).map_err(io_err(format!("creating netns {name}")))?;
+            made.push(ns.clone());
+            Ok::<_, LabError>(ns)
+        };
+        let server_ns = make(&entry.server.ns, made)?;
+        let client_ns = make(&entry.clients[0].ns, made)?;
+        client_ns
+            .try_run(|| netns::create_veth(TUN_NAME, TUN_NAME, Some(&server_ns)))
+            .map_err(io_err("creating the veth pair"))?;
+        let (server_v4, server_v6) = server_addrs();
+        let (client_v4, client_v6) = client_addrs(1);
+        for (ns, v4, v6, opts) in [
+            (&server_ns, server_v4, server_v6, &down),
+            (&client_ns, client_v4, client_v6, &up),
+        ] {
+            ns.try_run(|| {
+                netns::link_up("lo")?;
+                netns::set_mtu(TUN_NAME, path.mtu)?;
+                netns::add_address(TUN_NAME, v4, 16)?;
+                netns::add_address(TUN_NAME, v6, 64)?;
+                netns::link_up(TUN_NAME)
+            })
+            .map_err(io_err(format!("setting up {}", ns.name())))?;
+            for (key, value) in HOST_SYSCTLS {
+                netns::write_sysctl_in(ns, key, value)
+                    .map_err(io_err(format!("setting {key} in {}", ns.name())))?;
+            }
+            ns.run(|| netem::apply_netem(TUN_NAME, opts))
+                .map_err(io_err(format!("entering {}", ns.name())))??;
+        }
+        Ok(Lab {
+            entry,
+            server: Host {
+                ns: server_ns,
+                addr: server_v4,
+                addr6: server_v6,
+            },
+            clients: vec![Host {
+                ns: client_ns,
+                addr: client_v4,
+                addr6: client_v6,
+            }],
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            up: Arc::default(),
+            down: Arc::default(),
+            alive: true,
         })
     }
 
@@ -404,6 +491,7 @@ impl Lab {
     }
 
     fn shutdown(&mut self) -> Result<LabStats, LabError> {
+        self.alive = false;
         self.stop.store(true, Ordering::Relaxed);
         let mut failure = None;
         for thread in self.threads.drain(..) {
@@ -430,7 +518,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
+        if self.alive {
             let _ = self.shutdown();
         }
     }

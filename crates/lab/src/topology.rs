@@ -415,36 +415,53 @@ impl Lab {
         server_tun: &Arc<Tun>,
         clients: &[Host],
     ) -> Result<DirectionPlan, LabError> {
-        let mut hops = Vec::new();
-        // Index 0 is always the shared bottleneck.
-        hops.push(Hop {
+        // Hops are listed upstream first: up = access links, then the bottleneck;
+        // down = the bottleneck, then the access links.
+        let access: Vec<(usize, &PathSpec)> = config
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !is_ideal(a))
+            .collect();
+        let bottleneck = match dir {
+            Direction::Up => access.len(),
+            Direction::Down => 0,
+        };
+        let first_access = match dir {
+            Direction::Up => 0,
+            Direction::Down => 1,
+        };
+        let bottleneck_hop = Hop {
             name: "bottleneck".into(),
             link: make_link(&config.path, dir, per_packet)?,
             then: match dir {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
             },
-        });
+        };
         // The client side of each client: its access link if it has one, else its device.
+        let mut access_hops = Vec::new();
         let mut client_side = Vec::new();
-        for (k, access) in config.clients.iter().enumerate() {
-            if is_ideal(access) {
-                client_side.push(match dir {
-                    Direction::Up => Target::Hop(0),
-                    Direction::Down => Target::Egress(k),
+        for (k, spec) in config.clients.iter().enumerate() {
+            let beyond = match dir {
+                Direction::Up => Target::Hop(bottleneck),
+                Direction::Down => Target::Egress(k),
+            };
+            if access.iter().any(|(i, _)| *i == k) {
+                client_side.push(Target::Hop(first_access + access_hops.len()));
+                access_hops.push(Hop {
+                    name: format!("access client{}", k + 1),
+                    link: make_link(spec, dir, per_packet)?,
+                    then: beyond,
                 });
             } else {
-                hops.push(Hop {
-                    name: format!("access client{}", k + 1),
-                    link: make_link(access, dir, per_packet)?,
-                    then: match dir {
-                        Direction::Up => Target::Hop(0),
-                        Direction::Down => Target::Egress(k),
-                    },
-                });
-                client_side.push(Target::Hop(hops.len() - 1));
+                client_side.push(beyond);
             }
         }
+        let hops: Vec<Hop> = match dir {
+            Direction::Up => access_hops.into_iter().chain([bottleneck_hop]).collect(),
+            Direction::Down => [bottleneck_hop].into_iter().chain(access_hops).collect(),
+        };
         Ok(match dir {
             Direction::Up => DirectionPlan {
                 ingress: client_tuns.iter().cloned().zip(client_side).collect(),
@@ -455,7 +472,7 @@ impl Lab {
                 mtu: config.path.mtu,
             },
             Direction::Down => DirectionPlan {
-                ingress: vec![(Arc::clone(server_tun), Target::Hop(0))],
+                ingress: vec![(Arc::clone(server_tun), Target::Hop(bottleneck))],
                 hops,
                 egress: client_tuns.to_vec(),
                 routes: clients

@@ -302,6 +302,9 @@ pub struct DirectionStats {
     /// Packets handled one by one (some link has a per-packet effect) or, when the
     /// links only delay, as the kernel's GSO units.
     pub per_packet: bool,
+    /// Whether the emulator thread got real-time priority (needs CAP_SYS_NICE).
+    #[serde(default)]
+    pub realtime: bool,
     pub links: Vec<NamedCounters>,
     /// How late packets left the emulator against their due time.
     pub lateness: Lateness,

@@ -207,3 +207,135 @@ pub fn rx_bytes(bed: &Bed, in_server: bool, ifname: &str) -> u64 {
     })
     .unwrap()
 }
+
+/// A lab name unique to this process and call site number `n` (≤ 24 characters).
+pub fn lab_name(prefix: &str, n: u32) -> String {
+    format!("{prefix}{}x{n}", std::process::id() % 100000)
+}
+
+/// A persistent lab made by `tcplab lab up`; dropping it runs `tcplab lab down`.
+pub struct LabGuard {
+    pub name: String,
+}
+
+impl LabGuard {
+    /// `tcplab lab up NAME ARGS…`, asserting success.
+    pub fn up(name: &str, args: &[&str]) -> LabGuard {
+        let out = tcplab()
+            .args(["lab", "up", name])
+            .args(args)
+            .output()
+            .expect("running tcplab lab up");
+        let guard = LabGuard {
+            name: name.to_string(),
+        };
+        assert!(
+            out.status.success(),
+            "lab up {name} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        guard
+    }
+
+    pub fn show(&self) -> Value {
+        let out = tcplab()
+            .args(["lab", "show", &self.name, "--json"])
+            .output()
+            .unwrap();
+        parse_success(&out)
+    }
+
+    pub fn client_ns(&self) -> String {
+        format!("{}-client", self.name)
+    }
+
+    pub fn server_ns(&self) -> String {
+        format!("{}-server", self.name)
+    }
+}
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = tcplab()
+            .args(["lab", "down", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// `ip netns exec NS ping ARGS… DEST`: the output, whatever ping's exit status.
+pub fn ping(ns: &str, args: &[&str], dest: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "ping"])
+        .args(args)
+        .arg(dest)
+        .output()
+        .expect("running ping");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// ping's summary: (transmitted, received, [min, avg, max, mdev] in ms if any reply).
+pub fn ping_summary(text: &str) -> (u64, u64, Option<[f64; 4]>) {
+    let line = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary in {text}"));
+    let num = |key: &str| -> u64 {
+        let before = line.split(key).next().unwrap();
+        before
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .rfind(|w| !w.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let rtt = text.lines().find(|l| l.contains("min/avg/max")).map(|l| {
+        let values = l
+            .split('=')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        let v: Vec<f64> = values.split('/').map(|x| x.parse().unwrap()).collect();
+        [v[0], v[1], v[2], v[3]]
+    });
+    (num(" packets transmitted"), num(" received"), rtt)
+}
+
+/// The sequence numbers ping got replies for.
+pub fn ping_replies(text: &str) -> std::collections::BTreeSet<u64> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.split("icmp_seq=").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// Starts `tcplab --netns NS serve` and waits until it accepts on 10.77.0.1:5201 as
+/// seen from `client_ns`; kill the child when done.
+pub fn serve_in(server_ns: &str, client_ns: &str) -> Child {
+    let mut child = tcplab()
+        .args(["--netns", server_ns, "serve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting tcplab serve");
+    let ns = tcplab_sys::netns::NetNs::open(client_ns).expect("opening the client netns");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let addr: SocketAddr = "10.77.0.1:5201".parse().unwrap();
+    while Instant::now() < deadline {
+        let up = ns
+            .run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())
+            .unwrap();
+        if up {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("server in {server_ns} did not listen");
+}

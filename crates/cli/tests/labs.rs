@@ -1,0 +1,342 @@
+//! Persistent labs (`tcplab lab up/show/list/down/gc`) and multi-client runs, checked
+//! against the system: namespaces in /run/netns, the registry, the daemon's process,
+//! ping.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+use tcplab_sys::netns::privileged_or_skip;
+
+fn netns_exists(name: &str) -> bool {
+    Path::new("/run/netns").join(name).exists()
+}
+
+fn registry_file(name: &str) -> std::path::PathBuf {
+    Path::new("/run/tcplab/labs").join(format!("{name}.json"))
+}
+
+fn pid_alive(pid: u64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')))
+            .unwrap_or(true)
+}
+
+fn lab(args: &[&str]) -> Output {
+    tcplab()
+        .arg("lab")
+        .args(args)
+        .output()
+        .expect("running tcplab lab")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn list_json() -> Vec<Value> {
+    let v = parse_success(&lab(&["list", "--json"]));
+    v.as_array().expect("a list").clone()
+}
+
+fn wait_gone(pid: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pid_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn lab_up_show_list_down_round_trip() {
+    if !privileged_or_skip("lab_round_trip") {
+        return;
+    }
+    let name = lab_name("lr", 1);
+    let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
+    for ns in [guard.client_ns(), guard.server_ns()] {
+        assert!(netns_exists(&ns), "no namespace {ns}");
+    }
+    assert!(registry_file(&name).exists());
+    let show = guard.show();
+    assert_eq!(str_at(&show, "/client/ns"), guard.client_ns());
+    assert_eq!(str_at(&show, "/client/addr"), "10.77.1.1");
+    assert_eq!(str_at(&show, "/server/ns"), guard.server_ns());
+    assert_eq!(str_at(&show, "/server/addr"), "10.77.0.1");
+    assert_eq!(str_at(&show, "/path"), "rtt 2ms");
+    let before = u64_at(&show, "/up/links/0/packets_in");
+    let text = ping(&guard.client_ns(), &["-c", "5", "-i", "0.01"], "10.77.0.1");
+    assert_eq!(ping_summary(&text).1, 5, "{text}");
+    // The daemon publishes its counters periodically (a show right after the ping
+    // measured 5 → 6 a moment later): poll briefly.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut show = guard.show();
+    while u64_at(&show, "/up/links/0/packets_in") < before + 5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        show = guard.show();
+    }
+    let after = u64_at(&show, "/up/links/0/packets_in");
+    assert!(after >= before + 5, "up packets_in {before} → {after}");
+    assert!(u64_at(&show, "/down/links/0/delivered_packets") >= 5);
+
+    let listed = list_json();
+    let entry = listed
+        .iter()
+        .find(|e| e["lab"]["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} not in {listed:?}"));
+    assert_eq!(entry["alive"], true);
+    let pid = u64_at(entry, "/lab/pid");
+    assert!(pid_alive(pid));
+    let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&name) && l.contains(" up ")),
+        "{text}"
+    );
+
+    let out = lab(&["down", &name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_gone(pid);
+    assert!(!pid_alive(pid), "daemon {pid} still running");
+    for ns in [guard.client_ns(), guard.server_ns()] {
+        assert!(!netns_exists(&ns), "namespace {ns} left behind");
+    }
+    assert!(!registry_file(&name).exists());
+    assert!(!Path::new(&format!("/run/tcplab/labs/{name}.sock")).exists());
+}
+
+/// The 150 ms bar is the bench's; a test only guards against regressions by an order of
+/// magnitude. Measured: up ~55 ms, down ~55 ms (debug build, idle machine).
+#[test]
+fn lab_up_and_down_take_under_a_second() {
+    if !privileged_or_skip("lab_up_down_time") {
+        return;
+    }
+    let name = lab_name("lt", 1);
+    let t = Instant::now();
+    let guard = LabGuard::up(&name, &["--path", "rtt 10ms rate 100mbit"]);
+    let up = t.elapsed();
+    let t = Instant::now();
+    let out = lab(&["down", &name]);
+    let down = t.elapsed();
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::mem::forget(guard);
+    println!(
+        "lab up {} ms, lab down {} ms",
+        up.as_millis(),
+        down.as_millis()
+    );
+    assert!(up <= Duration::from_secs(1), "lab up took {up:?}");
+    assert!(down <= Duration::from_secs(1), "lab down took {down:?}");
+}
+
+#[test]
+fn two_clients_with_their_own_access_links() {
+    if !privileged_or_skip("two_clients") {
+        return;
+    }
+    let name = lab_name("lc", 1);
+    let guard = LabGuard::up(
+        &name,
+        &[
+            "--path",
+            "rtt 4ms",
+            "--clients",
+            "2",
+            "--client-path",
+            "rtt 10ms",
+            "--client-path",
+            "rtt 40ms",
+        ],
+    );
+    let show = guard.show();
+    let clients = show["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 2);
+    for (k, access) in [(1, 10.0), (2, 40.0)] {
+        let ns = format!("{name}-client{k}");
+        assert!(netns_exists(&ns));
+        assert_eq!(str_at(&clients[k - 1], "/ns"), ns);
+        assert_eq!(str_at(&clients[k - 1], "/addr"), format!("10.77.1.{k}"));
+        ping(&ns, &["-c", "1"], "10.77.0.1");
+        // PRODUCT BUG (see the report): in debug builds the emulator panics on the
+        // first packet through an access link ("time went backwards",
+        // crates/lab/src/pipeline.rs dispatch → Link::push), the daemon exits and the
+        // lab vanishes. This test passes once that is fixed.
+        assert!(
+            netns_exists(&ns),
+            "lab {name} died after one ping through client{k}'s access link"
+        );
+        let text = ping(&ns, &["-c", "10", "-i", "0.02"], "10.77.0.1");
+        let (_, received, rtt) = ping_summary(&text);
+        assert_eq!(received, 10, "{text}");
+        let [min, avg, _, _] = rtt.unwrap();
+        let expected = access + 4.0;
+        println!("client{k}: ping min {min:.2} avg {avg:.2} ms, configured {expected} ms");
+        assert!(
+            min >= expected && avg <= expected + 1.5,
+            "client{k}: {min}/{avg} ms vs {expected}"
+        );
+    }
+    drop(guard);
+
+    let out = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rate 50mbit queue 1bdp",
+            "--clients",
+            "2",
+            "--client-path",
+            "rtt 10ms",
+            "--client-path",
+            "rtt 40ms",
+            "-t",
+            "2s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v = parse_success(&out);
+    let flows = flows(&v);
+    assert_eq!(flows.len(), 2, "{flows:#?}");
+    let mut hosts: Vec<&str> = flows.iter().map(|f| str_at(f, "/host")).collect();
+    hosts.sort();
+    assert_eq!(hosts, ["client1", "client2"]);
+    for f in flows {
+        assert!(u64_at(f, "/received_bytes") > 100_000, "{f:#}");
+    }
+}
+
+#[test]
+fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
+    if !privileged_or_skip("gc_after_kill") {
+        return;
+    }
+    let name = lab_name("lk", 1);
+    let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
+    let entry: Value =
+        serde_json::from_slice(&std::fs::read(registry_file(&name)).unwrap()).unwrap();
+    let pid = u64_at(&entry, "/pid");
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    wait_gone(pid);
+    // The daemon is an orphan: until PID 1 reaps it, it is a zombie, and tcplab's
+    // liveness check (kill(pid, 0), crates/lab/src/registry.rs pid_alive) counts a
+    // zombie as alive. Here PID 1 (not an init) reaps late, so wait for it.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let alive = || {
+        list_json()
+            .iter()
+            .find(|e| e["lab"]["name"] == name.as_str())
+            .expect("still listed")["alive"]
+            .clone()
+    };
+    while alive() != false && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        alive(),
+        false,
+        "a killed (zombie) daemon still counts as alive"
+    );
+    let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&name) && l.contains("leftover")),
+        "{text}"
+    );
+    let out = lab(&["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.contains(&format!("removed leftover lab {name}")),
+        "{said}"
+    );
+    assert!(!netns_exists(&guard.client_ns()) && !netns_exists(&guard.server_ns()));
+    assert!(!registry_file(&name).exists());
+    assert!(list_json()
+        .iter()
+        .all(|e| e["lab"]["name"] != name.as_str()));
+}
+
+#[test]
+fn a_run_killed_mid_test_leaves_a_lab_that_gc_removes() {
+    if !privileged_or_skip("gc_after_killed_run") {
+        return;
+    }
+    let mut child = tcplab()
+        .args(["run", "--path", "rtt 10ms", "-t", "10s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let name = format!("run{}", child.id());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !registry_file(&name).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(registry_file(&name).exists(), "no lab {name} registered");
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        netns_exists(&format!("{name}-client")),
+        "the kill should leave the lab"
+    );
+    let out = lab(&["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.contains(&format!("removed leftover lab {name}")),
+        "{said}"
+    );
+    assert!(!netns_exists(&format!("{name}-client")));
+    assert!(!netns_exists(&format!("{name}-server")));
+    assert!(!registry_file(&name).exists());
+}
+
+/// One line on stderr naming what is wrong; exit 2 for a command line that does not
+/// parse, 1 otherwise; nothing left behind.
+#[test]
+fn bad_input_is_refused_in_one_line() {
+    if !privileged_or_skip("lab_bad_input") {
+        return;
+    }
+    let one_line = |out: &Output, code: i32, needle: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err} should name {needle}");
+    };
+    let out = lab(&["up", "bad name!", "--path", "rtt 1ms"]);
+    one_line(&out, 1, "bad name!");
+    assert!(!netns_exists("bad name!-client"));
+
+    let name = lab_name("lb", 1);
+    let out = lab(&["up", &name, "--path", "ratte 1"]);
+    one_line(&out, 2, "ratte");
+    assert!(!registry_file(&name).exists());
+
+    let out = lab(&["down", "nosuchlab"]);
+    one_line(&out, 1, "nosuchlab");
+
+    let out = tcplab()
+        .args(["run", "--path", "rtt 20ms", "10.0.0.1"])
+        .output()
+        .unwrap();
+    one_line(&out, 2, "--path");
+
+    let out = lab(&["up", &name, "--path", "trace /nonexistent/trace.up"]);
+    one_line(&out, 1, "/nonexistent/trace.up");
+    assert!(!registry_file(&name).exists(), "registry entry left behind");
+    assert!(!netns_exists(&format!("{name}-client")) && !netns_exists(&format!("{name}-server")));
+    assert!(list_json()
+        .iter()
+        .all(|e| e["lab"]["name"] != name.as_str()));
+}

@@ -40,11 +40,12 @@ declare -A CMD=(
     [iperf3_P4]="iperf3 ip netns exec $A iperf3 -c $ADDR -p 5202 -t $DUR -P 4 -J"
     [tcplab_P1]="tcplab $BIN --netns $A run $ADDR -t $DUR --json"
     [tcplab_P4]="tcplab $BIN --netns $A run $ADDR -t $DUR -P 4 --json"
-    [tcplab_P1_write]="tcplab $BIN --netns $A run $ADDR -t $DUR --send-method write --json"
+    [tcplab_P1_sendfile]="tcplab $BIN --netns $A run $ADDR -t $DUR --send-method sendfile --json"
     [tcplab_P1_sample_1ms]="tcplab $BIN --netns $A run $ADDR -t $DUR --sample-interval 1ms --json"
     [tcplab_P1_sample_off]="tcplab $BIN --netns $A run $ADDR -t $DUR --sample-interval 0 --json"
 )
-ORDER=(iperf3_P1 tcplab_P1 iperf3_P4 tcplab_P4 tcplab_P1_write tcplab_P1_sample_1ms tcplab_P1_sample_off)
+# VARIANTS="a b" runs only those (e.g. the sampling pair, alternated many times).
+read -r -a ORDER <<<"${VARIANTS:-iperf3_P1 tcplab_P1 iperf3_P4 tcplab_P4 tcplab_P1_sendfile tcplab_P1_sample_1ms tcplab_P1_sample_off}"
 
 for rep in $(seq "$REPS"); do
     for name in "${ORDER[@]}"; do
@@ -74,9 +75,11 @@ for n in names:
     med[n] = statistics.median(vals)
     print(f"| {n} | {med[n]:.2f} | {' '.join(f'{v:.2f}' for v in vals)} |")
 print()
-print(f"- tcplab / iperf3, 1 stream:  {med['tcplab_P1'] / med['iperf3_P1']:.3f}")
-print(f"- tcplab / iperf3, 4 streams: {med['tcplab_P4'] / med['iperf3_P4']:.3f}")
-print(f"- sendfile / write():         {med['tcplab_P1'] / med['tcplab_P1_write']:.3f}")
-cost = 1 - med['tcplab_P1_sample_1ms'] / med['tcplab_P1_sample_off']
-print(f"- cost of 1 ms sampling on both ends vs off: {cost * 100:.1f} %")
+def ratio(label, a, b, fmt):
+    if a in med and b in med:
+        print(f"- {label}: " + fmt(med[a] / med[b]))
+ratio("tcplab / iperf3, 1 stream", "tcplab_P1", "iperf3_P1", lambda r: f"{r:.3f}")
+ratio("tcplab / iperf3, 4 streams", "tcplab_P4", "iperf3_P4", lambda r: f"{r:.3f}")
+ratio("sendfile / write()", "tcplab_P1_sendfile", "tcplab_P1", lambda r: f"{r:.3f}")
+ratio("cost of 1 ms sampling on both ends vs off", "tcplab_P1_sample_1ms", "tcplab_P1_sample_off", lambda r: f"{(1 - r) * 100:.1f} %")
 PY

@@ -105,12 +105,13 @@ pub struct TestArgs {
     /// Cap the sender's pacing rate (SO_MAX_PACING_RATE), e.g. 500mbit.
     #[arg(long = "fq-rate", alias = "pacing-rate", value_parser = parse_rate, allow_hyphen_values = true, value_name = "RATE")]
     pub pacing_rate: Option<u64>,
-    /// How the sender hands data to the kernel.
-    #[arg(long, value_enum, default_value_t = SendMethodArg::Sendfile)]
+    /// How the sender hands data to the kernel. write() measured faster than sendfile()
+    /// here (bench/engine.sh), so it is the default.
+    #[arg(long, value_enum, default_value_t = SendMethodArg::Write)]
     pub send_method: SendMethodArg,
-    /// Use plain write() instead of zero-copy sendfile (same as --send-method write).
-    #[arg(long, conflicts_with = "send_method")]
-    pub no_zerocopy: bool,
+    /// Zero-copy sending with sendfile() (iperf3's -Z; same as --send-method sendfile).
+    #[arg(long, short = 'Z', conflicts_with = "send_method")]
+    pub zerocopy: bool,
     /// Seconds between live report lines.
     #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub interval: u64,
@@ -279,9 +280,9 @@ impl TestArgs {
                 mss: self.mss.map(|m| size_u32("--set-mss", m)).transpose()?,
                 cc: self.congestion.clone(),
                 pacing_rate: self.pacing_rate,
-                send_method: match (self.no_zerocopy, self.send_method) {
-                    (true, _) | (false, SendMethodArg::Write) => SendMethod::Write,
-                    (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
+                send_method: match (self.zerocopy, self.send_method) {
+                    (true, _) | (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
+                    (false, SendMethodArg::Write) => SendMethod::Write,
                 },
             },
             sample_interval_us: self.sample_interval,

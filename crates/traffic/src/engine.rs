@@ -30,6 +30,10 @@ use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
 const DRAIN_GRACE_US: i64 = 10_000_000;
 /// How often a blocked receiver looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// Timer slack of the monitor thread, ns.
+const MONITOR_TIMER_SLACK_NS: libc::c_ulong = 200_000;
+/// How often a sampler reads BBR's model (TCP_CC_INFO), µs.
+const BBR_EVERY_US: i64 = 10_000;
 /// Longest a blocked write waits before the sender looks at the clock again: how far
 /// past its end a timed test may send.
 const WRITE_TIMEOUT: Duration = Duration::from_millis(10);
@@ -114,6 +118,11 @@ pub fn run_side(
         thread::Builder::new()
             .name("monitor".into())
             .spawn(move || {
+                // Each sample is stamped when taken, so its wake-up may be late: a wide
+                // timer slack lets the kernel fold these wake-ups into ones it takes
+                // anyway, which is most of what 1 ms sampling costs a busy machine.
+                // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, MONITOR_TIMER_SLACK_NS, 0, 0, 0) };
                 let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
                 let result = monitor(&shared, &params, host, t0_us, &intervals);
                 (
@@ -404,6 +413,8 @@ struct WatchedFlow {
     rtt: RttAccumulator,
     /// A sending socket under BBR: its samples carry TCP_CC_INFO too.
     bbr: bool,
+    /// When TCP_CC_INFO was last read, µs.
+    bbr_read_us: i64,
 }
 
 struct Watch {
@@ -504,7 +515,10 @@ fn monitor(
                 let Ok(info) = sockopt::tcp_info(fd) else {
                     continue;
                 };
-                let bbr = if w.bbr {
+                // BBR's model moves once a round trip: reading it every 10 ms keeps the
+                // detail and halves the locked getsockopts of a 1 ms sampler.
+                let bbr = if w.bbr && now - w.bbr_read_us >= BBR_EVERY_US {
+                    w.bbr_read_us = now;
                     sockopt::bbr_info_of_bbr_socket(fd).ok().flatten()
                 } else {
                     None

@@ -232,21 +232,20 @@ fn run_started(
 ) -> RunRecord {
     let (events, inbox) = mpsc::channel::<Event>();
     let (local_tx, local_rx) = mpsc::channel::<Vec<SideInterval>>();
+    let side = {
+        let (params, stop) = (context.params.clone(), Arc::clone(&stop));
+        let t0 = context.t0_us;
+        thread::spawn(move || engine::run_side(&params, Host::Client, flows, t0, local_tx, stop))
+    };
     {
+        // One thread relays this end's intervals, then its outcome: in that order, so the
+        // loop below never sees the end before the last interval.
         let events = events.clone();
         thread::spawn(move || {
             for records in local_rx {
-                if events.send(Event::Local(records)).is_err() {
-                    return;
-                }
+                let _ = events.send(Event::Local(records));
             }
-        });
-    }
-    {
-        let (params, stop, events) = (context.params.clone(), Arc::clone(&stop), events.clone());
-        let t0 = context.t0_us;
-        thread::spawn(move || {
-            let outcome = engine::run_side(&params, Host::Client, flows, t0, local_tx, stop);
+            let outcome = side.join().expect("client side panicked");
             let _ = events.send(Event::LocalDone(outcome));
         });
     }

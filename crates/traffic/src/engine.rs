@@ -93,6 +93,11 @@ pub fn run_side(
         })
         .collect();
 
+    // The monitor's starting point, taken before any flow moves a byte.
+    let start_infos: Vec<Option<TcpInfo>> = shared
+        .iter()
+        .map(|f| sockopt::tcp_info(f.stream.as_fd()).ok())
+        .collect();
     let workers: Vec<_> = shared
         .iter()
         .map(|flow| {
@@ -124,7 +129,7 @@ pub fn run_side(
                 // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
                 unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, MONITOR_TIMER_SLACK_NS, 0, 0, 0) };
                 let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
-                let result = monitor(&shared, &params, host, t0_us, &intervals);
+                let result = monitor(&shared, start_infos, &params, host, t0_us, &intervals);
                 (
                     result,
                     cpu::thread_cpu_time().unwrap_or_default() - cpu_start,
@@ -473,6 +478,7 @@ struct IntervalCursor {
 /// flows are done.
 fn monitor(
     flows: &[Arc<FlowShared>],
+    start_infos: Vec<Option<TcpInfo>>,
     params: &TestParams,
     host: Host,
     t0_us: i64,
@@ -488,17 +494,14 @@ fn monitor(
         })
         .collect();
     let mut samples = Vec::with_capacity(expected_samples(params, flows.len()));
-    let mut cursors: Vec<IntervalCursor> = flows
-        .iter()
-        .map(|f| {
-            let info = sockopt::tcp_info(f.stream.as_fd()).ok();
-            IntervalCursor {
-                index: 0,
-                start_us: t0_us,
-                acked_base: info.map_or(0, |i| i.bytes_acked),
-                info,
-                counted: 0,
-            }
+    let mut cursors: Vec<IntervalCursor> = start_infos
+        .into_iter()
+        .map(|info| IntervalCursor {
+            index: 0,
+            start_us: t0_us,
+            acked_base: info.map_or(0, |i| i.bytes_acked),
+            info,
+            counted: 0,
         })
         .collect();
     let mut next_sample = t0_us + sample_every;
@@ -589,6 +592,9 @@ fn cut_interval(
     if cursor.start_us >= now || cursor.info.is_none() {
         return None;
     }
+    // Read before the counters: a flow seen finished here has all its bytes counted in
+    // them, so its last interval is complete.
+    let finished = flow.done.load(Ordering::Acquire);
     let info = sockopt::tcp_info(flow.stream.as_fd()).ok()?;
     let prev = cursor.info.replace(info).expect("checked above");
     let moved = flow.bytes.load(Ordering::Relaxed);
@@ -618,7 +624,7 @@ fn cut_interval(
     cursor.index += 1;
     cursor.start_us = now;
     cursor.counted = counted;
-    if flow.done.load(Ordering::Acquire) {
+    if finished {
         // The flow's last interval: nothing follows it.
         cursor.info = None;
     }

@@ -183,9 +183,20 @@ fn random_loss_falls_inside_a_99_percent_binomial_interval() {
     println!("loss 5%: ping lost {lost} of {n} (99 % interval {lo:.0}–{hi:.0})");
     assert!((lo..=hi).contains(&(lost as f64)), "{lost} lost of {n}");
 
-    let show = lab.show();
+    // The emulator publishes its counters every 20 ms: wait until they cover the pings.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let show = loop {
+        let show = lab.show();
+        if u64_at(bottleneck(&show, "up"), "/packets_in") >= n
+            || std::time::Instant::now() > deadline
+        {
+            break show;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let up = bottleneck(&show, "up");
     let (pin, dropped) = (u64_at(up, "/packets_in"), u64_at(up, "/dropped_loss"));
+    assert!(pin >= n, "the link saw {pin} packets for {n} pings");
     let (lo, hi) = binomial99(pin, 0.05);
     println!("loss 5%: link dropped {dropped} of {pin} (99 % interval {lo:.0}–{hi:.0})");
     assert!((lo..=hi).contains(&(dropped as f64)), "{dropped} of {pin}");

@@ -254,6 +254,14 @@ fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBoo
 
 type FlowResult = Result<u64, (u64, io::Error)>;
 
+/// A blocked read or write that SO_RCVTIMEO/SO_SNDTIMEO or a signal cut short.
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 /// Sends until the duration or byte budget is spent, then closes the write side and
 /// waits until the receiver has acknowledged every byte: the flow's window ends when
 /// its last byte is delivered, so sender and receiver count the same bytes.
@@ -291,13 +299,7 @@ fn send_until_end(
                 flow.bytes.store(sent, Ordering::Relaxed);
             }
             // The write timed out with nothing sent: look at the clock and stop flag again.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if timed_out(&e) => {}
             Err(e) => return Err((sent, e)),
         }
     }
@@ -344,14 +346,7 @@ fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) 
                 total += n as u64;
                 flow.bytes.store(total, Ordering::Relaxed);
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
+            Err(e) if timed_out(&e) => {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(total);
                 }

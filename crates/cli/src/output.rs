@@ -160,6 +160,26 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         s.cpu_server.user_pct,
         s.cpu_server.system_pct
     ));
+    if let Some(path) = &run.path {
+        lines.push(format!("path:   \"{}\"", path.spec));
+        for (dir, stats) in [("up", &path.up), ("down", &path.down)] {
+            for link in &stats.links {
+                let c = &link.counters;
+                lines.push(format!(
+                    "  {dir:<4} {:<16} {} pkts in, {} delivered; dropped: loss {}, queue {}, aqm {}; queue peak {}; emulator lateness p50 {:.0} µs, p99 {:.0} µs",
+                    link.name,
+                    c.packets_in,
+                    c.delivered_packets,
+                    c.dropped_loss,
+                    c.dropped_queue,
+                    c.dropped_aqm,
+                    format_size(c.max_queue_bytes),
+                    stats.lateness.p50_us,
+                    stats.lateness.p99_us,
+                ));
+            }
+        }
+    }
     if run.status != RunStatus::Done {
         lines.push(format!(
             "status: {} — {}",

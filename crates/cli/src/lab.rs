@@ -90,6 +90,9 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     ]);
     cmd.arg("--path")
         .arg(args.path.as_ref().expect("checked").to_string());
+    if matches!(args.backend, BackendArg::Netem) {
+        cmd.args(["--backend", "netem"]);
+    }
     for access in &args.client_paths {
         cmd.arg("--client-path").arg(access.to_string());
     }

@@ -340,3 +340,66 @@ fn bad_input_is_refused_in_one_line() {
         .iter()
         .all(|e| e["lab"]["name"] != name.as_str()));
 }
+
+/// `--backend netem` applies the spec with the kernel's netem; this kernel has none, so
+/// it must say so in one line and leave nothing behind. A spec netem cannot play (a
+/// trace) is refused before anything is made, whatever the kernel.
+#[test]
+fn the_netem_backend_says_when_the_kernel_has_none() {
+    if !privileged_or_skip("netem_backend") {
+        return;
+    }
+    let one_line = |out: &Output, needle: &str| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err} should say {needle}");
+    };
+    let name = lab_name("ln", 1);
+    let out = lab(&[
+        "up",
+        &name,
+        "--path",
+        "rtt 2ms trace /x",
+        "--backend",
+        "netem",
+    ]);
+    one_line(&out, "cannot play a trace");
+    if tcplab_sys::netem::netem_available() {
+        // A kernel with netem: the same spec comes up on a veth pair.
+        let guard = LabGuard::up(&name, &["--path", "rtt 20ms", "--backend", "netem"]);
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &guard.client_ns(),
+                "ping",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "10.77.0.1",
+            ])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("rtt min/avg/max"));
+        return;
+    }
+    let out = lab(&["up", &name, "--path", "rtt 20ms", "--backend", "netem"]);
+    one_line(&out, "no sch_netem");
+    let out = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rtt 20ms",
+            "--backend",
+            "netem",
+            "-t",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    one_line(&out, "no sch_netem");
+    assert!(!registry_file(&name).exists(), "registry entry left behind");
+    assert!(!netns_exists(&format!("{name}-client")) && !netns_exists(&format!("{name}-server")));
+}

@@ -125,10 +125,16 @@ pub fn list() -> io::Result<Vec<LabEntry>> {
     Ok(labs)
 }
 
+/// Whether the process runs. A zombie does not: a daemon killed with SIGKILL stays one
+/// until its parent (often a slow init) reaps it, and its lab is already a leftover.
 pub fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name, which may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
 }
 
 /// Deletes a lab's namespaces (its devices go with them) and its registry files.

@@ -176,7 +176,10 @@ fn measure_clock_offset(
             }
         }
     }
-    Ok(clock::estimate(&exchanges).expect("at least one exchange"))
+    // A broken or hostile server can answer with times no clock could produce.
+    clock::estimate(&exchanges).ok_or_else(|| {
+        ProtocolError::Malformed("the server's clock replies are inconsistent".into()).into()
+    })
 }
 
 /// Opens one data connection per flow, tuned for its role before the handshake.

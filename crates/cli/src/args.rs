@@ -255,8 +255,11 @@ impl TestArgs {
         if self.interval == 0 {
             return Err("--interval must be positive".into());
         }
-        if self.sample_interval > 0 && self.sample_interval < 100 {
-            return Err("--sample-interval must be 0 (off) or at least 100us".into());
+        let min = tcplab_traffic::server::MIN_SAMPLE_INTERVAL_US;
+        if self.sample_interval > 0 && self.sample_interval < min {
+            return Err(format!(
+                "--sample-interval must be 0 (off) or at least {min}us"
+            ));
         }
         Ok(TestParams {
             streams: self.parallel,

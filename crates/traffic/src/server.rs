@@ -24,6 +24,8 @@ use crate::{flow_roles, TrafficError};
 
 /// How long a connected peer may stay silent before a test starts.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Finest sampling a client may ask for: finer would only burn the server's CPU.
+pub const MIN_SAMPLE_INTERVAL_US: u64 = 100;
 /// How often the control watcher wakes to see whether the test has finished.
 const WATCH_POLL: Duration = Duration::from_millis(200);
 
@@ -176,6 +178,11 @@ fn validate(params: &TestParams, limits: &ServerLimits) -> Result<(), String> {
     }
     if params.report_interval_us == 0 {
         return Err("report interval must be positive".into());
+    }
+    if params.sample_interval_us != 0 && params.sample_interval_us < MIN_SAMPLE_INTERVAL_US {
+        return Err(format!(
+            "sampling interval must be 0 (off) or at least {MIN_SAMPLE_INTERVAL_US} µs"
+        ));
     }
     if let Some(cc) = &t.cc {
         let available = sockopt::available_congestion().map_err(|e| e.to_string())?;
@@ -368,4 +375,51 @@ fn accept_flows(
 /// The address a server listens on when none is given: all addresses, IPv6 and IPv4.
 pub fn default_listen() -> SocketAddr {
     SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 5201))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcplab_model::record::{Mode, SendMethod, Tuning};
+
+    fn params() -> TestParams {
+        TestParams {
+            streams: 1,
+            end: TestEnd::Duration { us: 1_000_000 },
+            mode: Mode::Up,
+            tuning: Tuning {
+                sndbuf: None,
+                rcvbuf: None,
+                write_size: 1000,
+                read_size: 1000,
+                nodelay: false,
+                mss: None,
+                cc: None,
+                pacing_rate: None,
+                send_method: SendMethod::Write,
+            },
+            sample_interval_us: 10_000,
+            report_interval_us: 1_000_000,
+        }
+    }
+
+    #[test]
+    fn requests_beyond_the_limits_are_refused_by_name() {
+        let limits = ServerLimits::default();
+        assert!(validate(&params(), &limits).is_ok());
+        let refused = |change: fn(&mut TestParams), word: &str| {
+            let mut p = params();
+            change(&mut p);
+            let reason = validate(&p, &limits).unwrap_err();
+            assert!(reason.contains(word), "{reason}");
+        };
+        refused(|p| p.streams = 0, "streams");
+        refused(|p| p.streams = 1000, "streams");
+        refused(|p| p.end = TestEnd::Duration { us: 0 }, "duration");
+        refused(|p| p.tuning.write_size = 0, "write size");
+        refused(|p| p.tuning.read_size = 64 << 20, "read size");
+        refused(|p| p.report_interval_us = 0, "report interval");
+        refused(|p| p.sample_interval_us = 1, "sampling interval");
+        refused(|p| p.tuning.cc = Some("no-such-cc".into()), "no-such-cc");
+    }
 }

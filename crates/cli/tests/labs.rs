@@ -403,3 +403,64 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
     assert!(!registry_file(&name).exists(), "registry entry left behind");
     assert!(!netns_exists(&format!("{name}-client")) && !netns_exists(&format!("{name}-server")));
 }
+
+/// Ctrl-C during a run across a lab: the run ends early, what was measured is printed
+/// and stored as incomplete, and the lab's namespaces and registry entry are gone.
+#[test]
+fn ctrl_c_keeps_the_results_and_removes_the_lab() {
+    if !privileged_or_skip("ctrl_c_run") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let child = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rtt 10ms rate 50mbit",
+            "-t",
+            "20s",
+            "--json",
+            "--db",
+        ])
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let lab = format!("run{pid}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !registry_file(&lab).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?} to stop",
+        started.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the partial run is printed");
+    assert_eq!(v["status"], "incomplete");
+    assert_eq!(v["error"], "interrupted");
+    assert!(
+        v["flows"][0]["received_bytes"].as_u64().unwrap() > 1_000_000,
+        "{:#}",
+        v["flows"]
+    );
+    assert!(
+        v["path"]["up"]["links"][0]["delivered_packets"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let runs = tcplab().args(["runs"]).arg(&db).output().unwrap();
+    assert!(String::from_utf8_lossy(&runs.stdout).contains("incomplete"));
+    assert!(!registry_file(&lab).exists(), "registry entry left behind");
+    assert!(!netns_exists(&format!("{lab}-client")) && !netns_exists(&format!("{lab}-server")));
+}

@@ -34,6 +34,8 @@ pub enum Command {
     /// Labs: namespaces joined through the link emulator, kept until `lab down`.
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Run a command behind an emulated path (as mahimahi's shells do), then remove the lab.
+    Shell(ShellArgs),
     /// List the runs stored in a database.
     Runs {
         /// The SQLite database.
@@ -165,6 +167,16 @@ pub enum BackendArg {
 
 pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_model::path::PathError> {
     s.parse()
+}
+
+#[derive(Args, Debug)]
+pub struct ShellArgs {
+    #[command(flatten)]
+    pub path: PathArgs,
+    /// The command, run in the (first) client host; TCPLAB_SERVER, TCPLAB_SERVER6,
+    /// TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it where the far side is.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]

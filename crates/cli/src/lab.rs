@@ -19,7 +19,7 @@ use tcplab_lab::{Backend, Lab, LabConfig, LabStats};
 use tcplab_model::path::PathSpec;
 use tcplab_sys::poll;
 
-use crate::args::{BackendArg, LabCommand, PathArgs};
+use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
 use crate::commands::interrupt_flag;
 
 /// How long `show` and `down` wait for a daemon's answer.
@@ -244,6 +244,33 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tcplab shell`: an ephemeral lab, the command in its client host, the command's exit
+/// status. The far side is the lab's server host (not the caller's namespace, as in
+/// mahimahi): start a peer there with `tcplab --netns $TCPLAB_SERVER_NS …`.
+pub fn shell(args: ShellArgs) -> Result<ExitCode> {
+    let config = config(&args.path, &format!("sh{}", std::process::id()))?
+        .ok_or_else(|| anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path)"))?;
+    // The command gets Ctrl-C from the terminal itself; we only wait for it.
+    let _ = interrupt_flag();
+    let lab = Lab::up(&config).context("cannot build the lab")?;
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("TCPLAB_SERVER", lab.server.addr.to_string())
+        .env("TCPLAB_SERVER6", lab.server.addr6.to_string())
+        .env("TCPLAB_SERVER_NS", lab.server.ns.name())
+        .env("TCPLAB_CLIENT_NS", lab.clients[0].ns.name());
+    // Spawned from a thread inside the client namespace, the command lives there.
+    let status = lab.clients[0]
+        .ns
+        .run(move || command.status())?
+        .with_context(|| format!("cannot run {program}"));
+    lab.down().context("tearing the lab down")?;
+    let code = status?.code().unwrap_or(1);
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 /// The document `lab show --json` prints.

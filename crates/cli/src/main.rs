@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run(args),
         Command::Quickstart(args) => commands::quickstart(args),
         Command::Lab(cmd) => lab::command(cmd),
+        Command::Shell(args) => lab::shell(args),
         Command::Runs { db } => commands::list_runs(&db),
         Command::Export(args) => commands::export(args),
     };

@@ -464,3 +464,42 @@ fn ctrl_c_keeps_the_results_and_removes_the_lab() {
     assert!(!registry_file(&lab).exists(), "registry entry left behind");
     assert!(!netns_exists(&format!("{lab}-client")) && !netns_exists(&format!("{lab}-server")));
 }
+
+/// `tcplab shell`: the command runs in the client host behind the path (ping sees the
+/// configured RTT), its exit status is tcplab's, and the lab is gone afterwards.
+#[test]
+fn shell_runs_a_command_behind_the_path() {
+    if !privileged_or_skip("shell") {
+        return;
+    }
+    let out = tcplab()
+        .args(["shell", "--path", "rtt 20ms", "--", "sh", "-c"])
+        .arg("ping -c 3 -i 0.2 $TCPLAB_SERVER && echo ns=$TCPLAB_SERVER_NS && exit 7")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(7), "{text}{}", stderr(&out));
+    let min_ms: f64 = text
+        .lines()
+        .find_map(|l| l.split(" = ").nth(1))
+        .and_then(|v| v.split('/').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no ping summary in {text}"));
+    assert!((20.0..21.0).contains(&min_ms), "min RTT {min_ms} ms");
+    let ns = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ns="))
+        .expect("server ns printed");
+    assert!(!netns_exists(ns), "{ns} left behind");
+
+    let out = tcplab()
+        .args(["shell", "--path", "rtt 1ms", "--", "/nonexistent/cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("/nonexistent/cmd"),
+        "{}",
+        stderr(&out)
+    );
+}

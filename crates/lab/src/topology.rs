@@ -293,22 +293,17 @@ impl Lab {
             !delay_only(config.path.link(dir))
                 || config.clients.iter().any(|a| !delay_only(a.link(dir)))
         };
-        let up_plan = Self::plan(
-            config,
-            Direction::Up,
-            per_packet(Direction::Up),
-            &client_tuns,
-            &server_tun,
-            &clients,
-        )?;
-        let down_plan = Self::plan(
-            config,
-            Direction::Down,
-            per_packet(Direction::Down),
-            &client_tuns,
-            &server_tun,
-            &clients,
-        )?;
+        let plan = |dir| {
+            Self::plan(
+                config,
+                dir,
+                per_packet(dir),
+                &client_tuns,
+                &server_tun,
+                &clients,
+            )
+        };
+        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
 
         let stop = Arc::new(AtomicBool::new(false));
         let epoch = monotonic_ns();

@@ -98,6 +98,39 @@ pub struct Tuning {
     pub send_method: SendMethod,
 }
 
+/// `tcplab run`'s defaults: autotuned buffers, 128 KiB writes and reads, Nagle on,
+/// the kernel's MSS and congestion control, no pacing cap, write().
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            sndbuf: None,
+            rcvbuf: None,
+            write_size: 128 << 10,
+            read_size: 128 << 10,
+            nodelay: false,
+            mss: None,
+            cc: None,
+            pacing_rate: None,
+            send_method: SendMethod::Write,
+        }
+    }
+}
+
+/// `tcplab run`'s defaults: one stream up for 10 s, sampled every 10 ms, reported
+/// every second.
+impl Default for TestParams {
+    fn default() -> Self {
+        TestParams {
+            streams: 1,
+            end: TestEnd::Duration { us: 10_000_000 },
+            mode: Mode::Up,
+            tuning: Tuning::default(),
+            sample_interval_us: 10_000,
+            report_interval_us: 1_000_000,
+        }
+    }
+}
+
 /// Everything a client asks of a test.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TestParams {

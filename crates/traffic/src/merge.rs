@@ -356,7 +356,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::{BufferSize, CpuUse, Mode, SendMethod, TestEnd, Tuning};
+    use tcplab_model::record::{BufferSize, CpuUse, Mode, TestEnd};
 
     fn context(mode: Mode, streams: u16) -> TestContext {
         TestContext {
@@ -367,19 +367,7 @@ mod tests {
                 streams,
                 end: TestEnd::Duration { us: 2_000_000 },
                 mode,
-                tuning: Tuning {
-                    sndbuf: None,
-                    rcvbuf: None,
-                    write_size: 1000,
-                    read_size: 1000,
-                    nodelay: false,
-                    mss: None,
-                    cc: None,
-                    pacing_rate: None,
-                    send_method: SendMethod::Write,
-                },
-                sample_interval_us: 10_000,
-                report_interval_us: 1_000_000,
+                ..TestParams::default()
             },
             started_unix_us: 0,
             t0_us: 1_000_000,

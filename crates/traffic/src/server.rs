@@ -380,27 +380,9 @@ pub fn default_listen() -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::{Mode, SendMethod, Tuning};
 
     fn params() -> TestParams {
-        TestParams {
-            streams: 1,
-            end: TestEnd::Duration { us: 1_000_000 },
-            mode: Mode::Up,
-            tuning: Tuning {
-                sndbuf: None,
-                rcvbuf: None,
-                write_size: 1000,
-                read_size: 1000,
-                nodelay: false,
-                mss: None,
-                cc: None,
-                pacing_rate: None,
-                send_method: SendMethod::Write,
-            },
-            sample_interval_us: 10_000,
-            report_interval_us: 1_000_000,
-        }
+        TestParams::default()
     }
 
     #[test]

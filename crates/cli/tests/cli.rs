@@ -113,3 +113,18 @@ fn help_and_version_exit_0() {
     let v = tcplab(&["--version"]);
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("tcplab "));
 }
+
+#[test]
+fn a_peer_that_accepts_but_never_answers_is_named_after_the_handshake_timeout() {
+    // A listener on loopback that never says a word: not a tcplab server.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let started = std::time::Instant::now();
+    assert_one_line_error(&["run", &target, "-t", "1s"], 1, &[&target, "no answer"]);
+    let waited = started.elapsed();
+    assert!(
+        (9..20).contains(&waited.as_secs()),
+        "gave up after {waited:?}"
+    );
+    drop(listener);
+}

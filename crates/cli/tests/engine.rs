@@ -507,3 +507,29 @@ fn stored_runs_export_as_csv_and_jsonl() {
     let samples = export("samples", "csv");
     assert!(samples.lines().count() > 50, "samples stored");
 }
+
+#[test]
+fn a_pacing_cap_holds_the_sender_to_its_rate() {
+    let Some(bed) = Bed::new("pacing_cap") else {
+        return;
+    };
+    let v = bed.run_json(&["-t", "2s", "--fq-rate", "200mbit", "--json-samples"]);
+    let flow = &flows(&v)[0];
+    let bps = f64_at(flow, "/received_bps");
+    // The kernel paces whole packets at the cap; goodput sits just under it.
+    assert!(
+        (1.7e8..=2.02e8).contains(&bps),
+        "{bps} bit/s under a 200 Mbit/s cap"
+    );
+    // Independent of tcplab's own arithmetic: the kernel reports the cap it enforces.
+    let sender_sample = v["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["host"] == "client")
+        .expect("a sender sample");
+    assert_eq!(
+        sender_sample["info"]["max_pacing_rate"], 25_000_000,
+        "200 Mbit/s = 25 MB/s"
+    );
+}

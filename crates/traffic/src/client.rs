@@ -76,7 +76,21 @@ pub fn run(
     control.set_write_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
     control.set_nodelay(true)?;
     protocol::write_hello(&mut control, ConnKind::Control)?;
-    if protocol::read_hello(&mut control)? != ConnKind::Control {
+    let answered = |r: Result<ConnKind, ProtocolError>| match r {
+        Err(ProtocolError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(TrafficError::NoAnswer {
+                target: request.target.clone(),
+                waited_s: crate::server::HANDSHAKE_TIMEOUT.as_secs(),
+            })
+        }
+        other => Ok(other?),
+    };
+    if answered(protocol::read_hello(&mut control))? != ConnKind::Control {
         return Err(ProtocolError::Malformed("server answered with a data hello".into()).into());
     }
     let offset = measure_clock_offset(&mut control)?;

@@ -26,6 +26,8 @@ pub enum TrafficError {
     Resolve { target: String, reason: String },
     #[error("server refused the test: {0}")]
     Refused(String),
+    #[error("no answer from {target} within {waited_s} s (is a tcplab server listening there?)")]
+    NoAnswer { target: String, waited_s: u64 },
     #[error(transparent)]
     Protocol(#[from] protocol::ProtocolError),
     #[error(transparent)]

@@ -44,6 +44,14 @@ fn list_json() -> Vec<Value> {
     v.as_array().expect("a list").clone()
 }
 
+/// Asserts exit `code` and one stderr line that contains `needle`.
+fn one_line(out: &Output, code: i32, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{err} should name {needle}");
+}
+
 fn wait_gone(pid: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while pid_alive(pid) && Instant::now() < deadline {
@@ -308,12 +316,6 @@ fn bad_input_is_refused_in_one_line() {
     if !privileged_or_skip("lab_bad_input") {
         return;
     }
-    let one_line = |out: &Output, code: i32, needle: &str| {
-        let err = stderr(out);
-        assert_eq!(out.status.code(), Some(code), "{err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.contains(needle), "{err} should name {needle}");
-    };
     let out = lab(&["up", "bad name!", "--path", "rtt 1ms"]);
     one_line(&out, 1, "bad name!");
     assert!(!netns_exists("bad name!-client"));
@@ -349,12 +351,6 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
     if !privileged_or_skip("netem_backend") {
         return;
     }
-    let one_line = |out: &Output, needle: &str| {
-        let err = stderr(out);
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.contains(needle), "{err} should say {needle}");
-    };
     let name = lab_name("ln", 1);
     let out = lab(&[
         "up",
@@ -364,7 +360,7 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
         "--backend",
         "netem",
     ]);
-    one_line(&out, "cannot play a trace");
+    one_line(&out, 1, "cannot play a trace");
     if tcplab_sys::netem::netem_available() {
         // A kernel with netem: the same spec comes up on a veth pair.
         let guard = LabGuard::up(&name, &["--path", "rtt 20ms", "--backend", "netem"]);
@@ -386,7 +382,7 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
         return;
     }
     let out = lab(&["up", &name, "--path", "rtt 20ms", "--backend", "netem"]);
-    one_line(&out, "no sch_netem");
+    one_line(&out, 1, "no sch_netem");
     let out = tcplab()
         .args([
             "run",
@@ -399,7 +395,7 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
         ])
         .output()
         .unwrap();
-    one_line(&out, "no sch_netem");
+    one_line(&out, 1, "no sch_netem");
     assert!(!registry_file(&name).exists(), "registry entry left behind");
     assert!(!netns_exists(&format!("{name}-client")) && !netns_exists(&format!("{name}-server")));
 }

@@ -44,6 +44,20 @@ fn list_json() -> Vec<Value> {
     v.as_array().expect("a list").clone()
 }
 
+/// Asserts that a single-client lab left no namespace and no registry entry behind.
+fn assert_lab_gone(name: &str) {
+    assert!(
+        !registry_file(name).exists(),
+        "registry entry of {name} left behind"
+    );
+    for host in ["client", "server"] {
+        assert!(
+            !netns_exists(&format!("{name}-{host}")),
+            "netns {name}-{host} left behind"
+        );
+    }
+}
+
 /// Asserts exit `code` and one stderr line that contains `needle`.
 fn one_line(out: &Output, code: i32, needle: &str) {
     let err = stderr(out);
@@ -304,9 +318,7 @@ fn a_run_killed_mid_test_leaves_a_lab_that_gc_removes() {
         said.contains(&format!("removed leftover lab {name}")),
         "{said}"
     );
-    assert!(!netns_exists(&format!("{name}-client")));
-    assert!(!netns_exists(&format!("{name}-server")));
-    assert!(!registry_file(&name).exists());
+    assert_lab_gone(&name);
 }
 
 /// One line on stderr naming what is wrong; exit 2 for a command line that does not
@@ -336,8 +348,7 @@ fn bad_input_is_refused_in_one_line() {
 
     let out = lab(&["up", &name, "--path", "trace /nonexistent/trace.up"]);
     one_line(&out, 1, "/nonexistent/trace.up");
-    assert!(!registry_file(&name).exists(), "registry entry left behind");
-    assert!(!netns_exists(&format!("{name}-client")) && !netns_exists(&format!("{name}-server")));
+    assert_lab_gone(&name);
     assert!(list_json()
         .iter()
         .all(|e| e["lab"]["name"] != name.as_str()));
@@ -396,8 +407,7 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
         .output()
         .unwrap();
     one_line(&out, 1, "no sch_netem");
-    assert!(!registry_file(&name).exists(), "registry entry left behind");
-    assert!(!netns_exists(&format!("{name}-client")) && !netns_exists(&format!("{name}-server")));
+    assert_lab_gone(&name);
 }
 
 /// Ctrl-C during a run across a lab: the run ends early, what was measured is printed
@@ -457,8 +467,7 @@ fn ctrl_c_keeps_the_results_and_removes_the_lab() {
     );
     let runs = tcplab().args(["runs"]).arg(&db).output().unwrap();
     assert!(String::from_utf8_lossy(&runs.stdout).contains("incomplete"));
-    assert!(!registry_file(&lab).exists(), "registry entry left behind");
-    assert!(!netns_exists(&format!("{lab}-client")) && !netns_exists(&format!("{lab}-server")));
+    assert_lab_gone(&lab);
 }
 
 /// `tcplab shell`: the command runs in the client host behind the path (ping sees the

@@ -3,10 +3,12 @@
 //! without privileges and in virtual time.
 
 pub mod clock;
+pub mod experiment;
 pub mod limits;
 pub mod link;
 pub mod packet;
 pub mod path;
 pub mod record;
+pub mod stats;
 pub mod tcpinfo;
 pub mod units;

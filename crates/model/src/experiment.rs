@@ -1,0 +1,1037 @@
+//! Experiment files: one TOML file describes a study — a path, host sysctls, flows and
+//! their tunings — and axes that vary any of those values. [`parse`] expands it into
+//! points (one per combination of axis values), each with the complete configuration
+//! of its runs; [`Experiment::schedule`] orders points × repetitions, shuffled by a seed.
+//!
+//! The file's reference is `docs/experiments.md`. In short:
+//!
+//! ```toml
+//! name = "buffer"
+//! repetitions = 3
+//! duration = "10s"
+//! warmup = "2s"
+//! path = "rtt 20ms rate 1gbit queue 1bdp"
+//!
+//! [[flow]]
+//! cc = "cubic"
+//!
+//! [[axis]]
+//! key = "flow.window"                  # a key of this file, set at each point
+//! values = ["64K", "256K", "1M"]
+//!
+//! [[axis]]
+//! name = "where"                       # no key: written as {where} in text values
+//! values = ["", "up."]
+//! ```
+//!
+//! Errors carry the line and column of the value at fault; an error that only some
+//! combination of axis values produces names the point instead.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+use toml::{Spanned, Table, Value};
+
+use crate::path::PathSpec;
+use crate::record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
+use crate::units::{parse_duration, parse_rate, parse_size, UnitError};
+
+/// Defaults of the keys a file leaves out.
+pub const DEFAULT_DURATION_US: u64 = 10_000_000;
+pub const DEFAULT_CONFIDENCE: f64 = 0.95;
+const MAX_STREAMS: u16 = 128;
+/// A range that would plan more values than this is refused as a likely typo.
+const MAX_RANGE_VALUES: usize = 10_000;
+
+/// How the values of several axes combine into points.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Combine {
+    /// Every combination (the cross product), first axis varying slowest.
+    #[default]
+    Cross,
+    /// The i-th value of every axis together; all axes have the same length.
+    Zip,
+}
+
+/// An experiment file, expanded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Experiment {
+    pub name: String,
+    pub description: Option<String>,
+    pub repetitions: u32,
+    /// The shuffle seed the file fixes; `None` lets the sweep draw one and record it.
+    pub seed: Option<u64>,
+    /// Confidence level of the intervals `results` prints, e.g. 0.95.
+    pub confidence: f64,
+    pub combine: Combine,
+    pub axes: Vec<Axis>,
+    pub points: Vec<Point>,
+}
+
+/// One axis: what it varies and its values as written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Axis {
+    /// How tables and charts name it: `name`, or the key.
+    pub name: String,
+    /// The dotted key it sets; `None` for an axis only used as `{name}` in text.
+    pub key: Option<String>,
+    pub values: Vec<String>,
+}
+
+/// One combination of axis values and the configuration its runs use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// 0-based, in planning order (the cross product's order).
+    pub index: u32,
+    /// One value per axis, in axis order, as written.
+    pub values: Vec<String>,
+    pub config: RunConfig,
+}
+
+/// Everything one run of a point needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// How long flows send unless they say otherwise, µs.
+    pub duration_us: u64,
+    /// The start of every run excluded from its statistics, µs.
+    pub warmup_us: u64,
+    /// The bottleneck between the clients and the server.
+    #[serde(with = "spec_text")]
+    pub path: PathSpec,
+    /// One access link per client host (an empty spec for none).
+    #[serde(with = "spec_texts")]
+    pub access: Vec<PathSpec>,
+    /// Set on every host of the lab, after the lab's own defaults.
+    pub sysctl: BTreeMap<String, String>,
+    pub flows: Vec<FlowConfig>,
+}
+
+/// One group of flows: parallel streams with one set of tunings, from one client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowConfig {
+    pub name: String,
+    /// 1-based client host.
+    pub client: u16,
+    /// When its test starts, µs after the run's start.
+    pub start_us: u64,
+    pub params: TestParams,
+}
+
+/// A run in the plan: which point, which repetition (0-based).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedRun {
+    pub point: u32,
+    pub repetition: u32,
+}
+
+/// What is wrong with an experiment file, and where: one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// 1-based line and column of the value at fault, when one value is.
+    pub at: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Some((line, column)) => write!(f, "line {line}, column {column}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+impl Experiment {
+    /// All runs, points × repetitions, in the order `seed` shuffles them to: so that a
+    /// drift of the machine over the sweep does not line up with any axis.
+    pub fn schedule(&self, seed: u64) -> Vec<PlannedRun> {
+        let mut runs: Vec<PlannedRun> = self
+            .points
+            .iter()
+            .flat_map(|p| {
+                (0..self.repetitions).map(move |repetition| PlannedRun {
+                    point: p.index,
+                    repetition,
+                })
+            })
+            .collect();
+        runs.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+        runs
+    }
+
+    /// A digest of everything that decides what the runs do and measure: the points'
+    /// configurations, the axes and the repetitions (not the name, the description or
+    /// the comments). Two files with the same hash plan the same sweep.
+    pub fn plan_hash(&self) -> String {
+        #[derive(Serialize)]
+        struct Planned<'a> {
+            repetitions: u32,
+            seed: Option<u64>,
+            axes: &'a [Axis],
+            points: &'a [Point],
+        }
+        let json = serde_json::to_vec(&Planned {
+            repetitions: self.repetitions,
+            seed: self.seed,
+            axes: &self.axes,
+            points: &self.points,
+        })
+        .expect("plans serialize");
+        Sha256::digest(&json)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// `rtt=20ms window=64K`: a point's axis values, for progress lines and tables.
+    pub fn label(&self, point: &Point) -> String {
+        point_label(&self.axes, &point.values)
+    }
+}
+
+/// `name=value` for each axis, space-separated ("" for a file without axes).
+pub fn point_label(axes: &[Axis], values: &[String]) -> String {
+    axes.iter()
+        .zip(values)
+        .map(|(a, v)| format!("{}={}", a.name, if v.is_empty() { "\"\"" } else { v }))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Reads and expands an experiment file; `default_name` names it when the file does not.
+pub fn parse(text: &str, default_name: &str) -> Result<Experiment, SpecError> {
+    let doc: Table = text.parse().map_err(|e| toml_error(text, &e))?;
+    let sweep: Sweep = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+    // The file as written, checked value by value with positions; a value holding an
+    // axis placeholder can only be checked once the axis fills it in (below).
+    if let Err(e) = toml::from_str::<File>(text) {
+        let deferred = e
+            .span()
+            .is_some_and(|span| text[span].contains('{') && !sweep.axis.is_empty());
+        if !deferred {
+            return Err(toml_error(text, &e));
+        }
+    }
+    let combine = sweep.combine;
+    let axes = sweep
+        .axis
+        .iter()
+        .map(|a| ResolvedAxis::new(text, a))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_axes(text, &axes, &doc)?;
+    if combine == Combine::Zip {
+        if let Some(first) = axes.first() {
+            if let Some(other) = axes.iter().find(|a| a.values.len() != first.values.len()) {
+                return Err(SpecError {
+                    at: Some(position(text, other.span.start)),
+                    message: format!(
+                        "combine = \"zip\" needs axes of one length: '{}' has {} values, '{}' has {}",
+                        other.name,
+                        other.values.len(),
+                        first.name,
+                        first.values.len()
+                    ),
+                });
+            }
+        }
+    }
+    // Each axis value on its own first, so an error points at the value.
+    for (i, axis) in axes.iter().enumerate() {
+        for (j, (value, span)) in axis.values.iter().enumerate() {
+            let choice: Vec<usize> = (0..axes.len())
+                .map(|k| if k == i { j } else { 0 })
+                .collect();
+            if let Err(message) = point_file(&doc, &axes, &choice) {
+                return Err(SpecError {
+                    at: Some(position(text, span.start)),
+                    message: format!("axis '{}' value {}: {message}", axis.name, show(value)),
+                });
+            }
+        }
+    }
+    let choices = combinations(&axes, combine);
+    let mut points = Vec::with_capacity(choices.len());
+    let mut first = None;
+    for (index, choice) in choices.iter().enumerate() {
+        let values: Vec<String> = axes
+            .iter()
+            .zip(choice)
+            .map(|(a, &j)| display(&a.values[j].0))
+            .collect();
+        let at_point = |message: String| SpecError {
+            at: None,
+            message: if axes.is_empty() {
+                message
+            } else {
+                format!(
+                    "at point {}: {message}",
+                    point_label(&infos(&axes), &values)
+                )
+            },
+        };
+        let file = point_file(&doc, &axes, choice).map_err(at_point)?;
+        let config = file.config().map_err(at_point)?;
+        first.get_or_insert(file);
+        points.push(Point {
+            index: index as u32,
+            values,
+            config,
+        });
+    }
+    let file = first.expect("a file plans at least one point");
+    Ok(Experiment {
+        name: file.name.unwrap_or_else(|| default_name.to_owned()),
+        description: file.description,
+        repetitions: file.repetitions.unwrap_or(1),
+        seed: file.seed,
+        confidence: file.confidence.unwrap_or(DEFAULT_CONFIDENCE),
+        combine,
+        axes: infos(&axes),
+        points,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The file's typed form
+
+/// Top-level keys that describe the sweep rather than a run: no axis may set them.
+const SWEEP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "repetitions",
+    "seed",
+    "confidence",
+    "combine",
+    "axis",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    name: Option<String>,
+    description: Option<String>,
+    repetitions: Option<u32>,
+    seed: Option<u64>,
+    confidence: Option<f64>,
+    /// Read with positions by [`Sweep`].
+    #[allow(dead_code)]
+    combine: Option<de::IgnoredAny>,
+    duration: Option<Micros>,
+    warmup: Option<Micros>,
+    /// tcp_info sampling period.
+    sample_interval: Option<Micros>,
+    /// Report interval (intervals stored per flow).
+    interval: Option<Micros>,
+    path: Option<PathValue>,
+    #[serde(default)]
+    access: Vec<PathValue>,
+    #[serde(default)]
+    sysctl: BTreeMap<String, Scalar>,
+    #[serde(default)]
+    flow: Vec<FlowFile>,
+    /// Read with positions by [`Sweep`].
+    #[allow(dead_code)]
+    axis: Option<de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowFile {
+    name: Option<String>,
+    client: Option<u16>,
+    direction: Option<Mode>,
+    streams: Option<u16>,
+    start: Option<Micros>,
+    duration: Option<Micros>,
+    bytes: Option<Bytes>,
+    window: Option<Bytes>,
+    sndbuf: Option<Bytes>,
+    rcvbuf: Option<Bytes>,
+    write_size: Option<Bytes>,
+    read_size: Option<Bytes>,
+    nodelay: Option<bool>,
+    mss: Option<Bytes>,
+    cc: Option<String>,
+    pacing_rate: Option<Bits>,
+    send_method: Option<SendMethod>,
+}
+
+impl File {
+    fn config(&self) -> Result<RunConfig, String> {
+        if self.repetitions == Some(0) {
+            return Err("repetitions must be at least 1".into());
+        }
+        if let Some(c) = self.confidence.filter(|c| !(*c > 0.0 && *c < 1.0)) {
+            return Err(format!("confidence {c} is not between 0 and 1 (e.g. 0.95)"));
+        }
+        let duration_us = self.duration.map_or(DEFAULT_DURATION_US, |d| d.0);
+        if duration_us == 0 {
+            return Err("duration must be above 0".into());
+        }
+        let warmup_us = self.warmup.map_or(0, |d| d.0);
+        if warmup_us >= duration_us {
+            return Err(format!(
+                "warmup {} is not shorter than the duration {}",
+                us(warmup_us),
+                us(duration_us)
+            ));
+        }
+        let defaults = TestParams::default();
+        let sample_interval_us = self
+            .sample_interval
+            .map_or(defaults.sample_interval_us, |d| d.0);
+        let report_interval_us = self.interval.map_or(defaults.report_interval_us, |d| d.0);
+        if report_interval_us == 0 {
+            return Err("interval must be above 0".into());
+        }
+        let access: Vec<PathSpec> = if self.access.is_empty() {
+            vec![PathSpec::default()]
+        } else {
+            self.access.iter().map(|a| a.0.clone()).collect()
+        };
+        let default_flow = [FlowFile::default()];
+        let flows = if self.flow.is_empty() {
+            &default_flow[..]
+        } else {
+            &self.flow[..]
+        };
+        let flows = flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                f.config(
+                    i,
+                    duration_us,
+                    access.len(),
+                    sample_interval_us,
+                    report_interval_us,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut names = HashSet::new();
+        if let Some(dup) = flows.iter().find(|f| !names.insert(&f.name)) {
+            return Err(format!("two flows are named '{}'", dup.name));
+        }
+        Ok(RunConfig {
+            duration_us,
+            warmup_us,
+            path: self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default(),
+            access,
+            sysctl: self
+                .sysctl
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect(),
+            flows,
+        })
+    }
+}
+
+impl Default for FlowFile {
+    fn default() -> Self {
+        toml::from_str("").expect("every flow key is optional")
+    }
+}
+
+impl FlowFile {
+    fn config(
+        &self,
+        index: usize,
+        run_us: u64,
+        clients: usize,
+        sample_interval_us: u64,
+        report_interval_us: u64,
+    ) -> Result<FlowConfig, String> {
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("flow{}", index + 1));
+        let client = self.client.unwrap_or(1);
+        if client == 0 || usize::from(client) > clients {
+            return Err(format!(
+                "flow '{name}': client {client} does not exist (the lab has {clients} client{}; `access` lists one link per client)",
+                if clients == 1 { "" } else { "s" }
+            ));
+        }
+        let streams = self.streams.unwrap_or(1);
+        if !(1..=MAX_STREAMS).contains(&streams) {
+            return Err(format!(
+                "flow '{name}': streams {streams} is not in 1..={MAX_STREAMS}"
+            ));
+        }
+        let start_us = self.start.map_or(0, |s| s.0);
+        let end = match (self.bytes, self.duration) {
+            (Some(_), Some(_)) => {
+                return Err(format!("flow '{name}': give bytes or duration, not both"))
+            }
+            (Some(Bytes(bytes)), None) => TestEnd::Bytes { bytes },
+            (None, Some(Micros(us))) => TestEnd::Duration { us },
+            (None, None) if start_us < run_us => TestEnd::Duration {
+                us: run_us - start_us,
+            },
+            (None, None) => {
+                return Err(format!(
+                    "flow '{name}': start {} is not before the end of the run ({})",
+                    us(start_us),
+                    us(run_us)
+                ))
+            }
+        };
+        if matches!(
+            end,
+            TestEnd::Duration { us: 0 } | TestEnd::Bytes { bytes: 0 }
+        ) {
+            return Err(format!("flow '{name}': sends nothing"));
+        }
+        let defaults = Tuning::default();
+        let u32_size = |what: &str, v: Option<Bytes>, default: u32| -> Result<u32, String> {
+            match v {
+                None => Ok(default),
+                Some(Bytes(0)) => Err(format!("flow '{name}': {what} must be above 0")),
+                Some(Bytes(b)) => u32::try_from(b)
+                    .map_err(|_| format!("flow '{name}': {what} {b} is above 4 GiB")),
+            }
+        };
+        let tuning = Tuning {
+            sndbuf: self.sndbuf.or(self.window).map(|b| b.0),
+            rcvbuf: self.rcvbuf.or(self.window).map(|b| b.0),
+            write_size: u32_size("write_size", self.write_size, defaults.write_size)?,
+            read_size: u32_size("read_size", self.read_size, defaults.read_size)?,
+            nodelay: self.nodelay.unwrap_or(defaults.nodelay),
+            mss: self.mss.map(|m| u32_size("mss", Some(m), 0)).transpose()?,
+            cc: self.cc.clone(),
+            pacing_rate: self.pacing_rate.map(|r| r.0),
+            send_method: self.send_method.unwrap_or(defaults.send_method),
+        };
+        Ok(FlowConfig {
+            name,
+            client,
+            start_us,
+            params: TestParams {
+                streams,
+                end,
+                mode: self.direction.unwrap_or(Mode::Up),
+                tuning,
+                sample_interval_us,
+                report_interval_us,
+            },
+        })
+    }
+}
+
+fn us(v: u64) -> String {
+    crate::units::format_duration_us(v)
+}
+
+// ---------------------------------------------------------------------------------------
+// Values with units: text with a unit, or a bare TOML number
+
+/// A duration (µs): "10s", "250ms", or a number of seconds.
+#[derive(Clone, Copy)]
+struct Micros(u64);
+/// A size in bytes: "64K", or a number of bytes.
+#[derive(Clone, Copy)]
+struct Bytes(u64);
+/// A rate in bit/s: "100mbit", or a number of bit/s.
+#[derive(Clone, Copy)]
+struct Bits(u64);
+
+macro_rules! unit_value {
+    ($t:ident, $parse:path, $what:literal) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = d.deserialize_any(TextOrNumber($what))?;
+                $parse(&text)
+                    .map($t)
+                    .map_err(|e: UnitError| de::Error::custom(e))
+            }
+        }
+    };
+}
+unit_value!(Micros, parse_duration, "a duration such as \"10s\"");
+unit_value!(Bytes, parse_size, "a size such as \"64K\"");
+unit_value!(Bits, parse_rate, "a rate such as \"100mbit\"");
+
+/// Reads a string or a number as its text.
+struct TextOrNumber(&'static str);
+
+impl Visitor<'_> for TextOrNumber {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+}
+
+/// A sysctl value: text or a number, written as the kernel reads it.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TextOrNumber("a sysctl value (text or a number)"))
+            .map(Scalar)
+    }
+}
+
+/// A path spec as one line of text or as a table (see [`crate::path`]).
+struct PathValue(PathSpec);
+
+impl<'de> Deserialize<'de> for PathValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct PathVisitor;
+        impl<'de> Visitor<'de> for PathVisitor {
+            type Value = PathSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a path spec such as \"rtt 20ms rate 100mbit\", or a table")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PathSpec, E> {
+                v.parse().map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PathSpec, A::Error> {
+                PathSpec::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_any(PathVisitor).map(PathValue)
+    }
+}
+
+/// Path specs stored as their normalized text.
+mod spec_text {
+    use super::*;
+    pub fn serialize<S: Serializer>(spec: &PathSpec, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(spec)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathSpec, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
+mod spec_texts {
+    use super::*;
+    pub fn serialize<S: Serializer>(specs: &[PathSpec], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(specs.iter().map(|p| p.to_string()))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathSpec>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|s| s.parse().map_err(de::Error::custom))
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Axes
+
+/// The sweep's own keys, read from the text so that errors keep their positions.
+#[derive(Deserialize)]
+struct Sweep {
+    #[serde(default)]
+    combine: Combine,
+    #[serde(default)]
+    axis: Vec<Spanned<AxisFile>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AxisFile {
+    name: Option<String>,
+    key: Option<Spanned<String>>,
+    values: Option<Vec<Spanned<Value>>>,
+    range: Option<Spanned<RangeFile>>,
+}
+
+/// `from`, `to` (inclusive), and either `step` (linear) or `factor` (geometric); `unit`
+/// is appended to every value ("K" gives "2K", "4K", …).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RangeFile {
+    from: f64,
+    to: f64,
+    step: Option<f64>,
+    factor: Option<f64>,
+    unit: Option<String>,
+}
+
+struct ResolvedAxis {
+    name: String,
+    key: Option<String>,
+    span: std::ops::Range<usize>,
+    key_span: Option<std::ops::Range<usize>>,
+    /// Each value with where it was written (a range's values: the range).
+    values: Vec<(Value, std::ops::Range<usize>)>,
+}
+
+impl ResolvedAxis {
+    fn new(text: &str, spanned: &Spanned<AxisFile>) -> Result<ResolvedAxis, SpecError> {
+        let axis = spanned.get_ref();
+        let at = |offset: usize| Some(position(text, offset));
+        let err = |offset: usize, message: String| SpecError {
+            at: at(offset),
+            message,
+        };
+        let key = axis.key.as_ref().map(|k| k.get_ref().trim().to_owned());
+        let name =
+            match (&axis.name, &key) {
+                (Some(name), _) => name.clone(),
+                (None, Some(key)) => key.clone(),
+                (None, None) => return Err(err(
+                    spanned.span().start,
+                    "an axis needs a key (the value it sets) or a name (used as {name} in text)"
+                        .into(),
+                )),
+            };
+        let values = match (&axis.values, &axis.range) {
+            (Some(values), None) => values
+                .iter()
+                .map(|v| (v.get_ref().clone(), v.span()))
+                .collect(),
+            (None, Some(range)) => range_values(range.get_ref())
+                .map_err(|m| err(range.span().start, format!("axis '{name}': {m}")))?
+                .into_iter()
+                .map(|v| (v, range.span()))
+                .collect(),
+            _ => {
+                return Err(err(
+                    spanned.span().start,
+                    format!("axis '{name}' needs either values = [...] or range = {{ from, to, step or factor }}"),
+                ))
+            }
+        };
+        let values: Vec<(Value, std::ops::Range<usize>)> = values;
+        if values.is_empty() {
+            return Err(err(
+                spanned.span().start,
+                format!("axis '{name}' has no values"),
+            ));
+        }
+        if let Some((v, span)) = values
+            .iter()
+            .find(|(v, _)| matches!(v, Value::Array(_) | Value::Table(_) | Value::Datetime(_)))
+        {
+            return Err(err(
+                span.start,
+                format!(
+                    "axis '{name}': value {} is not text, a number or a boolean",
+                    show(v)
+                ),
+            ));
+        }
+        Ok(ResolvedAxis {
+            name,
+            key,
+            span: spanned.span(),
+            key_span: axis.key.as_ref().map(|k| k.span()),
+            values,
+        })
+    }
+}
+
+fn range_values(r: &RangeFile) -> Result<Vec<Value>, String> {
+    let numbers = match (r.step, r.factor) {
+        (Some(step), None) if step > 0.0 && r.from <= r.to => {
+            let n = ((r.to - r.from) / step + 1e-9).floor() as usize + 1;
+            if n > MAX_RANGE_VALUES {
+                return Err(format!(
+                    "the range has {n} values (at most {MAX_RANGE_VALUES})"
+                ));
+            }
+            (0..n).map(|i| r.from + i as f64 * step).collect::<Vec<_>>()
+        }
+        (None, Some(factor)) if factor > 1.0 && r.from > 0.0 && r.from <= r.to => {
+            let mut v = vec![r.from];
+            while let Some(&last) = v.last() {
+                let next = last * factor;
+                if next > r.to * (1.0 + 1e-9) {
+                    break;
+                }
+                if v.len() == MAX_RANGE_VALUES {
+                    return Err(format!("the range has more than {MAX_RANGE_VALUES} values"));
+                }
+                v.push(next);
+            }
+            v
+        }
+        (Some(_), Some(_)) => return Err("give step or factor, not both".into()),
+        (Some(_), None) => return Err("a range needs step > 0 and from <= to".into()),
+        (None, Some(_)) => return Err("a range needs factor > 1 and 0 < from <= to".into()),
+        (None, None) => return Err("a range needs step (linear) or factor (geometric)".into()),
+    };
+    Ok(numbers
+        .into_iter()
+        .map(|x| {
+            // Round off the float noise of repeated steps (0.1 + 0.2).
+            let x = (x * 1e9).round() / 1e9;
+            match &r.unit {
+                Some(unit) => Value::String(format!("{x}{unit}")),
+                None if x.fract() == 0.0 && x.abs() < 9e15 => Value::Integer(x as i64),
+                None => Value::Float(x),
+            }
+        })
+        .collect())
+}
+
+fn infos(axes: &[ResolvedAxis]) -> Vec<Axis> {
+    axes.iter()
+        .map(|a| Axis {
+            name: a.name.clone(),
+            key: a.key.clone(),
+            values: a.values.iter().map(|(v, _)| display(v)).collect(),
+        })
+        .collect()
+}
+
+/// Names unique; keys not sweep-level; a key-less axis used somewhere as `{name}`.
+fn check_axes(text: &str, axes: &[ResolvedAxis], doc: &Table) -> Result<(), SpecError> {
+    for (i, axis) in axes.iter().enumerate() {
+        let at = Some(position(text, axis.span.start));
+        if axes[..i].iter().any(|a| a.name == axis.name) {
+            return Err(SpecError {
+                at,
+                message: format!("two axes are named '{}'", axis.name),
+            });
+        }
+        match &axis.key {
+            Some(key) => {
+                let first = key.split('.').next().unwrap_or_default();
+                if key.is_empty() || SWEEP_KEYS.contains(&first) {
+                    return Err(SpecError {
+                        at: axis.key_span.as_ref().map(|s| position(text, s.start)),
+                        message: format!(
+                            "axis key '{key}' cannot vary (an axis sets a run's values: duration, warmup, path.*, access, sysctl.*, flow.*)"
+                        ),
+                    });
+                }
+            }
+            None => {
+                let placeholder = format!("{{{}}}", axis.name);
+                if !mentions(&Value::Table(doc.clone()), &placeholder) {
+                    return Err(SpecError {
+                        at,
+                        message: format!(
+                            "axis '{}' has no key and {placeholder} appears in no value",
+                            axis.name
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mentions(value: &Value, needle: &str) -> bool {
+    match value {
+        Value::String(s) => s.contains(needle),
+        Value::Array(items) => items.iter().any(|v| mentions(v, needle)),
+        Value::Table(t) => t.iter().any(|(k, v)| k != "axis" && mentions(v, needle)),
+        _ => false,
+    }
+}
+
+/// Value indices, one per axis, for every point in planning order.
+fn combinations(axes: &[ResolvedAxis], combine: Combine) -> Vec<Vec<usize>> {
+    match combine {
+        Combine::Zip => {
+            let n = axes.first().map_or(1, |a| a.values.len());
+            (0..n).map(|j| vec![j; axes.len()]).collect()
+        }
+        Combine::Cross => axes.iter().fold(vec![vec![]], |acc, axis| {
+            acc.into_iter()
+                .flat_map(|prefix| {
+                    (0..axis.values.len()).map(move |j| {
+                        let mut c = prefix.clone();
+                        c.push(j);
+                        c
+                    })
+                })
+                .collect()
+        }),
+    }
+}
+
+/// The file with each axis at its chosen value, typed.
+fn point_file(doc: &Table, axes: &[ResolvedAxis], choice: &[usize]) -> Result<File, String> {
+    let mut table = doc.clone();
+    table.remove("axis");
+    let chosen: Vec<(&ResolvedAxis, &Value)> = axes
+        .iter()
+        .zip(choice)
+        .map(|(a, &j)| (a, &a.values[j].0))
+        .collect();
+    for (axis, value) in &chosen {
+        fill_in(&mut table, &format!("{{{}}}", axis.name), &display(value));
+    }
+    for (axis, value) in &chosen {
+        if let Some(key) = &axis.key {
+            set_key(&mut table, key, (*value).clone())?;
+        }
+    }
+    Value::Table(table)
+        .try_into::<File>()
+        .map_err(|e| e.message().to_owned())
+}
+
+/// Replaces `placeholder` in every text value (and table key) with `value`.
+fn fill_in(table: &mut Table, placeholder: &str, value: &str) {
+    fn walk(v: &mut Value, placeholder: &str, value: &str) {
+        match v {
+            Value::String(s) if s.contains(placeholder) => *s = s.replace(placeholder, value),
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, placeholder, value)),
+            Value::Table(t) => fill_in(t, placeholder, value),
+            _ => {}
+        }
+    }
+    let keys: Vec<String> = table
+        .keys()
+        .filter(|k| k.contains(placeholder))
+        .cloned()
+        .collect();
+    for key in keys {
+        let v = table.remove(&key).expect("listed above");
+        table.insert(key.replace(placeholder, value), v);
+    }
+    for (_, v) in table.iter_mut() {
+        walk(v, placeholder, value);
+    }
+}
+
+/// Sets a dotted key: `path.rtt`, `path.up.loss`, `flow.cc` (every flow), `flow.2.cc` or
+/// `flow.bulk.cc` (one flow, by 1-based number or name), `sysctl.net.ipv4.tcp_sack`.
+fn set_key(table: &mut Table, key: &str, value: Value) -> Result<(), String> {
+    let (head, rest) = key.split_once('.').unwrap_or((key, ""));
+    match head {
+        // Sysctl names hold dots themselves.
+        "sysctl" if !rest.is_empty() => {
+            let sysctl = table
+                .entry("sysctl")
+                .or_insert_with(|| Value::Table(Table::new()));
+            let Value::Table(sysctl) = sysctl else {
+                return Err("sysctl is not a table".into());
+            };
+            sysctl.insert(rest.to_owned(), value);
+            Ok(())
+        }
+        "path" if !rest.is_empty() => {
+            let path = table
+                .entry("path")
+                .or_insert_with(|| Value::Table(Table::new()));
+            if let Value::String(text) = path {
+                // A path written as one line is set key by key in its table form.
+                let spec: PathSpec = text.parse().map_err(|e| format!("path: {e}"))?;
+                *path = Value::try_from(&spec).map_err(|e| format!("path: {e}"))?;
+            }
+            set_in(path, rest, value, key)
+        }
+        "flow" if !rest.is_empty() => {
+            let flows = table
+                .entry("flow")
+                .or_insert_with(|| Value::Array(vec![Value::Table(Table::new())]));
+            set_in(flows, rest, value, key)
+        }
+        _ => set_in_table(table, key, value, key),
+    }
+}
+
+fn set_in_table(table: &mut Table, rest: &str, value: Value, key: &str) -> Result<(), String> {
+    match rest.split_once('.') {
+        None => {
+            table.insert(rest.to_owned(), value);
+            Ok(())
+        }
+        Some((head, tail)) => {
+            let child = table
+                .entry(head)
+                .or_insert_with(|| Value::Table(Table::new()));
+            set_in(child, tail, value, key)
+        }
+    }
+}
+
+fn set_in(target: &mut Value, rest: &str, value: Value, key: &str) -> Result<(), String> {
+    let items = match target {
+        Value::Table(t) => return set_in_table(t, rest, value, key),
+        Value::Array(items) => items,
+        _ => {
+            return Err(format!(
+                "key '{key}': '{rest}' is inside a value that is not a table"
+            ))
+        }
+    };
+    let (head, tail) = rest
+        .split_once('.')
+        .map_or((rest, None), |(h, t)| (h, Some(t)));
+    let len = items.len();
+    let item = if let Ok(n) = head.parse::<usize>() {
+        n.checked_sub(1)
+            .and_then(|i| items.get_mut(i))
+            .ok_or_else(|| format!("key '{key}': there is no item {n} (there are {len})"))?
+    } else if let Some(i) = items
+        .iter()
+        .position(|v| v.get("name").and_then(Value::as_str) == Some(head))
+    {
+        &mut items[i]
+    } else {
+        // Neither a number nor a name: the field of every item.
+        return items
+            .iter_mut()
+            .try_for_each(|item| set_in(item, rest, value.clone(), key));
+    };
+    match tail {
+        Some(tail) => set_in(item, tail, value, key),
+        None => {
+            *item = value;
+            Ok(())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// An axis value as tables and labels show it: text bare, numbers as written.
+fn display(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An axis value quoted for an error message.
+fn show(value: &Value) -> String {
+    value.to_string()
+}
+
+fn toml_error(text: &str, e: &toml::de::Error) -> SpecError {
+    SpecError {
+        at: e.span().map(|s| position(text, s.start)),
+        message: e.message().trim().replace('\n', "; "),
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn position(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}

@@ -1,0 +1,299 @@
+//! Statistics over a point's repetitions, and the per-run metrics they summarise.
+
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+use crate::record::RunRecord;
+
+/// Above this coefficient of variation (stddev / mean) a point's runs disagree enough
+/// that its mean deserves doubt: `results` warns.
+pub const HIGH_CV: f64 = 0.10;
+
+/// Summary of repeated measurements of one quantity.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: usize,
+    pub mean: f64,
+    pub median: f64,
+    /// Sample standard deviation (n − 1 in the denominator); 0 for one value.
+    pub stddev: f64,
+    pub min: f64,
+    pub max: f64,
+    /// The confidence level of `ci`, e.g. 0.95.
+    pub confidence: f64,
+    /// Student-t confidence interval of the mean; `None` with fewer than two values.
+    pub ci: Option<(f64, f64)>,
+    /// stddev / mean; `None` when the mean is 0.
+    pub cv: Option<f64>,
+}
+
+impl Stats {
+    /// `None` for no values. `confidence` is in (0, 1).
+    pub fn of(values: &[f64], confidence: f64) -> Option<Stats> {
+        let n = values.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = values.iter().sum::<f64>() / n as f64;
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        let stddev = if n > 1 {
+            (values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        let ci = (n > 1).then(|| {
+            let half = t_quantile(confidence, n - 1) * stddev / (n as f64).sqrt();
+            (mean - half, mean + half)
+        });
+        Some(Stats {
+            n,
+            mean,
+            median,
+            stddev,
+            min: sorted[0],
+            max: sorted[n - 1],
+            confidence,
+            ci,
+            cv: (mean != 0.0).then(|| stddev / mean.abs()),
+        })
+    }
+
+    /// Whether the runs disagree by more than [`HIGH_CV`].
+    pub fn high_variation(&self) -> bool {
+        self.cv.is_some_and(|cv| cv > HIGH_CV)
+    }
+}
+
+/// The two-sided Student-t quantile for a confidence level: t such that
+/// P(|T| ≤ t) = confidence with `df` degrees of freedom.
+pub fn t_quantile(confidence: f64, df: usize) -> f64 {
+    let t = StudentsT::new(0.0, 1.0, df as f64).expect("df ≥ 1 is a valid distribution");
+    t.inverse_cdf(1.0 - (1.0 - confidence) / 2.0)
+}
+
+/// Jain's fairness index (Σx)² / (n·Σx²): 1 when all shares are equal, 1/n when one
+/// takes everything. `None` for no values or all zero.
+pub fn jain(values: &[f64]) -> Option<f64> {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|x| x * x).sum();
+    (!values.is_empty() && squares > 0.0).then(|| sum * sum / (values.len() as f64 * squares))
+}
+
+/// What `results` summarises per point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Bytes the receivers read after the warm-up, over that time (bit/s), all flows.
+    Throughput,
+    /// Segments retransmitted over the whole run, all flows.
+    Retransmits,
+    /// Mean smoothed RTT over the flows (µs).
+    Rtt,
+    /// Jain's index of the flows' throughputs after the warm-up.
+    Fairness,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 4] = [
+        Metric::Throughput,
+        Metric::Retransmits,
+        Metric::Rtt,
+        Metric::Fairness,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Throughput => "throughput",
+            Metric::Retransmits => "retransmits",
+            Metric::Rtt => "rtt",
+            Metric::Fairness => "fairness",
+        }
+    }
+
+    /// The unit of [`Metric::of`].
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Throughput => "bit/s",
+            Metric::Retransmits => "segments",
+            Metric::Rtt => "µs",
+            Metric::Fairness => "",
+        }
+    }
+
+    /// This metric of one run, excluding the first `warmup_us` where it can; `None`
+    /// when the run has nothing to measure it from.
+    pub fn of(self, run: &RunRecord, warmup_us: u64) -> Option<f64> {
+        match self {
+            Metric::Throughput => goodput_bps(run, warmup_us),
+            Metric::Retransmits => Some(run.summary.retransmits as f64),
+            Metric::Rtt => (run.summary.rtt.max_us > 0).then_some(run.summary.rtt.mean_us),
+            Metric::Fairness => jain(&flow_goodputs_bps(run, warmup_us)),
+        }
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Metric, String> {
+        Metric::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Metric::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown metric '{s}' (expected {})", names.join(", "))
+            })
+    }
+}
+
+/// Bytes read in the intervals (prorated where one straddles `from_us`) and the span
+/// they cover, for the intervals that `keep` selects.
+fn received_after(run: &RunRecord, from_us: u64, keep: impl Fn(u32) -> bool) -> Option<(f64, u64)> {
+    let mut bytes = 0.0;
+    let (mut start, mut end) = (u64::MAX, 0);
+    for i in run.intervals.iter().filter(|i| keep(i.flow)) {
+        if i.end_us <= from_us || i.end_us <= i.start_us {
+            continue;
+        }
+        let kept_from = i.start_us.max(from_us);
+        let share = (i.end_us - kept_from) as f64 / (i.end_us - i.start_us) as f64;
+        bytes += i.received_bytes as f64 * share;
+        start = start.min(kept_from);
+        end = end.max(i.end_us);
+    }
+    (end > start).then(|| (bytes, end - start))
+}
+
+/// All flows' received bytes after `from_us` over the span they cover, bit/s.
+pub fn goodput_bps(run: &RunRecord, from_us: u64) -> Option<f64> {
+    received_after(run, from_us, |_| true).map(|(bytes, us)| bytes * 8e6 / us as f64)
+}
+
+/// Each flow's throughput after `from_us`, in flow order (0 for a flow with nothing after it).
+pub fn flow_goodputs_bps(run: &RunRecord, from_us: u64) -> Vec<f64> {
+    run.flows
+        .iter()
+        .map(|f| {
+            received_after(run, from_us, |flow| flow == f.id)
+                .map_or(0.0, |(bytes, us)| bytes * 8e6 / us as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn stats_match_hand_computed_values() {
+        // 2, 4, 4, 4, 5, 5, 7, 9: mean 5, sample variance 32/7.
+        let s = Stats::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0], 0.95).unwrap();
+        assert_eq!(
+            (s.n, s.mean, s.median, s.min, s.max),
+            (8, 5.0, 4.5, 2.0, 9.0)
+        );
+        assert!(close(s.stddev, (32.0f64 / 7.0).sqrt(), 1e-12));
+        // t(0.975, 7) = 2.364624 (tables): half-width 2.364624 · 2.13809 / √8 = 1.78749.
+        let (lo, hi) = s.ci.unwrap();
+        assert!(close(lo, 5.0 - 1.78749, 1e-4), "{lo}");
+        assert!(close(hi, 5.0 + 1.78749, 1e-4), "{hi}");
+        assert!(close(s.cv.unwrap(), 2.13809 / 5.0, 1e-5));
+        assert!(s.high_variation());
+    }
+
+    #[test]
+    fn t_quantiles_match_tables() {
+        for (confidence, df, t) in [
+            (0.95, 1, 12.7062),
+            (0.95, 2, 4.3027),
+            (0.95, 9, 2.2622),
+            (0.99, 4, 4.6041),
+            (0.90, 30, 1.6973),
+        ] {
+            assert!(
+                close(t_quantile(confidence, df), t, 1e-3),
+                "{confidence} {df}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_value_has_no_interval_and_odd_counts_take_the_middle() {
+        let s = Stats::of(&[3.0], 0.95).unwrap();
+        assert_eq!((s.stddev, s.ci, s.median), (0.0, None, 3.0));
+        assert_eq!(Stats::of(&[9.0, 1.0, 5.0], 0.95).unwrap().median, 5.0);
+        assert!(Stats::of(&[], 0.95).is_none());
+        assert!(!Stats::of(&[100.0, 101.0], 0.95).unwrap().high_variation());
+    }
+
+    #[test]
+    fn jain_index_bounds() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0, 5.0]), Some(1.0));
+        assert!(close(jain(&[1.0, 0.0, 0.0, 0.0]).unwrap(), 0.25, 1e-12));
+        // (1+2+3)² / (3·14) = 36/42.
+        assert!(close(jain(&[1.0, 2.0, 3.0]).unwrap(), 36.0 / 42.0, 1e-12));
+        assert_eq!(jain(&[]), None);
+        assert_eq!(jain(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn goodput_excludes_the_warmup_and_prorates_the_straddling_interval() {
+        use crate::record::IntervalRecord;
+        let interval = |flow, index, start_us, end_us, received_bytes| IntervalRecord {
+            flow,
+            index,
+            start_us,
+            end_us,
+            acked_bytes: received_bytes,
+            received_bytes,
+            retransmits: 0,
+            cwnd: 10,
+            srtt_us: 1000,
+            limits: Default::default(),
+        };
+        let mut run: RunRecord = serde_json::from_str(include_str!("../tests/run.json")).unwrap();
+        run.intervals = vec![
+            interval(0, 0, 0, 1_000_000, 1_000_000),
+            interval(0, 1, 1_000_000, 2_000_000, 3_000_000),
+            interval(1, 0, 0, 1_000_000, 1_000_000),
+            interval(1, 1, 1_000_000, 2_000_000, 1_000_000),
+        ];
+        run.flows.truncate(1);
+        run.flows.push(run.flows[0].clone());
+        run.flows[1].id = 1;
+        // No warm-up: 6 MB in 2 s.
+        assert!(close(goodput_bps(&run, 0).unwrap(), 24e6, 1e-6));
+        // Warm-up 0.5 s: half of the first intervals, 5 MB in 1.5 s.
+        assert!(close(
+            goodput_bps(&run, 500_000).unwrap(),
+            5e6 * 8.0 / 1.5,
+            1e-6
+        ));
+        // After 1 s: flow 0 at 24 Mbit/s, flow 1 at 8.
+        let flows = flow_goodputs_bps(&run, 1_000_000);
+        assert!(close(flows[0], 24e6, 1e-6) && close(flows[1], 8e6, 1e-6));
+        let fairness = Metric::Fairness.of(&run, 1_000_000).unwrap();
+        assert!(close(fairness, 32.0 * 32.0 / (2.0 * (576.0 + 64.0)), 1e-12));
+        assert_eq!(goodput_bps(&run, 2_000_000), None);
+    }
+
+    #[test]
+    fn metric_names_round_trip() {
+        for m in Metric::ALL {
+            assert_eq!(m.name().parse::<Metric>(), Ok(m));
+        }
+        assert!("speed"
+            .parse::<Metric>()
+            .unwrap_err()
+            .contains("throughput"));
+    }
+}

@@ -1,0 +1,305 @@
+//! Experiment files: parsing, expansion into points, errors with positions, planning.
+
+use std::collections::HashSet;
+
+use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
+use tcplab_model::record::{Mode, TestEnd};
+
+fn ok(text: &str) -> Experiment {
+    parse(text, "test").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn err(text: &str) -> SpecError {
+    match parse(text, "test") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_file_without_axes_is_one_point_with_defaults() {
+    let e = ok("");
+    assert_eq!((e.name.as_str(), e.repetitions, e.seed), ("test", 1, None));
+    assert_eq!((e.confidence, e.combine), (0.95, Combine::Cross));
+    assert_eq!(e.points.len(), 1);
+    let c = &e.points[0].config;
+    assert_eq!(
+        (c.duration_us, c.warmup_us, c.access.len()),
+        (10_000_000, 0, 1)
+    );
+    assert_eq!(c.flows.len(), 1);
+    let f = &c.flows[0];
+    assert_eq!((f.name.as_str(), f.client, f.start_us), ("flow1", 1, 0));
+    assert_eq!(f.params.end, TestEnd::Duration { us: 10_000_000 });
+    assert_eq!(f.params.mode, Mode::Up);
+}
+
+#[test]
+fn a_cross_product_varies_the_first_axis_slowest() {
+    let e = ok(r#"
+        name = "buffer"
+        repetitions = 3
+        duration = "5s"
+        warmup = 1
+        path = "rtt 20ms rate 1gbit"
+        [[flow]]
+        cc = "cubic"
+        [[axis]]
+        key = "path.rtt"
+        values = ["0.2ms", "20ms", "100ms"]
+        [[axis]]
+        key = "flow.window"
+        name = "buffer"
+        values = ["64K", 1048576]
+    "#);
+    assert_eq!(e.name, "buffer");
+    assert_eq!(e.points.len(), 6);
+    let labels: Vec<String> = e.points.iter().map(|p| e.label(p)).collect();
+    assert_eq!(labels[0], "path.rtt=0.2ms buffer=64K");
+    assert_eq!(labels[1], "path.rtt=0.2ms buffer=1048576");
+    assert_eq!(labels[5], "path.rtt=100ms buffer=1048576");
+    let last = &e.points[5].config;
+    assert_eq!(last.path.to_string(), "rtt 100ms rate 1gbit");
+    assert_eq!(last.warmup_us, 1_000_000);
+    let tuning = &last.flows[0].params.tuning;
+    assert_eq!(
+        (tuning.sndbuf, tuning.rcvbuf),
+        (Some(1 << 20), Some(1 << 20))
+    );
+    assert_eq!(tuning.cc.as_deref(), Some("cubic"));
+    assert_eq!(
+        e.points[0].config.flows[0].params.tuning.sndbuf,
+        Some(64 << 10)
+    );
+}
+
+#[test]
+fn zipped_axes_pair_their_values() {
+    let e = ok(r#"
+        combine = "zip"
+        [[axis]]
+        key = "flow.write_size"
+        values = ["1K", "2K"]
+        [[axis]]
+        key = "flow.nodelay"
+        values = [true, false]
+    "#);
+    assert_eq!(e.points.len(), 2);
+    let t = &e.points[1].config.flows[0].params.tuning;
+    assert_eq!((t.write_size, t.nodelay), (2048, false));
+    let bad = err(r#"
+combine = "zip"
+[[axis]]
+key = "flow.write_size"
+values = ["1K", "2K"]
+[[axis]]
+key = "flow.nodelay"
+values = [true]
+"#);
+    assert_eq!(bad.at.map(|a| a.0), Some(6), "{bad}");
+    assert!(bad.message.contains("one length"), "{bad}");
+}
+
+#[test]
+fn ranges_expand_linearly_and_geometrically() {
+    let e = ok(r#"
+        [[axis]]
+        key = "flow.sndbuf"
+        range = { from = 2, to = 8192, factor = 2, unit = "K" }
+        [[axis]]
+        key = "flow.streams"
+        range = { from = 1, to = 4, step = 1 }
+        [[axis]]
+        key = "path.loss"
+        range = { from = 0.1, to = 0.3, step = 0.1, unit = "%" }
+    "#);
+    let buffers = &e.axes[0].values;
+    assert_eq!(buffers.len(), 13);
+    assert_eq!((buffers[0].as_str(), buffers[12].as_str()), ("2K", "8192K"));
+    assert_eq!(e.axes[1].values, ["1", "2", "3", "4"]);
+    assert_eq!(e.axes[2].values, ["0.1%", "0.2%", "0.3%"]);
+    assert_eq!(e.points.len(), 13 * 4 * 3);
+    let e2 = err("[[axis]]\nkey = \"flow.sndbuf\"\nrange = { from = 2, to = 1, factor = 2 }\n");
+    assert_eq!(e2.at.map(|a| a.0), Some(3), "{e2}");
+}
+
+#[test]
+fn named_axes_fill_placeholders_in_text() {
+    let e = ok(r#"
+        path = "rtt {rtt} rate 10mbit {where}loss {loss}"
+        [[axis]]
+        name = "rtt"
+        values = ["10ms", "100ms"]
+        [[axis]]
+        name = "where"
+        values = ["", "up."]
+        [[axis]]
+        name = "loss"
+        values = ["1%", "5%"]
+    "#);
+    assert_eq!(e.points.len(), 8);
+    let one_way = &e.points[3].config.path;
+    assert_eq!(e.label(&e.points[3]), "rtt=10ms where=up. loss=5%");
+    assert_eq!(one_way.to_string(), "rtt 10ms up.loss 5% rate 10mbit");
+    assert_eq!(e.label(&e.points[0]), "rtt=10ms where=\"\" loss=1%");
+    assert_eq!(
+        e.points[0].config.path.to_string(),
+        "rtt 10ms loss 1% rate 10mbit"
+    );
+}
+
+#[test]
+fn keys_reach_one_flow_a_path_direction_and_dotted_sysctls() {
+    let e = ok(r#"
+        path = "rate 1gbit"
+        access = ["rtt 10ms", "rtt 40ms"]
+        [[flow]]
+        name = "bulk"
+        [[flow]]
+        name = "late"
+        client = 2
+        start = "2s"
+        [[axis]]
+        key = "flow.late.cc"
+        values = ["reno"]
+        [[axis]]
+        key = "flow.1.streams"
+        values = [4]
+        [[axis]]
+        key = "path.up.loss"
+        values = ["1%"]
+        [[axis]]
+        key = "sysctl.net.ipv4.tcp_window_scaling"
+        values = [0]
+    "#);
+    let c = &e.points[0].config;
+    assert_eq!(c.flows[0].params.streams, 4);
+    assert_eq!(c.flows[0].params.tuning.cc, None);
+    assert_eq!(c.flows[1].params.tuning.cc.as_deref(), Some("reno"));
+    assert_eq!(c.flows[1].params.end, TestEnd::Duration { us: 8_000_000 });
+    assert_eq!(c.path.to_string(), "up.loss 1% rate 1gbit");
+    assert_eq!(c.sysctl["net.ipv4.tcp_window_scaling"], "0");
+    assert_eq!(c.access[1].to_string(), "rtt 40ms");
+}
+
+#[test]
+fn errors_point_at_the_value() {
+    let cases: &[(&str, usize, &str)] = &[
+        ("duration = \"10q\"\n", 1, "unknown unit 'q'"),
+        ("[[flow]]\nsndbuf = \"4Q\"\n", 2, "invalid size"),
+        ("[[flow]]\nwindw = \"4K\"\n", 2, "unknown field `windw`"),
+        ("path = \"rtt 20ms rat 1gbit\"\n", 1, "rat"),
+        ("repetitions = 3\nrepetitions = 4\n", 2, "duplicate"),
+        (
+            "[[axis]]\nkey = \"flow.sndbuf\"\nvalues = [\"1K\", \"2X\"]\n",
+            3,
+            "value \"2X\"",
+        ),
+        ("[[axis]]\nkey = \"flow.windw\"\nvalues = [1]\n", 3, "windw"),
+        ("[[axis]]\nvalues = [1]\n", 1, "needs a key"),
+        (
+            "[[axis]]\nname = \"x\"\nvalues = [1]\n",
+            1,
+            "{x} appears in no value",
+        ),
+        (
+            "[[axis]]\nkey = \"repetitions\"\nvalues = [1]\n",
+            2,
+            "cannot vary",
+        ),
+        (
+            "[[axis]]\nkey = \"flow.cc\"\n",
+            1,
+            "values = [...] or range",
+        ),
+        ("combine = \"all\"\n", 1, "unknown variant"),
+    ];
+    for (text, line, needle) in cases {
+        let e = err(text);
+        assert_eq!(e.at.map(|a| a.0), Some(*line), "{text:?}: {e}");
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+    let column = err("[[flow]]\nsndbuf =   \"4Q\"\n");
+    assert_eq!(column.at, Some((2, 12)));
+}
+
+#[test]
+fn run_level_mistakes_are_named() {
+    for (text, needle) in [
+        (
+            "duration = \"2s\"\nwarmup = \"2s\"\n",
+            "warmup 2.00 s is not shorter",
+        ),
+        ("[[flow]]\nclient = 2\n", "client 2 does not exist"),
+        ("[[flow]]\nstreams = 0\n", "streams 0"),
+        (
+            "duration = \"2s\"\n[[flow]]\nstart = \"3s\"\n",
+            "start 3.00 s is not before",
+        ),
+        ("repetitions = 0\n", "at least 1"),
+        ("confidence = 95\n", "between 0 and 1"),
+        (
+            "[[flow]]\nname = \"a\"\n[[flow]]\nname = \"a\"\n",
+            "two flows",
+        ),
+    ] {
+        let e = err(text);
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+    }
+    // A combination only some points reach names the point.
+    let e = err(r#"
+        path = "{a} 10ms {b}"
+        [[axis]]
+        name = "a"
+        values = ["up.delay", "rtt"]
+        [[axis]]
+        name = "b"
+        values = ["", "down.delay 5ms"]
+    "#);
+    assert_eq!(e.at, None);
+    assert!(
+        e.message.starts_with("at point a=rtt b=down.delay 5ms: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_schedule_runs_each_point_and_repetition_once_in_a_seeded_order() {
+    let e = ok(r#"
+        repetitions = 3
+        [[axis]]
+        key = "flow.streams"
+        values = [1, 2, 4, 8]
+    "#);
+    let plan = e.schedule(7);
+    assert_eq!(plan.len(), 12);
+    let unique: HashSet<_> = plan.iter().map(|r| (r.point, r.repetition)).collect();
+    assert_eq!(unique.len(), 12);
+    assert_eq!(plan, e.schedule(7));
+    assert_ne!(plan, e.schedule(8));
+    let in_order: Vec<_> = (0..4).flat_map(|p| (0..3).map(move |r| (p, r))).collect();
+    assert_ne!(
+        plan.iter()
+            .map(|r| (r.point, r.repetition))
+            .collect::<Vec<_>>(),
+        in_order
+    );
+}
+
+#[test]
+fn the_plan_hash_ignores_presentation_and_follows_the_runs() {
+    let base = r#"
+        name = "a"
+        [[axis]]
+        key = "flow.streams"
+        values = [1, 2]
+    "#;
+    let same = "# a comment\nname = \"b\"\ndescription = \"x\"\n[[axis]]\nkey = \"flow.streams\"\nvalues = [1, 2]\n";
+    assert_eq!(ok(base).plan_hash(), ok(same).plan_hash());
+    assert_eq!(ok(base).plan_hash().len(), 64);
+    let changed = base.replace("[1, 2]", "[1, 3]");
+    assert_ne!(ok(base).plan_hash(), ok(&changed).plan_hash());
+    let more = format!("repetitions = 2\n{base}");
+    assert_ne!(ok(base).plan_hash(), ok(&more).plan_hash());
+}

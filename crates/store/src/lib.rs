@@ -12,6 +12,7 @@
 //! `Cargo.toml`.
 
 mod error;
+mod experiments;
 mod export;
 mod rows;
 mod schema;
@@ -30,6 +31,7 @@ use tcplab_model::record::{
 use tcplab_model::tcpinfo::{BbrInfo, TcpInfo};
 
 pub use error::{ParseNameError, Result, StoreError};
+pub use experiments::{ExperimentRow, Outcome, PlanRow, PlanStatus};
 pub use export::{ExportFormat, Table};
 pub use schema::SCHEMA_VERSION;
 
@@ -133,18 +135,7 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite_err(path, "starting to insert a run"))?;
-        let run_id = insert_named(&tx, "runs", &run_values(run, path)?)
-            .map_err(sqlite_err(path, "inserting a run (runs)"))?;
-        for flow in &run.flows {
-            insert_named(&tx, "flows", &flow_values(run_id, flow))
-                .map_err(sqlite_err(path, "inserting a run (flows)"))?;
-        }
-        for interval in &run.intervals {
-            insert_named(&tx, "intervals", &interval_values(run_id, interval))
-                .map_err(sqlite_err(path, "inserting a run (intervals)"))?;
-        }
-        insert_samples(&tx, run_id, &run.samples)
-            .map_err(sqlite_err(path, "inserting a run (samples)"))?;
+        let run_id = insert_run_in(&tx, run, path)?;
         tx.commit()
             .map_err(sqlite_err(path, "committing an inserted run"))?;
         Ok(run_id)
@@ -153,6 +144,16 @@ impl Store {
     /// Reads back the run stored under `id`, equal to what [`Store::insert_run`] stored
     /// (flows, intervals and samples in their original order).
     pub fn load_run(&self, id: i64) -> Result<RunRecord> {
+        self.load_run_with(id, true)
+    }
+
+    /// [`Store::load_run`] without the raw samples (which are most of a run's rows):
+    /// enough for summaries, intervals and statistics.
+    pub fn load_run_without_samples(&self, id: i64) -> Result<RunRecord> {
+        self.load_run_with(id, false)
+    }
+
+    fn load_run_with(&self, id: i64, with_samples: bool) -> Result<RunRecord> {
         let path = &self.path;
         let err = |op| sqlite_err(path, op);
         let tx = self
@@ -182,7 +183,9 @@ impl Store {
 
         run.flows = load_rows(&tx, path, id, "flows", read_flow)?;
         run.intervals = load_rows(&tx, path, id, "intervals", read_interval)?;
-        run.samples = load_samples(&tx, path, id)?;
+        if with_samples {
+            run.samples = load_samples(&tx, path, id)?;
+        }
         Ok(run)
     }
 
@@ -239,6 +242,23 @@ impl Store {
             .map_err(sqlite_err(&self.path, "deleting a run"))?;
         Ok(n > 0)
     }
+}
+
+/// Inserts a whole run inside `tx` and returns its id.
+fn insert_run_in(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i64> {
+    let run_id = insert_named(tx, "runs", &run_values(run, path)?)
+        .map_err(sqlite_err(path, "inserting a run (runs)"))?;
+    for flow in &run.flows {
+        insert_named(tx, "flows", &flow_values(run_id, flow))
+            .map_err(sqlite_err(path, "inserting a run (flows)"))?;
+    }
+    for interval in &run.intervals {
+        insert_named(tx, "intervals", &interval_values(run_id, interval))
+            .map_err(sqlite_err(path, "inserting a run (intervals)"))?;
+    }
+    insert_samples(tx, run_id, &run.samples)
+        .map_err(sqlite_err(path, "inserting a run (samples)"))?;
+    Ok(run_id)
 }
 
 /// Applies the missing migrations, each in its own transaction.

@@ -170,10 +170,10 @@ pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
 }
 
 /// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
-pub(crate) static MIGRATIONS: &[fn() -> String] = &[migration_1, migration_2];
+pub(crate) static MIGRATIONS: &[fn() -> String] = &[migration_1, migration_2, migration_3];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -181,6 +181,49 @@ fn migration_2() -> String {
 ALTER TABLE runs ADD COLUMN path_spec TEXT;
 ALTER TABLE runs ADD COLUMN path_json TEXT;
 ALTER TABLE flows ADD COLUMN host TEXT;
+"#
+    .to_string()
+}
+
+/// Migration 3: experiments (`tcplab sweep`): the file, its points, the shuffled plan of
+/// runs with each one's state, and the link from a run to its point and repetition.
+fn migration_3() -> String {
+    r#"
+CREATE TABLE experiments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    file TEXT NOT NULL,
+    spec_text TEXT NOT NULL,
+    plan_hash TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    repetitions INTEGER NOT NULL,
+    confidence REAL NOT NULL,
+    axes_json TEXT NOT NULL,
+    created_unix_us INTEGER NOT NULL
+);
+CREATE TABLE points (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+    point INTEGER NOT NULL,
+    values_json TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    PRIMARY KEY (experiment_id, point)
+);
+CREATE TABLE plan (
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    point INTEGER NOT NULL,
+    repetition INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (experiment_id, seq),
+    UNIQUE (experiment_id, point, repetition),
+    FOREIGN KEY (experiment_id, point) REFERENCES points(experiment_id, point)
+);
+ALTER TABLE runs ADD COLUMN experiment_id INTEGER REFERENCES experiments(id);
+ALTER TABLE runs ADD COLUMN point INTEGER;
+ALTER TABLE runs ADD COLUMN repetition INTEGER;
 "#
     .to_string()
 }

@@ -561,7 +561,8 @@ fn expected_columns(table: Table) -> Vec<String> {
              sent_bytes received_bytes sent_bps received_bps retransmits rtt_min_us \
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
-             cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json",
+             cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
+             experiment_id point repetition",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -794,4 +795,120 @@ fn names_parse_and_errors_list_the_valid_ones() {
     );
     let e = "json".parse::<ExportFormat>().unwrap_err().to_string();
     assert_eq!(e, "unknown export format 'json' (valid: csv, jsonl)");
+}
+
+// ---------------------------------------------------------------------------------------
+// Experiments
+
+fn experiment() -> tcplab_model::experiment::Experiment {
+    tcplab_model::experiment::parse(
+        "repetitions = 2\n[[axis]]\nkey = \"flow.streams\"\nvalues = [1, 2]\n",
+        "exp",
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_experiment_round_trips_with_its_points_and_plan() {
+    let (_dir, mut store) = temp_store();
+    let exp = experiment();
+    let schedule = exp.schedule(5);
+    let id = store
+        .create_experiment(&exp, "exp.toml", "text", 5, &schedule)
+        .unwrap();
+    let rows = store.experiments().unwrap();
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!((row.id, row.name.as_str(), row.seed), (id, "exp", 5));
+    assert_eq!((row.repetitions, row.confidence), (2, 0.95));
+    assert_eq!(row.plan_hash, exp.plan_hash());
+    assert_eq!(row.axes, exp.axes);
+    assert_eq!(store.points(id).unwrap(), exp.points);
+    let plan = store.plan(id).unwrap();
+    assert_eq!(plan.len(), 4);
+    for (seq, (row, planned)) in plan.iter().zip(&schedule).enumerate() {
+        assert_eq!((row.seq as usize, row.run), (seq, *planned));
+        assert_eq!(
+            (row.status, row.run_id, row.attempts),
+            (PlanStatus::Pending, None, 0)
+        );
+    }
+}
+
+#[test]
+fn finishing_planned_runs_links_them_and_counts_attempts() {
+    let (_dir, mut store) = temp_store();
+    let exp = experiment();
+    let schedule = exp.schedule(1);
+    let id = store
+        .create_experiment(&exp, "exp.toml", "text", 1, &schedule)
+        .unwrap();
+    let run = sample_record(3);
+    let done = store
+        .finish_planned_run(id, 0, Outcome::Done(&run))
+        .unwrap()
+        .unwrap();
+    let failed = failed_record();
+    store
+        .finish_planned_run(id, 1, Outcome::Failed(Some(&failed), "server vanished"))
+        .unwrap();
+    assert_eq!(
+        store
+            .finish_planned_run(id, 2, Outcome::Failed(None, "no lab"))
+            .unwrap(),
+        None
+    );
+    let interrupted = store
+        .finish_planned_run(id, 3, Outcome::Interrupted(&run))
+        .unwrap();
+    let plan = store.plan(id).unwrap();
+    let statuses: Vec<_> = plan.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            PlanStatus::Done,
+            PlanStatus::Failed,
+            PlanStatus::Failed,
+            PlanStatus::Pending
+        ]
+    );
+    assert_eq!(plan[0].run_id, Some(done));
+    assert_eq!(plan[2].error.as_deref(), Some("no lab"));
+    assert_eq!(plan[3].run_id, interrupted);
+    assert!(plan.iter().all(|r| r.attempts == 1));
+    // The run row carries its point and repetition.
+    let (point, repetition): (u32, u32) = store
+        .conn
+        .query_row(
+            "SELECT point, repetition FROM runs WHERE id = ?1",
+            [done],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (point, repetition),
+        (schedule[0].point, schedule[0].repetition)
+    );
+    assert_eq!(store.load_run(done).unwrap(), run);
+    let mut without = run.clone();
+    without.samples.clear();
+    assert_eq!(store.load_run_without_samples(done).unwrap(), without);
+
+    assert_eq!(store.retry_failed(id).unwrap(), 2);
+    let plan = store.plan(id).unwrap();
+    assert_eq!(
+        plan.iter()
+            .filter(|r| r.status == PlanStatus::Pending)
+            .count(),
+        3
+    );
+    // Redoing a pending run keeps one plan row per point and repetition.
+    store
+        .finish_planned_run(id, 3, Outcome::Done(&run))
+        .unwrap();
+    assert_eq!(count(&store, "SELECT count(*) FROM plan"), 4);
+    assert_eq!(store.plan(id).unwrap()[3].attempts, 2);
+    assert!(store
+        .finish_planned_run(id, 9, Outcome::Done(&run))
+        .is_err());
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
+use tcplab_model::stats::Metric;
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
 
 #[derive(Parser, Debug)]
@@ -43,6 +44,63 @@ pub enum Command {
     },
     /// Export one table of a database as CSV or JSON lines.
     Export(ExportArgs),
+    /// Run an experiment file: every point × repetition, shuffled, stored, resumable.
+    Sweep(SweepArgs),
+    /// Per-point statistics of an experiment's runs.
+    Results(ResultsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// The experiment file (TOML; see docs/experiments.md).
+    pub file: PathBuf,
+    /// The SQLite database of the experiment [default: NAME.db, NAME from the file].
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// Print the plan and the time it needs; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Run the runs that failed before again.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// The file changed since the database's plan: plan it as a new experiment beside it.
+    #[arg(long)]
+    pub new_experiment: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ResultsArgs {
+    /// The experiment's SQLite database.
+    pub db: PathBuf,
+    /// What to summarise: throughput, retransmits, rtt, fairness.
+    #[arg(long, default_value = "throughput", value_parser = parse_metric)]
+    pub metric: Metric,
+    /// Confidence level of the intervals [default: the experiment's, usually 0.95].
+    #[arg(long, value_parser = parse_confidence, value_name = "LEVEL")]
+    pub confidence: Option<f64>,
+    /// Which experiment of the database, by id [default: the latest].
+    #[arg(long, value_name = "ID")]
+    pub experiment: Option<i64>,
+    /// Print JSON instead of a table.
+    #[arg(long, short = 'J')]
+    pub json: bool,
+}
+
+fn parse_metric(s: &str) -> Result<Metric, String> {
+    s.parse()
+}
+
+fn parse_confidence(s: &str) -> Result<f64, String> {
+    let level = match s.strip_suffix('%') {
+        Some(percent) => percent.parse::<f64>().map(|p| p / 100.0),
+        None => s.parse::<f64>(),
+    }
+    .map_err(|_| format!("'{s}' is not a number; e.g. 0.95 or 95%"))?;
+    if level > 0.0 && level < 1.0 {
+        Ok(level)
+    } else {
+        Err(format!("'{s}' is not between 0 and 1 (0 % and 100 %)"))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -157,6 +215,20 @@ pub struct PathArgs {
     /// What carries the packets: tcplab's emulator, or the kernel's netem where it exists.
     #[arg(long, value_enum, default_value_t = BackendArg::Emulator)]
     pub backend: BackendArg,
+    /// A sysctl for every lab host, e.g. net.ipv4.tcp_window_scaling=0 (repeatable).
+    #[arg(long = "sysctl", value_parser = parse_sysctl, value_name = "KEY=VALUE")]
+    pub sysctls: Vec<(String, String)>,
+}
+
+fn parse_sysctl(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!(
+            "expected KEY=VALUE, e.g. net.ipv4.tcp_sack=0, not '{s}'"
+        )),
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

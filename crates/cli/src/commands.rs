@@ -1,20 +1,20 @@
 //! What each subcommand does: argument checks, then the library calls, then output.
 
 use std::io::{self, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
 use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::path::PathSpec;
-use tcplab_model::record::{RunRecord, RunStatus, TestParams};
+use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
 use tcplab_store::{ExportFormat, Store, Table};
 use tcplab_sys::sockopt;
 use tcplab_traffic::client::{self, Request};
-use tcplab_traffic::merge;
 use tcplab_traffic::server::{self, ServerLimits};
 
 use crate::args::{ExportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs};
@@ -47,7 +47,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.target,
         lab::config(&args.lab, &format!("run{}", std::process::id()))?,
     ) {
-        (Some(target), None) => run_client(target, &params, &args.output, stop, true)?,
+        (Some(target), None) => run_client(target, &params, &args.output, stop)?,
         (None, Some(config)) => run_in_lab(&config, &params, &args.output, stop)?,
         _ => bail!("give either a server TARGET or --path, not both"),
     };
@@ -70,87 +70,82 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         path: args.path,
         clients: vec![PathSpec::default()],
         backend: tcplab_lab::Backend::Emulator,
+        sysctls: Default::default(),
     };
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     report(record, &output, store)
 }
 
-/// Builds the lab, serves in its server host, runs the test from every client host at
-/// once, and records the path and what its links did.
+/// Builds the lab, runs the test from every client host at once, and records the path
+/// and what its links did.
 fn run_in_lab(
     config: &LabConfig,
     params: &TestParams,
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
 ) -> Result<RunRecord> {
-    let lab = Lab::up(config).context("cannot build the lab")?;
-    if !out.json {
-        println!("lab {}: path \"{}\"", lab.name(), lab.entry.path);
-        for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {
-            let access = entry
-                .access
-                .as_deref()
-                .map(|a| format!(" via \"{a}\""))
-                .unwrap_or_default();
-            println!(
-                "  client {} ({}){access} → server {} ({})",
-                host.addr,
-                host.ns.name(),
-                lab.server.addr,
-                lab.server.ns.name()
-            );
-        }
-    }
-    let server_addr = SocketAddr::new(lab.server.addr, client::DEFAULT_PORT);
-    let listener = lab
-        .server
-        .ns
-        .try_run(move || TcpListener::bind(server_addr))?;
-    let server_stop = Arc::new(AtomicBool::new(false));
-    let serving = {
-        let server_stop = Arc::clone(&server_stop);
-        lab.server
-            .ns
-            .spawn(move || server::serve(listener, ServerLimits::default(), |_| {}, &server_stop))?
-    };
-    let live = !out.json && lab.clients.len() == 1;
-    let runs: Vec<_> = lab
-        .clients
-        .iter()
-        .map(|host| {
-            let (params, out, stop) = (params.clone(), out.clone(), Arc::clone(&stop));
-            let target = server_addr.to_string();
-            host.ns.spawn(move || {
-                run_client(&target, &params, &out, stop, live).map_err(|e| format!("{e:#}"))
-            })
+    let groups: Vec<FlowGroup> = (0..config.clients.len())
+        .map(|client| FlowGroup {
+            client,
+            start_us: 0,
+            params: params.clone(),
+            label: out.label.clone(),
+            tags: out.tags.clone(),
         })
-        .collect::<Result<_, _>>()?;
-    let mut records = Vec::new();
-    for (k, run) in runs.into_iter().enumerate() {
-        let record = run
-            .join()
-            .map_err(|_| anyhow::anyhow!("client {} panicked", k + 1))?;
-        records.push((
-            format!("client{}", k + 1),
-            record.map_err(anyhow::Error::msg)?,
-        ));
-    }
-    server_stop.store(true, Ordering::Relaxed);
-    let _ = serving.join();
-    let entry = lab.entry.clone();
-    let stats = lab.down().context("tearing the lab down")?;
-    let mut record = merge::combine(records).expect("a lab has at least one client");
-    record.path = Some(stats.record(&entry));
-    Ok(record)
+        .collect();
+    let show = !out.json;
+    let live = (show && groups.len() == 1).then(live_lines);
+    let run = labrun::run_in_lab(
+        config,
+        &groups,
+        stop,
+        &mut |lab| {
+            if show {
+                describe_lab(lab)
+            }
+        },
+        live,
+    )?;
+    Ok(run.record)
 }
 
-/// One test from this thread's namespace, with live lines when asked.
+fn describe_lab(lab: &Lab) {
+    println!("lab {}: path \"{}\"", lab.name(), lab.entry.path);
+    for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {
+        let access = entry
+            .access
+            .as_deref()
+            .map(|a| format!(" via \"{a}\""))
+            .unwrap_or_default();
+        println!(
+            "  client {} ({}){access} → server {} ({})",
+            host.addr,
+            host.ns.name(),
+            lab.server.addr,
+            lab.server.ns.name()
+        );
+    }
+}
+
+/// Prints intervals as they arrive, under a header printed once.
+fn live_lines() -> IntervalSink {
+    let header_shown = AtomicBool::new(false);
+    Arc::new(move |group: &[IntervalRecord]| {
+        if !header_shown.swap(true, Ordering::Relaxed) {
+            println!("{}", output::interval_header());
+        }
+        for line in output::interval_lines(group) {
+            println!("{line}");
+        }
+    })
+}
+
+/// One test from this thread's namespace, with live lines unless --json.
 fn run_client(
     target: &str,
     params: &TestParams,
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
-    live: bool,
 ) -> Result<RunRecord> {
     let request = Request {
         target: target.to_string(),
@@ -158,17 +153,10 @@ fn run_client(
         label: out.label.clone(),
         tags: out.tags.clone(),
     };
-    let live = live && !out.json;
-    let mut header_shown = false;
+    let live = (!out.json).then(live_lines);
     Ok(client::run(&request, stop, &mut |group| {
-        if live {
-            if !header_shown {
-                println!("{}", output::interval_header());
-                header_shown = true;
-            }
-            for line in output::interval_lines(group) {
-                println!("{line}");
-            }
+        if let Some(live) = &live {
+            live(group)
         }
     })?)
 }

@@ -31,8 +31,9 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         if !args.client_paths.is_empty()
             || args.clients != 1
             || matches!(args.backend, BackendArg::Netem)
+            || !args.sysctls.is_empty()
         {
-            bail!("--clients, --client-path and --backend need --path");
+            bail!("--clients, --client-path, --backend and --sysctl need --path");
         }
         return Ok(None);
     };
@@ -51,6 +52,7 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
             BackendArg::Emulator => Backend::Emulator,
             BackendArg::Netem => Backend::Netem,
         },
+        sysctls: args.sysctls.iter().cloned().collect(),
     }))
 }
 
@@ -92,6 +94,9 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         .arg(args.path.as_ref().expect("checked").to_string());
     if matches!(args.backend, BackendArg::Netem) {
         cmd.args(["--backend", "netem"]);
+    }
+    for (key, value) in &args.sysctls {
+        cmd.arg("--sysctl").arg(format!("{key}={value}"));
     }
     for access in &args.client_paths {
         cmd.arg("--client-path").arg(access.to_string());

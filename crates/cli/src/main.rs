@@ -4,6 +4,7 @@ mod args;
 mod commands;
 mod lab;
 mod output;
+mod sweep;
 
 use std::process::ExitCode;
 
@@ -31,6 +32,8 @@ fn main() -> ExitCode {
         Command::Shell(args) => lab::shell(args),
         Command::Runs { db } => commands::list_runs(&db),
         Command::Export(args) => commands::export(args),
+        Command::Sweep(args) => sweep::sweep(args),
+        Command::Results(args) => sweep::results(args),
     };
     match result {
         Ok(code) => code,

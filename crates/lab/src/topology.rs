@@ -4,6 +4,7 @@
 //! Addresses: the server is 10.77.0.1/16 and fd00:77::1/64; client k (from 1) is
 //! 10.77.1.k and fd00:77::1:k. Every lab has its own namespaces, so labs never clash.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,18 @@ const HOST_SYSCTLS: &[(&str, &str)] = &[
     // Runs must not inherit cached ssthresh or RTT from an earlier connection.
     ("net.ipv4.tcp_no_metrics_save", "1"),
 ];
+
+/// The lab's defaults, then the user's sysctls, in one host.
+fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
+    let defaults = HOST_SYSCTLS.iter().map(|&(k, v)| (k, v));
+    for (key, value) in defaults.chain(user.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        netns::write_sysctl_in(ns, key, value).map_err(io_err(format!(
+            "setting sysctl {key} = {value} in {}",
+            ns.name()
+        )))?;
+    }
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
@@ -72,6 +85,9 @@ pub struct LabConfig {
     /// One entry per client host: its access link (an empty spec for none).
     pub clients: Vec<PathSpec>,
     pub backend: Backend,
+    /// Set on every host after the lab's own defaults (net.ipv4.tcp_rmem …), so a user's
+    /// value wins.
+    pub sysctls: BTreeMap<String, String>,
 }
 
 /// One host of a running lab.
@@ -264,10 +280,7 @@ impl Lab {
                 .map_err(io_err(format!("creating {TUN_NAME} in {ns_name}")))?;
             ns.try_run(|| netns::set_mtu(TUN_NAME, mtu))
                 .map_err(io_err(format!("setting MTU in {ns_name}")))?;
-            for (key, value) in HOST_SYSCTLS {
-                netns::write_sysctl_in(&ns, key, value)
-                    .map_err(io_err(format!("setting {key} in {ns_name}")))?;
-            }
+            set_sysctls(&ns, &config.sysctls)?;
             Ok((
                 Host {
                     ns,
@@ -373,10 +386,7 @@ impl Lab {
                 netns::link_up(TUN_NAME)
             })
             .map_err(io_err(format!("setting up {}", ns.name())))?;
-            for (key, value) in HOST_SYSCTLS {
-                netns::write_sysctl_in(ns, key, value)
-                    .map_err(io_err(format!("setting {key} in {}", ns.name())))?;
-            }
+            set_sysctls(ns, &config.sysctls)?;
             ns.run(|| netem::apply_netem(TUN_NAME, opts))
                 .map_err(io_err(format!("entering {}", ns.name())))??;
         }

@@ -273,8 +273,10 @@ fn flow_record(
     }
 }
 
-/// One record for tests run at once from several client hosts against one server (a
-/// dumbbell): flows are numbered anew in host order and named by their host.
+/// One record for tests run in one lab against one server, at once or staggered, from
+/// one or several client hosts: flows are numbered anew in the given order and named by
+/// their host, and times move to the earliest test's t0 (a lab's hosts share one clock,
+/// so the wall-clock anchors of their t0s differ by exactly their start offsets).
 pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
     let mut runs = runs.into_iter();
     let (first_host, mut combined) = runs.next()?;
@@ -283,10 +285,13 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
         return Some(combined);
     }
     rest.insert(0, (first_host, combined.clone()));
+    let t0 = rest.iter().map(|(_, r)| r.started_unix_us).min()?;
+    combined.started_unix_us = t0;
     let (mut flows, mut intervals, mut samples) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cpu_client, mut cpu_server) = (Vec::new(), Vec::new());
     for (host, run) in rest {
         let base = flows.len() as u32;
+        let shift = run.started_unix_us - t0;
         flows.extend(run.flows.into_iter().map(|mut f| {
             f.id += base;
             f.host = Some(host.clone());
@@ -294,10 +299,13 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
         }));
         intervals.extend(run.intervals.into_iter().map(|mut i| {
             i.flow += base;
+            i.start_us += shift as u64;
+            i.end_us += shift as u64;
             i
         }));
         samples.extend(run.samples.into_iter().map(|mut s| {
             s.flow += base;
+            s.t_us += shift;
             s
         }));
         cpu_client.push(run.summary.cpu_client);

@@ -1,0 +1,557 @@
+//! `tcplab sweep` and `tcplab results`: experiments from a file into a database, and the
+//! per-point statistics back out.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tcplab_experiment::sweep::{self, Event, SweepRequest};
+use tcplab_model::experiment::{self, point_label, Axis, Experiment, Point};
+use tcplab_model::record::{RunRecord, TestEnd};
+use tcplab_model::stats::{Metric, Stats};
+use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_store::{PlanRow, PlanStatus, Store};
+
+use crate::args::{ResultsArgs, SweepArgs};
+use crate::commands::interrupt_flag;
+
+/// What a run costs besides its flows' own time (lab, connections, storing), for the
+/// dry run's estimate; bench/sweep.sh measures the real figure.
+const RUN_OVERHEAD_ESTIMATE: Duration = Duration::from_millis(300);
+
+pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
+    let file = args.file.display().to_string();
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read experiment file {file}"))?;
+    let stem = args
+        .file
+        .file_stem()
+        .map_or("experiment".into(), |s| s.to_string_lossy().into_owned());
+    let experiment = experiment::parse(&text, &stem).map_err(|e| anyhow!("{file}: {e}"))?;
+    let db = args
+        .db
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{}.db", experiment.name)));
+    if args.dry_run {
+        return dry_run(&experiment, &file, &db);
+    }
+    sweep::check_congestion(&experiment.points)?;
+    let _lock = sweep::lock(&db)?;
+    let mut store = open(&db)?;
+    let prepared = sweep::prepare(
+        &mut store,
+        &SweepRequest {
+            experiment: &experiment,
+            file: &file,
+            text: &text,
+            new_experiment: args.new_experiment,
+            retry_failed: args.retry_failed,
+        },
+    )?;
+    for lab in sweep::remove_leftovers()? {
+        println!("removed lab {lab}, left by a process that died");
+    }
+    let pending = prepared.count(PlanStatus::Pending);
+    println!(
+        "experiment {}: {} points × {} repetitions = {} runs, order shuffled with seed {}; {} in {}",
+        experiment.name,
+        experiment.points.len(),
+        experiment.repetitions,
+        prepared.plan.len(),
+        prepared.seed,
+        if prepared.resumed {
+            format!(
+                "resuming: {} done, {} failed, {pending} to run",
+                prepared.count(PlanStatus::Done),
+                prepared.count(PlanStatus::Failed)
+            )
+        } else {
+            "new plan".into()
+        },
+        db.display()
+    );
+    if prepared.retried > 0 {
+        println!("retrying {} failed runs", prepared.retried);
+    }
+    let bar = progress_bar(pending as u64);
+    let totals = sweep::execute(
+        &mut store,
+        &experiment,
+        &prepared,
+        interrupt_flag(),
+        &mut |event| match event {
+            Event::Start { point, row, .. } => bar.set_message(format!(
+                "{} rep {}",
+                experiment.label(point),
+                row.run.repetition + 1
+            )),
+            Event::Finish(f) => {
+                let result = match (f.status, &f.error) {
+                    (PlanStatus::Done, _) => f.throughput_bps.map_or("done".into(), format_rate),
+                    (PlanStatus::Failed, Some(e)) => format!("FAILED: {e}"),
+                    (PlanStatus::Failed, None) => "FAILED".into(),
+                    (PlanStatus::Pending, _) => "interrupted; runs again on resume".into(),
+                };
+                let line = format!(
+                    "[{:>w$}/{}] {} rep {}: {result} ({:.1} s)",
+                    f.k,
+                    f.total,
+                    experiment.label(f.point),
+                    f.row.run.repetition + 1,
+                    f.wall.as_secs_f64(),
+                    w = f.total.to_string().len()
+                );
+                bar.suspend(|| println!("{line}"));
+                bar.inc(1);
+            }
+        },
+    )?;
+    bar.finish_and_clear();
+    let mut overheads = totals.overheads.clone();
+    overheads.sort();
+    if let Some(median) = overheads.get(overheads.len() / 2) {
+        println!(
+            "per-run overhead (lab up and down, connections, storing): median {:.0} ms over {} runs",
+            median.as_secs_f64() * 1e3,
+            overheads.len()
+        );
+    }
+    let plan = store.plan(prepared.id)?;
+    let left = plan
+        .iter()
+        .filter(|r| r.status == PlanStatus::Pending)
+        .count();
+    let failed = plan
+        .iter()
+        .filter(|r| r.status == PlanStatus::Failed)
+        .count();
+    if totals.interrupted || left > 0 {
+        println!(
+            "interrupted: {left} of {} runs left; run the same command again to resume",
+            plan.len()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    println!();
+    print_table(&summarize(&store, prepared.id, Metric::Throughput, None)?);
+    if failed > 0 {
+        println!("{failed} runs failed; --retry-failed runs them again");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} runs, ETA {eta}  {wide_msg}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
+}
+
+/// The plan, its size and time, and where the database stands with it.
+fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
+    let runs = experiment.points.len() * experiment.repetitions as usize;
+    let per_point: Vec<Duration> = experiment
+        .points
+        .iter()
+        .map(|p| run_time(p) + RUN_OVERHEAD_ESTIMATE)
+        .collect();
+    let total: Duration = per_point.iter().sum::<Duration>() * experiment.repetitions;
+    println!(
+        "experiment {} ({file}): {} points × {} repetitions = {runs} runs, about {}",
+        experiment.name,
+        experiment.points.len(),
+        experiment.repetitions,
+        humantime::format_duration(Duration::from_secs(total.as_secs()))
+    );
+    for axis in &experiment.axes {
+        println!(
+            "  axis {}{}: {} values: {}",
+            axis.name,
+            axis.key
+                .as_ref()
+                .filter(|k| **k != axis.name)
+                .map(|k| format!(" (sets {k})"))
+                .unwrap_or_default(),
+            axis.values.len(),
+            axis.values.join(", ")
+        );
+    }
+    let stored = db
+        .exists()
+        .then(|| open(db))
+        .transpose()?
+        .and_then(|store| {
+            let hash = experiment.plan_hash();
+            let found = store
+                .experiments()
+                .ok()?
+                .into_iter()
+                .rev()
+                .find(|e| e.plan_hash == hash)?;
+            Some((store.plan(found.id).ok()?, found.seed))
+        });
+    let (plan, seed_note) = match &stored {
+        Some((plan, seed)) => {
+            let done = plan.iter().filter(|r| r.status == PlanStatus::Done).count();
+            let failed = plan
+                .iter()
+                .filter(|r| r.status == PlanStatus::Failed)
+                .count();
+            println!(
+                "  {} holds this plan: {done} done, {failed} failed, {} to run",
+                db.display(),
+                plan.len() - done - failed
+            );
+            (
+                plan.iter()
+                    .map(|r| (r.run, Some(r.status)))
+                    .collect::<Vec<_>>(),
+                format!("seed {seed}, stored"),
+            )
+        }
+        None => {
+            let (seed, note) = match experiment.seed {
+                Some(seed) => (seed, "from the file"),
+                None => (
+                    u64::from(rand::random::<u32>()),
+                    "drawn for this listing; the sweep draws and records its own",
+                ),
+            };
+            (
+                experiment
+                    .schedule(seed)
+                    .into_iter()
+                    .map(|r| (r, None))
+                    .collect(),
+                format!("seed {seed}, {note}"),
+            )
+        }
+    };
+    println!("  order ({seed_note}):");
+    println!(
+        "  {:>5} {:>6} {:>4}  {:<8} values",
+        "run", "point", "rep", "status"
+    );
+    for (seq, (run, status)) in plan.iter().enumerate() {
+        let point = &experiment.points[run.point as usize];
+        println!(
+            "  {:>5} {:>6} {:>4}  {:<8} {}",
+            seq + 1,
+            run.point,
+            run.repetition + 1,
+            status.map_or("", status_name),
+            experiment.label(point)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status_name(status: PlanStatus) -> &'static str {
+    match status {
+        PlanStatus::Pending => "pending",
+        PlanStatus::Done => "done",
+        PlanStatus::Failed => "failed",
+    }
+}
+
+/// How long a point's flows run: the latest end over its flows (a flow sending a byte
+/// count counts as the run's duration).
+fn run_time(point: &Point) -> Duration {
+    let c = &point.config;
+    let end_us = c
+        .flows
+        .iter()
+        .map(|f| {
+            f.start_us
+                + match f.params.end {
+                    TestEnd::Duration { us } => us,
+                    TestEnd::Bytes { .. } => c.duration_us,
+                }
+        })
+        .max()
+        .unwrap_or(c.duration_us);
+    Duration::from_micros(end_us)
+}
+
+pub fn results(args: ResultsArgs) -> Result<ExitCode> {
+    if !args.db.exists() {
+        bail!("no database at {}", args.db.display());
+    }
+    let store = open(&args.db)?;
+    let experiments = store.experiments()?;
+    let id = match args.experiment {
+        Some(id) => experiments
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.id)
+            .ok_or_else(|| {
+                let ids: Vec<String> = experiments.iter().map(|e| e.id.to_string()).collect();
+                anyhow!(
+                    "{} has no experiment {id} (it has: {})",
+                    args.db.display(),
+                    if ids.is_empty() {
+                        "none".into()
+                    } else {
+                        ids.join(", ")
+                    }
+                )
+            })?,
+        None => experiments.last().map(|e| e.id).ok_or_else(|| {
+            anyhow!(
+                "{} holds no experiment (single runs are listed by `tcplab runs`)",
+                args.db.display()
+            )
+        })?,
+    };
+    let table = summarize(&store, id, args.metric, args.confidence)?;
+    if args.json {
+        serde_json::to_writer_pretty(std::io::stdout().lock(), &table)?;
+        println!();
+    } else {
+        print_table(&table);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tcplab results --json`.
+#[derive(Serialize)]
+struct ResultTable {
+    experiment: ExperimentInfo,
+    metric: Metric,
+    unit: &'static str,
+    confidence: f64,
+    points: Vec<PointResult>,
+}
+
+#[derive(Serialize)]
+struct ExperimentInfo {
+    id: i64,
+    name: String,
+    file: String,
+    seed: u64,
+    repetitions: u32,
+    axes: Vec<Axis>,
+    runs: usize,
+    done: usize,
+    failed: usize,
+    pending: usize,
+}
+
+#[derive(Serialize)]
+struct PointResult {
+    point: u32,
+    /// Axis name → value.
+    values: BTreeMap<String, String>,
+    label: String,
+    warmup_us: u64,
+    #[serde(flatten)]
+    stats: Option<Stats>,
+    high_variation: bool,
+    failed: usize,
+    pending: usize,
+    /// The first flow's effective socket buffers (what the kernel made of a request).
+    sndbuf_effective: Option<u64>,
+    rcvbuf_effective: Option<u64>,
+    run_ids: Vec<i64>,
+}
+
+fn summarize(
+    store: &Store,
+    id: i64,
+    metric: Metric,
+    confidence: Option<f64>,
+) -> Result<ResultTable> {
+    let exp = store
+        .experiments()?
+        .into_iter()
+        .find(|e| e.id == id)
+        .expect("the id came from the store");
+    let confidence = confidence.unwrap_or(exp.confidence);
+    let points = store.points(id)?;
+    let plan = store.plan(id)?;
+    let count = |s: PlanStatus, rows: &[&PlanRow]| rows.iter().filter(|r| r.status == s).count();
+    let mut results = Vec::new();
+    for point in &points {
+        let rows: Vec<&PlanRow> = plan.iter().filter(|r| r.run.point == point.index).collect();
+        let runs: Vec<(i64, RunRecord)> = rows
+            .iter()
+            .filter(|r| r.status == PlanStatus::Done)
+            .filter_map(|r| r.run_id)
+            .map(|id| Ok((id, store.load_run_without_samples(id)?)))
+            .collect::<Result<_>>()?;
+        let values: Vec<f64> = runs
+            .iter()
+            .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
+            .collect();
+        let stats = Stats::of(&values, confidence);
+        let first_flow = runs.first().and_then(|(_, r)| r.flows.first());
+        let tuning = point.config.flows.first().map(|f| &f.params.tuning);
+        results.push(PointResult {
+            point: point.index,
+            values: exp
+                .axes
+                .iter()
+                .map(|a| a.name.clone())
+                .zip(point.values.iter().cloned())
+                .collect(),
+            label: point_label(&exp.axes, &point.values),
+            warmup_us: point.config.warmup_us,
+            high_variation: stats.is_some_and(|s| s.high_variation()),
+            stats,
+            failed: count(PlanStatus::Failed, &rows),
+            pending: count(PlanStatus::Pending, &rows),
+            sndbuf_effective: first_flow
+                .filter(|_| tuning.is_some_and(|t| t.sndbuf.is_some()))
+                .map(|f| f.sndbuf.effective),
+            rcvbuf_effective: first_flow
+                .filter(|_| tuning.is_some_and(|t| t.rcvbuf.is_some()))
+                .map(|f| f.rcvbuf.effective),
+            run_ids: runs.iter().map(|(id, _)| *id).collect(),
+        });
+    }
+    let all: Vec<&PlanRow> = plan.iter().collect();
+    Ok(ResultTable {
+        experiment: ExperimentInfo {
+            id,
+            name: exp.name,
+            file: exp.file,
+            seed: exp.seed,
+            repetitions: exp.repetitions,
+            axes: exp.axes,
+            runs: plan.len(),
+            done: count(PlanStatus::Done, &all),
+            failed: count(PlanStatus::Failed, &all),
+            pending: count(PlanStatus::Pending, &all),
+        },
+        metric,
+        unit: metric.unit(),
+        confidence,
+        points: results,
+    })
+}
+
+fn print_table(t: &ResultTable) {
+    let e = &t.experiment;
+    let warmup = t.points.first().map_or(0, |p| p.warmup_us);
+    println!(
+        "experiment {} ({}): {} runs: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
+        e.name,
+        e.file,
+        e.runs,
+        e.done,
+        e.failed,
+        e.pending,
+        t.metric.name(),
+        if warmup > 0 && matches!(t.metric, Metric::Throughput | Metric::Fairness) {
+            format!(" after a {} warm-up", format_duration_us(warmup))
+        } else {
+            String::new()
+        },
+        t.confidence * 100.0
+    );
+    let show_buffers = t
+        .points
+        .iter()
+        .any(|p| p.sndbuf_effective.is_some() || p.rcvbuf_effective.is_some());
+    let fmt = |v: f64| format_metric(t.metric, v);
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header: Vec<String> = e.axes.iter().map(|a| a.name.clone()).collect();
+    if show_buffers {
+        header.push("effective snd/rcv".into());
+    }
+    header.extend(
+        ["n", "mean", "median", "stddev", "min", "max", "CI"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    header.push(String::new());
+    rows.push(header);
+    for p in &t.points {
+        let mut row: Vec<String> = e
+            .axes
+            .iter()
+            .map(|a| p.values.get(&a.name).cloned().unwrap_or_default())
+            .collect();
+        if show_buffers {
+            let size = |v: Option<u64>| v.map_or("-".into(), format_size);
+            row.push(format!(
+                "{}/{}",
+                size(p.sndbuf_effective),
+                size(p.rcvbuf_effective)
+            ));
+        }
+        match &p.stats {
+            Some(s) => {
+                row.push(s.n.to_string());
+                row.extend([s.mean, s.median, s.stddev, s.min, s.max].map(fmt));
+                row.push(s.ci.map_or("-".into(), |(lo, hi)| format!("{} – {}", fmt(lo), fmt(hi))));
+            }
+            None => {
+                row.push("0".into());
+                row.extend(std::iter::repeat_n("-".to_string(), 6));
+            }
+        }
+        let mut notes = Vec::new();
+        if p.high_variation {
+            let cv = p.stats.and_then(|s| s.cv).unwrap_or_default();
+            notes.push(format!("high variation (cv {:.0} %)", cv * 100.0));
+        }
+        if p.failed > 0 {
+            notes.push(format!("{} failed", p.failed));
+        }
+        if p.pending > 0 {
+            notes.push(format!("{} to run", p.pending));
+        }
+        row.push(notes.join(", "));
+        rows.push(row);
+    }
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let axes = e.axes.len();
+    for row in &rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                let pad = widths[c] - cell.chars().count();
+                // Axis values and notes read left to right; numbers line up on the right.
+                if c < axes || c == columns - 1 {
+                    format!("{cell}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{cell}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
+fn format_metric(metric: Metric, v: f64) -> String {
+    match metric {
+        Metric::Throughput => format_rate(v),
+        Metric::Retransmits => format!("{v:.1}"),
+        Metric::Rtt => format_duration_us(v.round().max(0.0) as u64),
+        Metric::Fairness => format!("{v:.3}"),
+    }
+}
+
+fn open(db: &Path) -> Result<Store> {
+    Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
+}

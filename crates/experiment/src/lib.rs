@@ -1,0 +1,5 @@
+//! Runs across labs: [`labrun`] runs one set of flows through a lab built for it;
+//! [`sweep`] runs an experiment's plan, resumably, into its database.
+
+pub mod labrun;
+pub mod sweep;

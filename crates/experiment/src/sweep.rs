@@ -1,0 +1,318 @@
+//! `tcplab sweep`: plans an experiment's runs into its database once, then runs whatever
+//! is still pending, each run in a fresh lab, each stored with its plan row in one
+//! transaction. Killed at any moment, the same command resumes: finished runs stay, the
+//! interrupted one runs again, none runs twice.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use tcplab_lab::{registry, Backend, LabConfig};
+use tcplab_model::experiment::{Experiment, Point};
+use tcplab_model::record::{RunRecord, RunStatus};
+use tcplab_model::stats::Metric;
+use tcplab_store::{Outcome, PlanRow, PlanStatus, Store};
+use tcplab_sys::sockopt;
+
+use crate::labrun::{run_in_lab, FlowGroup};
+
+/// What the user asked of a sweep.
+pub struct SweepRequest<'a> {
+    pub experiment: &'a Experiment,
+    /// The file as the user named it, and its text.
+    pub file: &'a str,
+    pub text: &'a str,
+    /// Plan a changed file as a new experiment beside the stored one.
+    pub new_experiment: bool,
+    /// Run the failed runs again.
+    pub retry_failed: bool,
+}
+
+/// The stored experiment a sweep works on.
+pub struct Prepared {
+    pub id: i64,
+    pub seed: u64,
+    /// The database already held this plan.
+    pub resumed: bool,
+    /// Failed runs made pending again by `retry_failed`.
+    pub retried: usize,
+    pub points: Vec<Point>,
+    pub plan: Vec<PlanRow>,
+}
+
+impl Prepared {
+    pub fn count(&self, status: PlanStatus) -> usize {
+        self.plan.iter().filter(|r| r.status == status).count()
+    }
+}
+
+/// Finds the experiment's plan in the store or creates it. A store holding a different
+/// plan is refused unless `new_experiment`: resuming it with a changed file would mix
+/// runs of two studies.
+pub fn prepare(store: &mut Store, req: &SweepRequest) -> Result<Prepared> {
+    let hash = req.experiment.plan_hash();
+    let stored = store.experiments()?;
+    let (id, seed, resumed) = match stored.iter().rev().find(|e| e.plan_hash == hash) {
+        Some(e) => (e.id, e.seed, true),
+        None => {
+            if let Some(other) = stored.last().filter(|_| !req.new_experiment) {
+                bail!(
+                    "{} holds experiment '{}' planned from {} with other runs (plan hash {} ≠ {}): \
+                     the file changed since; pass --new-experiment to plan it beside the old one, \
+                     or use another --db",
+                    store.path().display(),
+                    other.name,
+                    other.file,
+                    &other.plan_hash[..12],
+                    &hash[..12]
+                );
+            }
+            let seed = req
+                .experiment
+                .seed
+                .unwrap_or_else(|| u64::from(rand::random::<u32>()));
+            let schedule = req.experiment.schedule(seed);
+            let id =
+                store.create_experiment(req.experiment, req.file, req.text, seed, &schedule)?;
+            (id, seed, false)
+        }
+    };
+    let retried = if req.retry_failed {
+        store.retry_failed(id)?
+    } else {
+        0
+    };
+    Ok(Prepared {
+        id,
+        seed,
+        resumed,
+        retried,
+        points: store.points(id)?,
+        plan: store.plan(id)?,
+    })
+}
+
+/// Refuses a plan naming a congestion control this kernel lacks, before any run.
+pub fn check_congestion(points: &[Point]) -> Result<()> {
+    let wanted: BTreeSet<&str> = points
+        .iter()
+        .flat_map(|p| &p.config.flows)
+        .filter_map(|f| f.params.tuning.cc.as_deref())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let available =
+        sockopt::available_congestion().context("reading the available congestion controls")?;
+    match wanted.iter().find(|cc| !available.iter().any(|a| a == *cc)) {
+        Some(cc) => bail!(
+            "unknown congestion control '{cc}' in a flow's cc (available: {})",
+            available.join(" ")
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Holds the database's sweep lock: two sweeps on one database would run the same
+/// pending runs twice.
+pub struct SweepLock(#[allow(dead_code)] File);
+
+/// Takes the lock next to `db` (`DB.lock`), or says who holds it.
+pub fn lock(db: &Path) -> Result<SweepLock> {
+    let mut path = db.as_os_str().to_owned();
+    path.push(".lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open the lock file {}", Path::new(&path).display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        bail!(
+            "another sweep is running on {} (it holds {})",
+            db.display(),
+            Path::new(&path).display()
+        );
+    }
+    Ok(SweepLock(file))
+}
+
+/// Removes labs that killed sweeps left behind; returns their names.
+pub fn remove_leftovers() -> Result<Vec<String>> {
+    registry::gc().context("removing labs left by dead processes")
+}
+
+/// Progress of a sweep.
+pub enum Event<'a> {
+    /// Run `k` (1-based) of `total` pending ones starts.
+    Start {
+        k: usize,
+        total: usize,
+        row: &'a PlanRow,
+        point: &'a Point,
+    },
+    Finish(Finished<'a>),
+}
+
+/// How one run of the sweep ended.
+pub struct Finished<'a> {
+    pub k: usize,
+    pub total: usize,
+    pub row: &'a PlanRow,
+    pub point: &'a Point,
+    /// Done, failed, or pending again (interrupted).
+    pub status: PlanStatus,
+    pub run_id: Option<i64>,
+    /// Throughput after the warm-up, bit/s.
+    pub throughput_bps: Option<f64>,
+    pub error: Option<String>,
+    /// The run's wall time, and the part of it that was not the test itself (building
+    /// and removing the lab, storing).
+    pub wall: Duration,
+    pub overhead: Duration,
+}
+
+/// What a sweep did.
+#[derive(Default)]
+pub struct Totals {
+    pub done: usize,
+    pub failed: usize,
+    pub interrupted: bool,
+    /// Per-run overhead of every run that reached its test.
+    pub overheads: Vec<Duration>,
+}
+
+/// Runs the pending runs of `prepared` in plan order until done or `stop`.
+pub fn execute(
+    store: &mut Store,
+    experiment: &Experiment,
+    prepared: &Prepared,
+    stop: Arc<AtomicBool>,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<Totals> {
+    let pending: Vec<&PlanRow> = prepared
+        .plan
+        .iter()
+        .filter(|r| r.status == PlanStatus::Pending)
+        .collect();
+    let total = pending.len();
+    let lab_name = format!("sw{}", std::process::id());
+    let mut totals = Totals::default();
+    for (i, row) in pending.into_iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            totals.interrupted = true;
+            break;
+        }
+        let point = prepared
+            .points
+            .get(row.run.point as usize)
+            .ok_or_else(|| anyhow!("planned run {} names a missing point", row.seq))?;
+        let k = i + 1;
+        on_event(Event::Start {
+            k,
+            total,
+            row,
+            point,
+        });
+        let started = Instant::now();
+        let label = Some(format!("{} {}", experiment.name, experiment.label(point)));
+        let result = run_point(&lab_name, point, row.run.repetition, label, &stop);
+        let stopped = stop.load(Ordering::Relaxed);
+        let (outcome, test_time, throughput_bps) = match &result {
+            Ok((run, test)) => {
+                let throughput = Metric::Throughput.of(run, point.config.warmup_us);
+                let outcome = match run.status {
+                    RunStatus::Done => Outcome::Done(run),
+                    RunStatus::Incomplete if stopped => Outcome::Interrupted(run),
+                    _ => Outcome::Failed(
+                        Some(run),
+                        run.error.as_deref().unwrap_or("the run did not complete"),
+                    ),
+                };
+                (Some(outcome), Some(*test), throughput)
+            }
+            // Interrupted before anything was measured: nothing to store, still pending.
+            Err(_) if stopped => (None, None, None),
+            Err(e) => (Some(Outcome::Failed(None, e)), None, None),
+        };
+        let (status, run_id, error) = match outcome {
+            Some(outcome) => {
+                let status = match &outcome {
+                    Outcome::Done(_) => PlanStatus::Done,
+                    Outcome::Failed(..) => PlanStatus::Failed,
+                    Outcome::Interrupted(_) => PlanStatus::Pending,
+                };
+                let error = match &outcome {
+                    Outcome::Failed(_, e) => Some(e.to_string()),
+                    _ => None,
+                };
+                let id = store.finish_planned_run(prepared.id, row.seq, outcome)?;
+                (status, id, error)
+            }
+            None => (PlanStatus::Pending, None, None),
+        };
+        let wall = started.elapsed();
+        let overhead = test_time.map(|t| wall.saturating_sub(t));
+        totals.overheads.extend(overhead);
+        match status {
+            PlanStatus::Done => totals.done += 1,
+            PlanStatus::Failed => totals.failed += 1,
+            PlanStatus::Pending => totals.interrupted = true,
+        }
+        on_event(Event::Finish(Finished {
+            k,
+            total,
+            row,
+            point,
+            status,
+            run_id,
+            throughput_bps,
+            error,
+            wall,
+            overhead: overhead.unwrap_or_default(),
+        }));
+    }
+    Ok(totals)
+}
+
+/// One run of a point in a fresh lab. Each repetition draws its own link randomness
+/// (the path's seed plus the repetition), the same for every point: repetitions vary,
+/// points compare under the same draws.
+fn run_point(
+    lab_name: &str,
+    point: &Point,
+    repetition: u32,
+    label: Option<String>,
+    stop: &Arc<AtomicBool>,
+) -> std::result::Result<(RunRecord, Duration), String> {
+    let c = &point.config;
+    let mut path = c.path.clone();
+    path.seed = path.seed.wrapping_add(u64::from(repetition));
+    let config = LabConfig {
+        name: lab_name.to_owned(),
+        path,
+        clients: c.access.clone(),
+        backend: Backend::Emulator,
+        sysctls: c.sysctl.clone(),
+    };
+    let groups: Vec<FlowGroup> = c
+        .flows
+        .iter()
+        .map(|f| FlowGroup {
+            client: usize::from(f.client) - 1,
+            start_us: f.start_us,
+            params: f.params.clone(),
+            label: label.clone(),
+            tags: vec![format!("flow={}", f.name)],
+        })
+        .collect();
+    run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
+        .map(|run| (run.record, run.test))
+        .map_err(|e| format!("{e:#}"))
+}

@@ -18,6 +18,7 @@
 #   bash bench/emulator.sh                       # 3 repetitions, 5 s runs, 10 up/down cycles
 #   REPS=5 DUR=10 CYCLES=10 bash bench/emulator.sh
 #   KEEP=1 bash bench/emulator.sh                # keep the raw JSON (directory printed)
+#   SECTIONS=2 bash bench/emulator.sh            # only the listed sections (default 1234)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3}
@@ -25,6 +26,7 @@ DUR=${DUR:-5}
 CYCLES=${CYCLES:-10}
 PINGS=${PINGS:-300}
 KEEP=${KEEP:-0}
+SECTIONS=${SECTIONS:-1234}
 command -v iperf3 >/dev/null || apt-get install -y -qq iperf3 >/dev/null
 cargo build --release -q
 cargo build --release -q --example tun_forward -p tcplab-sys
@@ -288,13 +290,18 @@ updown_run() { # rep
 }
 
 # ---- run -------------------------------------------------------------------------------
+section() { [[ $SECTIONS == *$1* ]]; }
 T0=$(date +%s)
 load
 for rep in $(seq "$REPS"); do
-    for v in veth tun lab_rtt lab_rate; do tput_run "$v" "$rep"; sleep 0.3; done
-    delay_run "$rep"
-    for r in 10mbit 100mbit 1gbit; do rate_run "$r" "$rep"; sleep 0.3; done
-    updown_run "$rep"
+    if section 1; then
+        for v in veth tun lab_rtt lab_rate; do tput_run "$v" "$rep"; sleep 0.3; done
+    fi
+    if section 2; then delay_run "$rep"; fi
+    if section 3; then
+        for r in 10mbit 100mbit 1gbit; do rate_run "$r" "$rep"; sleep 0.3; done
+    fi
+    if section 4; then updown_run "$rep"; fi
     load
     echo "repetition $rep of $REPS done ($(($(date +%s) - T0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 done
@@ -315,6 +322,6 @@ with open(path, "w") as f:
     for r in keep + list(rate.values()):
         f.write(json.dumps(r) + "\n")
 PY
-$PY report "$RES" "$REPS" "$DUR"
+$PY report "$RES" "$REPS" "$DUR" "$SECTIONS"
 echo
 echo "- wall time $(($(date +%s) - T0)) s; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

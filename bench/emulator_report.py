@@ -11,7 +11,7 @@ Every measurement is appended as one JSON object per line to RESULTS (results.js
   emulator_report.py linkrate RESULTS EDGE1 EDGE2 key=value...
   emulator_report.py ping RESULTS DEST COUNT INTERVAL key=value...   (inside the netns)
   emulator_report.py record RESULTS key=value...
-  emulator_report.py report RESULTS REPS DUR
+  emulator_report.py report RESULTS REPS DUR [SECTIONS]     # SECTIONS e.g. 24; default 1234
 """
 
 import json
@@ -221,7 +221,7 @@ def fmt(vals, f="{:.2f}"):
     return " ".join(f.format(v) for v in vals)
 
 
-def cmd_report(results, reps, dur):
+def cmd_report(results, reps, dur, sections="1234"):
     recs = [json.loads(line) for line in open(results)]
     by = lambda sec, **kw: [
         r for r in recs if r.get("sec") == sec and all(r.get(k) == v for k, v in kw.items())
@@ -232,114 +232,118 @@ def cmd_report(results, reps, dur):
           f"1-min load average during the run (2 cores, shared): {fmt(loads)}.\n")
 
     # 1. throughput
-    print("### 1. Single TCP stream throughput (iperf3 receiver, Gbit/s)\n")
-    print("| variant | median | runs (in order) | retransmits (median) | emulator daemon CPU, cores |\n|---|---|---|---|---|")
-    names = [
-        ("veth", "raw veth pair"),
-        ("tun", "tun_forward pass-through, offloads"),
-        ("lab_rtt", "lab `rtt 20ms` (MTU 1500)"),
-        ("lab_rate", "lab `rtt 20ms rate 1gbit queue 1bdp` (per-packet)"),
-    ]
-    tput = {}
-    for key, label in names:
-        rs = by("tput", variant=key)
-        vals = [r.get("recv_bps", float("nan")) / 1e9 for r in rs]
-        tput[key] = med(vals)
-        rt = med([r.get("retrans", float("nan")) for r in rs])
-        cpu = med([r.get("daemon_cores", float("nan")) for r in by("tputshow", variant=key)])
-        cpus = f"{cpu:.2f}" if cpu == cpu else "-"
-        print(f"| {label} | {tput[key]:.2f} | {fmt(vals)} | {rt:.0f} | {cpus} |")
-    ok = tput["lab_rtt"] >= 8.0
-    summary.append(
-        f"- throughput: lab rtt 20ms {tput['lab_rtt']:.2f} Gbit/s (bar ≥ 8: {'PASS' if ok else 'MISS'}); "
-        f"= {tput['lab_rtt'] / tput['tun']:.2f} × the TUN forwarder, {tput['lab_rtt'] / tput['veth']:.2f} × veth; "
-        f"per-packet 1gbit lab {tput['lab_rate']:.3f} Gbit/s")
+    if "1" in sections:
+        print("### 1. Single TCP stream throughput (iperf3 receiver, Gbit/s)\n")
+        print("| variant | median | runs (in order) | retransmits (median) | emulator daemon CPU, cores |\n|---|---|---|---|---|")
+        names = [
+            ("veth", "raw veth pair"),
+            ("tun", "tun_forward pass-through, offloads"),
+            ("lab_rtt", "lab `rtt 20ms` (MTU 1500)"),
+            ("lab_rate", "lab `rtt 20ms rate 1gbit queue 1bdp` (per-packet)"),
+        ]
+        tput = {}
+        for key, label in names:
+            rs = by("tput", variant=key)
+            vals = [r.get("recv_bps", float("nan")) / 1e9 for r in rs]
+            tput[key] = med(vals)
+            rt = med([r.get("retrans", float("nan")) for r in rs])
+            cpu = med([r.get("daemon_cores", float("nan")) for r in by("tputshow", variant=key)])
+            cpus = f"{cpu:.2f}" if cpu == cpu else "-"
+            print(f"| {label} | {tput[key]:.2f} | {fmt(vals)} | {rt:.0f} | {cpus} |")
+        ok = tput["lab_rtt"] >= 8.0
+        summary.append(
+            f"- throughput: lab rtt 20ms {tput['lab_rtt']:.2f} Gbit/s (bar ≥ 8: {'PASS' if ok else 'MISS'}); "
+            f"= {tput['lab_rtt'] / tput['tun']:.2f} × the TUN forwarder, {tput['lab_rtt'] / tput['veth']:.2f} × veth; "
+            f"per-packet 1gbit lab {tput['lab_rate']:.3f} Gbit/s")
 
     # 2. delay error
-    print("\n### 2. Delay error\n")
-    print("Emulator lateness (`lab show --json`, cumulative since `lab up`, read at the end of the load), µs; "
-          "median over repetitions of each percentile:\n")
-    print("| lab, condition | dir | packets | p50 | p99 | max | p99 runs | load goodput Gbit/s | daemon CPU, cores |\n|---|---|---|---|---|---|---|---|---|")
-    worst_p99 = 0.0
-    for cond, label in [
-        ("rate_load", "`rtt 20ms rate 1gbit queue 1bdp`, iperf3 full load"),
-        ("ping_idle", "`rtt 20ms`, idle, ping only"),
-        ("ping_load", "`rtt 20ms`, iperf3 --fq-rate 1G + ping"),
-    ]:
-        rs = by("lat", cond=cond)
-        gp = med([r.get("recv_bps", float("nan")) / 1e9 for r in by("latload", cond=cond)]) if cond != "ping_idle" else float("nan")
-        for dirn in ("up", "down"):
-            p50 = med([r[dirn]["lat_p50_us"] for r in rs])
-            p99s = [r[dirn]["lat_p99_us"] for r in rs]
-            p99 = med(p99s)
-            mx = med([r[dirn]["lat_max_us"] for r in rs])
-            n = med([r[dirn]["lat_packets"] for r in rs])
-            if cond != "ping_idle":
-                worst_p99 = max(worst_p99, p99)
-            gps = f"{gp:.3f}" if gp == gp else "-"
-            cpu = med([r.get("daemon_cores", float("nan")) for r in rs])
-            print(f"| {label} | {dirn} | {n:.0f} | {p50:.1f} | {p99:.1f} | {mx:.0f} | {fmt(p99s, '{:.0f}')} | {gps} | {cpu:.2f} |")
-    rl = by("lat", cond="rate_load")
-    rl_p99 = max(med([r[d]["lat_p99_us"] for r in rl]) for d in ("up", "down"))
-    summary.append(
-        f"- delay error under 1 Gbit/s load (lab lateness, worse direction, rated lab): p99 {rl_p99:.1f} µs "
-        f"(bar ≤ 50: {'PASS' if rl_p99 <= 50 else 'MISS'}); worst p99 of all loaded labs {worst_p99:.1f} µs")
+    if "2" in sections:
+        print("\n### 2. Delay error\n")
+        print("Emulator lateness (`lab show --json`, cumulative since `lab up`, read at the end of the load), µs; "
+              "median over repetitions of each percentile:\n")
+        print("| lab, condition | dir | packets | p50 | p99 | max | p99 runs | load goodput Gbit/s | daemon CPU, cores |\n|---|---|---|---|---|---|---|---|---|")
+        worst_p99 = 0.0
+        for cond, label in [
+            ("rate_load", "`rtt 20ms rate 1gbit queue 1bdp`, iperf3 full load"),
+            ("ping_idle", "`rtt 20ms`, idle, ping only"),
+            ("ping_load", "`rtt 20ms`, iperf3 --fq-rate 1G + ping"),
+        ]:
+            rs = by("lat", cond=cond)
+            gp = med([r.get("recv_bps", float("nan")) / 1e9 for r in by("latload", cond=cond)]) if cond != "ping_idle" else float("nan")
+            for dirn in ("up", "down"):
+                p50 = med([r[dirn]["lat_p50_us"] for r in rs])
+                p99s = [r[dirn]["lat_p99_us"] for r in rs]
+                p99 = med(p99s)
+                mx = med([r[dirn]["lat_max_us"] for r in rs])
+                n = med([r[dirn]["lat_packets"] for r in rs])
+                if cond != "ping_idle":
+                    worst_p99 = max(worst_p99, p99)
+                gps = f"{gp:.3f}" if gp == gp else "-"
+                cpu = med([r.get("daemon_cores", float("nan")) for r in rs])
+                print(f"| {label} | {dirn} | {n:.0f} | {p50:.1f} | {p99:.1f} | {mx:.0f} | {fmt(p99s, '{:.0f}')} | {gps} | {cpu:.2f} |")
+        rl = by("lat", cond="rate_load")
+        rl_p99 = max(med([r[d]["lat_p99_us"] for r in rl]) for d in ("up", "down"))
+        summary.append(
+            f"- delay error under 1 Gbit/s load (lab lateness, worse direction, rated lab): p99 {rl_p99:.1f} µs "
+            f"(bar ≤ 50: {'PASS' if rl_p99 <= 50 else 'MISS'}); worst p99 of all loaded labs {worst_p99:.1f} µs")
 
-    print("\nIndependent check: ICMP echo RTT − 20 ms (µs; 300 pings every 10 ms, kernel receive "
-          "timestamps; includes BOTH directions' lateness plus the kernel/TUN path), and iputils "
-          "`ping -i 0.01 -c 300 -q` summary run alongside:\n")
-    print("| condition | received | p50 | p90 | p99 | max | p99 runs | iputils min/avg/max (same offset) |\n|---|---|---|---|---|---|---|---|")
-    pings = {}
-    for cond, label in [("ping_fwd", "baseline: idle tun_forward, no delay (RTT − 0)"),
-                        ("ping_idle", "idle lab `rtt 20ms`"), ("ping_load", "lab `rtt 20ms` under ~1 Gbit/s iperf3")]:
-        base = 0 if cond == "ping_fwd" else 20000
-        rs = by("ping", cond=cond)
-        allr = [x - base for r in rs for x in r["rtt_us"]]
-        per = [pct([x - base for x in r["rtt_us"]], 0.99) for r in rs]
-        recv = sum(r["received"] for r in rs)
-        sent = sum(r["sent"] for r in rs)
-        ip = by("iputils", cond=cond)
-        ipt = "; ".join(f"{r['min'] - base:.0f}/{r['avg'] - base:.0f}/{r['max'] - base:.0f}" for r in ip) or "-"
-        pings[cond] = (pct(allr, 0.5), pct(allr, 0.99))
-        print(f"| {label} | {recv}/{sent} | {pct(allr, .5):.1f} | {pct(allr, .9):.1f} | {pct(allr, .99):.1f} | "
-              f"{max(allr) if allr else float('nan'):.0f} | {fmt(per, '{:.0f}')} | {ipt} |")
-    summary.append(
-        f"- ping RTT − 20 ms (pooled over repetitions; the tun_forward baseline RTT is p50 {pings['ping_fwd'][0]:.1f} / p99 {pings['ping_fwd'][1]:.1f} µs): idle p50 {pings['ping_idle'][0]:.1f} / p99 {pings['ping_idle'][1]:.1f} µs, "
-        f"under load p50 {pings['ping_load'][0]:.1f} / p99 {pings['ping_load'][1]:.1f} µs (two emulator passes + kernel path)")
+        print("\nIndependent check: ICMP echo RTT − 20 ms (µs; 300 pings every 10 ms, kernel receive "
+              "timestamps; includes BOTH directions' lateness plus the kernel/TUN path), and iputils "
+              "`ping -i 0.01 -c 300 -q` summary run alongside:\n")
+        print("| condition | received | p50 | p90 | p99 | max | p99 runs | iputils min/avg/max (same offset) |\n|---|---|---|---|---|---|---|---|")
+        pings = {}
+        for cond, label in [("ping_fwd", "baseline: idle tun_forward, no delay (RTT − 0)"),
+                            ("ping_idle", "idle lab `rtt 20ms`"), ("ping_load", "lab `rtt 20ms` under ~1 Gbit/s iperf3")]:
+            base = 0 if cond == "ping_fwd" else 20000
+            rs = by("ping", cond=cond)
+            allr = [x - base for r in rs for x in r["rtt_us"]]
+            per = [pct([x - base for x in r["rtt_us"]], 0.99) for r in rs]
+            recv = sum(r["received"] for r in rs)
+            sent = sum(r["sent"] for r in rs)
+            ip = by("iputils", cond=cond)
+            ipt = "; ".join(f"{r['min'] - base:.0f}/{r['avg'] - base:.0f}/{r['max'] - base:.0f}" for r in ip) or "-"
+            pings[cond] = (pct(allr, 0.5), pct(allr, 0.99))
+            print(f"| {label} | {recv}/{sent} | {pct(allr, .5):.1f} | {pct(allr, .9):.1f} | {pct(allr, .99):.1f} | "
+                  f"{max(allr) if allr else float('nan'):.0f} | {fmt(per, '{:.0f}')} | {ipt} |")
+        summary.append(
+            f"- ping RTT − 20 ms (pooled over repetitions; the tun_forward baseline RTT is p50 {pings['ping_fwd'][0]:.1f} / p99 {pings['ping_fwd'][1]:.1f} µs): idle p50 {pings['ping_idle'][0]:.1f} / p99 {pings['ping_idle'][1]:.1f} µs, "
+            f"under load p50 {pings['ping_load'][0]:.1f} / p99 {pings['ping_load'][1]:.1f} µs (two emulator passes + kernel path)")
 
     # 3. rate accuracy
-    print("\n### 3. Rate accuracy (lab `rate R queue 1bdp rtt 10ms`)\n")
-    print("Expected goodput = R × MSS/(MSS+52) with the MSS iperf3 reports (IP+TCP+timestamps = 52 B, "
-          "MTU 1500, link overhead 0). Link rate = `up.links[0].delivered_bytes` × 8 / time between two "
-          "counter publishes in steady state.\n")
-    print("| rate | MSS | expected goodput Mbit/s | goodput Mbit/s (median) | goodput error | runs error % | "
-          "link rate Mbit/s | link error | runs error % | retransmits | queue drops |\n|---|---|---|---|---|---|---|---|---|---|---|")
-    worst = 0.0
-    for rate, bps in [("10mbit", 10e6), ("100mbit", 100e6), ("1gbit", 1e9)]:
-        rs = by("rate", rate=rate)
-        mss = med([r.get("mss") or float("nan") for r in rs])
-        m = mss if mss == mss else 1448
-        exp = bps * m / (m + 52)
-        gerr = [(r.get("recv_bps", float("nan")) / exp - 1) * 100 for r in rs]
-        lerr = [(r.get("link_bps", float("nan")) / bps - 1) * 100 for r in rs]
-        g = med([r.get("recv_bps", float("nan")) for r in rs])
-        lk = med([r.get("link_bps", float("nan")) for r in rs])
-        ge, le = med(gerr), med(lerr)
-        worst = max(worst, abs(ge), abs(le))
-        rt = med([r.get("retrans", float("nan")) for r in rs])
-        dq = med([r["up"]["dropped_queue"] for r in rs if "up" in r])
-        print(f"| {rate} | {mss:.0f} | {exp / 1e6:.2f} | {g / 1e6:.2f} | {ge:+.2f} % | {fmt(gerr, '{:+.2f}')} | "
-              f"{lk / 1e6:.2f} | {le:+.2f} % | {fmt(lerr, '{:+.2f}')} | {rt:.0f} | {dq:.0f} |")
-    summary.append(f"- rate accuracy 10mbit..1gbit: worst median error {worst:.2f} % (bar ±1 %: {'PASS' if worst <= 1 else 'MISS'})")
+    if "3" in sections:
+        print("\n### 3. Rate accuracy (lab `rate R queue 1bdp rtt 10ms`)\n")
+        print("Expected goodput = R × MSS/(MSS+52) with the MSS iperf3 reports (IP+TCP+timestamps = 52 B, "
+              "MTU 1500, link overhead 0). Link rate = `up.links[0].delivered_bytes` × 8 / time between two "
+              "counter publishes in steady state.\n")
+        print("| rate | MSS | expected goodput Mbit/s | goodput Mbit/s (median) | goodput error | runs error % | "
+              "link rate Mbit/s | link error | runs error % | retransmits | queue drops |\n|---|---|---|---|---|---|---|---|---|---|---|")
+        worst = 0.0
+        for rate, bps in [("10mbit", 10e6), ("100mbit", 100e6), ("1gbit", 1e9)]:
+            rs = by("rate", rate=rate)
+            mss = med([r.get("mss") or float("nan") for r in rs])
+            m = mss if mss == mss else 1448
+            exp = bps * m / (m + 52)
+            gerr = [(r.get("recv_bps", float("nan")) / exp - 1) * 100 for r in rs]
+            lerr = [(r.get("link_bps", float("nan")) / bps - 1) * 100 for r in rs]
+            g = med([r.get("recv_bps", float("nan")) for r in rs])
+            lk = med([r.get("link_bps", float("nan")) for r in rs])
+            ge, le = med(gerr), med(lerr)
+            worst = max(worst, abs(ge), abs(le))
+            rt = med([r.get("retrans", float("nan")) for r in rs])
+            dq = med([r["up"]["dropped_queue"] for r in rs if "up" in r])
+            print(f"| {rate} | {mss:.0f} | {exp / 1e6:.2f} | {g / 1e6:.2f} | {ge:+.2f} % | {fmt(gerr, '{:+.2f}')} | "
+                  f"{lk / 1e6:.2f} | {le:+.2f} % | {fmt(lerr, '{:+.2f}')} | {rt:.0f} | {dq:.0f} |")
+        summary.append(f"- rate accuracy 10mbit..1gbit: worst median error {worst:.2f} % (bar ±1 %: {'PASS' if worst <= 1 else 'MISS'})")
 
     # 4. up/down time
-    print("\n### 4. `lab up --path \"rtt 20ms\"` + `lab down` time (ms)\n")
-    rs = by("updown")
-    tot = [r["up_ms"] + r["down_ms"] for r in rs]
-    print("| | median | min | max | cycles |\n|---|---|---|---|---|")
-    for label, vals in [("up", [r["up_ms"] for r in rs]), ("down", [r["down_ms"] for r in rs]), ("up + down", tot)]:
-        print(f"| {label} | {med(vals):.1f} | {min(vals):.1f} | {max(vals):.1f} | {len(vals)} |")
-    summary.append(f"- lab up + down: median {med(tot):.1f} ms over {len(tot)} cycles (bar ≤ 150: {'PASS' if med(tot) <= 150 else 'MISS'})")
+    if "4" in sections:
+        print("\n### 4. `lab up --path \"rtt 20ms\"` + `lab down` time (ms)\n")
+        rs = by("updown")
+        tot = [r["up_ms"] + r["down_ms"] for r in rs]
+        print("| | median | min | max | cycles |\n|---|---|---|---|---|")
+        for label, vals in [("up", [r["up_ms"] for r in rs]), ("down", [r["down_ms"] for r in rs]), ("up + down", tot)]:
+            print(f"| {label} | {med(vals):.1f} | {min(vals):.1f} | {max(vals):.1f} | {len(vals)} |")
+        summary.append(f"- lab up + down: median {med(tot):.1f} ms over {len(tot)} cycles (bar ≤ 150: {'PASS' if med(tot) <= 150 else 'MISS'})")
 
     print("\nSummary:\n")
     print("\n".join(summary))

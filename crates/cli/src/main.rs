@@ -24,6 +24,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if prints_only(&cli.command) {
+        // Like other Unix filters, end quietly when the reader goes away (`| head`)
+        // instead of panicking on EPIPE. Commands that use sockets keep SIGPIPE ignored.
+        // SAFETY: restores the default disposition before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Serve(args) => commands::serve(args),
         Command::Run(args) => commands::run(args),
@@ -41,6 +47,19 @@ fn main() -> ExitCode {
             eprintln!("tcplab: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Commands that only read files and print.
+fn prints_only(command: &Command) -> bool {
+    match command {
+        Command::Runs { .. } | Command::Export(_) | Command::Results(_) => true,
+        Command::Sweep(args) => args.dry_run,
+        Command::Lab(cmd) => matches!(
+            cmd,
+            args::LabCommand::List { .. } | args::LabCommand::Show { .. }
+        ),
+        _ => false,
     }
 }
 

@@ -123,6 +123,9 @@ struct Direction {
     pool: Pool,
     scratch: Vec<u8>,
     coalescers: Vec<Coalescer>,
+    /// Due times of the packets waiting in each coalescer: their lateness is taken when
+    /// the coalesced packet is written.
+    coalesced_due: Vec<Vec<u64>>,
     /// Each hop's clock (its last push or pop): a link's time never goes backwards, so
     /// a packet reaching a hop that was already advanced to `now` enters it at `now`.
     hop_clock: Vec<u64>,
@@ -150,6 +153,7 @@ impl Direction {
             pool: Pool::new(small, MAX_PACKET),
             scratch: vec![0u8; MAX_PACKET],
             coalescers: plan.egress.iter().map(|_| Coalescer::new()).collect(),
+            coalesced_due: plan.egress.iter().map(|_| Vec::new()).collect(),
             hop_clock: vec![0; plan.hops.len()],
             lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                 .expect("valid histogram bounds"),
@@ -259,11 +263,7 @@ impl Direction {
                     PushOutcome::Dropped(d) => self.pool.release(d.packet),
                 }
             }
-            Target::Egress(e) => {
-                // Lateness of the final delivery, in ns; `at` is when it was due.
-                let _ = self.lateness.record(self.now().saturating_sub(at).max(1));
-                self.write(e, id)
-            }
+            Target::Egress(e) => self.write(e, id, at),
             Target::Route => match self.route(id) {
                 Some(next) => self.dispatch(next, at, id, wire_len),
                 None => {
@@ -328,26 +328,33 @@ impl Direction {
         }
     }
 
-    fn write(&mut self, egress: usize, id: BufId) {
+    /// Writes a packet due at `due` to its egress device, or holds it in the device's
+    /// coalescer until the coalesced packet is complete.
+    fn write(&mut self, egress: usize, id: BufId, due: u64) {
+        let now = self.now();
         let tun = &self.plan.egress[egress];
         let bytes = self.pool.get(id).bytes();
-        let result = if self.plan.per_packet {
-            let coalescer = &mut self.coalescers[egress];
-            if coalescer.push(bytes) {
-                Ok(0)
-            } else {
-                let flushed = coalescer
-                    .finish()
-                    .map_or(Ok(0), |pending| tun.write(pending));
-                if coalescer.push(bytes) {
-                    flushed
-                } else {
-                    flushed.and(tun.writev(&[IoSlice::new(bytes)]))
+        let lateness = &mut self.lateness;
+        let mut result = Ok(0);
+        if self.plan.per_packet {
+            let (coalescer, dues) = (
+                &mut self.coalescers[egress],
+                &mut self.coalesced_due[egress],
+            );
+            if !coalescer.push(bytes) {
+                result = flush_one(coalescer, dues, tun, lateness, now);
+                if !coalescer.push(bytes) {
+                    record_lateness(lateness, now, &[due]);
+                    result = result.and(tun.writev(&[IoSlice::new(bytes)]));
                 }
             }
+            if !coalescer.is_empty() {
+                dues.push(due);
+            }
         } else {
-            tun.write(bytes)
-        };
+            record_lateness(lateness, now, &[due]);
+            result = tun.write(bytes);
+        }
         if result.is_err() {
             self.write_errors += 1;
         }
@@ -355,11 +362,15 @@ impl Direction {
     }
 
     fn flush(&mut self) {
-        for (coalescer, tun) in self.coalescers.iter_mut().zip(&self.plan.egress) {
-            if let Some(pending) = coalescer.finish() {
-                if tun.write(pending).is_err() {
-                    self.write_errors += 1;
-                }
+        let now = self.now();
+        for ((coalescer, dues), tun) in self
+            .coalescers
+            .iter_mut()
+            .zip(&mut self.coalesced_due)
+            .zip(&self.plan.egress)
+        {
+            if flush_one(coalescer, dues, tun, &mut self.lateness, now).is_err() {
+                self.write_errors += 1;
             }
         }
     }
@@ -427,5 +438,28 @@ impl Direction {
             write_errors: self.write_errors,
             buffers: self.pool.allocated(),
         }
+    }
+}
+
+/// Writes what a coalescer holds, if anything, recording the lateness of its packets.
+fn flush_one(
+    coalescer: &mut Coalescer,
+    dues: &mut Vec<u64>,
+    tun: &Tun,
+    lateness: &mut Histogram<u64>,
+    now: u64,
+) -> io::Result<usize> {
+    record_lateness(lateness, now, dues);
+    dues.clear();
+    match coalescer.finish() {
+        Some(pending) => tun.write(pending),
+        None => Ok(0),
+    }
+}
+
+/// Lateness of deliveries written at `now` (ns; `due` is when each was due).
+fn record_lateness(lateness: &mut Histogram<u64>, now: u64, due: &[u64]) {
+    for &at in due {
+        let _ = lateness.record(now.saturating_sub(at).max(1));
     }
 }

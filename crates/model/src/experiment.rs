@@ -361,8 +361,19 @@ struct FlowFile {
     nodelay: Option<bool>,
     mss: Option<Bytes>,
     cc: Option<String>,
+    pacing: Option<Pacing>,
     pacing_rate: Option<Bits>,
     send_method: Option<SendMethod>,
+}
+
+/// How a flow's sender is paced.
+#[derive(Clone, Copy, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Pacing {
+    /// No cap (the kernel still paces BBR flows by its own model).
+    None,
+    /// TCP's internal pacing capped at `pacing_rate` (SO_MAX_PACING_RATE).
+    Kernel,
 }
 
 impl File {
@@ -509,7 +520,15 @@ impl FlowFile {
             nodelay: self.nodelay.unwrap_or(defaults.nodelay),
             mss: self.mss.map(|m| u32_size("mss", Some(m), 0)).transpose()?,
             cc: self.cc.clone(),
-            pacing_rate: self.pacing_rate.map(|r| r.0),
+            pacing_rate: match (self.pacing, self.pacing_rate) {
+                (Some(Pacing::None), _) => None,
+                (Some(Pacing::Kernel), None) => {
+                    return Err(format!(
+                        "flow '{name}': pacing = \"kernel\" needs a pacing_rate"
+                    ))
+                }
+                (_, rate) => rate.map(|r| r.0),
+            },
             send_method: self.send_method.unwrap_or(defaults.send_method),
         };
         Ok(FlowConfig {

@@ -225,6 +225,23 @@ fn errors_point_at_the_value() {
 }
 
 #[test]
+fn pacing_none_or_kernel_at_a_rate() {
+    let e = ok(r#"
+        [[flow]]
+        pacing_rate = "900mbit"
+        [[axis]]
+        key = "flow.pacing"
+        values = ["none", "kernel"]
+    "#);
+    let rate = |i: usize| e.points[i].config.flows[0].params.tuning.pacing_rate;
+    assert_eq!((rate(0), rate(1)), (None, Some(900_000_000)));
+    assert!(err("[[flow]]\npacing = \"kernel\"\n")
+        .message
+        .contains("needs a pacing_rate"));
+    assert_eq!(err("[[flow]]\npacing = \"fast\"\n").at, Some((2, 10)));
+}
+
+#[test]
 fn run_level_mistakes_are_named() {
     for (text, needle) in [
         (

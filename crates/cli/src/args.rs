@@ -317,7 +317,7 @@ pub struct QuickstartArgs {
 pub struct ExportArgs {
     /// The SQLite database.
     pub db: PathBuf,
-    /// Table: runs, flows, intervals or samples.
+    /// Table: runs, flows, intervals, samples, experiments, points or plan.
     #[arg(long, default_value = "runs")]
     pub table: String,
     /// csv or jsonl.

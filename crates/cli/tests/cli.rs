@@ -128,3 +128,79 @@ fn a_peer_that_accepts_but_never_answers_is_named_after_the_handshake_timeout() 
     );
     drop(listener);
 }
+
+#[test]
+fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let bad_unit = file("unit.toml", "name = \"x\"\n[[flow]]\nwindow = \"64Q\"\n");
+    assert_one_line_error(
+        &["sweep", &bad_unit],
+        1,
+        &["unit.toml: line 3, column 10", "'64Q'", "unknown unit"],
+    );
+    let bad_axis = file(
+        "axis.toml",
+        "[[axis]]\nkey = \"path.rtt\"\nvalues = [\"10ms\", \"fast\"]\n",
+    );
+    assert_one_line_error(
+        &["sweep", &bad_axis, "--dry-run"],
+        1,
+        &["line 3, column 19", "axis 'path.rtt' value \"fast\""],
+    );
+    let syntax = file("syntax.toml", "duration = \n");
+    assert_one_line_error(&["sweep", &syntax], 1, &["syntax.toml: line 1"]);
+    assert_one_line_error(
+        &["sweep", "/nonexistent/e.toml"],
+        1,
+        &["cannot read experiment file /nonexistent/e.toml"],
+    );
+    let empty_db = dir.path().join("none.db");
+    assert_one_line_error(
+        &["results", &empty_db.to_string_lossy()],
+        1,
+        &["no database at"],
+    );
+    assert_one_line_error(
+        &["results", "x.db", "--metric", "speed"],
+        2,
+        &["unknown metric 'speed'", "throughput"],
+    );
+    assert_one_line_error(
+        &["results", "x.db", "--confidence", "1.5"],
+        2,
+        &["'1.5' is not between 0 and 1"],
+    );
+}
+
+#[test]
+fn a_dry_run_lists_every_run_of_the_plan() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    for (name, runs) in [
+        ("buffer", 78),
+        ("message", 168),
+        ("rtt-loss", 240),
+        ("pacing", 96),
+        ("parallel", 12),
+    ] {
+        let out = tcplab(&["sweep", &format!("{examples}/{name}.toml"), "--dry-run"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(&format!("= {runs} runs")), "{name}: {text}");
+        // One line per run after the header of the order.
+        let listed = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("run "))
+            .skip(1)
+            .count();
+        assert_eq!(listed, runs, "{name}");
+    }
+}

@@ -39,10 +39,13 @@ const HOST_SYSCTLS: &[(&str, &str)] = &[
 fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
     let defaults = HOST_SYSCTLS.iter().map(|&(k, v)| (k, v));
     for (key, value) in defaults.chain(user.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
-        netns::write_sysctl_in(ns, key, value).map_err(io_err(format!(
-            "setting sysctl {key} = {value} in {}",
-            ns.name()
-        )))?;
+        netns::write_sysctl_in(ns, key, value).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => LabError::Name(format!(
+                "unknown sysctl '{key}' (this kernel has no /proc/sys/{})",
+                key.replace('.', "/")
+            )),
+            _ => io_err(format!("setting sysctl {key} = {value} in {}", ns.name()))(e),
+        })?;
     }
     Ok(())
 }
@@ -51,8 +54,9 @@ fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabErr
 pub enum LabError {
     #[error("{0}")]
     Name(String),
-    #[error("{context}: {source}")]
-    Io { context: String, source: io::Error },
+    // The cause is part of the message, not a `source`: chains would print it twice.
+    #[error("{context}: {error}")]
+    Io { context: String, error: io::Error },
     #[error("trace {path}: {message}")]
     Trace { path: String, message: String },
     #[error("link: {0}")]
@@ -73,7 +77,7 @@ pub enum Backend {
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LabError {
     let context = context.into();
-    move |source| LabError::Io { context, source }
+    move |error| LabError::Io { context, error }
 }
 
 /// What to build.
@@ -531,7 +535,7 @@ impl Lab {
         match failure {
             Some(e) => Err(LabError::Io {
                 context: "the emulator stopped".into(),
-                source: e,
+                error: e,
             }),
             None => Ok(stats),
         }

@@ -862,7 +862,9 @@ fn mentions(value: &Value, needle: &str) -> bool {
     match value {
         Value::String(s) => s.contains(needle),
         Value::Array(items) => items.iter().any(|v| mentions(v, needle)),
-        Value::Table(t) => t.iter().any(|(k, v)| k != "axis" && mentions(v, needle)),
+        Value::Table(t) => t
+            .iter()
+            .any(|(k, v)| k != "axis" && (k.contains(needle) || mentions(v, needle))),
         _ => false,
     }
 }

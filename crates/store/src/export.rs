@@ -20,11 +20,30 @@ pub enum Table {
     Flows,
     Intervals,
     Samples,
+    Experiments,
+    Points,
+    Plan,
 }
 
 impl Table {
-    pub const ALL: [Table; 4] = [Table::Runs, Table::Flows, Table::Intervals, Table::Samples];
-    const NAMES: &'static [&'static str] = &["runs", "flows", "intervals", "samples"];
+    pub const ALL: [Table; 7] = [
+        Table::Runs,
+        Table::Flows,
+        Table::Intervals,
+        Table::Samples,
+        Table::Experiments,
+        Table::Points,
+        Table::Plan,
+    ];
+    const NAMES: &'static [&'static str] = &[
+        "runs",
+        "flows",
+        "intervals",
+        "samples",
+        "experiments",
+        "points",
+        "plan",
+    ];
 
     /// The SQL table name.
     pub fn name(self) -> &'static str {

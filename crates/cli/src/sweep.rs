@@ -86,8 +86,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         interrupt_flag(),
         &mut |event| match event {
             Event::Start { point, row, .. } => bar.set_message(format!(
-                "{} rep {}",
-                experiment.label(point),
+                "{}rep {}",
+                with_space(experiment.label(point)),
                 row.run.repetition + 1
             )),
             Event::Finish(f) => {
@@ -98,10 +98,10 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
                     (PlanStatus::Pending, _) => "interrupted; runs again on resume".into(),
                 };
                 let line = format!(
-                    "[{:>w$}/{}] {} rep {}: {result} ({:.1} s)",
+                    "[{:>w$}/{}] {}rep {}: {result} ({:.1} s)",
                     f.k,
                     f.total,
-                    experiment.label(f.point),
+                    with_space(experiment.label(f.point)),
                     f.row.run.repetition + 1,
                     f.wall.as_secs_f64(),
                     w = f.total.to_string().len()
@@ -144,6 +144,15 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A point's label followed by a space, or nothing for a file without axes.
+fn with_space(label: String) -> String {
+    if label.is_empty() {
+        label
+    } else {
+        label + " "
+    }
 }
 
 fn progress_bar(len: u64) -> ProgressBar {

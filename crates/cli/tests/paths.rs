@@ -11,8 +11,6 @@ use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
-/// z of a two-sided 99 % normal interval.
-const Z99: f64 = 2.576;
 /// IPv4 + TCP with timestamps: what a full segment adds to the MSS on the wire.
 const HEADERS: f64 = 20.0 + 20.0 + 12.0;
 
@@ -87,6 +85,27 @@ fn ping_and_tcp_min_rtt_equal_the_configured_rtt() {
 /// intervals are cut on one clock. Measured in debug builds: within ±0.2 % at 20 and
 /// 100 Mbit/s over 3 s (per-second figures within ±0.5 %).
 fn tcp_reaches_rate(mbit: u64) {
+    // A stall of this shared 2-core machine (a build, a slow timer) can only take link
+    // time away, never add it: every attempt must stay under rate + 1 %, and the best
+    // of three must come within 1 % of it.
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let error = tcp_rate_error(mbit);
+        assert!(
+            error <= 0.01,
+            "goodput above the rate by {:+.2} %",
+            error * 100.0
+        );
+        if error >= -0.01 {
+            return;
+        }
+        errors.push(format!("{:+.2} %", error * 100.0));
+    }
+    panic!("goodput short of the rate in every attempt: {errors:?}");
+}
+
+/// One run through `rate {mbit}mbit`: goodput's relative error against the link rate.
+fn tcp_rate_error(mbit: u64) -> f64 {
     let spec = format!("rate {mbit}mbit queue 1bdp rtt 4ms");
     let v = run_path(&spec, &["-t", "4s"]);
     let flow = &flows(&v)[0];
@@ -114,15 +133,11 @@ fn tcp_reaches_rate(mbit: u64) {
         expected / 1e6,
         error * 100.0
     );
-    assert!(
-        error.abs() <= 0.01,
-        "goodput off by {:+.2} %",
-        error * 100.0
-    );
     // The link's own counters agree that it carried IP packets of MSS + 52 bytes.
     let link = bottleneck(&v["path"], "up");
     assert!(u64_at(link, "/delivered_bytes") > bytes);
     assert_eq!(u64_at(link, "/dropped_loss"), 0);
+    error
 }
 
 #[test]
@@ -141,13 +156,6 @@ fn tcp_reaches_a_100mbit_rate_within_one_percent() {
     }
     let _serial = serial();
     tcp_reaches_rate(100);
-}
-
-/// The 99 % normal-approximation interval of a binomial count (n trials, p).
-fn binomial99(n: u64, p: f64) -> (f64, f64) {
-    let mean = n as f64 * p;
-    let half = Z99 * (n as f64 * p * (1.0 - p)).sqrt();
-    (mean - half, mean + half)
 }
 
 /// Bernoulli loss on the up link only: a lost echo request is a lost ping, and the

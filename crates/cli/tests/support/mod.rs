@@ -339,3 +339,13 @@ pub fn serve_in(server_ns: &str, client_ns: &str) -> Child {
     let _ = child.wait();
     panic!("server in {server_ns} did not listen");
 }
+
+/// z of a two-sided 99 % normal interval.
+pub const Z99: f64 = 2.576;
+
+/// The 99 % normal-approximation interval of a binomial count (n trials, p).
+pub fn binomial99(n: u64, p: f64) -> (f64, f64) {
+    let mean = n as f64 * p;
+    let half = Z99 * (n as f64 * p * (1.0 - p)).sqrt();
+    (mean - half, mean + half)
+}

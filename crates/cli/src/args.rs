@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_model::path::PathSpec;
-use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
+use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
 use tcplab_model::stats::Metric;
+use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
 
 #[derive(Parser, Debug)]
@@ -72,7 +73,7 @@ pub struct SweepArgs {
 pub struct ResultsArgs {
     /// The experiment's SQLite database.
     pub db: PathBuf,
-    /// What to summarise: throughput, retransmits, rtt, fairness.
+    /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter.
     #[arg(long, default_value = "throughput", value_parser = parse_metric)]
     pub metric: Metric,
     /// Confidence level of the intervals [default: the experiment's, usually 0.95].
@@ -147,9 +148,10 @@ pub struct TestArgs {
     /// SO_RCVBUF of the receiving sockets (overrides --window).
     #[arg(long, value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub rcvbuf: Option<u64>,
-    /// Bytes per write (the message size).
-    #[arg(long, short = 'l', default_value = "128K", value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
-    pub length: u64,
+    /// Bytes per write (the message size) [default: 128K]; with --udp, the datagram's
+    /// payload [default: 1448].
+    #[arg(long, short = 'l', value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
+    pub length: Option<u64>,
     /// Bytes per read on the receiver.
     #[arg(long, default_value = "128K", value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub read_size: u64,
@@ -172,6 +174,15 @@ pub struct TestArgs {
     /// Zero-copy sending with sendfile() (iperf3's -Z; same as --send-method sendfile).
     #[arg(long, short = 'Z', conflicts_with = "send_method")]
     pub zerocopy: bool,
+    /// UDP flows instead of TCP: datagrams at --bitrate, each numbered and timestamped.
+    #[arg(long, short = 'u')]
+    pub udp: bool,
+    /// A UDP flow's payload rate (iperf3's -b), e.g. 100mbit; 0 = as fast as it can.
+    #[arg(long, short = 'b', default_value = "1mbit", value_parser = parse_rate, allow_hyphen_values = true, value_name = "RATE", requires = "udp")]
+    pub bitrate: u64,
+    /// UDP datagrams sent back to back each time (1 = evenly spaced).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), requires = "udp")]
+    pub burst: u32,
     /// Seconds between live report lines.
     #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub interval: u64,
@@ -361,7 +372,7 @@ impl TestArgs {
             tuning: Tuning {
                 sndbuf: self.sndbuf.or(self.window),
                 rcvbuf: self.rcvbuf.or(self.window),
-                write_size: size_u32("--length", self.length)?,
+                write_size: size_u32("--length", self.length.unwrap_or(128 << 10))?,
                 read_size: size_u32("--read-size", self.read_size)?,
                 nodelay: self.no_delay,
                 mss: self.mss.map(|m| size_u32("--set-mss", m)).transpose()?,
@@ -374,6 +385,25 @@ impl TestArgs {
             },
             sample_interval_us: self.sample_interval,
             report_interval_us: self.interval,
+            udp: self.udp.then(|| UdpParams {
+                rate_bps: self.bitrate,
+                datagram_size: self.length.unwrap_or(DEFAULT_DATAGRAM) as u32,
+                burst: self.burst,
+            }),
+        })
+        .and_then(|p| match &p.udp {
+            Some(u) if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&u.datagram_size)
+                || self.length.is_some_and(|l| l > u64::from(MAX_DATAGRAM)) =>
+            {
+                Err(format!(
+                    "--length with --udp must be {MIN_DATAGRAM}..={MAX_DATAGRAM} bytes (a datagram's payload)"
+                ))
+            }
+            _ => Ok(p),
         })
     }
 }
+
+/// A UDP payload that fits a 1500-byte MTU with IPv4 and UDP headers and room to spare,
+/// like iperf3's TCP-MSS-sized default.
+const DEFAULT_DATAGRAM: u64 = 1448;

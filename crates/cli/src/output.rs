@@ -1,7 +1,7 @@
 //! Text shown to a person: the live interval lines and the final summary.
 
 use tcplab_model::record::{
-    BufferSize, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus,
+    BufferSize, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, UdpStats,
 };
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
@@ -33,6 +33,7 @@ pub fn interval_lines(group: &[IntervalRecord]) -> Vec<String> {
             limits: LimitShares::weighted_mean(
                 &group.iter().map(|r| (r.limits, 1.0)).collect::<Vec<_>>(),
             ),
+            udp: None,
         };
         lines.push(interval_line("[ SUM]", &sum));
     }
@@ -53,6 +54,19 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     } else {
         0.0
     };
+    if let Some(u) = &r.udp {
+        return format!(
+            "{tag:<7} {:>6.2}-{:>6.2} s  {:>12}   datagrams {} sent, {} received, {} lost, {} out of order   jitter {:.1} µs",
+            r.start_us as f64 / 1e6,
+            r.end_us as f64 / 1e6,
+            format_rate(bps),
+            u.sent,
+            u.received,
+            u.lost,
+            u.out_of_order,
+            u.jitter_us
+        );
+    }
     let dash = |v: u32, s: String| if v == 0 { "-".to_string() } else { s };
     format!(
         "{tag:<7} {:>6.2}-{:>6.2} s  {:>12} {:>6} {:>7} {:>10}   {}",
@@ -133,6 +147,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         format_rate(s.received_bps),
         s.retransmits
     ));
+    if let Some(u) = &s.udp {
+        lines.push(udp_line(u));
+    }
     if s.rtt.max_us > 0 {
         lines.push(format!(
             "rtt:    min {} / mean {} / max {} (smoothed, sender)",
@@ -188,6 +205,33 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// Datagram counts, jitter and one-way delay of UDP flows.
+fn udp_line(u: &UdpStats) -> String {
+    let lost_pct = if u.sent > 0 {
+        u.lost as f64 * 100.0 / u.sent as f64
+    } else {
+        0.0
+    };
+    let local = match (u.send_errors, u.socket_drops) {
+        (0, 0) => String::new(),
+        (tx, rx) => format!("   not on the path: {tx} refused by the sender's kernel, {rx} dropped by the receiving socket"),
+    };
+    format!(
+        "udp:    sent {}, received {}, lost {} ({lost_pct:.3} %), out of order {}, duplicates {}   jitter {:.1} µs   one-way delay min {} / p50 {} / p99 {} / max {}{}{local}",
+        u.sent,
+        u.received,
+        u.lost,
+        u.out_of_order,
+        u.duplicates,
+        u.jitter_us,
+        format_duration_us(u.owd_us.min as u64),
+        format_duration_us(u.owd_us.p50 as u64),
+        format_duration_us(u.owd_us.p99 as u64),
+        format_duration_us(u.owd_us.max as u64),
+        if u.owd_exact { " (one clock)" } else { " (estimated clock offset)" },
+    )
 }
 
 fn flow_summary(f: &FlowRecord) -> String {

@@ -557,7 +557,9 @@ fn format_metric(metric: Metric, v: f64) -> String {
         Metric::Throughput => format_rate(v),
         Metric::Retransmits => format!("{v:.1}"),
         Metric::Rtt => format_duration_us(v.round().max(0.0) as u64),
+        Metric::Jitter => format!("{v:.1} µs"),
         Metric::Fairness => format!("{v:.3}"),
+        Metric::UdpLoss => format!("{:.3} %", v * 100.0),
     }
 }
 

@@ -186,6 +186,7 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         ("rtt-loss", 240),
         ("pacing", 96),
         ("parallel", 12),
+        ("cross-traffic", 12),
     ] {
         let out = tcplab(&["sweep", &format!("{examples}/{name}.toml"), "--dry-run"]);
         let text = String::from_utf8_lossy(&out.stdout);

@@ -154,6 +154,14 @@ fn quick_scenarios_show_the_classic_shapes() {
         assert_eq!(p["sndbuf_effective"], 8192, "{p}");
     }
     run_quick("pacing", dir.path());
+
+    // cross-traffic: a UDP flow beside a TCP flow, with its loss and jitter.
+    let db = run_quick("cross-traffic", dir.path());
+    let loss = mean(&results(&db, "udp_loss"), &[]);
+    assert!((0.0..0.5).contains(&loss), "{loss}");
+    assert!(mean(&results(&db, "jitter"), &[]) > 0.0);
+    let tcp_and_udp = mean(&results(&db, "throughput"), &[]);
+    assert!(tcp_and_udp > 20e6, "{tcp_and_udp}");
 }
 
 /// A file of `points` × `repetitions` runs of `seconds` each.

@@ -39,7 +39,8 @@ use sha2::{Digest, Sha256};
 use toml::{Spanned, Table, Value};
 
 use crate::path::PathSpec;
-use crate::record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
+use crate::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
+use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use crate::units::{parse_duration, parse_rate, parse_size, UnitError};
 
 /// Defaults of the keys a file leaves out.
@@ -347,6 +348,13 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct FlowFile {
     name: Option<String>,
+    protocol: Option<Protocol>,
+    /// A UDP flow's payload rate.
+    rate: Option<Bits>,
+    /// A UDP flow's payload per datagram.
+    datagram_size: Option<Bytes>,
+    /// A UDP flow's datagrams per burst.
+    burst: Option<u32>,
     client: Option<u16>,
     direction: Option<Mode>,
     streams: Option<u16>,
@@ -365,6 +373,16 @@ struct FlowFile {
     pacing_rate: Option<Bits>,
     send_method: Option<SendMethod>,
 }
+
+#[derive(Clone, Copy, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Protocol {
+    Tcp,
+    Udp,
+}
+
+/// A UDP flow's payload per datagram unless the file says otherwise.
+const DEFAULT_DATAGRAM: u32 = 1448;
 
 /// How a flow's sender is paced.
 #[derive(Clone, Copy, Deserialize, PartialEq)]
@@ -531,6 +549,39 @@ impl FlowFile {
             },
             send_method: self.send_method.unwrap_or(defaults.send_method),
         };
+        let udp = match self.protocol.unwrap_or(Protocol::Tcp) {
+            Protocol::Tcp => {
+                if self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some() {
+                    return Err(format!(
+                        "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
+                    ));
+                }
+                None
+            }
+            Protocol::Udp => {
+                let size = self.datagram_size.map_or(DEFAULT_DATAGRAM, |b| b.0 as u32);
+                if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&size)
+                    || self
+                        .datagram_size
+                        .is_some_and(|b| b.0 > u64::from(MAX_DATAGRAM))
+                {
+                    return Err(format!(
+                        "flow '{name}': datagram_size must be {MIN_DATAGRAM}..={MAX_DATAGRAM} bytes"
+                    ));
+                }
+                Some(UdpParams {
+                    rate_bps: self
+                        .rate
+                        .ok_or_else(|| format!("flow '{name}': a UDP flow needs a rate"))?
+                        .0,
+                    datagram_size: size,
+                    burst: match self.burst {
+                        Some(0) => return Err(format!("flow '{name}': burst must be at least 1")),
+                        b => b.unwrap_or(1),
+                    },
+                })
+            }
+        };
         Ok(FlowConfig {
             name,
             client,
@@ -542,6 +593,7 @@ impl FlowFile {
                 tuning,
                 sample_interval_us,
                 report_interval_us,
+                udp,
             },
         })
     }

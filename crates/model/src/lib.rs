@@ -11,4 +11,5 @@ pub mod path;
 pub mod record;
 pub mod stats;
 pub mod tcpinfo;
+pub mod udp;
 pub mod units;

@@ -127,6 +127,7 @@ impl Default for TestParams {
             tuning: Tuning::default(),
             sample_interval_us: 10_000,
             report_interval_us: 1_000_000,
+            udp: None,
         }
     }
 }
@@ -143,6 +144,60 @@ pub struct TestParams {
     pub sample_interval_us: u64,
     /// Period of the per-interval records and live lines, µs.
     pub report_interval_us: u64,
+    /// Set for UDP flows: what each one sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpParams>,
+}
+
+/// A UDP flow's sending pattern: `burst` datagrams of `datagram_size` bytes of payload
+/// at a time, bursts spaced so the payload averages `rate_bps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpParams {
+    /// Payload bits per second (as iperf3's `-b`); 0 = as fast as the sender can.
+    pub rate_bps: u64,
+    /// UDP payload bytes per datagram.
+    pub datagram_size: u32,
+    /// Datagrams sent back to back each time (1 = evenly spaced).
+    pub burst: u32,
+}
+
+/// What a UDP flow did, from both ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpStats {
+    /// Datagrams the sender handed to the kernel.
+    pub sent: u64,
+    /// Distinct datagrams the receiver read.
+    pub received: u64,
+    /// sent − received: lost on the path (or still in flight when the receiver stopped).
+    pub lost: u64,
+    pub duplicates: u64,
+    /// Datagrams that arrived after one with a higher sequence number.
+    pub out_of_order: u64,
+    /// RFC 3550 interarrival jitter at the end, µs.
+    pub jitter_us: f64,
+    /// One-way delay of the received datagrams, µs.
+    pub owd_us: Quantiles,
+    /// Whether `owd_us` rests on a shared clock (both ends on one machine: exact) or on
+    /// the estimated clock offset (± its uncertainty).
+    pub owd_exact: bool,
+    /// Datagrams the sender's kernel refused (ENOBUFS: a full local queue): lost at
+    /// the source, not on the path, and not in `sent`.
+    pub send_errors: u64,
+    /// Datagrams the receiving socket dropped (full receive buffer; SO_RXQ_OVFL's
+    /// count): lost at the destination, and part of `lost`.
+    pub socket_drops: u64,
+    /// Times the sender fell more than one burst behind its schedule and skipped ahead
+    /// rather than catch up in a burst.
+    pub late: u64,
+}
+
+/// Quantiles of a distribution, µs; all 0 for no values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub min: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
 }
 
 /// Outcome of a run.
@@ -217,6 +272,10 @@ pub struct HostMeta {
     pub kernel: String,
     /// The sysctls that matter (tcp_rmem, tcp_wmem, core.[rw]mem_max, …), by name.
     pub sysctls: BTreeMap<String, String>,
+    /// The kernel's boot id: two ends with the same one share CLOCK_MONOTONIC, so
+    /// one-way delays between them need no clock estimate.
+    #[serde(default)]
+    pub boot_id: String,
 }
 
 /// Estimated offset of the server's clock against the client's: server = client + offset.
@@ -267,6 +326,9 @@ pub struct FlowRecord {
     pub receiver_samples: u64,
     pub limits: LimitShares,
     pub rtt: RttStats,
+    /// A UDP flow's datagram statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpStats>,
 }
 
 /// One report interval of one flow, merged from both ends.
@@ -287,6 +349,22 @@ pub struct IntervalRecord {
     pub cwnd: u32,
     pub srtt_us: u32,
     pub limits: LimitShares,
+    /// A UDP flow's datagrams in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpInterval>,
+}
+
+/// One report interval of a UDP flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UdpInterval {
+    pub sent: u64,
+    pub received: u64,
+    /// Sequence numbers skipped in the interval (a late arrival counts in a later one
+    /// as out of order).
+    pub lost: u64,
+    pub out_of_order: u64,
+    /// RFC 3550 jitter at the interval's end, µs.
+    pub jitter_us: f64,
 }
 
 /// One tcp_info snapshot of one socket.
@@ -316,6 +394,9 @@ pub struct Summary {
     pub dominant_limit: Option<Limit>,
     pub cpu_client: CpuUse,
     pub cpu_server: CpuUse,
+    /// Over the UDP flows: counts summed, jitter and delay quantiles the worst flow's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpStats>,
 }
 
 /// The emulated path a run went through and what its links did.

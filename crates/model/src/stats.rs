@@ -97,14 +97,20 @@ pub enum Metric {
     Rtt,
     /// Jain's index of the flows' throughputs after the warm-up.
     Fairness,
+    /// The UDP flows' lost share of the datagrams sent (0–1).
+    UdpLoss,
+    /// The UDP flows' RFC 3550 jitter at the end (µs; the worst flow's).
+    Jitter,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 4] = [
+    pub const ALL: [Metric; 6] = [
         Metric::Throughput,
         Metric::Retransmits,
         Metric::Rtt,
         Metric::Fairness,
+        Metric::UdpLoss,
+        Metric::Jitter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -113,6 +119,8 @@ impl Metric {
             Metric::Retransmits => "retransmits",
             Metric::Rtt => "rtt",
             Metric::Fairness => "fairness",
+            Metric::UdpLoss => "udp_loss",
+            Metric::Jitter => "jitter",
         }
     }
 
@@ -121,8 +129,8 @@ impl Metric {
         match self {
             Metric::Throughput => "bit/s",
             Metric::Retransmits => "segments",
-            Metric::Rtt => "µs",
-            Metric::Fairness => "",
+            Metric::Rtt | Metric::Jitter => "µs",
+            Metric::Fairness | Metric::UdpLoss => "",
         }
     }
 
@@ -134,6 +142,12 @@ impl Metric {
             Metric::Retransmits => Some(run.summary.retransmits as f64),
             Metric::Rtt => (run.summary.rtt.max_us > 0).then_some(run.summary.rtt.mean_us),
             Metric::Fairness => jain(&flow_goodputs_bps(run, warmup_us)),
+            Metric::UdpLoss => run
+                .summary
+                .udp
+                .filter(|u| u.sent > 0)
+                .map(|u| u.lost as f64 / u.sent as f64),
+            Metric::Jitter => run.summary.udp.map(|u| u.jitter_us),
         }
     }
 }
@@ -259,6 +273,7 @@ mod tests {
             cwnd: 10,
             srtt_us: 1000,
             limits: Default::default(),
+            udp: None,
         };
         let mut run: RunRecord = serde_json::from_str(include_str!("../tests/run.json")).unwrap();
         run.intervals = vec![

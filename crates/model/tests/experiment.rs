@@ -225,6 +225,43 @@ fn errors_point_at_the_value() {
 }
 
 #[test]
+fn udp_flows_take_a_rate_a_size_and_a_burst() {
+    let e = ok(r#"
+        [[flow]]
+        name = "bulk"
+        [[flow]]
+        name = "cbr"
+        protocol = "udp"
+        datagram_size = 1000
+        [[axis]]
+        key = "flow.cbr.rate"
+        values = ["1mbit", "2mbit"]
+    "#);
+    let flows = &e.points[1].config.flows;
+    assert_eq!(flows[0].params.udp, None);
+    let udp = flows[1].params.udp.unwrap();
+    assert_eq!(
+        (udp.rate_bps, udp.datagram_size, udp.burst),
+        (2_000_000, 1000, 1)
+    );
+    for (text, needle) in [
+        ("[[flow]]\nprotocol = \"udp\"\n", "needs a rate"),
+        ("[[flow]]\nrate = \"1mbit\"\n", "for protocol = \"udp\""),
+        (
+            "[[flow]]\nprotocol = \"udp\"\nrate = 1\ndatagram_size = 10\n",
+            "datagram_size",
+        ),
+        (
+            "[[flow]]\nprotocol = \"udp\"\nrate = 1\nburst = 0\n",
+            "burst",
+        ),
+    ] {
+        let e = err(text);
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+    }
+}
+
+#[test]
 fn pacing_none_or_kernel_at_a_rate() {
     let e = ok(r#"
         [[flow]]

@@ -35,7 +35,9 @@ pub use experiments::{ExperimentRow, Outcome, PlanRow, PlanStatus};
 pub use export::{ExportFormat, Table};
 pub use schema::SCHEMA_VERSION;
 
-use rows::{enum_name, enum_value, int, opt_enum_value, opt_int, opt_text, real, text, RowReader};
+use rows::{
+    enum_name, enum_value, int, opt_enum_value, opt_int, opt_json, opt_text, real, text, RowReader,
+};
 use schema::{
     sample_columns, SqlInt, MIGRATIONS, SAMPLE_BBR_COLUMNS, SAMPLE_KEY_COLUMNS, TCP_INFO_COLUMNS,
 };
@@ -452,6 +454,7 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
             (total, real(cpu.total_pct)),
         ]);
     }
+    cols.push(("udp_json", opt_json(s.udp.as_ref())));
     Ok(cols)
 }
 
@@ -493,6 +496,7 @@ fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
     ]);
     cols.extend(limit_values(&f.limits));
     cols.extend(rtt_values(&f.rtt));
+    cols.push(("udp_json", opt_json(f.udp.as_ref())));
     cols
 }
 
@@ -510,6 +514,7 @@ fn interval_values(run_id: i64, i: &IntervalRecord) -> Columns {
         ("srtt_us", int(i.srtt_us)),
     ];
     cols.extend(limit_values(&i.limits));
+    cols.push(("udp_json", opt_json(i.udp.as_ref())));
     cols
 }
 
@@ -733,11 +738,7 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
         target: r.text("target")?,
         // The columns mode … report_interval_us repeat parts of params_json for queries.
         params: r.json("params_json")?,
-        path: r
-            .opt_text("path_json")?
-            .map(|j| serde_json::from_str(&j))
-            .transpose()
-            .map_err(|e| r.bad("path_json", String::new(), &e.to_string()))?,
+        path: r.opt_json("path_json")?,
         client: r.json("client_meta_json")?,
         server: r.json("server_meta_json")?,
         clock: ClockOffset {
@@ -755,6 +756,7 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
             dominant_limit: r.opt_enum("dominant_limit")?,
             cpu_client: read_cpu(r, CPU_CLIENT)?,
             cpu_server: read_cpu(r, CPU_SERVER)?,
+            udp: r.opt_json("udp_json")?,
         },
         flows: Vec::new(),
         intervals: Vec::new(),
@@ -796,6 +798,7 @@ fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
         receiver_samples: r.int("receiver_samples")?,
         limits: read_limits(r)?,
         rtt: read_rtt(r)?,
+        udp: r.opt_json("udp_json")?,
     })
 }
 
@@ -811,5 +814,6 @@ fn read_interval(r: &RowReader<'_>) -> Result<IntervalRecord> {
         cwnd: r.int("cwnd")?,
         srtt_us: r.int("srtt_us")?,
         limits: read_limits(r)?,
+        udp: r.opt_json("udp_json")?,
     })
 }

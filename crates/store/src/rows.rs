@@ -176,4 +176,21 @@ impl RowReader<'_> {
         let s = self.text(col)?;
         serde_json::from_str(&s).map_err(|e| self.bad(col, s, &e.to_string()))
     }
+
+    /// A nullable JSON column.
+    pub(crate) fn opt_json<T: DeserializeOwned>(&self, col: impl Col) -> Result<Option<T>> {
+        match self.opt_text(col)? {
+            None => Ok(None),
+            Some(s) => serde_json::from_str(&s)
+                .map(Some)
+                .map_err(|e| self.bad(col, s, &e.to_string())),
+        }
+    }
+}
+
+/// A nullable JSON column's value.
+pub(crate) fn opt_json<T: Serialize>(v: Option<&T>) -> Value {
+    v.map_or(Value::Null, |v| {
+        Value::Text(serde_json::to_string(v).expect("records serialize"))
+    })
 }

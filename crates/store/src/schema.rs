@@ -170,10 +170,11 @@ pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
 }
 
 /// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
-pub(crate) static MIGRATIONS: &[fn() -> String] = &[migration_1, migration_2, migration_3];
+pub(crate) static MIGRATIONS: &[fn() -> String] =
+    &[migration_1, migration_2, migration_3, migration_4];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -224,6 +225,16 @@ CREATE TABLE plan (
 ALTER TABLE runs ADD COLUMN experiment_id INTEGER REFERENCES experiments(id);
 ALTER TABLE runs ADD COLUMN point INTEGER;
 ALTER TABLE runs ADD COLUMN repetition INTEGER;
+"#
+    .to_string()
+}
+
+/// Migration 4: UDP flows' datagram statistics (JSON `UdpStats` / `UdpInterval`).
+fn migration_4() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN udp_json TEXT;
+ALTER TABLE flows ADD COLUMN udp_json TEXT;
+ALTER TABLE intervals ADD COLUMN udp_json TEXT;
 "#
     .to_string()
 }

@@ -6,8 +6,8 @@ use std::time::Instant;
 use serde_json::{json, Value as Json};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, Limit,
-    LimitShares, Mode, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod, Summary, TestEnd,
-    TestParams, Tuning, SCHEMA,
+    LimitShares, Mode, Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod,
+    Summary, TestEnd, TestParams, Tuning, UdpInterval, UdpStats, SCHEMA,
 };
 use tcplab_model::tcpinfo::{BbrInfo, TcpInfo};
 
@@ -85,6 +85,29 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
             mean_us: 345.5,
             max_us: 9000 + id,
         },
+        // Flow 1 stands in for a UDP flow: its stats must round-trip.
+        udp: (id == 1).then(udp_stats),
+    }
+}
+
+fn udp_stats() -> UdpStats {
+    UdpStats {
+        sent: 85_000,
+        received: 84_900,
+        lost: 100,
+        duplicates: 2,
+        out_of_order: 7,
+        jitter_us: 12.25,
+        owd_us: Quantiles {
+            min: 10_000.0,
+            p50: 10_050.0,
+            p99: 10_400.0,
+            max: 11_000.0,
+        },
+        owd_exact: true,
+        send_errors: 3,
+        socket_drops: 1,
+        late: 0,
     }
 }
 
@@ -106,6 +129,13 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 cwnd: 300 + index,
                 srtt_us: 410 + f,
                 limits: limits(0.5),
+                udp: (f == 1).then_some(UdpInterval {
+                    sent: 8500,
+                    received: 8490 + u64::from(index),
+                    lost: 10,
+                    out_of_order: 1,
+                    jitter_us: 3.5,
+                }),
             });
         }
     }
@@ -156,16 +186,19 @@ fn sample_record(n_samples: usize) -> RunRecord {
             },
             sample_interval_us: 10_000,
             report_interval_us: 1_000_000,
+            udp: None,
         },
         client: HostMeta {
             hostname: "alpha".into(),
             kernel: "6.8.0-45-generic".into(),
             sysctls: BTreeMap::from([("net.ipv4.tcp_wmem".into(), "4096 16384 4194304".into())]),
+            boot_id: "3f1c".into(),
         },
         server: HostMeta {
             hostname: "beta".into(),
             kernel: "6.1.0".into(),
             sysctls: BTreeMap::new(),
+            boot_id: String::new(),
         },
         clock: ClockOffset {
             offset_us: -1234,
@@ -194,6 +227,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 system_pct: 45.0,
                 total_pct: 47.0,
             },
+            udp: Some(udp_stats()),
         },
         flows,
         intervals,
@@ -562,7 +596,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
-             experiment_id point repetition",
+             experiment_id point repetition udp_json",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -570,11 +604,11 @@ fn expected_columns(table: Table) -> Vec<String> {
              rcvbuf_effective rcvbuf_capped_at rcvbuf_at_end sent_bytes received_bytes \
              sent_bps received_bps sender_seconds receiver_seconds retransmits samples \
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
-             rtt_mean_us rtt_max_us host",
+             rtt_mean_us rtt_max_us host udp_json",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \
-             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app",
+             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app udp_json",
         ),
         Table::Samples => {
             let mut v = names("run_id flow host t_us");

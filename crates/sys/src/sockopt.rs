@@ -206,6 +206,38 @@ pub fn set_max_pacing_rate(fd: impl AsFd, bytes_per_sec: u64) -> io::Result<()> 
     }
 }
 
+/// Packets the socket dropped (a full receive buffer): SK_MEMINFO_DROPS of SO_MEMINFO,
+/// the counter SO_RXQ_OVFL reports.
+pub fn socket_drops(fd: impl AsFd) -> io::Result<u64> {
+    const SK_MEMINFO_VARS: usize = 9;
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut buf = [0u8; SK_MEMINFO_VARS * 4];
+    let n = getsockopt_bytes(fd.as_fd(), libc::SOL_SOCKET, libc::SO_MEMINFO, &mut buf)?;
+    let at = SK_MEMINFO_DROPS * 4;
+    if n < at + 4 {
+        return Err(io::Error::other("SO_MEMINFO too short"));
+    }
+    Ok(u64::from(u32::from_ne_bytes(
+        buf[at..at + 4].try_into().expect("4 bytes"),
+    )))
+}
+
+/// IP_RECVERR (or IPV6_RECVERR): a UDP send that the local queue drops fails with
+/// ENOBUFS instead of vanishing.
+pub fn set_recverr(fd: impl AsFd, ipv6: bool) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    match ipv6 {
+        false => setsockopt(fd.as_fd(), libc::IPPROTO_IP, libc::IP_RECVERR, &on),
+        true => setsockopt(fd.as_fd(), libc::IPPROTO_IPV6, libc::IPV6_RECVERR, &on),
+    }
+}
+
+/// SO_TIMESTAMPNS: received datagrams carry the kernel's arrival time (CLOCK_REALTIME).
+pub fn set_timestamp_ns(fd: impl AsFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &on)
+}
+
 /// getsockopt into `buf`; returns how many bytes the kernel filled.
 fn getsockopt_bytes(
     fd: BorrowedFd<'_>,

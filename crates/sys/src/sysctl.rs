@@ -71,6 +71,7 @@ pub fn host_meta() -> HostMeta {
         hostname,
         kernel,
         sysctls,
+        boot_id: read("kernel.random.boot_id").unwrap_or_default(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! `tcplab run HOST:PORT`: one test against a tcplab server.
 
 use std::io;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -13,15 +13,20 @@ use tcplab_model::record::{Host, IntervalRecord, RunRecord, TestParams};
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
 
-use crate::engine::{self, FlowSocket};
+use crate::engine::{self, FlowSocket, Flows};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
-use crate::protocol::{self, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport};
+use crate::protocol::{
+    self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
+};
 use crate::setup;
+use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
 pub const DEFAULT_PORT: u16 = 5201;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const TIME_PROBES: usize = 8;
+/// How often a UDP flow repeats its hello until the server has them all.
+const UDP_HELLO_EVERY: Duration = Duration::from_millis(50);
 
 /// A test to run and how to label it.
 #[derive(Clone, Debug)]
@@ -95,18 +100,24 @@ pub fn run(
     }
     let offset = measure_clock_offset(&mut control)?;
 
+    let client_meta = sysctl::host_meta();
     protocol::send(
         &mut control,
         &Message::Start {
             params: request.params.clone(),
+            clock: ClientClock {
+                offset,
+                boot_id: client_meta.boot_id.clone(),
+            },
         },
     )?;
-    let (data_port, cookie, server_meta) = match protocol::recv(&mut control)? {
+    let (data_port, cookie, server_meta, udp_ports) = match protocol::recv(&mut control)? {
         Message::Accepted {
             data_port,
             cookie,
             meta,
-        } => (data_port, protocol::parse_cookie(&cookie)?, meta),
+            udp_ports,
+        } => (data_port, protocol::parse_cookie(&cookie)?, meta, udp_ports),
         Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
         other => {
             return Err(
@@ -114,15 +125,16 @@ pub fn run(
             )
         }
     };
-    let data_addr = SocketAddr::new(server_addr.ip(), data_port);
-    let flows = open_flows(&request.params, data_addr, &cookie)?;
-    match protocol::recv(&mut control)? {
-        Message::Ready => {}
-        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
-        other => {
-            return Err(ProtocolError::Malformed(format!("expected Ready, got {other:?}")).into())
-        }
-    }
+    let flows = if request.params.udp.is_some() {
+        let flows = open_udp_flows(&request.params, server_addr, &udp_ports)?;
+        await_ready_saying_hello(&mut control, &flows, &cookie)?;
+        Flows::Udp(flows)
+    } else {
+        let data_addr = SocketAddr::new(server_addr.ip(), data_port);
+        let flows = open_flows(&request.params, data_addr, &cookie)?;
+        ready(protocol::recv(&mut control)?)?;
+        Flows::Tcp(flows)
+    };
 
     let context = TestContext {
         target: request.target.clone(),
@@ -132,7 +144,7 @@ pub fn run(
         started_unix_us: realtime_us(),
         t0_us: monotonic_us(),
         clock: offset,
-        client_meta: sysctl::host_meta(),
+        client_meta,
         server_meta,
     };
     let reader = control.try_clone()?;
@@ -231,6 +243,84 @@ fn open_flows(
         .collect()
 }
 
+fn ready(answer: Message) -> Result<(), TrafficError> {
+    match answer {
+        Message::Ready => Ok(()),
+        Message::Refused { reason } => Err(TrafficError::Refused(reason)),
+        other => Err(ProtocolError::Malformed(format!("expected Ready, got {other:?}")).into()),
+    }
+}
+
+/// One UDP socket per flow, connected to its server port and prepared for its role.
+fn open_udp_flows(
+    params: &TestParams,
+    server_addr: SocketAddr,
+    ports: &[u16],
+) -> Result<Vec<UdpFlow>, TrafficError> {
+    let roles = flow_roles(params);
+    if ports.len() != roles.len() {
+        return Err(ProtocolError::Malformed(format!(
+            "server gave {} UDP ports for {} flows",
+            ports.len(),
+            roles.len()
+        ))
+        .into());
+    }
+    roles
+        .into_iter()
+        .zip(ports)
+        .map(|((id, direction), &port)| {
+            let role = if direction.sender() == Host::Client {
+                Role::Send
+            } else {
+                Role::Receive
+            };
+            let unspecified: std::net::IpAddr = if server_addr.is_ipv6() {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            };
+            let socket = UdpSocket::bind(SocketAddr::new(unspecified, 0))?;
+            socket.connect(SocketAddr::new(server_addr.ip(), port))?;
+            let buffer = udp::prepare(&socket, role, params)?;
+            Ok(UdpFlow {
+                id,
+                role,
+                socket,
+                buffer,
+            })
+        })
+        .collect()
+}
+
+/// Sends every flow's hello until the server says Ready: a hello can be lost on the
+/// path like any datagram.
+fn await_ready_saying_hello(
+    control: &mut TcpStream,
+    flows: &[UdpFlow],
+    cookie: &[u8; protocol::COOKIE_LEN],
+) -> Result<(), TrafficError> {
+    let deadline = std::time::Instant::now() + crate::server::HANDSHAKE_TIMEOUT;
+    control.set_read_timeout(Some(UDP_HELLO_EVERY))?;
+    let answer = loop {
+        for flow in flows {
+            // A refused send (nothing listening yet) is retried with the next round.
+            let _ = flow.socket.send(&protocol::udp_hello(cookie, flow.id));
+        }
+        match protocol::recv(control) {
+            Ok(answer) => break answer,
+            Err(ProtocolError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && std::time::Instant::now() < deadline => {}
+            Err(e) => return Err(e.into()),
+        }
+    };
+    control.set_read_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
+    ready(answer)
+}
+
 enum Event {
     Local(Vec<SideInterval>),
     LocalDone(engine::SideOutcome),
@@ -242,7 +332,7 @@ enum Event {
 fn run_started(
     mut control: TcpStream,
     mut reader: TcpStream,
-    flows: Vec<FlowSocket>,
+    flows: Flows,
     context: TestContext,
     stop: Arc<AtomicBool>,
     on_interval: &mut dyn FnMut(&[IntervalRecord]),
@@ -252,7 +342,13 @@ fn run_started(
     let side = {
         let (params, stop) = (context.params.clone(), Arc::clone(&stop));
         let t0 = context.t0_us;
-        thread::spawn(move || engine::run_side(&params, Host::Client, flows, t0, local_tx, stop))
+        // The server's clock against ours, for one-way delays: server = client + offset.
+        let peer_offset_ns = if context.same_clock() {
+            0
+        } else {
+            context.clock.offset_us * 1000
+        };
+        thread::spawn(move || flows.run(&params, Host::Client, t0, peer_offset_ns, local_tx, stop))
     };
     {
         // One thread relays this end's intervals, then its outcome: in that order, so the

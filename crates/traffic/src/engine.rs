@@ -47,6 +47,33 @@ pub struct FlowSocket {
     pub buffer: BufferSize,
 }
 
+/// One end's data sockets, ready to run.
+pub enum Flows {
+    Tcp(Vec<FlowSocket>),
+    Udp(Vec<crate::udp::UdpFlow>),
+}
+
+impl Flows {
+    /// Runs this end's flows (see [`run_side`] and [`crate::udp::run_side`]);
+    /// `peer_offset_ns` is the peer's monotonic clock minus ours, for UDP's one-way delays.
+    pub fn run(
+        self,
+        params: &TestParams,
+        host: Host,
+        t0_us: i64,
+        peer_offset_ns: i64,
+        intervals: Sender<Vec<SideInterval>>,
+        stop: Arc<AtomicBool>,
+    ) -> SideOutcome {
+        match self {
+            Flows::Tcp(flows) => run_side(params, host, flows, t0_us, intervals, stop),
+            Flows::Udp(flows) => {
+                crate::udp::run_side(params, flows, t0_us, peer_offset_ns, intervals, stop)
+            }
+        }
+    }
+}
+
 /// What one end of a test produced.
 pub struct SideOutcome {
     pub report: SideReport,
@@ -212,6 +239,7 @@ fn side_flow(
         limits,
         rtt: watched.rtt.stats(),
         error: outcome.error,
+        udp: None,
     }
 }
 
@@ -620,6 +648,7 @@ fn cut_interval(
         cwnd: info.snd_cwnd,
         srtt_us: info.rtt,
         limits: limits::shares(&prev, &info, (now - cursor.start_us) as u64),
+        udp: None,
     };
     if flow.role == Role::Send {
         watched.rtt.add(info.rtt);

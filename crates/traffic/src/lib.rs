@@ -12,6 +12,7 @@ pub mod merge;
 pub mod protocol;
 pub mod server;
 pub mod setup;
+pub mod udp;
 
 use tcplab_model::record::{Direction, Mode, TestParams};
 

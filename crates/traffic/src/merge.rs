@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use tcplab_model::record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
-    RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestParams, SCHEMA,
+    Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestParams, UdpInterval,
+    UdpStats, SCHEMA,
 };
 
 use crate::flow_roles;
@@ -32,6 +33,11 @@ pub struct TestContext {
 }
 
 impl TestContext {
+    /// Both ends read one CLOCK_MONOTONIC (one kernel): no offset estimate needed.
+    pub fn same_clock(&self) -> bool {
+        !self.client_meta.boot_id.is_empty() && self.client_meta.boot_id == self.server_meta.boot_id
+    }
+
     /// µs since t0 on the client's clock, for a monotonic time read on `host`.
     pub fn relative_us(&self, host: Host, t_us: i64) -> i64 {
         match host {
@@ -134,6 +140,12 @@ impl IntervalMerger {
             cwnd: sender.map_or(0, |s| s.cwnd),
             srtt_us: sender.map_or(0, |s| s.srtt_us),
             limits: sender.map_or_else(LimitShares::default, |s| s.limits),
+            udp: (sender.is_some_and(|s| s.udp.is_some())
+                || receiver.is_some_and(|r| r.udp.is_some()))
+            .then(|| UdpInterval {
+                sent: sender.and_then(|s| s.udp).map_or(0, |u| u.sent),
+                ..receiver.and_then(|r| r.udp).unwrap_or_default()
+            }),
         }
     }
 }
@@ -166,6 +178,7 @@ pub fn merge(
                 direction,
                 find(direction.sender(), id),
                 find(direction.receiver(), id),
+                context.same_clock(),
             )
         })
         .collect();
@@ -227,6 +240,7 @@ fn flow_record(
     direction: Direction,
     sender: Option<&SideFlow>,
     receiver: Option<&SideFlow>,
+    same_clock: bool,
 ) -> FlowRecord {
     let seconds =
         |f: Option<&SideFlow>| f.map_or(0.0, |f| (f.end_us - f.start_us).max(0) as f64 / 1e6);
@@ -270,7 +284,52 @@ fn flow_record(
         receiver_samples: receiver.map_or(0, |f| f.samples),
         limits: sender.map(|f| f.limits).unwrap_or_default(),
         rtt: sender.map(|f| f.rtt).unwrap_or_default(),
+        udp: udp_stats(sender, receiver, same_clock),
     }
+}
+
+/// A UDP flow's counts from both ends: what was sent from the sender, what arrived from
+/// the receiver, and the difference lost.
+fn udp_stats(
+    sender: Option<&SideFlow>,
+    receiver: Option<&SideFlow>,
+    same_clock: bool,
+) -> Option<UdpStats> {
+    let (s, r) = (sender.and_then(|f| f.udp), receiver.and_then(|f| f.udp));
+    if s.is_none() && r.is_none() {
+        return None;
+    }
+    let (s, r) = (s.unwrap_or_default(), r.unwrap_or_default());
+    Some(UdpStats {
+        sent: s.sent,
+        send_errors: s.send_errors,
+        late: s.late,
+        lost: s.sent.saturating_sub(r.received),
+        owd_exact: same_clock,
+        ..r
+    })
+}
+
+/// The UDP flows' totals: counts summed; jitter and each delay quantile the worst flow's.
+fn udp_summary(flows: &[FlowRecord]) -> Option<UdpStats> {
+    flows.iter().filter_map(|f| f.udp).reduce(|a, b| UdpStats {
+        sent: a.sent + b.sent,
+        received: a.received + b.received,
+        lost: a.lost + b.lost,
+        duplicates: a.duplicates + b.duplicates,
+        out_of_order: a.out_of_order + b.out_of_order,
+        jitter_us: a.jitter_us.max(b.jitter_us),
+        owd_us: Quantiles {
+            min: a.owd_us.min.min(b.owd_us.min),
+            p50: a.owd_us.p50.max(b.owd_us.p50),
+            p99: a.owd_us.p99.max(b.owd_us.p99),
+            max: a.owd_us.max.max(b.owd_us.max),
+        },
+        owd_exact: a.owd_exact && b.owd_exact,
+        send_errors: a.send_errors + b.send_errors,
+        socket_drops: a.socket_drops + b.socket_drops,
+        late: a.late + b.late,
+    })
 }
 
 /// One record for tests run in one lab against one server, at once or staggered, from
@@ -343,10 +402,11 @@ fn summarize(
             max_us: measured.iter().map(|f| f.rtt.max_us).max().unwrap_or(0),
         }
     };
-    let weighted: Vec<(LimitShares, f64)> =
-        flows.iter().map(|f| (f.limits, f.sender_seconds)).collect();
+    // What limited a sender is a TCP question; UDP flows send at their own rate.
+    let tcp = || flows.iter().filter(|f| f.udp.is_none());
+    let weighted: Vec<(LimitShares, f64)> = tcp().map(|f| (f.limits, f.sender_seconds)).collect();
     let limits = LimitShares::weighted_mean(&weighted);
-    let any_time = flows.iter().any(|f| f.sender_seconds > 0.0);
+    let any_time = tcp().any(|f| f.sender_seconds > 0.0);
     Summary {
         sent_bytes: flows.iter().map(|f| f.sent_bytes).sum(),
         received_bytes: flows.iter().map(|f| f.received_bytes).sum(),
@@ -358,6 +418,7 @@ fn summarize(
         dominant_limit: any_time.then(|| limits.dominant()),
         cpu_client,
         cpu_server,
+        udp: udp_summary(flows),
     }
 }
 
@@ -406,6 +467,7 @@ mod tests {
                 cwnd: 1.0,
                 app: 0.0,
             },
+            udp: None,
         }
     }
 
@@ -440,6 +502,7 @@ mod tests {
                 max_us: 30,
             },
             error: None,
+            udp: None,
         }
     }
 

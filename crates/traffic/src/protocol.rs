@@ -17,7 +17,8 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::record::{
-    BufferSize, CpuUse, HostMeta, LimitShares, RttStats, SampleRecord, TestParams,
+    BufferSize, ClockOffset, CpuUse, HostMeta, LimitShares, RttStats, SampleRecord, TestParams,
+    UdpInterval, UdpStats,
 };
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
@@ -150,12 +151,19 @@ pub enum Message {
     },
     Start {
         params: TestParams,
+        /// The client's clocks as the server needs them for one-way delays.
+        #[serde(default)]
+        clock: ClientClock,
     },
     Accepted {
         data_port: u16,
         /// Hex of the cookie every data connection must present.
         cookie: String,
         meta: HostMeta,
+        /// A UDP test's ports, one per flow: the client sends each a hello datagram
+        /// (magic, cookie, flow id) from its flow's socket.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        udp_ports: Vec<u16>,
     },
     Refused {
         reason: String,
@@ -173,6 +181,34 @@ pub enum Message {
     },
     SamplesEnd,
     Bye,
+}
+
+/// What the server needs to know of the client's clock.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientClock {
+    /// The estimated offset (server = client + offset).
+    pub offset: ClockOffset,
+    /// The client's kernel boot id: the same as the server's means one clock.
+    pub boot_id: String,
+}
+
+/// The hello a UDP flow's socket sends until the server has it.
+pub fn udp_hello(cookie: &[u8; COOKIE_LEN], flow: u32) -> Vec<u8> {
+    let mut hello = b"TLUH".to_vec();
+    hello.extend_from_slice(cookie);
+    hello.extend_from_slice(&flow.to_be_bytes());
+    hello
+}
+
+/// The cookie and flow id of a UDP hello; `None` for anything else.
+pub fn read_udp_hello(datagram: &[u8]) -> Option<([u8; COOKIE_LEN], u32)> {
+    let rest = datagram.strip_prefix(b"TLUH")?;
+    if rest.len() != COOKIE_LEN + 4 {
+        return None;
+    }
+    let cookie = rest[..COOKIE_LEN].try_into().ok()?;
+    let flow = u32::from_be_bytes(rest[COOKIE_LEN..].try_into().ok()?);
+    Some((cookie, flow))
 }
 
 /// What one flow does on one end.
@@ -198,6 +234,9 @@ pub struct SideInterval {
     pub cwnd: u32,
     pub srtt_us: u32,
     pub limits: LimitShares,
+    /// A UDP flow's datagrams (sender: `sent`; receiver: the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpInterval>,
 }
 
 /// One end's results for one flow. Times are that end's monotonic µs.
@@ -221,6 +260,9 @@ pub struct SideFlow {
     pub rtt: RttStats,
     /// Set when the flow broke before its end.
     pub error: Option<String>,
+    /// A UDP flow's counts as this end knows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpStats>,
 }
 
 /// One end's results for a whole test.

@@ -3,7 +3,7 @@
 //! never touches another's test.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -15,11 +15,12 @@ use rand::RngCore;
 use tcplab_model::record::{BufferSize, Host, TestEnd, TestParams};
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
-use crate::engine::{self, FlowSocket};
+use crate::engine::{FlowSocket, Flows};
 use crate::protocol::{
-    self, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
+    self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
 };
 use crate::setup;
+use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
 /// How long a connected peer may stay silent before a test starts.
@@ -105,7 +106,7 @@ fn handle_client(
         }
     }
     protocol::write_hello(&mut control, ConnKind::Control)?;
-    let params = loop {
+    let (params, clock) = loop {
         match protocol::recv(&mut control)? {
             Message::TimeProbe { client_send_us } => {
                 let server_recv_us = monotonic_us();
@@ -118,7 +119,7 @@ fn handle_client(
                     },
                 )?;
             }
-            Message::Start { params } => break params,
+            Message::Start { params, clock } => break (params, clock),
             other => return Err(unexpected(&other, "Start")),
         }
     };
@@ -140,7 +141,7 @@ fn handle_client(
         params.streams,
         params.mode
     ));
-    run_test(control, &params)
+    run_test(control, &params, &clock)
 }
 
 fn unexpected(msg: &Message, wanted: &str) -> TrafficError {
@@ -180,6 +181,20 @@ fn validate(params: &TestParams, limits: &ServerLimits) -> Result<(), String> {
     if params.report_interval_us == 0 {
         return Err("report interval must be positive".into());
     }
+    if let Some(udp) = &params.udp {
+        if !(tcplab_model::udp::MIN_DATAGRAM..=tcplab_model::udp::MAX_DATAGRAM)
+            .contains(&udp.datagram_size)
+        {
+            return Err(format!(
+                "UDP datagram size must be {}..={} bytes",
+                tcplab_model::udp::MIN_DATAGRAM,
+                tcplab_model::udp::MAX_DATAGRAM
+            ));
+        }
+        if udp.burst == 0 {
+            return Err("UDP burst must be at least 1".into());
+        }
+    }
     if params.sample_interval_us != 0 && params.sample_interval_us < MIN_SAMPLE_INTERVAL_US {
         return Err(format!(
             "sampling interval must be 0 (off) or at least {MIN_SAMPLE_INTERVAL_US} µs"
@@ -197,38 +212,74 @@ fn validate(params: &TestParams, limits: &ServerLimits) -> Result<(), String> {
     Ok(())
 }
 
-fn run_test(mut control: TcpStream, params: &TestParams) -> Result<(), TrafficError> {
+fn run_test(
+    mut control: TcpStream,
+    params: &TestParams,
+    clock: &ClientClock,
+) -> Result<(), TrafficError> {
     let roles = flow_roles(params);
     let server_roles: Vec<Role> = roles
         .iter()
         .map(|(_, d)| role_of(d.sender() == Host::Server))
         .collect();
-    let receives = server_roles.contains(&Role::Receive);
-    let listener = setup::data_listener(control.local_addr()?, &params.tuning, receives)?;
-    let receive_buffer = if receives {
-        Some(setup::apply(&listener, &params.tuning, Role::Receive)?)
-    } else {
-        None
-    };
-    let data_port = listener
-        .local_addr()?
-        .as_socket()
-        .map(|a| a.port())
-        .ok_or_else(|| io::Error::other("data listener has no port"))?;
     let mut cookie = [0u8; COOKIE_LEN];
     rand::rng().fill_bytes(&mut cookie);
-    protocol::send(
-        &mut control,
-        &Message::Accepted {
-            data_port,
-            cookie: protocol::cookie_hex(&cookie),
-            meta: sysctl::host_meta(),
-        },
-    )?;
-
-    let listener: TcpListener = listener.into();
-    let flows = accept_flows(&listener, &cookie, &server_roles, params, receive_buffer)?;
-    drop(listener);
+    let flows = if params.udp.is_some() {
+        let sockets = server_roles
+            .iter()
+            .map(|_| UdpSocket::bind(SocketAddr::new(control.local_addr()?.ip(), 0)))
+            .collect::<io::Result<Vec<_>>>()?;
+        let udp_ports = sockets
+            .iter()
+            .map(|s| s.local_addr().map(|a| a.port()))
+            .collect::<io::Result<Vec<_>>>()?;
+        protocol::send(
+            &mut control,
+            &Message::Accepted {
+                data_port: 0,
+                cookie: protocol::cookie_hex(&cookie),
+                meta: sysctl::host_meta(),
+                udp_ports,
+            },
+        )?;
+        Flows::Udp(accept_udp_flows(sockets, &cookie, &server_roles, params)?)
+    } else {
+        let receives = server_roles.contains(&Role::Receive);
+        let listener = setup::data_listener(control.local_addr()?, &params.tuning, receives)?;
+        let receive_buffer = if receives {
+            Some(setup::apply(&listener, &params.tuning, Role::Receive)?)
+        } else {
+            None
+        };
+        let data_port = listener
+            .local_addr()?
+            .as_socket()
+            .map(|a| a.port())
+            .ok_or_else(|| io::Error::other("data listener has no port"))?;
+        protocol::send(
+            &mut control,
+            &Message::Accepted {
+                data_port,
+                cookie: protocol::cookie_hex(&cookie),
+                meta: sysctl::host_meta(),
+                udp_ports: Vec::new(),
+            },
+        )?;
+        let listener: TcpListener = listener.into();
+        Flows::Tcp(accept_flows(
+            &listener,
+            &cookie,
+            &server_roles,
+            params,
+            receive_buffer,
+        )?)
+    };
+    // The client's clock against ours, for one-way delays: server = client + offset.
+    let peer_offset_ns = if clock.boot_id == sysctl::host_meta().boot_id {
+        0
+    } else {
+        -clock.offset.offset_us * 1000
+    };
     protocol::send(&mut control, &Message::Ready)?;
     match protocol::recv(&mut control)? {
         Message::Go => {}
@@ -275,7 +326,7 @@ fn run_test(mut control: TcpStream, params: &TestParams) -> Result<(), TrafficEr
     let side = {
         let params = params.clone();
         let stop = Arc::clone(&stop);
-        thread::spawn(move || engine::run_side(&params, Host::Server, flows, t0, tx, stop))
+        thread::spawn(move || flows.run(&params, Host::Server, t0, peer_offset_ns, tx, stop))
     };
     control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     for records in rx {
@@ -310,6 +361,58 @@ fn role_of(sends: bool) -> Role {
     } else {
         Role::Receive
     }
+}
+
+/// Registers each UDP flow's client socket: the first hello with the test's cookie on a
+/// flow's port names the peer that port then talks to.
+fn accept_udp_flows(
+    sockets: Vec<UdpSocket>,
+    cookie: &[u8; COOKIE_LEN],
+    roles: &[Role],
+    params: &TestParams,
+) -> Result<Vec<UdpFlow>, TrafficError> {
+    let deadline = monotonic_us() + HANDSHAKE_TIMEOUT.as_micros() as i64;
+    let mut flows = Vec::with_capacity(sockets.len());
+    for (id, (socket, &role)) in sockets.into_iter().zip(roles).enumerate() {
+        let mut buf = [0u8; 64];
+        let peer = loop {
+            let left = deadline - monotonic_us();
+            if left <= 0 {
+                return Err(ProtocolError::Malformed(
+                    "client did not open all UDP flows in time".into(),
+                )
+                .into());
+            }
+            socket.set_read_timeout(Some(Duration::from_micros(left as u64)))?;
+            match socket.recv_from(&mut buf) {
+                Ok((n, from)) => match protocol::read_udp_hello(&buf[..n]) {
+                    Some((presented, flow)) if presented == *cookie && flow == id as u32 => {
+                        break from
+                    }
+                    // A stray datagram: keep waiting for the real hello.
+                    _ => continue,
+                },
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        socket.connect(peer)?;
+        let buffer = udp::prepare(&socket, role, params)?;
+        flows.push(UdpFlow {
+            id: id as u32,
+            role,
+            socket,
+            buffer,
+        });
+    }
+    Ok(flows)
 }
 
 /// Accepts exactly one data connection per flow, each presenting the test's cookie.

@@ -36,16 +36,6 @@ fn sweep(file: &Path, db: &Path, extra: &[&str]) -> Output {
         .expect("running tcplab sweep")
 }
 
-fn assert_ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "sweep failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// `tcplab results DB --json [--metric M]`.
 fn results(db: &Path, metric: &str) -> Value {
     let out = tcplab()
@@ -75,7 +65,7 @@ fn point<'a>(results: &'a Value, values: &[(&str, &str)]) -> &'a Value {
 
 fn run_quick(name: &str, dir: &Path) -> PathBuf {
     let db = dir.join(format!("{name}.db"));
-    assert_ok(&sweep(&example(&format!("{name}.toml")), &db, &[]));
+    assert_success(&sweep(&example(&format!("{name}.toml")), &db, &[]));
     let r = results(&db, "throughput");
     let e = &r["experiment"];
     assert_eq!(e["done"], e["runs"], "{name}: every run done: {e}");
@@ -242,7 +232,7 @@ fn a_sweep_killed_at_a_random_moment_resumes_without_loss_or_duplicates() {
     );
 
     let out = sweep(&file, &db, &[]);
-    assert_ok(&out);
+    assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("resuming"), "{stdout}");
     let after = plan(&db);

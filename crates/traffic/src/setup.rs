@@ -43,7 +43,8 @@ pub fn apply(socket: &impl AsFd, tuning: &Tuning, role: Role) -> io::Result<Buff
     }
 }
 
-fn untouched(effective: u64) -> io::Result<BufferSize> {
+/// A buffer left to the kernel: nothing requested, `effective` as it is.
+pub(crate) fn untouched(effective: u64) -> io::Result<BufferSize> {
     Ok(BufferSize {
         requested: None,
         effective,

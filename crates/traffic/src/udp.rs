@@ -23,6 +23,7 @@ use tcplab_sys::sockopt;
 
 use crate::engine::SideOutcome;
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
+use crate::setup::untouched;
 
 /// How often a sleeping sender can count on waking: it may send what falls due in this
 /// time as one batch (measured wake-up latency here: p50 20–40 µs, p99 100–200 µs).
@@ -66,15 +67,6 @@ pub fn prepare(socket: &UdpSocket, role: Role, params: &TestParams) -> io::Resul
             sockopt::set_rcvbuf(fd, params.tuning.rcvbuf.unwrap_or(RECEIVE_BUFFER))
         }
     }
-}
-
-fn untouched(effective: u64) -> io::Result<BufferSize> {
-    Ok(BufferSize {
-        requested: None,
-        effective,
-        capped_at: None,
-        at_end: effective,
-    })
 }
 
 /// What a flow thread shares with the interval cutter.

@@ -152,7 +152,7 @@ impl Drop for Bed {
     }
 }
 
-pub fn parse_success(out: &Output) -> Value {
+pub fn assert_success(out: &Output) {
     assert!(
         out.status.success(),
         "tcplab failed ({}): {}\n{}",
@@ -160,6 +160,10 @@ pub fn parse_success(out: &Output) -> Value {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+pub fn parse_success(out: &Output) -> Value {
+    assert_success(out);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not one JSON document: {e}\n{}",

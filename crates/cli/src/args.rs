@@ -167,6 +167,10 @@ pub struct TestArgs {
     /// Cap the sender's pacing rate (SO_MAX_PACING_RATE), e.g. 500mbit.
     #[arg(long = "fq-rate", alias = "pacing-rate", value_parser = parse_rate, allow_hyphen_values = true, value_name = "RATE")]
     pub pacing_rate: Option<u64>,
+    /// Pace the sender's writes at RATE (application pacing: each write when its bytes
+    /// fall due), e.g. 500mbit.
+    #[arg(long, value_parser = parse_rate, allow_hyphen_values = true, value_name = "RATE")]
+    pub app_rate: Option<u64>,
     /// How the sender hands data to the kernel. write() measured faster than sendfile()
     /// here (bench/engine.sh), so it is the default.
     #[arg(long, value_enum, default_value_t = SendMethodArg::Write)]
@@ -378,6 +382,7 @@ impl TestArgs {
                 mss: self.mss.map(|m| size_u32("--set-mss", m)).transpose()?,
                 cc: self.congestion.clone(),
                 pacing_rate: self.pacing_rate,
+                app_rate: self.app_rate,
                 send_method: match (self.zerocopy, self.send_method) {
                     (true, _) | (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
                     (false, SendMethodArg::Write) => SendMethod::Write,

@@ -184,7 +184,7 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         ("buffer", 78),
         ("message", 168),
         ("rtt-loss", 240),
-        ("pacing", 96),
+        ("pacing", 192),
         ("parallel", 12),
         ("cross-traffic", 12),
     ] {

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
+use tcplab_model::burst::BurstMeter;
 use tcplab_model::link::{Link, PushOutcome};
 use tcplab_model::packet::{
     finish_checksum, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
@@ -61,7 +62,12 @@ pub struct Hop {
     pub name: String,
     pub link: Link<BufId>,
     pub then: Target,
+    /// Measures the burstiness of what enters the link and its queue over time.
+    pub meter: Option<BurstMeter>,
 }
+
+/// How often a metered link's queue occupancy is recorded.
+pub const QUEUE_SAMPLE_NS: u64 = 1_000_000;
 
 /// Everything one direction's thread owns.
 pub struct DirectionPlan {
@@ -104,8 +110,9 @@ pub fn run(
         let now = direction.now();
         direction.deliver(now);
         direction.flush();
+        direction.sample_queues(now);
         if now >= next_publish {
-            *stats.lock().expect("stats lock") = direction.stats();
+            *stats.lock().expect("stats lock") = direction.stats(false);
             next_publish = now + PUBLISH_EVERY_NS;
         }
         let next = direction
@@ -113,7 +120,7 @@ pub fn run(
             .map_or(next_publish, |d| d.min(next_publish));
         direction.wait_until(next)?;
     }
-    *stats.lock().expect("stats lock") = direction.stats();
+    *stats.lock().expect("stats lock") = direction.stats(true);
     Ok(())
 }
 
@@ -250,6 +257,15 @@ impl Direction {
             Target::Hop(h) => {
                 let at = at.max(self.hop_clock[h]);
                 self.hop_clock[h] = at;
+                if let Some(meter) = &mut self.plan.hops[h].meter {
+                    let bytes = self.pool.get(id).bytes();
+                    if let Some(info) = VirtioNetHdr::split(bytes)
+                        .ok()
+                        .and_then(|(_, ip)| PacketInfo::parse(ip).ok())
+                    {
+                        meter.arrival(info.flow_key(), at, wire_len);
+                    }
+                }
                 match self.plan.hops[h].link.push(at, id, wire_len) {
                     PushOutcome::Accepted => {}
                     PushOutcome::Duplicate => {
@@ -413,8 +429,26 @@ impl Direction {
         Ok(())
     }
 
-    fn stats(&self) -> DirectionStats {
+    fn sample_queues(&mut self, now: u64) {
+        for hop in &mut self.plan.hops {
+            if let Some(meter) = &mut hop.meter {
+                meter.queue(now, hop.link.counters().queue_bytes);
+            }
+        }
+    }
+
+    /// The counters; with `bursts`, the metered link's burst statistics and queue
+    /// samples too (sorting them is too costly for every publication).
+    fn stats(&self, bursts: bool) -> DirectionStats {
         let q = |q: f64| self.lateness.value_at_quantile(q) as f64 / 1000.0;
+        let (bursts, queue) = self
+            .plan
+            .hops
+            .iter()
+            .filter(|_| bursts)
+            .find_map(|h| h.meter.as_ref())
+            .map(BurstMeter::report)
+            .unwrap_or_default();
         DirectionStats {
             per_packet: self.plan.per_packet,
             realtime: self.realtime,
@@ -437,6 +471,8 @@ impl Direction {
             unroutable: self.unroutable,
             write_errors: self.write_errors,
             buffers: self.pool.allocated(),
+            bursts,
+            queue,
         }
     }
 }

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
+use tcplab_model::burst::BurstMeter;
 use tcplab_model::link::{Link, LinkError, Trace};
-use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, PathSpec};
+use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, PathSpec, QueueLimit};
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
@@ -107,6 +108,8 @@ pub struct Host {
 pub struct LabStats {
     pub up: DirectionStats,
     pub down: DirectionStats,
+    /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
+    pub epoch_unix_us: i64,
 }
 
 impl LabStats {
@@ -121,6 +124,7 @@ impl LabStats {
                 .collect(),
             up: self.up,
             down: self.down,
+            epoch_unix_us: self.epoch_unix_us,
         }
     }
 }
@@ -134,6 +138,8 @@ pub struct Lab {
     threads: Vec<JoinHandle<io::Result<()>>>,
     up: Arc<Mutex<DirectionStats>>,
     down: Arc<Mutex<DirectionStats>>,
+    /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
+    epoch_unix_us: i64,
     /// Until torn down: what Drop still has to do.
     alive: bool,
 }
@@ -160,6 +166,7 @@ fn delay_only(spec: &LinkSpec) -> bool {
         && spec.corrupt.is_zero()
         && spec.reorder.is_none()
         && matches!(spec.bottleneck, Bottleneck::Unlimited)
+        && spec.pace.is_none()
 }
 
 fn is_ideal(path: &PathSpec) -> bool {
@@ -180,6 +187,26 @@ fn load_trace(spec: &LinkSpec) -> Result<Option<Trace>, LabError> {
     Trace::parse(&text).map(Some).map_err(|e| LabError::Trace {
         path: path.clone(),
         message: e.to_string(),
+    })
+}
+
+/// Packets a gap pacer holds at most: it spaces, it is not meant to drop (what it does
+/// drop is counted under its name).
+const PACER_QUEUE_PACKETS: u64 = 10_000;
+
+/// A gap pacer (PSPacer): packets leave spaced as at `bps`, queued without a limit
+/// short of [`PACER_QUEUE_PACKETS`]. Its `then` is set by the caller.
+fn pacer_hop(bps: u64, mtu: u32) -> Result<Hop, LabError> {
+    let spec = LinkSpec {
+        bottleneck: Bottleneck::Rate { bps, overhead: 0 },
+        queue: QueueLimit::Packets(PACER_QUEUE_PACKETS),
+        ..LinkSpec::default()
+    };
+    Ok(Hop {
+        name: "pacer".into(),
+        link: Link::new(&spec, 0, mtu, 0, None)?,
+        then: Target::Route,
+        meter: None,
     })
 }
 
@@ -324,6 +351,7 @@ impl Lab {
 
         let stop = Arc::new(AtomicBool::new(false));
         let epoch = monotonic_ns();
+        let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
         let up = Arc::new(Mutex::new(DirectionStats::default()));
         let down = Arc::new(Mutex::new(DirectionStats::default()));
         let mut threads = Vec::new();
@@ -346,6 +374,7 @@ impl Lab {
             threads,
             up,
             down,
+            epoch_unix_us,
             alive: true,
         })
     }
@@ -410,6 +439,7 @@ impl Lab {
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
+            epoch_unix_us: realtime_us(),
             alive: true,
         })
     }
@@ -432,14 +462,26 @@ impl Lab {
             .enumerate()
             .filter(|(_, a)| !is_ideal(a))
             .collect();
-        let bottleneck = match dir {
+        // A gap pacer sits right before the bottleneck: where the path enters it.
+        let pacer = config
+            .path
+            .link(dir)
+            .pace
+            .map(|bps| pacer_hop(bps, config.path.mtu))
+            .transpose()?;
+        let entry = match dir {
             Direction::Up => access.len(),
             Direction::Down => 0,
         };
+        let bottleneck = entry + usize::from(pacer.is_some());
         let first_access = match dir {
             Direction::Up => 0,
-            Direction::Down => 1,
+            Direction::Down => bottleneck + 1,
         };
+        let pacer = pacer.map(|mut hop| {
+            hop.then = Target::Hop(bottleneck);
+            hop
+        });
         let bottleneck_hop = Hop {
             name: "bottleneck".into(),
             link: make_link(&config.path, dir, per_packet)?,
@@ -447,13 +489,19 @@ impl Lab {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
             },
+            meter: match config.path.link(dir).bottleneck {
+                Bottleneck::Rate { bps, .. } if per_packet => {
+                    Some(BurstMeter::new(bps, pipeline::QUEUE_SAMPLE_NS))
+                }
+                _ => None,
+            },
         };
         // The client side of each client: its access link if it has one, else its device.
         let mut access_hops = Vec::new();
         let mut client_side = Vec::new();
         for (k, spec) in config.clients.iter().enumerate() {
             let beyond = match dir {
-                Direction::Up => Target::Hop(bottleneck),
+                Direction::Up => Target::Hop(entry),
                 Direction::Down => Target::Egress(k),
             };
             if access.iter().any(|(i, _)| *i == k) {
@@ -462,14 +510,23 @@ impl Lab {
                     name: format!("access client{}", k + 1),
                     link: make_link(spec, dir, per_packet)?,
                     then: beyond,
+                    meter: None,
                 });
             } else {
                 client_side.push(beyond);
             }
         }
         let hops: Vec<Hop> = match dir {
-            Direction::Up => access_hops.into_iter().chain([bottleneck_hop]).collect(),
-            Direction::Down => [bottleneck_hop].into_iter().chain(access_hops).collect(),
+            Direction::Up => access_hops
+                .into_iter()
+                .chain(pacer)
+                .chain([bottleneck_hop])
+                .collect(),
+            Direction::Down => pacer
+                .into_iter()
+                .chain([bottleneck_hop])
+                .chain(access_hops)
+                .collect(),
         };
         Ok(match dir {
             Direction::Up => DirectionPlan {
@@ -481,7 +538,7 @@ impl Lab {
                 mtu: config.path.mtu,
             },
             Direction::Down => DirectionPlan {
-                ingress: vec![(Arc::clone(server_tun), Target::Hop(bottleneck))],
+                ingress: vec![(Arc::clone(server_tun), Target::Hop(entry))],
                 hops,
                 egress: client_tuns.to_vec(),
                 routes: clients
@@ -503,6 +560,7 @@ impl Lab {
         LabStats {
             up: self.up.lock().expect("stats lock").clone(),
             down: self.down.lock().expect("stats lock").clone(),
+            epoch_unix_us: self.epoch_unix_us,
         }
     }
 

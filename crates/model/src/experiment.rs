@@ -392,6 +392,11 @@ enum Pacing {
     None,
     /// TCP's internal pacing capped at `pacing_rate` (SO_MAX_PACING_RATE).
     Kernel,
+    /// The application writes at `pacing_rate`.
+    App,
+    /// A gap pacer (PSPacer) at `pacing_rate` on the sending host's egress: the path's
+    /// `pace` in the flow's direction (it spaces every flow of that direction).
+    Gap,
 }
 
 impl File {
@@ -450,10 +455,26 @@ impl File {
         if let Some(dup) = flows.iter().find(|f| !names.insert(&f.name)) {
             return Err(format!("two flows are named '{}'", dup.name));
         }
+        let mut path = self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default();
+        for (file, flow) in self.flow.iter().zip(&flows) {
+            if file.pacing == Some(Pacing::Gap) {
+                let bps = file.pacing_rate.ok_or_else(|| {
+                    format!("flow '{}': pacing = \"gap\" needs a pacing_rate", flow.name)
+                })?;
+                match flow.params.mode {
+                    Mode::Up => path.up.pace = Some(bps.0),
+                    Mode::Down => path.down.pace = Some(bps.0),
+                    Mode::Bidir => {
+                        path.up.pace = Some(bps.0);
+                        path.down.pace = Some(bps.0);
+                    }
+                }
+            }
+        }
         Ok(RunConfig {
             duration_us,
             warmup_us,
-            path: self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default(),
+            path,
             access,
             sysctl: self
                 .sysctl
@@ -539,13 +560,22 @@ impl FlowFile {
             mss: self.mss.map(|m| u32_size("mss", Some(m), 0)).transpose()?,
             cc: self.cc.clone(),
             pacing_rate: match (self.pacing, self.pacing_rate) {
-                (Some(Pacing::None), _) => None,
+                (Some(Pacing::None | Pacing::App | Pacing::Gap), _) => None,
                 (Some(Pacing::Kernel), None) => {
                     return Err(format!(
                         "flow '{name}': pacing = \"kernel\" needs a pacing_rate"
                     ))
                 }
                 (_, rate) => rate.map(|r| r.0),
+            },
+            app_rate: match (self.pacing, self.pacing_rate) {
+                (Some(Pacing::App), None) => {
+                    return Err(format!(
+                        "flow '{name}': pacing = \"app\" needs a pacing_rate"
+                    ))
+                }
+                (Some(Pacing::App), rate) => rate.map(|r| r.0),
+                _ => None,
             },
             send_method: self.send_method.unwrap_or(defaults.send_method),
         };

@@ -22,6 +22,9 @@
 //!   reorder P [CORR] [gap N]                 as netem: P of packets (after N-1 delayed ones,
 //!                                            default N = 1) skip the delay; needs a delay
 //!   rate R [overhead BYTES]                  bottleneck rate; BYTES added to every packet
+//!   pace R                                   a gap pacer (PSPacer) on the sending host's
+//!                                            egress, before every other link: packets leave
+//!                                            it spaced as at rate R, none dropped
 //!   trace FILE                               mahimahi trace instead of a rate (no spaces in
 //!                                            FILE); a direction has a rate or a trace
 //!   queue N                                  bottleneck buffer, default 1000p:
@@ -287,6 +290,8 @@ pub struct LinkSpec {
     pub bottleneck: Bottleneck,
     pub queue: QueueLimit,
     pub aqm: Aqm,
+    /// A gap pacer at the sender's egress, bit/s.
+    pub pace: Option<u64>,
 }
 
 impl LinkSpec {
@@ -471,12 +476,13 @@ enum Key {
     Trace,
     Queue,
     Aqm,
+    Pace,
     Mtu,
     Seed,
 }
 
 impl Key {
-    const ALL: [Key; 13] = [
+    const ALL: [Key; 14] = [
         Key::Delay,
         Key::Rtt,
         Key::Jitter,
@@ -488,6 +494,7 @@ impl Key {
         Key::Trace,
         Key::Queue,
         Key::Aqm,
+        Key::Pace,
         Key::Mtu,
         Key::Seed,
     ];
@@ -505,6 +512,7 @@ impl Key {
             Key::Trace => "trace",
             Key::Queue => "queue",
             Key::Aqm => "aqm",
+            Key::Pace => "pace",
             Key::Mtu => "mtu",
             Key::Seed => "seed",
         }
@@ -669,6 +677,7 @@ enum Setting {
     Bottleneck(Bottleneck),
     Queue(QueueLimit),
     Aqm(Aqm),
+    Pace(u64),
     Mtu(u32),
     Seed(u64),
 }
@@ -728,6 +737,14 @@ fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
         }),
         Key::Queue => Setting::Queue(queue(cur.value("a queue size such as 100p, 256K, 1bdp")?)?),
         Key::Aqm => Setting::Aqm(aqm(cur)?),
+        Key::Pace => {
+            let t = cur.value(RATE)?;
+            let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
+            if bps == 0 {
+                return Err(t.error("a pacing rate must be above zero; leave out pace for none"));
+            }
+            Setting::Pace(bps)
+        }
         Key::Mtu => {
             let t = cur.value(SIZE)?;
             let mtu = small_size(t)?;
@@ -1008,6 +1025,7 @@ fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
                 Setting::Bottleneck(b) => link.bottleneck = b.clone(),
                 Setting::Queue(q) => link.queue = *q,
                 Setting::Aqm(a) => link.aqm = *a,
+                Setting::Pace(bps) => link.pace = Some(*bps),
                 Setting::Mtu(m) => path.mtu = *m,
                 Setting::Seed(s) => path.seed = *s,
             }
@@ -1235,7 +1253,7 @@ impl PathSpec {
         }
         // Each per-direction field as (key, value) when not the default.
         type Field = fn(&LinkSpec) -> Option<(Key, String)>;
-        let fields: [Field; 8] = [
+        let fields: [Field; 9] = [
             |l| l.jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
             |l| fmt_loss(&l.loss).map(|v| (Key::Loss, v)),
             |l| (!l.duplicate.is_zero()).then(|| (Key::Duplicate, l.duplicate.to_string())),
@@ -1244,6 +1262,7 @@ impl PathSpec {
             |l| fmt_bottleneck(&l.bottleneck),
             |l| (l.queue != QueueLimit::default()).then(|| (Key::Queue, l.queue.to_string())),
             |l| fmt_aqm(&l.aqm).map(|v| (Key::Aqm, v)),
+            |l| l.pace.map(|bps| (Key::Pace, fmt_rate(bps))),
         ];
         for field in fields {
             let (u, d) = (field(up), field(down));

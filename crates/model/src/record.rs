@@ -96,6 +96,10 @@ pub struct Tuning {
     /// SO_MAX_PACING_RATE on the sender, bit/s.
     pub pacing_rate: Option<u64>,
     pub send_method: SendMethod,
+    /// Application pacing: the sender writes no faster than this, bit/s (each write
+    /// whole, when its bytes fall due).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_rate: Option<u64>,
 }
 
 /// `tcplab run`'s defaults: autotuned buffers, 128 KiB writes and reads, Nagle on,
@@ -112,6 +116,7 @@ impl Default for Tuning {
             cc: None,
             pacing_rate: None,
             send_method: SendMethod::Write,
+            app_rate: None,
         }
     }
 }
@@ -408,6 +413,10 @@ pub struct PathRecord {
     pub access: Vec<String>,
     pub up: DirectionStats,
     pub down: DirectionStats,
+    /// Wall-clock time of the emulator's time 0 (µs since the Unix epoch): queue samples
+    /// minus `started_unix_us − epoch_unix_us` are on the run's time base.
+    #[serde(default)]
+    pub epoch_unix_us: i64,
 }
 
 /// One direction of the emulator: its links' counters and how punctual it was.
@@ -428,6 +437,36 @@ pub struct DirectionStats {
     pub write_errors: u64,
     /// Packet buffers allocated: the high-water mark of packets inside.
     pub buffers: usize,
+    /// Burstiness of each flow entering the bottleneck (a link with a rate), busiest
+    /// flow first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bursts: Vec<BurstStats>,
+    /// The bottleneck queue's occupancy over time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<QueueSample>,
+}
+
+/// How one flow arrived at the bottleneck. A burst is a run of packets each arriving
+/// before the link could have sent the previous one at its rate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BurstStats {
+    /// "tcp 10.77.1.1:40000 > 10.77.0.1:5201".
+    pub flow: String,
+    pub packets: u64,
+    pub bursts: u64,
+    pub burst_mean: f64,
+    pub burst_p99: f64,
+    pub burst_max: u64,
+    /// Time between consecutive packets of the flow, µs.
+    pub gap_us: Quantiles,
+}
+
+/// The bottleneck queue at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueSample {
+    /// µs since the lab's emulator started (`PathRecord::epoch_unix_us`).
+    pub t_us: u64,
+    pub bytes: u64,
 }
 
 /// One link's counters, named ("bottleneck", "access client2").

@@ -262,19 +262,32 @@ fn udp_flows_take_a_rate_a_size_and_a_burst() {
 }
 
 #[test]
-fn pacing_none_or_kernel_at_a_rate() {
+fn pacing_none_kernel_app_or_a_gap_pacer_at_a_rate() {
     let e = ok(r#"
+        path = "rtt 10ms rate 100mbit"
         [[flow]]
-        pacing_rate = "900mbit"
+        pacing_rate = "90mbit"
         [[axis]]
         key = "flow.pacing"
-        values = ["none", "kernel"]
+        values = ["none", "kernel", "app", "gap"]
     "#);
-    let rate = |i: usize| e.points[i].config.flows[0].params.tuning.pacing_rate;
-    assert_eq!((rate(0), rate(1)), (None, Some(900_000_000)));
-    assert!(err("[[flow]]\npacing = \"kernel\"\n")
-        .message
-        .contains("needs a pacing_rate"));
+    let tuning = |i: usize| e.points[i].config.flows[0].params.tuning.clone();
+    let pace = |i: usize| e.points[i].config.path.up.pace;
+    assert_eq!(
+        (tuning(0).pacing_rate, tuning(0).app_rate, pace(0)),
+        (None, None, None)
+    );
+    assert_eq!(tuning(1).pacing_rate, Some(90_000_000));
+    assert_eq!(
+        (tuning(2).pacing_rate, tuning(2).app_rate),
+        (None, Some(90_000_000))
+    );
+    assert_eq!((tuning(3).pacing_rate, pace(3)), (None, Some(90_000_000)));
+    assert_eq!(e.points[3].config.path.down.pace, None);
+    for mode in ["kernel", "app", "gap"] {
+        let e = err(&format!("[[flow]]\npacing = \"{mode}\"\n"));
+        assert!(e.message.contains("needs a pacing_rate"), "{mode}: {e}");
+    }
     assert_eq!(err("[[flow]]\npacing = \"fast\"\n").at, Some((2, 10)));
 }
 

@@ -98,10 +98,20 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
         reorder,
         bottleneck,
         queue,
-        aqm,
+        (aqm, proptest::option::of(1..100_000_000_000u64)),
     )
         .prop_map(
-            |(delay_us, jitter, loss, duplicate, corrupt, reorder, bottleneck, queue, aqm)| {
+            |(
+                delay_us,
+                jitter,
+                loss,
+                duplicate,
+                corrupt,
+                reorder,
+                bottleneck,
+                queue,
+                (aqm, pace),
+            )| {
                 let mut l = LinkSpec {
                     delay_us,
                     jitter,
@@ -112,6 +122,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                     bottleneck,
                     queue,
                     aqm,
+                    pace,
                 };
                 // Keep it valid: reorder needs a delay, a bdp queue a rate.
                 if l.reorder.is_some() && l.delay_us == 0 {
@@ -219,6 +230,15 @@ fn toml_shape_matches_the_text_grammar() {
     let e: Experiment = toml::from_str("[path]\nqueue = 100\nloss = 1\nmtu = 9000\n").unwrap();
     assert_eq!(e.path.up.queue, QueueLimit::Packets(100));
     assert_eq!(e.path.mtu, 9000);
+}
+
+#[test]
+fn a_gap_pacer_is_a_rate_per_direction() {
+    let spec: PathSpec = "rtt 10ms rate 100mbit up.pace 90mbit".parse().unwrap();
+    assert_eq!((spec.up.pace, spec.down.pace), (Some(90_000_000), None));
+    assert_eq!(spec.to_string(), "rtt 10ms rate 100mbit up.pace 90mbit");
+    let zero = "pace 0".parse::<PathSpec>().unwrap_err().to_string();
+    assert!(zero.contains("above zero"), "{zero}");
 }
 
 #[test]

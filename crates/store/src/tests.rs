@@ -183,6 +183,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 cc: Some("bbr".into()),
                 pacing_rate: Some(u64::MAX),
                 send_method: SendMethod::Sendfile,
+                app_rate: Some(500_000_000),
             },
             sample_interval_us: 10_000,
             report_interval_us: 1_000_000,
@@ -245,6 +246,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 ..Default::default()
             },
             down: Default::default(),
+            epoch_unix_us: 1_795_000_000_000_000,
         }),
         samples,
     }

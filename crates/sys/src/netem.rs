@@ -339,6 +339,11 @@ pub fn netem_options_in(
     if mtu == 0 {
         return Err(NetemError::Unrepresentable("an MTU of 0".into()));
     }
+    if link.pace.is_some() {
+        return Err(NetemError::Unrepresentable(
+            "a gap pacer (pace; use the tcplab emulator)".into(),
+        ));
+    }
     let rate = match link.bottleneck {
         Bottleneck::Trace { .. } => return Err(NetemError::Trace),
         Bottleneck::Unlimited => None,

@@ -177,6 +177,17 @@ pub fn set_nodelay(fd: impl AsFd, nodelay: bool) -> io::Result<()> {
     SockRef::from(&fd).set_tcp_nodelay(nodelay)
 }
 
+/// TCP_NOTSENT_LOWAT: writes wait while more than `bytes` are queued but not yet sent.
+pub fn set_notsent_lowat(fd: impl AsFd, bytes: u32) -> io::Result<()> {
+    let bytes = bytes as libc::c_int;
+    setsockopt(
+        fd.as_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        &bytes,
+    )
+}
+
 /// TCP_MAXSEG. Set it before connect/listen: on an established connection the
 /// kernel stores it but keeps the MSS it negotiated.
 pub fn set_mss(fd: impl AsFd, mss: u32) -> io::Result<()> {

@@ -315,9 +315,23 @@ fn send_until_end(
         .set_write_timeout(Some(WRITE_TIMEOUT))
         .map_err(|e| (0, e))?;
     let mut sent = 0u64;
+    let app_rate = params.tuning.app_rate;
+    if app_rate.is_some() {
+        // A paced application must not pile a backlog into the socket while the
+        // window is small (slow start): TCP would send it at line rate once the window
+        // opens, a burst pacing is meant to prevent.
+        sockopt::set_notsent_lowat(stream.as_fd(), params.tuning.write_size).map_err(|e| (0, e))?;
+    }
+    let mut next_write_us = monotonic_us();
     while budget > 0 && !stop.load(Ordering::Relaxed) {
-        if deadline.is_some_and(|d| monotonic_us() >= d) {
+        let now = monotonic_us();
+        if deadline.is_some_and(|d| now >= d) {
             break;
+        }
+        if app_rate.is_some() && next_write_us > now {
+            let until = deadline.map_or(next_write_us, |d| next_write_us.min(d));
+            thread::sleep(Duration::from_micros((until - now) as u64).min(STOP_POLL));
+            continue;
         }
         let want = budget.min(params.tuning.write_size as u64) as usize;
         match payload.send(stream, want) {
@@ -325,6 +339,12 @@ fn send_until_end(
                 sent += n as u64;
                 budget -= n as u64;
                 flow.bytes.store(sent, Ordering::Relaxed);
+                if let Some(bps) = app_rate {
+                    // The next write falls due when these bytes have left at the rate;
+                    // a writer that fell behind catches up by one write, not in a burst.
+                    let spacing = (n as f64 * 8e6 / bps as f64) as i64;
+                    next_write_us = next_write_us.max(now - spacing) + spacing;
+                }
             }
             // The write timed out with nothing sent: look at the clock and stop flag again.
             Err(e) if timed_out(&e) => {}

@@ -34,6 +34,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         limits,
         |line| eprintln!("tcplab serve: {line}"),
         &AtomicBool::new(false),
+        None,
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -152,6 +153,7 @@ fn run_client(
         params: params.clone(),
         label: out.label.clone(),
         tags: out.tags.clone(),
+        pacing: None,
     };
     let live = (!out.json).then(live_lines);
     Ok(client::run(&request, stop, &mut |group| {

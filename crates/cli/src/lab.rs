@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig, LabStats};
-use tcplab_model::path::PathSpec;
+use tcplab_model::path::{Pace, PathSpec};
 use tcplab_sys::poll;
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
@@ -78,8 +78,11 @@ pub fn command(cmd: LabCommand) -> Result<ExitCode> {
 
 fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     registry::check_name(name).map_err(anyhow::Error::msg)?;
-    if args.path.is_none() {
+    let Some(path) = &args.path else {
         bail!("lab up needs --path SPEC (an empty spec \"\" is an ideal path)");
+    };
+    if [path.up.pace, path.down.pace].contains(&Some(Pace::Cwnd)) {
+        bail!("pace cwnd follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate");
     }
     config(args, name)?;
     let mut cmd = Command::new(std::env::current_exe().context("locating the tcplab binary")?);

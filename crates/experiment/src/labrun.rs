@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use tcplab_lab::{Lab, LabConfig};
+use tcplab_model::path::Direction;
 use tcplab_model::record::{IntervalRecord, RunRecord, TestParams};
 use tcplab_traffic::client::{self, Request};
 use tcplab_traffic::merge;
@@ -67,11 +68,22 @@ pub fn run_in_lab(
         .try_run(move || TcpListener::bind(server_addr))
         .context("starting the lab's server")?;
     let server_stop = Arc::new(AtomicBool::new(false));
+    // Senders feed a dynamic gap pacer (`pace cwnd`) their window rate: the clients
+    // send up, the server down.
+    let down_pacing = lab.pacing_target(Direction::Down);
     let serving = {
         let server_stop = Arc::clone(&server_stop);
         lab.server
             .ns
-            .spawn(move || server::serve(listener, ServerLimits::default(), |_| {}, &server_stop))
+            .spawn(move || {
+                server::serve(
+                    listener,
+                    ServerLimits::default(),
+                    |_| {},
+                    &server_stop,
+                    down_pacing,
+                )
+            })
             .context("starting the lab's server")?
     };
     let setup = started.elapsed();
@@ -110,6 +122,7 @@ fn run_groups(
                 params: group.params.clone(),
                 label: group.label.clone(),
                 tags: group.tags.clone(),
+                pacing: lab.pacing_target(Direction::Up),
             };
             lab.clients[group.client].ns.spawn(move || {
                 if !sleep_unless_stopped(Duration::from_micros(group.start_us), &stop) {

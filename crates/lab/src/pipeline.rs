@@ -15,7 +15,7 @@
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
@@ -64,6 +64,8 @@ pub struct Hop {
     pub then: Target,
     /// Measures the burstiness of what enters the link and its queue over time.
     pub meter: Option<BurstMeter>,
+    /// A rate set from outside (a dynamic pacer's target, bit/s; 0 = none yet).
+    pub rate_control: Option<Arc<AtomicU64>>,
 }
 
 /// How often a metered link's queue occupancy is recorded.
@@ -106,6 +108,7 @@ pub fn run(
     let mut direction = Direction::new(plan, epoch_ns, realtime);
     let mut next_publish = 0;
     while !stop.load(Ordering::Relaxed) {
+        direction.follow_rates();
         direction.ingest()?;
         let now = direction.now();
         direction.deliver(now);
@@ -427,6 +430,15 @@ impl Direction {
             }
         }
         Ok(())
+    }
+
+    /// Links whose rate is set from outside take the current value.
+    fn follow_rates(&mut self) {
+        for hop in &mut self.plan.hops {
+            if let Some(control) = &hop.rate_control {
+                hop.link.set_rate(control.load(Ordering::Relaxed));
+            }
+        }
     }
 
     fn sample_queues(&mut self, now: u64) {

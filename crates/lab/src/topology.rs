@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::link::{Link, LinkError, Trace};
-use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, PathSpec, QueueLimit};
+use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, Pace, PathSpec, QueueLimit};
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
@@ -140,6 +140,8 @@ pub struct Lab {
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     epoch_unix_us: i64,
+    /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
+    pacing_targets: [Option<Arc<AtomicU64>>; 2],
     /// Until torn down: what Drop still has to do.
     alive: bool,
 }
@@ -194,9 +196,17 @@ fn load_trace(spec: &LinkSpec) -> Result<Option<Trace>, LabError> {
 /// drop is counted under its name).
 const PACER_QUEUE_PACKETS: u64 = 10_000;
 
-/// A gap pacer (PSPacer): packets leave spaced as at `bps`, queued without a limit
-/// short of [`PACER_QUEUE_PACKETS`]. Its `then` is set by the caller.
-fn pacer_hop(bps: u64, mtu: u32) -> Result<Hop, LabError> {
+/// A dynamic pacer's rate before the first target arrives: no pacing to speak of.
+const UNPACED_BPS: u64 = 1_000_000_000_000;
+
+/// A gap pacer (PSPacer): packets leave spaced as at its rate, queued without a limit
+/// short of [`PACER_QUEUE_PACKETS`]; a dynamic one follows `target`. Its `then` is set
+/// by the caller.
+fn pacer_hop(pace: Pace, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop, LabError> {
+    let bps = match pace {
+        Pace::Rate(bps) => bps,
+        Pace::Cwnd => UNPACED_BPS,
+    };
     let spec = LinkSpec {
         bottleneck: Bottleneck::Rate { bps, overhead: 0 },
         queue: QueueLimit::Packets(PACER_QUEUE_PACKETS),
@@ -207,6 +217,7 @@ fn pacer_hop(bps: u64, mtu: u32) -> Result<Hop, LabError> {
         link: Link::new(&spec, 0, mtu, 0, None)?,
         then: Target::Route,
         meter: None,
+        rate_control: target,
     })
 }
 
@@ -337,6 +348,11 @@ impl Lab {
             !delay_only(config.path.link(dir))
                 || config.clients.iter().any(|a| !delay_only(a.link(dir)))
         };
+        // A dynamic pacer's target rate, published by the direction's senders.
+        let pacing_targets = [Direction::Up, Direction::Down].map(|dir| {
+            (config.path.link(dir).pace == Some(Pace::Cwnd)).then(|| Arc::new(AtomicU64::new(0)))
+        });
+        let pacing_target = |dir: Direction| pacing_targets[dir as usize].clone();
         let plan = |dir| {
             Self::plan(
                 config,
@@ -345,6 +361,7 @@ impl Lab {
                 &client_tuns,
                 &server_tun,
                 &clients,
+                &pacing_target,
             )
         };
         let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
@@ -375,6 +392,7 @@ impl Lab {
             up,
             down,
             epoch_unix_us,
+            pacing_targets,
             alive: true,
         })
     }
@@ -440,6 +458,7 @@ impl Lab {
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us: realtime_us(),
+            pacing_targets: Default::default(),
             alive: true,
         })
     }
@@ -453,6 +472,7 @@ impl Lab {
         client_tuns: &[Arc<Tun>],
         server_tun: &Arc<Tun>,
         clients: &[Host],
+        pacing_target: &dyn Fn(Direction) -> Option<Arc<AtomicU64>>,
     ) -> Result<DirectionPlan, LabError> {
         // Hops are listed upstream first: up = access links, then the bottleneck;
         // down = the bottleneck, then the access links.
@@ -467,7 +487,7 @@ impl Lab {
             .path
             .link(dir)
             .pace
-            .map(|bps| pacer_hop(bps, config.path.mtu))
+            .map(|pace| pacer_hop(pace, config.path.mtu, pacing_target(dir)))
             .transpose()?;
         let entry = match dir {
             Direction::Up => access.len(),
@@ -495,6 +515,7 @@ impl Lab {
                 }
                 _ => None,
             },
+            rate_control: None,
         };
         // The client side of each client: its access link if it has one, else its device.
         let mut access_hops = Vec::new();
@@ -511,6 +532,7 @@ impl Lab {
                     link: make_link(spec, dir, per_packet)?,
                     then: beyond,
                     meter: None,
+                    rate_control: None,
                 });
             } else {
                 client_side.push(beyond);
@@ -554,6 +576,12 @@ impl Lab {
 
     pub fn name(&self) -> &str {
         &self.entry.name
+    }
+
+    /// Where the senders of direction `dir` publish the rate a dynamic gap pacer
+    /// (`pace cwnd`) follows, bit/s; `None` when that direction has none.
+    pub fn pacing_target(&self, dir: Direction) -> Option<Arc<AtomicU64>> {
+        self.pacing_targets[dir as usize].clone()
     }
 
     pub fn stats(&self) -> LabStats {

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use toml::{Spanned, Table, Value};
 
-use crate::path::PathSpec;
+use crate::path::{Pace, PathSpec};
 use crate::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
 use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use crate::units::{parse_duration, parse_rate, parse_size, UnitError};
@@ -397,6 +397,8 @@ enum Pacing {
     /// A gap pacer (PSPacer) at `pacing_rate` on the sending host's egress: the path's
     /// `pace` in the flow's direction (it spaces every flow of that direction).
     Gap,
+    /// The gap pacer following the senders' cwnd × MSS / RTT (`pace cwnd`).
+    GapCwnd,
 }
 
 impl File {
@@ -457,17 +459,22 @@ impl File {
         }
         let mut path = self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default();
         for (file, flow) in self.flow.iter().zip(&flows) {
-            if file.pacing == Some(Pacing::Gap) {
-                let bps = file.pacing_rate.ok_or_else(|| {
-                    format!("flow '{}': pacing = \"gap\" needs a pacing_rate", flow.name)
-                })?;
+            let pace = match file.pacing {
+                Some(Pacing::Gap) => Some(Pace::Rate(
+                    file.pacing_rate
+                        .ok_or_else(|| {
+                            format!("flow '{}': pacing = \"gap\" needs a pacing_rate", flow.name)
+                        })?
+                        .0,
+                )),
+                Some(Pacing::GapCwnd) => Some(Pace::Cwnd),
+                _ => None,
+            };
+            if pace.is_some() {
                 match flow.params.mode {
-                    Mode::Up => path.up.pace = Some(bps.0),
-                    Mode::Down => path.down.pace = Some(bps.0),
-                    Mode::Bidir => {
-                        path.up.pace = Some(bps.0);
-                        path.down.pace = Some(bps.0);
-                    }
+                    Mode::Up => path.up.pace = pace,
+                    Mode::Down => path.down.pace = pace,
+                    Mode::Bidir => (path.up.pace, path.down.pace) = (pace, pace),
                 }
             }
         }
@@ -560,7 +567,7 @@ impl FlowFile {
             mss: self.mss.map(|m| u32_size("mss", Some(m), 0)).transpose()?,
             cc: self.cc.clone(),
             pacing_rate: match (self.pacing, self.pacing_rate) {
-                (Some(Pacing::None | Pacing::App | Pacing::Gap), _) => None,
+                (Some(Pacing::None | Pacing::App | Pacing::Gap | Pacing::GapCwnd), _) => None,
                 (Some(Pacing::Kernel), None) => {
                     return Err(format!(
                         "flow '{name}': pacing = \"kernel\" needs a pacing_rate"

@@ -22,9 +22,10 @@
 //!   reorder P [CORR] [gap N]                 as netem: P of packets (after N-1 delayed ones,
 //!                                            default N = 1) skip the delay; needs a delay
 //!   rate R [overhead BYTES]                  bottleneck rate; BYTES added to every packet
-//!   pace R                                   a gap pacer (PSPacer) on the sending host's
-//!                                            egress, before every other link: packets leave
-//!                                            it spaced as at rate R, none dropped
+//!   pace R | pace cwnd                       a gap pacer (PSPacer) where the path enters the
+//!                                            bottleneck: packets leave it spaced as at rate
+//!                                            R, none dropped; `cwnd`: R follows the sending
+//!                                            flows' cwnd × MSS / RTT (PSPacer's dynamic mode)
 //!   trace FILE                               mahimahi trace instead of a rate (no spaces in
 //!                                            FILE); a direction has a rate or a trace
 //!   queue N                                  bottleneck buffer, default 1000p:
@@ -290,8 +291,17 @@ pub struct LinkSpec {
     pub bottleneck: Bottleneck,
     pub queue: QueueLimit,
     pub aqm: Aqm,
-    /// A gap pacer at the sender's egress, bit/s.
-    pub pace: Option<u64>,
+    /// A gap pacer before the bottleneck.
+    pub pace: Option<Pace>,
+}
+
+/// A gap pacer's rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Fixed, bit/s.
+    Rate(u64),
+    /// The sending flows' cwnd × MSS / smoothed RTT, from their live tcp_info.
+    Cwnd,
 }
 
 impl LinkSpec {
@@ -677,7 +687,7 @@ enum Setting {
     Bottleneck(Bottleneck),
     Queue(QueueLimit),
     Aqm(Aqm),
-    Pace(u64),
+    Pace(Pace),
     Mtu(u32),
     Seed(u64),
 }
@@ -738,12 +748,18 @@ fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
         Key::Queue => Setting::Queue(queue(cur.value("a queue size such as 100p, 256K, 1bdp")?)?),
         Key::Aqm => Setting::Aqm(aqm(cur)?),
         Key::Pace => {
-            let t = cur.value(RATE)?;
-            let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
-            if bps == 0 {
-                return Err(t.error("a pacing rate must be above zero; leave out pace for none"));
+            let t = cur.value("a rate such as 900mbit, or cwnd")?;
+            if t.text == "cwnd" {
+                Setting::Pace(Pace::Cwnd)
+            } else {
+                let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
+                if bps == 0 {
+                    return Err(
+                        t.error("a pacing rate must be above zero; leave out pace for none")
+                    );
+                }
+                Setting::Pace(Pace::Rate(bps))
             }
-            Setting::Pace(bps)
         }
         Key::Mtu => {
             let t = cur.value(SIZE)?;
@@ -1262,7 +1278,12 @@ impl PathSpec {
             |l| fmt_bottleneck(&l.bottleneck),
             |l| (l.queue != QueueLimit::default()).then(|| (Key::Queue, l.queue.to_string())),
             |l| fmt_aqm(&l.aqm).map(|v| (Key::Aqm, v)),
-            |l| l.pace.map(|bps| (Key::Pace, fmt_rate(bps))),
+            |l| {
+                l.pace.map(|p| match p {
+                    Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
+                    Pace::Cwnd => (Key::Pace, "cwnd".to_owned()),
+                })
+            },
         ];
         for field in fields {
             let (u, d) = (field(up), field(down));

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
+use tcplab_model::path::Pace;
 use tcplab_model::record::{Mode, TestEnd};
 
 fn ok(text: &str) -> Experiment {
@@ -282,7 +283,10 @@ fn pacing_none_kernel_app_or_a_gap_pacer_at_a_rate() {
         (tuning(2).pacing_rate, tuning(2).app_rate),
         (None, Some(90_000_000))
     );
-    assert_eq!((tuning(3).pacing_rate, pace(3)), (None, Some(90_000_000)));
+    assert_eq!(
+        (tuning(3).pacing_rate, pace(3)),
+        (None, Some(Pace::Rate(90_000_000)))
+    );
     assert_eq!(e.points[3].config.path.down.pace, None);
     for mode in ["kernel", "app", "gap"] {
         let e = err(&format!("[[flow]]\npacing = \"{mode}\"\n"));

@@ -98,7 +98,13 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
         reorder,
         bottleneck,
         queue,
-        (aqm, proptest::option::of(1..100_000_000_000u64)),
+        (
+            aqm,
+            proptest::option::of(prop_oneof![
+                Just(Pace::Cwnd),
+                (1..100_000_000_000u64).prop_map(Pace::Rate)
+            ]),
+        ),
     )
         .prop_map(
             |(
@@ -235,8 +241,16 @@ fn toml_shape_matches_the_text_grammar() {
 #[test]
 fn a_gap_pacer_is_a_rate_per_direction() {
     let spec: PathSpec = "rtt 10ms rate 100mbit up.pace 90mbit".parse().unwrap();
-    assert_eq!((spec.up.pace, spec.down.pace), (Some(90_000_000), None));
+    assert_eq!(
+        (spec.up.pace, spec.down.pace),
+        (Some(Pace::Rate(90_000_000)), None)
+    );
     assert_eq!(spec.to_string(), "rtt 10ms rate 100mbit up.pace 90mbit");
+    let dynamic: PathSpec = "pace cwnd".parse().unwrap();
+    assert_eq!(
+        (dynamic.up.pace, dynamic.to_string().as_str()),
+        (Some(Pace::Cwnd), "pace cwnd")
+    );
     let zero = "pace 0".parse::<PathSpec>().unwrap_err().to_string();
     assert!(zero.contains("above zero"), "{zero}");
 }

@@ -13,7 +13,7 @@ use tcplab_model::record::{Host, IntervalRecord, RunRecord, TestParams};
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
 
-use crate::engine::{self, FlowSocket, Flows};
+use crate::engine::{self, End, FlowSocket, Flows, RateTarget};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
@@ -36,6 +36,8 @@ pub struct Request {
     pub params: TestParams,
     pub label: Option<String>,
     pub tags: Vec<String>,
+    /// Where this end's senders publish their window rate for a lab's dynamic pacer.
+    pub pacing: Option<RateTarget>,
 }
 
 /// Resolves a target as users write it; the port defaults to 5201.
@@ -155,6 +157,7 @@ pub fn run(
         flows,
         context,
         stop,
+        request.pacing.clone(),
         on_interval,
     ))
 }
@@ -335,20 +338,25 @@ fn run_started(
     flows: Flows,
     context: TestContext,
     stop: Arc<AtomicBool>,
+    pacing: Option<RateTarget>,
     on_interval: &mut dyn FnMut(&[IntervalRecord]),
 ) -> RunRecord {
     let (events, inbox) = mpsc::channel::<Event>();
     let (local_tx, local_rx) = mpsc::channel::<Vec<SideInterval>>();
     let side = {
         let (params, stop) = (context.params.clone(), Arc::clone(&stop));
-        let t0 = context.t0_us;
-        // The server's clock against ours, for one-way delays: server = client + offset.
-        let peer_offset_ns = if context.same_clock() {
-            0
-        } else {
-            context.clock.offset_us * 1000
+        let end = End {
+            host: Host::Client,
+            t0_us: context.t0_us,
+            // The server's clock against ours: server = client + offset.
+            peer_offset_ns: if context.same_clock() {
+                0
+            } else {
+                context.clock.offset_us * 1000
+            },
+            pacing,
         };
-        thread::spawn(move || flows.run(&params, Host::Client, t0, peer_offset_ns, local_tx, stop))
+        thread::spawn(move || flows.run(&params, end, local_tx, stop))
     };
     {
         // One thread relays this end's intervals, then its outcome: in that order, so the

@@ -47,29 +47,49 @@ pub struct FlowSocket {
     pub buffer: BufferSize,
 }
 
+/// Where an end's TCP senders publish their combined cwnd × MSS / smoothed RTT (bit/s)
+/// at every sample: the rate a dynamic gap pacer in a lab follows (`pace cwnd`).
+pub type RateTarget = Arc<AtomicU64>;
+
 /// One end's data sockets, ready to run.
 pub enum Flows {
     Tcp(Vec<FlowSocket>),
     Udp(Vec<crate::udp::UdpFlow>),
 }
 
+/// Where and when an end runs its flows.
+pub struct End {
+    pub host: Host,
+    /// The test's start on this end's monotonic clock, µs.
+    pub t0_us: i64,
+    /// The peer's monotonic clock minus ours, ns (0 on one machine), for UDP's one-way
+    /// delays.
+    pub peer_offset_ns: i64,
+    /// Where the TCP senders publish their window rate, for a lab's dynamic pacer.
+    pub pacing: Option<RateTarget>,
+}
+
 impl Flows {
-    /// Runs this end's flows (see [`run_side`] and [`crate::udp::run_side`]);
-    /// `peer_offset_ns` is the peer's monotonic clock minus ours, for UDP's one-way delays.
+    /// Runs this end's flows (see [`run_side`] and [`crate::udp::run_side`]).
     pub fn run(
         self,
         params: &TestParams,
-        host: Host,
-        t0_us: i64,
-        peer_offset_ns: i64,
+        end: End,
         intervals: Sender<Vec<SideInterval>>,
         stop: Arc<AtomicBool>,
     ) -> SideOutcome {
         match self {
-            Flows::Tcp(flows) => run_side(params, host, flows, t0_us, intervals, stop),
-            Flows::Udp(flows) => {
-                crate::udp::run_side(params, flows, t0_us, peer_offset_ns, intervals, stop)
-            }
+            Flows::Tcp(flows) => run_side(
+                params, end.host, flows, end.t0_us, intervals, stop, end.pacing,
+            ),
+            Flows::Udp(flows) => crate::udp::run_side(
+                params,
+                flows,
+                end.t0_us,
+                end.peer_offset_ns,
+                intervals,
+                stop,
+            ),
         }
     }
 }
@@ -103,6 +123,7 @@ pub fn run_side(
     t0_us: i64,
     intervals: Sender<Vec<SideInterval>>,
     stop: Arc<AtomicBool>,
+    pacing: Option<RateTarget>,
 ) -> SideOutcome {
     let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
     let shared: Vec<Arc<FlowShared>> = flows
@@ -164,7 +185,15 @@ pub fn run_side(
                 // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
                 unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, MONITOR_TIMER_SLACK_NS, 0, 0, 0) };
                 let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
-                let result = monitor(&shared, start_infos, &params, host, t0_us, &intervals);
+                let result = monitor(
+                    &shared,
+                    start_infos,
+                    &params,
+                    host,
+                    t0_us,
+                    &intervals,
+                    pacing.as_deref(),
+                );
                 (
                     result,
                     cpu::thread_cpu_time().unwrap_or_default() - cpu_start,
@@ -534,6 +563,7 @@ fn monitor(
     host: Host,
     t0_us: i64,
     intervals: &Sender<Vec<SideInterval>>,
+    pacing: Option<&AtomicU64>,
 ) -> Watch {
     let sample_every = params.sample_interval_us as i64;
     let report_every = params.report_interval_us.max(1) as i64;
@@ -561,6 +591,8 @@ fn monitor(
         let all_done = flows.iter().all(|f| f.done.load(Ordering::Acquire));
         let now = monotonic_us();
         if sample_every > 0 && now >= next_sample {
+            // PSPacer's dynamic target: each sender's window per round trip, summed.
+            let mut window_rate_bps = 0.0;
             for (flow, w) in flows.iter().zip(&mut watched) {
                 if flow.done.load(Ordering::Acquire) {
                     continue;
@@ -579,6 +611,10 @@ fn monitor(
                 };
                 if flow.role == Role::Send {
                     w.rtt.add(info.rtt);
+                    if info.rtt > 0 {
+                        window_rate_bps += f64::from(info.snd_cwnd) * f64::from(info.snd_mss) * 8e6
+                            / f64::from(info.rtt);
+                    }
                 }
                 w.samples += 1;
                 samples.push(SampleRecord {
@@ -588,6 +624,9 @@ fn monitor(
                     info,
                     bbr,
                 });
+            }
+            if let Some(target) = pacing.filter(|_| window_rate_bps > 0.0) {
+                target.store(window_rate_bps as u64, Ordering::Relaxed);
             }
             // Skip ticks we overslept instead of bursting to catch up.
             next_sample += sample_every * ((now - next_sample) / sample_every + 1);

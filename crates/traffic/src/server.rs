@@ -15,7 +15,7 @@ use rand::RngCore;
 use tcplab_model::record::{BufferSize, Host, TestEnd, TestParams};
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
-use crate::engine::{FlowSocket, Flows};
+use crate::engine::{End, FlowSocket, Flows, RateTarget};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
 };
@@ -48,12 +48,14 @@ impl Default for ServerLimits {
     }
 }
 
-/// Serves until `stop` is set. Each control connection gets its own thread.
+/// Serves until `stop` is set. Each control connection gets its own thread. `pacing`:
+/// where the tests' senders publish their window rate (a lab's dynamic pacer).
 pub fn serve(
     listener: TcpListener,
     limits: ServerLimits,
     log: fn(&str),
     stop: &AtomicBool,
+    pacing: Option<RateTarget>,
 ) -> io::Result<()> {
     let limits = Arc::new(limits);
     listener.set_nonblocking(true)?;
@@ -71,10 +73,10 @@ pub fn serve(
                 continue;
             }
         };
-        let limits = Arc::clone(&limits);
+        let (limits, pacing) = (Arc::clone(&limits), pacing.clone());
         let spawned = thread::Builder::new()
             .name(format!("client-{peer}"))
-            .spawn(move || match handle_client(stream, &limits, log) {
+            .spawn(move || match handle_client(stream, &limits, log, pacing) {
                 Ok(()) => log(&format!("{peer}: test done")),
                 Err(e) => log(&format!("{peer}: dropped: {e}")),
             });
@@ -93,6 +95,7 @@ fn handle_client(
     mut control: TcpStream,
     limits: &ServerLimits,
     log: fn(&str),
+    pacing: Option<RateTarget>,
 ) -> Result<(), TrafficError> {
     control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
@@ -141,7 +144,7 @@ fn handle_client(
         params.streams,
         params.mode
     ));
-    run_test(control, &params, &clock)
+    run_test(control, &params, &clock, pacing)
 }
 
 fn unexpected(msg: &Message, wanted: &str) -> TrafficError {
@@ -216,6 +219,7 @@ fn run_test(
     mut control: TcpStream,
     params: &TestParams,
     clock: &ClientClock,
+    pacing: Option<RateTarget>,
 ) -> Result<(), TrafficError> {
     let roles = flow_roles(params);
     let server_roles: Vec<Role> = roles
@@ -326,7 +330,13 @@ fn run_test(
     let side = {
         let params = params.clone();
         let stop = Arc::clone(&stop);
-        thread::spawn(move || flows.run(&params, Host::Server, t0, peer_offset_ns, tx, stop))
+        let end = End {
+            host: Host::Server,
+            t0_us: t0,
+            peer_offset_ns,
+            pacing,
+        };
+        thread::spawn(move || flows.run(&params, end, tx, stop))
     };
     control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     for records in rx {

@@ -616,6 +616,16 @@ impl<P> Link<P> {
         self.now = now;
     }
 
+    /// Changes a rate link's rate from the next packet on (a dynamic pacer follows its
+    /// flow); no effect on a trace or unlimited link, or for a rate of 0.
+    pub fn set_rate(&mut self, new_bps: u64) {
+        if let Server::Rate { bps, .. } = &mut self.server {
+            if new_bps > 0 {
+                *bps = new_bps;
+            }
+        }
+    }
+
     /// Starts serializing the next packet at `t` if the rate server is free.
     fn start_rate(&mut self, t: u64) {
         if self.in_service.is_some() {

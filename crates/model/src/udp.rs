@@ -104,6 +104,13 @@ impl Schedule {
         self.behind(now_ns, sent).min(self.max_batch)
     }
 
+    /// How long a sender catching up waits between two batches: half a burst period,
+    /// so that it catches up at twice its rate and its batches never merge into one
+    /// longer burst on the wire. 0 when unlimited.
+    pub fn catch_up_gap_ns(&self) -> i64 {
+        (self.period_ns / 2.0) as i64
+    }
+
     /// When the next datagram after `sent` falls due, ns; `None` when unlimited. A time
     /// already past means the sender is catching up.
     pub fn next_ns(&self, sent: u64) -> Option<i64> {
@@ -282,6 +289,7 @@ mod tests {
         assert_eq!(s.due(30_000_000, 10), 5);
         assert_eq!(s.due(30_000_000, 15), 5);
         assert_eq!(s.next_ns(20), Some(20_000_000));
+        assert_eq!(s.catch_up_gap_ns(), 2_500_000);
         assert_eq!(s.late, 0);
         // Asleep for a second: beyond the catch-up limit, the backlog is dropped.
         assert_eq!(s.due(1_030_000_000, 35), 5);

@@ -28,8 +28,6 @@ use crate::setup::untouched;
 /// How often a sleeping sender can count on waking: it may send what falls due in this
 /// time as one batch (measured wake-up latency here: p50 20–40 µs, p99 100–200 µs).
 const TIMER_GRANULARITY_NS: f64 = 200_000.0;
-/// Between two batches of a sender catching up: the batches stay apart on the wire.
-const CATCH_UP_GAP_NS: i64 = 20_000;
 /// Datagrams per sendmmsg / recvmmsg call at most.
 const BATCH: usize = 64;
 /// How long a receiver waits in one read before it looks at the clock.
@@ -277,7 +275,7 @@ fn send(
             .next_ns(sent)
             .is_some_and(|next| next < monotonic_ns() as i64)
         {
-            sleep_until_ns(monotonic_ns() as i64 + CATCH_UP_GAP_NS);
+            sleep_until_ns(monotonic_ns() as i64 + schedule.catch_up_gap_ns());
         }
         shared.sent.store(sent, Ordering::Relaxed);
         shared.bytes.store(sent * size as u64, Ordering::Relaxed);

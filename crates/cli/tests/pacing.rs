@@ -9,13 +9,6 @@ use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
-/// Bursts and queues are timing: one test at a time (see paths.rs).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The path: 100 Mbit/s, 10 ms, a 1-BDP queue (125 KB); cubic fills it in slow start.
 const PATH: &str = "rtt 10ms rate 100mbit queue 1bdp";
 

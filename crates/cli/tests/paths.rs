@@ -14,15 +14,6 @@ use tcplab_sys::netns::privileged_or_skip;
 /// IPv4 + TCP with timestamps: what a full segment adds to the MSS on the wire.
 const HEADERS: f64 = 20.0 + 20.0 + 12.0;
 
-/// Timing is the point of these tests, and the emulator of each runs in a debug build on
-/// as few as 2 cores: run them one at a time (cargo already runs test binaries one after
-/// another). Measured in parallel, 100 Mbit/s fell 6 % short and ping gained 6 ms.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn traces() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
 }

@@ -9,13 +9,6 @@ use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
-/// Timing is measured: one test at a time (see paths.rs).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// `tcplab run --path SPEC --udp ARGS… --json`, asserting success.
 fn udp_run(spec: &str, args: &[&str]) -> Value {
     let out = tcplab()

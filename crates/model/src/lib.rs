@@ -2,6 +2,7 @@
 //! statistics. Nothing here reads a clock or makes a syscall, so all of it is testable
 //! without privileges and in virtual time.
 
+pub mod bounds;
 pub mod burst;
 pub mod clock;
 pub mod experiment;

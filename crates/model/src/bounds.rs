@@ -27,8 +27,7 @@ pub fn window_bps(window_bytes: u64, rtt_us: u64) -> Option<f64> {
 
 /// Mathis et al.: MSS / RTT · C / √p, for a loss probability `p` in (0, 1].
 pub fn mathis_bps(mss: u32, rtt_us: u64, p: f64) -> Option<f64> {
-    (rtt_us > 0 && p > 0.0)
-        .then(|| f64::from(mss) * 8e6 / rtt_us as f64 * MATHIS_C / p.sqrt())
+    (rtt_us > 0 && p > 0.0).then(|| f64::from(mss) * 8e6 / rtt_us as f64 * MATHIS_C / p.sqrt())
 }
 
 /// Padhye, Firoiu, Towsley, Kurose (1998), the full model with timeouts:
@@ -103,7 +102,11 @@ mod tests {
     #[test]
     fn link_goodput_and_bdp() {
         // 100 Mbit/s, MSS 1448: 1448 of every 1500 bytes are payload.
-        assert!(close(link_goodput_bps(100_000_000, 1448, 0), 96_533_333.3, 1e-9));
+        assert!(close(
+            link_goodput_bps(100_000_000, 1448, 0),
+            96_533_333.3,
+            1e-9
+        ));
         // 1 Gbit/s × 20 ms = 2.5 MB.
         assert_eq!(bdp_bytes(1_000_000_000, 20_000), 2_500_000.0);
     }

@@ -12,8 +12,11 @@ use tcplab_sys::netns::privileged_or_skip;
 /// The path: 100 Mbit/s, 10 ms, a 1-BDP queue (125 KB); cubic fills it in slow start.
 const PATH: &str = "rtt 10ms rate 100mbit queue 1bdp";
 
-/// What the bottleneck saw of the data flow: (mean burst, longest burst, peak queue
-/// bytes), and the goodput.
+/// What the bottleneck saw of the data flow: (mean burst, longest burst, the queue's
+/// 99th percentile over its millisecond samples in bytes), and the goodput. The
+/// percentile, not the maximum: an emulator thread kept off the CPU for milliseconds
+/// (this VM's scheduler does that) reads its backlog at once, and one such moment is a
+/// peak no sender caused.
 fn bottleneck_view(extra_path: &str, args: &[&str]) -> (f64, u64, u64, f64) {
     let out = tcplab()
         .args([
@@ -32,17 +35,18 @@ fn bottleneck_view(extra_path: &str, args: &[&str]) -> (f64, u64, u64, f64) {
     let v: Value = parse_success(&out);
     let up = &v["path"]["up"];
     let data = &up["bursts"][0];
-    let peak = up["queue"]
+    let mut queue: Vec<u64> = up["queue"]
         .as_array()
         .expect("queue samples")
         .iter()
         .map(|s| u64_at(s, "/bytes"))
-        .max()
-        .unwrap();
+        .collect();
+    queue.sort_unstable();
+    let p99 = queue[(queue.len() - 1) * 99 / 100];
     (
         f64_at(data, "/burst_mean"),
         u64_at(data, "/burst_max"),
-        peak,
+        p99,
         f64_at(&v, "/summary/received_bps"),
     )
 }
@@ -54,8 +58,8 @@ fn each_pacing_mode_shortens_bursts_and_the_queue_against_none() {
     }
     let _serial = serial();
     let (none_mean, _, none_queue, _) = bottleneck_view("", &[]);
-    println!("none: mean burst {none_mean:.1}, peak queue {none_queue} B");
-    // Unpaced slow start arrives in long runs and fills most of the 125 KB queue.
+    println!("none: mean burst {none_mean:.1}, queue p99 {none_queue} B");
+    // Unpaced cubic arrives in long runs and keeps the 125 KB queue nearly full.
     assert!(none_mean > 20.0, "{none_mean}");
     assert!(none_queue > 80_000, "{none_queue}");
     for (mode, extra_path, args) in [
@@ -64,9 +68,11 @@ fn each_pacing_mode_shortens_bursts_and_the_queue_against_none() {
         ("gap", "up.pace 90mbit", &[][..]),
     ] {
         let (mean, max, queue, goodput) = bottleneck_view(extra_path, args);
-        println!("{mode}: mean burst {mean:.1}, longest {max}, peak queue {queue} B, {goodput:.3e} bit/s");
-        // Measured here: unpaced mean bursts 57–2289 packets, paced 7–11 (gap 1); peak
-        // queue unpaced 124.5 KB (full), paced 15–69 KB (gap 0).
+        println!(
+            "{mode}: mean burst {mean:.1}, longest {max}, queue p99 {queue} B, {goodput:.3e} bit/s"
+        );
+        // Measured here: unpaced mean bursts 57–2293 packets, paced 7–11 (gap 1); queue
+        // p99 unpaced 120 KB of 125, kernel 9 KB, app 18 KB, gap 0.
         assert!(
             mean * 3.0 < none_mean,
             "{mode}: mean burst {mean} vs {none_mean} unpaced"
@@ -83,7 +89,7 @@ fn each_pacing_mode_shortens_bursts_and_the_queue_against_none() {
                 max <= 2 && mean < 1.01,
                 "gap pacer: mean {mean}, longest {max}"
             );
-            assert!(queue <= 1500, "gap pacer: queue {queue} B");
+            assert!(queue <= 1500, "gap pacer: queue p99 {queue} B");
         }
     }
 }

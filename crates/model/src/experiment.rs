@@ -323,9 +323,9 @@ struct File {
     repetitions: Option<u32>,
     seed: Option<u64>,
     confidence: Option<f64>,
-    /// Read with positions by [`Sweep`].
-    #[allow(dead_code)]
-    combine: Option<de::IgnoredAny>,
+    /// Accepted here, read with positions by [`Sweep`].
+    #[serde(rename = "combine")]
+    _combine: Option<de::IgnoredAny>,
     duration: Option<Micros>,
     warmup: Option<Micros>,
     /// tcp_info sampling period.
@@ -339,9 +339,9 @@ struct File {
     sysctl: BTreeMap<String, Scalar>,
     #[serde(default)]
     flow: Vec<FlowFile>,
-    /// Read with positions by [`Sweep`].
-    #[allow(dead_code)]
-    axis: Option<de::IgnoredAny>,
+    /// Accepted here, read with positions by [`Sweep`].
+    #[serde(rename = "axis")]
+    _axis: Option<de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]

@@ -2,6 +2,7 @@
 
 use tcplab_model::record::{
     BufferSize, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, UdpStats,
+    CLOCK_STEP_TOLERANCE_US,
 };
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
@@ -218,6 +219,16 @@ fn udp_line(u: &UdpStats) -> String {
         (0, 0) => String::new(),
         (tx, rx) => format!("   not on the path: {tx} refused by the sender's kernel, {rx} dropped by the receiving socket"),
     };
+    let clock = if u.owd_exact {
+        " (one clock)".to_string()
+    } else if u.clock_step_us > CLOCK_STEP_TOLERANCE_US {
+        format!(
+            " (the wall clock stepped {:.0} µs during the flow)",
+            u.clock_step_us
+        )
+    } else {
+        " (estimated clock offset)".to_string()
+    };
     format!(
         "udp:    sent {}, received {}, lost {} ({lost_pct:.3} %), out of order {}, duplicates {}   jitter {:.1} µs   one-way delay min {} / p50 {} / p99 {} / max {}{}{local}",
         u.sent,
@@ -230,7 +241,7 @@ fn udp_line(u: &UdpStats) -> String {
         format_duration_us(u.owd_us.p50 as u64),
         format_duration_us(u.owd_us.p99 as u64),
         format_duration_us(u.owd_us.max as u64),
-        if u.owd_exact { " (one clock)" } else { " (estimated clock offset)" },
+        clock,
     )
 }
 

@@ -182,21 +182,22 @@ impl Direction {
     }
 
     /// Reads what the devices have, up to a batch each, into the first links. Each
-    /// packet is stamped when read: a thread preempted mid-batch must not date later
-    /// packets back to the batch's start (they would leave early).
+    /// packet is stamped just after its read returns: a stamp taken before the read
+    /// could predate a packet that arrived while the thread was preempted in between,
+    /// and it would leave early.
     fn ingest(&mut self) -> io::Result<()> {
         for i in 0..self.plan.ingress.len() {
             for _ in 0..READ_BATCH {
-                let now = self.now();
                 let tun = Arc::clone(&self.plan.ingress[i].0);
                 let target = self.plan.ingress[i].1;
                 let read = if self.plan.per_packet {
                     tun.read(&mut self.scratch)
-                        .map(|n| self.segment_scratch(n, target, now))
+                        .map(|n| self.segment_scratch(n, target, self.now()))
                 } else {
                     let id = self.pool.alloc_large();
                     match tun.read(&mut self.pool.get_mut(id).data) {
                         Ok(n) => {
+                            let now = self.now();
                             self.pool.get_mut(id).len = n;
                             // Most packets are small (ACKs): keep the large buffer free.
                             let id = self.pool.shrink(id);

@@ -166,6 +166,9 @@ pub struct UdpParams {
     pub burst: u32,
 }
 
+/// The wall-clock step under which one-way delays still count as exact, µs.
+pub const CLOCK_STEP_TOLERANCE_US: f64 = 50.0;
+
 /// What a UDP flow did, from both ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UdpStats {
@@ -182,9 +185,14 @@ pub struct UdpStats {
     pub jitter_us: f64,
     /// One-way delay of the received datagrams, µs.
     pub owd_us: Quantiles,
-    /// Whether `owd_us` rests on a shared clock (both ends on one machine: exact) or on
-    /// the estimated clock offset (± its uncertainty).
+    /// Whether `owd_us` rests on a shared clock (both ends on one machine, the wall
+    /// clock steady: exact) or on the estimated clock offset (± its uncertainty).
     pub owd_exact: bool,
+    /// How far the receiver's wall clock, on which the kernel stamps arrivals, moved
+    /// against its monotonic clock during the flow, µs: a step (NTP, a VM resumed) moves
+    /// one-way delays by as much. Over [`CLOCK_STEP_TOLERANCE_US`] `owd_exact` is false.
+    #[serde(default)]
+    pub clock_step_us: f64,
     /// Datagrams the sender's kernel refused (ENOBUFS: a full local queue): lost at
     /// the source, not on the path, and not in `sent`.
     pub send_errors: u64,

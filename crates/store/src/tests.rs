@@ -105,6 +105,7 @@ fn udp_stats() -> UdpStats {
             max: 11_000.0,
         },
         owd_exact: true,
+        clock_step_us: 2.0,
         send_errors: 3,
         socket_drops: 1,
         late: 0,

@@ -7,13 +7,7 @@ pub fn monotonic_us() -> i64 {
 
 /// CLOCK_MONOTONIC in ns: the emulator's clock, fine enough for 1 µs serialization steps.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    read_ns(libc::CLOCK_MONOTONIC) as u64
 }
 
 /// CLOCK_REALTIME in µs since the Unix epoch: the wall-clock anchor of t0.
@@ -21,14 +15,37 @@ pub fn realtime_us() -> i64 {
     read(libc::CLOCK_REALTIME)
 }
 
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC, ns: what turns the kernel's wall-clock packet
+/// stamps into our time base. The wall-clock read is bracketed by two monotonic reads and
+/// retried when the thread was preempted in between, so the value is good to a few µs.
+pub fn realtime_minus_monotonic_ns() -> i64 {
+    const BRACKET_NS: i64 = 20_000;
+    let mut best = (i64::MAX, 0);
+    for _ in 0..4 {
+        let before = read_ns(libc::CLOCK_MONOTONIC);
+        let real = read_ns(libc::CLOCK_REALTIME);
+        let after = read_ns(libc::CLOCK_MONOTONIC);
+        let offset = real - before / 2 - after / 2;
+        best = best.min((after - before, offset));
+        if after - before < BRACKET_NS {
+            break;
+        }
+    }
+    best.1
+}
+
 fn read(clock: libc::clockid_t) -> i64 {
+    read_ns(clock) / 1_000
+}
+
+fn read_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec; both clocks always exist on Linux.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 #[cfg(test)]
@@ -42,5 +59,12 @@ mod tests {
         let b = monotonic_us();
         assert!(b - a >= 5_000, "{a} → {b}");
         assert!(b - a < 1_000_000);
+    }
+
+    #[test]
+    fn the_wall_clock_offset_is_stable_between_reads() {
+        let (a, b) = (realtime_minus_monotonic_ns(), realtime_minus_monotonic_ns());
+        assert!((a - b).abs() < 50_000, "{a} then {b}");
+        assert!((a / 1000 - (realtime_us() - monotonic_us())).abs() < 1_000);
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use tcplab_model::record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
     Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestParams, UdpInterval,
-    UdpStats, SCHEMA,
+    UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
 };
 
 use crate::flow_roles;
@@ -305,7 +305,7 @@ fn udp_stats(
         send_errors: s.send_errors,
         late: s.late,
         lost: s.sent.saturating_sub(r.received),
-        owd_exact: same_clock,
+        owd_exact: same_clock && r.clock_step_us <= CLOCK_STEP_TOLERANCE_US,
         ..r
     })
 }
@@ -326,6 +326,7 @@ fn udp_summary(flows: &[FlowRecord]) -> Option<UdpStats> {
             max: a.owd_us.max.max(b.owd_us.max),
         },
         owd_exact: a.owd_exact && b.owd_exact,
+        clock_step_us: a.clock_step_us.max(b.clock_step_us),
         send_errors: a.send_errors + b.send_errors,
         socket_drops: a.socket_drops + b.socket_drops,
         late: a.late + b.late,

@@ -17,7 +17,7 @@ use tcplab_model::record::{
     BufferSize, LimitShares, RttStats, TestEnd, TestParams, UdpInterval, UdpParams, UdpStats,
 };
 use tcplab_model::udp::{Header, Receiver, Schedule, HEADER_LEN};
-use tcplab_sys::clock::{monotonic_ns, monotonic_us, realtime_us};
+use tcplab_sys::clock::{self, monotonic_ns, monotonic_us};
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
@@ -367,6 +367,7 @@ fn receive(
     let mut batch = RecvBatch::new(size);
     let (mut last_us, mut bytes) = (t0_us, 0u64);
     let mut error = None;
+    let (mut first_real_minus_mono_ns, mut clock_step_ns) = (None, 0);
     let expected = match params.end {
         TestEnd::Bytes { bytes } => Some(bytes.div_ceil(u64::from(udp.datagram_size))),
         TestEnd::Duration { .. } => None,
@@ -389,7 +390,9 @@ fn receive(
         match batch.recv(&flow.socket) {
             Ok(n) => {
                 // The kernel stamps arrivals on CLOCK_REALTIME; move them to ours.
-                let real_minus_mono_ns = realtime_us() * 1000 - monotonic_ns() as i64;
+                let real_minus_mono_ns = clock::realtime_minus_monotonic_ns();
+                let first = *first_real_minus_mono_ns.get_or_insert(real_minus_mono_ns);
+                clock_step_ns = clock_step_ns.max((real_minus_mono_ns - first).abs());
                 let mut receiver = shared.receiver.lock().expect("receiver lock");
                 for k in 0..n {
                     let (data, stamp_ns) = batch.datagram(k);
@@ -426,6 +429,7 @@ fn receive(
         jitter_us: receiver.jitter_us(),
         owd_us: receiver.owd(),
         socket_drops: sockopt::socket_drops(flow.socket.as_fd()).unwrap_or(0),
+        clock_step_us: clock_step_ns as f64 / 1000.0,
         ..UdpStats::default()
     };
     // The receiver's window runs from the test's start, as for TCP.

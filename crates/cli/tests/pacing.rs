@@ -95,19 +95,42 @@ fn each_pacing_mode_shortens_bursts_and_the_queue_against_none() {
 }
 
 /// PSPacer's dynamic mode: the gap pacer's rate follows the sender's cwnd × MSS / RTT
-/// from its live tcp_info. It spaces the packets (bursts shrink as with a fixed rate),
-/// but cubic still grows its window until the bottleneck queue overflows: the peak
-/// queue is not lower, and the pacer holds a backlog of its own (measured: mean burst
-/// 1.2 against 57–2289 unpaced; bottleneck queue 124.5 KB either way).
+/// from its live tcp_info. It spaces the packets (bursts shrink as with a fixed rate).
+/// Whether it lowers the queue depends on what limits the window:
+/// - a window capped by the buffers (64 KiB requested, below the 125 KB BDP): unpaced,
+///   each window leaves in TSO-sized bursts that queue at the bottleneck; paced at
+///   window / RTT, they arrive spread and find it idle (measured: mean burst 8–10 and
+///   queue p99 19–34 KB unpaced; 1.0 and 0 paced);
+/// - cubic free to grow: its window, not its spacing, sets the standing queue, and it
+///   grows until the queue overflows, paced or not (bottleneck queue 124.5 KB either
+///   way; the pacer holds a backlog of its own), so only the bursts shrink.
 #[test]
 fn a_pacer_following_the_window_spaces_the_flow() {
     if !privileged_or_skip("pacing_cwnd") {
         return;
     }
     let _serial = serial();
+    let window = ["-w", "64K"];
+    let (none_mean, _, none_queue, _) = bottleneck_view("", &window);
+    let (mean, _, queue, goodput) = bottleneck_view("up.pace cwnd", &window);
+    println!(
+        "window-limited: none mean burst {none_mean:.1}, queue p99 {none_queue} B; \
+         pace cwnd {mean:.2}, {queue} B, {goodput:.3e} bit/s"
+    );
+    assert!(
+        mean * 3.0 < none_mean && mean < 2.0,
+        "pace cwnd {mean} vs {none_mean}"
+    );
+    assert!(none_queue > 6_000, "unpaced queue p99 {none_queue} B");
+    assert!(
+        queue * 4 < none_queue,
+        "pace cwnd queue p99 {queue} B vs {none_queue} unpaced"
+    );
+    assert!(goodput > 20e6, "{goodput}");
+
     let (none_mean, _, _, _) = bottleneck_view("", &[]);
     let (mean, _, _, goodput) = bottleneck_view("up.pace cwnd", &[]);
-    println!("none: mean burst {none_mean:.1}; pace cwnd: {mean:.2}, {goodput:.3e} bit/s");
+    println!("cubic unbounded: none mean burst {none_mean:.1}; pace cwnd {mean:.2}");
     assert!(
         mean * 3.0 < none_mean && mean < 3.0,
         "pace cwnd {mean} vs {none_mean}"

@@ -49,6 +49,24 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Per-point statistics of an experiment's runs.
     Results(ResultsArgs),
+    /// Why a stored run got its throughput: the bounds, what limited it, what to change.
+    Explain(ExplainArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The run's id [default: the latest run].
+    #[arg(conflicts_with = "last")]
+    pub run: Option<i64>,
+    /// Explain the latest run (the default without a run id).
+    #[arg(long)]
+    pub last: bool,
+    /// The SQLite database.
+    #[arg(long, default_value = "tcplab-quickstart.db", value_name = "FILE")]
+    pub db: PathBuf,
+    /// Print JSON (verdict.limit, bounds, findings, …) instead of text.
+    #[arg(long, short = 'J')]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

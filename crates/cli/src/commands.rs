@@ -215,7 +215,7 @@ fn open_output_store(out: &OutputArgs) -> Result<Option<Store>> {
     out.db.as_deref().map(open_store).transpose()
 }
 
-fn open_store(path: &Path) -> Result<Store> {
+pub(crate) fn open_store(path: &Path) -> Result<Store> {
     Store::open(path).with_context(|| format!("cannot open database {}", path.display()))
 }
 

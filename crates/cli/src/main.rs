@@ -2,6 +2,7 @@
 
 mod args;
 mod commands;
+mod explain;
 mod lab;
 mod output;
 mod sweep;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         Command::Export(args) => commands::export(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Results(args) => sweep::results(args),
+        Command::Explain(args) => explain::run(args),
     };
     match result {
         Ok(code) => code,
@@ -53,7 +55,9 @@ fn main() -> ExitCode {
 /// Commands that only read files and print.
 fn prints_only(command: &Command) -> bool {
     match command {
-        Command::Runs { .. } | Command::Export(_) | Command::Results(_) => true,
+        Command::Runs { .. } | Command::Export(_) | Command::Results(_) | Command::Explain(_) => {
+            true
+        }
         Command::Sweep(args) => args.dry_run,
         Command::Lab(cmd) => matches!(
             cmd,

@@ -6,6 +6,7 @@ pub mod bounds;
 pub mod burst;
 pub mod clock;
 pub mod experiment;
+pub mod explain;
 pub mod limits;
 pub mod link;
 pub mod packet;

@@ -1,0 +1,165 @@
+//! `tcplab explain`: why a stored run got its throughput, in words or as JSON.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use tcplab_model::explain::{explain, Explanation};
+use tcplab_model::record::{BufferSize, RunRecord};
+use tcplab_model::units::{format_duration_us, format_rate, format_size};
+
+use crate::args::ExplainArgs;
+use crate::commands::open_store;
+
+#[derive(Serialize)]
+struct ExplainedRun<'a> {
+    run_id: i64,
+    label: &'a Option<String>,
+    #[serde(flatten)]
+    explanation: &'a Explanation,
+}
+
+pub fn run(args: ExplainArgs) -> Result<ExitCode> {
+    if !args.db.exists() {
+        bail!("no database at {}", args.db.display());
+    }
+    let store = open_store(&args.db)?;
+    let id = match args.run {
+        Some(id) => id,
+        None => match store.last_run_id()? {
+            Some(id) => id,
+            None => bail!("{} holds no runs", args.db.display()),
+        },
+    };
+    let run = store.load_run(id)?;
+    let explanation = explain(&run);
+    let mut out = io::stdout().lock();
+    if args.json {
+        let doc = ExplainedRun {
+            run_id: id,
+            label: &run.label,
+            explanation: &explanation,
+        };
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", render(id, &run, &explanation))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render(id: i64, run: &RunRecord, e: &Explanation) -> String {
+    let mut s = String::new();
+    let label = run
+        .label
+        .as_ref()
+        .map(|l| format!(" ({l})"))
+        .unwrap_or_default();
+    s += &format!(
+        "run {id}{label}: {} received by {} TCP flow{}\n",
+        format_rate(e.measured_bps),
+        e.tunings.streams,
+        if e.tunings.streams == 1 { "" } else { "s" }
+    );
+    if let Some(p) = &e.path {
+        let opt = |v: Option<u64>, f: fn(u64) -> String| v.map_or("—".to_string(), f);
+        s += &format!(
+            "path:      {}\n           bottleneck {}, base RTT {}, BDP {}, queue {}\n",
+            p.spec,
+            opt(p.bottleneck_bps, |r| format_rate(r as f64)),
+            format_duration_us(p.base_rtt_us),
+            opt(p.bdp_bytes, format_size),
+            opt(p.queue_bytes, format_size),
+        );
+    }
+    let t = &e.tunings;
+    s += &format!(
+        "tunings:   {}, MSS {} B, send buffer {}, receive buffer {}, writes of {}, Nagle {}, pacing {}\n",
+        if t.cc.is_empty() { "-" } else { &t.cc },
+        t.mss,
+        buffer(&t.sndbuf),
+        buffer(&t.rcvbuf),
+        format_size(u64::from(t.write_size)),
+        if t.nodelay { "off" } else { "on" },
+        t.pacing
+    );
+    let binding = e.bounds.binding().map(|b| b.0);
+    let bound = |name: &str, v: Option<f64>| {
+        let mark = if binding == Some(name) {
+            " (binds)"
+        } else {
+            ""
+        };
+        v.map_or(format!("{name} —"), |v| {
+            format!("{name} {}{mark}", format_rate(v))
+        })
+    };
+    s += &format!(
+        "bounds:    {}   {}   {}   {}\n",
+        bound("link", e.bounds.link_bps),
+        bound("window", e.bounds.window_bps),
+        bound("mathis", e.bounds.mathis_bps),
+        bound("pftk", e.bounds.pftk_bps)
+    );
+    if let Some((name, b)) = e.bounds.binding() {
+        s += &format!(
+            "measured:  {} = {:.0} % of the {name} bound\n",
+            format_rate(e.measured_bps),
+            100.0 * e.measured_bps / b
+        );
+    }
+    let l = &e.limits;
+    s += &format!(
+        "limited:   rwnd {:.1} %  sndbuf {:.1} %  cwnd {:.1} %  app {:.1} %\n",
+        100.0 * l.rwnd,
+        100.0 * l.sndbuf,
+        100.0 * l.cwnd,
+        100.0 * l.app
+    );
+    let ep = &e.episodes;
+    s += &format!(
+        "episodes:  {} retransmits ({:.3} %), {} recovery episodes, {} slow-start exits{}\n",
+        ep.retransmits,
+        100.0 * ep.retransmit_rate,
+        ep.recovery_episodes,
+        ep.slow_start_exits,
+        ep.first_slow_start_exit_us
+            .map(|t| format!(" (first at {})", format_duration_us(t.max(0) as u64)))
+            .unwrap_or_default()
+    );
+    s += &format!(
+        "verdict:   {}: {}\n",
+        e.verdict.limit.name(),
+        e.verdict.reason
+    );
+    for (title, items) in [
+        (
+            "findings",
+            e.findings
+                .iter()
+                .map(|f| f.message.clone())
+                .collect::<Vec<_>>(),
+        ),
+        ("what to change", e.recommendations.clone()),
+    ] {
+        if !items.is_empty() {
+            s += &format!("{title}:\n");
+            for item in items {
+                s += &format!("  - {item}\n");
+            }
+        }
+    }
+    s
+}
+
+fn buffer(b: &BufferSize) -> String {
+    match b.requested {
+        Some(r) => format!(
+            "{} requested → {} effective",
+            format_size(r),
+            format_size(b.effective)
+        ),
+        None => format!("autotuned ({} at the end)", format_size(b.at_end)),
+    }
+}

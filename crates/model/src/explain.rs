@@ -1,0 +1,790 @@
+//! Why a run got the throughput it got: the measured rate against each textbook bound,
+//! what limited the senders, what went wrong on the way, and what to change. Pure: it
+//! reads a stored [`RunRecord`] (with its tcp_info samples) and nothing else.
+//!
+//! The verdict follows the Web100 reading of a sender's state. A configured pacing or
+//! application rate that was reached is the limit; a link carried at its rate is the
+//! limit; otherwise the window arithmetic of the sender's own samples decides: in flight
+//! ≈ the receiver's advertised window → `rwnd`; in flight below both the receiver's and
+//! the congestion window with nothing left unsent → the send buffer; else `cwnd` (the
+//! network: loss or the queue). The kernel's own chrono counters (tcpi_rwnd_limited,
+//! tcpi_sndbuf_limited) count too, but Linux books a sender as cwnd-limited whenever it
+//! is not blocked on the other two, which slow start never is, so they are not enough.
+
+use serde::Serialize;
+
+use crate::bounds;
+use crate::path::{self, Bottleneck, Pace, PathSpec};
+use crate::record::{BufferSize, Direction, FlowRecord, LimitShares, RunRecord, SampleRecord};
+use crate::stats::jain;
+use crate::tcpinfo::TcpInfo;
+use crate::units::{format_duration_us, format_rate, format_size};
+
+/// tcp_info's ssthresh before the first loss ("infinite").
+const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+/// TCP_CA_Recovery and TCP_CA_Loss: the sender is repairing a loss.
+const CA_RECOVERY: u8 = 3;
+const CA_LOSS: u8 = 4;
+/// A configured rate counts as reached at this share of it.
+const REACHED: f64 = 0.8;
+/// The link counts as full at this share of its goodput.
+const LINK_FULL: f64 = 0.85;
+/// A limit share that makes its limit the verdict (or a finding) on its own.
+const SHARE_DECIDES: f64 = 0.3;
+const SHARE_NOTED: f64 = 0.1;
+/// Samples from the first fifth of a flow are slow start, not its steady state.
+const STEADY_FROM: f64 = 0.2;
+/// The loss models describe a steady state of repeated loss; fewer loss events than
+/// this (a slow-start overshoot, say) are not one.
+const MIN_LOSS_EVENTS: u64 = 4;
+/// Below this Jain index parallel streams count as unfair.
+const UNFAIR_BELOW: f64 = 0.9;
+
+/// What bounded the run's throughput.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The bottleneck link was full.
+    Link,
+    /// The congestion window: the network (loss, queue) held the sender back.
+    Cwnd,
+    /// The receiver's advertised window.
+    Rwnd,
+    /// The sender's own socket buffer.
+    Sndbuf,
+    /// The application did not supply data faster.
+    App,
+    /// A pacing rate (SO_MAX_PACING_RATE or the gap pacer) held the sender back.
+    Pacing,
+}
+
+impl Limit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Link => "link",
+            Limit::Cwnd => "cwnd",
+            Limit::Rwnd => "rwnd",
+            Limit::Sndbuf => "sndbuf",
+            Limit::App => "app",
+            Limit::Pacing => "pacing",
+        }
+    }
+}
+
+/// The whole answer, as `tcplab explain` prints it and `--json` carries it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Explanation {
+    pub path: Option<PathFacts>,
+    pub tunings: TuningFacts,
+    /// The TCP flows' received throughput summed, bit/s.
+    pub measured_bps: f64,
+    pub bounds: Bounds,
+    /// Time shares under each limit, weighted over the TCP flows.
+    pub limits: LimitShares,
+    pub episodes: Episodes,
+    pub verdict: Verdict,
+    pub findings: Vec<Finding>,
+    pub recommendations: Vec<String>,
+}
+
+/// The path as configured, in the data direction.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PathFacts {
+    pub spec: String,
+    /// The data direction's bottleneck rate, bit/s; `None` without a fixed rate.
+    pub bottleneck_bps: Option<u64>,
+    /// The configured round trip (both directions' delays), µs.
+    pub base_rtt_us: u64,
+    pub bdp_bytes: Option<u64>,
+    /// The bottleneck queue, bytes.
+    pub queue_bytes: Option<u64>,
+}
+
+/// The tunings that decide a window, as asked for and as the kernel made them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TuningFacts {
+    pub cc: String,
+    pub streams: usize,
+    pub mss: u32,
+    pub sndbuf: BufferSize,
+    pub rcvbuf: BufferSize,
+    pub write_size: u32,
+    pub nodelay: bool,
+    /// "none", "kernel 90 Mbit/s", "app 20 Mbit/s", "gap 93 Mbit/s", "gap cwnd".
+    pub pacing: String,
+}
+
+/// Each model's bound on the TCP flows' summed throughput, bit/s; `None` where a model
+/// does not apply (no rate limit, no loss).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Bounds {
+    /// The bottleneck's rate less the headers of full segments.
+    pub link_bps: Option<f64>,
+    /// The smaller of the receiver's advertised window and the effective send buffer,
+    /// per measured round trip.
+    pub window_bps: Option<f64>,
+    /// Mathis et al. with the measured loss-event rate (recovery episodes per data
+    /// segment sent; the models' p counts congestion events, not lost packets).
+    pub mathis_bps: Option<f64>,
+    /// Padhye–Firoiu–Towsley–Kurose with the measured loss-event rate, RTO and window.
+    pub pftk_bps: Option<f64>,
+}
+
+impl Bounds {
+    /// The smallest bound and its name.
+    pub fn binding(&self) -> Option<(&'static str, f64)> {
+        [
+            ("link", self.link_bps),
+            ("window", self.window_bps),
+            ("mathis", self.mathis_bps),
+            ("pftk", self.pftk_bps),
+        ]
+        .into_iter()
+        .filter_map(|(name, b)| b.map(|b| (name, b)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}
+
+/// What the senders' congestion control went through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Episodes {
+    pub retransmits: u64,
+    /// Retransmitted segments over data segments sent.
+    pub retransmit_rate: f64,
+    /// Spans of consecutive samples in loss recovery (or with retransmissions).
+    pub recovery_episodes: u64,
+    /// Times a sender's window grew past ssthresh (left slow start).
+    pub slow_start_exits: u64,
+    /// When the first sender first left slow start, µs since t0.
+    pub first_slow_start_exit_us: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    pub limit: Limit,
+    pub reason: String,
+}
+
+/// One thing a detector noticed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow,
+    /// unfair_streams, receiver_limited, application_limited, loss.
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// What one TCP flow's sender samples show in its steady state (medians, bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Steady {
+    in_flight: f64,
+    cwnd: f64,
+    rwnd: f64,
+    unsent: f64,
+}
+
+/// Explains `run`. UDP flows are left out; a run without TCP flows gets a verdict of
+/// `app` (a UDP sender sends what it is told).
+pub fn explain(run: &RunRecord) -> Explanation {
+    let tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
+    let direction = tcp.first().map_or(Direction::Up, |f| f.direction);
+    let spec: Option<PathSpec> = run.path.as_ref().and_then(|p| p.spec.parse().ok());
+    let facts = run
+        .path
+        .as_ref()
+        .zip(spec.as_ref())
+        .map(|(p, s)| path_facts(&p.spec, s, direction));
+    let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
+    let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
+    let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
+    let bounds = model_bounds(&tcp, &samples, facts.as_ref());
+    let limits = weighted_limits(&tcp);
+    let episodes = episodes(&tcp, &samples);
+    let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
+    let pacing_bps = pacing_rate_bps(run, spec.as_ref(), direction, tcp.len());
+    let verdict = verdict(
+        run,
+        &tcp,
+        &steady,
+        limits,
+        measured_bps,
+        bounds.link_bps,
+        pacing_bps,
+    );
+    let mut explanation = Explanation {
+        path: facts,
+        tunings,
+        measured_bps,
+        bounds,
+        limits,
+        episodes,
+        verdict,
+        findings: Vec::new(),
+        recommendations: Vec::new(),
+    };
+    detect(run, &tcp, &steady, direction, &mut explanation);
+    explanation
+}
+
+fn path_facts(spec_text: &str, spec: &PathSpec, direction: Direction) -> PathFacts {
+    let link = spec.link(path_direction(direction));
+    let base_rtt_us = spec.rtt_us();
+    let bottleneck_bps = match link.bottleneck {
+        Bottleneck::Rate { bps, .. } => Some(bps),
+        _ => None,
+    };
+    let queue_bytes = link.queue_limit(base_rtt_us).map(|l| match l {
+        path::Limit::Bytes(b) => b,
+        path::Limit::Packets(p) => p * u64::from(spec.mtu),
+    });
+    PathFacts {
+        spec: spec_text.to_string(),
+        bottleneck_bps,
+        base_rtt_us,
+        bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
+        queue_bytes: queue_bytes.filter(|_| bottleneck_bps.is_some()),
+    }
+}
+
+fn path_direction(d: Direction) -> path::Direction {
+    match d {
+        Direction::Up => path::Direction::Up,
+        Direction::Down => path::Direction::Down,
+    }
+}
+
+fn tuning_facts(
+    run: &RunRecord,
+    tcp: &[&FlowRecord],
+    spec: Option<&PathSpec>,
+    direction: Direction,
+) -> TuningFacts {
+    let t = &run.params.tuning;
+    let first = tcp.first();
+    let pacing = match (
+        t.pacing_rate,
+        t.app_rate,
+        spec.and_then(|s| s.link(path_direction(direction)).pace),
+    ) {
+        (_, _, Some(Pace::Cwnd)) => "gap cwnd".to_string(),
+        (_, _, Some(Pace::Rate(bps))) => format!("gap {}", format_rate(bps as f64)),
+        (Some(bps), _, _) => format!("kernel {}", format_rate(bps as f64)),
+        (_, Some(bps), _) => format!("app {}", format_rate(bps as f64)),
+        _ => "none".to_string(),
+    };
+    TuningFacts {
+        cc: first.map(|f| f.cc.clone()).unwrap_or_default(),
+        streams: tcp.len(),
+        mss: first.map_or(0, |f| f.mss),
+        sndbuf: first.map(|f| f.sndbuf).unwrap_or_default(),
+        rcvbuf: first.map(|f| f.rcvbuf).unwrap_or_default(),
+        write_size: t.write_size,
+        nodelay: t.nodelay,
+        pacing,
+    }
+}
+
+/// The sending end's samples of `flow`, in time order.
+fn sender_samples<'a>(run: &'a RunRecord, flow: &FlowRecord) -> Vec<&'a SampleRecord> {
+    let host = flow.direction.sender();
+    let mut samples: Vec<&SampleRecord> = run
+        .samples
+        .iter()
+        .filter(|s| s.flow == flow.id && s.host == host)
+        .collect();
+    samples.sort_by_key(|s| s.t_us);
+    samples
+}
+
+/// The flow's round trip as it saw it: the mean smoothed RTT, else the minimum.
+fn flow_rtt_us(flow: &FlowRecord) -> u64 {
+    if flow.rtt.mean_us > 0.0 {
+        flow.rtt.mean_us as u64
+    } else {
+        u64::from(flow.rtt.min_us)
+    }
+}
+
+fn model_bounds(
+    tcp: &[&FlowRecord],
+    samples: &[Vec<&SampleRecord>],
+    path: Option<&PathFacts>,
+) -> Bounds {
+    let mss = tcp.first().map_or(0, |f| f.mss);
+    let link_bps = path
+        .and_then(|p| p.bottleneck_bps)
+        .filter(|_| mss > 0)
+        .map(|r| bounds::link_goodput_bps(r, mss, 0));
+    // Per flow, then summed: parallel streams each get their own window and loss.
+    let sum = |per_flow: &dyn Fn(&FlowRecord, &[&SampleRecord]) -> Option<f64>| -> Option<f64> {
+        let values: Vec<f64> = tcp
+            .iter()
+            .zip(samples)
+            .filter_map(|(f, s)| per_flow(f, s))
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    };
+    Bounds {
+        link_bps,
+        window_bps: sum(&|f, s| bounds::window_bps(window_bytes(f, s)?, flow_rtt_us(f))),
+        mathis_bps: sum(&|f, s| bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(s)?)),
+        pftk_bps: sum(&|f, s| {
+            let rto_us = s.last().map_or(0, |s| u64::from(s.info.rto));
+            bounds::pftk_bps(
+                f.mss,
+                flow_rtt_us(f),
+                loss_event_rate(s)?,
+                rto_us,
+                2.0,
+                window_bytes(f, s),
+            )
+        }),
+    }
+}
+
+/// The most a flow could have in flight: the smaller of the receiver's advertised window
+/// (its steady median as the sender saw it) and the send buffer (as set, or as large as
+/// autotuning grew it).
+fn window_bytes(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
+    let rwnd = median(
+        steady_part(samples)
+            .iter()
+            .map(|s| f64::from(s.info.snd_wnd)),
+    )
+    .filter(|w| *w > 0.0)
+    .map(|w| w as u64);
+    let b = flow.sndbuf;
+    let sndbuf = Some(if b.requested.is_some() {
+        b.effective
+    } else {
+        b.effective.max(b.at_end)
+    })
+    .filter(|b| *b > 0);
+    match (rwnd, sndbuf) {
+        (Some(r), Some(s)) => Some(r.min(s)),
+        (r, s) => r.or(s),
+    }
+}
+
+/// Loss events (recovery episodes) per data segment sent; `None` with fewer than
+/// [`MIN_LOSS_EVENTS`].
+fn loss_event_rate(samples: &[&SampleRecord]) -> Option<f64> {
+    let events = recovery_episodes(samples);
+    let sent = samples.last()?.info.data_segs_out;
+    (events >= MIN_LOSS_EVENTS && sent > 0).then(|| events as f64 / f64::from(sent))
+}
+
+/// Spans of consecutive samples in loss recovery or with new retransmissions.
+fn recovery_episodes(samples: &[&SampleRecord]) -> u64 {
+    let repairing: Vec<bool> = samples
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            matches!(s.info.ca_state, CA_RECOVERY | CA_LOSS)
+                || (k > 0 && s.info.total_retrans > samples[k - 1].info.total_retrans)
+        })
+        .collect();
+    (0..repairing.len())
+        .filter(|&k| repairing[k] && (k == 0 || !repairing[k - 1]))
+        .count() as u64
+}
+
+fn weighted_limits(tcp: &[&FlowRecord]) -> LimitShares {
+    let items: Vec<(LimitShares, f64)> = tcp.iter().map(|f| (f.limits, f.sender_seconds)).collect();
+    LimitShares::weighted_mean(&items)
+}
+
+fn steady_part<T>(samples: &[T]) -> &[T] {
+    &samples[(samples.len() as f64 * STEADY_FROM) as usize..]
+}
+
+fn steady(samples: &[&SampleRecord]) -> Steady {
+    let part = steady_part(samples);
+    let bytes =
+        |f: &dyn Fn(&TcpInfo) -> f64| median(part.iter().map(|s| f(&s.info))).unwrap_or(0.0);
+    Steady {
+        in_flight: bytes(&|i| f64::from(i.unacked) * f64::from(i.snd_mss)),
+        cwnd: bytes(&|i| f64::from(i.snd_cwnd) * f64::from(i.snd_mss)),
+        rwnd: bytes(&|i| f64::from(i.snd_wnd)),
+        unsent: bytes(&|i| f64::from(i.notsent_bytes)),
+    }
+}
+
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
+    let mut e = Episodes {
+        retransmits: tcp.iter().map(|f| f.retransmits).sum(),
+        ..Episodes::default()
+    };
+    let (mut retransmitted, mut sent) = (0u64, 0u64);
+    for flow_samples in samples {
+        if let Some(last) = flow_samples.last() {
+            retransmitted += u64::from(last.info.total_retrans);
+            sent += u64::from(last.info.data_segs_out);
+        }
+        e.recovery_episodes += recovery_episodes(flow_samples);
+        for pair in flow_samples.windows(2) {
+            let (a, b) = (&pair[0].info, &pair[1].info);
+            let in_slow_start = |i: &TcpInfo| i.snd_cwnd < i.snd_ssthresh;
+            // A drop of ssthresh from "infinite" (the first loss) ends slow start too.
+            let left = (in_slow_start(a) && !in_slow_start(b))
+                || (a.snd_ssthresh >= INFINITE_SSTHRESH && b.snd_ssthresh < INFINITE_SSTHRESH);
+            if left {
+                e.slow_start_exits += 1;
+                let t = pair[1].t_us;
+                e.first_slow_start_exit_us =
+                    Some(e.first_slow_start_exit_us.map_or(t, |f| f.min(t)));
+            }
+        }
+    }
+    e.retransmit_rate = if sent > 0 {
+        retransmitted as f64 / sent as f64
+    } else {
+        0.0
+    };
+    e
+}
+
+/// The pacing rate configured for the TCP flows together, bit/s: the kernel's per
+/// socket, or a gap pacer's for the whole direction.
+fn pacing_rate_bps(
+    run: &RunRecord,
+    spec: Option<&PathSpec>,
+    direction: Direction,
+    streams: usize,
+) -> Option<f64> {
+    let gap = spec.and_then(|s| match s.link(path_direction(direction)).pace {
+        Some(Pace::Rate(bps)) => Some(bps as f64),
+        _ => None,
+    });
+    let kernel = run
+        .params
+        .tuning
+        .pacing_rate
+        .map(|r| r as f64 * streams as f64);
+    match (gap, kernel) {
+        (Some(g), Some(k)) => Some(g.min(k)),
+        (g, k) => g.or(k),
+    }
+}
+
+fn verdict(
+    run: &RunRecord,
+    tcp: &[&FlowRecord],
+    steady: &[Steady],
+    limits: LimitShares,
+    measured: f64,
+    link_bps: Option<f64>,
+    pacing_bps: Option<f64>,
+) -> Verdict {
+    let rate = |bps: f64| format_rate(bps);
+    let v = |limit, reason: String| Verdict { limit, reason };
+    if tcp.is_empty() {
+        return v(
+            Limit::App,
+            "no TCP flows: UDP senders send at the rate they are given".into(),
+        );
+    }
+    if let Some(p) =
+        pacing_bps.filter(|p| link_bps.is_none_or(|l| *p < l) && measured >= REACHED * p)
+    {
+        return v(
+            Limit::Pacing,
+            format!(
+                "{} measured against {} of pacing configured",
+                rate(measured),
+                rate(p)
+            ),
+        );
+    }
+    let app_rate = run
+        .params
+        .tuning
+        .app_rate
+        .map(|r| r as f64 * tcp.len() as f64);
+    if let Some(a) = app_rate.filter(|a| measured >= REACHED * a) {
+        return v(
+            Limit::App,
+            format!(
+                "{} measured: the application wrote at {}",
+                rate(measured),
+                rate(a)
+            ),
+        );
+    }
+    if let Some(l) = link_bps.filter(|l| measured >= LINK_FULL * l) {
+        return v(
+            Limit::Link,
+            format!(
+                "{} measured carries the bottleneck's {} of goodput at {:.0} %",
+                rate(measured),
+                rate(l),
+                100.0 * measured / l
+            ),
+        );
+    }
+    if limits.app >= SHARE_DECIDES {
+        return v(
+            Limit::App,
+            format!(
+                "the senders had nothing to send {:.0} % of the time",
+                100.0 * limits.app
+            ),
+        );
+    }
+    // The window arithmetic, flow by flow, weighted by bytes.
+    let mut votes: Vec<(Limit, f64, String)> = Vec::new();
+    for (f, s) in tcp.iter().zip(steady) {
+        let (limit, reason) = flow_window_limit(f, s);
+        votes.push((limit, f.received_bytes as f64, reason));
+    }
+    let total: f64 = votes.iter().map(|v| v.1).sum();
+    let best = [Limit::Rwnd, Limit::Sndbuf, Limit::Cwnd]
+        .into_iter()
+        .max_by(|a, b| {
+            let weight = |l: &Limit| votes.iter().filter(|v| v.0 == *l).map(|v| v.1).sum::<f64>();
+            weight(a).total_cmp(&weight(b))
+        })
+        .expect("three limits");
+    let reason = votes
+        .iter()
+        .find(|v| v.0 == best)
+        .map(|v| v.2.clone())
+        .unwrap_or_default();
+    let share = votes
+        .iter()
+        .filter(|v| v.0 == best)
+        .map(|v| v.1)
+        .sum::<f64>()
+        / total.max(1.0);
+    let of_flows = if tcp.len() > 1 {
+        format!(" ({:.0} % of the bytes' flows)", 100.0 * share)
+    } else {
+        String::new()
+    };
+    v(best, format!("{reason}{of_flows}"))
+}
+
+/// What held one flow back, from its steady state and its limit shares.
+fn flow_window_limit(f: &FlowRecord, s: &Steady) -> (Limit, String) {
+    let size = |b: f64| format_size(b as u64);
+    if f.limits.rwnd >= SHARE_DECIDES || (s.rwnd > 0.0 && s.in_flight >= 0.85 * s.rwnd) {
+        return (
+            Limit::Rwnd,
+            format!(
+                "{} in flight fills the receiver's advertised window of {} (receive-window-limited {:.0} % of the time)",
+                size(s.in_flight),
+                size(s.rwnd),
+                100.0 * f.limits.rwnd
+            ),
+        );
+    }
+    let room = s
+        .cwnd
+        .min(if s.rwnd > 0.0 { s.rwnd } else { f64::INFINITY });
+    let mss = f64::from(f.mss.max(1));
+    if f.limits.sndbuf >= SHARE_DECIDES || (s.in_flight <= 0.8 * room && s.unsent < mss) {
+        return (
+            Limit::Sndbuf,
+            format!(
+                "{} in flight with room for {} in both windows and nothing left unsent: the send buffer ({} effective) held no more",
+                size(s.in_flight),
+                size(room),
+                size(f.sndbuf.effective as f64)
+            ),
+        );
+    }
+    (
+        Limit::Cwnd,
+        format!(
+            "{} in flight ≈ the congestion window of {}: the network (loss, the queue) held the sender back",
+            size(s.in_flight),
+            size(s.cwnd)
+        ),
+    )
+}
+
+/// Runs every detector, adding findings and recommendations.
+fn detect(
+    run: &RunRecord,
+    tcp: &[&FlowRecord],
+    steady: &[Steady],
+    direction: Direction,
+    e: &mut Explanation,
+) {
+    let bdp = e.path.as_ref().and_then(|p| p.bdp_bytes);
+    let t = &run.params.tuning;
+    let mut find = |kind, message: String, recommendation: Option<String>| {
+        e.findings.push(Finding { kind, message });
+        if let Some(r) = recommendation {
+            e.recommendations.push(r);
+        }
+    };
+    // Buffers below the BDP, with the doubling spelled out.
+    for (name, requested_flag, buffer, requested) in [
+        ("send", "--sndbuf", e.tunings.sndbuf, t.sndbuf),
+        ("receive", "--rcvbuf", e.tunings.rcvbuf, t.rcvbuf),
+    ] {
+        if let Some(cap) = buffer.capped_at {
+            let sysctl = if name == "send" {
+                "wmem_max"
+            } else {
+                "rmem_max"
+            };
+            find(
+                "buffer_capped",
+                format!(
+                    "the {name} buffer request was capped by net.core.{sysctl} at {}",
+                    format_size(cap)
+                ),
+                Some(format!(
+                    "raise net.core.{sysctl} (sysctl -w net.core.{sysctl}=…) above the buffer you request"
+                )),
+            );
+        }
+        let (Some(bdp), Some(requested)) = (bdp, requested) else {
+            continue;
+        };
+        if buffer.effective < bdp {
+            find(
+                "buffer_below_bdp",
+                format!(
+                    "the {name} buffer is below the path's BDP: requested {} became {} effective (Linux doubles a request to cover its bookkeeping); the BDP is {}",
+                    format_size(requested),
+                    format_size(buffer.effective),
+                    format_size(bdp)
+                ),
+                Some(format!(
+                    "set the {name} buffer to ≥ {} ({requested_flag}, or -w for both): requested {} became {} effective; the BDP is {}",
+                    format_size(bdp),
+                    format_size(requested),
+                    format_size(buffer.effective),
+                    format_size(bdp)
+                )),
+            );
+        }
+    }
+    // Nagle with writes below the MSS: each small write may wait for the ACK of the
+    // previous one, which the receiver delays (up to 40 ms on Linux).
+    let mss = e.tunings.mss;
+    let smallest_bound = e.bounds.binding().map(|b| b.1);
+    if !t.nodelay && mss > 0 && t.write_size < mss {
+        let stalled = smallest_bound.is_some_and(|b| e.measured_bps < 0.5 * b);
+        if stalled {
+            find(
+                "nagle_delayed_ack",
+                format!(
+                    "writes of {} are below the MSS ({mss} B) with Nagle on, and the throughput is under half the smallest bound: a small write waits for the ACK of the previous one, which the receiver may delay up to 40 ms",
+                    format_size(u64::from(t.write_size))
+                ),
+                Some("turn Nagle off (--no-delay, TCP_NODELAY) or write at least an MSS at a time".into()),
+            );
+        }
+    }
+    // Bursts and queue overflow at the bottleneck.
+    if let Some(p) = &run.path {
+        let stats = match direction {
+            Direction::Up => &p.up,
+            Direction::Down => &p.down,
+        };
+        let overflowed: u64 = stats.links.iter().map(|l| l.counters.dropped_queue).sum();
+        if overflowed > 0 {
+            let bursts = stats
+                .bursts
+                .iter()
+                .find(|b| b.flow.starts_with("tcp"))
+                .map(|b| format!("; the busiest flow arrived in bursts of {:.1} packets on average (longest {})", b.burst_mean, b.burst_max))
+                .unwrap_or_default();
+            let unpaced = e.tunings.pacing == "none";
+            find(
+                "queue_overflow",
+                format!("the bottleneck queue overflowed: {overflowed} packets dropped{bursts}"),
+                unpaced.then(|| {
+                    let rate = e
+                        .path
+                        .as_ref()
+                        .and_then(|p| p.bottleneck_bps)
+                        .map(|r| format!(" at about 95 % of the link ({})", format_rate(r as f64 * 0.95 / tcp.len().max(1) as f64)))
+                        .unwrap_or_default();
+                    format!("pace the senders (--fq-rate{rate} per flow, or a gap pacer: `pace` in the path) or use BBR (-C bbr) to keep the queue from overflowing")
+                }),
+            );
+        }
+    }
+    // Parallel streams sharing unevenly.
+    if tcp.len() > 1 {
+        let rates: Vec<f64> = tcp.iter().map(|f| f.received_bps).collect();
+        if let Some(j) = jain(&rates).filter(|j| *j < UNFAIR_BELOW) {
+            let list: Vec<String> = rates.iter().map(|r| format_rate(*r)).collect();
+            find(
+                "unfair_streams",
+                format!(
+                    "the {} streams shared unevenly: Jain's index {j:.2} ({})",
+                    tcp.len(),
+                    list.join(", ")
+                ),
+                None,
+            );
+        }
+    }
+    if e.limits.rwnd >= SHARE_NOTED {
+        let rwnd = steady.iter().map(|s| s.rwnd).fold(0.0, f64::max);
+        find(
+            "receiver_limited",
+            format!(
+                "the receiver's window limited the senders {:.0} % of the time (advertised {})",
+                100.0 * e.limits.rwnd,
+                format_size(rwnd as u64)
+            ),
+            bdp.map(|b| format!("let the receiver advertise ≥ the BDP of {}: a larger --rcvbuf, or leave it to autotuning (tcp_rmem's maximum)", format_size(b))),
+        );
+    }
+    if e.limits.app >= SHARE_NOTED {
+        find(
+            "application_limited",
+            format!(
+                "the application had nothing to send {:.0} % of the time",
+                100.0 * e.limits.app
+            ),
+            None,
+        );
+    }
+    if e.episodes.retransmits > 0 && e.verdict.limit == Limit::Cwnd {
+        let mathis = e
+            .bounds
+            .mathis_bps
+            .map(|m| format!("; Mathis' model allows {}", format_rate(m)))
+            .unwrap_or_default();
+        find(
+            "loss",
+            format!(
+                "{} segments retransmitted ({:.3} % of those sent) in {} recovery episodes{mathis}",
+                e.episodes.retransmits,
+                100.0 * e.episodes.retransmit_rate,
+                e.episodes.recovery_episodes
+            ),
+            (e.tunings.cc != "bbr").then(|| {
+                "loss bounds a loss-based sender (cubic, reno) at about MSS/RTT·1.22/√p: find the loss, or try BBR (-C bbr), which does not read loss as congestion".to_string()
+            }),
+        );
+    }
+    if let Some(t) = e.episodes.first_slow_start_exit_us {
+        find(
+            "slow_start",
+            format!(
+                "the first sender left slow start at {} ({} exits in all)",
+                format_duration_us(t.max(0) as u64),
+                e.episodes.slow_start_exits
+            ),
+            None,
+        );
+    }
+}

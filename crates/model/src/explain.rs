@@ -788,3 +788,263 @@ fn detect(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{
+        ClockOffset, HostMeta, PathRecord, RttStats, RunStatus, Summary, TestParams,
+    };
+
+    const MSS: u32 = 1448;
+
+    /// A bulk flow up, 10 s, cubic, a 4 MiB send buffer, 10 ms of smoothed RTT.
+    fn flow(id: u32, received_bps: f64) -> FlowRecord {
+        FlowRecord {
+            id,
+            host: None,
+            direction: Direction::Up,
+            client_addr: String::new(),
+            server_addr: String::new(),
+            cc: "cubic".into(),
+            mss: MSS,
+            sndbuf: BufferSize {
+                effective: 4 << 20,
+                at_end: 4 << 20,
+                ..BufferSize::default()
+            },
+            rcvbuf: BufferSize::default(),
+            sent_bytes: (received_bps * 10.0 / 8.0) as u64,
+            received_bytes: (received_bps * 10.0 / 8.0) as u64,
+            sent_bps: received_bps,
+            received_bps,
+            sender_seconds: 10.0,
+            receiver_seconds: 10.0,
+            retransmits: 0,
+            samples: 0,
+            receiver_samples: 0,
+            limits: LimitShares {
+                cwnd: 1.0,
+                ..LimitShares::default()
+            },
+            rtt: RttStats {
+                min_us: 10_000,
+                mean_us: 10_000.0,
+                max_us: 10_000,
+            },
+            udp: None,
+        }
+    }
+
+    /// Ten sender samples of flow 0, 10 ms apart, 1000 segments each: `in_flight`,
+    /// `cwnd` and `rwnd` in bytes, and `unsent` bytes written but not yet sent.
+    fn steady_samples(in_flight: u32, cwnd: u32, rwnd: u32, unsent: u32) -> Vec<SampleRecord> {
+        (0..10)
+            .map(|k| {
+                sample(k, |i| {
+                    i.unacked = in_flight / MSS;
+                    i.snd_cwnd = cwnd / MSS;
+                    i.snd_wnd = rwnd;
+                    i.notsent_bytes = unsent;
+                    i.data_segs_out = 1000 * (k as u32 + 1);
+                })
+            })
+            .collect()
+    }
+
+    fn sample(k: i64, set: impl Fn(&mut TcpInfo)) -> SampleRecord {
+        let mut info = TcpInfo {
+            snd_mss: MSS,
+            snd_ssthresh: INFINITE_SSTHRESH,
+            rto: 204_000,
+            ..TcpInfo::default()
+        };
+        set(&mut info);
+        SampleRecord {
+            flow: 0,
+            host: crate::record::Host::Client,
+            t_us: k * 10_000,
+            info,
+            bbr: None,
+        }
+    }
+
+    fn run(spec: &str, flows: Vec<FlowRecord>, samples: Vec<SampleRecord>) -> RunRecord {
+        RunRecord {
+            schema: String::new(),
+            tool_version: String::new(),
+            label: None,
+            tags: Vec::new(),
+            status: RunStatus::Done,
+            error: None,
+            started_unix_us: 0,
+            target: String::new(),
+            params: TestParams::default(),
+            client: HostMeta::default(),
+            server: HostMeta::default(),
+            clock: ClockOffset::default(),
+            summary: Summary::default(),
+            flows,
+            intervals: Vec::new(),
+            path: Some(PathRecord {
+                spec: spec.into(),
+                ..PathRecord::default()
+            }),
+            samples,
+        }
+    }
+
+    #[test]
+    fn a_64k_receive_window_at_10ms_binds_at_52_4_mbit() {
+        let r = run(
+            "rtt 10ms rate 1gbit",
+            vec![flow(0, 50e6)],
+            steady_samples(65_160, 400 * MSS, 65_536, 1 << 20),
+        );
+        let e = explain(&r);
+        // 65536 B · 8 / 10 ms = 52 428 800 bit/s, under the link's 965 Mbit/s goodput.
+        assert_eq!(e.bounds.window_bps, Some(52_428_800.0));
+        assert_eq!(e.bounds.binding(), Some(("window", 52_428_800.0)));
+        assert_eq!(e.verdict.limit, Limit::Rwnd, "{}", e.verdict.reason);
+        let p = e.path.unwrap();
+        assert_eq!((p.base_rtt_us, p.bdp_bytes), (10_000, Some(1_250_000)));
+        // The default queue: 1000 packets of the 1500-byte MTU.
+        assert_eq!(p.queue_bytes, Some(1_500_000));
+    }
+
+    #[test]
+    fn room_in_both_windows_and_nothing_unsent_is_the_send_buffer() {
+        let mut f = flow(0, 40e6);
+        f.sndbuf = BufferSize {
+            requested: Some(32 << 10),
+            effective: 64 << 10,
+            capped_at: None,
+            at_end: 64 << 10,
+        };
+        let mut r = run(
+            "rtt 20ms rate 100mbit",
+            vec![f],
+            steady_samples(60_000, 200 * MSS, 1 << 20, 0),
+        );
+        r.params.tuning.sndbuf = Some(32 << 10);
+        let e = explain(&r);
+        assert_eq!(e.verdict.limit, Limit::Sndbuf, "{}", e.verdict.reason);
+        // The window bound is the effective buffer per RTT: 65536 · 8 / 10 ms.
+        assert_eq!(e.bounds.window_bps, Some(52_428_800.0));
+        let finding = e
+            .findings
+            .iter()
+            .find(|f| f.kind == "buffer_below_bdp")
+            .expect("buffer finding");
+        assert!(
+            finding
+                .message
+                .contains("requested 32 KiB became 64 KiB effective")
+                && finding.message.contains("BDP is 244 KiB"),
+            "{}",
+            finding.message
+        );
+        assert!(e.recommendations[0].starts_with("set the send buffer to ≥ 244 KiB"));
+    }
+
+    #[test]
+    fn a_full_congestion_window_with_repeated_loss_is_cwnd_and_meets_mathis() {
+        // In flight = cwnd, data waiting; in recovery at samples 2, 5 and 7–8: 3
+        // episodes, too few for the loss models, then a fourth.
+        let mut samples = steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
+        for k in [2, 5, 7, 8] {
+            samples[k].info.ca_state = CA_RECOVERY;
+        }
+        let r = run("rtt 10ms rate 1gbit", vec![flow(0, 20e6)], samples.clone());
+        let e = explain(&r);
+        assert_eq!(e.verdict.limit, Limit::Cwnd, "{}", e.verdict.reason);
+        assert_eq!(e.episodes.recovery_episodes, 3);
+        assert_eq!(e.bounds.mathis_bps, None);
+        samples[0].info.ca_state = CA_LOSS;
+        let e = explain(&run("rtt 10ms rate 1gbit", vec![flow(0, 20e6)], samples));
+        assert_eq!(e.episodes.recovery_episodes, 4);
+        // 4 loss events in 10 000 segments at 10 ms.
+        let mathis = bounds::mathis_bps(MSS, 10_000, 4.0 / 10_000.0);
+        assert_eq!(e.bounds.mathis_bps, mathis);
+        let pftk = bounds::pftk_bps(MSS, 10_000, 4e-4, 204_000, 2.0, Some(1 << 22));
+        assert_eq!(e.bounds.pftk_bps, pftk);
+    }
+
+    #[test]
+    fn a_full_link_pacing_and_the_application_are_named_before_the_windows() {
+        let busy = || steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
+        // 100 Mbit/s of 1448-byte segments carry 96.5 Mbit/s; 92 is 95 % of it.
+        let e = explain(&run("rtt 10ms rate 100mbit", vec![flow(0, 92e6)], busy()));
+        assert_eq!(e.verdict.limit, Limit::Link, "{}", e.verdict.reason);
+        let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 48e6)], busy());
+        r.params.tuning.pacing_rate = Some(50_000_000);
+        assert_eq!(explain(&r).verdict.limit, Limit::Pacing);
+        let gap = run(
+            "rtt 10ms rate 100mbit up.pace 50mbit",
+            vec![flow(0, 48e6)],
+            busy(),
+        );
+        assert_eq!(explain(&gap).verdict.limit, Limit::Pacing);
+        let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 19e6)], busy());
+        r.params.tuning.app_rate = Some(20_000_000);
+        assert_eq!(explain(&r).verdict.limit, Limit::App);
+        // Pacing that was not reached is not the limit.
+        let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 10e6)], busy());
+        r.params.tuning.pacing_rate = Some(50_000_000);
+        assert_eq!(explain(&r).verdict.limit, Limit::Cwnd);
+    }
+
+    #[test]
+    fn detectors_find_nagle_stalls_and_unfair_streams() {
+        let mut r = run(
+            "rtt 10ms rate 1gbit",
+            vec![flow(0, 1e6)],
+            steady_samples(2_000, 10 * MSS, 1 << 20, 0),
+        );
+        r.params.tuning.write_size = 100;
+        let e = explain(&r);
+        assert!(
+            e.findings.iter().any(|f| f.kind == "nagle_delayed_ack"),
+            "{e:?}"
+        );
+        r.params.tuning.nodelay = true;
+        assert!(!explain(&r)
+            .findings
+            .iter()
+            .any(|f| f.kind == "nagle_delayed_ack"));
+
+        // 90 and 10 Mbit/s: Jain = 100² / (2 · (90² + 10²)) = 0.61.
+        let r = run(
+            "rtt 10ms rate 1gbit",
+            vec![flow(0, 90e6), flow(1, 10e6)],
+            Vec::new(),
+        );
+        let e = explain(&r);
+        let unfair = e
+            .findings
+            .iter()
+            .find(|f| f.kind == "unfair_streams")
+            .unwrap();
+        assert!(unfair.message.contains("0.61"), "{}", unfair.message);
+    }
+
+    #[test]
+    fn slow_start_ends_when_the_window_reaches_ssthresh_or_loss_sets_it() {
+        let mut samples = steady_samples(10 * MSS, 10 * MSS, 1 << 20, 1 << 20);
+        // ssthresh falls from "infinite" at sample 3: the first exit.
+        for s in &mut samples[3..] {
+            s.info.snd_ssthresh = 50;
+        }
+        // A timeout at sample 6 restarts slow start (cwnd 1 < 50); cwnd 60 at 8.
+        samples[6].info.snd_cwnd = 1;
+        samples[7].info.snd_cwnd = 20;
+        samples[8].info.snd_cwnd = 60;
+        samples[9].info.snd_cwnd = 61;
+        let e = explain(&run("rtt 10ms", vec![flow(0, 1e6)], samples));
+        assert_eq!(e.episodes.slow_start_exits, 2);
+        assert_eq!(e.episodes.first_slow_start_exit_us, Some(30_000));
+        // No rate limit: no link bound and no BDP.
+        assert_eq!(e.bounds.link_bps, None);
+        assert_eq!(e.path.unwrap().bdp_bytes, None);
+    }
+}

@@ -121,7 +121,9 @@ pub struct Bounds {
     /// The bottleneck's rate less the headers of full segments.
     pub link_bps: Option<f64>,
     /// The smaller of the receiver's advertised window and the effective send buffer,
-    /// per measured round trip.
+    /// per measured round trip. Linux checks a send buffer for room before it queues
+    /// a write's packet, not after, so a full buffer is overshot by up to that packet:
+    /// a send-buffer-limited flow can run ~15 % above this.
     pub window_bps: Option<f64>,
     /// Mathis et al. with the measured loss-event rate (recovery episodes per data
     /// segment sent; the models' p counts congestion events, not lost packets).

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
 use tcplab_lab::{Lab, LabConfig};
+use tcplab_model::explain::explain;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
 use tcplab_store::{ExportFormat, Store, Table};
@@ -199,6 +200,10 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
             .chain(output::summary(&record))
         {
             println!("{line}");
+        }
+        if record.flows.iter().any(|f| f.udp.is_none()) && !record.samples.is_empty() {
+            println!("\nwhy (tcplab explain):");
+            print!("{}", crate::explain::render(&explain(&record)));
         }
     }
     Ok(exit_code(&record))

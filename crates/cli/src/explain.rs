@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use tcplab_model::explain::{explain, Explanation};
-use tcplab_model::record::{BufferSize, RunRecord};
+use tcplab_model::record::BufferSize;
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
@@ -44,24 +44,28 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
     } else {
-        write!(out, "{}", render(id, &run, &explanation))?;
+        let label = run
+            .label
+            .as_ref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default();
+        let e = &explanation;
+        writeln!(
+            out,
+            "run {id}{label}: {} received by {} TCP flow{}",
+            format_rate(e.measured_bps),
+            e.tunings.streams,
+            if e.tunings.streams == 1 { "" } else { "s" }
+        )?;
+        write!(out, "{}", render(e))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn render(id: i64, run: &RunRecord, e: &Explanation) -> String {
+/// The explanation as text, one aspect per line: what `tcplab explain` prints under
+/// its first line, and what `run` and `quickstart` print after their summary.
+pub fn render(e: &Explanation) -> String {
     let mut s = String::new();
-    let label = run
-        .label
-        .as_ref()
-        .map(|l| format!(" ({l})"))
-        .unwrap_or_default();
-    s += &format!(
-        "run {id}{label}: {} received by {} TCP flow{}\n",
-        format_rate(e.measured_bps),
-        e.tunings.streams,
-        if e.tunings.streams == 1 { "" } else { "s" }
-    );
     if let Some(p) = &e.path {
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map_or("—".to_string(), f);
         s += &format!(

@@ -126,7 +126,8 @@ pub struct Bounds {
     /// a send-buffer-limited flow can run ~15 % above this.
     pub window_bps: Option<f64>,
     /// Mathis et al. with the measured loss-event rate (recovery episodes per data
-    /// segment sent; the models' p counts congestion events, not lost packets).
+    /// segment sent; the models' p counts congestion events, not lost packets), for
+    /// loss-based congestion control (not BBR) with at least 4 loss events.
     pub mathis_bps: Option<f64>,
     /// Padhye–Firoiu–Towsley–Kurose with the measured loss-event rate, RTO and window.
     pub pftk_bps: Option<f64>,
@@ -329,13 +330,13 @@ fn model_bounds(
     Bounds {
         link_bps,
         window_bps: sum(&|f, s| bounds::window_bps(window_bytes(f, s)?, flow_rtt_us(f))),
-        mathis_bps: sum(&|f, s| bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(s)?)),
+        mathis_bps: sum(&|f, s| bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s)?)),
         pftk_bps: sum(&|f, s| {
             let rto_us = s.last().map_or(0, |s| u64::from(s.info.rto));
             bounds::pftk_bps(
                 f.mss,
                 flow_rtt_us(f),
-                loss_event_rate(s)?,
+                loss_event_rate(f, s)?,
                 rto_us,
                 2.0,
                 window_bytes(f, s),
@@ -369,8 +370,12 @@ fn window_bytes(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
 }
 
 /// Loss events (recovery episodes) per data segment sent; `None` with fewer than
-/// [`MIN_LOSS_EVENTS`].
-fn loss_event_rate(samples: &[&SampleRecord]) -> Option<f64> {
+/// [`MIN_LOSS_EVENTS`], and for BBR, which does not halve its window on loss as the
+/// loss models assume.
+fn loss_event_rate(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<f64> {
+    if flow.cc == "bbr" {
+        return None;
+    }
     let events = recovery_episodes(samples);
     let sent = samples.last()?.info.data_segs_out;
     (events >= MIN_LOSS_EVENTS && sent > 0).then(|| events as f64 / f64::from(sent))
@@ -716,7 +721,8 @@ fn detect(
                         .and_then(|p| p.bottleneck_bps)
                         .map(|r| format!(" at about 95 % of the link ({})", format_rate(r as f64 * 0.95 / tcp.len().max(1) as f64)))
                         .unwrap_or_default();
-                    format!("pace the senders (--fq-rate{rate} per flow, or a gap pacer: `pace` in the path) or use BBR (-C bbr) to keep the queue from overflowing")
+                    let bbr = if e.tunings.cc == "bbr" { "" } else { " or use BBR (-C bbr)" };
+                    format!("pace the senders (--fq-rate{rate} per flow, or a gap pacer: `pace` in the path){bbr} to keep the queue from overflowing")
                 }),
             );
         }

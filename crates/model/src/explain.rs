@@ -356,16 +356,19 @@ fn window_bytes(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
     )
     .filter(|w| *w > 0.0)
     .map(|w| w as u64);
-    let b = flow.sndbuf;
-    let sndbuf = Some(if b.requested.is_some() {
-        b.effective
-    } else {
-        b.effective.max(b.at_end)
-    })
-    .filter(|b| *b > 0);
+    let sndbuf = Some(send_buffer_bytes(flow.sndbuf)).filter(|b| *b > 0);
     match (rwnd, sndbuf) {
         (Some(r), Some(s)) => Some(r.min(s)),
         (r, s) => r.or(s),
+    }
+}
+
+/// A send buffer as set, or as large as autotuning grew it.
+fn send_buffer_bytes(b: BufferSize) -> u64 {
+    if b.requested.is_some() {
+        b.effective
+    } else {
+        b.effective.max(b.at_end)
     }
 }
 
@@ -550,17 +553,17 @@ fn verdict(
     // The window arithmetic, flow by flow, weighted by bytes.
     let mut votes: Vec<(Limit, f64, String)> = Vec::new();
     for (f, s) in tcp.iter().zip(steady) {
-        let (limit, reason) = flow_window_limit(f, s);
+        let (limit, reason) = flow_window_limit(f, s, app_rate.is_some());
         votes.push((limit, f.received_bytes as f64, reason));
     }
     let total: f64 = votes.iter().map(|v| v.1).sum();
-    let best = [Limit::Rwnd, Limit::Sndbuf, Limit::Cwnd]
+    let best = [Limit::Rwnd, Limit::Sndbuf, Limit::Cwnd, Limit::App]
         .into_iter()
         .max_by(|a, b| {
             let weight = |l: &Limit| votes.iter().filter(|v| v.0 == *l).map(|v| v.1).sum::<f64>();
             weight(a).total_cmp(&weight(b))
         })
-        .expect("three limits");
+        .expect("four limits");
     let reason = votes
         .iter()
         .find(|v| v.0 == best)
@@ -580,8 +583,9 @@ fn verdict(
     v(best, format!("{reason}{of_flows}"))
 }
 
-/// What held one flow back, from its steady state and its limit shares.
-fn flow_window_limit(f: &FlowRecord, s: &Steady) -> (Limit, String) {
+/// What held one flow back, from its steady state and its limit shares; `app_paced`:
+/// the application paces its writes (`--app-rate`).
+fn flow_window_limit(f: &FlowRecord, s: &Steady, app_paced: bool) -> (Limit, String) {
     let size = |b: f64| format_size(b as u64);
     if f.limits.rwnd >= SHARE_DECIDES || (s.rwnd > 0.0 && s.in_flight >= 0.85 * s.rwnd) {
         return (
@@ -598,14 +602,25 @@ fn flow_window_limit(f: &FlowRecord, s: &Steady) -> (Limit, String) {
         .cwnd
         .min(if s.rwnd > 0.0 { s.rwnd } else { f64::INFINITY });
     let mss = f64::from(f.mss.max(1));
-    if f.limits.sndbuf >= SHARE_DECIDES || (s.in_flight <= 0.8 * room && s.unsent < mss) {
+    let nothing_to_send = s.in_flight <= 0.8 * room && s.unsent < mss;
+    if app_paced && nothing_to_send && f.limits.sndbuf < SHARE_DECIDES {
+        return (
+            Limit::App,
+            format!(
+                "{} in flight with room for {} in both windows and nothing left unsent: the application, pacing its writes, fell behind its rate",
+                size(s.in_flight),
+                size(room)
+            ),
+        );
+    }
+    if f.limits.sndbuf >= SHARE_DECIDES || nothing_to_send {
         return (
             Limit::Sndbuf,
             format!(
-                "{} in flight with room for {} in both windows and nothing left unsent: the send buffer ({} effective) held no more",
+                "{} in flight with room for {} in both windows and nothing left unsent: the send buffer ({}) held no more",
                 size(s.in_flight),
                 size(room),
-                size(f.sndbuf.effective as f64)
+                size(send_buffer_bytes(f.sndbuf) as f64)
             ),
         );
     }
@@ -996,6 +1011,17 @@ mod tests {
         let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 19e6)], busy());
         r.params.tuning.app_rate = Some(20_000_000);
         assert_eq!(explain(&r).verdict.limit, Limit::App);
+        // An application pacing its writes that falls behind leaves nothing unsent:
+        // the application, not the send buffer.
+        let mut r = run(
+            "rtt 10ms rate 1gbit",
+            vec![flow(0, 500e6)],
+            steady_samples(400_000, 1 << 20, 1 << 21, 0),
+        );
+        r.params.tuning.app_rate = Some(930_000_000);
+        assert_eq!(explain(&r).verdict.limit, Limit::App);
+        r.params.tuning.app_rate = None;
+        assert_eq!(explain(&r).verdict.limit, Limit::Sndbuf);
         // Pacing that was not reached is not the limit.
         let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 10e6)], busy());
         r.params.tuning.pacing_rate = Some(50_000_000);

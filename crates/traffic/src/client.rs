@@ -395,7 +395,14 @@ fn run_started(
         let Ok(event) = inbox.recv() else { break };
         match event {
             Event::Local(records) => emit(merger.add(Host::Client, records), on_interval),
-            Event::LocalDone(outcome) => local = Some(outcome),
+            Event::LocalDone(outcome) => {
+                // Interrupted: tell the server to end its side too (any message does),
+                // instead of letting it read a stream a lossy path delivers slowly.
+                if stop.load(Ordering::Relaxed) {
+                    let _ = protocol::send(&mut control, &Message::Bye);
+                }
+                local = Some(outcome)
+            }
             Event::Remote(Ok(Message::Interval { records })) => {
                 emit(merger.add(Host::Server, records), on_interval)
             }

@@ -422,6 +422,10 @@ fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) 
             Ok(n) => {
                 total += n as u64;
                 flow.bytes.store(total, Ordering::Relaxed);
+                // A slow stream never times out a read: look at the flag here too.
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(total);
+                }
             }
             Err(e) if timed_out(&e) => {
                 if stop.load(Ordering::Relaxed) {

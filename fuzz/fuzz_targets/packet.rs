@@ -1,0 +1,23 @@
+//! Packets the emulator reads from its TUN devices (virtio-net header + IP): parsed,
+//! segmented and coalesced or refused, never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tcplab_model::packet::{Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok((hdr, ip)) = VirtioNetHdr::split(data) else {
+        return;
+    };
+    let _ = PacketInfo::parse(ip);
+    let Ok(segments) = Segmenter::new(&hdr, ip) else {
+        return;
+    };
+    let mut out = vec![0u8; 65_536 + VirtioNetHdr::LEN];
+    let mut coalescer = Coalescer::new();
+    for i in 0..segments.len().min(64) {
+        if let Ok(len) = segments.write_segment(i, CsumMode::Partial, true, &mut out) {
+            coalescer.push(&out[..len]);
+        }
+    }
+});

@@ -1,0 +1,9 @@
+//! mahimahi link traces: any text loads or errs.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tcplab_model::link::Trace;
+
+fuzz_target!(|text: &str| {
+    let _ = Trace::parse(text);
+});

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fuzzes every parser that reads outside input (fuzz/fuzz_targets/*) with cargo fuzz
+# (libFuzzer, nightly), starting from the committed seeds: RUNS inputs per target
+# (default 1 000 000, the bar), or SECONDS_PER_TARGET each for a time-boxed run as CI
+# does. Prints each target's count; stops at the first crash, whose input cargo fuzz
+# leaves in fuzz/artifacts/TARGET/.
+#   bash fuzz/run.sh
+#   SECONDS_PER_TARGET=10 bash fuzz/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+if [ -n "${SECONDS_PER_TARGET:-}" ]; then
+    budget=(-max_total_time="$SECONDS_PER_TARGET")
+else
+    budget=(-runs="${RUNS:-1000000}")
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for target in $(cargo +nightly fuzz list); do
+    mkdir -p "fuzz/corpus/$target"
+    if ! cargo +nightly fuzz run -O "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+        "${budget[@]}" >"$log" 2>&1; then
+        tail -40 "$log"
+        echo "fuzz target $target failed"
+        exit 1
+    fi
+    printf '%-12s %s\n' "$target" "$(grep -E '^Done' "$log")"
+done

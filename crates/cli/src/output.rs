@@ -1,8 +1,8 @@
 //! Text shown to a person: the live interval lines and the final summary.
 
 use tcplab_model::record::{
-    BufferSize, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, UdpStats,
-    CLOCK_STEP_TOLERANCE_US,
+    BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus,
+    UdpStats, CLOCK_STEP_TOLERANCE_US,
 };
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
@@ -149,7 +149,7 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         s.retransmits
     ));
     if let Some(u) = &s.udp {
-        lines.push(udp_line(u));
+        lines.push(udp_line(u, &run.clock));
     }
     if s.rtt.max_us > 0 {
         lines.push(format!(
@@ -209,7 +209,7 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
 }
 
 /// Datagram counts, jitter and one-way delay of UDP flows.
-fn udp_line(u: &UdpStats) -> String {
+fn udp_line(u: &UdpStats, clock: &ClockOffset) -> String {
     let lost_pct = if u.sent > 0 {
         u.lost as f64 * 100.0 / u.sent as f64
     } else {
@@ -227,7 +227,15 @@ fn udp_line(u: &UdpStats) -> String {
             u.clock_step_us
         )
     } else {
-        " (estimated clock offset)".to_string()
+        let doubt = if clock.resolves(u.owd_us.p50) {
+            ""
+        } else {
+            ": too uncertain for these delays to mean much"
+        };
+        format!(
+            " (through the estimated clock offset, ± {} µs{doubt})",
+            clock.uncertainty_us
+        )
     };
     format!(
         "udp:    sent {}, received {}, lost {} ({lost_pct:.3} %), out of order {}, duplicates {}   jitter {:.1} µs   one-way delay min {} / p50 {} / p99 {} / max {}{}{local}",

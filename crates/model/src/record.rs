@@ -299,6 +299,14 @@ pub struct ClockOffset {
     pub uncertainty_us: i64,
 }
 
+impl ClockOffset {
+    /// Whether delays of about `delay_us` measured through this offset mean something:
+    /// its uncertainty is at most a tenth of them.
+    pub fn resolves(&self, delay_us: f64) -> bool {
+        self.uncertainty_us as f64 <= 0.1 * delay_us
+    }
+}
+
 /// One data connection's results.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlowRecord {
@@ -520,4 +528,20 @@ pub struct RunRecord {
     /// Raw samples; left out of `--json` unless asked for, always stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<SampleRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_offset_resolves_delays_ten_times_its_uncertainty() {
+        let offset = ClockOffset {
+            offset_us: 123_456,
+            uncertainty_us: 500,
+        };
+        assert!(offset.resolves(5_000.0));
+        assert!(offset.resolves(30_000.0));
+        assert!(!offset.resolves(4_999.0));
+    }
 }

@@ -1,7 +1,6 @@
 //! `tcplab sweep` and `tcplab results`: experiments from a file into a database, and the
 //! per-point statistics back out.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,13 +8,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
-use tcplab_model::experiment::{self, point_label, Axis, Experiment, Point};
-use tcplab_model::record::{RunRecord, TestEnd};
-use tcplab_model::stats::{Metric, Stats};
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
-use tcplab_store::{PlanRow, PlanStatus, Store};
+use tcplab_model::experiment::{self, Experiment, Point};
+use tcplab_model::record::TestEnd;
+use tcplab_model::stats::Metric;
+use tcplab_model::units::format_rate;
+use tcplab_report::results::{summarize, ExperimentRuns, ResultTable};
+use tcplab_store::{PlanStatus, Store};
 
 use crate::args::{ResultsArgs, SweepArgs};
 use crate::commands::interrupt_flag;
@@ -138,7 +137,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     println!();
-    print_table(&summarize(&store, prepared.id, Metric::Throughput, None)?);
+    print!("{}", summary(&store, prepared.id, Metric::Throughput, None)?.text());
     if failed > 0 {
         println!("{failed} runs failed; --retry-failed runs them again");
         return Ok(ExitCode::FAILURE);
@@ -327,240 +326,21 @@ pub fn results(args: ResultsArgs) -> Result<ExitCode> {
             )
         })?,
     };
-    let table = summarize(&store, id, args.metric, args.confidence)?;
+    let table = summary(&store, id, args.metric, args.confidence)?;
     if args.json {
         serde_json::to_writer_pretty(std::io::stdout().lock(), &table)?;
         println!();
     } else {
-        print_table(&table);
+        print!("{}", table.text());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `tcplab results --json`.
-#[derive(Serialize)]
-struct ResultTable {
-    experiment: ExperimentInfo,
-    metric: Metric,
-    unit: &'static str,
-    confidence: f64,
-    points: Vec<PointResult>,
-}
-
-#[derive(Serialize)]
-struct ExperimentInfo {
-    id: i64,
-    name: String,
-    file: String,
-    seed: u64,
-    repetitions: u32,
-    axes: Vec<Axis>,
-    runs: usize,
-    done: usize,
-    failed: usize,
-    pending: usize,
-}
-
-#[derive(Serialize)]
-struct PointResult {
-    point: u32,
-    /// Axis name → value.
-    values: BTreeMap<String, String>,
-    label: String,
-    warmup_us: u64,
-    #[serde(flatten)]
-    stats: Option<Stats>,
-    high_variation: bool,
-    failed: usize,
-    pending: usize,
-    /// The first flow's effective socket buffers (what the kernel made of a request).
-    sndbuf_effective: Option<u64>,
-    rcvbuf_effective: Option<u64>,
-    run_ids: Vec<i64>,
-}
-
-fn summarize(
-    store: &Store,
-    id: i64,
-    metric: Metric,
-    confidence: Option<f64>,
-) -> Result<ResultTable> {
-    let exp = store
-        .experiments()?
-        .into_iter()
-        .find(|e| e.id == id)
-        .expect("the id came from the store");
-    let confidence = confidence.unwrap_or(exp.confidence);
-    let points = store.points(id)?;
-    let plan = store.plan(id)?;
-    let count = |s: PlanStatus, rows: &[&PlanRow]| rows.iter().filter(|r| r.status == s).count();
-    let mut results = Vec::new();
-    for point in &points {
-        let rows: Vec<&PlanRow> = plan.iter().filter(|r| r.run.point == point.index).collect();
-        let runs: Vec<(i64, RunRecord)> = rows
-            .iter()
-            .filter(|r| r.status == PlanStatus::Done)
-            .filter_map(|r| r.run_id)
-            .map(|id| Ok((id, store.load_run_without_samples(id)?)))
-            .collect::<Result<_>>()?;
-        let values: Vec<f64> = runs
-            .iter()
-            .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
-            .collect();
-        let stats = Stats::of(&values, confidence);
-        let first_flow = runs.first().and_then(|(_, r)| r.flows.first());
-        let tuning = point.config.flows.first().map(|f| &f.params.tuning);
-        results.push(PointResult {
-            point: point.index,
-            values: exp
-                .axes
-                .iter()
-                .map(|a| a.name.clone())
-                .zip(point.values.iter().cloned())
-                .collect(),
-            label: point_label(&exp.axes, &point.values),
-            warmup_us: point.config.warmup_us,
-            high_variation: stats.is_some_and(|s| s.high_variation()),
-            stats,
-            failed: count(PlanStatus::Failed, &rows),
-            pending: count(PlanStatus::Pending, &rows),
-            sndbuf_effective: first_flow
-                .filter(|_| tuning.is_some_and(|t| t.sndbuf.is_some()))
-                .map(|f| f.sndbuf.effective),
-            rcvbuf_effective: first_flow
-                .filter(|_| tuning.is_some_and(|t| t.rcvbuf.is_some()))
-                .map(|f| f.rcvbuf.effective),
-            run_ids: runs.iter().map(|(id, _)| *id).collect(),
-        });
-    }
-    let all: Vec<&PlanRow> = plan.iter().collect();
-    Ok(ResultTable {
-        experiment: ExperimentInfo {
-            id,
-            name: exp.name,
-            file: exp.file,
-            seed: exp.seed,
-            repetitions: exp.repetitions,
-            axes: exp.axes,
-            runs: plan.len(),
-            done: count(PlanStatus::Done, &all),
-            failed: count(PlanStatus::Failed, &all),
-            pending: count(PlanStatus::Pending, &all),
-        },
-        metric,
-        unit: metric.unit(),
-        confidence,
-        points: results,
-    })
-}
-
-fn print_table(t: &ResultTable) {
-    let e = &t.experiment;
-    let warmup = t.points.first().map_or(0, |p| p.warmup_us);
-    println!(
-        "experiment {} ({}): {} runs: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
-        e.name,
-        e.file,
-        e.runs,
-        e.done,
-        e.failed,
-        e.pending,
-        t.metric.name(),
-        if warmup > 0 && matches!(t.metric, Metric::Throughput | Metric::Fairness) {
-            format!(" after a {} warm-up", format_duration_us(warmup))
-        } else {
-            String::new()
-        },
-        t.confidence * 100.0
-    );
-    let show_buffers = t
-        .points
-        .iter()
-        .any(|p| p.sndbuf_effective.is_some() || p.rcvbuf_effective.is_some());
-    let fmt = |v: f64| format_metric(t.metric, v);
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut header: Vec<String> = e.axes.iter().map(|a| a.name.clone()).collect();
-    if show_buffers {
-        header.push("effective snd/rcv".into());
-    }
-    header.extend(
-        ["n", "mean", "median", "stddev", "min", "max", "CI"]
-            .iter()
-            .map(|s| s.to_string()),
-    );
-    header.push(String::new());
-    rows.push(header);
-    for p in &t.points {
-        let mut row: Vec<String> = e
-            .axes
-            .iter()
-            .map(|a| p.values.get(&a.name).cloned().unwrap_or_default())
-            .collect();
-        if show_buffers {
-            let size = |v: Option<u64>| v.map_or("-".into(), format_size);
-            row.push(format!(
-                "{}/{}",
-                size(p.sndbuf_effective),
-                size(p.rcvbuf_effective)
-            ));
-        }
-        match &p.stats {
-            Some(s) => {
-                row.push(s.n.to_string());
-                row.extend([s.mean, s.median, s.stddev, s.min, s.max].map(fmt));
-                row.push(s.ci.map_or("-".into(), |(lo, hi)| format!("{} – {}", fmt(lo), fmt(hi))));
-            }
-            None => {
-                row.push("0".into());
-                row.extend(std::iter::repeat_n("-".to_string(), 6));
-            }
-        }
-        let mut notes = Vec::new();
-        if p.high_variation {
-            let cv = p.stats.and_then(|s| s.cv).unwrap_or_default();
-            notes.push(format!("high variation (cv {:.0} %)", cv * 100.0));
-        }
-        if p.failed > 0 {
-            notes.push(format!("{} failed", p.failed));
-        }
-        if p.pending > 0 {
-            notes.push(format!("{} to run", p.pending));
-        }
-        row.push(notes.join(", "));
-        rows.push(row);
-    }
-    let columns = rows[0].len();
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let axes = e.axes.len();
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, cell)| {
-                let pad = widths[c] - cell.chars().count();
-                // Axis values and notes read left to right; numbers line up on the right.
-                if c < axes || c == columns - 1 {
-                    format!("{cell}{}", " ".repeat(pad))
-                } else {
-                    format!("{}{cell}", " ".repeat(pad))
-                }
-            })
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
-}
-
-fn format_metric(metric: Metric, v: f64) -> String {
-    match metric {
-        Metric::Throughput => format_rate(v),
-        Metric::Retransmits => format!("{v:.1}"),
-        Metric::Rtt => format_duration_us(v.round().max(0.0) as u64),
-        Metric::Jitter => format!("{v:.1} µs"),
-        Metric::Fairness => format!("{v:.3}"),
-        Metric::UdpLoss => format!("{:.3} %", v * 100.0),
-    }
+/// `metric` per point of experiment `id` (an id the store listed).
+fn summary(store: &Store, id: i64, metric: Metric, confidence: Option<f64>) -> Result<ResultTable> {
+    let data = ExperimentRuns::load(store, id)?
+        .ok_or_else(|| anyhow!("{} has no experiment {id}", store.path().display()))?;
+    Ok(summarize(&data, metric, confidence))
 }
 
 fn open(db: &Path) -> Result<Store> {

@@ -1,0 +1,294 @@
+//! Per-point statistics of an experiment: what `tcplab results` prints and the report's
+//! charts and tables draw. An experiment's runs are loaded once ([`ExperimentRuns`]) and
+//! summarised per metric ([`summarize`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use tcplab_model::experiment::{point_label, Axis, Point};
+use tcplab_model::record::RunRecord;
+use tcplab_model::stats::{Metric, Stats};
+use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_store::{ExperimentRow, PlanRow, PlanStatus, Store};
+
+/// An experiment with its points, plan and finished runs (without tcp_info samples).
+pub struct ExperimentRuns {
+    pub experiment: ExperimentRow,
+    pub points: Vec<Point>,
+    pub plan: Vec<PlanRow>,
+    /// The done runs, by run id.
+    pub runs: HashMap<i64, RunRecord>,
+}
+
+impl ExperimentRuns {
+    /// Loads experiment `id`; `None` when the database has no such experiment.
+    pub fn load(store: &Store, id: i64) -> tcplab_store::Result<Option<ExperimentRuns>> {
+        let Some(experiment) = store.experiments()?.into_iter().find(|e| e.id == id) else {
+            return Ok(None);
+        };
+        let points = store.points(id)?;
+        let plan = store.plan(id)?;
+        let runs = plan
+            .iter()
+            .filter(|r| r.status == PlanStatus::Done)
+            .filter_map(|r| r.run_id)
+            .map(|run_id| Ok((run_id, store.load_run_without_samples(run_id)?)))
+            .collect::<tcplab_store::Result<_>>()?;
+        Ok(Some(ExperimentRuns {
+            experiment,
+            points,
+            plan,
+            runs,
+        }))
+    }
+
+    /// The plan rows of point `index`.
+    pub fn rows_of(&self, index: u32) -> impl Iterator<Item = &PlanRow> {
+        self.plan.iter().filter(move |r| r.run.point == index)
+    }
+
+    /// The done runs of point `index`, with their ids, in plan order.
+    pub fn runs_of(&self, index: u32) -> impl Iterator<Item = (i64, &RunRecord)> {
+        self.rows_of(index)
+            .filter(|r| r.status == PlanStatus::Done)
+            .filter_map(|r| r.run_id)
+            .filter_map(|id| self.runs.get(&id).map(|run| (id, run)))
+    }
+}
+
+/// `tcplab results --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ResultTable {
+    pub experiment: ExperimentInfo,
+    pub metric: Metric,
+    pub unit: &'static str,
+    pub confidence: f64,
+    pub points: Vec<PointResult>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ExperimentInfo {
+    pub id: i64,
+    pub name: String,
+    pub file: String,
+    pub seed: u64,
+    pub repetitions: u32,
+    pub axes: Vec<Axis>,
+    pub runs: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub pending: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PointResult {
+    pub point: u32,
+    /// Axis name → value.
+    pub values: BTreeMap<String, String>,
+    pub label: String,
+    pub warmup_us: u64,
+    #[serde(flatten)]
+    pub stats: Option<Stats>,
+    pub high_variation: bool,
+    pub failed: usize,
+    pub pending: usize,
+    /// The first flow's effective socket buffers (what the kernel made of a request).
+    pub sndbuf_effective: Option<u64>,
+    pub rcvbuf_effective: Option<u64>,
+    pub run_ids: Vec<i64>,
+}
+
+/// `metric` per point of `data`, with intervals at `confidence` (default: the
+/// experiment's).
+pub fn summarize(data: &ExperimentRuns, metric: Metric, confidence: Option<f64>) -> ResultTable {
+    let exp = &data.experiment;
+    let confidence = confidence.unwrap_or(exp.confidence);
+    let count = |s: PlanStatus, rows: &[&PlanRow]| rows.iter().filter(|r| r.status == s).count();
+    let mut results = Vec::new();
+    for point in &data.points {
+        let rows: Vec<&PlanRow> = data.rows_of(point.index).collect();
+        let runs: Vec<(i64, &RunRecord)> = data.runs_of(point.index).collect();
+        let values: Vec<f64> = runs
+            .iter()
+            .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
+            .collect();
+        let stats = Stats::of(&values, confidence);
+        let first_flow = runs.first().and_then(|(_, r)| r.flows.first());
+        let tuning = point.config.flows.first().map(|f| &f.params.tuning);
+        results.push(PointResult {
+            point: point.index,
+            values: exp
+                .axes
+                .iter()
+                .map(|a| a.name.clone())
+                .zip(point.values.iter().cloned())
+                .collect(),
+            label: point_label(&exp.axes, &point.values),
+            warmup_us: point.config.warmup_us,
+            high_variation: stats.is_some_and(|s| s.high_variation()),
+            stats,
+            failed: count(PlanStatus::Failed, &rows),
+            pending: count(PlanStatus::Pending, &rows),
+            sndbuf_effective: first_flow
+                .filter(|_| tuning.is_some_and(|t| t.sndbuf.is_some()))
+                .map(|f| f.sndbuf.effective),
+            rcvbuf_effective: first_flow
+                .filter(|_| tuning.is_some_and(|t| t.rcvbuf.is_some()))
+                .map(|f| f.rcvbuf.effective),
+            run_ids: runs.iter().map(|(id, _)| *id).collect(),
+        });
+    }
+    let all: Vec<&PlanRow> = data.plan.iter().collect();
+    ResultTable {
+        experiment: ExperimentInfo {
+            id: exp.id,
+            name: exp.name.clone(),
+            file: exp.file.clone(),
+            seed: exp.seed,
+            repetitions: exp.repetitions,
+            axes: exp.axes.clone(),
+            runs: data.plan.len(),
+            done: count(PlanStatus::Done, &all),
+            failed: count(PlanStatus::Failed, &all),
+            pending: count(PlanStatus::Pending, &all),
+        },
+        metric,
+        unit: metric.unit(),
+        confidence,
+        points: results,
+    }
+}
+
+impl ResultTable {
+    /// The line above the table: the experiment, its runs, the metric and the interval.
+    pub fn heading(&self) -> String {
+        let e = &self.experiment;
+        let warmup = self.points.first().map_or(0, |p| p.warmup_us);
+        format!(
+            "experiment {} ({}): {} runs: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
+            e.name,
+            e.file,
+            e.runs,
+            e.done,
+            e.failed,
+            e.pending,
+            self.metric.name(),
+            if warmup > 0 && matches!(self.metric, Metric::Throughput | Metric::Fairness) {
+                format!(" after a {} warm-up", format_duration_us(warmup))
+            } else {
+                String::new()
+            },
+            self.confidence * 100.0
+        )
+    }
+
+    /// The table's cells: a header row, then one row per point. The axes come first,
+    /// notes (variation, failed and pending runs) last.
+    pub fn cells(&self) -> Vec<Vec<String>> {
+        let e = &self.experiment;
+        let show_buffers = self
+            .points
+            .iter()
+            .any(|p| p.sndbuf_effective.is_some() || p.rcvbuf_effective.is_some());
+        let fmt = |v: f64| format_metric(self.metric, v);
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        let mut header: Vec<String> = e.axes.iter().map(|a| a.name.clone()).collect();
+        if show_buffers {
+            header.push("effective snd/rcv".into());
+        }
+        header.extend(
+            ["n", "mean", "median", "stddev", "min", "max", "CI"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        header.push(String::new());
+        rows.push(header);
+        for p in &self.points {
+            let mut row: Vec<String> = e
+                .axes
+                .iter()
+                .map(|a| p.values.get(&a.name).cloned().unwrap_or_default())
+                .collect();
+            if show_buffers {
+                let size = |v: Option<u64>| v.map_or("-".into(), format_size);
+                row.push(format!(
+                    "{}/{}",
+                    size(p.sndbuf_effective),
+                    size(p.rcvbuf_effective)
+                ));
+            }
+            match &p.stats {
+                Some(s) => {
+                    row.push(s.n.to_string());
+                    row.extend([s.mean, s.median, s.stddev, s.min, s.max].map(fmt));
+                    row.push(
+                        s.ci.map_or("-".into(), |(lo, hi)| format!("{} – {}", fmt(lo), fmt(hi))),
+                    );
+                }
+                None => {
+                    row.push("0".into());
+                    row.extend(std::iter::repeat_n("-".to_string(), 6));
+                }
+            }
+            row.push(self.notes(p));
+            rows.push(row);
+        }
+        rows
+    }
+
+    fn notes(&self, p: &PointResult) -> String {
+        let mut notes = Vec::new();
+        if p.high_variation {
+            let cv = p.stats.and_then(|s| s.cv).unwrap_or_default();
+            notes.push(format!("high variation (cv {:.0} %)", cv * 100.0));
+        }
+        if p.failed > 0 {
+            notes.push(format!("{} failed", p.failed));
+        }
+        if p.pending > 0 {
+            notes.push(format!("{} to run", p.pending));
+        }
+        notes.join(", ")
+    }
+
+    /// The heading and the table as text, columns aligned: what `tcplab results` prints.
+    pub fn text(&self) -> String {
+        let rows = self.cells();
+        let columns = rows[0].len();
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        let axes = self.experiment.axes.len();
+        let mut out = self.heading() + "\n";
+        for row in &rows {
+            let line: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(c, cell)| {
+                    let pad = widths[c] - cell.chars().count();
+                    // Axis values and notes read left to right; numbers line up on the right.
+                    if c < axes || c == columns - 1 {
+                        format!("{cell}{}", " ".repeat(pad))
+                    } else {
+                        format!("{}{cell}", " ".repeat(pad))
+                    }
+                })
+                .collect();
+            out += line.join("  ").trim_end();
+            out += "\n";
+        }
+        out
+    }
+}
+
+/// A value of `metric` for people, in its unit.
+pub fn format_metric(metric: Metric, v: f64) -> String {
+    match metric {
+        Metric::Throughput => format_rate(v),
+        Metric::Retransmits => format!("{v:.1}"),
+        Metric::Rtt => format_duration_us(v.round().max(0.0) as u64),
+        Metric::Jitter => format!("{v:.1} µs"),
+        Metric::Fairness => format!("{v:.3}"),
+        Metric::UdpLoss => format!("{:.3} %", v * 100.0),
+    }
+}

@@ -51,6 +51,10 @@ pub enum Command {
     Results(ResultsArgs),
     /// Why a stored run got its throughput: the bounds, what limited it, what to change.
     Explain(ExplainArgs),
+    /// An HTML report of a database's experiments and runs (DIR/index.html, self-contained).
+    Report(ReportArgs),
+    /// One chart of an experiment or a run, as SVG or PNG.
+    Plot(PlotArgs),
 }
 
 #[derive(Args, Debug)]
@@ -85,6 +89,39 @@ pub struct SweepArgs {
     /// The file changed since the database's plan: plan it as a new experiment beside it.
     #[arg(long)]
     pub new_experiment: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The SQLite database.
+    pub db: PathBuf,
+    /// The directory to write index.html into (created if missing).
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: PathBuf,
+    /// Only this experiment, by id (repeatable) [default: every experiment and the runs
+    /// outside them].
+    #[arg(long = "experiment", value_name = "ID")]
+    pub experiments: Vec<i64>,
+}
+
+#[derive(Args, Debug)]
+pub struct PlotArgs {
+    /// The SQLite database.
+    pub db: PathBuf,
+    /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue.
+    #[arg(long, value_name = "ID", conflicts_with = "experiment")]
+    pub run: Option<i64>,
+    /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
+    /// throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest experiment,
+    /// else the latest run].
+    #[arg(long, value_name = "ID")]
+    pub experiment: Option<i64>,
+    /// The chart's name; a wrong one lists those there are.
+    #[arg(long, value_name = "NAME")]
+    pub chart: String,
+    /// The file to write: .svg or .png.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 #[derive(Args, Debug)]

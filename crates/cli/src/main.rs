@@ -5,6 +5,7 @@ mod commands;
 mod explain;
 mod lab;
 mod output;
+mod report;
 mod sweep;
 
 use std::process::ExitCode;
@@ -42,6 +43,8 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::sweep(args),
         Command::Results(args) => sweep::results(args),
         Command::Explain(args) => explain::run(args),
+        Command::Report(args) => report::report(args),
+        Command::Plot(args) => report::plot(args),
     };
     match result {
         Ok(code) => code,
@@ -55,9 +58,12 @@ fn main() -> ExitCode {
 /// Commands that only read files and print.
 fn prints_only(command: &Command) -> bool {
     match command {
-        Command::Runs { .. } | Command::Export(_) | Command::Results(_) | Command::Explain(_) => {
-            true
-        }
+        Command::Runs { .. }
+        | Command::Export(_)
+        | Command::Results(_)
+        | Command::Explain(_)
+        | Command::Report(_)
+        | Command::Plot(_) => true,
         Command::Sweep(args) => args.dry_run,
         Command::Lab(cmd) => matches!(
             cmd,

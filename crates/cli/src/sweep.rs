@@ -137,7 +137,10 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     println!();
-    print!("{}", summary(&store, prepared.id, Metric::Throughput, None)?.text());
+    print!(
+        "{}",
+        summary(&store, prepared.id, Metric::Throughput, None)?.text()
+    );
     if failed > 0 {
         println!("{failed} runs failed; --retry-failed runs them again");
         return Ok(ExitCode::FAILURE);

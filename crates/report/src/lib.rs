@@ -1,4 +1,355 @@
 //! Reports of what a tcplab database holds: per-point statistics of experiments
-//! ([`results`]).
+//! ([`results`]), charts of experiments and runs, and one self-contained HTML page.
+//!
+//! - [`results`]: an experiment's runs loaded once, summarised per metric — the table of
+//!   `tcplab results` and of the report.
+//! - `layout`: which charts fit an experiment's axes (x axis, series, facets, heatmap),
+//!   reading units and geometric spacing from the axis values (`axes`).
+//! - `experiments`, `runs`: the charts' data — means with confidence intervals per point;
+//!   one run's intervals, tcp_info samples and bottleneck queue over time.
+//! - `draw`: a chart as SVG or PNG with plotters (an embedded font); `html`: the page.
+//!
+//! Colours come from one palette (`palette`): within an experiment a series name keeps
+//! its colour in every chart; flows, limits and queues keep theirs in every run.
 
+mod axes;
+mod chart;
+mod describe;
+mod draw;
+mod experiments;
+mod html;
+mod layout;
+mod palette;
 pub mod results;
+mod runs;
+
+use std::path::{Path, PathBuf};
+
+use tcplab_model::record::RunRecord;
+use tcplab_model::stats::Metric;
+use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_store::{Store, StoreError};
+
+pub use chart::Chart;
+pub use draw::{png, svg, DrawError};
+pub use runs::CHARTS as RUN_CHARTS;
+
+use html::Section;
+use palette::Palette;
+use results::{ExperimentRuns, ResultTable};
+
+/// What a chart is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Experiment(i64),
+    Run(i64),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Experiment(id) => write!(f, "experiment {id}"),
+            Target::Run(id) => write!(f, "run {id}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{} has no experiment {id} (it has: {available})", db.display())]
+    NoExperiment {
+        db: PathBuf,
+        id: i64,
+        available: String,
+    },
+    #[error("{} has no run {id}", db.display())]
+    NoRun { db: PathBuf, id: i64 },
+    #[error("{} holds no runs", db.display())]
+    Empty { db: PathBuf },
+    #[error("{target} in {} has no chart '{name}' (it has: {available})", db.display())]
+    NoChart {
+        db: PathBuf,
+        target: Target,
+        name: String,
+        available: String,
+    },
+    #[error(transparent)]
+    Draw(#[from] DrawError),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What a written report holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written {
+    pub path: PathBuf,
+    pub experiments: usize,
+    pub runs: usize,
+    pub charts: usize,
+    pub bytes: usize,
+}
+
+/// Writes `dir/index.html`: the experiments `experiments` (all when empty; then also
+/// the runs that belong to none), each with its tables and charts and the time series of
+/// a few representative runs.
+pub fn write_report(
+    store: &Store,
+    experiments: &[i64],
+    dir: &Path,
+) -> Result<Written, ReportError> {
+    let ids = if experiments.is_empty() {
+        store.experiments()?.iter().map(|e| e.id).collect()
+    } else {
+        experiments.to_vec()
+    };
+    let mut sections = Vec::new();
+    for &id in &ids {
+        sections.push(experiment_section(store, id)?);
+    }
+    if experiments.is_empty() {
+        let singles = single_runs(store)?;
+        if !singles.is_empty() {
+            let mut runs = Vec::new();
+            for id in singles {
+                runs.push(run_section(store, id)?);
+            }
+            sections.push(Section {
+                anchor: "runs".into(),
+                title: "Single runs".into(),
+                text: vec![
+                    "Runs stored by `tcplab run --db` or `quickstart`, outside any experiment."
+                        .into(),
+                ],
+                source: None,
+                tables: Vec::new(),
+                charts: Vec::new(),
+                subsections: runs,
+            });
+        }
+    }
+    // Every subsection is a run: an experiment's representative ones or a single one.
+    let runs = sections.iter().map(|s| s.subsections.len()).sum();
+    let charts = sections.iter().map(count_charts).sum();
+    if sections.is_empty() {
+        return Err(ReportError::Empty {
+            db: store.path().to_owned(),
+        });
+    }
+    let db = store.path().display().to_string();
+    let intro = format!(
+        "Experiments and runs of the tcplab database {db}. Charts: means per point with confidence intervals against the experiment's axes; runs over time from their report intervals, tcp_info samples (every 10 ms by default) and the emulator's bottleneck queue. Generated by tcplab {}; this page needs no network and no other file.",
+        env!("CARGO_PKG_VERSION")
+    );
+    let text = html::page(&format!("tcplab report: {db}"), &intro, &sections)?;
+    std::fs::create_dir_all(dir).map_err(|source| ReportError::Write {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let path = dir.join("index.html");
+    std::fs::write(&path, &text).map_err(|source| ReportError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(Written {
+        path,
+        experiments: ids.len(),
+        runs,
+        charts,
+        bytes: text.len(),
+    })
+}
+
+fn count_charts(s: &Section) -> usize {
+    s.charts.len() + s.subsections.iter().map(count_charts).sum::<usize>()
+}
+
+/// Chart `name` of `target` (default: the latest experiment, else the latest run), as
+/// the report draws it.
+pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<Chart, ReportError> {
+    let db = store.path().to_owned();
+    let target = match target {
+        Some(t) => t,
+        None => match store.experiments()?.last() {
+            Some(e) => Target::Experiment(e.id),
+            None => Target::Run(
+                store
+                    .last_run_id()?
+                    .ok_or(ReportError::Empty { db: db.clone() })?,
+            ),
+        },
+    };
+    let charts = match target {
+        Target::Experiment(id) => {
+            let data = load_experiment(store, id)?;
+            experiments::charts(&data, &mut Palette::new()).1
+        }
+        Target::Run(id) => runs::charts(id, &load_run(store, id)?, &mut Palette::new()),
+    };
+    let available: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
+    let available = if available.is_empty() {
+        "none".to_owned()
+    } else {
+        available.join(", ")
+    };
+    charts
+        .iter()
+        .find(|c| c.id == name)
+        .cloned()
+        .ok_or(ReportError::NoChart {
+            db,
+            target,
+            name: name.to_owned(),
+            available,
+        })
+}
+
+fn load_experiment(store: &Store, id: i64) -> Result<ExperimentRuns, ReportError> {
+    ExperimentRuns::load(store, id)?.ok_or_else(|| {
+        let ids: Vec<String> = store
+            .experiments()
+            .map(|e| e.iter().map(|e| e.id.to_string()).collect())
+            .unwrap_or_default();
+        ReportError::NoExperiment {
+            db: store.path().to_owned(),
+            id,
+            available: if ids.is_empty() {
+                "none".into()
+            } else {
+                ids.join(", ")
+            },
+        }
+    })
+}
+
+fn load_run(store: &Store, id: i64) -> Result<RunRecord, ReportError> {
+    match store.load_run(id) {
+        Ok(run) => Ok(run),
+        Err(_) if !store.list_runs()?.iter().any(|r| r.id == id) => Err(ReportError::NoRun {
+            db: store.path().to_owned(),
+            id,
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs that no experiment planned, oldest first.
+fn single_runs(store: &Store) -> Result<Vec<i64>, ReportError> {
+    let mut planned = Vec::new();
+    for e in store.experiments()? {
+        planned.extend(store.plan(e.id)?.into_iter().filter_map(|r| r.run_id));
+    }
+    Ok(store
+        .list_runs()?
+        .into_iter()
+        .map(|r| r.id)
+        .filter(|id| !planned.contains(id))
+        .collect())
+}
+
+fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
+    let data = load_experiment(store, id)?;
+    let (tables, charts) = experiments::charts(&data, &mut Palette::new());
+    let mut subsections = Vec::new();
+    if let Some(throughput) = tables.iter().find(|t| t.metric == Metric::Throughput) {
+        for run_id in representatives(&data, throughput) {
+            let mut s = run_section(store, run_id)?;
+            s.anchor = format!("e{id}-{}", s.anchor);
+            subsections.push(s);
+        }
+    }
+    let e = &data.experiment;
+    let axes: Vec<String> = e
+        .axes
+        .iter()
+        .map(|a| format!("{} ({})", a.name, a.values.join(", ")))
+        .collect();
+    let mut text = vec![format!(
+        "{} points × {} repetitions, planned from {}; axes: {}.",
+        data.points.len(),
+        e.repetitions,
+        e.file,
+        if axes.is_empty() {
+            "none".into()
+        } else {
+            axes.join("; ")
+        }
+    )];
+    if !subsections.is_empty() {
+        text.push("Below the charts: the runs nearest the median throughput of the first and the last point, over time.".into());
+    }
+    Ok(Section {
+        anchor: format!("experiment-{id}"),
+        title: format!("Experiment {id}: {}", e.name),
+        text,
+        source: Some(("experiment file".into(), e.spec_text.clone())),
+        tables,
+        charts,
+        subsections,
+    })
+}
+
+/// The runs nearest the median throughput of the first and of the last point, so that a
+/// sweep of hundreds of points shows a few runs over time, not all.
+fn representatives(data: &ExperimentRuns, throughput: &ResultTable) -> Vec<i64> {
+    let ends = [throughput.points.first(), throughput.points.last()];
+    let mut out = Vec::new();
+    for p in ends.into_iter().flatten() {
+        let (Some(stats), Some(point)) = (p.stats, data.points.iter().find(|q| q.index == p.point))
+        else {
+            continue;
+        };
+        let nearest = data
+            .runs_of(p.point)
+            .filter_map(|(id, run)| {
+                let v = Metric::Throughput.of(run, point.config.warmup_us)?;
+                Some((id, (v - stats.median).abs()))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((id, _)) = nearest {
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+    }
+    out
+}
+
+fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
+    let run = load_run(store, id)?;
+    let started =
+        std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
+    let s = &run.summary;
+    let mut text = vec![format!(
+        "{:?}, started {} (UTC), server {}: received {} ({}), retransmits {}, smoothed RTT mean {}.",
+        run.status,
+        humantime::format_rfc3339_seconds(started),
+        run.target,
+        format_size(s.received_bytes),
+        format_rate(s.received_bps),
+        s.retransmits,
+        format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
+    )];
+    if let Some(e) = &run.error {
+        text.push(format!("Error: {e}"));
+    }
+    Ok(Section {
+        anchor: format!("run-{id}"),
+        title: format!(
+            "Run {id}{}",
+            run.label
+                .as_deref()
+                .map(|l| format!(": {l}"))
+                .unwrap_or_default()
+        ),
+        text,
+        source: None,
+        tables: Vec::new(),
+        charts: runs::charts(id, &run, &mut Palette::new()),
+        subsections: Vec::new(),
+    })
+}

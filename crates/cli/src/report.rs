@@ -1,0 +1,63 @@
+//! `tcplab report` and `tcplab plot`: a database's experiments and runs as an HTML page
+//! of charts, or one chart as an SVG or PNG file.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use tcplab_report::{find_chart, write_report, Target};
+use tcplab_store::Store;
+
+use crate::args::{PlotArgs, ReportArgs};
+
+fn open(db: &Path) -> Result<Store> {
+    if !db.exists() {
+        bail!("no database at {}", db.display());
+    }
+    Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
+}
+
+pub fn report(args: ReportArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let store = open(&args.db)?;
+    let written = write_report(&store, &args.experiments, &args.output)?;
+    println!(
+        "wrote {}: {} experiments, {} runs over time, {} charts, {:.1} MB in {:.1} s",
+        written.path.display(),
+        written.experiments,
+        written.runs,
+        written.charts,
+        written.bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn plot(args: PlotArgs) -> Result<ExitCode> {
+    let out = &args.output;
+    let extension = out
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !matches!(extension.as_deref(), Some("svg" | "png")) {
+        bail!(
+            "cannot tell the format of {}: name it FILE.svg or FILE.png",
+            out.display()
+        );
+    }
+    let store = open(&args.db)?;
+    let target = args
+        .run
+        .map(Target::Run)
+        .or(args.experiment.map(Target::Experiment));
+    let chart = find_chart(&store, target, &args.chart)?;
+    let bytes = if extension.as_deref() == Some("png") {
+        tcplab_report::png(&chart)?
+    } else {
+        tcplab_report::svg(&chart, true)?.into_bytes()
+    };
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("wrote {}: {}", out.display(), chart.title);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,134 @@
+//! What a chart shows, apart from how it is drawn: its data in base units (bit/s, bytes,
+//! µs, fractions), axes with their quantities, series with their colours.
+
+use crate::axes::Quantity;
+use crate::palette::Rgb;
+
+/// One chart: `id` names it for `tcplab plot --chart`, `title` heads it, `caption` says
+/// what it plots, on which path and with which tunings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chart {
+    pub id: String,
+    pub title: String,
+    pub caption: String,
+    pub body: Body,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    /// Values against a numeric x, one line per series, with error bars where a point
+    /// has an interval.
+    Lines {
+        x: XAxis,
+        y: YAxis,
+        series: Vec<Series>,
+    },
+    /// Values per category, one bar per series in each category; a series' point `x` is
+    /// the category's index.
+    Bars {
+        x_label: String,
+        categories: Vec<String>,
+        y: YAxis,
+        series: Vec<Series>,
+    },
+    /// A value per cell of a grid of two axes' values, coloured on a scale.
+    Heatmap {
+        x_label: String,
+        x_values: Vec<String>,
+        y_label: String,
+        y_values: Vec<String>,
+        z: YAxis,
+        /// (x index, y index, value).
+        cells: Vec<(usize, usize, f64)>,
+    },
+    /// Shares of time spans stacked to 100 %, one layer per series; layer `i`'s point
+    /// `j` is its share (0..1) of span `j`.
+    Stacked {
+        x: XAxis,
+        spans: Vec<(f64, f64)>,
+        layers: Vec<Series>,
+    },
+}
+
+/// A numeric x axis. `ticks`: where to label it (an experiment's axis values); `None`
+/// leaves round numbers. `span`: the range to show; `None` fits the data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct XAxis {
+    pub label: String,
+    pub quantity: Quantity,
+    pub log: bool,
+    pub ticks: Option<Vec<f64>>,
+    pub span: Option<(f64, f64)>,
+}
+
+impl XAxis {
+    /// Seconds since the run's start up to `end`: the same for every chart of a run, so
+    /// they line up.
+    pub fn time(end: f64) -> XAxis {
+        XAxis {
+            label: "time since the test's start (s)".into(),
+            quantity: Quantity::Number,
+            log: false,
+            ticks: None,
+            span: Some((0.0, end)),
+        }
+    }
+}
+
+/// A y axis: its label (the display unit is appended when drawn) and quantity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct YAxis {
+    pub label: String,
+    pub quantity: Quantity,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub color: Rgb,
+    pub dashed: bool,
+    pub points: Vec<Pt>,
+}
+
+/// One value; `interval` is its confidence interval (low, high), drawn as an error bar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pt {
+    pub x: f64,
+    pub y: f64,
+    pub interval: Option<(f64, f64)>,
+}
+
+impl Pt {
+    pub fn at(x: f64, y: f64) -> Pt {
+        Pt {
+            x,
+            y,
+            interval: None,
+        }
+    }
+}
+
+impl Chart {
+    /// Whether there is nothing to draw: such a chart is left out, not drawn empty.
+    pub fn is_empty(&self) -> bool {
+        match &self.body {
+            Body::Lines { series, .. } | Body::Bars { series, .. } => {
+                series.iter().all(|s| s.points.is_empty())
+            }
+            Body::Heatmap { cells, .. } => cells.is_empty(),
+            Body::Stacked { spans, .. } => spans.is_empty(),
+        }
+    }
+
+    /// The series names in drawing order (a heatmap has none).
+    pub fn series_names(&self) -> Vec<&str> {
+        match &self.body {
+            Body::Lines { series, .. }
+            | Body::Bars { series, .. }
+            | Body::Stacked { layers: series, .. } => {
+                series.iter().map(|s| s.name.as_str()).collect()
+            }
+            Body::Heatmap { .. } => Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,795 @@
+//! Drawing a [`Chart`] with plotters, as SVG text or as a PNG image: a title, the plot,
+//! a legend beside it (never over the data) and, for a chart on its own, the caption
+//! below. Text is laid out with the DejaVu Sans font built into the binary, so a PNG
+//! renders the same on a machine without fonts.
+
+use std::ops::Range;
+use std::sync::Once;
+
+use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::axes::{short_number, Quantity, Scale};
+use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
+use crate::palette::{Rgb, TOTAL};
+
+/// Width and height of a chart without its caption, pixels.
+pub const SIZE: (u32, u32) = (760, 420);
+
+const FONT: &str = "sans-serif";
+const CAPTION_FONT_SIZE: u32 = 13;
+const LABEL_FONT_SIZE: u32 = 14;
+const LEGEND_FONT_SIZE: u32 = 14;
+const CAPTION_LINE: u32 = 17;
+const GRID: RGBColor = RGBColor(225, 225, 225);
+const NO_DATA: RGBColor = RGBColor(240, 240, 240);
+
+/// What went wrong while drawing, as plotters says it.
+#[derive(Debug, thiserror::Error)]
+#[error("drawing chart '{chart}': {message}")]
+pub struct DrawError {
+    pub chart: String,
+    pub message: String,
+}
+
+/// The chart as an SVG document; with `caption`, its caption is drawn below it.
+pub fn svg(chart: &Chart, caption: bool) -> Result<String, DrawError> {
+    let lines = caption_lines(chart, caption);
+    let size = total_size(&lines);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        draw_on(chart, &root, &lines).map_err(|message| DrawError {
+            chart: chart.id.clone(),
+            message,
+        })?;
+    }
+    Ok(out)
+}
+
+/// The chart with its caption as a PNG image.
+pub fn png(chart: &Chart) -> Result<Vec<u8>, DrawError> {
+    let fail = |message: String| DrawError {
+        chart: chart.id.clone(),
+        message,
+    };
+    let lines = caption_lines(chart, true);
+    let (w, h) = total_size(&lines);
+    let mut pixels = vec![0u8; (w * h * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut pixels, (w, h)).into_drawing_area();
+        draw_on(chart, &root, &lines).map_err(fail)?;
+    }
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, w, h);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder
+        .write_header()
+        .and_then(|mut writer| writer.write_image_data(&pixels))
+        .map_err(|e| fail(format!("encoding PNG: {e}")))?;
+    Ok(out)
+}
+
+/// Registers the embedded font under the family name plotters asks for.
+fn register_font() {
+    static FONT_BYTES: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_err() {
+            panic!("the embedded DejaVu Sans font does not load");
+        }
+    });
+}
+
+fn total_size(caption: &[String]) -> (u32, u32) {
+    let extra = if caption.is_empty() {
+        0
+    } else {
+        caption.len() as u32 * CAPTION_LINE + 12
+    };
+    (SIZE.0, SIZE.1 + extra)
+}
+
+/// The caption wrapped to the chart's width, or nothing.
+fn caption_lines(chart: &Chart, caption: bool) -> Vec<String> {
+    register_font();
+    if !caption {
+        return Vec::new();
+    }
+    let font = (FONT, CAPTION_FONT_SIZE).into_font();
+    let width = |s: &str| font.box_size(s).map_or(s.len() as u32 * 7, |(w, _)| w);
+    wrap(&chart.caption, SIZE.0 - 24, width)
+}
+
+/// Greedy word wrap to `max` pixels as `width` measures text.
+fn wrap(text: &str, max: u32, width: impl Fn(&str) -> u32) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let candidate = if line.is_empty() {
+            word.to_owned()
+        } else {
+            format!("{line} {word}")
+        };
+        if width(&candidate) > max && !line.is_empty() {
+            lines.push(std::mem::replace(&mut line, word.to_owned()));
+        } else {
+            line = candidate;
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+type Drawn = Result<(), String>;
+
+fn draw_on<DB: DrawingBackend>(
+    chart: &Chart,
+    root: &DrawingArea<DB, Shift>,
+    caption: &[String],
+) -> Drawn {
+    register_font();
+    root.fill(&WHITE).map_err(text)?;
+    let (top, bottom) = root.split_vertically(SIZE.1);
+    for (i, line) in caption.iter().enumerate() {
+        bottom
+            .draw_text(
+                line,
+                &(FONT, CAPTION_FONT_SIZE).into_text_style(&bottom),
+                (12, 4 + (i as u32 * CAPTION_LINE) as i32),
+            )
+            .map_err(text)?;
+    }
+    let area = top
+        .titled(&chart.title, (FONT, 20).into_font())
+        .map_err(text)?;
+    let legend_width = legend_width(chart);
+    let (plot, legend) = area.split_horizontally(SIZE.0 - legend_width);
+    match &chart.body {
+        Body::Lines { x, y, series } => lines(&plot, x, y, series)?,
+        Body::Bars {
+            x_label,
+            categories,
+            y,
+            series,
+        } => bars(&plot, x_label, categories, y, series)?,
+        Body::Heatmap {
+            x_label,
+            x_values,
+            y_label,
+            y_values,
+            z,
+            cells,
+        } => {
+            let scale = ColorScale::of(cells.iter().map(|c| c.2));
+            heatmap(
+                &plot,
+                (x_label, x_values),
+                (y_label, y_values),
+                z,
+                cells,
+                &scale,
+            )?;
+            color_bar(&legend, z, &scale)?;
+        }
+        Body::Stacked { x, spans, layers } => stacked(&plot, x, spans, layers)?,
+    }
+    match &chart.body {
+        Body::Heatmap { .. } => Ok(()),
+        Body::Stacked { layers: series, .. } | Body::Bars { series, .. } => {
+            legend_entries(&legend, series, true)
+        }
+        Body::Lines { series, .. } => legend_entries(&legend, series, false),
+    }
+}
+
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn rgb(c: Rgb) -> RGBColor {
+    RGBColor(c.0, c.1, c.2)
+}
+
+/// Wide enough for the longest series name, at most a third of the chart.
+fn legend_width(chart: &Chart) -> u32 {
+    if matches!(chart.body, Body::Heatmap { .. }) {
+        return 110;
+    }
+    let font = (FONT, LEGEND_FONT_SIZE).into_font();
+    let widest = chart
+        .series_names()
+        .iter()
+        .map(|n| font.box_size(n).map_or(n.len() as u32 * 7, |(w, _)| w))
+        .max()
+        .unwrap_or(0);
+    (widest + 50).clamp(90, SIZE.0 / 3)
+}
+
+fn legend_entries<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    series: &[Series],
+    filled: bool,
+) -> Drawn {
+    let style = (FONT, LEGEND_FONT_SIZE).into_text_style(area);
+    for (i, s) in series.iter().enumerate() {
+        let y = 40 + 22 * i as i32;
+        let color = rgb(s.color);
+        if filled {
+            area.draw(&Rectangle::new([(4, y - 6), (24, y + 6)], color.filled()))
+        } else if s.dashed {
+            area.draw(&PathElement::new(
+                vec![(4, y), (10, y)],
+                color.stroke_width(2),
+            ))
+            .and_then(|_| {
+                area.draw(&PathElement::new(
+                    vec![(16, y), (24, y)],
+                    color.stroke_width(2),
+                ))
+            })
+        } else {
+            area.draw(&PathElement::new(
+                vec![(4, y), (24, y)],
+                color.stroke_width(3),
+            ))
+        }
+        .map_err(text)?;
+        area.draw(&Text::new(
+            s.name.clone(),
+            (30, y),
+            style.pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(text)?;
+    }
+    Ok(())
+}
+
+/// A numeric coordinate, linear or logarithmic, labelled at chosen ticks.
+#[derive(Clone, Debug)]
+struct Coord {
+    lo: f64,
+    hi: f64,
+    log: bool,
+    ticks: Vec<f64>,
+    labels: Labels,
+}
+
+#[derive(Clone, Debug)]
+enum Labels {
+    /// The value divided by the scale's factor (the unit is in the axis label).
+    Scaled(Scale),
+    /// The value with its own unit ("64 KiB"): axis values of several magnitudes.
+    WithUnit(Quantity),
+    /// Tick `i` is named `names[i]`: categories.
+    Names(Vec<String>),
+}
+
+impl Coord {
+    fn pos(&self, v: f64) -> f64 {
+        if self.log {
+            v.max(f64::MIN_POSITIVE).ln()
+        } else {
+            v
+        }
+    }
+
+    /// 0 at the bottom of a value axis (every quantity here is non-negative), round
+    /// ticks in its display unit.
+    fn values(quantity: Quantity, max: f64) -> Coord {
+        let scale = quantity.scale(max);
+        let top = if max > 0.0 {
+            max * 1.08
+        } else {
+            1.0 * scale.factor
+        };
+        let ticks = nice_ticks(0.0, top / scale.factor, 8)
+            .into_iter()
+            .map(|t| t * scale.factor)
+            .collect();
+        Coord {
+            lo: 0.0,
+            hi: top,
+            log: false,
+            ticks,
+            labels: Labels::Scaled(scale),
+        }
+    }
+
+    /// `n` categories at 0 … n − 1.
+    fn categories(names: &[String]) -> Coord {
+        Coord {
+            lo: -0.5,
+            hi: names.len() as f64 - 0.5,
+            log: false,
+            ticks: (0..names.len()).map(|i| i as f64).collect(),
+            labels: Labels::Names(names.to_vec()),
+        }
+    }
+
+    /// An x axis spanning `xs` with a margin: labelled at the axis' values when it has
+    /// them, else at round numbers.
+    fn x(axis: &XAxis, xs: impl Iterator<Item = f64> + Clone) -> Coord {
+        let lo = xs.clone().fold(f64::INFINITY, f64::min);
+        let hi = xs.fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = match axis.span {
+            Some(span) => span,
+            None if lo.is_finite() => (lo, hi),
+            None => (0.0, 1.0),
+        };
+        let (lo, hi) = if axis.log {
+            let pad = (hi / lo).powf(0.05);
+            (lo / pad, hi * pad)
+        } else if axis.ticks.is_some() {
+            let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.05).max(1e-9);
+            (lo - pad, hi + pad)
+        } else {
+            (lo.min(0.0), if hi > lo { hi } else { lo + 1.0 })
+        };
+        match &axis.ticks {
+            Some(ticks) => Coord {
+                lo,
+                hi,
+                log: axis.log,
+                ticks: ticks.clone(),
+                labels: Labels::WithUnit(axis.quantity),
+            },
+            None => {
+                let scale = axis.quantity.scale(hi);
+                Coord {
+                    lo,
+                    hi,
+                    log: false,
+                    ticks: nice_ticks(lo / scale.factor, hi / scale.factor, 8)
+                        .into_iter()
+                        .map(|t| t * scale.factor)
+                        .collect(),
+                    labels: Labels::Scaled(scale),
+                }
+            }
+        }
+    }
+
+    fn label(&self, v: f64) -> String {
+        match &self.labels {
+            Labels::Scaled(scale) => short_number(v / scale.factor),
+            Labels::WithUnit(q) => q.format(v),
+            Labels::Names(names) => names
+                .get(v.round().max(0.0) as usize)
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Ranged for Coord {
+    type FormatOption = NoDefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let t = (self.pos(*v) - self.pos(self.lo)) / (self.pos(self.hi) - self.pos(self.lo));
+        limit.0 + (t * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    /// The ticks, thinned to every k-th when more are asked than fit.
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        let max = hint.max_num_points();
+        if max == 0 {
+            return Vec::new();
+        }
+        let step = self.ticks.len().div_ceil(max).max(1);
+        self.ticks.iter().copied().step_by(step).collect()
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.lo..self.hi
+    }
+}
+
+impl ValueFormatter<f64> for Coord {
+    fn format_ext(&self, v: &f64) -> String {
+        self.label(*v)
+    }
+}
+
+/// Round ticks (1, 2 or 5 × 10^k apart) from `lo` to `hi`, about `n` of them.
+fn nice_ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    let span = hi - lo;
+    if span <= 0.0 || !span.is_finite() {
+        return vec![lo];
+    }
+    let raw = span / n as f64;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * magnitude)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * magnitude);
+    let first = (lo / step).ceil() as i64;
+    let last = (hi / step).floor() as i64;
+    (first..=last).map(|k| k as f64 * step).collect()
+}
+
+fn y_desc(y: &YAxis, coord: &Coord) -> String {
+    match &coord.labels {
+        Labels::Scaled(scale) if !scale.unit.is_empty() => format!("{} ({})", y.label, scale.unit),
+        _ => y.label.clone(),
+    }
+}
+
+fn max_of<'a>(series: impl Iterator<Item = &'a Series>) -> f64 {
+    series
+        .flat_map(|s| &s.points)
+        .map(|p| p.interval.map_or(p.y, |(_, hi)| hi.max(p.y)))
+        .fold(0.0, f64::max)
+}
+
+type Plot<'a, DB> = ChartContext<'a, DB, Cartesian2d<Coord, Coord>>;
+
+/// The plot's frame: axes, labels and a light grid.
+fn frame<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    x: Coord,
+    x_desc: &str,
+    y: Coord,
+    y_desc: &str,
+) -> Result<Plot<'a, DB>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x, y)
+        .map_err(text)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style((FONT, LABEL_FONT_SIZE))
+        .axis_desc_style((FONT, LABEL_FONT_SIZE + 1))
+        .bold_line_style(GRID)
+        .max_light_lines(0)
+        .x_labels(12)
+        .y_labels(8)
+        .draw()
+        .map_err(text)?;
+    Ok(chart)
+}
+
+fn lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    x: &XAxis,
+    y: &YAxis,
+    series: &[Series],
+) -> Drawn {
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.x));
+    let ycoord = Coord::values(y.quantity, max_of(series.iter()));
+    let desc = y_desc(y, &ycoord);
+    let mut chart = frame(area, Coord::x(x, xs), &x.label, ycoord, &desc)?;
+    // An experiment's points are few and each is a mean: mark them. A time series is a
+    // trace.
+    let markers = x.ticks.is_some();
+    for s in series {
+        let color = rgb(s.color);
+        let style = color.stroke_width(2);
+        let coords: Vec<(f64, f64)> = s.points.iter().map(|p| (p.x, p.y)).collect();
+        if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(coords, 8, 5, style))
+                .map_err(text)?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(coords, style))
+                .map_err(text)?;
+        }
+        if markers && !s.dashed {
+            chart
+                .draw_series(
+                    s.points
+                        .iter()
+                        .map(|p| Circle::new((p.x, p.y), 3, color.filled())),
+                )
+                .map_err(text)?;
+        }
+        error_bars(&mut chart, &s.points, color)?;
+    }
+    Ok(())
+}
+
+/// A vertical bar over each point's interval, with caps.
+fn error_bars<DB: DrawingBackend>(chart: &mut Plot<DB>, points: &[Pt], color: RGBColor) -> Drawn {
+    let style = color.stroke_width(1);
+    for p in points {
+        let Some((lo, hi)) = p.interval else {
+            continue;
+        };
+        let lo = lo.max(0.0);
+        chart
+            .draw_series([PathElement::new(vec![(p.x, lo), (p.x, hi)], style)])
+            .map_err(text)?;
+        for end in [lo, hi] {
+            chart
+                .draw_series([
+                    EmptyElement::at((p.x, end)) + PathElement::new(vec![(-4, 0), (4, 0)], style)
+                ])
+                .map_err(text)?;
+        }
+    }
+    Ok(())
+}
+
+fn bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    x_label: &str,
+    categories: &[String],
+    y: &YAxis,
+    series: &[Series],
+) -> Drawn {
+    let ycoord = Coord::values(y.quantity, max_of(series.iter()));
+    let desc = y_desc(y, &ycoord);
+    let mut chart = frame(area, Coord::categories(categories), x_label, ycoord, &desc)?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (i, s) in series.iter().enumerate() {
+        let color = rgb(s.color);
+        let left = |p: &Pt| p.x - 0.4 + width * i as f64;
+        chart
+            .draw_series(
+                s.points.iter().map(|p| {
+                    Rectangle::new([(left(p), 0.0), (left(p) + width, p.y)], color.filled())
+                }),
+            )
+            .map_err(text)?;
+        let centred: Vec<Pt> = s
+            .points
+            .iter()
+            .map(|p| Pt {
+                x: left(p) + width / 2.0,
+                ..*p
+            })
+            .collect();
+        error_bars(&mut chart, &centred, rgb(TOTAL))?;
+    }
+    Ok(())
+}
+
+fn stacked<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    x: &XAxis,
+    spans: &[(f64, f64)],
+    layers: &[Series],
+) -> Drawn {
+    let xs = spans.iter().flat_map(|(a, b)| [*a, *b]);
+    let ycoord = Coord {
+        lo: 0.0,
+        hi: 1.0,
+        log: false,
+        ticks: (0..=5).map(|i| f64::from(i) * 0.2).collect(),
+        labels: Labels::Scaled(Quantity::Percent.scale(1.0)),
+    };
+    let mut chart = frame(
+        area,
+        Coord::x(x, xs),
+        &x.label,
+        ycoord,
+        "share of the time (%)",
+    )?;
+    for (j, (start, end)) in spans.iter().enumerate() {
+        let mut bottom = 0.0;
+        for layer in layers {
+            let share = layer.points.get(j).map_or(0.0, |p| p.y);
+            if share > 0.0 {
+                chart
+                    .draw_series([Rectangle::new(
+                        [(*start, bottom), (*end, bottom + share)],
+                        rgb(layer.color).filled(),
+                    )])
+                    .map_err(text)?;
+            }
+            bottom += share;
+        }
+    }
+    Ok(())
+}
+
+/// Values to colours: viridis, on a log scale when they span more than 30×.
+struct ColorScale {
+    lo: f64,
+    hi: f64,
+    log: bool,
+}
+
+impl ColorScale {
+    fn of(values: impl Iterator<Item = f64>) -> ColorScale {
+        let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+        ColorScale {
+            lo,
+            hi,
+            log: lo > 0.0 && hi / lo > 30.0,
+        }
+    }
+
+    /// Where `v` falls between the lowest (0) and the highest (1) value.
+    fn position(&self, v: f64) -> f64 {
+        let t = if self.hi <= self.lo {
+            0.5
+        } else if self.log {
+            (v / self.lo).ln() / (self.hi / self.lo).ln()
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        };
+        t.clamp(0.0, 1.0)
+    }
+
+    fn value_at(&self, t: f64) -> f64 {
+        if self.log {
+            self.lo * (self.hi / self.lo).powf(t)
+        } else {
+            self.lo + t * (self.hi - self.lo)
+        }
+    }
+
+    fn color(&self, v: f64) -> RGBColor {
+        viridis(self.position(v))
+    }
+}
+
+/// The viridis colour map at `t` in 0..=1, interpolated between five of its stops.
+fn viridis(t: f64) -> RGBColor {
+    const STOPS: [(f64, f64, f64); 5] = [
+        (68.0, 1.0, 84.0),
+        (59.0, 82.0, 139.0),
+        (33.0, 145.0, 140.0),
+        (94.0, 201.0, 98.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let x = t.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (x.floor() as usize).min(STOPS.len() - 2);
+    let f = x - i as f64;
+    let (a, b) = (STOPS[i], STOPS[i + 1]);
+    let mix = |p: f64, q: f64| (p + (q - p) * f).round() as u8;
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+fn heatmap<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (x_label, x_values): (&str, &[String]),
+    (y_label, y_values): (&str, &[String]),
+    z: &YAxis,
+    cells: &[(usize, usize, f64)],
+    scale: &ColorScale,
+) -> Drawn {
+    let mut chart = frame(
+        area,
+        Coord::categories(x_values),
+        x_label,
+        Coord::categories(y_values),
+        y_label,
+    )?;
+    let (nx, ny) = (x_values.len() as f64, y_values.len() as f64);
+    chart
+        .draw_series([Rectangle::new(
+            [(-0.5, -0.5), (nx - 0.5, ny - 0.5)],
+            NO_DATA.filled(),
+        )])
+        .map_err(text)?;
+    let unit = z.quantity.scale(scale.hi);
+    for &(i, j, v) in cells {
+        let (x, y) = (i as f64, j as f64);
+        let fill = scale.color(v);
+        chart
+            .draw_series([Rectangle::new(
+                [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                fill.filled(),
+            )])
+            .map_err(text)?;
+        // Dark text on the bright end of the map, white on the dark end.
+        let ink = if scale.position(v) > 0.6 {
+            BLACK
+        } else {
+            WHITE
+        };
+        let style = (FONT, LABEL_FONT_SIZE)
+            .into_font()
+            .color(&ink)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        chart
+            .draw_series([Text::new(short_number(v / unit.factor), (x, y), style)])
+            .map_err(text)?;
+    }
+    Ok(())
+}
+
+/// The colour scale as a vertical bar with its values, in the legend's place.
+fn color_bar<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    z: &YAxis,
+    scale: &ColorScale,
+) -> Drawn {
+    let unit = z.quantity.scale(scale.hi);
+    let (top, height) = (60, 240);
+    const STEPS: i32 = 48;
+    for k in 0..STEPS {
+        let t = 1.0 - f64::from(k) / f64::from(STEPS - 1);
+        let y0 = top + height * k / STEPS;
+        let y1 = top + height * (k + 1) / STEPS;
+        area.draw(&Rectangle::new([(8, y0), (28, y1)], viridis(t).filled()))
+            .map_err(text)?;
+    }
+    let style = (FONT, LABEL_FONT_SIZE).into_text_style(area);
+    area.draw(&Text::new(
+        if unit.unit.is_empty() {
+            z.label.clone()
+        } else {
+            unit.unit.to_owned()
+        },
+        (8, top - 22),
+        style.clone(),
+    ))
+    .map_err(text)?;
+    for k in 0..=4 {
+        let t = 1.0 - f64::from(k) / 4.0;
+        let y = top + height * k / 4;
+        area.draw(&Text::new(
+            short_number(scale.value_at(t) / unit.factor),
+            (34, y),
+            style.pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(text)?;
+    }
+    if scale.log {
+        area.draw(&Text::new("log scale", (8, top + height + 16), style))
+            .map_err(text)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_cover_the_span() {
+        assert_eq!(
+            nice_ticks(0.0, 10.0, 5),
+            vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        );
+        assert_eq!(nice_ticks(0.0, 0.9, 4), vec![0.0, 0.5]);
+        assert_eq!(nice_ticks(0.0, 970.0, 6).last(), Some(&900.0));
+    }
+
+    #[test]
+    fn a_log_coordinate_spaces_factors_evenly() {
+        let c = Coord {
+            lo: 1.0,
+            hi: 100.0,
+            log: true,
+            ticks: vec![1.0, 10.0, 100.0],
+            labels: Labels::WithUnit(Quantity::Size),
+        };
+        assert_eq!(c.map(&10.0, (0, 200)), 100);
+        assert_eq!(c.map(&100.0, (0, 200)), 200);
+        assert_eq!(c.key_points(2usize), vec![1.0, 100.0]);
+        assert_eq!(c.format_ext(&10.0), "10 B");
+    }
+
+    #[test]
+    fn captions_wrap_at_words() {
+        let lines = wrap("aaa bbb ccc ddd", 7, |s| s.len() as u32);
+        assert_eq!(lines, ["aaa bbb", "ccc ddd"]);
+    }
+
+    #[test]
+    fn the_colour_scale_runs_dark_to_bright() {
+        let s = ColorScale::of([1.0, 1000.0].into_iter());
+        assert!(s.log);
+        assert!((s.position(31.62) - 0.5).abs() < 1e-3);
+        assert_eq!(viridis(0.0), RGBColor(68, 1, 84));
+        assert_eq!(viridis(1.0), RGBColor(253, 231, 37));
+    }
+}

@@ -1,0 +1,454 @@
+//! An experiment's charts: each meaningful metric against its axes as [`crate::layout`]
+//! lays them out, means with confidence intervals, and a heatmap where two numeric axes
+//! span a grid.
+
+use tcplab_model::experiment::{FlowConfig, Point};
+use tcplab_model::stats::Metric;
+use tcplab_model::units::format_duration_us;
+
+use crate::axes::{numeric, Quantity};
+use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
+use crate::describe;
+use crate::layout::{distinct_values, layout, Layout, Main};
+use crate::palette::Palette;
+use crate::results::{summarize, ExperimentRuns, PointResult, ResultTable};
+
+/// The metrics worth a chart for this experiment's flows: throughput always;
+/// retransmits and RTT with TCP flows; fairness with two TCP flows or more; UDP loss
+/// and jitter with UDP flows.
+pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
+    let flows = || data.points.iter().flat_map(|p| &p.config.flows);
+    let tcp_streams = |p: &Point| -> u32 {
+        p.config
+            .flows
+            .iter()
+            .filter(|f| f.params.udp.is_none())
+            .map(|f| {
+                let both_ways = f.params.mode == tcplab_model::record::Mode::Bidir;
+                u32::from(f.params.streams) * if both_ways { 2 } else { 1 }
+            })
+            .sum()
+    };
+    let tcp = flows().any(|f| f.params.udp.is_none());
+    let udp = flows().any(|f| f.params.udp.is_some());
+    let several = data.points.iter().any(|p| tcp_streams(p) >= 2);
+    let mut out = vec![Metric::Throughput];
+    if tcp {
+        out.extend([Metric::Retransmits, Metric::Rtt]);
+    }
+    if several {
+        out.push(Metric::Fairness);
+    }
+    if udp {
+        out.extend([Metric::UdpLoss, Metric::Jitter]);
+    }
+    out
+}
+
+/// How a metric is titled, measured and defined in captions.
+fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String) {
+    let warmup = if warmup_us > 0 {
+        format!(" after the {} warm-up", format_duration_us(warmup_us))
+    } else {
+        String::new()
+    };
+    let y = |label: &str, quantity| YAxis {
+        label: label.into(),
+        quantity,
+    };
+    match metric {
+        Metric::Throughput => (
+            "Throughput",
+            y("throughput", Quantity::Rate),
+            format!("Throughput: bytes the receivers read{warmup} over that time, all flows together."),
+        ),
+        Metric::Retransmits => (
+            "Retransmitted segments",
+            y("retransmits per run (segments)", Quantity::Number),
+            "Retransmits: segments the senders retransmitted over the whole run.".into(),
+        ),
+        Metric::Rtt => (
+            "Smoothed RTT",
+            y("mean smoothed RTT", Quantity::Duration),
+            "RTT: the mean of the senders' smoothed round-trip time samples, queueing included."
+                .into(),
+        ),
+        Metric::Fairness => (
+            "Fairness",
+            y("Jain's index", Quantity::Number),
+            format!("Fairness: Jain's index of the flows' throughputs{warmup} (1 = equal shares, 1/n = one flow takes all)."),
+        ),
+        Metric::UdpLoss => (
+            "UDP loss",
+            y("datagrams lost", Quantity::Percent),
+            "UDP loss: the share of the datagrams sent that never arrived.".into(),
+        ),
+        Metric::Jitter => (
+            "UDP jitter",
+            y("jitter", Quantity::Duration),
+            "Jitter: the UDP flows' RFC 3550 interarrival jitter at the end (the worst flow's)."
+                .into(),
+        ),
+    }
+}
+
+/// Every chart of the experiment, with the tables they draw from (one per metric).
+pub fn charts(data: &ExperimentRuns, palette: &mut Palette) -> (Vec<ResultTable>, Vec<Chart>) {
+    let axes = &data.experiment.axes;
+    let values: Vec<Vec<String>> = data.points.iter().map(|p| p.values.clone()).collect();
+    let plan = layout(axes, &values);
+    let tables: Vec<ResultTable> = metrics(data)
+        .into_iter()
+        .map(|m| summarize(data, m, None))
+        .collect();
+    let mut charts = Vec::new();
+    for table in &tables {
+        let has_values = table
+            .points
+            .iter()
+            .any(|p| p.stats.is_some_and(|s| s.mean != 0.0));
+        if !has_values && table.metric != Metric::Throughput {
+            continue;
+        }
+        charts.extend(metric_charts(data, &plan, table, palette));
+        if table.metric == Metric::Throughput {
+            charts.extend(heatmaps(data, &plan, table));
+        }
+    }
+    charts.retain(|c| !c.is_empty());
+    (tables, charts)
+}
+
+/// `a=x b=y` for the given axes of a point.
+fn label_of(data: &ExperimentRuns, axes: &[usize], point: &Point) -> String {
+    axes.iter()
+        .map(|&a| {
+            let v = &point.values[a];
+            let v = if v.is_empty() { "\"\"" } else { v };
+            format!("{}={v}", data.experiment.axes[a].name)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Points grouped by their values on `axes`, groups in point order.
+fn groups<'a>(
+    data: &'a ExperimentRuns,
+    axes: &[usize],
+    points: impl Iterator<Item = &'a Point>,
+) -> Vec<(String, Vec<&'a Point>)> {
+    let mut out: Vec<(String, Vec<&Point>)> = Vec::new();
+    for p in points {
+        let label = label_of(data, axes, p);
+        match out.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, members)) => members.push(p),
+            None => out.push((label, vec![p])),
+        }
+    }
+    out
+}
+
+/// What the caption says about the chart's points: repetitions, interval, path, flows.
+fn points_caption(data: &ExperimentRuns, table: &ResultTable, points: &[&Point]) -> String {
+    let e = &data.experiment;
+    let mut paths: Vec<String> = points.iter().map(|p| p.config.path.to_string()).collect();
+    paths.dedup();
+    let path = match paths.as_slice() {
+        [one] => format!("Path \"{one}\"."),
+        [first, ..] => format!("Path set by the axes, e.g. \"{first}\"."),
+        [] => String::new(),
+    };
+    let configs: Vec<&[FlowConfig]> = points.iter().map(|p| p.config.flows.as_slice()).collect();
+    let flows = format!(" Flows: {}.", describe::flows_in_common(&configs));
+    let failed: usize = table
+        .points
+        .iter()
+        .filter(|r| points.iter().any(|p| p.index == r.point))
+        .map(|r| r.failed)
+        .sum();
+    let failed = if failed > 0 {
+        format!(" {failed} failed runs are left out.")
+    } else {
+        String::new()
+    };
+    format!(
+        "Each point is the mean of its runs ({} planned) with its {:.0} % confidence interval as an error bar (none for a single run).{failed} {path}{flows} Experiment {} (id {}, {}).",
+        e.repetitions,
+        table.confidence * 100.0,
+        e.name,
+        e.id,
+        e.file
+    )
+}
+
+fn result_of<'a>(table: &'a ResultTable, point: &Point) -> Option<&'a PointResult> {
+    table.points.iter().find(|r| r.point == point.index)
+}
+
+/// The value and interval of a point, when it has runs.
+fn mean_of(table: &ResultTable, point: &Point, x: f64) -> Option<Pt> {
+    let stats = result_of(table, point)?.stats?;
+    Some(Pt {
+        x,
+        y: stats.mean,
+        interval: stats.ci,
+    })
+}
+
+fn metric_charts(
+    data: &ExperimentRuns,
+    plan: &Layout,
+    table: &ResultTable,
+    palette: &mut Palette,
+) -> Vec<Chart> {
+    let axes = &data.experiment.axes;
+    let warmup = data.points.first().map_or(0, |p| p.config.warmup_us);
+    let (title, y, definition) = metric_words(table.metric, warmup);
+    let name = table.metric.name();
+    let values: Vec<Vec<String>> = data.points.iter().map(|p| p.values.clone()).collect();
+    let mut out = Vec::new();
+    for (facet, points) in groups(data, &plan.facets, data.points.iter()) {
+        let suffix = if facet.is_empty() {
+            String::new()
+        } else {
+            format!(" — {facet}")
+        };
+        let series_words = if plan.series.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = plan.series.iter().map(|&a| axes[a].name.as_str()).collect();
+            format!(" One line per {}.", names.join(" × "))
+        };
+        let caption = |x_words: &str| {
+            format!(
+                "{definition} {x_words}{series_words} {}",
+                points_caption(data, table, &points)
+            )
+        };
+        let series_of = |palette: &mut Palette, x_of: &dyn Fn(&Point) -> Option<f64>| {
+            groups(data, &plan.series, points.iter().copied())
+                .into_iter()
+                .map(|(label, members)| {
+                    let label = if label.is_empty() {
+                        MEAN.to_owned()
+                    } else {
+                        label
+                    };
+                    let mut pts: Vec<Pt> = members
+                        .iter()
+                        .filter_map(|p| mean_of(table, p, x_of(p)?))
+                        .collect();
+                    pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+                    Series {
+                        color: palette.color(&label),
+                        name: label,
+                        dashed: false,
+                        points: pts,
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let id = if facet.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name}[{}]", facet.replace(' ', ","))
+        };
+        let chart = match &plan.main {
+            Main::None => continue,
+            Main::Lines { x, log } => {
+                let axis = &axes[*x];
+                let Some(numbers) = numeric(axis) else {
+                    continue;
+                };
+                let value = |p: &Point| {
+                    axis.values
+                        .iter()
+                        .position(|v| *v == p.values[*x])
+                        .map(|i| numbers.values[i])
+                };
+                let x_axis = XAxis {
+                    label: axis_label(axis),
+                    quantity: numbers.quantity,
+                    log: *log,
+                    ticks: Some(numbers.distinct()),
+                    span: None,
+                };
+                Chart {
+                    id,
+                    title: format!("{title} vs {}{suffix}", axis.name),
+                    caption: caption(&format!(
+                        "x: {}{}.",
+                        axis_label(axis),
+                        if *log { ", log scale" } else { "" }
+                    )),
+                    body: Body::Lines {
+                        x: x_axis,
+                        y: y.clone(),
+                        series: series_of(palette, &value),
+                    },
+                }
+            }
+            Main::Bars { x } => {
+                let axis = &axes[*x];
+                let categories = distinct_values(axis, *x, &values);
+                let index = |p: &Point| {
+                    categories
+                        .iter()
+                        .position(|c| *c == p.values[*x])
+                        .map(|i| i as f64)
+                };
+                let series = series_of(palette, &index);
+                Chart {
+                    id,
+                    title: format!("{title} per {}{suffix}", axis.name),
+                    caption: caption(&format!("Bars: {}.", axis_label(axis))),
+                    body: Body::Bars {
+                        x_label: axis_label(axis),
+                        categories,
+                        y: y.clone(),
+                        series,
+                    },
+                }
+            }
+            Main::PerPoint => {
+                let varying: Vec<usize> = (0..axes.len())
+                    .filter(|&a| distinct_values(&axes[a], a, &values).len() >= 2)
+                    .collect();
+                let labels: Vec<String> =
+                    points.iter().map(|p| label_of(data, &varying, p)).collect();
+                let (categories, key) = point_names(labels);
+                let pts = points
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| mean_of(table, p, i as f64))
+                    .collect();
+                Chart {
+                    id,
+                    title: format!("{title} per point{suffix}"),
+                    caption: caption(&format!(
+                        "One bar per point (the axes are zipped, not a grid){key}."
+                    )),
+                    body: Body::Bars {
+                        x_label: "point".into(),
+                        categories,
+                        y: y.clone(),
+                        series: vec![Series {
+                            color: palette.color(MEAN),
+                            name: MEAN.to_owned(),
+                            dashed: false,
+                            points: pts,
+                        }],
+                    },
+                }
+            }
+        };
+        out.push(chart);
+    }
+    out
+}
+
+/// The name of the one series of a chart without series axes.
+const MEAN: &str = "mean per point";
+
+/// Room for a category's name under its bar, in characters, for `n` bars.
+fn label_room(n: usize) -> usize {
+    const PLOT_WIDTH_PX: usize = 520;
+    const CHAR_PX: usize = 8;
+    PLOT_WIDTH_PX / CHAR_PX / n.max(1)
+}
+
+/// The bars' names: the labels themselves where they fit under the bars, else P1, P2, …
+/// with the key for the caption ("; P1: rtt=10ms loss=0%, …").
+fn point_names(labels: Vec<String>) -> (Vec<String>, String) {
+    let room = label_room(labels.len());
+    if labels.iter().all(|l| l.chars().count() <= room) {
+        return (labels, String::new());
+    }
+    let names: Vec<String> = (1..=labels.len()).map(|i| format!("P{i}")).collect();
+    let key: Vec<String> = names
+        .iter()
+        .zip(&labels)
+        .map(|(n, l)| format!("{n}: {l}"))
+        .collect();
+    (names, format!("; {}", key.join(", ")))
+}
+
+/// "buffer (sets flow.window)".
+fn axis_label(axis: &tcplab_model::experiment::Axis) -> String {
+    match axis.key.as_deref() {
+        Some(key) if key != axis.name => format!("{} (sets {key})", axis.name),
+        _ => axis.name.clone(),
+    }
+}
+
+/// The metric's mean over the grid of the layout's heatmap axes, one chart per facet.
+fn heatmaps(data: &ExperimentRuns, plan: &Layout, table: &ResultTable) -> Vec<Chart> {
+    let Some(h) = &plan.heatmap else {
+        return Vec::new();
+    };
+    let axes = &data.experiment.axes;
+    let warmup = data.points.first().map_or(0, |p| p.config.warmup_us);
+    let (title, z, definition) = metric_words(table.metric, warmup);
+    let values: Vec<Vec<String>> = data.points.iter().map(|p| p.values.clone()).collect();
+    let (xs, ys) = (
+        distinct_values(&axes[h.x], h.x, &values),
+        distinct_values(&axes[h.y], h.y, &values),
+    );
+    groups(data, &h.facets, data.points.iter())
+        .into_iter()
+        .map(|(facet, points)| {
+            let cells = points
+                .iter()
+                .filter_map(|p| {
+                    let i = xs.iter().position(|v| *v == p.values[h.x])?;
+                    let j = ys.iter().position(|v| *v == p.values[h.y])?;
+                    Some((i, j, result_of(table, p)?.stats?.mean))
+                })
+                .collect();
+            let (suffix, id) = if facet.is_empty() {
+                (String::new(), format!("{}-heatmap", table.metric.name()))
+            } else {
+                (
+                    format!(" — {facet}"),
+                    format!("{}-heatmap[{}]", table.metric.name(), facet.replace(' ', ",")),
+                )
+            };
+            Chart {
+                id,
+                title: format!(
+                    "{title} over {} × {}{suffix}",
+                    axes[h.x].name, axes[h.y].name
+                ),
+                caption: format!(
+                    "{definition} Each cell: the mean of its point's runs, coloured on the scale at the right and written in its unit; grey cells have no run. {}",
+                    points_caption(data, table, &points)
+                ),
+                body: Body::Heatmap {
+                    x_label: axis_label(&axes[h.x]),
+                    x_values: xs.clone(),
+                    y_label: axis_label(&axes[h.y]),
+                    y_values: ys.clone(),
+                    z: z.clone(),
+                    cells,
+                },
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_point_labels_become_keys() {
+        let short = vec!["a=1".to_owned(), "a=2".to_owned()];
+        assert_eq!(point_names(short.clone()), (short, String::new()));
+        let long: Vec<String> = (0..5)
+            .map(|i| format!("rtt=10ms loss={i}% where=up. wscale=1"))
+            .collect();
+        let (names, key) = point_names(long);
+        assert_eq!(names, ["P1", "P2", "P3", "P4", "P5"]);
+        assert!(key.starts_with("; P1: rtt=10ms loss=0% where=up. wscale=1, P2: "));
+    }
+}

@@ -1,0 +1,94 @@
+//! One colour per series name: a name keeps its colour in every chart that draws it
+//! (of a report section, or of a `tcplab plot`, which builds the same section).
+
+/// An RGB colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rgb(pub u8, pub u8, pub u8);
+
+impl Rgb {
+    /// `#rrggbb`.
+    pub fn hex(self) -> String {
+        format!("#{:02x}{:02x}{:02x}", self.0, self.1, self.2)
+    }
+}
+
+/// Tableau 10: distinct hues that stay apart for colour-blind readers and in print.
+pub const COLORS: [Rgb; 10] = [
+    Rgb(0x4e, 0x79, 0xa7),
+    Rgb(0xf2, 0x8e, 0x2b),
+    Rgb(0xe1, 0x57, 0x59),
+    Rgb(0x76, 0xb7, 0xb2),
+    Rgb(0x59, 0xa1, 0x4f),
+    Rgb(0xed, 0xc9, 0x48),
+    Rgb(0xb0, 0x7a, 0xa1),
+    Rgb(0xff, 0x9d, 0xa7),
+    Rgb(0x9c, 0x75, 0x5f),
+    Rgb(0xba, 0xb0, 0xac),
+];
+
+/// The colour of the sum over flows and of model bounds.
+pub const TOTAL: Rgb = Rgb(0x22, 0x22, 0x22);
+
+/// The name of the series summing every flow.
+pub const ALL_FLOWS: &str = "all flows";
+
+/// Series whose names mean the same in every run keep one colour everywhere, whatever
+/// else a chart or a section draws.
+const FIXED: [(&str, Rgb); 7] = [
+    (ALL_FLOWS, TOTAL),
+    ("rwnd", COLORS[2]),
+    ("sndbuf", COLORS[6]),
+    ("cwnd", COLORS[0]),
+    ("app", COLORS[9]),
+    ("bottleneck up", COLORS[8]),
+    ("bottleneck down", COLORS[3]),
+];
+
+/// Hands out colours in the order names are first asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Palette {
+    names: Vec<String>,
+}
+
+impl Palette {
+    pub fn new() -> Palette {
+        Palette::default()
+    }
+
+    /// The colour of `name`: the same on every call; fixed for the names every run
+    /// has (the sum over flows, the limits, the bottleneck queues).
+    pub fn color(&mut self, name: &str) -> Rgb {
+        if let Some((_, color)) = FIXED.iter().find(|(n, _)| *n == name) {
+            return *color;
+        }
+        let index = match self.names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                self.names.push(name.to_owned());
+                self.names.len() - 1
+            }
+        };
+        COLORS[index % COLORS.len()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_keeps_its_colour_and_names_get_distinct_ones() {
+        let mut p = Palette::new();
+        let a = p.color("nodelay=true");
+        let b = p.color("nodelay=false");
+        assert_ne!(a, b);
+        assert_eq!(p.color("nodelay=true"), a);
+        assert_eq!((a, b), (COLORS[0], COLORS[1]));
+        assert_eq!(p.color(ALL_FLOWS), TOTAL);
+        assert_eq!(p.color("rwnd"), Palette::new().color("rwnd"));
+        let distinct: std::collections::HashSet<Rgb> =
+            (0..10).map(|i| p.color(&format!("s{i}"))).collect();
+        assert_eq!(distinct.len(), 10);
+        assert_eq!(Rgb(0x4e, 0x79, 0xa7).hex(), "#4e79a7");
+    }
+}

@@ -1,0 +1,430 @@
+//! One run over time: throughput per interval, the senders' tcp_info (cwnd and
+//! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
+//! the bottleneck queue moved onto the run's time base.
+
+use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord};
+
+use crate::axes::Quantity;
+use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
+use crate::describe;
+use crate::palette::{Palette, ALL_FLOWS};
+
+/// Linux's "no threshold yet" ssthresh (TCP_INFINITE_SSTHRESH): not a value to plot.
+pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+/// A trace longer than this is thinned (keeping each bucket's peak) before drawing: a
+/// chart is some 700 pixels wide.
+const MAX_TRACE_POINTS: usize = 1500;
+
+/// The names of the per-run charts, in drawing order.
+pub const CHARTS: [&str; 8] = [
+    "throughput",
+    "cwnd",
+    "rtt",
+    "inflight",
+    "limits",
+    "udp_loss",
+    "udp_jitter",
+    "queue",
+];
+
+/// The charts of run `id` that have something to show. `run` needs its samples for the
+/// tcp_info charts.
+pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
+    let context = context(id, run);
+    let chart = |name: &str, title: &str, what: &str, body: Body| Chart {
+        id: name.to_owned(),
+        title: format!("Run {id}: {title}"),
+        caption: format!("{what} {context}"),
+        body,
+    };
+    let end = end_seconds(run);
+    let time = || XAxis::time(end);
+    let lines = |label: &str, quantity, series| Body::Lines {
+        x: time(),
+        y: YAxis {
+            label: label.into(),
+            quantity,
+        },
+        series,
+    };
+    let sender =
+        |f: &FlowRecord, value: &dyn Fn(&SampleRecord) -> Option<f64>| sender_trace(run, f, value);
+    let flow_series =
+        |palette: &mut Palette, suffix: &str, dashed, f: &FlowRecord, points| Series {
+            name: format!("{}{suffix}", flow_name(f)),
+            color: palette.color(&flow_name(f)),
+            dashed,
+            points,
+        };
+    let tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
+    let udp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_some()).collect();
+
+    let mut out = Vec::new();
+    out.push(chart(
+        "throughput",
+        "throughput over time",
+        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows).",
+        lines("throughput", Quantity::Rate, throughput(run, palette)),
+    ));
+    let mut windows = Vec::new();
+    for f in &tcp {
+        windows.push(flow_series(
+            palette,
+            " cwnd",
+            false,
+            f,
+            sender(f, &|s| Some(f64::from(s.info.snd_cwnd))),
+        ));
+        let ssthresh = sender(f, &|s| {
+            (s.info.snd_ssthresh < INFINITE_SSTHRESH).then_some(f64::from(s.info.snd_ssthresh))
+        });
+        windows.push(flow_series(palette, " ssthresh", true, f, ssthresh));
+    }
+    out.push(chart(
+        "cwnd",
+        "congestion window",
+        "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.",
+        lines("segments", Quantity::Number, windows),
+    ));
+    let rtt = tcp
+        .iter()
+        .map(|f| {
+            let points = sender(f, &|s| (s.info.rtt > 0).then_some(f64::from(s.info.rtt)));
+            flow_series(palette, "", false, f, points)
+        })
+        .collect();
+    out.push(chart(
+        "rtt",
+        "smoothed RTT",
+        "The senders' smoothed round-trip time (tcp_info rtt), queueing included.",
+        lines("smoothed RTT", Quantity::Duration, rtt),
+    ));
+    let inflight = tcp
+        .iter()
+        .map(|f| {
+            let points = sender(f, &|s| {
+                Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
+            });
+            flow_series(palette, "", false, f, points)
+        })
+        .collect();
+    out.push(chart(
+        "inflight",
+        "bytes in flight",
+        "Bytes sent and not yet acknowledged (tcp_info unacked × snd_mss) per sender.",
+        lines("in flight", Quantity::Size, inflight),
+    ));
+    if let Some(body) = limits(run, &tcp, time(), palette) {
+        out.push(chart(
+            "limits",
+            "what limited the senders",
+            "Share of each report interval the senders spent limited by the receive window (rwnd), their send buffer (sndbuf), the congestion window (cwnd) or the application (app), from the kernel's busy and limited timers, averaged over the TCP flows.",
+            body,
+        ));
+    }
+    let udp_series =
+        |palette: &mut Palette,
+         value: &dyn Fn(&tcplab_model::record::UdpInterval) -> Option<f64>| {
+            udp.iter()
+                .map(|f| {
+                    let points = steps(run, f.id, &|i| i.udp.as_ref().and_then(value));
+                    flow_series(palette, "", false, f, points)
+                })
+                .collect()
+        };
+    let loss = udp_series(palette, &|u| {
+        (u.sent > 0).then(|| u.lost as f64 / u.sent as f64)
+    });
+    out.push(chart(
+        "udp_loss",
+        "UDP loss",
+        "Datagrams lost per report interval, as a share of those sent in it (sequence numbers the receiver never saw).",
+        lines("lost", Quantity::Percent, loss),
+    ));
+    let jitter = udp_series(palette, &|u| Some(u.jitter_us));
+    out.push(chart(
+        "udp_jitter",
+        "UDP jitter",
+        "RFC 3550 interarrival jitter at the end of each report interval.",
+        lines("jitter", Quantity::Duration, jitter),
+    ));
+    out.push(chart(
+        "queue",
+        "bottleneck queue",
+        "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).",
+        lines("queue", Quantity::Size, queue(run, end, palette)),
+    ));
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+/// The run, its path and its flows, for captions.
+fn context(id: i64, run: &RunRecord) -> String {
+    let label = run
+        .label
+        .as_deref()
+        .map(|l| format!(" \"{l}\""))
+        .unwrap_or_default();
+    let path = run.path.as_ref().map_or_else(
+        || format!("no emulated path (server {})", run.target),
+        |p| format!("path \"{}\"", p.spec),
+    );
+    let ccs: Vec<String> = run
+        .flows
+        .iter()
+        .map(|f| {
+            if f.udp.is_some() {
+                "udp".to_owned()
+            } else {
+                format!("{} mss {}", f.cc, f.mss)
+            }
+        })
+        .collect();
+    format!(
+        "Run {id}{label}: {path}; {}; flows as run: {}.",
+        describe::params(&run.params),
+        ccs.join(", ")
+    )
+}
+
+pub fn flow_name(f: &FlowRecord) -> String {
+    format!("flow {}", f.id)
+}
+
+/// The end of the run's last interval or sample, seconds since t0.
+fn end_seconds(run: &RunRecord) -> f64 {
+    let intervals = run.intervals.iter().map(|i| i.end_us as f64);
+    let samples = run.samples.iter().map(|s| s.t_us as f64);
+    seconds(intervals.chain(samples).fold(1.0, f64::max))
+}
+
+/// Seconds since t0.
+fn seconds(us: f64) -> f64 {
+    us / 1e6
+}
+
+/// A value of each of the flow's sender's samples, in time order.
+fn sender_trace(
+    run: &RunRecord,
+    flow: &FlowRecord,
+    value: &dyn Fn(&SampleRecord) -> Option<f64>,
+) -> Vec<Pt> {
+    let host = flow.direction.sender();
+    let points: Vec<Pt> = run
+        .samples
+        .iter()
+        .filter(|s| s.flow == flow.id && s.host == host)
+        .filter_map(|s| value(s).map(|v| Pt::at(seconds(s.t_us as f64), v)))
+        .collect();
+    thin(points, MAX_TRACE_POINTS)
+}
+
+/// Each of the flow's intervals as a level from its start to its end.
+fn steps(
+    run: &RunRecord,
+    flow: u32,
+    value: &dyn Fn(&tcplab_model::record::IntervalRecord) -> Option<f64>,
+) -> Vec<Pt> {
+    run.intervals
+        .iter()
+        .filter(|i| i.flow == flow && i.end_us > i.start_us)
+        .filter_map(|i| {
+            value(i).map(|v| {
+                [
+                    Pt::at(seconds(i.start_us as f64), v),
+                    Pt::at(seconds(i.end_us as f64), v),
+                ]
+            })
+        })
+        .flatten()
+        .collect()
+}
+
+fn interval_bps(i: &tcplab_model::record::IntervalRecord) -> f64 {
+    i.received_bytes as f64 * 8e6 / (i.end_us - i.start_us) as f64
+}
+
+/// Each flow's throughput as steps, and with several flows their sum: constant between
+/// any two interval boundaries of any flow, so flows that started apart add up exactly.
+fn throughput(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+    let mut series: Vec<Series> = run
+        .flows
+        .iter()
+        .map(|f| Series {
+            name: flow_name(f),
+            color: palette.color(&flow_name(f)),
+            dashed: false,
+            points: steps(run, f.id, &|i| Some(interval_bps(i))),
+        })
+        .collect();
+    if run.flows.len() > 1 {
+        let mut bounds: Vec<u64> = run
+            .intervals
+            .iter()
+            .flat_map(|i| [i.start_us, i.end_us])
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let points = bounds
+            .windows(2)
+            .flat_map(|w| {
+                let sum: f64 = run
+                    .intervals
+                    .iter()
+                    .filter(|i| i.end_us > i.start_us && i.start_us <= w[0] && w[1] <= i.end_us)
+                    .map(interval_bps)
+                    .sum();
+                [
+                    Pt::at(seconds(w[0] as f64), sum),
+                    Pt::at(seconds(w[1] as f64), sum),
+                ]
+            })
+            .collect();
+        series.push(Series {
+            name: ALL_FLOWS.into(),
+            color: palette.color(ALL_FLOWS),
+            dashed: false,
+            points,
+        });
+    }
+    series
+}
+
+/// The TCP flows' limit shares per interval index, averaged over the flows, stacked: one
+/// layer per limit.
+fn limits(run: &RunRecord, tcp: &[&FlowRecord], x: XAxis, palette: &mut Palette) -> Option<Body> {
+    let ids: Vec<u32> = tcp.iter().map(|f| f.id).collect();
+    let intervals: Vec<_> = run
+        .intervals
+        .iter()
+        .filter(|i| ids.contains(&i.flow) && i.end_us > i.start_us)
+        .collect();
+    let last = intervals.iter().map(|i| i.index).max()?;
+    let mut spans = Vec::new();
+    let mut shares: Vec<[f64; 4]> = Vec::new();
+    for index in 0..=last {
+        let these: Vec<_> = intervals.iter().filter(|i| i.index == index).collect();
+        if these.is_empty() {
+            continue;
+        }
+        let start = these.iter().map(|i| i.start_us).min().unwrap_or(0);
+        let end = these.iter().map(|i| i.end_us).max().unwrap_or(0);
+        let n = these.len() as f64;
+        let mean = |f: &dyn Fn(&tcplab_model::record::LimitShares) -> f64| {
+            these.iter().map(|i| f(&i.limits)).sum::<f64>() / n
+        };
+        spans.push((seconds(start as f64), seconds(end as f64)));
+        shares.push([
+            mean(&|l| l.rwnd),
+            mean(&|l| l.sndbuf),
+            mean(&|l| l.cwnd),
+            mean(&|l| l.app),
+        ]);
+    }
+    let layers = ["rwnd", "sndbuf", "cwnd", "app"]
+        .iter()
+        .enumerate()
+        .map(|(k, name)| Series {
+            name: (*name).into(),
+            color: palette.color(name),
+            dashed: false,
+            points: shares.iter().map(|s| Pt::at(0.0, s[k])).collect(),
+        })
+        .collect();
+    Some(Body::Stacked { x, spans, layers })
+}
+
+/// The bottleneck queue of each direction that held anything, on the run's time base up
+/// to `end` (seconds).
+fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {
+    let Some(path) = &run.path else {
+        return Vec::new();
+    };
+    [("up", &path.up.queue), ("down", &path.down.queue)]
+        .into_iter()
+        .filter(|(_, q)| q.iter().any(|s| s.bytes > 0))
+        .map(|(direction, q)| {
+            let name = format!("bottleneck {direction}");
+            Series {
+                color: palette.color(&name),
+                name,
+                dashed: false,
+                points: thin(
+                    on_run_time(q, run.started_unix_us, path.epoch_unix_us)
+                        .into_iter()
+                        .filter(|p| p.x <= end)
+                        .collect(),
+                    MAX_TRACE_POINTS,
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Queue samples (µs on the emulator's clock, whose 0 is `epoch_unix_us` on the wall
+/// clock) as (seconds since the run's t0 at `started_unix_us`, bytes); samples from
+/// before t0 are left out.
+pub fn on_run_time(queue: &[QueueSample], started_unix_us: i64, epoch_unix_us: i64) -> Vec<Pt> {
+    let shift = started_unix_us - epoch_unix_us;
+    queue
+        .iter()
+        .filter_map(|s| {
+            let t = s.t_us as i64 - shift;
+            (t >= 0).then(|| Pt::at(seconds(t as f64), s.bytes as f64))
+        })
+        .collect()
+}
+
+/// At most about `max` points: each bucket of consecutive points keeps its first point's
+/// time and its largest value, so peaks survive.
+fn thin(points: Vec<Pt>, max: usize) -> Vec<Pt> {
+    if points.len() <= max {
+        return points;
+    }
+    let bucket = points.len().div_ceil(max);
+    points
+        .chunks(bucket)
+        .map(|c| Pt::at(c[0].x, c.iter().map(|p| p.y).fold(f64::MIN, f64::max)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_samples_move_onto_the_runs_time_base() {
+        // The emulator started 1.5 s before the test's t0.
+        let epoch = 1_700_000_000_000_000;
+        let started = epoch + 1_500_000;
+        let q = [
+            QueueSample {
+                t_us: 1_000_000,
+                bytes: 10,
+            },
+            QueueSample {
+                t_us: 1_500_000,
+                bytes: 20,
+            },
+            QueueSample {
+                t_us: 2_750_000,
+                bytes: 30,
+            },
+        ];
+        assert_eq!(
+            on_run_time(&q, started, epoch),
+            [Pt::at(0.0, 20.0), Pt::at(1.25, 30.0)]
+        );
+    }
+
+    #[test]
+    fn thinning_keeps_peaks() {
+        let points: Vec<Pt> = (0..10)
+            .map(|i| Pt::at(f64::from(i), if i == 7 { 100.0 } else { 1.0 }))
+            .collect();
+        let thinned = thin(points, 5);
+        assert_eq!(thinned.len(), 5);
+        assert_eq!(thinned[3], Pt::at(6.0, 100.0));
+    }
+}

@@ -760,7 +760,7 @@ mod tests {
             vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
         );
         assert_eq!(nice_ticks(0.0, 0.9, 4), vec![0.0, 0.5]);
-        assert_eq!(nice_ticks(0.0, 970.0, 6).last(), Some(&900.0));
+        assert_eq!(nice_ticks(0.0, 970.0, 6).last(), Some(&800.0));
     }
 
     #[test]

@@ -22,6 +22,8 @@ mod layout;
 mod palette;
 pub mod results;
 mod runs;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +34,7 @@ use tcplab_store::{Store, StoreError};
 
 pub use chart::Chart;
 pub use draw::{png, svg, DrawError};
+pub use palette::{Rgb, COLORS};
 pub use runs::CHARTS as RUN_CHARTS;
 
 use html::Section;

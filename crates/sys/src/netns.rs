@@ -536,7 +536,9 @@ pub fn privileged_or_skip(test: &str) -> bool {
     }
 }
 
-fn in_ci() -> bool {
+/// Whether this runs in CI (env `CI=true` or `CI=1`): missing test prerequisites fail
+/// there instead of skipping.
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 

@@ -1,0 +1,248 @@
+//! `tcplab report` as a person sees it: a small sweep and single runs (TCP and UDP)
+//! into one database, the report, the page opened in headless Chromium, and every chart
+//! checked to be drawn — its box on the screenshot holds the series' colours.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+use tcplab_report::COLORS;
+use tcplab_sys::netns::{in_ci, privileged_or_skip};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// Wide enough for two charts side by side, as on a desktop.
+const WINDOW_WIDTH: u32 = 1400;
+
+/// Chromium's path, or `None` (after printing why) outside CI when it is missing; in
+/// CI a missing browser fails the test, as a missing privilege does.
+fn chromium_or_skip(test: &str) -> Option<&'static str> {
+    if Path::new(CHROMIUM).exists() {
+        return Some(CHROMIUM);
+    }
+    let reason = format!("no {CHROMIUM} (apt-get install chromium)");
+    assert!(!in_ci(), "{test}: CI must have a browser: {reason}");
+    eprintln!("SKIP {test}: {reason}");
+    None
+}
+
+/// Headless Chromium with `args` on `page`: its stdout. Flags as this machine needs
+/// them: no sandbox as root, no GPU, and nothing that calls out to the network (the
+/// browser waits on it otherwise). Its own process group, so a hung browser goes with
+/// all its helper processes.
+fn chromium(browser: &str, page: &Path, args: &[String]) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    // A file, not a pipe: a pipe nobody reads while waiting fills with the DOM and
+    // blocks the browser.
+    let stdout_file = profile.path().join("stdout");
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .stdout(std::fs::File::create(&stdout_file).unwrap())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("starting chromium");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            // SAFETY: a signal to the process group this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("chromium did not finish within 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::read_to_string(stdout_file).unwrap()
+}
+
+/// One chart on the page: its id and its box (x, y, width, height) in CSS pixels.
+struct ChartBox {
+    id: String,
+    rect: [u32; 4],
+}
+
+/// The charts' boxes and the page height, as the page's script wrote them into the DOM.
+fn boxes(dom: &str) -> (Vec<ChartBox>, u32) {
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let start = tag.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = tag[start..].find('"')?;
+        Some(tag[start..start + len].to_owned())
+    };
+    let charts = dom
+        .split("<figure")
+        .skip(1)
+        .map(|tag| {
+            let tag = &tag[..tag.find('>').unwrap()];
+            let rect: Vec<u32> = attr(tag, "data-box")
+                .unwrap_or_else(|| panic!("a chart without data-box: {tag}"))
+                .split(',')
+                .map(|v| v.parse().unwrap())
+                .collect();
+            ChartBox {
+                id: attr(tag, "id").unwrap(),
+                rect: [rect[0], rect[1], rect[2], rect[3]],
+            }
+        })
+        .collect();
+    let height = dom
+        .split("data-height=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .and_then(|h| h.parse().ok())
+        .expect("the page wrote its height");
+    (charts, height)
+}
+
+/// An RGB(A) PNG as (width, height, RGB triples).
+fn decode(png_file: &Path) -> (u32, u32, Vec<[u8; 3]>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_file).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let pixels = buf[..info.buffer_size()]
+        .chunks(channels)
+        .map(|p| [p[0], p[1], p[2]])
+        .collect();
+    (info.width, info.height, pixels)
+}
+
+/// Whether a pixel has a palette colour (antialiased edges aside): never the black,
+/// greys and white of frames, grids and labels. Every chart here draws at least one
+/// palette series (the sum over flows is dark grey, but flow 0 is beside it).
+fn series_colour(p: [u8; 3]) -> bool {
+    COLORS.iter().any(|c| {
+        let d = |a: u8, b: u8| (i32::from(a) - i32::from(b)).abs();
+        d(p[0], c.0) + d(p[1], c.1) + d(p[2], c.2) <= 12
+    })
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("running tcplab");
+    assert_success(&out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/quick")
+        .join(name)
+}
+
+#[test]
+fn every_chart_of_the_report_is_drawn_in_a_browser() {
+    let test = "report_in_a_browser";
+    if !privileged_or_skip(test) {
+        return;
+    }
+    let Some(browser) = chromium_or_skip(test) else {
+        return;
+    };
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("report.db");
+    run_ok(
+        tcplab()
+            .arg("sweep")
+            .arg(example("report.toml"))
+            .arg("--db")
+            .arg(&db),
+    );
+    for args in [
+        &["-t", "1.5", "-P", "2", "--label", "two flows"][..],
+        &["-t", "1.5", "-u", "-b", "5mbit", "--label", "udp"][..],
+    ] {
+        run_ok(
+            tcplab()
+                .args(["run", "--path", "rtt 10ms rate 50mbit queue 1bdp loss 0.5%"])
+                .args(args)
+                .arg("--db")
+                .arg(&db),
+        );
+    }
+    let out = dir.path().join("report");
+    let said = run_ok(tcplab().arg("report").arg(&db).arg("-o").arg(&out));
+    assert!(said.starts_with("wrote "), "{said}");
+    let page = out.join("index.html");
+
+    let (charts, height) = boxes(&chromium(
+        browser,
+        &page,
+        &[
+            format!("--window-size={WINDOW_WIDTH},1000"),
+            "--dump-dom".into(),
+        ],
+    ));
+    let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
+    for expected in [
+        "experiment-1-throughput",
+        "experiment-1-retransmits",
+        "experiment-1-rtt",
+        // Representative runs, then the single runs: two TCP flows, one UDP flow.
+        "cwnd",
+        "limits",
+        "queue",
+        "udp-loss",
+        "udp-jitter",
+    ] {
+        assert!(
+            ids.iter().any(|id| id.ends_with(expected)),
+            "no chart {expected} in {ids:?}"
+        );
+    }
+
+    let shot = dir.path().join("page.png");
+    chromium(
+        browser,
+        &page,
+        &[
+            format!("--window-size={WINDOW_WIDTH},{height}"),
+            format!("--screenshot={}", shot.display()),
+        ],
+    );
+    let (width, shot_height, pixels) = decode(&shot);
+    assert_eq!((width, shot_height), (WINDOW_WIDTH, height));
+    let mut report = Vec::new();
+    for chart in &charts {
+        let [x, y, w, h] = chart.rect;
+        assert!(w > 300 && h > 150, "{}: a box of {w}×{h}", chart.id);
+        let (mut drawn, mut coloured) = (0, 0);
+        for row in y..(y + h).min(shot_height) {
+            for col in x..(x + w).min(width) {
+                let p = pixels[(row * width + col) as usize];
+                drawn += usize::from(p != [255, 255, 255]);
+                coloured += usize::from(series_colour(p));
+            }
+        }
+        report.push(format!(
+            "{}: {drawn} drawn, {coloured} in series colours",
+            chart.id
+        ));
+        // A frame with labels alone has no series colour; a line of a series has
+        // hundreds of pixels of it.
+        assert!(
+            coloured >= 300 && drawn >= 2000,
+            "{}: {drawn} pixels drawn, {coloured} in series colours: empty?",
+            chart.id
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}

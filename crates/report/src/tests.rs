@@ -1,0 +1,255 @@
+//! The report end to end on a database built here: an experiment of made-up runs and a
+//! single run, without privileges.
+
+use std::path::Path;
+
+use tcplab_model::experiment;
+use tcplab_model::record::{
+    Direction, Host, IntervalRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
+};
+use tcplab_model::tcpinfo::TcpInfo;
+use tcplab_store::{Outcome, Store};
+
+use crate::chart::Body;
+use crate::{find_chart, png, svg, write_report, ReportError, Target};
+
+const EXPERIMENT: &str = r#"
+name = "made-up"
+repetitions = 2
+duration = "2s"
+warmup = "0.5s"
+path = "rtt 20ms rate 100mbit queue 1bdp"
+
+[[flow]]
+cc = "cubic"
+
+[[axis]]
+name = "buffer"
+key = "flow.window"
+values = ["8K", "64K", "1M"]
+
+[[axis]]
+name = "nodelay"
+key = "flow.nodelay"
+values = [false, true]
+"#;
+
+/// A 2 s run of `flows` TCP flows (plus a UDP one with `udp`) whose receivers read
+/// `mbit` Mbit/s each, with tcp_info samples every 10 ms and a bottleneck queue.
+fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
+    let mut run: RunRecord =
+        serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
+    let template = run.flows[0].clone();
+    run.flows = (0..flows + u32::from(udp))
+        .map(|id| {
+            let mut f = template.clone();
+            f.id = id;
+            f.direction = Direction::Up;
+            f.udp = (udp && id == flows).then(Default::default);
+            f
+        })
+        .collect();
+    run.intervals = run
+        .flows
+        .iter()
+        .flat_map(|f| {
+            let is_udp = f.udp.is_some();
+            (0..2u32).map(move |index| IntervalRecord {
+                flow: f.id,
+                index,
+                start_us: u64::from(index) * 1_000_000,
+                end_us: u64::from(index + 1) * 1_000_000,
+                acked_bytes: (mbit * 125_000.0) as u64,
+                received_bytes: (mbit * 125_000.0) as u64,
+                retransmits: 1,
+                cwnd: 40,
+                srtt_us: 21_000,
+                limits: Default::default(),
+                udp: is_udp.then_some(UdpInterval {
+                    sent: 100,
+                    received: 98,
+                    lost: 2,
+                    out_of_order: 0,
+                    jitter_us: 40.0,
+                }),
+            })
+        })
+        .collect();
+    for i in &mut run.intervals {
+        i.limits.cwnd = 0.75;
+        i.limits.rwnd = 0.25;
+    }
+    run.samples = (0..flows)
+        .flat_map(|flow| {
+            (0..200).map(move |k| SampleRecord {
+                flow,
+                host: Host::Client,
+                t_us: k * 10_000,
+                info: TcpInfo {
+                    snd_cwnd: 10 + k as u32,
+                    // Linux's "not set yet" until the first loss at 1 s.
+                    snd_ssthresh: if k < 100 { 0x7fff_ffff } else { 60 },
+                    rtt: 20_000 + k as u32 * 10,
+                    unacked: 10,
+                    snd_mss: 1448,
+                    ..TcpInfo::default()
+                },
+                bbr: None,
+            })
+        })
+        .collect();
+    let path = run.path.as_mut().unwrap();
+    path.epoch_unix_us = run.started_unix_us - 300_000;
+    path.up.queue = (0..2300)
+        .map(|k| QueueSample {
+            t_us: k * 1000,
+            bytes: (k % 100) * 1000,
+        })
+        .collect();
+    run
+}
+
+/// An experiment with every planned run done, and one single run of two flows plus UDP.
+fn database(dir: &Path) -> Store {
+    let mut store = Store::open(dir.join("made-up.db")).unwrap();
+    let exp = experiment::parse(EXPERIMENT, "made-up").unwrap();
+    let schedule = exp.schedule(7);
+    let id = store
+        .create_experiment(&exp, "made-up.toml", EXPERIMENT, 7, &schedule)
+        .unwrap();
+    for (seq, planned) in schedule.iter().enumerate() {
+        let point = &exp.points[planned.point as usize];
+        // Throughput grows with the buffer; repetitions differ a little.
+        let mbit = 10.0 * f64::from(planned.point + 1) + f64::from(planned.repetition);
+        let mut record = run(mbit, 1, false);
+        record.params = point.config.flows[0].params.clone();
+        record.summary.retransmits = u64::from(planned.point);
+        store
+            .finish_planned_run(id, seq as u32, Outcome::Done(&record))
+            .unwrap();
+    }
+    store.insert_run(&run(20.0, 2, true)).unwrap();
+    store
+}
+
+#[test]
+fn the_report_holds_every_chart_with_its_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = database(dir.path());
+    let written = write_report(&store, &[], &dir.path().join("out")).unwrap();
+    assert_eq!((written.experiments, written.runs), (1, 3));
+    let html = std::fs::read_to_string(&written.path).unwrap();
+    // Self-contained: no reference to anything outside the page.
+    for outside in ["src=", "href=\"http", "<link", "url("] {
+        assert!(
+            !html.contains(outside),
+            "the page refers outside: {outside}"
+        );
+    }
+    assert_eq!(html.matches("<svg").count(), written.charts);
+    assert_eq!(
+        html.matches("<figure class=\"chart\"").count(),
+        written.charts
+    );
+    for title in [
+        "Throughput vs buffer",
+        "Retransmitted segments vs buffer",
+        "Smoothed RTT vs buffer",
+        "Run 13: throughput over time",
+        "Run 13: congestion window",
+        "Run 13: bytes in flight",
+        "Run 13: what limited the senders",
+        "Run 13: UDP loss",
+        "Run 13: UDP jitter",
+        "Run 13: bottleneck queue",
+        "Contents",
+    ] {
+        assert!(html.contains(title), "no {title}");
+    }
+    // One line per Nagle setting, a legend entry each; the sum over the flows of run 13.
+    for series in [
+        "nodelay=false",
+        "nodelay=true",
+        "all flows",
+        "flow 1 ssthresh",
+    ] {
+        assert!(html.contains(series), "no series {series}");
+    }
+    // Sizes on the x axis in their unit; the axis' key explained.
+    for label in ["8 KiB", "64 KiB", "1 MiB", "buffer (sets flow.window)"] {
+        assert!(html.contains(label), "no label {label}");
+    }
+    // A single run's charts come once; an experiment's representative runs are runs 1–12.
+    assert_eq!(html.matches("<h3>Run 13</h3>").count(), 1);
+}
+
+#[test]
+fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = database(dir.path());
+    let chart = find_chart(&store, Some(Target::Experiment(1)), "throughput").unwrap();
+    let Body::Lines { x, series, .. } = &chart.body else {
+        panic!("throughput against a numeric axis is lines: {chart:?}");
+    };
+    assert!(x.log, "8K … 1M spans factors");
+    assert_eq!(series.len(), 2);
+    // Two repetitions a point: a mean with an interval.
+    let first = series[0].points[0];
+    assert!(first
+        .interval
+        .is_some_and(|(lo, hi)| lo < first.y && first.y < hi));
+
+    let text = svg(&chart, true).unwrap();
+    assert!(text.starts_with("<svg"));
+    for needle in [
+        "Throughput vs buffer",
+        "nodelay=true",
+        "throughput (Mbit/s)",
+        "Path",
+    ] {
+        assert!(text.contains(needle), "svg has no {needle}");
+    }
+    let image = png(&chart).unwrap();
+    assert_eq!(&image[..8], b"\x89PNG\r\n\x1a\n");
+
+    let cwnd = find_chart(&store, Some(Target::Run(13)), "cwnd").unwrap();
+    let Body::Lines { series, .. } = &cwnd.body else {
+        panic!("cwnd is lines");
+    };
+    let ssthresh = series.iter().find(|s| s.name == "flow 0 ssthresh").unwrap();
+    assert_eq!(ssthresh.points.len(), 100, "no infinite ssthresh plotted");
+    assert!(ssthresh.dashed);
+
+    // The latest experiment by default.
+    assert_eq!(
+        find_chart(&store, None, "rtt").unwrap().title,
+        "Smoothed RTT vs buffer"
+    );
+    let err = find_chart(&store, Some(Target::Run(13)), "speed").unwrap_err();
+    assert!(matches!(err, ReportError::NoChart { .. }));
+    let message = err.to_string();
+    assert!(
+        message.contains("run 13") && message.contains("has no chart 'speed'"),
+        "{message}"
+    );
+    assert!(
+        message.contains("throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue")
+    );
+    let err = find_chart(&store, Some(Target::Run(99)), "cwnd").unwrap_err();
+    assert!(err.to_string().ends_with("has no run 99"), "{err}");
+    let err = find_chart(&store, Some(Target::Experiment(5)), "rtt").unwrap_err();
+    assert!(
+        err.to_string().ends_with("has no experiment 5 (it has: 1)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_tcp_run_has_no_udp_charts_and_empty_charts_are_left_out() {
+    let mut record = run(50.0, 1, false);
+    record.samples.clear();
+    record.path = None;
+    let charts = crate::runs::charts(1, &record, &mut crate::palette::Palette::new());
+    let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["throughput", "limits"]);
+}

@@ -82,6 +82,8 @@ pub struct YAxis {
     pub quantity: Quantity,
 }
 
+/// A series; one with an empty name is left out of the legend (a model bound drawn in
+/// its series' colour, which one legend entry explains for all).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
     pub name: String,
@@ -90,12 +92,14 @@ pub struct Series {
     pub points: Vec<Pt>,
 }
 
-/// One value; `interval` is its confidence interval (low, high), drawn as an error bar.
+/// One value; `interval` is its confidence interval (low, high), drawn as an error bar;
+/// `note` is written beside it (which model bound binds there).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pt {
     pub x: f64,
     pub y: f64,
     pub interval: Option<(f64, f64)>,
+    pub note: Option<&'static str>,
 }
 
 impl Pt {
@@ -104,6 +108,7 @@ impl Pt {
             x,
             y,
             interval: None,
+            note: None,
         }
     }
 }

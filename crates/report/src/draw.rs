@@ -22,6 +22,7 @@ const FONT: &str = "sans-serif";
 const CAPTION_FONT_SIZE: u32 = 13;
 const LABEL_FONT_SIZE: u32 = 14;
 const LEGEND_FONT_SIZE: u32 = 14;
+const NOTE_FONT_SIZE: u32 = 12;
 const CAPTION_LINE: u32 = 17;
 const GRID: RGBColor = RGBColor(225, 225, 225);
 const NO_DATA: RGBColor = RGBColor(240, 240, 240);
@@ -217,10 +218,10 @@ fn legend_entries<DB: DrawingBackend>(
     filled: bool,
 ) -> Drawn {
     let style = (FONT, LEGEND_FONT_SIZE).into_text_style(area);
-    for (i, s) in series.iter().enumerate() {
+    for (i, s) in series.iter().filter(|s| !s.name.is_empty()).enumerate() {
         let y = 40 + 22 * i as i32;
         let color = rgb(s.color);
-        if filled {
+        if filled && !s.dashed {
             area.draw(&Rectangle::new([(4, y - 6), (24, y + 6)], color.filled()))
         } else if s.dashed {
             area.draw(&PathElement::new(
@@ -496,6 +497,22 @@ fn lines<DB: DrawingBackend>(
                 .map_err(text)?;
         }
         error_bars(&mut chart, &s.points, color)?;
+        notes(&mut chart, &s.points, color)?;
+    }
+    Ok(())
+}
+
+/// Each point's note, just above and right of it, in its series' colour.
+fn notes<DB: DrawingBackend>(chart: &mut Plot<DB>, points: &[Pt], color: RGBColor) -> Drawn {
+    let style = (FONT, NOTE_FONT_SIZE).into_font().color(&color);
+    for p in points {
+        if let Some(note) = p.note {
+            chart
+                .draw_series([
+                    EmptyElement::at((p.x, p.y)) + Text::new(note, (4, -16), style.clone())
+                ])
+                .map_err(text)?;
+        }
     }
     Ok(())
 }
@@ -532,10 +549,28 @@ fn bars<DB: DrawingBackend>(
     let ycoord = Coord::values(y.quantity, max_of(series.iter()));
     let desc = y_desc(y, &ycoord);
     let mut chart = frame(area, Coord::categories(categories), x_label, ycoord, &desc)?;
-    let width = 0.8 / series.len().max(1) as f64;
-    for (i, s) in series.iter().enumerate() {
+    // Solid series are bars side by side; a dashed one (a model bound) is a level
+    // across the bar of the series before it.
+    let bars = series.iter().filter(|s| !s.dashed).count().max(1);
+    let width = 0.8 / bars as f64;
+    let mut slot = 0;
+    for s in series {
         let color = rgb(s.color);
-        let left = |p: &Pt| p.x - 0.4 + width * i as f64;
+        // A bound follows its series: over the bar just drawn.
+        let bar = if s.dashed { slot.max(1) - 1 } else { slot };
+        let left = |p: &Pt| p.x - 0.4 + width * bar as f64;
+        if s.dashed {
+            let style = color.stroke_width(2);
+            for p in &s.points {
+                let (a, b) = (left(p), left(p) + width);
+                chart
+                    .draw_series(DashedLineSeries::new(vec![(a, p.y), (b, p.y)], 6, 4, style))
+                    .map_err(text)?;
+            }
+            let at_left: Vec<Pt> = s.points.iter().map(|p| Pt { x: left(p), ..*p }).collect();
+            notes(&mut chart, &at_left, color)?;
+            continue;
+        }
         chart
             .draw_series(
                 s.points.iter().map(|p| {
@@ -552,6 +587,7 @@ fn bars<DB: DrawingBackend>(
             })
             .collect();
         error_bars(&mut chart, &centred, rgb(TOTAL))?;
+        slot += 1;
     }
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! lays them out, means with confidence intervals, and a heatmap where two numeric axes
 //! span a grid.
 
+use std::collections::HashMap;
+
 use tcplab_model::experiment::{FlowConfig, Point};
 use tcplab_model::stats::Metric;
 use tcplab_model::units::format_duration_us;
@@ -10,7 +12,7 @@ use crate::axes::{numeric, Quantity};
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::layout::{distinct_values, layout, Layout, Main};
-use crate::palette::Palette;
+use crate::palette::{Palette, MODEL_BOUND};
 use crate::results::{summarize, ExperimentRuns, PointResult, ResultTable};
 
 /// The metrics worth a chart for this experiment's flows: throughput always;
@@ -92,8 +94,13 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
     }
 }
 
-/// Every chart of the experiment, with the tables they draw from (one per metric).
-pub fn charts(data: &ExperimentRuns, palette: &mut Palette) -> (Vec<ResultTable>, Vec<Chart>) {
+/// Every chart of the experiment, with the tables they draw from (one per metric);
+/// throughput charts carry the runs' model bounds.
+pub fn charts(
+    data: &ExperimentRuns,
+    bounds: &RunBounds,
+    palette: &mut Palette,
+) -> (Vec<ResultTable>, Vec<Chart>) {
     let axes = &data.experiment.axes;
     let values: Vec<Vec<String>> = data.points.iter().map(|p| p.values.clone()).collect();
     let plan = layout(axes, &values);
@@ -110,7 +117,8 @@ pub fn charts(data: &ExperimentRuns, palette: &mut Palette) -> (Vec<ResultTable>
         if !has_values && table.metric != Metric::Throughput {
             continue;
         }
-        charts.extend(metric_charts(data, &plan, table, palette));
+        let bounds = (table.metric == Metric::Throughput).then_some(bounds);
+        charts.extend(metric_charts(data, &plan, table, bounds, palette));
         if table.metric == Metric::Throughput {
             charts.extend(heatmaps(data, &plan, table));
         }
@@ -192,13 +200,59 @@ fn mean_of(table: &ResultTable, point: &Point, x: f64) -> Option<Pt> {
         x,
         y: stats.mean,
         interval: stats.ci,
+        note: None,
     })
+}
+
+/// The binding model bound of each run (`tcplab explain`'s smallest bound), by run id.
+pub type RunBounds = HashMap<i64, (&'static str, f64)>;
+
+/// A point's model bound: the mean of its runs' binding bounds, named by the bound
+/// most of them bind on.
+fn bound_of(data: &ExperimentRuns, bounds: &RunBounds, point: &Point, x: f64) -> Option<Pt> {
+    let found: Vec<(&'static str, f64)> = data
+        .runs_of(point.index)
+        .filter_map(|(id, _)| bounds.get(&id).copied())
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    let mean = found.iter().map(|b| b.1).sum::<f64>() / found.len() as f64;
+    let name = found
+        .iter()
+        .map(|b| b.0)
+        .max_by_key(|name| found.iter().filter(|b| b.0 == *name).count())?;
+    Some(Pt {
+        note: Some(name),
+        ..Pt::at(x, mean)
+    })
+}
+
+/// A series' bound line in its colour, its points named only where the binding bound
+/// changes (and at the first), so a chart of many points stays legible.
+fn bound_series(of: &Series, mut points: Vec<Pt>) -> Series {
+    points.sort_by(|a, b| a.x.total_cmp(&b.x));
+    let mut last = None;
+    for p in &mut points {
+        if p.note == last {
+            p.note = None;
+        } else {
+            last = p.note;
+        }
+    }
+    Series {
+        name: String::new(),
+        color: of.color,
+        dashed: true,
+        points,
+    }
 }
 
 fn metric_charts(
     data: &ExperimentRuns,
     plan: &Layout,
     table: &ResultTable,
+    bounds: Option<&RunBounds>,
     palette: &mut Palette,
 ) -> Vec<Chart> {
     let axes = &data.experiment.axes;
@@ -219,34 +273,57 @@ fn metric_charts(
             let names: Vec<&str> = plan.series.iter().map(|&a| axes[a].name.as_str()).collect();
             format!(" One line per {}.", names.join(" × "))
         };
+        let bound_words = if bounds.is_some() {
+            " Dashed, in each series' colour: the model bound that binds (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss), the mean over the point's runs, named where the binding bound changes."
+        } else {
+            ""
+        };
         let caption = |x_words: &str| {
             format!(
-                "{definition} {x_words}{series_words} {}",
+                "{definition} {x_words}{series_words}{bound_words} {}",
                 points_caption(data, table, &points)
             )
         };
+        // One series per combination of the series axes; on throughput charts each
+        // followed by its model bound.
         let series_of = |palette: &mut Palette, x_of: &dyn Fn(&Point) -> Option<f64>| {
-            groups(data, &plan.series, points.iter().copied())
-                .into_iter()
-                .map(|(label, members)| {
-                    let label = if label.is_empty() {
-                        MEAN.to_owned()
-                    } else {
-                        label
-                    };
-                    let mut pts: Vec<Pt> = members
+            let mut out = Vec::new();
+            for (label, members) in groups(data, &plan.series, points.iter().copied()) {
+                let label = if label.is_empty() {
+                    MEAN.to_owned()
+                } else {
+                    label
+                };
+                let mut pts: Vec<Pt> = members
+                    .iter()
+                    .filter_map(|p| mean_of(table, p, x_of(p)?))
+                    .collect();
+                pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+                let series = Series {
+                    color: palette.color(&label),
+                    name: label,
+                    dashed: false,
+                    points: pts,
+                };
+                let bound = bounds.map(|bounds| {
+                    let pts = members
                         .iter()
-                        .filter_map(|p| mean_of(table, p, x_of(p)?))
+                        .filter_map(|p| bound_of(data, bounds, p, x_of(p)?))
                         .collect();
-                    pts.sort_by(|a, b| a.x.total_cmp(&b.x));
-                    Series {
-                        color: palette.color(&label),
-                        name: label,
-                        dashed: false,
-                        points: pts,
-                    }
-                })
-                .collect::<Vec<_>>()
+                    bound_series(&series, pts)
+                });
+                out.push(series);
+                out.extend(bound.filter(|b| !b.points.is_empty()));
+            }
+            if out.iter().any(|s| s.dashed) {
+                out.push(Series {
+                    name: MODEL_BOUND.into(),
+                    color: palette.color(MODEL_BOUND),
+                    dashed: true,
+                    points: Vec::new(),
+                });
+            }
+            out
         };
         let id = if facet.is_empty() {
             name.to_owned()
@@ -317,11 +394,13 @@ fn metric_charts(
                 let labels: Vec<String> =
                     points.iter().map(|p| label_of(data, &varying, p)).collect();
                 let (categories, key) = point_names(labels);
-                let pts = points
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, p)| mean_of(table, p, i as f64))
-                    .collect();
+                let position = |p: &Point| {
+                    points
+                        .iter()
+                        .position(|q| q.index == p.index)
+                        .map(|i| i as f64)
+                };
+                let series = series_of(palette, &position);
                 Chart {
                     id,
                     title: format!("{title} per point{suffix}"),
@@ -332,12 +411,7 @@ fn metric_charts(
                         x_label: "point".into(),
                         categories,
                         y: y.clone(),
-                        series: vec![Series {
-                            color: palette.color(MEAN),
-                            name: MEAN.to_owned(),
-                            dashed: false,
-                            points: pts,
-                        }],
+                        series,
                     },
                 }
             }

@@ -27,6 +27,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+use tcplab_model::explain::explain;
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
@@ -37,6 +38,7 @@ pub use draw::{png, svg, DrawError};
 pub use palette::{Rgb, COLORS};
 pub use runs::CHARTS as RUN_CHARTS;
 
+use experiments::RunBounds;
 use html::Section;
 use palette::Palette;
 use results::{ExperimentRuns, ResultTable};
@@ -187,10 +189,7 @@ pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<C
         },
     };
     let charts = match target {
-        Target::Experiment(id) => {
-            let data = load_experiment(store, id)?;
-            experiments::charts(&data, &mut Palette::new()).1
-        }
+        Target::Experiment(id) => experiment_charts(store, id)?.2,
         Target::Run(id) => runs::charts(id, &load_run(store, id)?, &mut Palette::new()),
     };
     let available: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
@@ -254,9 +253,31 @@ fn single_runs(store: &Store) -> Result<Vec<i64>, ReportError> {
         .collect())
 }
 
-fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
+/// Experiment `id` with its tables and charts.
+fn experiment_charts(
+    store: &Store,
+    id: i64,
+) -> Result<(ExperimentRuns, Vec<ResultTable>, Vec<Chart>), ReportError> {
     let data = load_experiment(store, id)?;
-    let (tables, charts) = experiments::charts(&data, &mut Palette::new());
+    let bounds = run_bounds(store, &data)?;
+    let (tables, charts) = experiments::charts(&data, &bounds, &mut Palette::new());
+    Ok((data, tables, charts))
+}
+
+/// The binding model bound of each done run: `explain` needs the runs' samples, so
+/// each is loaded whole, one at a time.
+fn run_bounds(store: &Store, data: &ExperimentRuns) -> Result<RunBounds, ReportError> {
+    let mut bounds = RunBounds::new();
+    for &id in data.runs.keys() {
+        if let Some(b) = explain(&store.load_run(id)?).bounds.binding() {
+            bounds.insert(id, b);
+        }
+    }
+    Ok(bounds)
+}
+
+fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
+    let (data, tables, charts) = experiment_charts(store, id)?;
     let mut subsections = Vec::new();
     if let Some(throughput) = tables.iter().find(|t| t.metric == Metric::Throughput) {
         for run_id in representatives(&data, throughput) {

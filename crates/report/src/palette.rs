@@ -32,10 +32,14 @@ pub const TOTAL: Rgb = Rgb(0x22, 0x22, 0x22);
 /// The name of the series summing every flow.
 pub const ALL_FLOWS: &str = "all flows";
 
+/// The legend entry that explains every series' dashed model-bound line.
+pub const MODEL_BOUND: &str = "model bound (dashed)";
+
 /// Series whose names mean the same in every run keep one colour everywhere, whatever
 /// else a chart or a section draws.
-const FIXED: [(&str, Rgb); 7] = [
+const FIXED: [(&str, Rgb); 8] = [
     (ALL_FLOWS, TOTAL),
+    (MODEL_BOUND, TOTAL),
     ("rwnd", COLORS[2]),
     ("sndbuf", COLORS[6]),
     ("cwnd", COLORS[0]),

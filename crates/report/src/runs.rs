@@ -2,12 +2,13 @@
 //! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
 //! the bottleneck queue moved onto the run's time base.
 
+use tcplab_model::explain::explain;
 use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord};
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
-use crate::palette::{Palette, ALL_FLOWS};
+use crate::palette::{Palette, ALL_FLOWS, TOTAL};
 
 /// Linux's "no threshold yet" ssthresh (TCP_INFINITE_SSTHRESH): not a value to plot.
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -61,11 +62,23 @@ pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
     let udp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_some()).collect();
 
     let mut out = Vec::new();
+    let mut rates = throughput(run, palette);
+    let bound = (!tcp.is_empty())
+        .then(|| explain(run).bounds.binding())
+        .flatten();
+    if let Some((name, bps)) = bound {
+        rates.push(Series {
+            name: format!("model bound: {name}"),
+            color: TOTAL,
+            dashed: true,
+            points: vec![Pt::at(0.0, bps), Pt::at(end, bps)],
+        });
+    }
     out.push(chart(
         "throughput",
         "throughput over time",
-        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows).",
-        lines("throughput", Quantity::Rate, throughput(run, palette)),
+        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows). Dashed: the model bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss).",
+        lines("throughput", Quantity::Rate, rates),
     ));
     let mut windows = Vec::new();
     for f in &tcp {

@@ -192,7 +192,29 @@ fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
         panic!("throughput against a numeric axis is lines: {chart:?}");
     };
     assert!(x.log, "8K … 1M spans factors");
-    assert_eq!(series.len(), 2);
+    // Each Nagle setting, its model bound (dashed, in its colour), and the legend entry
+    // that names the dashes.
+    let names: Vec<(&str, bool)> = series.iter().map(|s| (s.name.as_str(), s.dashed)).collect();
+    assert_eq!(
+        names,
+        [
+            ("nodelay=false", false),
+            ("", true),
+            ("nodelay=true", false),
+            ("", true),
+            ("model bound (dashed)", true)
+        ]
+    );
+    assert_eq!(series[1].color, series[0].color);
+    assert_eq!(
+        series[1].points[0].note,
+        Some("link"),
+        "named at its first point"
+    );
+    assert!(
+        series[1].points[1..].iter().all(|p| p.note.is_none()),
+        "and where it changes only"
+    );
     // Two repetitions a point: a mean with an interval.
     let first = series[0].points[0];
     assert!(first

@@ -3,10 +3,7 @@
 //! the values grow geometrically), or categories (`cubic`, `true`, a zip of mixed texts).
 
 use tcplab_model::experiment::Axis;
-use tcplab_model::units::{
-    format_duration_us, format_rate, format_size, parse_duration, parse_percent, parse_rate,
-    parse_size,
-};
+use tcplab_model::units::{parse_duration, parse_percent, parse_rate, parse_size};
 
 /// A numeric kind of value and the base unit it is kept in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,14 +21,15 @@ pub enum Quantity {
 }
 
 impl Quantity {
-    /// One value for people, in the unit that suits it ("64 KiB", "20.0 ms", "5 %").
+    /// One value for people, short, in the unit that suits it ("64 KiB", "20 ms",
+    /// "0.5 %", "1.5 Gbit/s").
     pub fn format(self, v: f64) -> String {
-        match self {
-            Quantity::Size => format_size(v.round().max(0.0) as u64),
-            Quantity::Rate => format_rate(v),
-            Quantity::Duration => format_duration_us(v.round().max(0.0) as u64),
-            Quantity::Percent => format!("{} %", short_number(v * 100.0)),
-            Quantity::Number => short_number(v),
+        let scale = self.scale(v);
+        let number = short_number(v / scale.factor);
+        if scale.unit.is_empty() {
+            number
+        } else {
+            format!("{number} {}", scale.unit)
         }
     }
 
@@ -248,9 +246,13 @@ mod tests {
     #[test]
     fn values_print_in_their_units_and_scales_fit_the_maximum() {
         assert_eq!(Quantity::Size.format(65536.0), "64 KiB");
-        assert_eq!(Quantity::Duration.format(20_000.0), "20.0 ms");
+        assert_eq!(Quantity::Size.format(1.5 * 1048576.0), "1.5 MiB");
+        assert_eq!(Quantity::Duration.format(20_000.0), "20 ms");
+        assert_eq!(Quantity::Duration.format(200.0), "200 µs");
         assert_eq!(Quantity::Percent.format(0.001), "0.1 %");
+        assert_eq!(Quantity::Percent.format(0.0), "0 %");
         assert_eq!(Quantity::Rate.format(9.5e8), "950 Mbit/s");
+        assert_eq!(Quantity::Number.format(4.0), "4");
         assert_eq!(Quantity::Rate.scale(9.5e8).unit, "Mbit/s");
         assert_eq!(Quantity::Rate.scale(80_000.0).unit, "kbit/s");
         assert_eq!(Quantity::Duration.scale(999.0).unit, "µs");

@@ -367,7 +367,7 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
             "Run {id}{}",
             run.label
                 .as_deref()
-                .map(|l| format!(": {l}"))
+                .map(|l| format!(": {}", l.trim()))
                 .unwrap_or_default()
         ),
         text,

@@ -100,28 +100,24 @@ pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
         "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.",
         lines("segments", Quantity::Number, windows),
     ));
-    let rtt = tcp
-        .iter()
-        .map(|f| {
-            let points = sender(f, &|s| (s.info.rtt > 0).then_some(f64::from(s.info.rtt)));
-            flow_series(palette, "", false, f, points)
-        })
-        .collect();
+    // One series per TCP flow of a value of its sender's samples.
+    let per_flow = |palette: &mut Palette, value: &dyn Fn(&SampleRecord) -> Option<f64>| {
+        tcp.iter()
+            .map(|f| flow_series(palette, "", false, f, sender(f, value)))
+            .collect()
+    };
+    let rtt = per_flow(palette, &|s| {
+        (s.info.rtt > 0).then_some(f64::from(s.info.rtt))
+    });
     out.push(chart(
         "rtt",
         "smoothed RTT",
         "The senders' smoothed round-trip time (tcp_info rtt), queueing included.",
         lines("smoothed RTT", Quantity::Duration, rtt),
     ));
-    let inflight = tcp
-        .iter()
-        .map(|f| {
-            let points = sender(f, &|s| {
-                Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
-            });
-            flow_series(palette, "", false, f, points)
-        })
-        .collect();
+    let inflight = per_flow(palette, &|s| {
+        Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
+    });
     out.push(chart(
         "inflight",
         "bytes in flight",
@@ -177,7 +173,7 @@ fn context(id: i64, run: &RunRecord) -> String {
     let label = run
         .label
         .as_deref()
-        .map(|l| format!(" \"{l}\""))
+        .map(|l| format!(" \"{}\"", l.trim()))
         .unwrap_or_default();
     let path = run.path.as_ref().map_or_else(
         || format!("no emulated path (server {})", run.target),

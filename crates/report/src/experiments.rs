@@ -156,7 +156,7 @@ fn groups<'a>(
     out
 }
 
-/// What the caption says about the chart's points: repetitions, interval, path, flows.
+/// What the caption says about the chart's points: path, flows, failed runs, experiment.
 fn points_caption(data: &ExperimentRuns, table: &ResultTable, points: &[&Point]) -> String {
     let e = &data.experiment;
     let mut paths: Vec<String> = points.iter().map(|p| p.config.path.to_string()).collect();
@@ -180,12 +180,8 @@ fn points_caption(data: &ExperimentRuns, table: &ResultTable, points: &[&Point])
         String::new()
     };
     format!(
-        "Each point is the mean of its runs ({} planned) with its {:.0} % confidence interval as an error bar (none for a single run).{failed} {path}{flows} Experiment {} (id {}, {}).",
-        e.repetitions,
-        table.confidence * 100.0,
-        e.name,
-        e.id,
-        e.file
+        "{path}{flows}{failed} Experiment {} (id {}, {}).",
+        e.name, e.id, e.file
     )
 }
 
@@ -273,14 +269,16 @@ fn metric_charts(
             let names: Vec<&str> = plan.series.iter().map(|&a| axes[a].name.as_str()).collect();
             format!(" One line per {}.", names.join(" × "))
         };
-        let bound_words = if bounds.is_some() {
-            " Dashed, in each series' colour: the model bound that binds (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss), the mean over the point's runs, named where the binding bound changes."
-        } else {
-            ""
-        };
-        let caption = |x_words: &str| {
+        let caption = |x_words: &str, series: &[Series]| {
+            let bound_words = if series.iter().any(|s| s.dashed) {
+                " Dashed, in each series' colour: the model bound that binds (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss), the mean over the point's runs, named where the binding bound changes."
+            } else {
+                ""
+            };
             format!(
-                "{definition} {x_words}{series_words}{bound_words} {}",
+                "{definition} {x_words}{series_words} Each point is the mean of its runs ({} planned) with its {:.0} % confidence interval as an error bar (none for a single run).{bound_words} {}",
+                data.experiment.repetitions,
+                table.confidence * 100.0,
                 points_caption(data, table, &points)
             )
         };
@@ -350,18 +348,20 @@ fn metric_charts(
                     ticks: Some(numbers.distinct()),
                     span: None,
                 };
+                let series = series_of(palette, &value);
+                let x_words = format!(
+                    "x: {}{}.",
+                    axis_label(axis),
+                    if *log { ", log scale" } else { "" }
+                );
                 Chart {
                     id,
                     title: format!("{title} vs {}{suffix}", axis.name),
-                    caption: caption(&format!(
-                        "x: {}{}.",
-                        axis_label(axis),
-                        if *log { ", log scale" } else { "" }
-                    )),
+                    caption: caption(&x_words, &series),
                     body: Body::Lines {
                         x: x_axis,
                         y: y.clone(),
-                        series: series_of(palette, &value),
+                        series,
                     },
                 }
             }
@@ -378,7 +378,7 @@ fn metric_charts(
                 Chart {
                     id,
                     title: format!("{title} per {}{suffix}", axis.name),
-                    caption: caption(&format!("Bars: {}.", axis_label(axis))),
+                    caption: caption(&format!("Bars: {}.", axis_label(axis)), &series),
                     body: Body::Bars {
                         x_label: axis_label(axis),
                         categories,
@@ -404,9 +404,10 @@ fn metric_charts(
                 Chart {
                     id,
                     title: format!("{title} per point{suffix}"),
-                    caption: caption(&format!(
-                        "One bar per point (the axes are zipped, not a grid){key}."
-                    )),
+                    caption: caption(
+                        &format!("One bar per point (the axes are zipped, not a grid){key}."),
+                        &series,
+                    ),
                     body: Body::Bars {
                         x_label: "point".into(),
                         categories,
@@ -494,7 +495,8 @@ fn heatmaps(data: &ExperimentRuns, plan: &Layout, table: &ResultTable) -> Vec<Ch
                     axes[h.x].name, axes[h.y].name
                 ),
                 caption: format!(
-                    "{definition} Each cell: the mean of its point's runs, coloured on the scale at the right and written in its unit; grey cells have no run. {}",
+                    "{definition} Each cell: the mean of its point's runs ({} planned), coloured on the scale at the right and written in its unit; grey cells have no run. {}",
+                    data.experiment.repetitions,
                     points_caption(data, table, &points)
                 ),
                 body: Body::Heatmap {

@@ -34,7 +34,8 @@ key = "flow.nodelay"
 values = [false, true]
 "#;
 
-/// A 2 s run of `flows` TCP flows (plus a UDP one with `udp`) whose receivers read
+/// A 12 s run (longer than any example's warm-up) of `flows` TCP flows (plus a UDP
+/// one with `udp`) whose receivers read
 /// `mbit` Mbit/s each, with tcp_info samples every 10 ms and a bottleneck queue.
 fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
     let mut run: RunRecord =
@@ -54,7 +55,7 @@ fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
         .iter()
         .flat_map(|f| {
             let is_udp = f.udp.is_some();
-            (0..2u32).map(move |index| IntervalRecord {
+            (0..12u32).map(move |index| IntervalRecord {
                 flow: f.id,
                 index,
                 start_us: u64::from(index) * 1_000_000,
@@ -274,4 +275,84 @@ fn a_tcp_run_has_no_udp_charts_and_empty_charts_are_left_out() {
     let charts = crate::runs::charts(1, &record, &mut crate::palette::Palette::new());
     let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["throughput", "limits"]);
+}
+
+/// Every experiment file in `examples/` with made-up runs: its charts, each with at most
+/// [`MAX_SERIES`] lines plus their bounds, a handful of charts, not hundreds.
+#[test]
+fn every_example_lays_out_into_few_readable_charts() {
+    use crate::chart::Chart;
+    use crate::layout::MAX_SERIES;
+    use crate::results::ExperimentRuns;
+    use tcplab_store::{ExperimentRow, PlanRow, PlanStatus};
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let exp = experiment::parse(&text, "example").unwrap();
+        let schedule = exp.schedule(1);
+        let mut runs = std::collections::HashMap::new();
+        let plan = schedule
+            .iter()
+            .enumerate()
+            .map(|(seq, planned)| {
+                let id = seq as i64 + 1;
+                runs.insert(id, run(f64::from(planned.point + 1), 1, false));
+                PlanRow {
+                    seq: seq as u32,
+                    run: *planned,
+                    status: PlanStatus::Done,
+                    run_id: Some(id),
+                    error: None,
+                    attempts: 1,
+                }
+            })
+            .collect();
+        let data = ExperimentRuns {
+            experiment: ExperimentRow {
+                id: 1,
+                name: exp.name.clone(),
+                file: file.display().to_string(),
+                spec_text: text.clone(),
+                plan_hash: exp.plan_hash(),
+                seed: 1,
+                repetitions: exp.repetitions,
+                confidence: exp.confidence,
+                axes: exp.axes.clone(),
+                created_unix_us: 0,
+            },
+            points: exp.points.clone(),
+            plan,
+            runs,
+        };
+        let bounds = crate::experiments::RunBounds::new();
+        let (_, charts) =
+            crate::experiments::charts(&data, &bounds, &mut crate::palette::Palette::new());
+        let name = file.display();
+        assert!(!charts.is_empty(), "{name}: no chart");
+        assert!(charts.len() <= 40, "{name}: {} charts", charts.len());
+        for chart in &charts {
+            let lines = chart
+                .series_names()
+                .iter()
+                .filter(|n| !n.is_empty())
+                .count();
+            assert!(
+                lines <= MAX_SERIES,
+                "{name}: {} has {lines} series",
+                chart.id
+            );
+            // Every chart is drawable.
+            svg(chart, false).unwrap();
+        }
+        let ids: Vec<&str> = charts.iter().map(|c: &Chart| c.id.as_str()).collect();
+        eprintln!("{name}: {ids:?}");
+    }
 }

@@ -178,6 +178,75 @@ fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
 }
 
 #[test]
+fn report_and_plot_name_what_is_wrong_and_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let missing = missing.to_string_lossy();
+    let out = dir.path().join("out");
+    let out = out.to_string_lossy();
+    assert_one_line_error(
+        &["report", &missing, "-o", &out],
+        1,
+        &["no database at", "missing.db"],
+    );
+    assert_one_line_error(&["report", &missing], 2, &["--output <DIR>"]);
+    assert_one_line_error(
+        &["plot", &missing, "--chart", "cwnd", "-o", "x.svg"],
+        1,
+        &["no database at", "missing.db"],
+    );
+    assert_one_line_error(
+        &["plot", &missing, "--chart", "cwnd", "-o", "x.jpg"],
+        1,
+        &["cannot tell the format of x.jpg", "FILE.svg or FILE.png"],
+    );
+    assert_one_line_error(
+        &[
+            "plot",
+            &missing,
+            "--run",
+            "1",
+            "--experiment",
+            "2",
+            "--chart",
+            "cwnd",
+            "-o",
+            "x.svg",
+        ],
+        2,
+        &["--run", "--experiment"],
+    );
+    // A database without runs.
+    let empty = dir.path().join("empty.db");
+    tcplab_store::Store::open(&empty).unwrap();
+    let empty = empty.to_string_lossy();
+    assert_one_line_error(
+        &["report", &empty, "-o", &out],
+        1,
+        &["empty.db holds no runs"],
+    );
+    assert_one_line_error(
+        &["plot", &empty, "--chart", "cwnd", "-o", "x.png"],
+        1,
+        &["empty.db holds no runs"],
+    );
+    assert_one_line_error(
+        &[
+            "plot",
+            &empty,
+            "--experiment",
+            "3",
+            "--chart",
+            "rtt",
+            "-o",
+            "x.png",
+        ],
+        1,
+        &["empty.db has no experiment 3 (it has: none)"],
+    );
+}
+
+#[test]
 fn a_dry_run_lists_every_run_of_the_plan() {
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
     for (name, runs) in [

@@ -58,6 +58,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// Where `quickstart` stores its runs unless told otherwise.
 const QUICKSTART_DB: &str = "tcplab-quickstart.db";
+/// Where `quickstart` writes the report of its database.
+const QUICKSTART_REPORT: &str = "tcplab-quickstart-report";
 
 /// A test across an emulated path in a lab built for it: the whole pipeline on any
 /// Linux machine where we may create namespaces.
@@ -75,7 +77,17 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         sysctls: Default::default(),
     };
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
-    report(record, &output, store)
+    let code = report(record, &output, store)?;
+    if let (Some(db), false) = (&output.db, output.json) {
+        let written =
+            tcplab_report::write_report(&open_store(db)?, &[], QUICKSTART_REPORT.as_ref())?;
+        println!(
+            "report: {} ({} charts; open it in a browser)",
+            written.path.display(),
+            written.charts
+        );
+    }
+    Ok(code)
 }
 
 /// Builds the lab, runs the test from every client host at once, and records the path

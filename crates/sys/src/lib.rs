@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod localnet;
 pub mod netem;
 pub mod netns;
 pub mod poll;

@@ -630,7 +630,7 @@ fn if_index(ifname: &str) -> io::Result<u32> {
 
 /// Sends one rtnetlink request with NLM_F_ACK on a socket of the calling thread's
 /// namespace, and returns the replies before the ACK; a NACK becomes its errno.
-fn rtnl(msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
+pub(crate) fn rtnl(msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
     const SEQ: u32 = 1;
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;

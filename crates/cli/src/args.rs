@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_model::path::PathSpec;
@@ -9,6 +10,7 @@ use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpPar
 use tcplab_model::stats::Metric;
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
+use tcplab_traffic::limits::ServerLimits;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -169,12 +171,80 @@ pub struct ServeArgs {
         value_name = "ADDR:PORT"
     )]
     pub listen: SocketAddr,
-    /// Most parallel streams one client may ask for.
-    #[arg(long, default_value_t = 128)]
+    /// Clients must prove this pre-shared key (`tcplab run --key-file` with the same
+    /// file). Without a key only peers on this host are served.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Serve any peer without a key: whoever reaches the port may run tests.
+    #[arg(long, conflicts_with = "key_file")]
+    pub insecure_open: bool,
+    /// Most parallel streams (per direction) in one test.
+    #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_streams: u16,
-    /// Longest test one client may ask for.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
+    /// Longest test; a byte-count test (-n) is cut there.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub max_duration: u64,
+    /// Most one test may send per direction: UDP -b, --fq-rate and --app-rate above it
+    /// are refused, and the TCP flows this server sends are paced to it. 0: no cap.
+    #[arg(long, default_value = "1gbit", value_parser = parse_rate, value_name = "RATE")]
+    pub max_rate: u64,
+    /// Tests running at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_tests: u32,
+    /// Tests running at once from one client address (an IPv6 /64 counts as one).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_tests_per_client: u32,
+    /// Control connections one client address (IPv6: /64) may open per minute. 0: no limit.
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub max_connect_rate: u32,
+    /// Connections in their handshake at once, from all clients.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_handshakes: u32,
+    /// Largest control message read from a client.
+    #[arg(long, default_value = "64K", value_parser = parse_message_size, value_name = "SIZE")]
+    pub max_message: u64,
+    /// Each step of a client's handshake (up to its request, its data connections, its
+    /// Go) must be done within this; a silent or trickling peer is dropped.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, value_name = "DURATION")]
+    pub handshake_timeout: u64,
+}
+
+impl ServeArgs {
+    pub fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_streams: self.max_streams,
+            max_duration_us: self.max_duration,
+            max_rate_bps: (self.max_rate > 0).then_some(self.max_rate),
+            max_tests: self.max_tests,
+            max_tests_per_client: self.max_tests_per_client,
+            max_connect_rate: (self.max_connect_rate > 0).then_some(self.max_connect_rate),
+            max_handshakes: self.max_handshakes,
+            max_message: self.max_message as usize,
+            handshake_timeout: Duration::from_micros(self.handshake_timeout),
+            ..ServerLimits::default()
+        }
+    }
+}
+
+/// A test request is about half a kilobyte: a smaller limit would refuse every client.
+const MIN_MESSAGE_LIMIT: u64 = 1 << 10;
+
+fn parse_message_size(s: &str) -> Result<u64, String> {
+    let size = parse_size(s).map_err(|e| e.to_string())?;
+    if !(MIN_MESSAGE_LIMIT..=tcplab_traffic::protocol::MAX_MESSAGE as u64).contains(&size) {
+        return Err(format!(
+            "must be between 1 KiB and {} MiB",
+            tcplab_traffic::protocol::MAX_MESSAGE >> 20
+        ));
+    }
+    Ok(size)
+}
+
+fn parse_positive_duration(s: &str) -> Result<u64, String> {
+    match parse_duration(s).map_err(|e| e.to_string())? {
+        0 => Err("must be positive".into()),
+        us => Ok(us),
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -262,6 +332,10 @@ pub struct RunArgs {
     /// with --path: the test then runs across a lab built for it.
     #[arg(required_unless_present = "path", conflicts_with = "path")]
     pub target: Option<String>,
+    /// The server's pre-shared key (the file its --key-file names): proved to the
+    /// server, which must prove it back.
+    #[arg(long, value_name = "FILE", conflicts_with = "path")]
+    pub key_file: Option<PathBuf>,
     #[command(flatten)]
     pub lab: PathArgs,
     #[command(flatten)]
@@ -409,7 +483,7 @@ impl TestArgs {
         if self.interval == 0 {
             return Err("--interval must be positive".into());
         }
-        let min = tcplab_traffic::server::MIN_SAMPLE_INTERVAL_US;
+        let min = tcplab_traffic::limits::MIN_SAMPLE_INTERVAL_US;
         if self.sample_interval > 0 && self.sample_interval < min {
             return Err(format!(
                 "--sample-interval must be 0 (off) or at least {min}us"
@@ -467,3 +541,34 @@ impl TestArgs {
 /// A UDP payload that fits a 1500-byte MTU with IPv4 and UDP headers and room to spare,
 /// like iperf3's TCP-MSS-sized default.
 const DEFAULT_DATAGRAM: u64 = 1448;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_flags_default_to_the_public_servers_limits() {
+        let Command::Serve(args) = Cli::parse_from(["tcplab", "serve"]).command else {
+            panic!("not serve");
+        };
+        assert_eq!(args.limits(), ServerLimits::default());
+    }
+
+    #[test]
+    fn zero_turns_the_rate_caps_off() {
+        let cli = Cli::parse_from([
+            "tcplab",
+            "serve",
+            "--max-rate",
+            "0",
+            "--max-connect-rate",
+            "0",
+        ]);
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve");
+        };
+        let limits = args.limits();
+        assert_eq!(limits.max_rate_bps, None);
+        assert_eq!(limits.max_connect_rate, None);
+    }
+}

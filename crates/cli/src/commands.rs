@@ -15,24 +15,35 @@ use tcplab_model::path::PathSpec;
 use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
 use tcplab_store::{ExportFormat, Store, Table};
 use tcplab_sys::sockopt;
+use tcplab_traffic::auth::{self, PreSharedKey};
 use tcplab_traffic::client::{self, Request};
-use tcplab_traffic::server::{self, ServerLimits};
+use tcplab_traffic::server::{self, Access, ServerConfig};
 
 use crate::args::{ExportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs};
 use crate::{lab, output};
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let (access, who) = match (&args.key_file, args.insecure_open) {
+        (Some(path), _) => (
+            Access::Key(read_key(path)?),
+            format!("clients must prove the key in {}", path.display()),
+        ),
+        (None, true) => (Access::Open, "open to anyone (--insecure-open)".into()),
+        (None, false) => (
+            Access::LocalOnly,
+            "no key: peers on this host only (--key-file FILE to serve others)".into(),
+        ),
+    };
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    eprintln!("tcplab: serving on {}", listener.local_addr()?);
-    let limits = ServerLimits {
-        max_streams: args.max_streams,
-        max_duration_us: args.max_duration,
-        ..ServerLimits::default()
+    eprintln!("tcplab: serving on {}, {who}", listener.local_addr()?);
+    let config = ServerConfig {
+        access,
+        limits: args.limits(),
     };
     server::serve(
         listener,
-        limits,
+        config,
         |line| eprintln!("tcplab serve: {line}"),
         &AtomicBool::new(false),
         None,
@@ -40,8 +51,22 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A key file, with a warning when other users may read it: whoever reads the key may
+/// use the server.
+fn read_key(path: &Path) -> Result<PreSharedKey> {
+    let key = auth::read_key_file(path)?;
+    if auth::readable_by_others(path)? {
+        eprintln!(
+            "tcplab: warning: key file {} is readable by other users (chmod 600 it)",
+            path.display()
+        );
+    }
+    Ok(key)
+}
+
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let params = checked_params(&args.test)?;
+    let key = args.key_file.as_deref().map(read_key).transpose()?;
     // A bad database path should fail before a test is spent on it.
     let store = open_output_store(&args.output)?;
     let stop = interrupt_flag();
@@ -49,7 +74,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.target,
         lab::config(&args.lab, &format!("run{}", std::process::id()))?,
     ) {
-        (Some(target), None) => run_client(target, &params, &args.output, stop)?,
+        (Some(target), None) => run_client(target, &params, key, &args.output, stop)?,
         (None, Some(config)) => run_in_lab(&config, &params, &args.output, stop)?,
         _ => bail!("give either a server TARGET or --path, not both"),
     };
@@ -158,6 +183,7 @@ fn live_lines() -> IntervalSink {
 fn run_client(
     target: &str,
     params: &TestParams,
+    key: Option<PreSharedKey>,
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
 ) -> Result<RunRecord> {
@@ -167,6 +193,7 @@ fn run_client(
         label: out.label.clone(),
         tags: out.tags.clone(),
         pacing: None,
+        key,
     };
     let live = (!out.json).then(live_lines);
     Ok(client::run(&request, stop, &mut |group| {

@@ -369,18 +369,22 @@ fn the_server_survives_garbage_oversize_and_vanishing_clients() {
         let _ = s.read_to_end(&mut buf);
         // A valid hello, then a frame claiming 2 GiB.
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"TCPLABC\x01").unwrap();
+        s.write_all(b"TCPLABC\x02").unwrap();
         s.write_all(&0x8000_0000u32.to_be_bytes()).unwrap();
         let _ = s.read_to_end(&mut buf);
         // A valid hello, then malformed JSON.
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"TCPLABC\x01").unwrap();
+        s.write_all(b"TCPLABC\x02").unwrap();
         s.write_all(&7u32.to_be_bytes()).unwrap();
         s.write_all(b"{\"type\"").unwrap();
         let _ = s.read_to_end(&mut buf);
-        // A client that asks for a test and vanishes before opening its data connections.
+        // A client that asks for a test and vanishes before opening its data connections
+        // (no key: this server takes local peers without one).
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"TCPLABC\x01").unwrap();
+        s.write_all(b"TCPLABC\x02").unwrap();
+        let auth = format!(r#"{{"type":"auth","nonce":"{}"}}"#, "0".repeat(64));
+        s.write_all(&(auth.len() as u32).to_be_bytes()).unwrap();
+        s.write_all(auth.as_bytes()).unwrap();
         let start = br#"{"type":"start","params":{"streams":1,"end":{"duration":{"us":1000000}},"mode":"up","tuning":{"sndbuf":null,"rcvbuf":null,"write_size":1000,"read_size":1000,"nodelay":false,"mss":null,"cc":null,"pacing_rate":null,"send_method":"write"},"sample_interval_us":0,"report_interval_us":1000000}}"#;
         s.write_all(&(start.len() as u32).to_be_bytes()).unwrap();
         s.write_all(start).unwrap();
@@ -392,7 +396,7 @@ fn the_server_survives_garbage_oversize_and_vanishing_clients() {
     assert!(bed.server_is_alive());
     let log = bed.server_log();
     assert!(log.contains("not a tcplab peer"), "{log}");
-    assert!(log.contains("exceeds the limit"), "{log}");
+    assert!(log.contains("exceeds --max-message"), "{log}");
     assert!(log.contains("malformed message"), "{log}");
 }
 

@@ -13,8 +13,9 @@ use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::path::Direction;
 use tcplab_model::record::{IntervalRecord, RunRecord, TestParams};
 use tcplab_traffic::client::{self, Request};
+use tcplab_traffic::limits::ServerLimits;
 use tcplab_traffic::merge;
-use tcplab_traffic::server::{self, ServerLimits};
+use tcplab_traffic::server::{self, Access, ServerConfig};
 
 /// Flows with one set of parameters, from one client host.
 #[derive(Clone, Debug)]
@@ -76,13 +77,12 @@ pub fn run_in_lab(
         lab.server
             .ns
             .spawn(move || {
-                server::serve(
-                    listener,
-                    ServerLimits::default(),
-                    |_| {},
-                    &server_stop,
-                    down_pacing,
-                )
+                // Only the lab's own hosts reach this server.
+                let config = ServerConfig {
+                    access: Access::Open,
+                    limits: ServerLimits::lab(),
+                };
+                server::serve(listener, config, |_| {}, &server_stop, down_pacing)
             })
             .context("starting the lab's server")?
     };
@@ -123,6 +123,7 @@ fn run_groups(
                 label: group.label.clone(),
                 tags: group.tags.clone(),
                 pacing: lab.pacing_target(Direction::Up),
+                key: None,
             };
             lab.clients[group.client].ns.spawn(move || {
                 if !sleep_unless_stopped(Duration::from_micros(group.start_us), &stop) {

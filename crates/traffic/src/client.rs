@@ -13,6 +13,7 @@ use tcplab_model::record::{Host, IntervalRecord, RunRecord, TestParams};
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
 
+use crate::auth::{self, PreSharedKey};
 use crate::engine::{self, End, FlowSocket, Flows, RateTarget};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::protocol::{
@@ -24,6 +25,8 @@ use crate::{flow_roles, TrafficError};
 
 pub const DEFAULT_PORT: u16 = 5201;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the client waits for each answer of the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const TIME_PROBES: usize = 8;
 /// How often a UDP flow repeats its hello until the server has them all.
 const UDP_HELLO_EVERY: Duration = Duration::from_millis(50);
@@ -38,6 +41,8 @@ pub struct Request {
     pub tags: Vec<String>,
     /// Where this end's senders publish their window rate for a lab's dynamic pacer.
     pub pacing: Option<RateTarget>,
+    /// The server's pre-shared key: proved to the server, and the server must prove it.
+    pub key: Option<PreSharedKey>,
 }
 
 /// Resolves a target as users write it; the port defaults to 5201.
@@ -79,8 +84,8 @@ pub fn run(
 ) -> Result<RunRecord, TrafficError> {
     let addrs = resolve(&request.target)?;
     let (mut control, server_addr) = connect_any(&addrs, &request.target)?;
-    control.set_read_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
-    control.set_write_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
+    control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_nodelay(true)?;
     protocol::write_hello(&mut control, ConnKind::Control)?;
     let answered = |r: Result<ConnKind, ProtocolError>| match r {
@@ -92,7 +97,7 @@ pub fn run(
         {
             Err(TrafficError::NoAnswer {
                 target: request.target.clone(),
-                waited_s: crate::server::HANDSHAKE_TIMEOUT.as_secs(),
+                waited_s: HANDSHAKE_TIMEOUT.as_secs(),
             })
         }
         other => Ok(other?),
@@ -100,6 +105,7 @@ pub fn run(
     if answered(protocol::read_hello(&mut control))? != ConnKind::Control {
         return Err(ProtocolError::Malformed("server answered with a data hello".into()).into());
     }
+    auth::answer_challenge(&mut control, request.key.as_ref())?;
     let offset = measure_clock_offset(&mut control)?;
 
     let client_meta = sysctl::host_meta();
@@ -113,13 +119,13 @@ pub fn run(
             },
         },
     )?;
-    let (data_port, cookie, server_meta, udp_ports) = match protocol::recv(&mut control)? {
+    let (data_port, cookie, server_meta, udp_ports) = match recv(&mut control)? {
         Message::Accepted {
             data_port,
             cookie,
             meta,
             udp_ports,
-        } => (data_port, protocol::parse_cookie(&cookie)?, meta, udp_ports),
+        } => (data_port, protocol::parse_hex(&cookie)?, meta, udp_ports),
         Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
         other => {
             return Err(
@@ -134,7 +140,7 @@ pub fn run(
     } else {
         let data_addr = SocketAddr::new(server_addr.ip(), data_port);
         let flows = open_flows(&request.params, data_addr, &cookie)?;
-        ready(protocol::recv(&mut control)?)?;
+        ready(recv(&mut control)?)?;
         Flows::Tcp(flows)
     };
 
@@ -162,6 +168,11 @@ pub fn run(
     ))
 }
 
+/// A message from the server, which may send up to the protocol's limit.
+fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
+    protocol::recv(control, protocol::MAX_MESSAGE)
+}
+
 fn connect_any(
     addrs: &[SocketAddr],
     target: &str,
@@ -187,7 +198,7 @@ fn measure_clock_offset(
     for _ in 0..TIME_PROBES {
         let client_send_us = monotonic_us();
         protocol::send(control, &Message::TimeProbe { client_send_us })?;
-        match protocol::recv(control)? {
+        match recv(control)? {
             Message::TimeReply {
                 client_send_us: echoed,
                 server_recv_us,
@@ -303,14 +314,14 @@ fn await_ready_saying_hello(
     flows: &[UdpFlow],
     cookie: &[u8; protocol::COOKIE_LEN],
 ) -> Result<(), TrafficError> {
-    let deadline = std::time::Instant::now() + crate::server::HANDSHAKE_TIMEOUT;
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     control.set_read_timeout(Some(UDP_HELLO_EVERY))?;
     let answer = loop {
         for flow in flows {
             // A refused send (nothing listening yet) is retried with the next round.
             let _ = flow.socket.send(&protocol::udp_hello(cookie, flow.id));
         }
-        match protocol::recv(control) {
+        match recv(control) {
             Ok(answer) => break answer,
             Err(ProtocolError::Io(e))
                 if matches!(
@@ -320,7 +331,7 @@ fn await_ready_saying_hello(
             Err(e) => return Err(e.into()),
         }
     };
-    control.set_read_timeout(Some(crate::server::HANDSHAKE_TIMEOUT))?;
+    control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     ready(answer)
 }
 
@@ -371,11 +382,10 @@ fn run_started(
         });
     }
     // A live test has no natural silence bound; the server reports every interval.
-    let silence =
-        Duration::from_micros(context.params.report_interval_us) + crate::server::HANDSHAKE_TIMEOUT;
+    let silence = Duration::from_micros(context.params.report_interval_us) + HANDSHAKE_TIMEOUT;
     let _ = reader.set_read_timeout(Some(silence));
     thread::spawn(move || loop {
-        let msg = protocol::recv(&mut reader);
+        let msg = recv(&mut reader);
         let more = matches!(
             msg,
             Ok(Message::Interval { .. } | Message::SideDone { .. } | Message::Samples { .. })

@@ -6,8 +6,10 @@
 //! server's report and samples travel back, and [`merge`] turns both ends' views into one
 //! [`tcplab_model::record::RunRecord`] on the client's time base.
 
+pub mod auth;
 pub mod client;
 pub mod engine;
+pub mod limits;
 pub mod merge;
 pub mod protocol;
 pub mod server;
@@ -27,6 +29,8 @@ pub enum TrafficError {
     Resolve { target: String, reason: String },
     #[error("server refused the test: {0}")]
     Refused(String),
+    #[error("cannot trust the server: {0}")]
+    ServerNotProven(String),
     #[error("no answer from {target} within {waited_s} s (is a tcplab server listening there?)")]
     NoAnswer { target: String, waited_s: u64 },
     #[error(transparent)]

@@ -2,16 +2,21 @@
 //!
 //! Every connection starts with an 8-byte hello: the magic `TCPLAB`, a kind byte
 //! (`C` control, `D` data) and the protocol version. A control connection then carries
-//! length-delimited JSON messages (u32 big-endian length, at most [`MAX_MESSAGE`] bytes);
-//! a data connection carries the test's cookie and its flow id, then raw payload.
+//! length-delimited JSON messages (u32 big-endian length, at most [`MAX_MESSAGE`] bytes
+//! towards a client, at most the server's `--max-message` towards the server); a data
+//! connection carries the test's cookie and its flow id, then raw payload.
 //!
 //! A test, in order:
-//! 1. client → `TimeProbe` × n, server → `TimeReply` (clock offset, see `model::clock`);
-//! 2. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
-//! 3. client opens the data connections to `data_port`, server → `Ready` when all arrived;
-//! 4. client → `Go`: both ends start their flows; each end's report-interval records
+//! 1. server → `Challenge`, client → `Auth`, server → `Welcome` (see [`crate::auth`]);
+//! 2. client → `TimeProbe` × n, server → `TimeReply` (clock offset, see `model::clock`);
+//! 3. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
+//! 4. client opens the data connections to `data_port`, server → `Ready` when all arrived;
+//! 5. client → `Go`: both ends start their flows; each end's report-interval records
 //!    travel as they happen (`Interval`), so both ends' figures reach the client live;
-//! 5. server → `SideDone{report}`, then `Samples` chunks and `SamplesEnd`; client → `Bye`.
+//! 6. server → `SideDone{report}`, then `Samples` chunks and `SamplesEnd`; client → `Bye`.
+//!
+//! Until `Go` the server may answer anything with `Refused{reason}` and close: the reason
+//! names the limit or the missing key.
 
 use std::io::{self, Read, Write};
 
@@ -22,8 +27,10 @@ use tcplab_model::record::{
 };
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
-pub const VERSION: u8 = 1;
-/// Largest control message accepted; anything longer is hostile or broken.
+/// 2: authentication before anything else.
+pub const VERSION: u8 = 2;
+/// Largest control message a client accepts; anything longer is hostile or broken. The
+/// server reads far smaller messages (its `--max-message`).
 pub const MAX_MESSAGE: usize = 4 << 20;
 /// Samples per `Samples` message, to stay well below [`MAX_MESSAGE`].
 pub const SAMPLES_PER_CHUNK: usize = 1000;
@@ -44,8 +51,8 @@ pub enum ProtocolError {
     BadMagic(Vec<u8>),
     #[error("peer speaks tcplab protocol version {peer}, this is version {VERSION}")]
     Version { peer: u8 },
-    #[error("message of {0} bytes exceeds the limit of {MAX_MESSAGE}")]
-    TooLarge(usize),
+    #[error("control message of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
     #[error("malformed message: {0}")]
     Malformed(String),
     #[error("peer closed the control connection")]
@@ -108,7 +115,10 @@ pub fn read_data_intro(r: &mut impl Read) -> io::Result<([u8; COOKIE_LEN], u32)>
 pub fn send(w: &mut impl Write, msg: &Message) -> Result<(), ProtocolError> {
     let body = serde_json::to_vec(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))?;
     if body.len() > MAX_MESSAGE {
-        return Err(ProtocolError::TooLarge(body.len()));
+        return Err(ProtocolError::TooLarge {
+            len: body.len(),
+            limit: MAX_MESSAGE,
+        });
     }
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -117,12 +127,13 @@ pub fn send(w: &mut impl Write, msg: &Message) -> Result<(), ProtocolError> {
     Ok(())
 }
 
-pub fn recv(r: &mut impl Read) -> Result<Message, ProtocolError> {
+/// Reads one message of at most `limit` bytes; a longer one is refused unread.
+pub fn recv(r: &mut impl Read, limit: usize) -> Result<Message, ProtocolError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).map_err(closed_on_eof)?;
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_MESSAGE {
-        return Err(ProtocolError::TooLarge(len));
+    if len > limit {
+        return Err(ProtocolError::TooLarge { len, limit });
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).map_err(closed_on_eof)?;
@@ -141,6 +152,21 @@ fn closed_on_eof(e: io::Error) -> ProtocolError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
+    /// Server → client after the hellos: hex of a fresh 32-byte nonce.
+    Challenge {
+        nonce: String,
+    },
+    /// Client → server: hex of the client's nonce and, when it has a key, of its proof.
+    Auth {
+        nonce: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+    },
+    /// Server → client: authenticated; with a key, hex of the server's own proof.
+    Welcome {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
+    },
     TimeProbe {
         client_send_us: i64,
     },
@@ -272,20 +298,22 @@ pub struct SideReport {
     pub cpu: CpuUse,
 }
 
-pub fn cookie_hex(cookie: &[u8; COOKIE_LEN]) -> String {
-    cookie.iter().map(|b| format!("{b:02x}")).collect()
+/// Bytes as lowercase hex, as cookies, nonces and proofs travel in JSON.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn parse_cookie(hex: &str) -> Result<[u8; COOKIE_LEN], ProtocolError> {
-    let bad = || ProtocolError::Malformed(format!("bad cookie '{hex}'"));
-    if hex.len() != COOKIE_LEN * 2 || !hex.is_ascii() {
+/// Exactly `N` bytes from their hex.
+pub fn parse_hex<const N: usize>(hex: &str) -> Result<[u8; N], ProtocolError> {
+    let bad = || ProtocolError::Malformed(format!("expected {N} bytes of hex, got '{hex}'"));
+    if hex.len() != N * 2 || !hex.is_ascii() {
         return Err(bad());
     }
-    let mut cookie = [0u8; COOKIE_LEN];
-    for (i, byte) in cookie.iter_mut().enumerate() {
+    let mut bytes = [0u8; N];
+    for (i, byte) in bytes.iter_mut().enumerate() {
         *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }
-    Ok(cookie)
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -296,7 +324,7 @@ mod tests {
     fn hello_round_trip_and_rejects() {
         let mut buf = Vec::new();
         write_hello(&mut buf, ConnKind::Data).unwrap();
-        assert_eq!(&buf, b"TCPLABD\x01");
+        assert_eq!(&buf, b"TCPLABD\x02");
         assert_eq!(read_hello(&mut &buf[..]).unwrap(), ConnKind::Data);
         assert!(matches!(
             read_hello(&mut &b"GET / HT"[..]),
@@ -318,34 +346,43 @@ mod tests {
         send(&mut buf, &Message::Go).unwrap();
         send(&mut buf, &Message::Refused { reason: "x".into() }).unwrap();
         let mut r = &buf[..];
-        assert_eq!(recv(&mut r).unwrap(), Message::Go);
+        assert_eq!(recv(&mut r, MAX_MESSAGE).unwrap(), Message::Go);
         assert_eq!(
-            recv(&mut r).unwrap(),
+            recv(&mut r, MAX_MESSAGE).unwrap(),
             Message::Refused { reason: "x".into() }
         );
-        assert!(matches!(recv(&mut r), Err(ProtocolError::Closed)));
+        assert!(matches!(
+            recv(&mut r, MAX_MESSAGE),
+            Err(ProtocolError::Closed)
+        ));
     }
 
     #[test]
     fn oversized_and_garbage_frames_are_rejected() {
         let huge = ((MAX_MESSAGE + 1) as u32).to_be_bytes();
         assert!(matches!(
-            recv(&mut &huge[..]),
-            Err(ProtocolError::TooLarge(_))
+            recv(&mut &huge[..], MAX_MESSAGE),
+            Err(ProtocolError::TooLarge { .. })
         ));
+        // A reader's own limit, far below the protocol's, is the one that counts.
+        let mut go = Vec::new();
+        send(&mut go, &Message::Go).unwrap();
+        let err = recv(&mut &go[..], 5).unwrap_err().to_string();
+        assert!(err.contains("exceeds the limit of 5 bytes"), "{err}");
         let mut garbage = 5u32.to_be_bytes().to_vec();
         garbage.extend_from_slice(b"{{{{{");
         assert!(matches!(
-            recv(&mut &garbage[..]),
+            recv(&mut &garbage[..], MAX_MESSAGE),
             Err(ProtocolError::Malformed(_))
         ));
     }
 
     #[test]
-    fn cookie_hex_round_trip() {
+    fn hex_round_trip() {
         let cookie = [0xab; COOKIE_LEN];
-        assert_eq!(parse_cookie(&cookie_hex(&cookie)).unwrap(), cookie);
-        assert!(parse_cookie("zz").is_err());
-        assert!(parse_cookie(&"é".repeat(16)).is_err());
+        assert_eq!(parse_hex::<COOKIE_LEN>(&to_hex(&cookie)).unwrap(), cookie);
+        assert!(parse_hex::<COOKIE_LEN>("zz").is_err());
+        assert!(parse_hex::<COOKIE_LEN>(&"é".repeat(16)).is_err());
+        assert!(parse_hex::<2>("abcdef").is_err());
     }
 }

@@ -1,21 +1,31 @@
 //! `tcplab serve`: accepts control connections and runs each client's test on its own
 //! threads, so several clients are served at once and one client's failure or hostility
 //! never touches another's test.
+//!
+//! Before a test, in order: the source's connection rate and the handshake cap (checked
+//! at accept, refused from one thread so a flood costs no thread per connection), the
+//! hellos, whether the peer may use the server at all ([`Access`]), the key
+//! ([`crate::auth`]), the request against the [`ServerLimits`], and the caps on tests
+//! running. Each step of the handshake has one deadline, however the peer trickles.
 
-use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tcplab_model::record::{BufferSize, Host, TestEnd, TestParams};
+use tcplab_model::record::{BufferSize, Host, TestParams};
+use tcplab_model::units::{format_duration_us, format_size};
+use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
+use crate::auth::{self, PreSharedKey};
 use crate::engine::{End, FlowSocket, Flows, RateTarget};
+use crate::limits::{self, Admission, ServerLimits, Slot, Source};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
 };
@@ -23,41 +33,80 @@ use crate::setup;
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
-/// How long a connected peer may stay silent before a test starts.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Finest sampling a client may ask for: finer would only burn the server's CPU.
-pub const MIN_SAMPLE_INTERVAL_US: u64 = 100;
 /// How often the control watcher wakes to see whether the test has finished.
 const WATCH_POLL: Duration = Duration::from_millis(200);
+/// Refusals waiting for the refusing thread; beyond, connections close unanswered.
+const REFUSAL_QUEUE: usize = 64;
+/// What a refusal may take: reading the peer's hello, answering, and its close.
+const REFUSAL_TIME: Duration = Duration::from_millis(500);
 
-/// Bounds on what one client may ask of this server.
+/// Who may use a server.
 #[derive(Clone, Debug)]
-pub struct ServerLimits {
-    pub max_streams: u16,
-    pub max_duration_us: u64,
-    pub max_write_size: u32,
+pub enum Access {
+    /// Clients prove the pre-shared key (`--key-file`).
+    Key(PreSharedKey),
+    /// No key: only peers on this host (see `tcplab_sys::localnet`). `tcplab serve`'s default.
+    LocalOnly,
+    /// No key, any peer: `--insecure-open`, and a lab's own server.
+    Open,
 }
 
-impl Default for ServerLimits {
-    fn default() -> Self {
-        ServerLimits {
-            max_streams: 128,
-            max_duration_us: 3600 * 1_000_000,
-            max_write_size: 16 << 20,
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub access: Access,
+    pub limits: ServerLimits,
+}
+
+/// Why the server did not admit a client.
+#[derive(Debug)]
+pub enum Rejected {
+    /// A reason for the client, sent to it as `Refused`.
+    Refused(String),
+    /// The connection broke or spoke nonsense: nothing to tell it.
+    Broken(ProtocolError),
+}
+
+impl From<ProtocolError> for Rejected {
+    /// A message over the size limit and a handshake out of time are limits the client
+    /// ran into: it hears which.
+    fn from(e: ProtocolError) -> Self {
+        match e {
+            ProtocolError::TooLarge { len, limit } => Rejected::Refused(format!(
+                "control message of {len} bytes exceeds --max-message {}",
+                format_size(limit as u64)
+            )),
+            ProtocolError::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
+                Rejected::Refused(e.to_string())
+            }
+            e => Rejected::Broken(e),
         }
     }
 }
 
-/// Serves until `stop` is set. Each control connection gets its own thread. `pacing`:
-/// where the tests' senders publish their window rate (a lab's dynamic pacer).
+/// What every client thread of one server shares.
+struct Shared {
+    config: ServerConfig,
+    admission: Admission,
+    log: fn(&str),
+    pacing: Option<RateTarget>,
+}
+
+/// Serves until `stop` is set. Each admitted control connection gets its own thread.
+/// `pacing`: where the tests' senders publish their window rate (a lab's dynamic pacer).
 pub fn serve(
     listener: TcpListener,
-    limits: ServerLimits,
+    config: ServerConfig,
     log: fn(&str),
     stop: &AtomicBool,
     pacing: Option<RateTarget>,
 ) -> io::Result<()> {
-    let limits = Arc::new(limits);
+    let shared = Arc::new(Shared {
+        admission: Admission::new(&config.limits),
+        config,
+        log,
+        pacing,
+    });
+    let refusals = refuser(log)?;
     listener.set_nonblocking(true)?;
     while !stop.load(Ordering::Relaxed) {
         let (stream, peer) = match listener.accept() {
@@ -73,12 +122,27 @@ pub fn serve(
                 continue;
             }
         };
-        let (limits, pacing) = (Arc::clone(&limits), pacing.clone());
+        let handshake = match shared
+            .admission
+            .connect(Source::of(peer.ip()), monotonic_us())
+        {
+            Ok(slot) => slot,
+            Err(reason) => {
+                // A full queue means a flood: those connections just close.
+                let _ = refusals.try_send((stream, peer, reason));
+                continue;
+            }
+        };
+        let shared = Arc::clone(&shared);
         let spawned = thread::Builder::new()
             .name(format!("client-{peer}"))
-            .spawn(move || match handle_client(stream, &limits, log, pacing) {
-                Ok(()) => log(&format!("{peer}: test done")),
-                Err(e) => log(&format!("{peer}: dropped: {e}")),
+            .spawn(move || {
+                let outcome = handle_client(stream, peer, handshake, &shared);
+                (shared.log)(&match outcome {
+                    Ok(()) => format!("{peer}: test done"),
+                    Err(TrafficError::Refused(reason)) => format!("{peer}: refused: {reason}"),
+                    Err(e) => format!("{peer}: dropped: {e}"),
+                });
             });
         if let Err(e) = spawned {
             log(&format!("{peer}: cannot spawn a thread: {e}"));
@@ -91,30 +155,171 @@ pub fn serve(
 /// which every run of a sweep pays once.
 const ACCEPT_POLL_MS: i32 = 10;
 
-fn handle_client(
-    mut control: TcpStream,
-    limits: &ServerLimits,
-    log: fn(&str),
-    pacing: Option<RateTarget>,
-) -> Result<(), TrafficError> {
-    control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    control.set_nodelay(true)?;
-    match protocol::read_hello(&mut control)? {
-        ConnKind::Control => {}
-        ConnKind::Data => {
-            return Err(
-                ProtocolError::Malformed("data connection to the control port".into()).into(),
-            )
+type Refusal = (TcpStream, SocketAddr, String);
+
+/// The thread that answers connections refused at accept, one after another.
+fn refuser(log: fn(&str)) -> io::Result<mpsc::SyncSender<Refusal>> {
+    let (refusals, queue) = mpsc::sync_channel::<Refusal>(REFUSAL_QUEUE);
+    thread::Builder::new()
+        .name("refuser".into())
+        .spawn(move || {
+            for (stream, peer, reason) in queue {
+                log(&format!("{peer}: refused: {reason}"));
+                let mut conn = Deadlined::new(&stream, REFUSAL_TIME);
+                if protocol::read_hello(&mut conn).is_ok() {
+                    let _ = protocol::write_hello(&mut conn, ConnKind::Control);
+                    refuse(&mut conn, reason);
+                }
+            }
+        })?;
+    Ok(refusals)
+}
+
+/// Sends `reason` and closes gracefully: what the peer sent meanwhile is read and
+/// dropped until it closes too (or the deadline), since closing on unread bytes would
+/// reset the connection and could lose the reason before the client reads it.
+fn refuse(conn: &mut Deadlined, reason: String) {
+    if protocol::send(conn, &Message::Refused { reason }).is_ok()
+        && conn.stream.shutdown(Shutdown::Write).is_ok()
+    {
+        let _ = io::copy(conn, &mut io::sink());
+    }
+}
+
+/// A connection whose reads and writes must all be done by one deadline, however the
+/// peer trickles its bytes: a slow-loris peer is dropped as surely as a silent one.
+struct Deadlined<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl<'a> Deadlined<'a> {
+    /// `limit` from now.
+    fn new(stream: &'a TcpStream, limit: Duration) -> Deadlined<'a> {
+        Deadlined::until(stream, Instant::now() + limit)
+    }
+
+    fn until(stream: &'a TcpStream, until: Instant) -> Deadlined<'a> {
+        Deadlined { stream, until }
+    }
+
+    fn timed_out(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "handshake step not done within --handshake-timeout",
+        )
+    }
+
+    /// The time left, or the timeout error when there is none.
+    fn left(&self) -> io::Result<Duration> {
+        match self.until.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(left),
+            _ => Err(self.timed_out()),
         }
     }
-    protocol::write_hello(&mut control, ConnKind::Control)?;
+
+    fn explain(&self, e: io::Error) -> io::Error {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => self.timed_out(),
+            _ => e,
+        }
+    }
+}
+
+impl Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut stream = self.stream;
+        stream.set_read_timeout(Some(self.left()?))?;
+        stream.read(buf).map_err(|e| self.explain(e))
+    }
+}
+
+impl Write for Deadlined<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut stream = self.stream;
+        stream.set_write_timeout(Some(self.left()?))?;
+        stream.write(buf).map_err(|e| self.explain(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn handle_client(
+    control: TcpStream,
+    peer: SocketAddr,
+    handshake: Slot,
+    server: &Shared,
+) -> Result<(), TrafficError> {
+    control.set_nodelay(true)?;
+    let limits = &server.config.limits;
+    let mut conn = Deadlined::new(&control, limits.handshake_timeout);
+    exchange_hellos(&mut conn)?;
+    let (params, clock, _test) = match admit(&mut conn, peer, server) {
+        Ok(admitted) => admitted,
+        Err(Rejected::Refused(reason)) => {
+            // A fresh deadline: the reason is worth sending even to a peer that ran out
+            // of time.
+            refuse(&mut Deadlined::new(&control, REFUSAL_TIME), reason.clone());
+            return Err(TrafficError::Refused(reason));
+        }
+        Err(Rejected::Broken(e)) => return Err(e.into()),
+    };
+    drop(handshake);
+    (server.log)(&format!(
+        "{peer}: test of {} stream(s), {:?}",
+        params.streams, params.mode
+    ));
+    run_test(control, peer, &params, &clock, server)
+}
+
+/// Reads the client's hello and answers with ours, also to a client of another
+/// version, which can then name the mismatch.
+fn exchange_hellos(conn: &mut Deadlined) -> Result<(), ProtocolError> {
+    match protocol::read_hello(conn) {
+        Ok(ConnKind::Control) => Ok(protocol::write_hello(conn, ConnKind::Control)?),
+        Ok(ConnKind::Data) => Err(ProtocolError::Malformed(
+            "data connection to the control port".into(),
+        )),
+        Err(e @ ProtocolError::Version { .. }) => {
+            let _ = protocol::write_hello(conn, ConnKind::Control);
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Everything between the hellos and the test: who the peer is, its key, its request,
+/// and room for one more test. Returns the request and the test's place in the counts.
+fn admit(
+    conn: &mut Deadlined,
+    peer: SocketAddr,
+    server: &Shared,
+) -> Result<(TestParams, ClientClock, Slot), Rejected> {
+    let limits = &server.config.limits;
+    let key = match &server.config.access {
+        Access::Key(key) => Some(key),
+        Access::LocalOnly => {
+            let here = Neighbourhood::read().map_err(ProtocolError::Io)?;
+            if !here.is_local(peer) {
+                return Err(Rejected::Refused(format!(
+                    "{} is not on this host and this server has no key: it serves only \
+                     local peers (start it with --key-file FILE, or --insecure-open)",
+                    peer.ip().to_canonical()
+                )));
+            }
+            None
+        }
+        Access::Open => None,
+    };
+    auth::challenge_client(conn, key, limits.max_message)?;
     let (params, clock) = loop {
-        match protocol::recv(&mut control)? {
+        match protocol::recv(conn, limits.max_message)? {
             Message::TimeProbe { client_send_us } => {
                 let server_recv_us = monotonic_us();
                 protocol::send(
-                    &mut control,
+                    conn,
                     &Message::TimeReply {
                         client_send_us,
                         server_recv_us,
@@ -123,208 +328,81 @@ fn handle_client(
                 )?;
             }
             Message::Start { params, clock } => break (params, clock),
-            other => return Err(unexpected(&other, "Start")),
+            other => return Err(unexpected(&other, "Start").into()),
         }
     };
-    if let Err(reason) = validate(&params, limits) {
-        protocol::send(
-            &mut control,
-            &Message::Refused {
-                reason: reason.clone(),
-            },
-        )?;
-        return Err(TrafficError::Refused(reason));
-    }
-    log(&format!(
-        "{}: test of {} stream(s), {:?}",
-        control
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default(),
-        params.streams,
-        params.mode
-    ));
-    run_test(control, &params, &clock, pacing)
+    limits::check_request(&params, limits)
+        .and_then(|()| check_congestion(&params))
+        .map_err(Rejected::Refused)?;
+    let test = server
+        .admission
+        .start_test(Source::of(peer.ip()))
+        .map_err(Rejected::Refused)?;
+    Ok((params, clock, test))
 }
 
-fn unexpected(msg: &Message, wanted: &str) -> TrafficError {
-    ProtocolError::Malformed(format!("expected {wanted}, got {msg:?}")).into()
+fn unexpected(msg: &Message, wanted: &str) -> ProtocolError {
+    ProtocolError::Malformed(format!("expected {wanted}, got {msg:?}"))
 }
 
-/// Checks a request against the server's limits and the kernel, before any resource
-/// is spent on it.
-fn validate(params: &TestParams, limits: &ServerLimits) -> Result<(), String> {
-    if params.streams == 0 || params.streams > limits.max_streams {
-        return Err(format!(
-            "streams must be 1..={}, got {}",
-            limits.max_streams, params.streams
-        ));
+/// A congestion control the client asks for must exist in this server's kernel.
+fn check_congestion(params: &TestParams) -> Result<(), String> {
+    let Some(cc) = &params.tuning.cc else {
+        return Ok(());
+    };
+    let available = sockopt::available_congestion().map_err(|e| e.to_string())?;
+    if available.iter().any(|a| a == cc) {
+        Ok(())
+    } else {
+        Err(format!(
+            "server has no congestion control '{cc}' (available: {})",
+            available.join(" ")
+        ))
     }
-    if let TestEnd::Duration { us } = params.end {
-        if us == 0 || us > limits.max_duration_us {
-            return Err(format!(
-                "duration must be between 1 µs and {} s",
-                limits.max_duration_us / 1_000_000
-            ));
-        }
-    }
-    let t = &params.tuning;
-    if t.write_size == 0 || t.write_size > limits.max_write_size {
-        return Err(format!(
-            "write size must be 1..={} bytes",
-            limits.max_write_size
-        ));
-    }
-    if t.read_size == 0 || t.read_size > limits.max_write_size {
-        return Err(format!(
-            "read size must be 1..={} bytes",
-            limits.max_write_size
-        ));
-    }
-    if params.report_interval_us == 0 {
-        return Err("report interval must be positive".into());
-    }
-    if let Some(udp) = &params.udp {
-        if !(tcplab_model::udp::MIN_DATAGRAM..=tcplab_model::udp::MAX_DATAGRAM)
-            .contains(&udp.datagram_size)
-        {
-            return Err(format!(
-                "UDP datagram size must be {}..={} bytes",
-                tcplab_model::udp::MIN_DATAGRAM,
-                tcplab_model::udp::MAX_DATAGRAM
-            ));
-        }
-        if udp.burst == 0 {
-            return Err("UDP burst must be at least 1".into());
-        }
-    }
-    if params.sample_interval_us != 0 && params.sample_interval_us < MIN_SAMPLE_INTERVAL_US {
-        return Err(format!(
-            "sampling interval must be 0 (off) or at least {MIN_SAMPLE_INTERVAL_US} µs"
-        ));
-    }
-    if let Some(cc) = &t.cc {
-        let available = sockopt::available_congestion().map_err(|e| e.to_string())?;
-        if !available.iter().any(|a| a == cc) {
-            return Err(format!(
-                "server has no congestion control '{cc}' (available: {})",
-                available.join(" ")
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn run_test(
     mut control: TcpStream,
-    params: &TestParams,
+    peer: SocketAddr,
+    asked: &TestParams,
     clock: &ClientClock,
-    pacing: Option<RateTarget>,
+    server: &Shared,
 ) -> Result<(), TrafficError> {
-    let roles = flow_roles(params);
-    let server_roles: Vec<Role> = roles
-        .iter()
-        .map(|(_, d)| role_of(d.sender() == Host::Server))
-        .collect();
-    let mut cookie = [0u8; COOKIE_LEN];
-    rand::rng().fill_bytes(&mut cookie);
-    let flows = if params.udp.is_some() {
-        let sockets = server_roles
-            .iter()
-            .map(|_| UdpSocket::bind(SocketAddr::new(control.local_addr()?.ip(), 0)))
-            .collect::<io::Result<Vec<_>>>()?;
-        let udp_ports = sockets
-            .iter()
-            .map(|s| s.local_addr().map(|a| a.port()))
-            .collect::<io::Result<Vec<_>>>()?;
-        protocol::send(
-            &mut control,
-            &Message::Accepted {
-                data_port: 0,
-                cookie: protocol::cookie_hex(&cookie),
-                meta: sysctl::host_meta(),
-                udp_ports,
-            },
-        )?;
-        Flows::Udp(accept_udp_flows(sockets, &cookie, &server_roles, params)?)
-    } else {
-        let receives = server_roles.contains(&Role::Receive);
-        let listener = setup::data_listener(control.local_addr()?, &params.tuning, receives)?;
-        let receive_buffer = if receives {
-            Some(setup::apply(&listener, &params.tuning, Role::Receive)?)
-        } else {
-            None
-        };
-        let data_port = listener
-            .local_addr()?
-            .as_socket()
-            .map(|a| a.port())
-            .ok_or_else(|| io::Error::other("data listener has no port"))?;
-        protocol::send(
-            &mut control,
-            &Message::Accepted {
-                data_port,
-                cookie: protocol::cookie_hex(&cookie),
-                meta: sysctl::host_meta(),
-                udp_ports: Vec::new(),
-            },
-        )?;
-        let listener: TcpListener = listener.into();
-        Flows::Tcp(accept_flows(
-            &listener,
-            &cookie,
-            &server_roles,
-            params,
-            receive_buffer,
-        )?)
-    };
+    let limits = &server.config.limits;
+    let params = &limits::server_params(asked, limits);
+    let flows = open_flows(&control, peer, params, limits)?;
     // The client's clock against ours, for one-way delays: server = client + offset.
     let peer_offset_ns = if clock.boot_id == sysctl::host_meta().boot_id {
         0
     } else {
         -clock.offset.offset_us * 1000
     };
-    protocol::send(&mut control, &Message::Ready)?;
-    match protocol::recv(&mut control)? {
+    let mut conn = Deadlined::new(&control, limits.handshake_timeout);
+    protocol::send(&mut conn, &Message::Ready)?;
+    match protocol::recv(&mut conn, limits.max_message)? {
         Message::Go => {}
-        other => return Err(unexpected(&other, "Go")),
+        other => return Err(unexpected(&other, "Go").into()),
     }
     let t0 = monotonic_us();
 
-    // The client may vanish or cancel mid-test: a reader thread turns that into `stop`.
-    // After our results are sent it waits a little for the client's Bye, so closing
-    // never resets a connection whose last messages the client has not read yet.
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));
+    let cut = Arc::new(AtomicBool::new(false));
     let watcher = {
         let mut reader = control.try_clone()?;
         reader.set_read_timeout(Some(WATCH_POLL))?;
-        let (stop, finished) = (Arc::clone(&stop), Arc::clone(&finished));
-        thread::spawn(move || {
-            let mut idle_after_finish = Duration::ZERO;
-            loop {
-                match protocol::recv(&mut reader) {
-                    Err(ProtocolError::Io(e))
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        if finished.load(Ordering::Relaxed) {
-                            idle_after_finish += WATCH_POLL;
-                            if idle_after_finish >= HANDSHAKE_TIMEOUT {
-                                return;
-                            }
-                        }
-                    }
-                    // Bye, anything else, EOF or an error: the client is done with us.
-                    _ => {
-                        stop.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                }
-            }
-        })
+        let watch = Watch {
+            stop: Arc::clone(&stop),
+            finished: Arc::clone(&finished),
+            cut: Arc::clone(&cut),
+            // A byte-count test has no end of its own: it ends at --max-duration too.
+            cut_at: Instant::now().checked_add(
+                Duration::from_micros(limits.max_duration_us) + limits.handshake_timeout,
+            ),
+            linger: limits.handshake_timeout,
+            max_message: limits.max_message,
+        };
+        thread::spawn(move || watch.run(&mut reader))
     };
     let (tx, rx) = mpsc::channel();
     let side = {
@@ -334,17 +412,28 @@ fn run_test(
             host: Host::Server,
             t0_us: t0,
             peer_offset_ns,
-            pacing,
+            pacing: server.pacing.clone(),
         };
         thread::spawn(move || flows.run(&params, end, tx, stop))
     };
-    control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    control.set_read_timeout(None)?;
+    control.set_write_timeout(Some(limits.handshake_timeout))?;
     for records in rx {
         if protocol::send(&mut control, &Message::Interval { records }).is_err() {
             stop.store(true, Ordering::Relaxed);
         }
     }
-    let outcome = side.join().expect("server side panicked");
+    let mut outcome = side.join().expect("server side panicked");
+    if cut.load(Ordering::Relaxed) {
+        let why = format!(
+            "cut by the server at --max-duration {}",
+            format_duration_us(limits.max_duration_us)
+        );
+        (server.log)(&format!("{peer}: {why}"));
+        for flow in &mut outcome.report.flows {
+            flow.error.get_or_insert_with(|| why.clone());
+        }
+    }
     protocol::send(
         &mut control,
         &Message::SideDone {
@@ -365,6 +454,52 @@ fn run_test(
     Ok(())
 }
 
+/// The control connection during a test. The client may vanish or cancel mid-test, and
+/// a test may outlast --max-duration: either sets `stop`. After our results are sent it
+/// waits a little for the client's Bye, so closing never resets a connection whose last
+/// messages the client has not read yet.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    finished: Arc<AtomicBool>,
+    /// Set when the test ran into `cut_at`.
+    cut: Arc<AtomicBool>,
+    cut_at: Option<Instant>,
+    /// How long to wait for Bye after the results.
+    linger: Duration,
+    max_message: usize,
+}
+
+impl Watch {
+    fn run(&self, reader: &mut TcpStream) {
+        let mut idle_after_finish = Duration::ZERO;
+        loop {
+            match protocol::recv(reader, self.max_message) {
+                Err(ProtocolError::Io(e))
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.finished.load(Ordering::Relaxed) {
+                        idle_after_finish += WATCH_POLL;
+                        if idle_after_finish >= self.linger {
+                            return;
+                        }
+                    } else if self.cut_at.is_some_and(|at| Instant::now() >= at) {
+                        self.cut.store(true, Ordering::Relaxed);
+                        self.stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                // Bye, anything else, EOF or an error: the client is done with us.
+                _ => {
+                    self.stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+}
+
 fn role_of(sends: bool) -> Role {
     if sends {
         Role::Send
@@ -373,117 +508,199 @@ fn role_of(sends: bool) -> Role {
     }
 }
 
-/// Registers each UDP flow's client socket: the first hello with the test's cookie on a
-/// flow's port names the peer that port then talks to.
-fn accept_udp_flows(
-    sockets: Vec<UdpSocket>,
-    cookie: &[u8; COOKIE_LEN],
-    roles: &[Role],
+/// Tells the client where its flows go, with a fresh random cookie, and takes its flows.
+/// Only the client's own address may open them; all must be there within one
+/// --handshake-timeout.
+fn open_flows(
+    control: &TcpStream,
+    peer: SocketAddr,
     params: &TestParams,
-) -> Result<Vec<UdpFlow>, TrafficError> {
-    let deadline = monotonic_us() + HANDSHAKE_TIMEOUT.as_micros() as i64;
-    let mut flows = Vec::with_capacity(sockets.len());
-    for (id, (socket, &role)) in sockets.into_iter().zip(roles).enumerate() {
-        let mut buf = [0u8; 64];
-        let peer = loop {
-            let left = deadline - monotonic_us();
-            if left <= 0 {
-                return Err(ProtocolError::Malformed(
-                    "client did not open all UDP flows in time".into(),
-                )
-                .into());
-            }
-            socket.set_read_timeout(Some(Duration::from_micros(left as u64)))?;
-            match socket.recv_from(&mut buf) {
-                Ok((n, from)) => match protocol::read_udp_hello(&buf[..n]) {
-                    Some((presented, flow)) if presented == *cookie && flow == id as u32 => {
-                        break from
-                    }
-                    // A stray datagram: keep waiting for the real hello.
-                    _ => continue,
-                },
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        socket.connect(peer)?;
-        let buffer = udp::prepare(&socket, role, params)?;
-        flows.push(UdpFlow {
-            id: id as u32,
-            role,
-            socket,
-            buffer,
-        });
+    limits: &ServerLimits,
+) -> Result<Flows, TrafficError> {
+    let roles: Vec<Role> = flow_roles(params)
+        .iter()
+        .map(|(_, d)| role_of(d.sender() == Host::Server))
+        .collect();
+    let mut cookie = [0u8; COOKIE_LEN];
+    rand::rng().fill_bytes(&mut cookie);
+    let local = control.local_addr()?;
+    let accepted = |data_port, udp_ports| Message::Accepted {
+        data_port,
+        cookie: protocol::to_hex(&cookie),
+        meta: sysctl::host_meta(),
+        udp_ports,
+    };
+    let mut conn = Deadlined::new(control, limits.handshake_timeout);
+    let client = FlowsFrom {
+        ip: peer.ip().to_canonical(),
+        cookie,
+        deadline: Instant::now() + limits.handshake_timeout,
+    };
+    if params.udp.is_some() {
+        let sockets = roles
+            .iter()
+            .map(|_| UdpSocket::bind(SocketAddr::new(local.ip(), 0)))
+            .collect::<io::Result<Vec<_>>>()?;
+        let udp_ports = sockets
+            .iter()
+            .map(|s| s.local_addr().map(|a| a.port()))
+            .collect::<io::Result<Vec<_>>>()?;
+        protocol::send(&mut conn, &accepted(0, udp_ports))?;
+        return Ok(Flows::Udp(client.accept_udp(sockets, &roles, params)?));
     }
-    Ok(flows)
+    let receives = roles.contains(&Role::Receive);
+    let listener = setup::data_listener(local, &params.tuning, receives)?;
+    let receive_buffer = if receives {
+        Some(setup::apply(&listener, &params.tuning, Role::Receive)?)
+    } else {
+        None
+    };
+    let data_port = listener
+        .local_addr()?
+        .as_socket()
+        .map(|a| a.port())
+        .ok_or_else(|| io::Error::other("data listener has no port"))?;
+    protocol::send(&mut conn, &accepted(data_port, Vec::new()))?;
+    Ok(Flows::Tcp(client.accept_tcp(
+        &listener.into(),
+        &roles,
+        params,
+        receive_buffer,
+    )?))
 }
 
-/// Accepts exactly one data connection per flow, each presenting the test's cookie.
-fn accept_flows(
-    listener: &TcpListener,
-    cookie: &[u8; COOKIE_LEN],
-    roles: &[Role],
-    params: &TestParams,
-    receive_buffer: Option<BufferSize>,
-) -> Result<Vec<FlowSocket>, TrafficError> {
-    let deadline = monotonic_us() + HANDSHAKE_TIMEOUT.as_micros() as i64;
-    let mut flows: Vec<Option<FlowSocket>> = roles.iter().map(|_| None).collect();
-    listener.set_nonblocking(true)?;
-    while flows.iter().any(Option::is_none) {
-        if monotonic_us() > deadline {
-            return Err(TrafficError::Protocol(ProtocolError::Malformed(
-                "client did not open all data connections in time".into(),
-            )));
-        }
-        let mut stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(1));
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-        if protocol::read_hello(&mut stream)? != ConnKind::Data {
-            return Err(
-                ProtocolError::Malformed("control hello on a data connection".into()).into(),
-            );
-        }
-        let (presented, id) = protocol::read_data_intro(&mut stream)?;
-        if &presented != cookie {
-            // A stray or hostile connection: ignore it, keep waiting for the real ones.
-            continue;
-        }
-        let slot = flows
-            .get_mut(id as usize)
-            .filter(|s| s.is_none())
-            .ok_or_else(|| ProtocolError::Malformed(format!("bad or repeated flow id {id}")))?;
-        stream.set_read_timeout(None)?;
-        let role = roles[id as usize];
-        let buffer = match (role, receive_buffer) {
-            (Role::Receive, Some(mut b)) => {
-                b.effective = sockopt::rcvbuf(stream.as_fd())?;
-                b.at_end = b.effective;
-                b
-            }
-            _ => setup::apply(&stream, &params.tuning, role)?,
-        };
-        *slot = Some(FlowSocket {
-            id,
-            role,
-            stream,
-            buffer,
-        });
+/// Whose flows a test takes, and until when.
+struct FlowsFrom {
+    /// The control connection's peer: flows from elsewhere are not this test's, and a
+    /// UDP hello from elsewhere would make us send to a third party (reflection).
+    ip: std::net::IpAddr,
+    cookie: [u8; COOKIE_LEN],
+    deadline: Instant,
+}
+
+impl FlowsFrom {
+    fn late(&self, what: &str) -> TrafficError {
+        ProtocolError::Malformed(format!(
+            "client did not open all {what} within --handshake-timeout"
+        ))
+        .into()
     }
-    Ok(flows.into_iter().map(|f| f.expect("all filled")).collect())
+
+    fn is_client(&self, from: SocketAddr) -> bool {
+        from.ip().to_canonical() == self.ip
+    }
+
+    /// Registers each UDP flow's client socket: the first hello with the test's cookie
+    /// on a flow's port names the peer that port then talks to.
+    fn accept_udp(
+        &self,
+        sockets: Vec<UdpSocket>,
+        roles: &[Role],
+        params: &TestParams,
+    ) -> Result<Vec<UdpFlow>, TrafficError> {
+        let mut flows = Vec::with_capacity(sockets.len());
+        for (id, (socket, &role)) in sockets.into_iter().zip(roles).enumerate() {
+            let mut buf = [0u8; 64];
+            let peer = loop {
+                let left = self
+                    .deadline
+                    .checked_duration_since(Instant::now())
+                    .filter(|left| !left.is_zero())
+                    .ok_or_else(|| self.late("UDP flows"))?;
+                socket.set_read_timeout(Some(left))?;
+                match socket.recv_from(&mut buf) {
+                    Ok((n, from)) if self.is_client(from) => {
+                        match protocol::read_udp_hello(&buf[..n]) {
+                            Some((presented, flow))
+                                if presented == self.cookie && flow == id as u32 =>
+                            {
+                                break from
+                            }
+                            _ => continue,
+                        }
+                    }
+                    // A stray datagram: keep waiting for the real hello.
+                    Ok(_) => continue,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            socket.connect(peer)?;
+            let buffer = udp::prepare(&socket, role, params)?;
+            flows.push(UdpFlow {
+                id: id as u32,
+                role,
+                socket,
+                buffer,
+            });
+        }
+        Ok(flows)
+    }
+
+    /// Accepts exactly one data connection per flow, each presenting the test's cookie.
+    /// Connections from elsewhere, or that do not introduce themselves right, are
+    /// dropped: they are not this test's.
+    fn accept_tcp(
+        &self,
+        listener: &TcpListener,
+        roles: &[Role],
+        params: &TestParams,
+        receive_buffer: Option<BufferSize>,
+    ) -> Result<Vec<FlowSocket>, TrafficError> {
+        let mut flows: Vec<Option<FlowSocket>> = roles.iter().map(|_| None).collect();
+        listener.set_nonblocking(true)?;
+        while flows.iter().any(Option::is_none) {
+            if Instant::now() >= self.deadline {
+                return Err(self.late("data connections"));
+            }
+            let stream = match listener.accept() {
+                Ok((stream, from)) if self.is_client(from) => stream,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            stream.set_nonblocking(false)?;
+            let mut conn = Deadlined::until(&stream, self.deadline);
+            let intro = protocol::read_hello(&mut conn)
+                .ok()
+                .filter(|kind| *kind == ConnKind::Data)
+                .and_then(|_| protocol::read_data_intro(&mut conn).ok());
+            let Some((_, id)) = intro.filter(|(presented, _)| *presented == self.cookie) else {
+                continue;
+            };
+            let slot = flows
+                .get_mut(id as usize)
+                .filter(|s| s.is_none())
+                .ok_or_else(|| ProtocolError::Malformed(format!("bad or repeated flow id {id}")))?;
+            stream.set_read_timeout(None)?;
+            let role = roles[id as usize];
+            let buffer = match (role, receive_buffer) {
+                (Role::Receive, Some(mut b)) => {
+                    b.effective = sockopt::rcvbuf(stream.as_fd())?;
+                    b.at_end = b.effective;
+                    b
+                }
+                _ => setup::apply(&stream, &params.tuning, role)?,
+            };
+            *slot = Some(FlowSocket {
+                id,
+                role,
+                stream,
+                buffer,
+            });
+        }
+        Ok(flows.into_iter().map(|f| f.expect("all filled")).collect())
+    }
 }
 
 /// The address a server listens on when none is given: all addresses, IPv6 and IPv4.
@@ -495,27 +712,67 @@ pub fn default_listen() -> SocketAddr {
 mod tests {
     use super::*;
 
-    fn params() -> TestParams {
-        TestParams::default()
+    #[test]
+    fn a_congestion_control_the_kernel_lacks_is_refused_by_name() {
+        let mut params = TestParams::default();
+        assert!(check_congestion(&params).is_ok());
+        params.tuning.cc = Some("no-such-cc".into());
+        assert!(check_congestion(&params)
+            .unwrap_err()
+            .contains("no-such-cc"));
+    }
+
+    /// A connected pair on loopback: (our end, the peer's).
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        (listener.accept().unwrap().0, peer)
     }
 
     #[test]
-    fn requests_beyond_the_limits_are_refused_by_name() {
-        let limits = ServerLimits::default();
-        assert!(validate(&params(), &limits).is_ok());
-        let refused = |change: fn(&mut TestParams), word: &str| {
-            let mut p = params();
-            change(&mut p);
-            let reason = validate(&p, &limits).unwrap_err();
-            assert!(reason.contains(word), "{reason}");
-        };
-        refused(|p| p.streams = 0, "streams");
-        refused(|p| p.streams = 1000, "streams");
-        refused(|p| p.end = TestEnd::Duration { us: 0 }, "duration");
-        refused(|p| p.tuning.write_size = 0, "write size");
-        refused(|p| p.tuning.read_size = 64 << 20, "read size");
-        refused(|p| p.report_interval_us = 0, "report interval");
-        refused(|p| p.sample_interval_us = 1, "sampling interval");
-        refused(|p| p.tuning.cc = Some("no-such-cc".into()), "no-such-cc");
+    fn a_peer_trickling_its_hello_runs_out_of_time_like_a_silent_one() {
+        let (ours, mut theirs) = pair();
+        let trickle = thread::spawn(move || {
+            for byte in b"TCPLABC\x02" {
+                if theirs.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let started = Instant::now();
+        let err = protocol::read_hello(&mut Deadlined::new(&ours, Duration::from_millis(350)))
+            .unwrap_err();
+        let took = started.elapsed();
+        // Each byte came well within any per-read timeout; the whole hello did not.
+        assert!(err.to_string().contains("--handshake-timeout"), "{err}");
+        assert!(
+            took >= Duration::from_millis(350) && took < Duration::from_millis(600),
+            "{took:?}"
+        );
+        drop(ours);
+        trickle.join().unwrap();
+    }
+
+    #[test]
+    fn an_oversized_message_or_a_timeout_is_a_refusal_naming_its_limit() {
+        let too_large = Rejected::from(ProtocolError::TooLarge {
+            len: 70_000,
+            limit: 65_536,
+        });
+        assert!(
+            matches!(&too_large, Rejected::Refused(r) if r == "control message of 70000 bytes exceeds --max-message 64 KiB"),
+            "{too_large:?}"
+        );
+        let (ours, _theirs) = pair();
+        let late = Deadlined::new(&ours, Duration::ZERO).left().unwrap_err();
+        assert!(matches!(
+            Rejected::from(ProtocolError::Io(late)),
+            Rejected::Refused(r) if r.contains("--handshake-timeout")
+        ));
+        assert!(matches!(
+            Rejected::from(ProtocolError::Closed),
+            Rejected::Broken(_)
+        ));
     }
 }

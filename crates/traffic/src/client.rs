@@ -416,7 +416,13 @@ fn run_started(
             Event::Remote(Ok(Message::Interval { records })) => {
                 emit(merger.add(Host::Server, records), on_interval)
             }
-            Event::Remote(Ok(Message::SideDone { report })) => remote_report = Some(report),
+            Event::Remote(Ok(Message::SideDone { report, cut })) => {
+                remote_report = Some(report);
+                // The server's reason explains whatever broke on our side.
+                if let Some(cut) = cut {
+                    error = Some(cut);
+                }
+            }
             Event::Remote(Ok(Message::Samples { samples })) => remote_samples.extend(samples),
             Event::Remote(Ok(Message::SamplesEnd)) => remote_finished = true,
             Event::Remote(other) => {

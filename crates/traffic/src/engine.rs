@@ -416,7 +416,8 @@ fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) 
         .set_read_timeout(Some(STOP_POLL))
         .map_err(|e| (0, e))?;
     let mut total = 0u64;
-    loop {
+    // Checked before every read: a receiver kept busy must stop too.
+    while !stop.load(Ordering::Relaxed) {
         match stream.read(&mut buf) {
             Ok(0) => return Ok(total),
             Ok(n) => {
@@ -427,14 +428,11 @@ fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) 
                     return Ok(total);
                 }
             }
-            Err(e) if timed_out(&e) => {
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(total);
-                }
-            }
+            Err(e) if timed_out(&e) => {}
             Err(e) => return Err((total, e)),
         }
     }
+    Ok(total)
 }
 
 /// The bytes a sender hands to the kernel.

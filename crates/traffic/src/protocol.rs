@@ -201,6 +201,9 @@ pub enum Message {
     },
     SideDone {
         report: SideReport,
+        /// Why the server ended the test before its end, when it did (a limit).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cut: Option<String>,
     },
     Samples {
         samples: Vec<SampleRecord>,

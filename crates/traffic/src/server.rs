@@ -416,28 +416,28 @@ fn run_test(
         };
         thread::spawn(move || flows.run(&params, end, tx, stop))
     };
-    control.set_read_timeout(None)?;
+    // (The read timeout is the watcher's: clones share the socket's timeouts.)
     control.set_write_timeout(Some(limits.handshake_timeout))?;
     for records in rx {
         if protocol::send(&mut control, &Message::Interval { records }).is_err() {
             stop.store(true, Ordering::Relaxed);
         }
     }
-    let mut outcome = side.join().expect("server side panicked");
-    if cut.load(Ordering::Relaxed) {
-        let why = format!(
+    let outcome = side.join().expect("server side panicked");
+    let cut = cut.load(Ordering::Relaxed).then(|| {
+        format!(
             "cut by the server at --max-duration {}",
             format_duration_us(limits.max_duration_us)
-        );
-        (server.log)(&format!("{peer}: {why}"));
-        for flow in &mut outcome.report.flows {
-            flow.error.get_or_insert_with(|| why.clone());
-        }
+        )
+    });
+    if let Some(cut) = &cut {
+        (server.log)(&format!("{peer}: {cut}"));
     }
     protocol::send(
         &mut control,
         &Message::SideDone {
             report: outcome.report,
+            cut,
         },
     )?;
     for chunk in outcome.samples.chunks(SAMPLES_PER_CHUNK) {

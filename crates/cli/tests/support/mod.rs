@@ -54,6 +54,11 @@ impl Bed {
     }
 
     pub fn start_server(&mut self) {
+        self.start_server_with(&[]);
+    }
+
+    /// Starts `tcplab serve` with these flags besides its address.
+    pub fn start_server_with(&mut self, args: &[&str]) {
         let log = std::fs::File::create(&self.server_log).unwrap();
         let child = tcplab()
             .args([
@@ -63,6 +68,7 @@ impl Bed {
                 "--listen",
                 "[::]:5201",
             ])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -361,4 +367,100 @@ pub fn binomial99(n: u64, p: f64) -> (f64, f64) {
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `tcplab serve --listen 127.0.0.1:0 FLAGS…` on loopback, which needs no privileges
+/// (loopback peers are local, so no key is needed either unless given).
+pub struct LoopbackServer {
+    child: Child,
+    pub addr: SocketAddr,
+    log: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl LoopbackServer {
+    /// Starts the server and waits for the address it prints.
+    pub fn start(flags: &[&str]) -> LoopbackServer {
+        let dir = tempfile::tempdir().unwrap();
+        LoopbackServer::start_in(dir, flags)
+    }
+
+    /// Starts it with `dir` as its directory (for key files made before).
+    pub fn start_in(dir: tempfile::TempDir, flags: &[&str]) -> LoopbackServer {
+        let log = dir.path().join("server.log");
+        let child = tcplab()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting tcplab serve");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(rest) = text.split("serving on ").nth(1) {
+                let addr = rest.split(',').next().unwrap().trim().parse().unwrap();
+                return LoopbackServer {
+                    child,
+                    addr,
+                    log,
+                    dir,
+                };
+            }
+            assert!(Instant::now() < deadline, "server did not start: {text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `tcplab run ADDR ARGS…`, unwaited.
+    pub fn client(&self, args: &[&str]) -> Command {
+        let mut cmd = tcplab();
+        cmd.arg("run").arg(self.addr.to_string()).args(args);
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.client(args).output().expect("running tcplab run")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log has `count` lines containing `text`.
+    pub fn await_log(&self, text: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.log().matches(text).count() < count {
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} ×{count} in {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A key file readable by its owner only.
+pub fn key_file(dir: &std::path::Path, name: &str, key: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, key).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// The one-line reason on a failed run's stderr, asserting exit status 1.
+pub fn failure(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
 }

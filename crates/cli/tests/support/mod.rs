@@ -388,7 +388,7 @@ impl LoopbackServer {
     /// Starts it with `dir` as its directory (for key files made before).
     pub fn start_in(dir: tempfile::TempDir, flags: &[&str]) -> LoopbackServer {
         let log = dir.path().join("server.log");
-        let child = tcplab()
+        let mut child = tcplab()
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(flags)
             .stdout(Stdio::null())
@@ -396,7 +396,7 @@ impl LoopbackServer {
             .spawn()
             .expect("starting tcplab serve");
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        while Instant::now() < deadline {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if let Some(rest) = text.split("serving on ").nth(1) {
                 let addr = rest.split(',').next().unwrap().trim().parse().unwrap();
@@ -407,9 +407,14 @@ impl LoopbackServer {
                     dir,
                 };
             }
-            assert!(Instant::now() < deadline, "server did not start: {text}");
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "server did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
     }
 
     /// `tcplab run ADDR ARGS…`, unwaited.

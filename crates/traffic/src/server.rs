@@ -530,12 +530,12 @@ fn open_flows(
         meta: sysctl::host_meta(),
         udp_ports,
     };
-    let mut conn = Deadlined::new(control, limits.handshake_timeout);
     let client = FlowsFrom {
         ip: peer.ip().to_canonical(),
         cookie,
         deadline: Instant::now() + limits.handshake_timeout,
     };
+    let mut conn = Deadlined::until(control, client.deadline);
     if params.udp.is_some() {
         let sockets = roles
             .iter()
@@ -752,6 +752,42 @@ mod tests {
         );
         drop(ours);
         trickle.join().unwrap();
+    }
+
+    #[test]
+    fn a_udp_hello_from_another_address_than_the_clients_is_ignored() {
+        let cookie = [7u8; COOKIE_LEN];
+        let from = |ip: &str| {
+            let client = FlowsFrom {
+                ip: "127.0.0.2".parse().unwrap(),
+                cookie,
+                deadline: Instant::now() + Duration::from_millis(300),
+            };
+            let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let sender = UdpSocket::bind((ip, 0)).unwrap();
+            sender
+                .send_to(
+                    &protocol::udp_hello(&cookie, 0),
+                    server.local_addr().unwrap(),
+                )
+                .unwrap();
+            let params = TestParams {
+                udp: Some(tcplab_model::record::UdpParams {
+                    rate_bps: 1_000_000,
+                    datagram_size: 1000,
+                    burst: 1,
+                }),
+                ..TestParams::default()
+            };
+            client.accept_udp(vec![server], &[Role::Receive], &params)
+        };
+        // Anyone else naming the cookie would make the server send to a third party.
+        let err = from("127.0.0.1")
+            .err()
+            .expect("a stranger's hello is ignored");
+        assert!(err.to_string().contains("UDP flows"), "{err}");
+        let flows = from("127.0.0.2").unwrap();
+        assert_eq!(flows.len(), 1);
     }
 
     #[test]

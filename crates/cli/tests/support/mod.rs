@@ -327,8 +327,14 @@ pub fn ping_replies(text: &str) -> std::collections::BTreeSet<u64> {
 /// Starts `tcplab --netns NS serve` and waits until it accepts on 10.77.0.1:5201 as
 /// seen from `client_ns`; kill the child when done.
 pub fn serve_in(server_ns: &str, client_ns: &str) -> Child {
+    serve_in_with(server_ns, client_ns, &[])
+}
+
+/// [`serve_in`] with more `serve` flags.
+pub fn serve_in_with(server_ns: &str, client_ns: &str, args: &[&str]) -> Child {
     let mut child = tcplab()
         .args(["--netns", server_ns, "serve"])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

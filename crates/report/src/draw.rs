@@ -474,7 +474,12 @@ fn lines<DB: DrawingBackend>(
     // An experiment's points are few and each is a mean: mark them. A time series is a
     // trace.
     let markers = x.ticks.is_some();
-    for s in series {
+    // Bounds first: a series running at its bound stays visible on top of it.
+    let bounds_first = series
+        .iter()
+        .filter(|s| s.dashed)
+        .chain(series.iter().filter(|s| !s.dashed));
+    for s in bounds_first {
         let color = rgb(s.color);
         let style = color.stroke_width(2);
         let coords: Vec<(f64, f64)> = s.points.iter().map(|p| (p.x, p.y)).collect();

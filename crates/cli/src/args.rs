@@ -336,6 +336,9 @@ pub struct RunArgs {
     /// server, which must prove it back.
     #[arg(long, value_name = "FILE", conflicts_with = "path")]
     pub key_file: Option<PathBuf>,
+    /// The server is a stock iperf3 (`iperf3 -s`): speak iperf3's control protocol.
+    #[arg(long, requires = "target", conflicts_with = "key_file")]
+    pub iperf3: bool,
     #[command(flatten)]
     pub lab: PathArgs,
     #[command(flatten)]

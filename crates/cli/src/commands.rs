@@ -74,7 +74,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.target,
         lab::config(&args.lab, &format!("run{}", std::process::id()))?,
     ) {
-        (Some(target), None) => run_client(target, &params, key, &args.output, stop)?,
+        (Some(target), None) => {
+            run_client(target, args.iperf3, &params, key, &args.output, stop)?
+        }
         (None, Some(config)) => run_in_lab(&config, &params, &args.output, stop)?,
         _ => bail!("give either a server TARGET or --path, not both"),
     };
@@ -182,6 +184,7 @@ fn live_lines() -> IntervalSink {
 /// One test from this thread's namespace, with live lines unless --json.
 fn run_client(
     target: &str,
+    iperf3: bool,
     params: &TestParams,
     key: Option<PreSharedKey>,
     out: &OutputArgs,
@@ -195,6 +198,10 @@ fn run_client(
         pacing: None,
         key,
     };
+    if iperf3 {
+        // No live lines: iperf3 reports its side only at the end.
+        return Ok(tcplab_traffic::iperf3::client::run(&request, stop)?);
+    }
     let live = (!out.json).then(live_lines);
     Ok(client::run(&request, stop, &mut |group| {
         if let Some(live) = &live {

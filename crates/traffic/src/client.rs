@@ -173,7 +173,7 @@ fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
     protocol::recv(control, protocol::MAX_MESSAGE)
 }
 
-fn connect_any(
+pub(crate) fn connect_any(
     addrs: &[SocketAddr],
     target: &str,
 ) -> Result<(TcpStream, SocketAddr), TrafficError> {

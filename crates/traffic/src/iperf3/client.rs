@@ -1,0 +1,420 @@
+//! `tcplab run --iperf3 HOST[:5201]`: one test against a stock iperf3 server.
+//!
+//! iperf3's client state machine (`iperf_client_api.c`): cookie → PARAM_EXCHANGE
+//! (our parameters) → CREATE_STREAMS (data connections, each opened with the cookie) →
+//! TEST_START, TEST_RUNNING → flows run → we send TEST_END → EXCHANGE_RESULTS (ours,
+//! then the server's) → DISPLAY_RESULTS → we send IPERF_DONE. This end's flows run on
+//! tcplab's engine, so they carry samples and limits; the server's side of each flow is
+//! what iperf3 reports of it (bytes, retransmits, its time window, CPU).
+
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Duration;
+
+use tcplab_model::record::{
+    BufferSize, CpuUse, Direction, Host, HostMeta, Mode, RunRecord, TestEnd, TestParams,
+};
+use tcplab_sys::clock::{monotonic_us, realtime_us};
+use tcplab_sys::sysctl;
+
+use super::wire::{self, Cookie, Params, Results, State, StreamResult};
+use super::Iperf3Error;
+use crate::client::{self, Request};
+use crate::engine::{End, FlowSocket, Flows, SideOutcome};
+use crate::merge::{self, EndReport, IntervalMerger, TestContext};
+use crate::protocol::{Role, SideFlow, SideReport};
+use crate::{flow_roles, setup, TrafficError};
+
+/// How long each step of the handshake and of the results exchange may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the watcher of a receiving test looks at the clock and the stop flag.
+const WATCH_EVERY: Duration = Duration::from_millis(5);
+
+/// Runs one test against an iperf3 server. Errors when the server refuses or breaks
+/// the protocol; a test cut short by `stop` still returns its record (`incomplete`).
+pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3Error> {
+    let params = &request.params;
+    let iperf3_params = to_iperf3(params)?;
+    let target = request.target.clone();
+    let addrs = client::resolve(&target)?;
+    let (control, server_addr) = client::connect_any(&addrs, &target).map_err(|e| match e {
+        TrafficError::Connect { target, source } => Iperf3Error::Connect { target, source },
+        other => other.into(),
+    })?;
+    let mut session = Session { control, target };
+    session.setup()?;
+    let cookie = wire::new_cookie();
+    session.send_bytes(&cookie, "sending the cookie")?;
+    session.expect(State::ParamExchange)?;
+    session.send_json(&iperf3_params, "sending the parameters")?;
+    session.expect(State::CreateStreams)?;
+    let flows = open_flows(params, server_addr, &cookie)
+        .map_err(|source| session.io_error("opening a data connection", source))?;
+    session.expect(State::TestStart)?;
+    session.expect(State::TestRunning)?;
+
+    let context = TestContext {
+        target: request.target.clone(),
+        label: request.label.clone(),
+        tags: request.tags.clone(),
+        params: params.clone(),
+        started_unix_us: realtime_us(),
+        t0_us: monotonic_us(),
+        clock: Default::default(),
+        client_meta: sysctl::host_meta(),
+        server_meta: HostMeta {
+            hostname: format!("iperf3 at {}", request.target),
+            ..HostMeta::default()
+        },
+    };
+    let (local, intervals) = run_flows(flows, &context, &stop, request);
+
+    session.send_state(State::TestEnd)?;
+    session.expect(State::ExchangeResults)?;
+    session.send_json(&our_results(&local, params.mode), "sending our results")?;
+    let theirs: Results = session.recv_json("reading its results")?;
+    session.expect(State::DisplayResults)?;
+    session.send_state(State::IperfDone)?;
+
+    let server = server_report(&theirs, &local.report, &context)
+        .map_err(|detail| session.not_iperf3(detail))?;
+    let mut merger = IntervalMerger::new(&context);
+    for records in intervals {
+        merger.add(Host::Client, records);
+    }
+    let error = stop
+        .load(Ordering::Relaxed)
+        .then(|| "interrupted".to_string());
+    Ok(merge::merge(
+        &context,
+        EndReport {
+            report: local.report,
+            samples: local.samples,
+        },
+        Some(EndReport {
+            report: server,
+            samples: Vec::new(),
+        }),
+        merger.finish(),
+        error,
+    ))
+}
+
+/// The control connection and the name of the server it leads to, for error messages.
+struct Session {
+    control: TcpStream,
+    target: String,
+}
+
+impl Session {
+    fn setup(&self) -> Result<(), Iperf3Error> {
+        let what = "setting up the control connection";
+        self.io(what, self.control.set_read_timeout(Some(STEP_TIMEOUT)))?;
+        self.io(what, self.control.set_write_timeout(Some(STEP_TIMEOUT)))?;
+        self.io(what, self.control.set_nodelay(true))
+    }
+
+    fn io<T>(&self, what: &'static str, result: io::Result<T>) -> Result<T, Iperf3Error> {
+        result.map_err(|source| self.io_error(what, source))
+    }
+
+    fn io_error(&self, what: &'static str, source: io::Error) -> Iperf3Error {
+        match source.kind() {
+            io::ErrorKind::InvalidData => self.not_iperf3(format!("{what}: {source}")),
+            _ => Iperf3Error::Io {
+                target: self.target.clone(),
+                what,
+                source,
+            },
+        }
+    }
+
+    fn not_iperf3(&self, detail: String) -> Iperf3Error {
+        Iperf3Error::NotIperf3 {
+            target: self.target.clone(),
+            detail,
+        }
+    }
+
+    fn send_bytes(&mut self, bytes: &[u8], what: &'static str) -> Result<(), Iperf3Error> {
+        let result = io::Write::write_all(&mut self.control, bytes);
+        self.io(what, result)
+    }
+
+    fn send_json(
+        &mut self,
+        value: &impl serde::Serialize,
+        what: &'static str,
+    ) -> Result<(), Iperf3Error> {
+        let result = wire::write_json(&mut self.control, value);
+        self.io(what, result)
+    }
+
+    fn recv_json<T: for<'de> serde::Deserialize<'de>>(
+        &mut self,
+        what: &'static str,
+    ) -> Result<T, Iperf3Error> {
+        let result = wire::read_json(&mut self.control);
+        self.io(what, result)
+    }
+
+    fn send_state(&mut self, state: State) -> Result<(), Iperf3Error> {
+        let result = wire::write_state(&mut self.control, state);
+        self.io("sending a state", result)
+    }
+
+    /// Reads the server's next state; anything but `want` is an error that says why.
+    fn expect(&mut self, want: State) -> Result<(), Iperf3Error> {
+        let byte = match wire::read_state(&mut self.control) {
+            Ok(byte) => byte,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(self.not_iperf3(format!(
+                    "it closed the connection where iperf3 sends {want:?}"
+                )))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(
+                    self.not_iperf3(format!("no {want:?} within {} s", STEP_TIMEOUT.as_secs()))
+                )
+            }
+            Err(source) => return Err(self.io_error("reading a state", source)),
+        };
+        match State::from_byte(byte) {
+            Some(state) if state == want => Ok(()),
+            Some(State::AccessDenied) => Err(Iperf3Error::Busy {
+                target: self.target.clone(),
+            }),
+            Some(State::ServerError) => {
+                // iperf3 follows SERVER_ERROR with its i_errno and errno, 4 bytes each.
+                let mut codes = [0u8; 8];
+                let result = self.control.read_exact(&mut codes);
+                self.io("reading the server's error", result)?;
+                Err(Iperf3Error::ServerError {
+                    target: self.target.clone(),
+                    code: i32::from_be_bytes(codes[..4].try_into().expect("4 bytes")),
+                    errno: i32::from_be_bytes(codes[4..].try_into().expect("4 bytes")),
+                })
+            }
+            Some(State::ServerTerminate) => Err(Iperf3Error::Terminated {
+                target: self.target.clone(),
+            }),
+            Some(other) => Err(self.not_iperf3(format!("{other:?} where {want:?} was due"))),
+            None => Err(self.not_iperf3(format!("byte {byte:#04x} where {want:?} was due"))),
+        }
+    }
+}
+
+/// tcplab's test parameters as iperf3's. iperf3 has one buffer size for both ends and
+/// a byte count over all streams; what it cannot express is refused by name.
+pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
+    let unsupported = |what: &str| Err(Iperf3Error::Unsupported(what.to_string()));
+    let tuning = &params.tuning;
+    if params.udp.is_some() {
+        return unsupported("UDP is not supported yet; TCP only");
+    }
+    if params.mode == Mode::Bidir {
+        return unsupported("--bidir is not supported; use -R or the default direction");
+    }
+    if tuning.sndbuf != tuning.rcvbuf {
+        return unsupported(
+            "iperf3 sets one buffer size on both ends (-w), not --sndbuf/--rcvbuf apart",
+        );
+    }
+    let (time, num) = match params.end {
+        TestEnd::Duration { us } if us % 1_000_000 == 0 => ((us / 1_000_000) as u32, 0),
+        TestEnd::Duration { .. } => return unsupported("iperf3 takes whole seconds for -t"),
+        TestEnd::Bytes { .. } if params.mode == Mode::Down => {
+            return unsupported("-n with -R: iperf3's client could not tell when to stop")
+        }
+        TestEnd::Bytes { bytes } => (0, bytes * u64::from(params.streams)),
+    };
+    Ok(Params {
+        tcp: true,
+        time,
+        num,
+        mss: tuning.mss,
+        nodelay: tuning.nodelay,
+        parallel: u32::from(params.streams),
+        reverse: params.mode == Mode::Down,
+        window: tuning.sndbuf,
+        len: tuning.write_size,
+        bandwidth: tuning.app_rate,
+        fqrate: tuning.pacing_rate,
+        congestion: tuning.cc.clone(),
+        zerocopy: tuning.send_method == tcplab_model::record::SendMethod::Sendfile,
+        pacing_timer: Some(1000),
+        client_version: Some(format!("tcplab {}", env!("CARGO_PKG_VERSION"))),
+        ..Params::default()
+    })
+}
+
+/// One data connection per stream, tuned for its role before the handshake, each
+/// opened with the cookie as iperf3's server expects.
+fn open_flows(
+    params: &TestParams,
+    server: SocketAddr,
+    cookie: &Cookie,
+) -> io::Result<Vec<FlowSocket>> {
+    flow_roles(params)
+        .into_iter()
+        .map(|(id, direction)| {
+            let role = our_role(direction);
+            let socket = setup::tcp_socket(&server)?;
+            let buffer = setup::apply(&socket, &params.tuning, role)?;
+            socket.connect_timeout(&server.into(), STEP_TIMEOUT)?;
+            let mut stream: TcpStream = socket.into();
+            io::Write::write_all(&mut stream, cookie)?;
+            Ok(FlowSocket {
+                id,
+                role,
+                stream,
+                buffer,
+            })
+        })
+        .collect()
+}
+
+fn our_role(direction: Direction) -> Role {
+    match direction.sender() {
+        Host::Client => Role::Send,
+        Host::Server => Role::Receive,
+    }
+}
+
+/// Runs this end's flows to their end. An iperf3 sender never closes its streams, so
+/// when we receive, the test ends at its duration: a watcher stops our receivers then
+/// (and on `stop`), as iperf3's own client does.
+fn run_flows(
+    flows: Vec<FlowSocket>,
+    context: &TestContext,
+    stop: &Arc<AtomicBool>,
+    request: &Request,
+) -> (SideOutcome, Vec<Vec<crate::protocol::SideInterval>>) {
+    let flows_stop = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    let deadline_us = match (context.params.mode, context.params.end) {
+        (Mode::Down, TestEnd::Duration { us }) => Some(context.t0_us + us as i64),
+        _ => None,
+    };
+    let watcher = {
+        let (flows_stop, finished, stop) = (flows_stop.clone(), finished.clone(), stop.clone());
+        thread::spawn(move || {
+            while !finished.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) || deadline_us.is_some_and(|d| monotonic_us() >= d)
+                {
+                    flows_stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+                thread::sleep(WATCH_EVERY);
+            }
+        })
+    };
+    let (tx, rx) = mpsc::channel();
+    let end = End {
+        host: Host::Client,
+        t0_us: context.t0_us,
+        peer_offset_ns: 0,
+        pacing: request.pacing.clone(),
+    };
+    let outcome = Flows::Tcp(flows).run(&context.params, end, tx, flows_stop);
+    finished.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    (outcome, rx.into_iter().collect())
+}
+
+/// iperf3 numbers streams 1, 3, 4, 5, … (its `iperf_add_stream`); ours count from 0.
+fn iperf3_stream_id(flow: u32) -> u32 {
+    if flow == 0 {
+        1
+    } else {
+        flow + 2
+    }
+}
+
+/// Our end's results as iperf3's `send_results` writes them.
+fn our_results(local: &SideOutcome, mode: Mode) -> Results {
+    let sending = mode == Mode::Up;
+    let cpu = local.report.cpu;
+    Results {
+        cpu_util_total: cpu.total_pct,
+        cpu_util_user: cpu.user_pct,
+        cpu_util_system: cpu.system_pct,
+        sender_has_retransmits: sending.then_some(1),
+        congestion_used: local.report.flows.first().map(|f| f.cc.clone()),
+        streams: local
+            .report
+            .flows
+            .iter()
+            .map(|f| StreamResult {
+                id: iperf3_stream_id(f.id),
+                bytes: f.bytes,
+                retransmits: sending.then_some(f.retransmits),
+                start_time: 0.0,
+                end_time: (f.end_us - f.start_us).max(0) as f64 / 1e6,
+                ..StreamResult::default()
+            })
+            .collect(),
+    }
+}
+
+/// The server's side of each flow as iperf3 reported it, on our time base: its times
+/// count from its TEST_START, which we take as our t0 (they are one round trip apart).
+fn server_report(
+    theirs: &Results,
+    ours: &SideReport,
+    context: &TestContext,
+) -> Result<SideReport, String> {
+    let flows = ours
+        .flows
+        .iter()
+        .map(|mine| {
+            let id = iperf3_stream_id(mine.id);
+            let stream = theirs
+                .streams
+                .iter()
+                .find(|s| s.id == id)
+                .ok_or_else(|| format!("its results lack stream {id}"))?;
+            let at = |seconds: f64| context.t0_us + (seconds * 1e6) as i64;
+            Ok(SideFlow {
+                id: mine.id,
+                role: match mine.role {
+                    Role::Send => Role::Receive,
+                    Role::Receive => Role::Send,
+                },
+                local_addr: mine.peer_addr.clone(),
+                peer_addr: mine.local_addr.clone(),
+                cc: theirs.congestion_used.clone().unwrap_or_default(),
+                mss: 0,
+                buffer: BufferSize {
+                    requested: context.params.tuning.sndbuf,
+                    ..BufferSize::default()
+                },
+                bytes: stream.bytes,
+                start_us: at(stream.start_time),
+                end_us: at(stream.end_time),
+                retransmits: stream.retransmits.unwrap_or(0),
+                samples: 0,
+                limits: Default::default(),
+                rtt: Default::default(),
+                error: None,
+                udp: None,
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(SideReport {
+        flows,
+        cpu: CpuUse {
+            user_pct: theirs.cpu_util_user,
+            system_pct: theirs.cpu_util_system,
+            total_pct: theirs.cpu_util_total,
+        },
+    })
+}

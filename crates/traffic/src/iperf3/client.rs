@@ -418,3 +418,88 @@ fn server_report(
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcplab_model::record::{Tuning, UdpParams};
+
+    /// `tcplab run -t 1 -P 2 -w 256K -l 64K -C cubic`.
+    fn like_iperf3_example() -> TestParams {
+        TestParams {
+            streams: 2,
+            end: TestEnd::Duration { us: 1_000_000 },
+            tuning: Tuning {
+                sndbuf: Some(256 << 10),
+                rcvbuf: Some(256 << 10),
+                write_size: 64 << 10,
+                cc: Some("cubic".into()),
+                ..Tuning::default()
+            },
+            ..TestParams::default()
+        }
+    }
+
+    #[test]
+    fn parameters_are_what_iperf3s_own_client_sends() {
+        // iperf3 3.12's `send_parameters` for `iperf3 -c … -t 1 -P 2 -w 256K -l 64K -C cubic`.
+        let real: serde_json::Value = serde_json::from_str(
+            r#"{"tcp": true, "omit": 0, "time": 1, "num": 0, "blockcount": 0, "parallel": 2,
+                "window": 262144, "len": 65536, "pacing_timer": 1000, "congestion": "cubic"}"#,
+        )
+        .unwrap();
+        let mut ours = serde_json::to_value(to_iperf3(&like_iperf3_example()).unwrap()).unwrap();
+        ours.as_object_mut().unwrap().remove("client_version");
+        assert_eq!(ours, real);
+    }
+
+    #[test]
+    fn reverse_and_byte_counts_map_to_iperf3s_meaning() {
+        let mut params = like_iperf3_example();
+        params.mode = Mode::Down;
+        assert!(to_iperf3(&params).unwrap().reverse);
+        params.mode = Mode::Up;
+        params.end = TestEnd::Bytes { bytes: 1000 };
+        // iperf3's -n counts all streams together; tcplab's counts each.
+        assert_eq!(to_iperf3(&params).unwrap().num, 2000);
+    }
+
+    #[test]
+    fn what_iperf3_cannot_express_is_refused_by_name() {
+        let refused = |change: &dyn Fn(&mut TestParams), word: &str| {
+            let mut params = like_iperf3_example();
+            change(&mut params);
+            let err = to_iperf3(&params).unwrap_err().to_string();
+            assert!(err.starts_with("--iperf3: ") && err.contains(word), "{err}");
+        };
+        refused(&|p| p.tuning.rcvbuf = None, "--sndbuf/--rcvbuf");
+        refused(&|p| p.mode = Mode::Bidir, "--bidir");
+        refused(
+            &|p| p.end = TestEnd::Duration { us: 1_500_000 },
+            "whole seconds",
+        );
+        refused(
+            &|p| {
+                p.mode = Mode::Down;
+                p.end = TestEnd::Bytes { bytes: 1 }
+            },
+            "-n with -R",
+        );
+        refused(
+            &|p| {
+                p.udp = Some(UdpParams {
+                    rate_bps: 1,
+                    datagram_size: 100,
+                    burst: 1,
+                })
+            },
+            "UDP",
+        );
+    }
+
+    #[test]
+    fn stream_ids_follow_iperf3s_numbering() {
+        let ids: Vec<u32> = (0..4).map(iperf3_stream_id).collect();
+        assert_eq!(ids, [1, 3, 4, 5]);
+    }
+}

@@ -122,9 +122,9 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result<
 /// Fields iperf3 omits when unset are optional here too.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Params {
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not", with = "flag")]
     pub tcp: bool,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not", with = "flag")]
     pub udp: bool,
     #[serde(default)]
     pub omit: u32,
@@ -237,5 +237,121 @@ mod count {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         let number = serde_json::Number::deserialize(d)?;
         Ok(number.as_u64().filter(|&n| n != u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What iperf3 3.12's server printed (`-d`, "get_results") for the results of
+    /// `iperf3 -c 127.0.0.1 -t 1 -P 2 -w 256K -l 64K -C cubic`: a receiver's, with
+    /// retransmits unknown (−1 printed as 2⁶⁴−1).
+    const RECEIVER_RESULTS: &str = r#"{
+        "cpu_util_total": 68.407821312449428, "cpu_util_user": 0.758166109835558,
+        "cpu_util_system": 67.649555679627554, "sender_has_retransmits": 18446744073709551615,
+        "congestion_used": "cubic",
+        "streams": [{"id": 1, "bytes": 1160051411, "retransmits": 18446744073709551615,
+                     "jitter": 0, "errors": 0, "packets": 0, "start_time": 0, "end_time": 1.00478},
+                    {"id": 3, "bytes": 1096612775, "retransmits": 18446744073709551615,
+                     "jitter": 0, "errors": 0, "packets": 0, "start_time": 0, "end_time": 1.004789}]
+    }"#;
+
+    /// The parameters iperf3 3.12's client sent for that test (`-d`, "send_parameters").
+    const CLIENT_PARAMS: &str = r#"{"tcp": true, "omit": 0, "time": 1, "num": 0,
+        "blockcount": 0, "parallel": 2, "window": 262144, "len": 65536,
+        "pacing_timer": 1000, "congestion": "cubic", "client_version": "3.12"}"#;
+
+    #[test]
+    fn states_are_iperf3s_signed_bytes() {
+        assert_eq!(State::ParamExchange.byte(), 9);
+        assert_eq!(State::CreateStreams.byte(), 10);
+        assert_eq!(State::ExchangeResults.byte(), 13);
+        assert_eq!(State::IperfDone.byte(), 16);
+        assert_eq!(State::AccessDenied.byte(), 0xff);
+        assert_eq!(State::ServerError.byte(), 0xfe);
+        for byte in 0..=255u8 {
+            if let Some(state) = State::from_byte(byte) {
+                assert_eq!(state.byte(), byte);
+            }
+        }
+        assert_eq!(State::from_byte(3), None);
+    }
+
+    #[test]
+    fn cookie_is_36_characters_of_iperf3s_alphabet_and_a_nul() {
+        let cookie = new_cookie();
+        assert_eq!(cookie[36], 0);
+        assert!(cookie[..36]
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || (b'2'..=b'7').contains(c)));
+        assert_ne!(new_cookie(), cookie);
+    }
+
+    #[test]
+    fn real_receiver_results_parse_with_unknown_retransmits() {
+        let results: Results = serde_json::from_str(RECEIVER_RESULTS).unwrap();
+        assert_eq!(results.sender_has_retransmits, None);
+        assert_eq!(results.congestion_used.as_deref(), Some("cubic"));
+        assert_eq!(results.streams.len(), 2);
+        assert_eq!(results.streams[1].id, 3);
+        assert_eq!(results.streams[1].bytes, 1_096_612_775);
+        assert_eq!(results.streams[1].retransmits, None);
+        assert_eq!(results.streams[1].end_time, 1.004789);
+    }
+
+    #[test]
+    fn unknown_counts_are_written_as_minus_one() {
+        let results = Results {
+            sender_has_retransmits: None,
+            streams: vec![StreamResult {
+                id: 1,
+                retransmits: Some(7),
+                ..StreamResult::default()
+            }],
+            ..Results::default()
+        };
+        let json: serde_json::Value = serde_json::to_value(&results).unwrap();
+        assert_eq!(json["sender_has_retransmits"], -1);
+        assert_eq!(json["streams"][0]["retransmits"], 7);
+    }
+
+    #[test]
+    fn real_client_params_round_trip() {
+        let params: Params = serde_json::from_str(CLIENT_PARAMS).unwrap();
+        assert!(params.tcp && !params.udp && !params.reverse);
+        assert_eq!(params.window, Some(262_144));
+        assert_eq!(params.congestion.as_deref(), Some("cubic"));
+        let again: serde_json::Value = serde_json::to_value(&params).unwrap();
+        let original: serde_json::Value = serde_json::from_str(CLIENT_PARAMS).unwrap();
+        assert_eq!(again, original);
+    }
+
+    #[test]
+    fn old_iperf3_flags_as_numbers_are_read() {
+        let params: Params =
+            serde_json::from_str(r#"{"tcp": 1, "reverse": 1, "parallel": 1, "len": 8}"#).unwrap();
+        assert!(params.reverse);
+        assert!(!params.nodelay);
+    }
+
+    #[test]
+    fn json_frames_carry_a_big_endian_length() {
+        let mut frame = Vec::new();
+        write_json(&mut frame, &serde_json::json!({"a": 1})).unwrap();
+        assert_eq!(&frame[..4], &[0, 0, 0, 7]);
+        assert_eq!(&frame[4..], br#"{"a":1}"#);
+        let back: serde_json::Value = read_json(&mut frame.as_slice()).unwrap();
+        assert_eq!(back["a"], 1);
+    }
+
+    #[test]
+    fn oversized_or_garbled_json_is_invalid_data() {
+        let huge = (MAX_JSON + 1).to_be_bytes();
+        let err = read_json::<Params>(&mut huge.as_slice()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let garbled = [0, 0, 0, 3, b'x', b'y', b'z'];
+        let err = read_json::<Params>(&mut garbled.as_slice()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 }

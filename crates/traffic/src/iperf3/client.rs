@@ -53,6 +53,13 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     session.expect(State::CreateStreams)?;
     let flows = open_flows(params, server_addr, &cookie)
         .map_err(|source| session.io_error("opening a data connection", source))?;
+    // iperf3 closes the data connections after IPERF_DONE; closed earlier, with data
+    // still arriving, they would reset and an iperf3 sender would fail the test.
+    let _open_until_done = flows
+        .iter()
+        .map(|f| f.stream.try_clone())
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(|source| session.io_error("keeping the data connections", source))?;
     session.expect(State::TestStart)?;
     session.expect(State::TestRunning)?;
 

@@ -8,7 +8,7 @@ pub mod wire;
 /// What went wrong talking to an iperf3 server; each names the server.
 #[derive(Debug, thiserror::Error)]
 pub enum Iperf3Error {
-    #[error("cannot connect to iperf3 server {target}: {source}")]
+    #[error("cannot connect to iperf3 server {target}")]
     Connect {
         target: String,
         source: std::io::Error,
@@ -25,7 +25,7 @@ pub enum Iperf3Error {
     Terminated { target: String },
     #[error("{target} does not speak iperf3's protocol: {detail}")]
     NotIperf3 { target: String, detail: String },
-    #[error("iperf3 server {target}: {what}: {source}")]
+    #[error("iperf3 server {target}: {what}")]
     Io {
         target: String,
         what: &'static str,

@@ -1,0 +1,198 @@
+//! `tcplab run --iperf3` against the real iperf3 (Debian's package) on loopback: no
+//! privileges needed. Without iperf3 installed the tests print `SKIP …` and pass; with
+//! `CI=true` a missing iperf3 fails them.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{serial, tcplab};
+
+const IPERF3: &str = "/usr/bin/iperf3";
+
+fn iperf3_or_skip(test: &str) -> bool {
+    if std::path::Path::new(IPERF3).exists() {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    assert!(
+        !ci,
+        "{test}: CI must install iperf3 (apt-get install iperf3)"
+    );
+    eprintln!("SKIP {test}: {IPERF3} is not installed");
+    false
+}
+
+/// A loopback port nobody listens on (free when asked; the tests run serially).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `iperf3 -s -1 -J` on 127.0.0.1:`port`, once it listens. Its readiness is read from
+/// /proc/net/tcp: a probe connection would be the one test it serves.
+fn iperf3_server(port: u16) -> Child {
+    let child = Command::new(IPERF3)
+        .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting iperf3 -s");
+    let listening = format!("0100007F:{port:04X} 00000000:0000 0A");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .contains(&listening)
+    {
+        assert!(Instant::now() < deadline, "iperf3 -s did not listen");
+        thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Runs `tcplab run --iperf3` with `args` against a fresh `iperf3 -s`; returns
+/// tcplab's JSON and the iperf3 server's own `-J` report.
+fn run_against_iperf3(args: &[&str]) -> (Value, Value) {
+    let port = free_port();
+    let server = iperf3_server(port);
+    let out = tcplab()
+        .args(["run", "--iperf3", &format!("127.0.0.1:{port}"), "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "tcplab failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let theirs: Value = serde_json::from_slice(&server.stdout).expect("iperf3's -J is JSON");
+    assert!(
+        theirs.get("error").is_none(),
+        "iperf3 -s: {}",
+        theirs["error"]
+    );
+    (ours, theirs)
+}
+
+fn assert_within(what: &str, ours: f64, theirs: f64, tolerance: f64) {
+    let gap = (ours - theirs).abs() / theirs;
+    assert!(
+        gap <= tolerance,
+        "{what}: tcplab {:.3} Gbit/s vs iperf3 {:.3} Gbit/s ({:.2} % apart)",
+        ours / 1e9,
+        theirs / 1e9,
+        gap * 100.0
+    );
+}
+
+#[test]
+fn sending_to_iperf3_agrees_with_its_receiver_report() {
+    if !iperf3_or_skip("sending_to_iperf3_agrees_with_its_receiver_report") {
+        return;
+    }
+    let _serial = serial();
+    let (ours, theirs) =
+        run_against_iperf3(&["-t", "2", "-P", "2", "-w", "1M", "-l", "64K", "-C", "cubic"]);
+    assert_eq!(ours["status"], "done");
+    assert_eq!(ours["flows"].as_array().unwrap().len(), 2);
+    assert_eq!(ours["flows"][0]["cc"], "cubic");
+    assert!(
+        ours["flows"][0]["samples"].as_u64().unwrap() > 100,
+        "our side is sampled"
+    );
+    // Every byte we sent was acknowledged before TEST_END, so iperf3 read them all.
+    let received = &theirs["end"]["sum_received"];
+    assert_eq!(ours["summary"]["sent_bytes"], received["bytes"]);
+    // iperf3 divides all streams' bytes by one window, TEST_START to TEST_END; tcplab's
+    // summary adds each flow's rate over its own window, which ends when its last byte
+    // is acknowledged (iperf3's single-threaded receiver drains one stream ~50 ms after
+    // the other). Like for like: our bytes over our longest flow window.
+    let longest = ours["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["sender_seconds"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_within(
+        "up",
+        ours["summary"]["sent_bytes"].as_f64().unwrap() * 8.0 / longest,
+        received["bits_per_second"].as_f64().unwrap(),
+        0.02,
+    );
+    // iperf3's -w, as its server reports what it asked for.
+    assert_eq!(theirs["start"]["sock_bufsize"], 1 << 20);
+}
+
+#[test]
+fn receiving_from_iperf3_agrees_with_its_sender_report() {
+    if !iperf3_or_skip("receiving_from_iperf3_agrees_with_its_sender_report") {
+        return;
+    }
+    let _serial = serial();
+    let (ours, theirs) = run_against_iperf3(&["-t", "2", "-R", "-P", "2", "-N"]);
+    assert_eq!(ours["status"], "done");
+    assert_eq!(ours["flows"][1]["direction"], "down");
+    assert!(ours["flows"][0]["receiver_samples"].as_u64().unwrap() > 100);
+    assert_eq!(theirs["start"]["test_start"]["reverse"], 1);
+    assert_within(
+        "down",
+        ours["summary"]["received_bps"].as_f64().unwrap(),
+        theirs["end"]["sum_sent"]["bits_per_second"]
+            .as_f64()
+            .unwrap(),
+        0.02,
+    );
+}
+
+/// A fake server on loopback that reads the cookie, answers `reply` and closes.
+fn fake_server(reply: &'static [u8]) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut cookie = [0u8; 37];
+        let _ = conn.read_exact(&mut cookie);
+        let _ = conn.write_all(reply);
+    });
+    port
+}
+
+fn run_error(port: u16) -> String {
+    let out = tcplab()
+        .args(["run", "--iperf3", &format!("127.0.0.1:{port}"), "-t", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn a_busy_iperf3_server_is_named_in_one_line() {
+    let err = run_error(fake_server(&[0xff]));
+    assert!(err.contains("is busy running another test"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_server_that_is_not_iperf3_is_named_in_one_line() {
+    let err = run_error(fake_server(b"SSH-2.0-OpenSSH_9.6\r\n"));
+    assert!(err.contains("does not speak iperf3's protocol"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn an_iperf3_server_error_is_reported_with_its_code() {
+    // SERVER_ERROR, then i_errno 17 and errno 0 as iperf3 writes them.
+    let err = run_error(fake_server(&[0xfe, 0, 0, 0, 17, 0, 0, 0, 0]));
+    assert!(err.contains("reported an error: i_errno 17"), "{err}");
+}

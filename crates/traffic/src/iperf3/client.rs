@@ -95,7 +95,7 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     let error = stop
         .load(Ordering::Relaxed)
         .then(|| "interrupted".to_string());
-    Ok(merge::merge(
+    let mut record = merge::merge(
         &context,
         EndReport {
             report: local.report,
@@ -107,7 +107,12 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
         }),
         merger.finish(),
         error,
-    ))
+    );
+    if params.mode == Mode::Down {
+        // The senders were iperf3's: what limited them is unknown, not "rwnd".
+        record.summary.dominant_limit = None;
+    }
+    Ok(record)
 }
 
 /// The control connection and the name of the server it leads to, for error messages.

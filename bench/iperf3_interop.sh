@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tcplab ↔ iperf3 on loopback, in one run, repetitions interleaved: for each direction
+# (default and -R), iperf3's own client against `iperf3 -s`, then `tcplab run --iperf3`
+# against a fresh `iperf3 -s -J`, with tcplab's throughput next to the server's report.
+#
+#   bash bench/iperf3_interop.sh            # 2 repetitions of 5 s
+#   REPS=3 DUR=10 TCPLAB=target/release/tcplab bash bench/iperf3_interop.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${REPS:-2}
+DUR=${DUR:-5}
+TCPLAB=${TCPLAB:-target/debug/tcplab}
+PORT=${PORT:-5310}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+server() {
+    iperf3 -s -1 -J -B 127.0.0.1 -p "$PORT" >"$OUT/server.json" 2>/dev/null &
+    sleep 0.3
+}
+
+for _ in $(seq "$REPS"); do
+    for dir in "" "-R"; do
+        server
+        iperf3 -c 127.0.0.1 -p "$PORT" -t "$DUR" $dir -J >"$OUT/client.json"
+        wait
+        python3 - "$OUT" "$dir" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1] + "/client.json"))["end"]
+print("iperf3 -c %-3s           sender %6.2f  receiver %6.2f Gbit/s" % (
+    sys.argv[2], c["sum_sent"]["bits_per_second"] / 1e9, c["sum_received"]["bits_per_second"] / 1e9))
+PY
+        server
+        "$TCPLAB" run --iperf3 "127.0.0.1:$PORT" -t "$DUR" $dir --json >"$OUT/tcplab.json"
+        wait
+        python3 - "$OUT" "$dir" <<'PY'
+import json, sys
+out, reverse = sys.argv[1], sys.argv[2] == "-R"
+ours = json.load(open(out + "/tcplab.json"))["summary"]
+theirs = json.load(open(out + "/server.json"))["end"]
+own = ours["received_bps" if reverse else "sent_bps"]
+rep = theirs["sum_sent" if reverse else "sum_received"]["bits_per_second"]
+print("tcplab run --iperf3 %-3s tcplab %6.2f  iperf3 -s %6.2f Gbit/s  (%+.2f %%)" % (
+    sys.argv[2], own / 1e9, rep / 1e9, (own - rep) / rep * 100))
+PY
+    done
+done

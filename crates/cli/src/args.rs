@@ -526,6 +526,7 @@ impl TestArgs {
                 rate_bps: self.bitrate,
                 datagram_size: self.length.unwrap_or(DEFAULT_DATAGRAM) as u32,
                 burst: self.burst,
+                header: Default::default(),
             }),
         })
         .and_then(|p| match &p.udp {

@@ -154,6 +154,56 @@ fn receiving_from_iperf3_agrees_with_its_sender_report() {
     );
 }
 
+#[test]
+fn udp_to_iperf3_is_counted_by_its_receiver() {
+    if !iperf3_or_skip("udp_to_iperf3_is_counted_by_its_receiver") {
+        return;
+    }
+    let _serial = serial();
+    let (ours, theirs) = run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
+    assert_eq!(ours["status"], "done");
+    assert_eq!(theirs["start"]["test_start"]["protocol"], "UDP");
+    // iperf3 read our headers: its count of datagrams is ours, none lost or reordered.
+    let received = &theirs["end"]["sum"];
+    let sent = ours["summary"]["udp"]["sent"].as_u64().unwrap();
+    assert_eq!(received["packets"].as_u64().unwrap(), sent);
+    assert_eq!(received["lost_packets"], 0);
+    assert_eq!(theirs["end"]["streams"][0]["udp"]["out_of_order"], 0);
+    // iperf3 3.12's UDP receiver reports 0 bytes; its datagrams over its window:
+    let theirs_bps = received["packets"].as_f64().unwrap() * 1400.0 * 8.0
+        / received["seconds"].as_f64().unwrap();
+    assert_within(
+        "udp up",
+        ours["summary"]["sent_bps"].as_f64().unwrap(),
+        theirs_bps,
+        0.02,
+    );
+    assert_within("udp up rate", theirs_bps, 100e6, 0.02);
+}
+
+#[test]
+fn udp_from_iperf3_agrees_with_its_sender_report() {
+    if !iperf3_or_skip("udp_from_iperf3_agrees_with_its_sender_report") {
+        return;
+    }
+    let _serial = serial();
+    let (ours, theirs) =
+        run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400", "-R"]);
+    assert_eq!(ours["status"], "done");
+    let udp = &ours["summary"]["udp"];
+    assert_eq!(udp["sent"], theirs["end"]["sum"]["packets"]);
+    assert_eq!(udp["duplicates"], 0);
+    assert_eq!(udp["out_of_order"], 0);
+    // Our receiver read iperf3's timestamps: one machine, so one-way delays are µs.
+    assert!(udp["owd_us"]["p50"].as_f64().unwrap() < 1000.0, "{udp}");
+    assert_within(
+        "udp down",
+        ours["summary"]["received_bps"].as_f64().unwrap(),
+        theirs["end"]["sum"]["bits_per_second"].as_f64().unwrap(),
+        0.02,
+    );
+}
+
 /// A fake server on loopback that reads the cookie, answers `reply` and closes.
 fn fake_server(reply: &'static [u8]) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

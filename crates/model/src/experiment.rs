@@ -616,6 +616,7 @@ impl FlowFile {
                         Some(0) => return Err(format!("flow '{name}': burst must be at least 1")),
                         b => b.unwrap_or(1),
                     },
+                    header: Default::default(),
                 })
             }
         };

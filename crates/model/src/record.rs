@@ -164,6 +164,26 @@ pub struct UdpParams {
     pub datagram_size: u32,
     /// Datagrams sent back to back each time (1 = evenly spaced).
     pub burst: u32,
+    /// The header every datagram starts with: tcplab's, or iperf3's to talk to iperf3.
+    #[serde(default, skip_serializing_if = "UdpHeaderFormat::is_tcplab")]
+    pub header: UdpHeaderFormat,
+}
+
+/// Which header starts each UDP datagram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdpHeaderFormat {
+    /// Magic, flow id, 64-bit sequence number, monotonic send time ([`crate::udp::Header`]).
+    #[default]
+    Tcplab,
+    /// iperf3's: wall-clock seconds and µs at sending, then the datagram's number from 1.
+    Iperf3,
+}
+
+impl UdpHeaderFormat {
+    fn is_tcplab(&self) -> bool {
+        *self == UdpHeaderFormat::Tcplab
+    }
 }
 
 /// The wall-clock step under which one-way delays still count as exact, µs.

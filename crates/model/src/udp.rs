@@ -2,7 +2,7 @@
 //! receiver's accounting (loss, duplicates, reordering, RFC 3550 jitter, one-way
 //! delay). The engine feeds them clock readings; tests feed them virtual time.
 
-use crate::record::{Quantiles, UdpInterval, UdpParams};
+use crate::record::{Quantiles, UdpHeaderFormat, UdpInterval, UdpParams};
 
 /// Every data datagram starts with this header (big-endian): magic, flow id, sequence
 /// number, and the sender's monotonic clock at sending, ns.
@@ -40,6 +40,45 @@ impl Header {
             seq: u64::from_be_bytes(buf[8..16].try_into().ok()?),
             sent_ns: i64::from_be_bytes(buf[16..24].try_into().ok()?),
         })
+    }
+}
+
+impl Header {
+    /// Writes this header in `format`. iperf3's stamps the sender's CLOCK_MONOTONIC as
+    /// seconds and µs (iperf3 ≥ 3.8 on Linux, `iperf_time_now`), and numbers datagrams
+    /// from 1 (its receiver counts a 0 as out of order).
+    pub fn write_as(&self, format: UdpHeaderFormat, buf: &mut [u8]) {
+        match format {
+            UdpHeaderFormat::Tcplab => self.write(buf),
+            UdpHeaderFormat::Iperf3 => {
+                let (sec, usec) = (
+                    self.sent_ns / 1_000_000_000,
+                    self.sent_ns % 1_000_000_000 / 1000,
+                );
+                buf[..4].copy_from_slice(&(sec as u32).to_be_bytes());
+                buf[4..8].copy_from_slice(&(usec as u32).to_be_bytes());
+                buf[8..12].copy_from_slice(&((self.seq + 1) as u32).to_be_bytes());
+            }
+        }
+    }
+
+    /// Reads a header in `format`; iperf3's names no flow, so it is taken as `flow`'s.
+    pub fn read_as(format: UdpHeaderFormat, buf: &[u8], flow: u32) -> Option<Header> {
+        match format {
+            UdpHeaderFormat::Tcplab => Header::read(buf).filter(|h| h.flow == flow),
+            UdpHeaderFormat::Iperf3 => {
+                let word = |i: usize| {
+                    buf.get(i..i + 4)
+                        .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+                };
+                let (sec, usec, number) = (word(0)?, word(4)?, word(8)?);
+                Some(Header {
+                    flow,
+                    seq: u64::from(number.checked_sub(1)?),
+                    sent_ns: i64::from(sec) * 1_000_000_000 + i64::from(usec) * 1000,
+                })
+            }
+        }
     }
 }
 
@@ -244,7 +283,28 @@ mod tests {
             rate_bps,
             datagram_size: size,
             burst,
+            header: Default::default(),
         }
+    }
+
+    #[test]
+    fn iperf3_headers_carry_seconds_microseconds_and_a_number_from_one() {
+        // As iperf3_udp.c lays it out: 1700000000 s, 250000 µs, datagram number 1.
+        let real = [0x65, 0x53, 0xf1, 0x00, 0x00, 0x03, 0xd0, 0x90, 0, 0, 0, 1];
+        let header = Header::read_as(UdpHeaderFormat::Iperf3, &real, 7).unwrap();
+        assert_eq!(header.flow, 7);
+        assert_eq!(header.seq, 0);
+        assert_eq!(header.sent_ns, 1_700_000_000_250_000_000);
+        let mut again = [0u8; 12];
+        header.write_as(UdpHeaderFormat::Iperf3, &mut again);
+        assert_eq!(again, real);
+        // iperf3 never numbers a datagram 0, and 11 bytes are no header.
+        let zero = [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(Header::read_as(UdpHeaderFormat::Iperf3, &zero, 0), None);
+        assert_eq!(
+            Header::read_as(UdpHeaderFormat::Iperf3, &real[..11], 0),
+            None
+        );
     }
 
     #[test]

@@ -257,7 +257,7 @@ fn send(
                 seq: sent + k as u64,
                 sent_ns: monotonic_ns() as i64,
             }
-            .write(&mut buf[..HEADER_LEN.min(size)]);
+            .write_as(udp.header, buf);
         }
         match send_batch(&flow.socket, &buffers[..due * size], size) {
             Ok(n) => sent += n as u64,
@@ -396,7 +396,7 @@ fn receive(
                 let mut receiver = shared.receiver.lock().expect("receiver lock");
                 for k in 0..n {
                     let (data, stamp_ns) = batch.datagram(k);
-                    let Some(header) = Header::read(data).filter(|h| h.flow == flow.id) else {
+                    let Some(header) = Header::read_as(udp.header, data, flow.id) else {
                         continue;
                     };
                     let arrived_ns =

@@ -8,7 +8,8 @@
 //! what iperf3 reports of it (bytes, retransmits, its time window, CPU).
 
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use tcplab_model::record::{
     BufferSize, CpuUse, Direction, Host, HostMeta, Mode, RunRecord, TestEnd, TestParams,
+    UdpHeaderFormat, UdpStats,
 };
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
@@ -26,6 +28,7 @@ use crate::client::{self, Request};
 use crate::engine::{End, FlowSocket, Flows, SideOutcome};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::protocol::{Role, SideFlow, SideReport};
+use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, setup, TrafficError};
 
 /// How long each step of the handshake and of the results exchange may take.
@@ -36,7 +39,11 @@ const WATCH_EVERY: Duration = Duration::from_millis(5);
 /// Runs one test against an iperf3 server. Errors when the server refuses or breaks
 /// the protocol; a test cut short by `stop` still returns its record (`incomplete`).
 pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3Error> {
-    let params = &request.params;
+    let mut params = request.params.clone();
+    if let Some(udp) = &mut params.udp {
+        udp.header = UdpHeaderFormat::Iperf3;
+    }
+    let params = &params;
     let iperf3_params = to_iperf3(params)?;
     let target = request.target.clone();
     let addrs = client::resolve(&target)?;
@@ -51,14 +58,14 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     session.expect(State::ParamExchange)?;
     session.send_json(&iperf3_params, "sending the parameters")?;
     session.expect(State::CreateStreams)?;
-    let flows = open_flows(params, server_addr, &cookie)
-        .map_err(|source| session.io_error("opening a data connection", source))?;
+    let flows = match params.udp {
+        Some(_) => open_udp_flows(params, server_addr).map(Flows::Udp),
+        None => open_flows(params, server_addr, &cookie).map(Flows::Tcp),
+    }
+    .map_err(|source| session.io_error("opening a data connection", source))?;
     // iperf3 closes the data connections after IPERF_DONE; closed earlier, with data
     // still arriving, they would reset and an iperf3 sender would fail the test.
-    let _open_until_done = flows
-        .iter()
-        .map(|f| f.stream.try_clone())
-        .collect::<io::Result<Vec<_>>>()
+    let _open_until_done = data_fds(&flows)
         .map_err(|source| session.io_error("keeping the data connections", source))?;
     session.expect(State::TestStart)?;
     session.expect(State::TestRunning)?;
@@ -81,7 +88,7 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
 
     session.send_state(State::TestEnd)?;
     session.expect(State::ExchangeResults)?;
-    session.send_json(&our_results(&local, params.mode), "sending our results")?;
+    session.send_json(&our_results(&local, params), "sending our results")?;
     let theirs: Results = session.recv_json("reading its results")?;
     session.expect(State::DisplayResults)?;
     session.send_state(State::IperfDone)?;
@@ -229,9 +236,6 @@ impl Session {
 pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
     let unsupported = |what: &str| Err(Iperf3Error::Unsupported(what.to_string()));
     let tuning = &params.tuning;
-    if params.udp.is_some() {
-        return unsupported("UDP is not supported yet; TCP only");
-    }
     if params.mode == Mode::Bidir {
         return unsupported("--bidir is not supported; use -R or the default direction");
     }
@@ -249,7 +253,8 @@ pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
         TestEnd::Bytes { bytes } => (0, bytes * u64::from(params.streams)),
     };
     Ok(Params {
-        tcp: true,
+        tcp: params.udp.is_none(),
+        udp: params.udp.is_some(),
         time,
         num,
         mss: tuning.mss,
@@ -257,8 +262,9 @@ pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
         parallel: u32::from(params.streams),
         reverse: params.mode == Mode::Down,
         window: tuning.sndbuf,
-        len: tuning.write_size,
-        bandwidth: tuning.app_rate,
+        len: params.udp.map_or(tuning.write_size, |u| u.datagram_size),
+        bandwidth: params.udp.map_or(tuning.app_rate, |u| Some(u.rate_bps)),
+        burst: params.udp.map(|u| u.burst).filter(|&b| b > 1),
         fqrate: tuning.pacing_rate,
         congestion: tuning.cc.clone(),
         zerocopy: tuning.send_method == tcplab_model::record::SendMethod::Sendfile,
@@ -294,6 +300,55 @@ fn open_flows(
         .collect()
 }
 
+/// One UDP socket per stream, connected to the server's port and announced with
+/// iperf3's connect datagram, which the server answers before it opens the next one.
+fn open_udp_flows(params: &TestParams, server: SocketAddr) -> io::Result<Vec<UdpFlow>> {
+    flow_roles(params)
+        .into_iter()
+        .map(|(id, direction)| {
+            let role = our_role(direction);
+            let any: IpAddr = if server.is_ipv6() {
+                Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                Ipv4Addr::UNSPECIFIED.into()
+            };
+            let socket = UdpSocket::bind(SocketAddr::new(any, 0))?;
+            socket.connect(server)?;
+            let buffer = udp::prepare(&socket, role, params)?;
+            socket.send(&wire::UDP_CONNECT)?;
+            socket.set_read_timeout(Some(STEP_TIMEOUT))?;
+            let mut reply = [0u8; 4];
+            let n = socket.recv(&mut reply)?;
+            if !wire::is_udp_connect_reply(&reply[..n]) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("UDP connect reply {:02x?}", &reply[..n]),
+                ));
+            }
+            Ok(UdpFlow {
+                id,
+                role,
+                socket,
+                buffer,
+            })
+        })
+        .collect()
+}
+
+/// Duplicates of the data sockets' descriptors.
+fn data_fds(flows: &Flows) -> io::Result<Vec<OwnedFd>> {
+    match flows {
+        Flows::Tcp(flows) => flows
+            .iter()
+            .map(|f| f.stream.as_fd().try_clone_to_owned())
+            .collect(),
+        Flows::Udp(flows) => flows
+            .iter()
+            .map(|f| f.socket.as_fd().try_clone_to_owned())
+            .collect(),
+    }
+}
+
 fn our_role(direction: Direction) -> Role {
     match direction.sender() {
         Host::Client => Role::Send,
@@ -305,7 +360,7 @@ fn our_role(direction: Direction) -> Role {
 /// when we receive, the test ends at its duration: a watcher stops our receivers then
 /// (and on `stop`), as iperf3's own client does.
 fn run_flows(
-    flows: Vec<FlowSocket>,
+    flows: Flows,
     context: &TestContext,
     stop: &Arc<AtomicBool>,
     request: &Request,
@@ -336,7 +391,7 @@ fn run_flows(
         peer_offset_ns: 0,
         pacing: request.pacing.clone(),
     };
-    let outcome = Flows::Tcp(flows).run(&context.params, end, tx, flows_stop);
+    let outcome = flows.run(&context.params, end, tx, flows_stop);
     finished.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     (outcome, rx.into_iter().collect())
@@ -352,14 +407,16 @@ fn iperf3_stream_id(flow: u32) -> u32 {
 }
 
 /// Our end's results as iperf3's `send_results` writes them.
-fn our_results(local: &SideOutcome, mode: Mode) -> Results {
-    let sending = mode == Mode::Up;
+fn our_results(local: &SideOutcome, params: &TestParams) -> Results {
+    let sending = params.mode == Mode::Up;
+    // iperf3's TCP sender knows its retransmits (1), its UDP sender has none (0).
+    let tcp_sending = sending && params.udp.is_none();
     let cpu = local.report.cpu;
     Results {
         cpu_util_total: cpu.total_pct,
         cpu_util_user: cpu.user_pct,
         cpu_util_system: cpu.system_pct,
-        sender_has_retransmits: sending.then_some(1),
+        sender_has_retransmits: sending.then_some(u64::from(tcp_sending)),
         congestion_used: local.report.flows.first().map(|f| f.cc.clone()),
         streams: local
             .report
@@ -368,7 +425,14 @@ fn our_results(local: &SideOutcome, mode: Mode) -> Results {
             .map(|f| StreamResult {
                 id: iperf3_stream_id(f.id),
                 bytes: f.bytes,
-                retransmits: sending.then_some(f.retransmits),
+                retransmits: tcp_sending.then_some(f.retransmits),
+                // iperf3's receiver reports the highest number seen and the gaps below
+                // it; ours counts distinct arrivals (loss is the sender's count minus them).
+                packets: f
+                    .udp
+                    .map_or(0, |u| if sending { u.sent } else { u.received })
+                    as i64,
+                jitter: f.udp.map_or(0.0, |u| u.jitter_us / 1e6),
                 start_time: 0.0,
                 end_time: (f.end_us - f.start_us).max(0) as f64 / 1e6,
                 ..StreamResult::default()
@@ -417,7 +481,7 @@ fn server_report(
                 limits: Default::default(),
                 rtt: Default::default(),
                 error: None,
-                udp: None,
+                udp: mine.udp.map(|_| their_udp(stream, mine.role)),
             })
         })
         .collect::<Result<_, String>>()?;
@@ -477,6 +541,23 @@ mod tests {
     }
 
     #[test]
+    fn udp_maps_to_iperf3s_rate_length_and_burst() {
+        let mut params = like_iperf3_example();
+        params.udp = Some(UdpParams {
+            rate_bps: 100_000_000,
+            datagram_size: 1400,
+            burst: 4,
+            header: UdpHeaderFormat::Iperf3,
+        });
+        let udp = to_iperf3(&params).unwrap();
+        assert!(udp.udp && !udp.tcp);
+        assert_eq!(
+            (udp.bandwidth, udp.len, udp.burst),
+            (Some(100_000_000), 1400, Some(4))
+        );
+    }
+
+    #[test]
     fn what_iperf3_cannot_express_is_refused_by_name() {
         let refused = |change: &dyn Fn(&mut TestParams), word: &str| {
             let mut params = like_iperf3_example();
@@ -497,21 +578,28 @@ mod tests {
             },
             "-n with -R",
         );
-        refused(
-            &|p| {
-                p.udp = Some(UdpParams {
-                    rate_bps: 1,
-                    datagram_size: 100,
-                    burst: 1,
-                })
-            },
-            "UDP",
-        );
     }
 
     #[test]
     fn stream_ids_follow_iperf3s_numbering() {
         let ids: Vec<u32> = (0..4).map(iperf3_stream_id).collect();
         assert_eq!(ids, [1, 3, 4, 5]);
+    }
+}
+
+/// A UDP stream as iperf3 reported it: the sender's datagram count, or the receiver's
+/// arrivals (the highest number seen less the gaps) and jitter.
+fn their_udp(stream: &StreamResult, our_role: Role) -> UdpStats {
+    let packets = stream.packets.max(0) as u64;
+    match our_role {
+        Role::Receive => UdpStats {
+            sent: packets,
+            ..UdpStats::default()
+        },
+        Role::Send => UdpStats {
+            received: packets.saturating_sub(stream.errors.max(0) as u64),
+            jitter_us: stream.jitter * 1e6,
+            ..UdpStats::default()
+        },
     }
 }

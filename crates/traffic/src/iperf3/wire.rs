@@ -84,6 +84,21 @@ pub fn new_cookie() -> Cookie {
     cookie
 }
 
+/// The datagram that opens a UDP stream: iperf3 writes the integer 0x36373839 in host
+/// order, "9876" on the little-endian machines it mostly runs on.
+pub const UDP_CONNECT: [u8; 4] = *b"9876";
+
+/// The server's answer to [`UDP_CONNECT`]: 0x39383736, or 987654321 from old versions, in
+/// either byte order.
+pub fn is_udp_connect_reply(datagram: &[u8]) -> bool {
+    let Ok(bytes) = <[u8; 4]>::try_from(datagram) else {
+        return false;
+    };
+    [0x3938_3736u32, 987_654_321]
+        .iter()
+        .any(|&v| bytes == v.to_be_bytes() || bytes == v.to_le_bytes())
+}
+
 pub fn read_state(r: &mut impl Read) -> io::Result<u8> {
     let mut byte = [0u8; 1];
     r.read_exact(&mut byte)?;
@@ -333,6 +348,16 @@ mod tests {
             serde_json::from_str(r#"{"tcp": 1, "reverse": 1, "parallel": 1, "len": 8}"#).unwrap();
         assert!(params.reverse);
         assert!(!params.nodelay);
+    }
+
+    #[test]
+    fn udp_connect_replies_of_every_version_and_byte_order_are_known() {
+        // iperf3 3.12 on x86 answers "6789" (0x39383736 little-endian).
+        assert!(is_udp_connect_reply(b"6789"));
+        assert!(is_udp_connect_reply(b"9876"));
+        assert!(is_udp_connect_reply(&987_654_321u32.to_le_bytes()));
+        assert!(!is_udp_connect_reply(b"678"));
+        assert!(!is_udp_connect_reply(b"abcd"));
     }
 
     #[test]

@@ -178,6 +178,10 @@ pub struct ServeArgs {
     /// Serve any peer without a key: whoever reaches the port may run tests.
     #[arg(long, conflicts_with = "key_file")]
     pub insecure_open: bool,
+    /// Serve stock iperf3 clients (`iperf3 -c`), one test at a time, TCP only; they
+    /// cannot prove a key, so only local peers unless --insecure-open.
+    #[arg(long, conflicts_with = "key_file")]
+    pub iperf3: bool,
     /// Most parallel streams (per direction) in one test.
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_streams: u16,

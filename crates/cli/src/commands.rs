@@ -37,6 +37,12 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     eprintln!("tcplab: serving on {}, {who}", listener.local_addr()?);
+    if args.iperf3 {
+        let log = |line| eprintln!("tcplab serve: {line}");
+        let open = args.insecure_open;
+        tcplab_traffic::iperf3::server::serve(listener, open, log, &AtomicBool::new(false))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = ServerConfig {
         access,
         limits: args.limits(),
@@ -74,9 +80,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.target,
         lab::config(&args.lab, &format!("run{}", std::process::id()))?,
     ) {
-        (Some(target), None) => {
-            run_client(target, args.iperf3, &params, key, &args.output, stop)?
-        }
+        (Some(target), None) => run_client(target, args.iperf3, &params, key, &args.output, stop)?,
         (None, Some(config)) => run_in_lab(&config, &params, &args.output, stop)?,
         _ => bail!("give either a server TARGET or --path, not both"),
     };

@@ -204,6 +204,71 @@ fn udp_from_iperf3_agrees_with_its_sender_report() {
     );
 }
 
+/// `tcplab serve --iperf3` on 127.0.0.1:`port`, once it listens.
+fn tcplab_iperf3_server(port: u16) -> Child {
+    let child = tcplab()
+        .args([
+            "serve",
+            "--iperf3",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting tcplab serve --iperf3");
+    let listening = format!("0100007F:{port:04X} 00000000:0000 0A");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .contains(&listening)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "tcplab serve --iperf3 did not listen"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn stock_iperf3_clients_get_valid_json_from_tcplab_serve() {
+    if !iperf3_or_skip("stock_iperf3_clients_get_valid_json_from_tcplab_serve") {
+        return;
+    }
+    let _serial = serial();
+    let port = free_port();
+    let mut server = tcplab_iperf3_server(port);
+    for args in [
+        &["-P", "2", "-w", "1M", "-C", "cubic"][..],
+        &["-R", "-N"][..],
+    ] {
+        let out = Command::new(IPERF3)
+            .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "2", "-J"])
+            .args(args)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).expect("iperf3 -J stays JSON");
+        assert!(
+            report.get("error").is_none(),
+            "{args:?}: {}",
+            report["error"]
+        );
+        // One side of each sum is tcplab's measurement, the other iperf3's.
+        let end = &report["end"];
+        assert_within(
+            &format!("{args:?}"),
+            end["sum_received"]["bits_per_second"].as_f64().unwrap(),
+            end["sum_sent"]["bits_per_second"].as_f64().unwrap(),
+            0.02,
+        );
+        let streams = end["streams"].as_array().unwrap();
+        assert_eq!(streams.len(), if args[0] == "-P" { 2 } else { 1 });
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
 /// A fake server on loopback that reads the cookie, answers `reply` and closes.
 fn fake_server(reply: &'static [u8]) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -88,7 +88,10 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
 
     session.send_state(State::TestEnd)?;
     session.expect(State::ExchangeResults)?;
-    session.send_json(&our_results(&local, params), "sending our results")?;
+    session.send_json(
+        &our_results(&local, params.mode == Mode::Up, params.udp.is_some()),
+        "sending our results",
+    )?;
     let theirs: Results = session.recv_json("reading its results")?;
     session.expect(State::DisplayResults)?;
     session.send_state(State::IperfDone)?;
@@ -406,11 +409,11 @@ fn iperf3_stream_id(flow: u32) -> u32 {
     }
 }
 
-/// Our end's results as iperf3's `send_results` writes them.
-fn our_results(local: &SideOutcome, params: &TestParams) -> Results {
-    let sending = params.mode == Mode::Up;
+/// Our end's results as iperf3's `send_results` writes them; `sending` when this end
+/// sent the data.
+pub(super) fn our_results(local: &SideOutcome, sending: bool, udp: bool) -> Results {
     // iperf3's TCP sender knows its retransmits (1), its UDP sender has none (0).
-    let tcp_sending = sending && params.udp.is_none();
+    let tcp_sending = sending && !udp;
     let cpu = local.report.cpu;
     Results {
         cpu_util_total: cpu.total_pct,

@@ -1,8 +1,10 @@
 //! Interoperability with stock iperf3 (3.x): `tcplab run --iperf3` drives an iperf3
-//! server through iperf3's control protocol ([`wire`]) while tcplab's own engine runs
-//! and instruments this end's flows ([`client`]).
+//! server ([`client`]) and `tcplab serve --iperf3` serves iperf3 clients ([`server`])
+//! through iperf3's control protocol ([`wire`]), while tcplab's own engine runs and
+//! instruments this end's flows.
 
 pub mod client;
+pub mod server;
 pub mod wire;
 
 /// What went wrong talking to an iperf3 server; each names the server.

@@ -26,6 +26,8 @@ use crate::{flow_roles, setup};
 
 /// How long each step of the handshake and of the results exchange may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a busy server looks for other clients to turn away.
+const BUSY_POLL: Duration = Duration::from_millis(20);
 
 /// Serves iperf3 clients until `stop`; `log` gets one line per test or failure. iperf3
 /// clients cannot prove tcplab's key, so unless `open` only peers on this host are
@@ -77,6 +79,7 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
     let params = from_iperf3(&asked)?;
     wire::write_state(&mut control, State::CreateStreams).map_err(step("CREATE_STREAMS"))?;
     let flows = accept_flows(listener, &cookie, &params).map_err(step("accepting a stream"))?;
+    let _busy = Busy::turn_away(listener).map_err(step("listener"))?;
     // Kept open until the client is done, as iperf3 does (see the client).
     let open_until_done: Vec<TcpStream> = flows
         .iter()
@@ -200,9 +203,11 @@ fn accept_flows(
             let mut theirs: Cookie = [0; COOKIE_LEN];
             stream.read_exact(&mut theirs)?;
             if &theirs != cookie {
+                // Another client's control connection: iperf3 tells it we are busy.
+                let _ = wire::write_state(&mut stream, State::AccessDenied);
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    "a stream with another test's cookie",
+                    "another client connected while this one opened its streams",
                 ));
             }
             stream.set_read_timeout(None)?;
@@ -261,5 +266,52 @@ mod tests {
             ..Params::default()
         };
         assert!(from_iperf3(&blocks).unwrap_err().contains("-k"));
+    }
+}
+
+/// While a test runs, turns other clients away with ACCESS_DENIED, as iperf3 does.
+struct Busy {
+    done: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn turn_away(listener: &TcpListener) -> io::Result<Busy> {
+        let listener = listener.try_clone()?;
+        // Shared with the serving loop's listener: blocking again when the test ends.
+        listener.set_nonblocking(true)?;
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let done = done.clone();
+            thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((mut other, _)) => {
+                            let _ = other.set_nonblocking(false);
+                            let _ = other.set_read_timeout(Some(STEP_TIMEOUT));
+                            let mut cookie: Cookie = [0; COOKIE_LEN];
+                            if other.read_exact(&mut cookie).is_ok() {
+                                let _ = wire::write_state(&mut other, State::AccessDenied);
+                            }
+                        }
+                        Err(_) => thread::sleep(BUSY_POLL),
+                    }
+                }
+                let _ = listener.set_nonblocking(false);
+            })
+        };
+        Ok(Busy {
+            done,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

@@ -498,6 +498,23 @@ fn server_report(
     })
 }
 
+/// A UDP stream as iperf3 reported it: the sender's datagram count, or the receiver's
+/// arrivals (the highest number seen less the gaps) and jitter.
+fn their_udp(stream: &StreamResult, our_role: Role) -> UdpStats {
+    let packets = stream.packets.max(0) as u64;
+    match our_role {
+        Role::Receive => UdpStats {
+            sent: packets,
+            ..UdpStats::default()
+        },
+        Role::Send => UdpStats {
+            received: packets.saturating_sub(stream.errors.max(0) as u64),
+            jitter_us: stream.jitter * 1e6,
+            ..UdpStats::default()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,22 +604,5 @@ mod tests {
     fn stream_ids_follow_iperf3s_numbering() {
         let ids: Vec<u32> = (0..4).map(iperf3_stream_id).collect();
         assert_eq!(ids, [1, 3, 4, 5]);
-    }
-}
-
-/// A UDP stream as iperf3 reported it: the sender's datagram count, or the receiver's
-/// arrivals (the highest number seen less the gaps) and jitter.
-fn their_udp(stream: &StreamResult, our_role: Role) -> UdpStats {
-    let packets = stream.packets.max(0) as u64;
-    match our_role {
-        Role::Receive => UdpStats {
-            sent: packets,
-            ..UdpStats::default()
-        },
-        Role::Send => UdpStats {
-            received: packets.saturating_sub(stream.errors.max(0) as u64),
-            jitter_us: stream.jitter * 1e6,
-            ..UdpStats::default()
-        },
     }
 }

@@ -226,49 +226,6 @@ fn accept_flows(
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_real_iperf3_clients_parameters_become_a_test() {
-        // iperf3 3.12's `send_parameters` for `iperf3 -c … -t 1 -P 2 -w 256K -l 64K -C cubic -R`.
-        let asked: Params = serde_json::from_str(
-            r#"{"tcp": true, "omit": 0, "time": 1, "num": 0, "blockcount": 0, "parallel": 2,
-                "reverse": true, "window": 262144, "len": 65536, "pacing_timer": 1000,
-                "congestion": "cubic", "client_version": "3.12"}"#,
-        )
-        .unwrap();
-        let params = from_iperf3(&asked).unwrap();
-        assert_eq!(params.streams, 2);
-        assert_eq!(params.mode, Mode::Down);
-        assert_eq!(params.tuning.sndbuf, Some(262_144));
-        assert_eq!(params.tuning.rcvbuf, Some(262_144));
-        assert_eq!(params.tuning.write_size, 65_536);
-        assert_eq!(params.tuning.cc.as_deref(), Some("cubic"));
-        // Our senders outlast the client's timer: its TEST_END ends the test.
-        assert_eq!(params.end, TestEnd::Duration { us: 2_000_000 });
-    }
-
-    #[test]
-    fn what_we_do_not_serve_is_named() {
-        let udp = Params {
-            udp: true,
-            parallel: 1,
-            time: 1,
-            ..Params::default()
-        };
-        assert!(from_iperf3(&udp).unwrap_err().contains("UDP"));
-        let blocks = Params {
-            tcp: true,
-            parallel: 1,
-            blockcount: 10,
-            ..Params::default()
-        };
-        assert!(from_iperf3(&blocks).unwrap_err().contains("-k"));
-    }
-}
-
 /// While a test runs, turns other clients away with ACCESS_DENIED, as iperf3 does.
 struct Busy {
     done: Arc<AtomicBool>,
@@ -313,5 +270,48 @@ impl Drop for Busy {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_real_iperf3_clients_parameters_become_a_test() {
+        // iperf3 3.12's `send_parameters` for `iperf3 -c … -t 1 -P 2 -w 256K -l 64K -C cubic -R`.
+        let asked: Params = serde_json::from_str(
+            r#"{"tcp": true, "omit": 0, "time": 1, "num": 0, "blockcount": 0, "parallel": 2,
+                "reverse": true, "window": 262144, "len": 65536, "pacing_timer": 1000,
+                "congestion": "cubic", "client_version": "3.12"}"#,
+        )
+        .unwrap();
+        let params = from_iperf3(&asked).unwrap();
+        assert_eq!(params.streams, 2);
+        assert_eq!(params.mode, Mode::Down);
+        assert_eq!(params.tuning.sndbuf, Some(262_144));
+        assert_eq!(params.tuning.rcvbuf, Some(262_144));
+        assert_eq!(params.tuning.write_size, 65_536);
+        assert_eq!(params.tuning.cc.as_deref(), Some("cubic"));
+        // Our senders outlast the client's timer: its TEST_END ends the test.
+        assert_eq!(params.end, TestEnd::Duration { us: 2_000_000 });
+    }
+
+    #[test]
+    fn what_we_do_not_serve_is_named() {
+        let udp = Params {
+            udp: true,
+            parallel: 1,
+            time: 1,
+            ..Params::default()
+        };
+        assert!(from_iperf3(&udp).unwrap_err().contains("UDP"));
+        let blocks = Params {
+            tcp: true,
+            parallel: 1,
+            blockcount: 10,
+            ..Params::default()
+        };
+        assert!(from_iperf3(&blocks).unwrap_err().contains("-k"));
     }
 }

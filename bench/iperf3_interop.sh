@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tcplab ↔ iperf3 on loopback, in one run, repetitions interleaved: for each direction
-# (default and -R), iperf3's own client against `iperf3 -s`, then `tcplab run --iperf3`
-# against a fresh `iperf3 -s -J`, with tcplab's throughput next to the server's report.
+# (default and -R), iperf3's own client against `iperf3 -s`; `tcplab run --iperf3`
+# against a fresh `iperf3 -s -J`, tcplab's throughput next to the server's report; and
+# `iperf3 -c -J` against `tcplab serve --iperf3`, one side of its sums measured by each.
 #
 #   bash bench/iperf3_interop.sh            # 2 repetitions of 5 s
 #   REPS=3 DUR=10 TCPLAB=target/release/tcplab bash bench/iperf3_interop.sh
@@ -12,10 +13,14 @@ DUR=${DUR:-5}
 TCPLAB=${TCPLAB:-target/debug/tcplab}
 PORT=${PORT:-5310}
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+"$TCPLAB" serve --iperf3 --listen "127.0.0.1:$((PORT + 1))" 2>/dev/null &
+TCPLAB_SERVER=$!
+trap 'kill $TCPLAB_SERVER; rm -rf "$OUT"' EXIT
+sleep 0.3
 
 server() {
     iperf3 -s -1 -J -B 127.0.0.1 -p "$PORT" >"$OUT/server.json" 2>/dev/null &
+    IPERF3_SERVER=$!
     sleep 0.3
 }
 
@@ -23,7 +28,7 @@ for _ in $(seq "$REPS"); do
     for dir in "" "-R"; do
         server
         iperf3 -c 127.0.0.1 -p "$PORT" -t "$DUR" $dir -J >"$OUT/client.json"
-        wait
+        wait $IPERF3_SERVER
         python3 - "$OUT" "$dir" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1] + "/client.json"))["end"]
@@ -32,7 +37,7 @@ print("iperf3 -c %-3s           sender %6.2f  receiver %6.2f Gbit/s" % (
 PY
         server
         "$TCPLAB" run --iperf3 "127.0.0.1:$PORT" -t "$DUR" $dir --json >"$OUT/tcplab.json"
-        wait
+        wait $IPERF3_SERVER
         python3 - "$OUT" "$dir" <<'PY'
 import json, sys
 out, reverse = sys.argv[1], sys.argv[2] == "-R"
@@ -42,6 +47,16 @@ own = ours["received_bps" if reverse else "sent_bps"]
 rep = theirs["sum_sent" if reverse else "sum_received"]["bits_per_second"]
 print("tcplab run --iperf3 %-3s tcplab %6.2f  iperf3 -s %6.2f Gbit/s  (%+.2f %%)" % (
     sys.argv[2], own / 1e9, rep / 1e9, (own - rep) / rep * 100))
+PY
+        iperf3 -c 127.0.0.1 -p "$((PORT + 1))" -t "$DUR" $dir -J >"$OUT/client.json"
+        python3 - "$OUT" "$dir" <<'PY'
+import json, sys
+reverse = sys.argv[2] == "-R"
+c = json.load(open(sys.argv[1] + "/client.json"))["end"]
+sent, received = c["sum_sent"]["bits_per_second"], c["sum_received"]["bits_per_second"]
+ours, theirs = (sent, received) if reverse else (received, sent)
+print("iperf3 -c → tcplab %-3s tcplab %6.2f  iperf3 -c %6.2f Gbit/s  (%+.2f %%)" % (
+    sys.argv[2], ours / 1e9, theirs / 1e9, (ours - theirs) / theirs * 100))
 PY
     done
 done

@@ -132,6 +132,7 @@ mod tests {
             rate_bps: 2_000_000,
             datagram_size: 1000,
             burst: 1,
+            header: Default::default(),
         });
         p.streams = 1;
         assert_eq!(

@@ -439,6 +439,7 @@ mod tests {
             rate_bps,
             datagram_size: 1448,
             burst: 1,
+            header: Default::default(),
         };
         let mut p = TestParams {
             udp: Some(udp(0)),

@@ -776,6 +776,7 @@ mod tests {
                     rate_bps: 1_000_000,
                     datagram_size: 1000,
                     burst: 1,
+                    header: Default::default(),
                 }),
                 ..TestParams::default()
             };

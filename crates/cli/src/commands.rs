@@ -270,6 +270,14 @@ fn open_output_store(out: &OutputArgs) -> Result<Option<Store>> {
     out.db.as_deref().map(open_store).transpose()
 }
 
+/// Opens a database the command reads, which must exist (opening would create it).
+pub(crate) fn open_existing_store(path: &Path) -> Result<Store> {
+    if !path.exists() {
+        bail!("no database at {}", path.display());
+    }
+    open_store(path)
+}
+
 pub(crate) fn open_store(path: &Path) -> Result<Store> {
     Store::open(path).with_context(|| format!("cannot open database {}", path.display()))
 }
@@ -295,10 +303,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 }
 
 pub fn list_runs(db: &Path) -> Result<ExitCode> {
-    if !db.exists() {
-        bail!("no database at {}", db.display());
-    }
-    let store = open_store(db)?;
+    let store = open_existing_store(db)?;
     let mut out = io::stdout().lock();
     writeln!(
         out,
@@ -320,10 +325,7 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
         .format
         .parse()
         .map_err(|e| anyhow::anyhow!("--format: {e}"))?;
-    if !args.db.exists() {
-        bail!("no database at {}", args.db.display());
-    }
-    let store = open_store(&args.db)?;
+    let store = open_existing_store(&args.db)?;
     match &args.output {
         Some(path) => {
             let mut file = io::BufWriter::new(

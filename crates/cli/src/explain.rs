@@ -10,7 +10,7 @@ use tcplab_model::record::BufferSize;
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
-use crate::commands::open_store;
+use crate::commands::open_existing_store;
 
 #[derive(Serialize)]
 struct ExplainedRun<'a> {
@@ -21,10 +21,7 @@ struct ExplainedRun<'a> {
 }
 
 pub fn run(args: ExplainArgs) -> Result<ExitCode> {
-    if !args.db.exists() {
-        bail!("no database at {}", args.db.display());
-    }
-    let store = open_store(&args.db)?;
+    let store = open_existing_store(&args.db)?;
     let id = match args.run {
         Some(id) => id,
         None => match store.last_run_id()? {

@@ -1,26 +1,18 @@
 //! `tcplab report` and `tcplab plot`: a database's experiments and runs as an HTML page
 //! of charts, or one chart as an SVG or PNG file.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tcplab_report::{find_chart, write_report, Target};
-use tcplab_store::Store;
 
 use crate::args::{PlotArgs, ReportArgs};
-
-fn open(db: &Path) -> Result<Store> {
-    if !db.exists() {
-        bail!("no database at {}", db.display());
-    }
-    Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
-}
+use crate::commands::open_existing_store;
 
 pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let store = open(&args.db)?;
+    let store = open_existing_store(&args.db)?;
     let written = write_report(&store, &args.experiments, &args.output)?;
     println!(
         "wrote {}: {} experiments, {} runs over time, {} charts, {:.1} MB in {:.1} s",
@@ -46,7 +38,7 @@ pub fn plot(args: PlotArgs) -> Result<ExitCode> {
             out.display()
         );
     }
-    let store = open(&args.db)?;
+    let store = open_existing_store(&args.db)?;
     let target = args
         .run
         .map(Target::Run)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
 use tcplab_model::experiment::{self, Experiment, Point};
@@ -17,7 +17,7 @@ use tcplab_report::results::{summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};
 
 use crate::args::{ResultsArgs, SweepArgs};
-use crate::commands::interrupt_flag;
+use crate::commands::{interrupt_flag, open_existing_store, open_store};
 
 /// What a run costs besides its flows' own time (lab, connections, storing), for the
 /// dry run's estimate; bench/sweep.sh measures the real figure.
@@ -41,7 +41,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     }
     sweep::check_congestion(&experiment.points)?;
     let _lock = sweep::lock(&db)?;
-    let mut store = open(&db)?;
+    let mut store = open_store(&db)?;
     let prepared = sweep::prepare(
         &mut store,
         &SweepRequest {
@@ -204,7 +204,7 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
     }
     let stored = db
         .exists()
-        .then(|| open(db))
+        .then(|| open_store(db))
         .transpose()?
         .and_then(|store| {
             let hash = experiment.plan_hash();
@@ -300,10 +300,7 @@ fn run_time(point: &Point) -> Duration {
 }
 
 pub fn results(args: ResultsArgs) -> Result<ExitCode> {
-    if !args.db.exists() {
-        bail!("no database at {}", args.db.display());
-    }
-    let store = open(&args.db)?;
+    let store = open_existing_store(&args.db)?;
     let experiments = store.experiments()?;
     let id = match args.experiment {
         Some(id) => experiments
@@ -344,8 +341,4 @@ fn summary(store: &Store, id: i64, metric: Metric, confidence: Option<f64>) -> R
     let data = ExperimentRuns::load(store, id)?
         .ok_or_else(|| anyhow!("{} has no experiment {id}", store.path().display()))?;
     Ok(summarize(&data, metric, confidence))
-}
-
-fn open(db: &Path) -> Result<Store> {
-    Store::open(db).with_context(|| format!("cannot open database {}", db.display()))
 }

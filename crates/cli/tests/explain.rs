@@ -86,9 +86,9 @@ fn runs_built_for_one_limit_get_that_verdict() {
         let bound = |name: &str| e["bounds"][name].as_f64();
         match limit {
             // A window-limited flow moves about its window per round trip (measured
-            // 90–93 % for rwnd). A send buffer is overshot by the packet being built
-            // when it fills (Linux checks for room before queueing, not after): 76–78 KB
-            // in flight for 64 KiB effective, 90–114 % of the bound.
+            // 93 % for rwnd). A send buffer is overshot by the packet being built when
+            // it fills (Linux checks for room before queueing, not after): 76–78 KB in
+            // flight for 64 KiB effective, 90–114 % of the bound.
             "sndbuf" | "rwnd" => {
                 let window = bound("window_bps").unwrap();
                 assert!(

@@ -41,9 +41,7 @@ impl Header {
             sent_ns: i64::from_be_bytes(buf[16..24].try_into().ok()?),
         })
     }
-}
 
-impl Header {
     /// Writes this header in `format`. iperf3's stamps the sender's CLOCK_MONOTONIC as
     /// seconds and µs (iperf3 ≥ 3.8 on Linux, `iperf_time_now`), and numbers datagrams
     /// from 1 (its receiver counts a 0 as out of order).

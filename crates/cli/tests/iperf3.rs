@@ -160,25 +160,40 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
         return;
     }
     let _serial = serial();
-    let (ours, theirs) = run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
-    assert_eq!(ours["status"], "done");
-    assert_eq!(theirs["start"]["test_start"]["protocol"], "UDP");
-    // iperf3 read our headers: its count of datagrams is ours, none lost or reordered.
-    let received = &theirs["end"]["sum"];
-    let sent = ours["summary"]["udp"]["sent"].as_u64().unwrap();
-    assert_eq!(received["packets"].as_u64().unwrap(), sent);
-    assert_eq!(received["lost_packets"], 0);
-    assert_eq!(theirs["end"]["streams"][0]["udp"]["out_of_order"], 0);
-    // iperf3 3.12's UDP receiver reports 0 bytes; its datagrams over its window:
-    let theirs_bps = received["packets"].as_f64().unwrap() * 1400.0 * 8.0
-        / received["seconds"].as_f64().unwrap();
-    assert_within(
-        "udp up",
-        ours["summary"]["sent_bps"].as_f64().unwrap(),
-        theirs_bps,
-        0.02,
+    // The rate against the target is the sender's own accuracy, which a stalled CI
+    // machine can spoil (the sender then counts itself `late`): one of three tries
+    // must hit it. What iperf3 counts must agree with what we sent on every try.
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        let (ours, theirs) =
+            run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
+        assert_eq!(ours["status"], "done");
+        assert_eq!(theirs["start"]["test_start"]["protocol"], "UDP");
+        // iperf3 read our headers: its count of datagrams is ours, none lost or reordered.
+        let received = &theirs["end"]["sum"];
+        let sent = ours["summary"]["udp"]["sent"].as_u64().unwrap();
+        assert_eq!(received["packets"].as_u64().unwrap(), sent);
+        assert_eq!(received["lost_packets"], 0);
+        assert_eq!(theirs["end"]["streams"][0]["udp"]["out_of_order"], 0);
+        // iperf3 3.12's UDP receiver reports 0 bytes; its datagrams over its window:
+        let theirs_bps = received["packets"].as_f64().unwrap() * 1400.0 * 8.0
+            / received["seconds"].as_f64().unwrap();
+        assert_within(
+            "udp up",
+            ours["summary"]["sent_bps"].as_f64().unwrap(),
+            theirs_bps,
+            0.02,
+        );
+        let late = ours["summary"]["udp"]["late"].as_u64().unwrap();
+        if (theirs_bps - 100e6).abs() / 100e6 <= 0.02 {
+            return;
+        }
+        rates.push(format!("{:.2} Mbit/s ({late} late)", theirs_bps / 1e6));
+    }
+    panic!(
+        "udp up: iperf3 counted, three times, {} for a target of 100 Mbit/s",
+        rates.join(", ")
     );
-    assert_within("udp up rate", theirs_bps, 100e6, 0.02);
 }
 
 #[test]

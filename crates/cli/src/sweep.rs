@@ -36,6 +36,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         .db
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.db", experiment.name)));
+    let hosts =
+        sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     if args.dry_run {
         return dry_run(&experiment, &file, &db);
     }
@@ -82,6 +84,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         &mut store,
         &experiment,
         &prepared,
+        &hosts,
         interrupt_flag(),
         &mut |event| match event {
             Event::Start { point, row, .. } => bar.set_message(format!(
@@ -189,6 +192,28 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
         experiment.repetitions,
         humantime::format_duration(Duration::from_secs(total.as_secs()))
     );
+    let mut hosts: Vec<_> = experiment
+        .points
+        .iter()
+        .filter_map(|p| p.config.server.as_ref())
+        .collect();
+    hosts.dedup();
+    for host in hosts {
+        println!(
+            "  real host {}: {} at {}{}",
+            host.name,
+            if host.iperf3 {
+                "iperf3 server"
+            } else {
+                "tcplab agent"
+            },
+            host.address,
+            host.key_file
+                .as_ref()
+                .map(|k| format!(", key {k}"))
+                .unwrap_or_default()
+        );
+    }
     for axis in &experiment.axes {
         println!(
             "  axis {}{}: {} values: {}",

@@ -273,4 +273,11 @@ fn a_dry_run_lists_every_run_of_the_plan() {
             .count();
         assert_eq!(listed, runs, "{name}");
     }
+    // The real-hosts example is valid: what stops it here is its first key file.
+    let out = tcplab(&["sweep", &format!("{examples}/hosts.toml"), "--dry-run"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("hosts.toml: host 'near': key file ") && err.contains("keys/near.key"),
+        "{err}"
+    );
 }

@@ -11,22 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{serial, tcplab};
-
-const IPERF3: &str = "/usr/bin/iperf3";
-
-fn iperf3_or_skip(test: &str) -> bool {
-    if std::path::Path::new(IPERF3).exists() {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    assert!(
-        !ci,
-        "{test}: CI must install iperf3 (apt-get install iperf3)"
-    );
-    eprintln!("SKIP {test}: {IPERF3} is not installed");
-    false
-}
+use support::{iperf3_or_skip, serial, tcplab, IPERF3};
 
 /// A loopback port nobody listens on (free when asked; the tests run serially).
 fn free_port() -> u16 {
@@ -165,8 +150,7 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
     // must hit it. What iperf3 counts must agree with what we sent on every try.
     let mut rates = Vec::new();
     for _ in 0..3 {
-        let (ours, theirs) =
-            run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
+        let (ours, theirs) = run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
         assert_eq!(ours["status"], "done");
         assert_eq!(theirs["start"]["test_start"]["protocol"], "UDP");
         // iperf3 read our headers: its count of datagrams is ours, none lost or reordered.

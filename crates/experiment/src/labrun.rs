@@ -1,7 +1,8 @@
 //! One run across a lab built for it: the lab goes up, a server runs in its server host,
 //! each group of flows runs from its client host (at once or staggered), and the lab
 //! comes down with its links' counters. `tcplab run --path`, `quickstart` and every run
-//! of a sweep go through here.
+//! of a sweep go through here; a sweep's run against a real host runs its groups the
+//! same way, from this machine.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +13,9 @@ use anyhow::{anyhow, Context, Result};
 use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::path::Direction;
 use tcplab_model::record::{IntervalRecord, RunRecord, TestParams};
+use tcplab_traffic::auth::PreSharedKey;
 use tcplab_traffic::client::{self, Request};
+use tcplab_traffic::iperf3;
 use tcplab_traffic::limits::ServerLimits;
 use tcplab_traffic::merge;
 use tcplab_traffic::server::{self, Access, ServerConfig};
@@ -88,7 +91,7 @@ pub fn run_in_lab(
     };
     let setup = started.elapsed();
     let tests = Instant::now();
-    let outcome = run_groups(&lab, groups, server_addr, &stop, live);
+    let outcome = run_groups(Reach::Lab(&lab, server_addr), groups, &stop, live);
     let test = tests.elapsed();
     let teardown_start = Instant::now();
     server_stop.store(true, Ordering::Relaxed);
@@ -105,29 +108,109 @@ pub fn run_in_lab(
     })
 }
 
+/// A real host a run's flows reach from this machine.
+#[derive(Clone)]
+pub struct RealHost {
+    /// `HOST[:PORT]`, as `tcplab run` takes it.
+    pub address: String,
+    /// The agent's key; `None` for an agent serving local peers or anyone.
+    pub key: Option<PreSharedKey>,
+    /// A stock iperf3 server rather than a tcplab agent.
+    pub iperf3: bool,
+}
+
+/// Runs `groups` from this machine against a real host: no lab, no emulated path.
+pub fn run_against(
+    host: &RealHost,
+    groups: &[FlowGroup],
+    stop: Arc<AtomicBool>,
+    live: Option<IntervalSink>,
+) -> Result<LabRun> {
+    if let Some(g) = groups.iter().find(|g| g.client != 0) {
+        return Err(anyhow!(
+            "a flow runs from client {}, but against a real host only this machine is a client",
+            g.client + 1
+        ));
+    }
+    let tests = Instant::now();
+    let record = run_groups(Reach::Host(host), groups, &stop, live)?;
+    Ok(LabRun {
+        record,
+        setup: Duration::ZERO,
+        test: tests.elapsed(),
+        teardown: Duration::ZERO,
+    })
+}
+
+/// Where a run's tests go.
+#[derive(Clone, Copy)]
+enum Reach<'a> {
+    /// The lab's server, from each group's client namespace.
+    Lab(&'a Lab, SocketAddr),
+    /// A real host, from this thread's namespace.
+    Host(&'a RealHost),
+}
+
+type GroupResult = std::result::Result<Option<RunRecord>, String>;
+type Joiner = Box<dyn FnOnce() -> std::thread::Result<GroupResult>>;
+
+impl Reach<'_> {
+    fn request(&self, group: &FlowGroup) -> Request {
+        let (target, pacing, key) = match self {
+            Reach::Lab(lab, addr) => (addr.to_string(), lab.pacing_target(Direction::Up), None),
+            Reach::Host(host) => (host.address.clone(), None, host.key.clone()),
+        };
+        Request {
+            target,
+            params: group.params.clone(),
+            label: group.label.clone(),
+            tags: group.tags.clone(),
+            pacing,
+            key,
+        }
+    }
+
+    /// Starts `job` where `group`'s client is.
+    fn spawn(
+        &self,
+        group: &FlowGroup,
+        job: impl FnOnce() -> GroupResult + Send + 'static,
+    ) -> std::io::Result<Joiner> {
+        Ok(match self {
+            Reach::Lab(lab, _) => {
+                let thread = lab.clients[group.client].ns.spawn(job)?;
+                Box::new(move || thread.join())
+            }
+            Reach::Host(_) => {
+                let thread = std::thread::Builder::new().spawn(job)?;
+                Box::new(move || thread.join())
+            }
+        })
+    }
+}
+
 /// Every group's test from its client host, each after its start offset; one record.
 fn run_groups(
-    lab: &Lab,
+    reach: Reach,
     groups: &[FlowGroup],
-    server_addr: SocketAddr,
     stop: &Arc<AtomicBool>,
     live: Option<IntervalSink>,
 ) -> Result<RunRecord> {
+    let iperf3 = matches!(reach, Reach::Host(host) if host.iperf3);
     let threads = groups
         .iter()
         .map(|group| {
-            let (group, stop, live) = (group.clone(), Arc::clone(stop), live.clone());
-            let request = Request {
-                target: server_addr.to_string(),
-                params: group.params.clone(),
-                label: group.label.clone(),
-                tags: group.tags.clone(),
-                pacing: lab.pacing_target(Direction::Up),
-                key: None,
-            };
-            lab.clients[group.client].ns.spawn(move || {
-                if !sleep_unless_stopped(Duration::from_micros(group.start_us), &stop) {
+            let (start_us, stop, live) = (group.start_us, Arc::clone(stop), live.clone());
+            let request = reach.request(group);
+            reach.spawn(group, move || {
+                if !sleep_unless_stopped(Duration::from_micros(start_us), &stop) {
                     return Ok(None);
+                }
+                if iperf3 {
+                    // iperf3 reports its side only at the end: no live lines.
+                    return iperf3::client::run(&request, stop)
+                        .map(Some)
+                        .map_err(|e| format!("{e:#}"));
                 }
                 let mut on_interval = |intervals: &[IntervalRecord]| {
                     if let Some(live) = &live {
@@ -140,13 +223,11 @@ fn run_groups(
             })
         })
         .collect::<std::io::Result<Vec<_>>>()
-        .context("starting the lab's clients")?;
+        .context("starting the clients")?;
     let mut records = Vec::new();
-    for (group, thread) in groups.iter().zip(threads) {
+    for (group, join) in groups.iter().zip(threads) {
         let host = format!("client{}", group.client + 1);
-        let result = thread
-            .join()
-            .map_err(|_| anyhow!("{host}: the test panicked"))?;
+        let result = join().map_err(|_| anyhow!("{host}: the test panicked"))?;
         // None: stopped before it started; the run ends with what the others measured.
         if let Some(record) = result.map_err(|e| anyhow!("{host}: {e}"))? {
             records.push((host, record));

@@ -3,7 +3,7 @@
 //! transaction. Killed at any moment, the same command resumes: finished runs stay, the
 //! interrupted one runs again, none runs twice.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::{registry, Backend, LabConfig};
 use tcplab_model::experiment::{Experiment, Point};
-use tcplab_model::record::{RunRecord, RunStatus};
+use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
 use tcplab_store::{Outcome, PlanRow, PlanStatus, Store};
 use tcplab_sys::sockopt;
+use tcplab_traffic::auth;
 
-use crate::labrun::{run_in_lab, FlowGroup};
+use crate::labrun::{run_against, run_in_lab, FlowGroup, RealHost};
 
 /// What the user asked of a sweep.
 pub struct SweepRequest<'a> {
@@ -97,11 +98,17 @@ pub fn prepare(store: &mut Store, req: &SweepRequest) -> Result<Prepared> {
     })
 }
 
-/// Refuses a plan naming a congestion control this kernel lacks, before any run.
+/// Refuses a plan naming a congestion control this kernel lacks, before any run. A real
+/// host checks the flows it sends itself.
 pub fn check_congestion(points: &[Point]) -> Result<()> {
     let wanted: BTreeSet<&str> = points
         .iter()
-        .flat_map(|p| &p.config.flows)
+        .flat_map(|p| {
+            p.config
+                .flows
+                .iter()
+                .filter(|f| p.config.server.is_none() || f.params.mode == Mode::Up)
+        })
         .filter_map(|f| f.params.tuning.cc.as_deref())
         .collect();
     if wanted.is_empty() {
@@ -116,6 +123,34 @@ pub fn check_congestion(points: &[Point]) -> Result<()> {
         ),
         None => Ok(()),
     }
+}
+
+/// The real hosts the plan's points run against, by name, their keys read: a key file
+/// that cannot be read is refused before any run. A relative key path is taken from the
+/// experiment file's directory, so a study and its keys move together.
+pub fn real_hosts(points: &[Point], experiment_file: &Path) -> Result<BTreeMap<String, RealHost>> {
+    let base = experiment_file.parent().unwrap_or(Path::new("."));
+    let mut hosts = BTreeMap::new();
+    for host in points.iter().filter_map(|p| p.config.server.as_ref()) {
+        if hosts.contains_key(&host.name) {
+            continue;
+        }
+        let key = host
+            .key_file
+            .as_ref()
+            .map(|file| auth::read_key_file(&base.join(file)))
+            .transpose()
+            .with_context(|| format!("host '{}'", host.name))?;
+        hosts.insert(
+            host.name.clone(),
+            RealHost {
+                address: host.address.clone(),
+                key,
+                iperf3: host.iperf3,
+            },
+        );
+    }
+    Ok(hosts)
 }
 
 /// Holds the database's sweep lock: two sweeps on one database would run the same
@@ -193,6 +228,7 @@ pub fn execute(
     store: &mut Store,
     experiment: &Experiment,
     prepared: &Prepared,
+    hosts: &BTreeMap<String, RealHost>,
     stop: Arc<AtomicBool>,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<Totals> {
@@ -222,7 +258,7 @@ pub fn execute(
         });
         let started = Instant::now();
         let label = Some(format!("{} {}", experiment.name, experiment.label(point)));
-        let result = run_point(&lab_name, point, row.run.repetition, label, &stop);
+        let result = run_point(&lab_name, hosts, point, row.run.repetition, label, &stop);
         let stopped = stop.load(Ordering::Relaxed);
         let (outcome, test_time, throughput_bps) = match &result {
             Ok((run, test)) => {
@@ -281,26 +317,18 @@ pub fn execute(
     Ok(totals)
 }
 
-/// One run of a point in a fresh lab. Each repetition draws its own link randomness
-/// (the path's seed plus the repetition), the same for every point: repetitions vary,
-/// points compare under the same draws.
+/// One run of a point in a fresh lab, or against its real host. Each repetition draws its
+/// own link randomness (the path's seed plus the repetition), the same for every point:
+/// repetitions vary, points compare under the same draws.
 fn run_point(
     lab_name: &str,
+    hosts: &BTreeMap<String, RealHost>,
     point: &Point,
     repetition: u32,
     label: Option<String>,
     stop: &Arc<AtomicBool>,
 ) -> std::result::Result<(RunRecord, Duration), String> {
     let c = &point.config;
-    let mut path = c.path.clone();
-    path.seed = path.seed.wrapping_add(u64::from(repetition));
-    let config = LabConfig {
-        name: lab_name.to_owned(),
-        path,
-        clients: c.access.clone(),
-        backend: Backend::Emulator,
-        sysctls: c.sysctl.clone(),
-    };
     let groups: Vec<FlowGroup> = c
         .flows
         .iter()
@@ -309,10 +337,31 @@ fn run_point(
             start_us: f.start_us,
             params: f.params.clone(),
             label: label.clone(),
-            tags: vec![format!("flow={}", f.name)],
+            tags: std::iter::once(format!("flow={}", f.name))
+                .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
+                .collect(),
         })
         .collect();
-    run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
-        .map(|run| (run.record, run.test))
+    let run = match &c.server {
+        Some(server) => {
+            let host = hosts
+                .get(&server.name)
+                .ok_or_else(|| format!("host '{}' was not prepared", server.name))?;
+            run_against(host, &groups, Arc::clone(stop), None)
+        }
+        None => {
+            let mut path = c.path.clone();
+            path.seed = path.seed.wrapping_add(u64::from(repetition));
+            let config = LabConfig {
+                name: lab_name.to_owned(),
+                path,
+                clients: c.access.clone(),
+                backend: Backend::Emulator,
+                sysctls: c.sysctl.clone(),
+            };
+            run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
+        }
+    };
+    run.map(|run| (run.record, run.test))
         .map_err(|e| format!("{e:#}"))
 }

@@ -112,6 +112,24 @@ pub struct RunConfig {
     /// Set on every host of the lab, after the lab's own defaults.
     pub sysctl: BTreeMap<String, String>,
     pub flows: Vec<FlowConfig>,
+    /// A real host the flows run against from this machine, instead of a lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<RemoteHost>,
+}
+
+/// A real host: a `tcplab serve` agent (with its key) or a stock iperf3 server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteHost {
+    /// Its name in the file's `[host.NAME]`.
+    pub name: String,
+    /// `HOST`, `HOST:PORT` or `[V6]:PORT`, as `tcplab run` takes it.
+    pub address: String,
+    /// The agent's pre-shared key file as written (relative to the experiment file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+    /// A stock iperf3 server rather than a tcplab agent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub iperf3: bool,
 }
 
 /// One group of flows: parallel streams with one set of tunings, from one client.
@@ -339,9 +357,23 @@ struct File {
     sysctl: BTreeMap<String, Scalar>,
     #[serde(default)]
     flow: Vec<FlowFile>,
+    /// Real hosts by name.
+    #[serde(default)]
+    host: BTreeMap<String, HostFile>,
+    /// The real host the flows run against (a name of `host`) instead of a lab path.
+    server: Option<String>,
     /// Accepted here, read with positions by [`Sweep`].
     #[serde(rename = "axis")]
     _axis: Option<de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostFile {
+    address: String,
+    key_file: Option<String>,
+    #[serde(default)]
+    iperf3: bool,
 }
 
 #[derive(Deserialize)]
@@ -440,6 +472,10 @@ impl File {
         } else {
             &self.flow[..]
         };
+        let server = self.server()?;
+        if let Some(host) = &server {
+            self.check_against_real_host(host, flows)?;
+        }
         let flows = flows
             .iter()
             .enumerate()
@@ -489,7 +525,82 @@ impl File {
                 .map(|(k, v)| (k.clone(), v.0.clone()))
                 .collect(),
             flows,
+            server,
         })
+    }
+
+    /// The host `server` names, checked.
+    fn server(&self) -> Result<Option<RemoteHost>, String> {
+        let Some(name) = &self.server else {
+            return Ok(None);
+        };
+        let Some(host) = self.host.get(name) else {
+            let known: Vec<&str> = self.host.keys().map(String::as_str).collect();
+            return Err(if known.is_empty() {
+                format!("server '{name}' names no host: describe it in a [host.{name}] table with its address")
+            } else {
+                format!(
+                    "server '{name}' is not a host of this file (hosts: {})",
+                    known.join(", ")
+                )
+            });
+        };
+        if host.address.trim().is_empty() {
+            return Err(format!("host '{name}': address is empty"));
+        }
+        if host.iperf3 && host.key_file.is_some() {
+            return Err(format!(
+                "host '{name}': an iperf3 server takes no key_file (iperf3's own authentication is not supported)"
+            ));
+        }
+        Ok(Some(RemoteHost {
+            name: name.clone(),
+            address: host.address.trim().to_owned(),
+            key_file: host.key_file.clone(),
+            iperf3: host.iperf3,
+        }))
+    }
+
+    /// What only a lab can do, refused for a run against a real host.
+    fn check_against_real_host(&self, host: &RemoteHost, flows: &[FlowFile]) -> Result<(), String> {
+        let name = &host.name;
+        let lab_only = [
+            ("path", self.path.is_some()),
+            ("access", !self.access.is_empty()),
+            ("sysctl", !self.sysctl.is_empty()),
+        ];
+        if let Some((key, _)) = lab_only.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{key} is for a lab, but server = '{name}' runs across a real network: remove one of them"
+            ));
+        }
+        for (i, flow) in flows.iter().enumerate() {
+            if let Some(client) = flow.client.filter(|&c| c != 1) {
+                return Err(format!(
+                    "flow '{}': client {client}, but against a real host every flow runs from this machine (client 1)",
+                    flow.name(i)
+                ));
+            }
+            if matches!(flow.pacing, Some(Pacing::Gap | Pacing::GapCwnd)) {
+                return Err(format!(
+                    "flow '{}': the gap pacer is an element of the lab's emulator; against real host '{name}' use pacing = \"kernel\" or \"app\"",
+                    flow.name(i)
+                ));
+            }
+        }
+        if host.iperf3 {
+            if flows.len() > 1 {
+                return Err(format!(
+                    "host '{name}' is an iperf3 server, which runs one test at a time: give one [[flow]] (streams for parallel connections)"
+                ));
+            }
+            if flows.iter().any(|f| f.start.is_some_and(|s| s.0 > 0)) {
+                return Err(format!(
+                    "host '{name}' is an iperf3 server: a flow's start must be 0"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -500,6 +611,13 @@ impl Default for FlowFile {
 }
 
 impl FlowFile {
+    /// Its name, or `flowN` for the N-th group.
+    fn name(&self, index: usize) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("flow{}", index + 1))
+    }
+
     fn config(
         &self,
         index: usize,
@@ -508,10 +626,7 @@ impl FlowFile {
         sample_interval_us: u64,
         report_interval_us: u64,
     ) -> Result<FlowConfig, String> {
-        let name = self
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("flow{}", index + 1));
+        let name = self.name(index);
         let client = self.client.unwrap_or(1);
         if client == 0 || usize::from(client) > clients {
             return Err(format!(
@@ -926,7 +1041,7 @@ fn check_axes(text: &str, axes: &[ResolvedAxis], doc: &Table) -> Result<(), Spec
                     return Err(SpecError {
                         at: axis.key_span.as_ref().map(|s| position(text, s.start)),
                         message: format!(
-                            "axis key '{key}' cannot vary (an axis sets a run's values: duration, warmup, path.*, access, sysctl.*, flow.*)"
+                            "axis key '{key}' cannot vary (an axis sets a run's values: duration, warmup, path.*, access, sysctl.*, flow.*, server, host.*)"
                         ),
                     });
                 }

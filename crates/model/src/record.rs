@@ -320,6 +320,14 @@ pub struct ClockOffset {
 }
 
 impl ClockOffset {
+    /// Whether two ends read one CLOCK_MONOTONIC: the same boot and an estimate
+    /// consistent with no offset. A shared boot alone is not enough: ends in different
+    /// time namespaces (containers, `unshare --time`) share a boot, not the clock. On
+    /// one clock the estimate is within its uncertainty of 0 by construction.
+    pub fn same_clock(&self, boot_a: &str, boot_b: &str) -> bool {
+        !boot_a.is_empty() && boot_a == boot_b && self.offset_us.abs() <= self.uncertainty_us + 1
+    }
+
     /// Whether delays of about `delay_us` measured through this offset mean something:
     /// its uncertainty is at most a tenth of them.
     pub fn resolves(&self, delay_us: f64) -> bool {
@@ -563,5 +571,19 @@ mod tests {
         assert!(offset.resolves(5_000.0));
         assert!(offset.resolves(30_000.0));
         assert!(!offset.resolves(4_999.0));
+    }
+
+    #[test]
+    fn one_clock_needs_one_boot_and_an_offset_within_its_uncertainty() {
+        let near = |offset_us| ClockOffset {
+            offset_us,
+            uncertainty_us: 40,
+        };
+        assert!(near(-40).same_clock("b1", "b1"));
+        assert!(!near(0).same_clock("b1", "b2"));
+        assert!(!near(0).same_clock("", ""));
+        // One boot, another time namespace: an hour apart.
+        assert!(!near(3_600_000_000).same_clock("b1", "b1"));
+        assert!(!near(45).same_clock("b1", "b1"));
     }
 }

@@ -374,3 +374,94 @@ fn the_plan_hash_ignores_presentation_and_follows_the_runs() {
     let more = format!("repetitions = 2\n{base}");
     assert_ne!(ok(base).plan_hash(), ok(&more).plan_hash());
 }
+
+const HOSTS: &str = r#"
+[host.near]
+address = "10.77.0.1:5201"
+key_file = "near.key"
+
+[host.far]
+address = "far.example.net"
+key_file = "/etc/tcplab/far.key"
+
+[host.old]
+address = "10.77.0.1:5202"
+iperf3 = true
+"#;
+
+#[test]
+fn a_file_can_run_against_real_hosts_and_vary_which() {
+    let e = ok(&format!(
+        "server = \"near\"\n[[flow]]\ncc = \"cubic\"\n[[axis]]\nkey = \"server\"\nvalues = [\"near\", \"far\", \"old\"]\n{HOSTS}"
+    ));
+    let servers: Vec<_> = e
+        .points
+        .iter()
+        .map(|p| p.config.server.clone().unwrap())
+        .collect();
+    assert_eq!(servers[0].address, "10.77.0.1:5201");
+    assert_eq!(servers[0].key_file.as_deref(), Some("near.key"));
+    assert_eq!(servers[1].name, "far");
+    assert!(servers[2].iperf3 && servers[2].key_file.is_none());
+    // No lab: the path stays empty and the flows run from this machine.
+    assert!(e.points.iter().all(|p| p.config.path == Default::default()));
+    assert_eq!(e.points[0].config.flows[0].client, 1);
+    // A lab file's plan (and so its stored hash) does not change with the feature.
+    assert!(ok("path = \"rtt 5ms\"\n").points[0].config.server.is_none());
+}
+
+#[test]
+fn what_needs_a_lab_is_refused_against_a_real_host() {
+    for (extra, needle) in [
+        (
+            "server = \"nowhere\"\n",
+            "server 'nowhere' is not a host of this file (hosts: far, near, old)",
+        ),
+        (
+            "server = \"near\"\npath = \"rtt 10ms\"\n",
+            "path is for a lab, but server = 'near'",
+        ),
+        (
+            "server = \"near\"\n[sysctl]\n\"net.ipv4.tcp_sack\" = 0\n",
+            "sysctl is for a lab",
+        ),
+        (
+            "server = \"near\"\n[[flow]]\nclient = 2\n",
+            "flow 'flow1': client 2, but against a real host",
+        ),
+        (
+            "server = \"near\"\n[[flow]]\npacing = \"gap\"\npacing_rate = \"10mbit\"\n",
+            "the gap pacer is an element of the lab's emulator",
+        ),
+        (
+            "server = \"old\"\n[[flow]]\n[[flow]]\n",
+            "runs one test at a time",
+        ),
+        (
+            "server = \"old\"\n[[flow]]\nstart = \"1s\"\n",
+            "a flow's start must be 0",
+        ),
+    ] {
+        // Top-level keys first: TOML puts them before the [host.*] tables.
+        let text = match extra.split_once("\n[") {
+            Some((top, tables)) => format!("{top}\n{HOSTS}\n[{tables}"),
+            None => format!("{extra}{HOSTS}"),
+        };
+        let e = err(&text);
+        assert!(e.message.contains(needle), "{text}\n→ {e}");
+    }
+    assert!(err("server = \"x\"\n")
+        .message
+        .contains("describe it in a [host.x] table"));
+    let e = err("[host.a]\naddress = \"h\"\nkey = \"k\"\n");
+    assert_eq!(e.at, Some((3, 1)), "{e}");
+    // An axis giving a point a lab key names the point.
+    let e = err(&format!(
+        "server = \"near\"\n[[axis]]\nkey = \"path.rtt\"\nvalues = [\"10ms\"]\n{HOSTS}"
+    ));
+    assert!(
+        e.message
+            .starts_with("at point path.rtt=10ms: path is for a lab"),
+        "{e}"
+    );
+}

@@ -33,9 +33,10 @@ pub struct TestContext {
 }
 
 impl TestContext {
-    /// Both ends read one CLOCK_MONOTONIC (one kernel): no offset estimate needed.
+    /// Both ends read one CLOCK_MONOTONIC: no offset estimate needed.
     pub fn same_clock(&self) -> bool {
-        !self.client_meta.boot_id.is_empty() && self.client_meta.boot_id == self.server_meta.boot_id
+        self.clock
+            .same_clock(&self.client_meta.boot_id, &self.server_meta.boot_id)
     }
 
     /// µs since t0 on the client's clock, for a monotonic time read on `host`.

@@ -372,7 +372,10 @@ fn run_test(
     let params = &limits::server_params(asked, limits);
     let flows = open_flows(&control, peer, params, limits)?;
     // The client's clock against ours, for one-way delays: server = client + offset.
-    let peer_offset_ns = if clock.boot_id == sysctl::host_meta().boot_id {
+    let peer_offset_ns = if clock
+        .offset
+        .same_clock(&clock.boot_id, &sysctl::host_meta().boot_id)
+    {
         0
     } else {
         -clock.offset.offset_us * 1000

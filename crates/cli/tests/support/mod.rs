@@ -475,3 +475,20 @@ pub fn failure(out: &Output) -> String {
     assert_eq!(err.lines().count(), 1, "{err}");
     err
 }
+
+/// Debian's iperf3, the reference the comparison tests drive.
+pub const IPERF3: &str = "/usr/bin/iperf3";
+
+/// Whether iperf3 is installed; without it a test prints `SKIP …` and passes, except
+/// with `CI=true`, where it fails.
+pub fn iperf3_or_skip(test: &str) -> bool {
+    if std::path::Path::new(IPERF3).exists() {
+        return true;
+    }
+    assert!(
+        !tcplab_sys::netns::in_ci(),
+        "{test}: CI must install iperf3 (apt-get install iperf3)"
+    );
+    eprintln!("SKIP {test}: {IPERF3} is not installed");
+    false
+}

@@ -15,8 +15,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use tcplab_lab::registry::{self, LabEntry};
-use tcplab_lab::{Backend, Lab, LabConfig, LabStats};
+use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::path::{Pace, PathSpec};
+use tcplab_model::record::DirectionStats;
 use tcplab_sys::poll;
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
@@ -227,9 +228,13 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let entry: LabEntry = serde_json::from_value(doc["lab"].clone())?;
-    let stats: LabStats = serde_json::from_value(json!({"up": doc["up"], "down": doc["down"]}))?;
+    let direction = |d: &str| -> Result<DirectionStats> {
+        serde_json::from_value(doc[d].clone())
+            .with_context(|| format!("reading the lab's {d} counters"))
+    };
+    let (up, down) = (direction("up")?, direction("down")?);
     print_entry(&entry);
-    for (dir, s) in [("up", &stats.up), ("down", &stats.down)] {
+    for (dir, s) in [("up", &up), ("down", &down)] {
         for link in &s.links {
             let c = &link.counters;
             println!(

@@ -345,11 +345,7 @@ fn a_peer_off_this_host_needs_a_key_or_an_open_server() {
         err.contains("is not on this host and this server has no key"),
         "{err}"
     );
-    assert!(
-        bed.server_log().contains("refused:"),
-        "{}",
-        bed.server_log()
-    );
+    bed.await_server_log("refused:", 1);
     assert!(!bed.server_log().contains("test of"));
 
     bed.kill_server();

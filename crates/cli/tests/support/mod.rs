@@ -147,6 +147,11 @@ impl Bed {
         std::fs::read_to_string(&self.server_log).unwrap_or_default()
     }
 
+    /// Waits until the server's log has `count` lines containing `text`.
+    pub fn await_server_log(&self, text: &str, count: usize) {
+        await_log(&|| self.server_log(), text, count);
+    }
+
     pub fn server_pid(&self) -> u32 {
         self.server.as_ref().expect("server running").id()
     }
@@ -440,15 +445,21 @@ impl LoopbackServer {
 
     /// Waits until the log has `count` lines containing `text`.
     pub fn await_log(&self, text: &str, count: usize) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.log().matches(text).count() < count {
-            assert!(
-                Instant::now() < deadline,
-                "no {text:?} ×{count} in {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        await_log(&|| self.log(), text, count);
+    }
+}
+
+/// Waits until a server's log holds `text` `count` times: it writes its line after
+/// answering, so a client may finish first.
+fn await_log(log: &dyn Fn() -> String, text: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log().matches(text).count() < count {
+        assert!(
+            Instant::now() < deadline,
+            "no {text:?} ×{count} in {}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -1,6 +1,7 @@
-//! `tcplab run --iperf3` against the real iperf3 (Debian's package) on loopback: no
-//! privileges needed. Without iperf3 installed the tests print `SKIP …` and pass; with
-//! `CI=true` a missing iperf3 fails them.
+//! tcplab against the real iperf3 (Debian's package) both ways: `tcplab run --iperf3`
+//! and `tcplab serve --iperf3`, on loopback (no privileges needed) and, for loss, across
+//! a lab. Without iperf3 installed the tests print `SKIP …` and pass; with `CI=true` a
+//! missing iperf3 fails them.
 
 mod support;
 
@@ -11,7 +12,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{iperf3_or_skip, serial, tcplab, IPERF3};
+use support::{
+    binomial99, iperf3_or_skip, lab_name, serial, serve_in_with, tcplab, LabGuard, IPERF3,
+};
+use tcplab_sys::netns::privileged_or_skip;
 
 /// A loopback port nobody listens on (free when asked; the tests run serially).
 fn free_port() -> u16 {
@@ -203,8 +207,18 @@ fn udp_from_iperf3_agrees_with_its_sender_report() {
     );
 }
 
+/// A server the test started, killed when the test ends, passed or not.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `tcplab serve --iperf3` on 127.0.0.1:`port`, once it listens.
-fn tcplab_iperf3_server(port: u16) -> Child {
+fn tcplab_iperf3_server(port: u16) -> Server {
     let child = tcplab()
         .args([
             "serve",
@@ -227,7 +241,7 @@ fn tcplab_iperf3_server(port: u16) -> Child {
         );
         thread::sleep(Duration::from_millis(20));
     }
-    child
+    Server(child)
 }
 
 #[test]
@@ -237,7 +251,7 @@ fn stock_iperf3_clients_get_valid_json_from_tcplab_serve() {
     }
     let _serial = serial();
     let port = free_port();
-    let mut server = tcplab_iperf3_server(port);
+    let _server = tcplab_iperf3_server(port);
     for args in [
         &["-P", "2", "-w", "1M", "-C", "cubic"][..],
         &["-R", "-N"][..],
@@ -264,8 +278,6 @@ fn stock_iperf3_clients_get_valid_json_from_tcplab_serve() {
         let streams = end["streams"].as_array().unwrap();
         assert_eq!(streams.len(), if args[0] == "-P" { 2 } else { 1 });
     }
-    server.kill().unwrap();
-    server.wait().unwrap();
 }
 
 /// A fake server on loopback that reads the cookie, answers `reply` and closes.
@@ -309,4 +321,107 @@ fn an_iperf3_server_error_is_reported_with_its_code() {
     // SERVER_ERROR, then i_errno 17 and errno 0 as iperf3 writes them.
     let err = run_error(fake_server(&[0xfe, 0, 0, 0, 17, 0, 0, 0, 0]));
     assert!(err.contains("reported an error: i_errno 17"), "{err}");
+}
+
+/// `iperf3 -c HOST -p PORT -J ARGS…` (in `netns` if given): its report, checked free of
+/// errors.
+fn iperf3_client(netns: Option<&str>, host: &str, port: u16, args: &[&str]) -> Value {
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, IPERF3]);
+            c
+        }
+        None => Command::new(IPERF3),
+    };
+    let out = command
+        .args(["-c", host, "-p", &port.to_string(), "-J"])
+        .args(args)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).expect("iperf3 -J stays JSON");
+    assert!(
+        report.get("error").is_none(),
+        "{args:?}: {}",
+        report["error"]
+    );
+    report
+}
+
+#[test]
+fn stock_iperf3_udp_clients_are_served_both_ways() {
+    if !iperf3_or_skip("stock_iperf3_udp_clients_are_served_both_ways") {
+        return;
+    }
+    let _serial = serial();
+    let port = free_port();
+    let _server = tcplab_iperf3_server(port);
+    // Up, two streams: tcplab's receivers count and time iperf3's datagrams.
+    let up = iperf3_client(
+        None,
+        "127.0.0.1",
+        port,
+        &["-u", "-b", "50M", "-l", "1400", "-t", "2", "-P", "2"],
+    );
+    let (sent, received) = (&up["end"]["sum_sent"], &up["end"]["sum_received"]);
+    assert_eq!(up["end"]["streams"].as_array().unwrap().len(), 2);
+    assert!(sent["packets"].as_u64().unwrap() > 15_000, "{sent}");
+    assert_eq!(received["packets"], sent["packets"], "{received}");
+    assert_eq!(received["lost_packets"], 0);
+    assert_eq!(
+        received["bytes"].as_u64().unwrap(),
+        received["packets"].as_u64().unwrap() * 1400
+    );
+    assert!(received["jitter_ms"].as_f64().unwrap() < 1.0, "{received}");
+    // Down (-R): tcplab sends at the rate iperf3 asked; iperf3 counts what we sent but
+    // the few datagrams still on their way when it ended the test (measured: 0–1).
+    let down = iperf3_client(
+        None,
+        "127.0.0.1",
+        port,
+        &["-u", "-b", "50M", "-l", "1400", "-t", "2", "-R"],
+    );
+    let (sent, received) = (&down["end"]["sum_sent"], &down["end"]["sum_received"]);
+    let ours = sent["packets"].as_u64().unwrap();
+    let counted = received["packets"].as_u64().unwrap();
+    assert!(
+        counted <= ours && ours - counted <= 5,
+        "sent {ours}, iperf3 counted {counted}"
+    );
+    assert_eq!(received["lost_packets"], 0);
+    assert_within(
+        "udp -R rate",
+        received["bits_per_second"].as_f64().unwrap(),
+        50e6,
+        0.02,
+    );
+}
+
+#[test]
+fn an_iperf3_client_hears_the_loss_tcplab_counted() {
+    if !privileged_or_skip("an_iperf3_client_hears_the_loss_tcplab_counted")
+        || !iperf3_or_skip("an_iperf3_client_hears_the_loss_tcplab_counted")
+    {
+        return;
+    }
+    let _serial = serial();
+    let lab = LabGuard::up(&lab_name("i3", 1), &["--path", "rate 100mbit up.loss 2%"]);
+    let _server = Server(serve_in_with(
+        &lab.server_ns(),
+        &lab.client_ns(),
+        &["--iperf3"],
+    ));
+    let report = iperf3_client(
+        Some(&lab.client_ns()),
+        "10.77.0.1",
+        5201,
+        &["-u", "-b", "20M", "-l", "1400", "-t", "2"],
+    );
+    let received = &report["end"]["sum_received"];
+    let packets = received["packets"].as_u64().unwrap();
+    let lost = received["lost_packets"].as_u64().unwrap() as f64;
+    // The emulator drops 2 % of what the client sent; what iperf3 prints is our count.
+    let (low, high) = binomial99(packets, 0.02);
+    assert!((low..=high).contains(&lost), "{lost} of {packets} lost");
+    assert_eq!(report["end"]["sum_sent"]["packets"], received["packets"]);
 }

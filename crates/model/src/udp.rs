@@ -235,6 +235,12 @@ impl Receiver {
         self.jitter_ns / 1000.0
     }
 
+    /// Numbers below the highest seen that never arrived: all the receiver alone can
+    /// call lost (iperf3's receiver reports this), blind to a lost tail.
+    pub fn missing(&self) -> u64 {
+        self.next_seq.saturating_sub(self.received)
+    }
+
     /// The one-way delays' quantiles, µs.
     pub fn owd(&mut self) -> Quantiles {
         quantiles(&mut self.owd_us)

@@ -231,11 +231,7 @@ fn open_flows(
     flow_roles(params)
         .into_iter()
         .map(|(id, direction)| {
-            let role = if direction.sender() == Host::Client {
-                Role::Send
-            } else {
-                Role::Receive
-            };
+            let role = Role::of(Host::Client, direction);
             let socket = setup::tcp_socket(&data_addr)?;
             let buffer = setup::apply(&socket, &params.tuning, role)?;
             socket

@@ -22,8 +22,8 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::record::{
-    BufferSize, ClockOffset, CpuUse, HostMeta, LimitShares, RttStats, SampleRecord, TestParams,
-    UdpInterval, UdpStats,
+    BufferSize, ClockOffset, CpuUse, Direction, Host, HostMeta, LimitShares, RttStats,
+    SampleRecord, TestParams, UdpInterval, UdpStats,
 };
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
@@ -246,6 +246,17 @@ pub fn read_udp_hello(datagram: &[u8]) -> Option<([u8; COOKIE_LEN], u32)> {
 pub enum Role {
     Send,
     Receive,
+}
+
+impl Role {
+    /// What `host` does in a flow going `direction`.
+    pub fn of(host: Host, direction: Direction) -> Role {
+        if direction.sender() == host {
+            Role::Send
+        } else {
+            Role::Receive
+        }
+    }
 }
 
 /// One end's view of one report interval of one flow.

@@ -503,14 +503,6 @@ impl Watch {
     }
 }
 
-fn role_of(sends: bool) -> Role {
-    if sends {
-        Role::Send
-    } else {
-        Role::Receive
-    }
-}
-
 /// Tells the client where its flows go, with a fresh random cookie, and takes its flows.
 /// Only the client's own address may open them; all must be there within one
 /// --handshake-timeout.
@@ -522,7 +514,7 @@ fn open_flows(
 ) -> Result<Flows, TrafficError> {
     let roles: Vec<Role> = flow_roles(params)
         .iter()
-        .map(|(_, d)| role_of(d.sender() == Host::Server))
+        .map(|&(_, d)| Role::of(Host::Server, d))
         .collect();
     let mut cookie = [0u8; COOKIE_LEN];
     rand::rng().fill_bytes(&mut cookie);

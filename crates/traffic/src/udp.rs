@@ -424,6 +424,8 @@ fn receive(
     let mut receiver = shared.receiver.lock().expect("receiver lock");
     let stats = UdpStats {
         received: receiver.received,
+        // This end's view; with the sender's count the merge makes it sent − received.
+        lost: receiver.missing(),
         duplicates: receiver.duplicates,
         out_of_order: receiver.out_of_order,
         jitter_us: receiver.jitter_us(),

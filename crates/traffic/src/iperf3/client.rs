@@ -16,8 +16,8 @@ use std::thread;
 use std::time::Duration;
 
 use tcplab_model::record::{
-    BufferSize, CpuUse, Direction, Host, HostMeta, Mode, RunRecord, TestEnd, TestParams,
-    UdpHeaderFormat, UdpStats,
+    BufferSize, CpuUse, Host, HostMeta, Mode, RunRecord, TestEnd, TestParams, UdpHeaderFormat,
+    UdpStats,
 };
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
@@ -287,7 +287,7 @@ fn open_flows(
     flow_roles(params)
         .into_iter()
         .map(|(id, direction)| {
-            let role = our_role(direction);
+            let role = Role::of(Host::Client, direction);
             let socket = setup::tcp_socket(&server)?;
             let buffer = setup::apply(&socket, &params.tuning, role)?;
             socket.connect_timeout(&server.into(), STEP_TIMEOUT)?;
@@ -309,7 +309,7 @@ fn open_udp_flows(params: &TestParams, server: SocketAddr) -> io::Result<Vec<Udp
     flow_roles(params)
         .into_iter()
         .map(|(id, direction)| {
-            let role = our_role(direction);
+            let role = Role::of(Host::Client, direction);
             let any: IpAddr = if server.is_ipv6() {
                 Ipv6Addr::UNSPECIFIED.into()
             } else {
@@ -349,13 +349,6 @@ fn data_fds(flows: &Flows) -> io::Result<Vec<OwnedFd>> {
             .iter()
             .map(|f| f.socket.as_fd().try_clone_to_owned())
             .collect(),
-    }
-}
-
-fn our_role(direction: Direction) -> Role {
-    match direction.sender() {
-        Host::Client => Role::Send,
-        Host::Server => Role::Receive,
     }
 }
 
@@ -429,16 +422,16 @@ pub(super) fn our_results(local: &SideOutcome, sending: bool, udp: bool) -> Resu
                 id: iperf3_stream_id(f.id),
                 bytes: f.bytes,
                 retransmits: tcp_sending.then_some(f.retransmits),
-                // iperf3's receiver reports the highest number seen and the gaps below
-                // it; ours counts distinct arrivals (loss is the sender's count minus them).
+                // A receiver reports, as iperf3's does, the datagrams up to the highest
+                // number seen and the gaps below it; its peer prints their ratio as loss.
                 packets: f
                     .udp
-                    .map_or(0, |u| if sending { u.sent } else { u.received })
+                    .map_or(0, |u| if sending { u.sent } else { u.received + u.lost })
                     as i64,
+                errors: f.udp.filter(|_| !sending).map_or(0, |u| u.lost) as i64,
                 jitter: f.udp.map_or(0.0, |u| u.jitter_us / 1e6),
                 start_time: 0.0,
                 end_time: (f.end_us - f.start_us).max(0) as f64 / 1e6,
-                ..StreamResult::default()
             })
             .collect(),
     }

@@ -1,20 +1,23 @@
 //! `tcplab serve --iperf3`: serves stock iperf3 clients, one test at a time as iperf3's
-//! own server does (its data connections arrive on the control port).
+//! own server does (its data connections and UDP streams arrive on the control port).
 //!
 //! iperf3's server state machine (`iperf_server_api.c`): cookie → we send PARAM_EXCHANGE
 //! and read the parameters → CREATE_STREAMS (the client's data connections, each opened
-//! with the cookie) → TEST_START, TEST_RUNNING → flows run until the client sends
-//! TEST_END → EXCHANGE_RESULTS (the client's, then ours) → DISPLAY_RESULTS → the
-//! client's IPERF_DONE. Our flows run on tcplab's engine.
+//! with the cookie; or its UDP streams, each opened with a connect datagram) →
+//! TEST_START, TEST_RUNNING → flows run until the client sends TEST_END →
+//! EXCHANGE_RESULTS (the client's, then ours) → DISPLAY_RESULTS → the client's
+//! IPERF_DONE. Our flows run on tcplab's engine.
 
 use std::io::{self, Read};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::record::{Host, Mode, TestEnd, TestParams, Tuning};
+use socket2::{Domain, Protocol, Socket, Type};
+use tcplab_model::record::{Host, Mode, TestEnd, TestParams, Tuning, UdpHeaderFormat, UdpParams};
+use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::localnet::Neighbourhood;
 
@@ -22,6 +25,7 @@ use super::client::our_results;
 use super::wire::{self, Cookie, Params, Results, State, COOKIE_LEN};
 use crate::engine::{End, FlowSocket, Flows};
 use crate::protocol::Role;
+use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, setup};
 
 /// How long each step of the handshake and of the results exchange may take.
@@ -77,15 +81,34 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
     // closed unexpectedly, and our log says why (iperf3's error codes have no
     // "unsupported" for these).
     let params = from_iperf3(&asked)?;
+    // A UDP stream's connect datagram follows CREATE_STREAMS at once: its socket must be
+    // there first, or the client gets "connection refused".
+    let udp_listening = match params.udp {
+        Some(_) => Some(
+            listener
+                .local_addr()
+                .and_then(|local| Ok((udp_listener(local)?, local)))
+                .map_err(step("opening the UDP port"))?,
+        ),
+        None => None,
+    };
     wire::write_state(&mut control, State::CreateStreams).map_err(step("CREATE_STREAMS"))?;
-    let flows = accept_flows(listener, &cookie, &params).map_err(step("accepting a stream"))?;
+    let flows = match udp_listening {
+        Some((first, local)) => accept_udp_flows(first, local, &params).map(Flows::Udp),
+        None => accept_flows(listener, &cookie, &params).map(Flows::Tcp),
+    }
+    .map_err(step("accepting a stream"))?;
     let _busy = Busy::turn_away(listener).map_err(step("listener"))?;
     // Kept open until the client is done, as iperf3 does (see the client).
-    let open_until_done: Vec<TcpStream> = flows
-        .iter()
-        .map(|f| f.stream.try_clone())
-        .collect::<io::Result<_>>()
-        .map_err(step("keeping the streams"))?;
+    let open_until_done: Vec<TcpStream> = match &flows {
+        Flows::Tcp(flows) => flows
+            .iter()
+            .map(|f| f.stream.try_clone())
+            .collect::<io::Result<_>>()
+            .map_err(step("keeping the streams"))?,
+        // A UDP receiver looks at the stop flag between reads.
+        Flows::Udp(_) => Vec::new(),
+    };
     wire::write_state(&mut control, State::TestStart).map_err(step("TEST_START"))?;
     wire::write_state(&mut control, State::TestRunning).map_err(step("TEST_RUNNING"))?;
 
@@ -112,7 +135,7 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
         peer_offset_ns: 0,
         pacing: None,
     };
-    let local = Flows::Tcp(flows).run(&params, end, tx, flows_stop);
+    let local = flows.run(&params, end, tx, flows_stop);
     let (state, _open_until_done) = watcher.join().expect("watcher panicked");
     control
         .set_read_timeout(Some(STEP_TIMEOUT))
@@ -126,8 +149,11 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
     let theirs: Results =
         wire::read_json(&mut control).map_err(step("reading the client's results"))?;
     let sending = params.mode == Mode::Down;
-    wire::write_json(&mut control, &our_results(&local, sending, false))
-        .map_err(step("sending our results"))?;
+    wire::write_json(
+        &mut control,
+        &our_results(&local, sending, params.udp.is_some()),
+    )
+    .map_err(step("sending our results"))?;
     wire::write_state(&mut control, State::DisplayResults).map_err(step("DISPLAY_RESULTS"))?;
     // IPERF_DONE, or the client just closing: either ends the test.
     let _ = wire::read_state(&mut control);
@@ -141,8 +167,9 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
         .fold(0.0, f64::max);
     let client_bytes: u64 = theirs.streams.iter().map(|s| s.bytes).sum();
     Ok(format!(
-        "{} streams {}, {bytes} bytes in {seconds:.2} s = {:.3} Gbit/s here, {client_bytes} bytes at the client",
+        "{} {} streams {}, {bytes} bytes in {seconds:.2} s = {:.3} Gbit/s here, {client_bytes} bytes at the client",
         params.streams,
+        if params.udp.is_some() { "UDP" } else { "TCP" },
         if params.mode == Mode::Down { "sent" } else { "received" },
         bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
     ))
@@ -150,9 +177,7 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
 
 /// An iperf3 client's parameters as tcplab's. What we cannot serve is refused by name.
 fn from_iperf3(asked: &Params) -> Result<TestParams, String> {
-    if asked.udp {
-        return Err("UDP is not served with --iperf3 yet (TCP only)".into());
-    }
+    let udp = asked.udp.then(|| udp_from_iperf3(asked)).transpose()?;
     if asked.bidirectional {
         return Err("--bidir is not served with --iperf3".into());
     }
@@ -181,10 +206,31 @@ fn from_iperf3(asked: &Params) -> Result<TestParams, String> {
             mss: asked.mss,
             cc: asked.congestion.clone(),
             pacing_rate: asked.fqrate,
-            app_rate: asked.bandwidth.filter(|&b| b > 0),
+            app_rate: asked.bandwidth.filter(|&b| b > 0 && udp.is_none()),
             ..Tuning::default()
         },
+        udp,
         ..TestParams::default()
+    })
+}
+
+/// A UDP test's rate (`-b`; 0 or none: as fast as we can), datagram size (`-l`) and
+/// burst, with iperf3's datagram header.
+fn udp_from_iperf3(asked: &Params) -> Result<UdpParams, String> {
+    if asked.udp_counters_64bit {
+        return Err("--udp-counters-64bit is not served with --iperf3".into());
+    }
+    if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&asked.len) {
+        return Err(format!(
+            "-l {} is not a datagram size tcplab sends ({MIN_DATAGRAM}..={MAX_DATAGRAM} bytes)",
+            asked.len
+        ));
+    }
+    Ok(UdpParams {
+        rate_bps: asked.bandwidth.unwrap_or(0),
+        datagram_size: asked.len,
+        burst: asked.burst.unwrap_or(1).max(1),
+        header: UdpHeaderFormat::Iperf3,
     })
 }
 
@@ -211,10 +257,7 @@ fn accept_flows(
                 ));
             }
             stream.set_read_timeout(None)?;
-            let role = match direction.sender() {
-                Host::Server => Role::Send,
-                Host::Client => Role::Receive,
-            };
+            let role = Role::of(Host::Server, direction);
             let buffer = setup::apply(&stream, &params.tuning, role)?;
             Ok(FlowSocket {
                 id,
@@ -224,6 +267,58 @@ fn accept_flows(
             })
         })
         .collect()
+}
+
+/// A UDP socket on the control port's address, beside the streams' connected ones.
+fn udp_listener(local: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&local.into())?;
+    let socket = UdpSocket::from(socket);
+    socket.set_read_timeout(Some(STEP_TIMEOUT))?;
+    Ok(socket)
+}
+
+/// The client's UDP streams, as iperf3's server takes them (`iperf_udp_accept`): the
+/// listening socket reads a stream's connect datagram and connects to its sender; a new
+/// one listens for the next stream before the answer lets the client open it.
+fn accept_udp_flows(
+    first: UdpSocket,
+    local: SocketAddr,
+    params: &TestParams,
+) -> io::Result<Vec<UdpFlow>> {
+    let roles = flow_roles(params);
+    let mut listening = Some(first);
+    let mut flows = Vec::with_capacity(roles.len());
+    for (k, &(id, direction)) in roles.iter().enumerate() {
+        let socket = listening.take().expect("a socket listens for every stream");
+        let mut hello = [0u8; 4];
+        let (n, peer) = socket.recv_from(&mut hello)?;
+        if !wire::is_udp_connect(&hello[..n]) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a UDP stream opened with {:02x?}, not iperf3's connect datagram",
+                    &hello[..n]
+                ),
+            ));
+        }
+        socket.connect(peer)?;
+        if k + 1 < roles.len() {
+            listening = Some(udp_listener(local)?);
+        }
+        socket.send(&wire::UDP_CONNECT_REPLY)?;
+        socket.set_read_timeout(None)?;
+        let role = Role::of(Host::Server, direction);
+        let buffer = udp::prepare(&socket, role, params)?;
+        flows.push(UdpFlow {
+            id,
+            role,
+            socket,
+            buffer,
+        });
+    }
+    Ok(flows)
 }
 
 /// While a test runs, turns other clients away with ACCESS_DENIED, as iperf3 does.
@@ -298,14 +393,50 @@ mod tests {
     }
 
     #[test]
+    fn a_udp_clients_rate_size_and_burst_become_ours() {
+        // iperf3 3.12's `send_parameters` for `iperf3 -c … -u -b 50M -l 1400 -t 2 -R`.
+        let asked: Params = serde_json::from_str(
+            r#"{"udp": true, "omit": 0, "time": 2, "num": 0, "blockcount": 0, "parallel": 1,
+                "reverse": true, "len": 1400, "bandwidth": 50000000, "pacing_timer": 1000,
+                "client_version": "3.12"}"#,
+        )
+        .unwrap();
+        let params = from_iperf3(&asked).unwrap();
+        assert_eq!(params.mode, Mode::Down);
+        assert_eq!(
+            params.udp,
+            Some(UdpParams {
+                rate_bps: 50_000_000,
+                datagram_size: 1400,
+                burst: 1,
+                header: UdpHeaderFormat::Iperf3,
+            })
+        );
+        // -b paces UDP datagrams, not TCP writes.
+        assert_eq!(params.tuning.app_rate, None);
+    }
+
+    #[test]
     fn what_we_do_not_serve_is_named() {
-        let udp = Params {
+        let wide = Params {
+            udp: true,
+            udp_counters_64bit: true,
+            parallel: 1,
+            time: 1,
+            len: 1400,
+            ..Params::default()
+        };
+        assert!(from_iperf3(&wide)
+            .unwrap_err()
+            .contains("--udp-counters-64bit"));
+        let tiny = Params {
             udp: true,
             parallel: 1,
             time: 1,
+            len: 4,
             ..Params::default()
         };
-        assert!(from_iperf3(&udp).unwrap_err().contains("UDP"));
+        assert!(from_iperf3(&tiny).unwrap_err().contains("-l 4"));
         let blocks = Params {
             tcp: true,
             parallel: 1,

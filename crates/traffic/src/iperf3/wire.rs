@@ -88,13 +88,26 @@ pub fn new_cookie() -> Cookie {
 /// order, "9876" on the little-endian machines it mostly runs on.
 pub const UDP_CONNECT: [u8; 4] = *b"9876";
 
-/// The server's answer to [`UDP_CONNECT`]: 0x39383736, or 987654321 from old versions, in
-/// either byte order.
+/// The server's answer, as iperf3's server writes it: 0x39383736 in host order.
+pub const UDP_CONNECT_REPLY: [u8; 4] = 0x3938_3736u32.to_ne_bytes();
+
+/// Whether a datagram is [`UDP_CONNECT`] (or old versions' 123456789), in either byte order.
+pub fn is_udp_connect(datagram: &[u8]) -> bool {
+    is_integer_of(datagram, &[0x3637_3839, 123_456_789])
+}
+
+/// Whether a datagram is the server's answer to [`UDP_CONNECT`]: 0x39383736 (or old
+/// versions' 987654321), in either byte order.
 pub fn is_udp_connect_reply(datagram: &[u8]) -> bool {
+    is_integer_of(datagram, &[0x3938_3736, 987_654_321])
+}
+
+/// Whether a datagram is exactly one of `values` as a 32-bit integer in either byte order.
+fn is_integer_of(datagram: &[u8], values: &[u32]) -> bool {
     let Ok(bytes) = <[u8; 4]>::try_from(datagram) else {
         return false;
     };
-    [0x3938_3736u32, 987_654_321]
+    values
         .iter()
         .any(|&v| bytes == v.to_be_bytes() || bytes == v.to_le_bytes())
 }

@@ -1,5 +1,6 @@
 //! What an iperf3 peer sends: its state bytes, its parameters and results as
-//! length-prefixed JSON, and its UDP connect reply. Any bytes are read or refused.
+//! length-prefixed JSON, and its UDP connect datagram and reply. Any bytes are read or
+//! refused.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -14,5 +15,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = wire::read_json::<Params>(&mut &data[..]);
     let _ = wire::read_json::<Results>(&mut &data[..]);
+    let _ = wire::is_udp_connect(data);
     let _ = wire::is_udp_connect_reply(data);
 });

@@ -3,6 +3,9 @@
 # (default and -R), iperf3's own client against `iperf3 -s`; `tcplab run --iperf3`
 # against a fresh `iperf3 -s -J`, tcplab's throughput next to the server's report; and
 # `iperf3 -c -J` against `tcplab serve --iperf3`, one side of its sums measured by each.
+# Then UDP at $UDP_RATE (default 1G), 1400-byte datagrams, both directions: iperf3's
+# client against `iperf3 -s` and against `tcplab serve --iperf3`, each row the sender's
+# and the receiver's rate and the loss as the client printed it.
 #
 #   bash bench/iperf3_interop.sh            # 2 repetitions of 5 s
 #   REPS=3 DUR=10 TCPLAB=target/release/tcplab bash bench/iperf3_interop.sh
@@ -12,6 +15,7 @@ REPS=${REPS:-2}
 DUR=${DUR:-5}
 TCPLAB=${TCPLAB:-target/debug/tcplab}
 PORT=${PORT:-5310}
+UDP_RATE=${UDP_RATE:-1G}
 OUT=$(mktemp -d)
 "$TCPLAB" serve --iperf3 --listen "127.0.0.1:$((PORT + 1))" 2>/dev/null &
 TCPLAB_SERVER=$!
@@ -58,5 +62,27 @@ ours, theirs = (sent, received) if reverse else (received, sent)
 print("iperf3 -c → tcplab %-3s tcplab %6.2f  iperf3 -c %6.2f Gbit/s  (%+.2f %%)" % (
     sys.argv[2], ours / 1e9, theirs / 1e9, (ours - theirs) / theirs * 100))
 PY
+    done
+done
+
+udp_row() {
+    python3 - "$OUT" "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1] + "/client.json"))["end"]
+s, r = c["sum_sent"], c["sum_received"]
+print("%-30s sender %7.1f  receiver %7.1f Mbit/s  lost %d/%d (%.3f %%)" % (
+    sys.argv[2], s["bits_per_second"] / 1e6, r["bits_per_second"] / 1e6,
+    r["lost_packets"], r["packets"], r["lost_percent"]))
+PY
+}
+
+for _ in $(seq "$REPS"); do
+    for dir in "" "-R"; do
+        server
+        iperf3 -c 127.0.0.1 -p "$PORT" -u -b "$UDP_RATE" -l 1400 -t "$DUR" $dir -J >"$OUT/client.json"
+        wait $IPERF3_SERVER
+        udp_row "iperf3 -u $dir → iperf3 -s"
+        iperf3 -c 127.0.0.1 -p "$((PORT + 1))" -u -b "$UDP_RATE" -l 1400 -t "$DUR" $dir -J >"$OUT/client.json"
+        udp_row "iperf3 -u $dir → tcplab serve"
     done
 done

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{iperf3_or_skip, key_file, lab_name, serial, tcplab, LabGuard, IPERF3};
+use support::{export_jsonl, iperf3_or_skip, key_file, lab_name, serial, tcplab, LabGuard, IPERF3};
 use tcplab_sys::netns::privileged_or_skip;
 
 const RTT_US: f64 = 20_000.0;
@@ -139,22 +139,6 @@ fn sysctl_in(ns: &str, setting: &str) {
     assert!(status.success(), "sysctl {setting} in {ns}");
 }
 
-/// The stored runs, one JSON object each.
-fn runs(db: &Path) -> Vec<Value> {
-    let out = tcplab()
-        .arg("export")
-        .arg(db)
-        .args(["--table", "runs", "--format", "jsonl"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn meta(run: &Value, end: &str) -> Value {
     serde_json::from_str(run[format!("{end}_meta_json")].as_str().unwrap()).unwrap()
 }
@@ -235,7 +219,7 @@ values = ["64K", "1M"]
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let runs = runs(&db);
+    let runs = export_jsonl(&db, "runs");
     assert_eq!(runs.len(), 6);
     let mut throughput = std::collections::BTreeMap::new();
     for run in &runs {
@@ -390,7 +374,7 @@ values = ["near", "far", "gone"]
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("server=far rep 1: "), "{stdout}");
     assert!(!stdout.contains("server=far rep 1: FAILED"), "{stdout}");
-    let runs = runs(&db);
+    let runs = export_jsonl(&db, "runs");
     let done = runs.iter().filter(|r| r["status"] == "done").count();
     assert_eq!(done, 2, "near once, far after the retry");
 }

@@ -162,17 +162,7 @@ fn small_experiment(dir: &Path, repetitions: u32, seconds: &str, extra: &str) ->
 }
 
 fn plan(db: &Path) -> Vec<Value> {
-    let out = tcplab()
-        .arg("export")
-        .arg(db)
-        .args(["--table", "plan", "--format", "jsonl"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    export_jsonl(db, "plan")
 }
 
 fn done(plan: &[Value]) -> usize {
@@ -237,16 +227,7 @@ fn a_sweep_killed_at_a_random_moment_resumes_without_loss_or_duplicates() {
         assert_eq!(same["run_id"], row["run_id"]);
     }
     // One stored run per plan row: nothing lost, nothing counted twice.
-    let runs = tcplab()
-        .arg("export")
-        .arg(&db)
-        .args(["--format", "jsonl"])
-        .output()
-        .unwrap();
-    let runs: Vec<Value> = String::from_utf8_lossy(&runs.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let runs = export_jsonl(&db, "runs");
     let linked: std::collections::BTreeSet<(i64, i64)> = runs
         .iter()
         .filter(|r| r["status"] == "done")

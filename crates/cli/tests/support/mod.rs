@@ -479,6 +479,25 @@ pub fn key_file(dir: &std::path::Path, name: &str, key: &[u8]) -> PathBuf {
     path
 }
 
+/// A table of a database as `tcplab export --format jsonl` writes it, one row each.
+pub fn export_jsonl(db: &std::path::Path, table: &str) -> Vec<Value> {
+    let out = tcplab()
+        .arg("export")
+        .arg(db)
+        .args(["--table", table, "--format", "jsonl"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// The one-line reason on a failed run's stderr, asserting exit status 1.
 pub fn failure(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).trim().to_string();

@@ -491,18 +491,7 @@ fn stored_runs_export_as_csv_and_jsonl() {
         "-t", "0.5s", "-P", "2", "--db", db_arg, "--label", "first", "--tag", "a",
     ]);
     let v = bed.run_json(&["-t", "0.5s", "--db", db_arg]);
-    let export = |table: &str, format: &str| {
-        let out = support::tcplab()
-            .args(["export", db_arg, "--table", table, "--format", format])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let export = |table: &str, format: &str| support::export(&db, table, format);
     let runs = export("runs", "csv");
     assert_eq!(runs.lines().count(), 3, "header and two runs:\n{runs}");
     assert!(runs.contains("first"));

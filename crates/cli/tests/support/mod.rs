@@ -23,6 +23,8 @@ pub struct Bed {
     server: Option<Child>,
     pub server_log: PathBuf,
     _dir: tempfile::TempDir,
+    /// Beds measure rates and sampling: one at a time (see [`serial`]).
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 /// A namespace prefix unique to this process and bed: names must not clash across test
@@ -40,6 +42,7 @@ impl Bed {
         if !privileged_or_skip(test) {
             return None;
         }
+        let serial = serial();
         let (prefix, n) = unique();
         let lab = VethLab::new(&prefix, n + 1).expect("creating the veth lab");
         let dir = tempfile::tempdir().unwrap();
@@ -48,6 +51,7 @@ impl Bed {
             server: None,
             server_log: dir.path().join("server.log"),
             _dir: dir,
+            _serial: serial,
         };
         bed.start_server();
         Some(bed)
@@ -479,12 +483,12 @@ pub fn key_file(dir: &std::path::Path, name: &str, key: &[u8]) -> PathBuf {
     path
 }
 
-/// A table of a database as `tcplab export --format jsonl` writes it, one row each.
-pub fn export_jsonl(db: &std::path::Path, table: &str) -> Vec<Value> {
+/// `tcplab export DB --table TABLE --format FORMAT`'s output, asserting success.
+pub fn export(db: &std::path::Path, table: &str, format: &str) -> String {
     let out = tcplab()
         .arg("export")
         .arg(db)
-        .args(["--table", table, "--format", "jsonl"])
+        .args(["--table", table, "--format", format])
         .output()
         .unwrap();
     assert!(
@@ -492,7 +496,12 @@ pub fn export_jsonl(db: &std::path::Path, table: &str) -> Vec<Value> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A table of a database as JSON lines, one value per row.
+pub fn export_jsonl(db: &std::path::Path, table: &str) -> Vec<Value> {
+    export(db, table, "jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()

@@ -128,8 +128,18 @@ fn receiving_from_iperf3_agrees_with_its_sender_report() {
         return;
     }
     let _serial = serial();
-    let (ours, theirs) = run_against_iperf3(&["-t", "2", "-R", "-P", "2", "-N"]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("r.db");
+    let db = db.to_str().unwrap();
+    let (ours, theirs) = run_against_iperf3(&["-t", "2", "-R", "-P", "2", "-N", "--db", db]);
     assert_eq!(ours["status"], "done");
+    // Nobody sampled iperf3's senders: explain does not guess their windows.
+    let out = tcplab()
+        .args(["explain", "--db", db, "--last", "--json"])
+        .output()
+        .unwrap();
+    let explained: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(explained["verdict"]["limit"], "unknown", "{explained}");
     assert_eq!(ours["flows"][1]["direction"], "down");
     assert!(ours["flows"][0]["receiver_samples"].as_u64().unwrap() > 100);
     assert_eq!(theirs["start"]["test_start"]["reverse"], 1);

@@ -56,6 +56,9 @@ pub enum Limit {
     App,
     /// A pacing rate (SO_MAX_PACING_RATE or the gap pacer) held the sender back.
     Pacing,
+    /// No sender's tcp_info was sampled (an iperf3 sender, or sampling off): nothing
+    /// to tell the windows apart by.
+    Unknown,
 }
 
 impl Limit {
@@ -67,6 +70,7 @@ impl Limit {
             Limit::Sndbuf => "sndbuf",
             Limit::App => "app",
             Limit::Pacing => "pacing",
+            Limit::Unknown => "unknown",
         }
     }
 }
@@ -180,6 +184,8 @@ pub struct Finding {
 /// What one TCP flow's sender samples show in its steady state (medians, bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Steady {
+    /// The sender was sampled: the figures below are measured, not zeros.
+    sampled: bool,
     in_flight: f64,
     cwnd: f64,
     rwnd: f64,
@@ -413,6 +419,7 @@ fn steady(samples: &[&SampleRecord]) -> Steady {
     let bytes =
         |f: &dyn Fn(&TcpInfo) -> f64| median(part.iter().map(|s| f(&s.info))).unwrap_or(0.0);
     Steady {
+        sampled: !part.is_empty(),
         in_flight: bytes(&|i| f64::from(i.unacked) * f64::from(i.snd_mss)),
         cwnd: bytes(&|i| f64::from(i.snd_cwnd) * f64::from(i.snd_mss)),
         rwnd: bytes(&|i| f64::from(i.snd_wnd)),
@@ -550,11 +557,18 @@ fn verdict(
             ),
         );
     }
-    // The window arithmetic, flow by flow, weighted by bytes.
+    // The window arithmetic, flow by flow, weighted by bytes; only where the sender
+    // was sampled.
     let mut votes: Vec<(Limit, f64, String)> = Vec::new();
-    for (f, s) in tcp.iter().zip(steady) {
+    for (f, s) in tcp.iter().zip(steady).filter(|(_, s)| s.sampled) {
         let (limit, reason) = flow_window_limit(f, s, app_rate.is_some());
         votes.push((limit, f.received_bytes as f64, reason));
+    }
+    if votes.is_empty() {
+        return v(
+            Limit::Unknown,
+            "no sender's tcp_info was sampled (an iperf3 sender, or --sample-interval 0): its windows are not known".into(),
+        );
     }
     let total: f64 = votes.iter().map(|v| v.1).sum();
     let best = [Limit::Rwnd, Limit::Sndbuf, Limit::Cwnd, Limit::App]
@@ -968,6 +982,19 @@ mod tests {
             finding.message
         );
         assert!(e.recommendations[0].starts_with("set the send buffer to ≥ 244 KiB"));
+    }
+
+    #[test]
+    fn an_unsampled_sender_gets_no_window_verdict() {
+        // An iperf3 sender (`run --iperf3 -R`): our end received, nobody sampled the
+        // sender. Its zeros must not read as "nothing in flight: the send buffer".
+        let r = run("rtt 10ms rate 1gbit", vec![flow(0, 20e6)], Vec::new());
+        let e = explain(&r);
+        assert_eq!(e.verdict.limit, Limit::Unknown, "{}", e.verdict.reason);
+        assert!(e.verdict.reason.contains("no sender's tcp_info"));
+        // The link still decides where it was full.
+        let full = run("rtt 10ms rate 100mbit", vec![flow(0, 94e6)], Vec::new());
+        assert_eq!(explain(&full).verdict.limit, Limit::Link);
     }
 
     #[test]

@@ -166,9 +166,14 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
             .arg("--db")
             .arg(&db),
     );
+    // Report intervals of 250 ms: a 1.5 s run's jitter and loss lines then cross their
+    // chart (with 1 s intervals, one steep anti-aliased segment held as few as 214
+    // pixels of the series colour).
     for args in [
         &["-t", "1.5", "-P", "2", "--label", "two flows"][..],
-        &["-t", "1.5", "-u", "-b", "5mbit", "--label", "udp"][..],
+        &[
+            "-t", "1.5", "-i", "0.25", "-u", "-b", "5mbit", "--label", "udp",
+        ][..],
     ] {
         run_ok(
             tcplab()

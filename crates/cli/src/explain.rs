@@ -76,9 +76,9 @@ pub fn render(e: &Explanation) -> String {
     }
     let t = &e.tunings;
     s += &format!(
-        "tunings:   {}, MSS {} B, send buffer {}, receive buffer {}, writes of {}, Nagle {}, pacing {}\n",
+        "tunings:   {}, MSS {}, send buffer {}, receive buffer {}, writes of {}, Nagle {}, pacing {}\n",
         if t.cc.is_empty() { "-" } else { &t.cc },
-        t.mss,
+        unless_zero(u64::from(t.mss), |m| format!("{m} B")),
         buffer(&t.sndbuf),
         buffer(&t.rcvbuf),
         format_size(u64::from(t.write_size)),
@@ -159,8 +159,21 @@ fn buffer(b: &BufferSize) -> String {
         Some(r) => format!(
             "{} requested → {} effective",
             format_size(r),
-            format_size(b.effective)
+            unless_zero(b.effective, format_size)
         ),
-        None => format!("autotuned ({} at the end)", format_size(b.at_end)),
+        None => format!(
+            "autotuned ({} at the end)",
+            unless_zero(b.at_end, format_size)
+        ),
+    }
+}
+
+/// A socket figure, or "—" for 0: what an end nobody sampled (an iperf3 peer) leaves,
+/// never a measured MSS or buffer.
+fn unless_zero(v: u64, show: impl Fn(u64) -> String) -> String {
+    if v == 0 {
+        "—".into()
+    } else {
+        show(v)
     }
 }

@@ -5,12 +5,15 @@
 
 mod support;
 
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{export_jsonl, iperf3_or_skip, key_file, lab_name, serial, tcplab, LabGuard, IPERF3};
+use support::{
+    await_listening, export_jsonl, iperf3_or_skip, key_file, lab_name, serial, tcplab, LabGuard,
+    IPERF3,
+};
 use tcplab_sys::netns::privileged_or_skip;
 
 const RTT_US: f64 = 20_000.0;
@@ -88,25 +91,16 @@ impl Network {
         );
     }
 
-    /// Starts a server and waits until it listens, read from its own namespace's
-    /// /proc/PID/net/tcp: a probe connection would count against its limits.
+    /// Starts a server and waits until it listens on 10.77.0.1:`port`.
     fn start(&mut self, port: u16, command: &mut Command) {
         let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting a server");
-        let listening = format!("01004D0A:{port:04X} 00000000:0000 0A");
-        let table = format!("/proc/{}/net/tcp", child.id());
         self.agents.push(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(&table)
-            .unwrap_or_default()
-            .contains(&listening)
-        {
-            assert!(Instant::now() < deadline, "nothing listens on port {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let server = self.agents.last().expect("just pushed");
+        await_listening(server, SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 1), port));
     }
 
     /// `tcplab sweep FILE --db DB` from the client namespace.

@@ -6,14 +6,14 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    binomial99, iperf3_or_skip, lab_name, serial, serve_in_with, tcplab, LabGuard, IPERF3,
+    await_listening, binomial99, iperf3_or_skip, lab_name, serial, serve_in_with, tcplab, LabGuard,
+    IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -26,8 +26,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `iperf3 -s -1 -J` on 127.0.0.1:`port`, once it listens. Its readiness is read from
-/// /proc/net/tcp: a probe connection would be the one test it serves.
+/// `iperf3 -s -1 -J` on 127.0.0.1:`port`, once it listens.
 fn iperf3_server(port: u16) -> Child {
     let child = Command::new(IPERF3)
         .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
@@ -35,15 +34,7 @@ fn iperf3_server(port: u16) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting iperf3 -s");
-    let listening = format!("0100007F:{port:04X} 00000000:0000 0A");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !std::fs::read_to_string("/proc/net/tcp")
-        .unwrap()
-        .contains(&listening)
-    {
-        assert!(Instant::now() < deadline, "iperf3 -s did not listen");
-        thread::sleep(Duration::from_millis(20));
-    }
+    await_listening(&child, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
     child
 }
 
@@ -239,18 +230,7 @@ fn tcplab_iperf3_server(port: u16) -> Server {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting tcplab serve --iperf3");
-    let listening = format!("0100007F:{port:04X} 00000000:0000 0A");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !std::fs::read_to_string("/proc/net/tcp")
-        .unwrap()
-        .contains(&listening)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "tcplab serve --iperf3 did not listen"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    await_listening(&child, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
     Server(child)
 }
 

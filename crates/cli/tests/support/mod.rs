@@ -515,6 +515,26 @@ pub fn failure(out: &Output) -> String {
     err
 }
 
+/// Waits until `server` listens on TCP `addr`, read from /proc/PID/net/tcp, which shows
+/// the server's own namespace: a probe connection would count against its limits, or
+/// be the one test an `iperf3 -s -1` serves.
+pub fn await_listening(server: &Child, addr: std::net::SocketAddrV4) {
+    let listening = format!(
+        "{:08X}:{:04X} 00000000:0000 0A",
+        u32::from_le_bytes(addr.ip().octets()),
+        addr.port()
+    );
+    let table = format!("/proc/{}/net/tcp", server.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&table)
+        .unwrap_or_default()
+        .contains(&listening)
+    {
+        assert!(Instant::now() < deadline, "nothing listens on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Debian's iperf3, the reference the comparison tests drive.
 pub const IPERF3: &str = "/usr/bin/iperf3";
 

@@ -192,13 +192,13 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
         experiment.repetitions,
         humantime::format_duration(Duration::from_secs(total.as_secs()))
     );
-    let mut hosts: Vec<_> = experiment
+    let hosts: std::collections::BTreeMap<&str, _> = experiment
         .points
         .iter()
         .filter_map(|p| p.config.server.as_ref())
+        .map(|h| (h.name.as_str(), h))
         .collect();
-    hosts.dedup();
-    for host in hosts {
+    for host in hosts.values() {
         println!(
             "  real host {}: {} at {}{}",
             host.name,

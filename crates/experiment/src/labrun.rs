@@ -109,7 +109,6 @@ pub fn run_in_lab(
 }
 
 /// A real host a run's flows reach from this machine.
-#[derive(Clone)]
 pub struct RealHost {
     /// `HOST[:PORT]`, as `tcplab run` takes it.
     pub address: String,
@@ -120,12 +119,7 @@ pub struct RealHost {
 }
 
 /// Runs `groups` from this machine against a real host: no lab, no emulated path.
-pub fn run_against(
-    host: &RealHost,
-    groups: &[FlowGroup],
-    stop: Arc<AtomicBool>,
-    live: Option<IntervalSink>,
-) -> Result<LabRun> {
+pub fn run_against(host: &RealHost, groups: &[FlowGroup], stop: Arc<AtomicBool>) -> Result<LabRun> {
     if let Some(g) = groups.iter().find(|g| g.client != 0) {
         return Err(anyhow!(
             "a flow runs from client {}, but against a real host only this machine is a client",
@@ -133,7 +127,7 @@ pub fn run_against(
         ));
     }
     let tests = Instant::now();
-    let record = run_groups(Reach::Host(host), groups, &stop, live)?;
+    let record = run_groups(Reach::Host(host), groups, &stop, None)?;
     Ok(LabRun {
         record,
         setup: Duration::ZERO,

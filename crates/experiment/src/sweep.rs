@@ -347,7 +347,7 @@ fn run_point(
             let host = hosts
                 .get(&server.name)
                 .ok_or_else(|| format!("host '{}' was not prepared", server.name))?;
-            run_against(host, &groups, Arc::clone(stop), None)
+            run_against(host, &groups, Arc::clone(stop))
         }
         None => {
             let mut path = c.path.clone();

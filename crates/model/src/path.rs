@@ -651,8 +651,20 @@ const RATE: &str = "a rate such as 100mbit, 1gbit, 500kbit";
 const PERCENT: &str = "a percentage such as 1% or 0.1%";
 const SIZE: &str = "a size in bytes such as 1500, 64K, 1MiB";
 
+/// The longest delay, jitter or AQM time a path takes (an hour; an rtt, two): far
+/// beyond any real path, and small enough that the link model's nanosecond arithmetic
+/// cannot overflow.
+const MAX_HOURS: u64 = 1;
+
 fn duration(t: &Token) -> Result<u64, PathError> {
-    parse_duration(&t.text).map_err(|e| t.error(e.to_string()))
+    duration_within(t, MAX_HOURS)
+}
+
+fn duration_within(t: &Token, hours: u64) -> Result<u64, PathError> {
+    match parse_duration(&t.text).map_err(|e| t.error(e.to_string()))? {
+        d if d > hours * 3_600_000_000 => Err(t.error(format!("too long; at most {hours}h"))),
+        d => Ok(d),
+    }
 }
 
 fn positive_duration(t: &Token) -> Result<u64, PathError> {
@@ -723,7 +735,7 @@ fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
     }
     let setting = match key {
         Key::Delay => Setting::Delay(duration(cur.value(DURATION)?)?),
-        Key::Rtt => Setting::Rtt(duration(cur.value(DURATION)?)?),
+        Key::Rtt => Setting::Rtt(duration_within(cur.value(DURATION)?, 2 * MAX_HOURS)?),
         Key::Jitter => Setting::Jitter(jitter(cur)?),
         Key::Loss => Setting::Loss(loss(cur)?),
         Key::Duplicate => Setting::Duplicate(prob(cur.value(PERCENT)?)?),
@@ -1545,6 +1557,12 @@ mod tests {
         assert!(err("rate 10mbit down.trace x.down").contains("rate and trace both set the down"));
         assert!(err("up.mtu 9000").contains("drop the prefix"));
         assert!(err("rate 0").contains("above zero"));
+        // The bound keeps twice a delay and its nanoseconds inside u64 (found by fuzzing).
+        assert!(err("delay 9999999999999").contains("(word 2): too long; at most 1h"));
+        assert!(err("rtt 7201s").contains("too long; at most 2h"));
+        assert!(err("delay 10ms jitter 2h").contains("too long"));
+        assert_eq!(parse("delay 1h").to_string(), "rtt 7200s");
+        assert_eq!(parse("rtt 7200s").up.delay_us, 3_600_000_000);
     }
 
     #[test]

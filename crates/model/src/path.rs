@@ -37,8 +37,9 @@
 //!   mtu BYTES                                whole path only, default 1500
 //!   seed N                                   whole path only, default 1
 //!
-//! D: 250us, 10ms, 1.5s   R: 100mbit, 1gbit, 500kbit (`Bps` spellings are bytes/s)
-//! P: 1%, 0.25%           BYTES: 1500, 64K, 1MiB, 64kB
+//! D: 250us, 10ms, 1.5s (at most 1h; an rtt 2h)
+//! R: 100mbit, 1gbit, 500kbit (`Bps` spellings are bytes/s)
+//! P: 1%, 0.25%   BYTES: 1500, 64K, 1MiB, 64kB
 //! ```
 //!
 //! A direction-prefixed key overrides the same key without prefix (`rate 100mbit

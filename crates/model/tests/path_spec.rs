@@ -278,7 +278,10 @@ fn toml_errors_name_the_key_and_value() {
     let e = err("[path]\nrate = \"\"\n");
     assert!(e.contains("at '' (key rate): missing value"), "{e}");
     let e = err("[path]\ndelay = \"2h\"\n");
-    assert!(e.contains("at '2h' (key delay): too long; at most 1h"), "{e}");
+    assert!(
+        e.contains("at '2h' (key delay): too long; at most 1h"),
+        "{e}"
+    );
 }
 
 #[test]

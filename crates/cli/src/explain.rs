@@ -74,6 +74,14 @@ pub fn render(e: &Explanation) -> String {
             opt(p.queue_bytes, format_size),
         );
     }
+    if let Some(p) = &e.real_path {
+        s += &format!(
+            "path:      {}, not emulated\n           RTT min {}, mean {} as TCP measured it; bottleneck and BDP unknown\n",
+            p.target,
+            format_duration_us(p.min_rtt_us),
+            format_duration_us(p.mean_rtt_us),
+        );
+    }
     let t = &e.tunings;
     s += &format!(
         "tunings:   {}, MSS {}, send buffer {}, receive buffer {}, writes of {}, Nagle {}, pacing {}\n",

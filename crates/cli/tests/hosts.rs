@@ -290,6 +290,33 @@ values = ["64K", "1M"]
     assert!(std::fs::read_to_string(report.join("index.html"))
         .unwrap()
         .contains("<svg"));
+    // explain knows the path only as TCP measured it: the emulator's 20 ms, no BDP.
+    let explain = |json: bool| {
+        let mut command = tcplab();
+        command.arg("explain").arg("--db").arg(&db).arg("--last");
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let explained: Value = serde_json::from_str(&explain(true)).unwrap();
+    assert!(explained["path"].is_null(), "{explained}");
+    let real = &explained["real_path"];
+    let last = runs.iter().max_by_key(|r| r["id"].as_i64()).unwrap();
+    assert_eq!(real["target"], last["target"], "{explained}");
+    let min_rtt = real["min_rtt_us"].as_f64().unwrap();
+    assert!((RTT_US..RTT_US * 1.25).contains(&min_rtt), "{explained}");
+    assert!(
+        real["mean_rtt_us"].as_f64().unwrap() >= min_rtt,
+        "{explained}"
+    );
+    let text = explain(false);
+    assert!(
+        text.contains(", not emulated\n") && text.contains("bottleneck and BDP unknown"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -79,6 +79,9 @@ impl Limit {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Explanation {
     pub path: Option<PathFacts>,
+    /// Without an emulated path (a real network): what the TCP flows measured of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub real_path: Option<RealPath>,
     pub tunings: TuningFacts,
     /// The TCP flows' received throughput summed, bit/s.
     pub measured_bps: f64,
@@ -102,6 +105,18 @@ pub struct PathFacts {
     pub bdp_bytes: Option<u64>,
     /// The bottleneck queue, bytes.
     pub queue_bytes: Option<u64>,
+}
+
+/// A real network's path as the TCP flows saw it: its round trip, never its bottleneck,
+/// which a window-limited flow cannot tell from its own rate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RealPath {
+    /// The server as the user named it.
+    pub target: String,
+    /// The smallest RTT any TCP flow measured (`tcpi_min_rtt`), µs.
+    pub min_rtt_us: u64,
+    /// The smoothed RTT averaged over the flows' samples, µs.
+    pub mean_rtt_us: u64,
 }
 
 /// The tunings that decide a window, as asked for and as the kernel made them.
@@ -220,8 +235,10 @@ pub fn explain(run: &RunRecord) -> Explanation {
         bounds.link_bps,
         pacing_bps,
     );
+    let real_path = facts.is_none().then(|| real_path(run, &tcp)).flatten();
     let mut explanation = Explanation {
         path: facts,
+        real_path,
         tunings,
         measured_bps,
         bounds,
@@ -253,6 +270,17 @@ fn path_facts(spec_text: &str, spec: &PathSpec, direction: Direction) -> PathFac
         bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
         queue_bytes: queue_bytes.filter(|_| bottleneck_bps.is_some()),
     }
+}
+
+fn real_path(run: &RunRecord, tcp: &[&FlowRecord]) -> Option<RealPath> {
+    let measured: Vec<&FlowRecord> = tcp.iter().copied().filter(|f| f.rtt.min_us > 0).collect();
+    let min_rtt_us = measured.iter().map(|f| u64::from(f.rtt.min_us)).min()?;
+    let mean_rtt_us = measured.iter().map(|f| flow_rtt_us(f)).sum::<u64>() / measured.len() as u64;
+    Some(RealPath {
+        target: run.target.clone(),
+        min_rtt_us,
+        mean_rtt_us,
+    })
 }
 
 fn path_direction(d: Direction) -> path::Direction {
@@ -817,9 +845,12 @@ fn detect(
         find(
             "slow_start",
             format!(
-                "the first sender left slow start at {} ({} exits in all)",
+                "the first sender left slow start at {}{}",
                 format_duration_us(t.max(0) as u64),
-                e.episodes.slow_start_exits
+                match e.episodes.slow_start_exits {
+                    1 => String::new(),
+                    n => format!(" ({n} exits in all)"),
+                }
             ),
             None,
         );
@@ -982,6 +1013,33 @@ mod tests {
             finding.message
         );
         assert!(e.recommendations[0].starts_with("set the send buffer to ≥ 244 KiB"));
+    }
+
+    #[test]
+    fn a_real_network_is_its_measured_round_trip_and_no_bdp() {
+        let mut slower = flow(1, 30e6);
+        slower.rtt = RttStats {
+            min_us: 9_000,
+            mean_us: 14_000.0,
+            max_us: 20_000,
+        };
+        let mut r = run("", vec![flow(0, 30e6), slower], Vec::new());
+        r.path = None;
+        r.target = "mcr.example.net:5201".into();
+        let e = explain(&r);
+        assert_eq!(e.path, None);
+        assert_eq!(
+            e.real_path,
+            Some(RealPath {
+                target: "mcr.example.net:5201".into(),
+                min_rtt_us: 9_000,
+                mean_rtt_us: 12_000,
+            })
+        );
+        assert!(e.findings.iter().all(|f| f.kind != "buffer_below_bdp"));
+        // A lab run has its configured path instead.
+        let lab = run("rtt 10ms rate 1gbit", vec![flow(0, 30e6)], Vec::new());
+        assert_eq!(explain(&lab).real_path, None);
     }
 
     #[test]

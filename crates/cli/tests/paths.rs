@@ -50,12 +50,14 @@ fn ping_and_tcp_min_rtt_equal_the_configured_rtt() {
     let (sent, received, rtt) = ping_summary(&text);
     assert_eq!((sent, received), (20, 20), "{text}");
     let [min, avg, _, _] = rtt.unwrap();
-    println!("ping over rtt 20ms: min {min:.3} ms, avg {avg:.3} ms");
     // Measured (debug build): min 20.08–20.17, avg 20.15–20.25 ms. The emulator never
-    // delivers early, and adds ~0.1–0.2 ms (TUN hops, timer wake-ups).
+    // delivers early, and adds ~0.1–0.2 ms (TUN hops, timer wake-ups); a busy machine
+    // that deschedules it adds its recorded lateness (p99 both ways) to the average.
+    let late_ms = lab.lateness_ms("p99_us");
+    println!("ping over rtt 20ms: min {min:.3} ms, avg {avg:.3} ms, emulator lateness p99 {late_ms:.3} ms");
     assert!(min >= 20.0, "ping min {min} ms below the configured 20 ms");
     assert!(min <= 20.5, "ping min {min} ms");
-    assert!((20.0..=21.0).contains(&avg), "ping avg {avg} ms");
+    assert!((20.0..=21.0 + late_ms).contains(&avg), "ping avg {avg} ms");
     drop(lab);
 
     let v = run_path("rtt 20ms", &["-t", "1s"]);
@@ -322,16 +324,7 @@ fn the_queue_limit_bounds_rtt_inflation() {
     // The emulator's own lateness (a busy CI machine deschedules it) delays an echo
     // beyond the queue: its recorded worst, each way, widens the bound. A queue limit
     // that failed would leave cubic's sawtooth hundreds of milliseconds, not a few.
-    let show = lab.show();
-    let late_ms = ["/up", "/down"]
-        .iter()
-        .map(|dir| {
-            show.pointer(&format!("{dir}/lateness/max_us"))
-                .and_then(Value::as_f64)
-                .unwrap()
-        })
-        .sum::<f64>()
-        / 1e3;
+    let late_ms = lab.lateness_ms("max_us");
     let bound = 10.0 + queue_ms + in_service_ms + echo_ms + 1.0 + late_ms;
     println!(
         "queue 50p at 20mbit: ping min {min:.2} / max {max:.2} ms, bound {bound:.2} ms (base 10 + queue {queue_ms:.1} + emulator lateness {late_ms:.2})"
@@ -342,6 +335,7 @@ fn the_queue_limit_bounds_rtt_inflation() {
         "queue never filled: max {max} ms"
     );
     assert!(min >= 10.0, "{min}");
+    let show = lab.show();
     let up = bottleneck(&show, "up");
     let max_queue = u64_at(up, "/max_queue_bytes");
     println!("max_queue_bytes {max_queue}");

@@ -264,6 +264,22 @@ impl LabGuard {
         parse_success(&out)
     }
 
+    /// The emulator's lateness (write time − due time) at `stat` ("p50_us", "p99_us",
+    /// "max_us"), up and down added, in ms: what a busy machine added to a round trip
+    /// beyond the configured path.
+    pub fn lateness_ms(&self, stat: &str) -> f64 {
+        let show = self.show();
+        ["up", "down"]
+            .iter()
+            .map(|dir| {
+                show.pointer(&format!("/{dir}/lateness/{stat}"))
+                    .and_then(Value::as_f64)
+                    .unwrap_or_else(|| panic!("no {dir} lateness {stat} in {show}"))
+            })
+            .sum::<f64>()
+            / 1e3
+    }
+
     pub fn client_ns(&self) -> String {
         format!("{}-client", self.name)
     }

@@ -64,6 +64,19 @@ fn run_against_iperf3(args: &[&str]) -> (Value, Value) {
     (ours, theirs)
 }
 
+/// `RcvbufErrors` in this namespace's /proc/net/snmp: UDP datagrams the kernel dropped
+/// because a receiving socket was full.
+fn udp_receive_buffer_errors() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap();
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "RcvbufErrors")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
 fn assert_within(what: &str, ours: f64, theirs: f64, tolerance: f64) {
     let gap = (ours - theirs).abs() / theirs;
     assert!(
@@ -155,14 +168,22 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
     // must hit it. What iperf3 counts must agree with what we sent on every try.
     let mut rates = Vec::new();
     for _ in 0..3 {
+        let socket_drops_before = udp_receive_buffer_errors();
         let (ours, theirs) = run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
+        let socket_drops = udp_receive_buffer_errors() - socket_drops_before;
         assert_eq!(ours["status"], "done");
         assert_eq!(theirs["start"]["test_start"]["protocol"], "UDP");
-        // iperf3 read our headers: its count of datagrams is ours, none lost or reordered.
+        // iperf3 read our headers: its count of datagrams is ours, none reordered. What
+        // it counts lost the kernel dropped at a full socket (iperf3 descheduled on a
+        // busy machine): loopback loses nothing else.
         let received = &theirs["end"]["sum"];
         let sent = ours["summary"]["udp"]["sent"].as_u64().unwrap();
         assert_eq!(received["packets"].as_u64().unwrap(), sent);
-        assert_eq!(received["lost_packets"], 0);
+        let lost = received["lost_packets"].as_u64().unwrap();
+        assert!(
+            lost <= socket_drops,
+            "iperf3 counted {lost} lost; the kernel dropped {socket_drops} at full UDP sockets"
+        );
         assert_eq!(theirs["end"]["streams"][0]["udp"]["out_of_order"], 0);
         // iperf3 3.12's UDP receiver reports 0 bytes; its datagrams over its window:
         let theirs_bps = received["packets"].as_f64().unwrap() * 1400.0 * 8.0

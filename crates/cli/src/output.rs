@@ -219,6 +219,13 @@ fn udp_line(u: &UdpStats, clock: &ClockOffset) -> String {
         (0, 0) => String::new(),
         (tx, rx) => format!("   not on the path: {tx} refused by the sender's kernel, {rx} dropped by the receiving socket"),
     };
+    let behind = match (u.unsent, u.late) {
+        (0, _) => String::new(),
+        (unsent, 0) => format!("   the sender fell behind: {unsent} due, never sent"),
+        (unsent, late) => format!(
+            "   the sender fell behind: {unsent} due, never sent ({late}× over 100 ms late)"
+        ),
+    };
     let clock = if u.owd_exact {
         " (one clock)".to_string()
     } else if u.clock_step_us > CLOCK_STEP_TOLERANCE_US {
@@ -238,7 +245,7 @@ fn udp_line(u: &UdpStats, clock: &ClockOffset) -> String {
         )
     };
     format!(
-        "udp:    sent {}, received {}, lost {} ({lost_pct:.3} %), out of order {}, duplicates {}   jitter {:.1} µs   one-way delay min {} / p50 {} / p99 {} / max {}{}{local}",
+        "udp:    sent {}, received {}, lost {} ({lost_pct:.3} %), out of order {}, duplicates {}   jitter {:.1} µs   one-way delay min {} / p50 {} / p99 {} / max {}{}{local}{behind}",
         u.sent,
         u.received,
         u.lost,

@@ -194,11 +194,17 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
             theirs_bps,
             0.02,
         );
-        let late = ours["summary"]["udp"]["late"].as_u64().unwrap();
+        let (late, unsent) = (
+            ours["summary"]["udp"]["late"].as_u64().unwrap(),
+            ours["summary"]["udp"]["unsent"].as_u64().unwrap(),
+        );
         if (theirs_bps - 100e6).abs() / 100e6 <= 0.02 {
             return;
         }
-        rates.push(format!("{:.2} Mbit/s ({late} late)", theirs_bps / 1e6));
+        rates.push(format!(
+            "{:.2} Mbit/s ({late} late, {unsent} unsent)",
+            theirs_bps / 1e6
+        ));
     }
     panic!(
         "udp up: iperf3 counted, three times, {} for a target of 100 Mbit/s",

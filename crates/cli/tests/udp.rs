@@ -222,3 +222,37 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
         );
     }
 }
+
+/// A sender stopped for 300 ms (SIGSTOP, as a machine starved of CPU would) cannot keep
+/// its rate, and must say so. The reference is the configured rate × duration: 8 Mbit/s
+/// of 1000-byte datagrams is one per ms, 3000 in 3 s; `sent` + `unsent` must add up to
+/// it (less the few ms before the sender's first datagram), and the stop must show as
+/// `late` and as at least its 300 datagrams less the one batch sent on waking.
+#[test]
+fn a_stopped_sender_counts_what_it_never_sent() {
+    let _serial = serial();
+    let server = LoopbackServer::start(&[]);
+    let child = server
+        .client(&["--udp", "-b", "8mbit", "-l", "1000", "-t", "3", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // SAFETY: signals to the child this test started and still owns.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let v = parse_success(&child.wait_with_output().unwrap());
+    let u = udp(&v);
+    let (sent, unsent, late) = (u64_at(u, "/sent"), u64_at(u, "/unsent"), u64_at(u, "/late"));
+    assert!(
+        (2970..=3001).contains(&(sent + unsent)),
+        "sent {sent} + unsent {unsent}: {u}"
+    );
+    assert!(late >= 1, "{u}");
+    assert!((299..600).contains(&unsent), "{u}");
+    // What was sent arrived (loopback): the shortfall is the sender's, not the path's.
+    assert_eq!(u64_at(u, "/lost"), 0, "{u}");
+}

@@ -222,6 +222,11 @@ pub struct UdpStats {
     /// Times the sender fell more than one burst behind its schedule and skipped ahead
     /// rather than catch up in a burst.
     pub late: u64,
+    /// Datagrams the schedule called for by the end that the sender never sent: skipped
+    /// while late, or still owed when the time was up (a sender starved of CPU). With
+    /// `sent`, what the rate and duration asked for.
+    #[serde(default)]
+    pub unsent: u64,
 }
 
 /// Quantiles of a distribution, µs; all 0 for no values.

@@ -122,8 +122,21 @@ impl Schedule {
 
     /// Datagrams due at `now_ns` beyond the `sent` so far (not capped by the batch).
     fn behind(&self, now_ns: i64, sent: u64) -> u64 {
-        let bursts = ((now_ns - self.start_ns).max(0) as f64 / self.period_ns) as u64 + 1;
-        (bursts.saturating_sub(self.skipped) * self.burst).saturating_sub(sent)
+        (self.bursts_due(now_ns).saturating_sub(self.skipped) * self.burst).saturating_sub(sent)
+    }
+
+    /// Bursts due by `now_ns`, the one at the start included.
+    fn bursts_due(&self, now_ns: i64) -> u64 {
+        ((now_ns - self.start_ns).max(0) as f64 / self.period_ns) as u64 + 1
+    }
+
+    /// Datagrams due before `end_ns` that were never sent, having sent `sent`: skipped
+    /// while late or still owed. 0 when unlimited.
+    pub fn unsent(&self, end_ns: i64, sent: u64) -> u64 {
+        if self.period_ns == 0.0 {
+            return 0;
+        }
+        (self.bursts_due(end_ns - 1) * self.burst).saturating_sub(sent)
     }
 
     /// How many datagrams to send now (at most one batch), having sent `sent`.
@@ -340,6 +353,7 @@ mod tests {
         assert_eq!(sent, 10_000);
         assert_eq!(s.late, 0);
         assert_eq!(s.next_ns(sent), Some(10_000_000_000));
+        assert_eq!(s.unsent(10_000_000_000, sent), 0);
     }
 
     #[test]
@@ -360,6 +374,11 @@ mod tests {
         assert_eq!(s.late, 1);
         assert_eq!(s.due(1_030_000_000, 40), 0);
         assert_eq!(s.next_ns(40), Some(1_035_000_000));
+        // Ending then, at 1.03 s: 207 bursts were due (0, 5, …, 1030 ms), 40 datagrams
+        // went out; the skipped backlog and the burst owed at 1.03 s were never sent.
+        assert_eq!(s.unsent(1_030_000_001, 40), 207 * 5 - 40);
+        // Ending at 1.03 s exactly: that burst was not yet due.
+        assert_eq!(s.unsent(1_030_000_000, 40), 206 * 5 - 40);
     }
 
     #[test]

@@ -109,6 +109,7 @@ fn udp_stats() -> UdpStats {
         send_errors: 3,
         socket_drops: 1,
         late: 0,
+        unsent: 7,
     }
 }
 

@@ -305,6 +305,7 @@ fn udp_stats(
         sent: s.sent,
         send_errors: s.send_errors,
         late: s.late,
+        unsent: s.unsent,
         lost: s.sent.saturating_sub(r.received),
         owd_exact: same_clock && r.clock_step_us <= CLOCK_STEP_TOLERANCE_US,
         ..r
@@ -331,6 +332,7 @@ fn udp_summary(flows: &[FlowRecord]) -> Option<UdpStats> {
         send_errors: a.send_errors + b.send_errors,
         socket_drops: a.socket_drops + b.socket_drops,
         late: a.late + b.late,
+        unsent: a.unsent + b.unsent,
     })
 }
 

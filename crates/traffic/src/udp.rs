@@ -290,6 +290,9 @@ fn send(
             sent,
             send_errors,
             late: schedule.late,
+            unsent: schedule
+                .unsent(end_ns.min(monotonic_ns() as i64), sent)
+                .min(max_datagrams - sent),
             ..UdpStats::default()
         },
         error,

@@ -64,17 +64,9 @@ fn run_against_iperf3(args: &[&str]) -> (Value, Value) {
     (ours, theirs)
 }
 
-/// `RcvbufErrors` in this namespace's /proc/net/snmp: UDP datagrams the kernel dropped
-/// because a receiving socket was full.
-fn udp_receive_buffer_errors() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap();
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
-    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
-    let at = names
-        .split_whitespace()
-        .position(|n| n == "RcvbufErrors")
-        .unwrap();
-    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+/// UDP datagrams the kernel dropped at full receiving sockets, in this namespace.
+fn rcvbuf_errors() -> u64 {
+    tcplab_sys::snmp::counter("Udp", "RcvbufErrors").unwrap()
 }
 
 fn assert_within(what: &str, ours: f64, theirs: f64, tolerance: f64) {
@@ -168,9 +160,9 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
     // must hit it. What iperf3 counts must agree with what we sent on every try.
     let mut rates = Vec::new();
     for _ in 0..3 {
-        let socket_drops_before = udp_receive_buffer_errors();
+        let socket_drops_before = rcvbuf_errors();
         let (ours, theirs) = run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"]);
-        let socket_drops = udp_receive_buffer_errors() - socket_drops_before;
+        let socket_drops = rcvbuf_errors() - socket_drops_before;
         assert_eq!(ours["status"], "done");
         assert_eq!(theirs["start"]["test_start"]["protocol"], "UDP");
         // iperf3 read our headers: its count of datagrams is ours, none reordered. What

@@ -8,6 +8,7 @@ pub mod localnet;
 pub mod netem;
 pub mod netns;
 pub mod poll;
+pub mod snmp;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tun;

@@ -689,16 +689,8 @@ mod tests {
 
     /// `InCsumErrors` of TCP (IPv4 and IPv6 together) in `ns`'s /proc/net/snmp.
     fn tcp_csum_errors(ns: &NetNs) -> u64 {
-        let snmp = ns
-            .run(|| std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap())
-            .unwrap();
-        let mut lines = snmp.lines().filter(|l| l.starts_with("Tcp:"));
-        let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
-        let at = names
-            .split_whitespace()
-            .position(|n| n == "InCsumErrors")
-            .unwrap();
-        values.split_whitespace().nth(at).unwrap().parse().unwrap()
+        ns.run(|| crate::snmp::counter("Tcp", "InCsumErrors").unwrap())
+            .unwrap()
     }
 
     fn check_modes(tag: &str, v6: bool) {

@@ -458,9 +458,9 @@ impl Direction {
         }
     }
 
-    /// The counters; with `bursts`, the metered link's burst statistics and queue
-    /// samples too (sorting them is too costly for every publication).
-    /// What the loop publishes; `last` adds the bursts and fresh lateness quantiles.
+    /// What the loop publishes: the counters, and the lateness quantiles as last
+    /// computed (afresh once a second). `last` (the final stats) adds fresh quantiles
+    /// and the metered link's bursts and queue samples, too costly to sort every time.
     fn stats(&mut self, now: u64, last: bool) -> DirectionStats {
         let (published, at) = &mut self.lateness_published;
         if last || now >= *at + LATENESS_EVERY_NS {

@@ -97,34 +97,44 @@ fn rfc3550_jitter_matches_uniform_delay_variation() {
     // noise N add to D: E|D| ≤ E|D + N| ≤ E|D| + E|N|, and E|N| is what the same
     // datagrams see on the path without jitter, just before and after (30–50 µs on a
     // quiet machine, 180 µs on a busy one).
+    // Sender and emulator timing is what a loaded machine spoils (one CI run saw the
+    // emulator 8.5 ms late and 41 datagrams swapped): one of three tries must hold.
     let args = ["-b", "8mbit", "-l", "1000", "-t", "3", "-i", "0.2"];
-    let noise_before = mean_interval_jitter(&udp_run("delay 10ms", &args));
-    let v = udp_run("delay 10ms jitter 400us dist uniform reorder", &args);
-    let noise = noise_before.max(mean_interval_jitter(&udp_run("delay 10ms", &args)));
     let expected = 2.0 * 400.0 / 3.0;
-    let jitter = mean_interval_jitter(&v);
-    assert!(
-        jitter > expected * 0.9 && jitter < expected + noise + 30.0,
-        "jitter {jitter:.0} µs, expected {expected:.0} plus up to {noise:.0} of noise"
-    );
-    let u = udp(&v);
-    // Delays span the configured 9.6–10.4 ms with the emulator's lateness on top: never
-    // below the range, centred on 10 ms. Its upper tail is the emulator's lateness
-    // tail on this VM (p99 0.7–1.7 ms above the range in CI runs; issue 3's delay bar),
-    // not something the UDP receiver measures wrong.
-    if owd_exact_or_clock_stepped(u) {
-        let (min, p50) = (f64_at(u, "/owd_us/min"), f64_at(u, "/owd_us/p50"));
-        assert!(min >= 9_600.0, "owd min {min}");
-        assert!((9_900.0..10_300.0).contains(&p50), "owd p50 {p50}");
-    }
-    // Only two datagrams sent closer than 800 µs (a late sender's wake-up) can swap.
-    assert!(u64_at(u, "/out_of_order") * 100 < u64_at(u, "/sent"), "{u}");
-    // The summary's figure is the estimator's final state: one value of the same kind.
-    let last = f64_at(u, "/jitter_us");
-    assert!(
-        last > expected * 0.6 && last < (expected + noise) * 1.4,
-        "final jitter {last:.0} µs"
-    );
+    one_of_three_tries("jitter", || {
+        let noise_before = mean_interval_jitter(&udp_run("delay 10ms", &args));
+        let v = udp_run("delay 10ms jitter 400us dist uniform reorder", &args);
+        let noise = noise_before.max(mean_interval_jitter(&udp_run("delay 10ms", &args)));
+        let jitter = mean_interval_jitter(&v);
+        let u = udp(&v);
+        assert_eq!(u64_at(u, "/lost"), 0, "{u}");
+        if jitter <= expected * 0.9 || jitter >= expected + noise + 30.0 {
+            return Err(format!(
+                "jitter {jitter:.0} µs, expected {expected:.0} plus up to {noise:.0} of noise"
+            ));
+        }
+        // Delays span the configured 9.6–10.4 ms with the emulator's lateness on top:
+        // never below the range, centred on 10 ms. Its upper tail is the emulator's
+        // lateness tail on this VM (p99 0.7–1.7 ms above the range in CI runs; issue
+        // 3's delay bar), not something the UDP receiver measures wrong.
+        if owd_exact_or_clock_stepped(u) {
+            assert!(f64_at(u, "/owd_us/min") >= 9_600.0, "{u}");
+            let p50 = f64_at(u, "/owd_us/p50");
+            if !(9_900.0..10_300.0).contains(&p50) {
+                return Err(format!("owd p50 {p50} µs"));
+            }
+        }
+        // Only two datagrams sent closer than 800 µs (a late sender's wake-up) can swap.
+        if u64_at(u, "/out_of_order") * 100 >= u64_at(u, "/sent") {
+            return Err(format!("over 1 % out of order: {u}"));
+        }
+        // The summary's figure is the estimator's final state: one value of the same kind.
+        let last = f64_at(u, "/jitter_us");
+        if last <= expected * 0.6 || last >= (expected + noise) * 1.4 {
+            return Err(format!("final jitter {last:.0} µs"));
+        }
+        Ok(())
+    });
 }
 
 #[test]
@@ -161,24 +171,27 @@ fn the_sender_keeps_its_rate_in_both_directions() {
         if reverse {
             args.push("-R");
         }
-        let v = udp_run("rtt 2ms", &args);
-        let f = &flows(&v)[0];
-        let rate = f64_at(f, "/sent_bps");
-        assert!(
-            (rate / 40e6 - 1.0).abs() < 0.01,
-            "reverse {reverse}: {rate} bit/s, {}",
-            udp(&v)
-        );
-        assert_eq!(u64_at(udp(&v), "/lost"), 0, "{v}");
-        assert_eq!(str_at(f, "/direction"), if reverse { "down" } else { "up" });
-        // Intervals account for every datagram the sender sent.
-        let sent: u64 = v["intervals"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| u64_at(i, "/udp/sent"))
-            .sum();
-        assert_eq!(sent, u64_at(udp(&v), "/sent"));
+        // A sender kept off the CPU falls short, and says so in `unsent`.
+        one_of_three_tries(&format!("reverse {reverse}"), || {
+            let v = udp_run("rtt 2ms", &args);
+            let f = &flows(&v)[0];
+            assert_eq!(u64_at(udp(&v), "/lost"), 0, "{v}");
+            assert_eq!(str_at(f, "/direction"), if reverse { "down" } else { "up" });
+            // Intervals account for every datagram the sender sent.
+            let sent: u64 = v["intervals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| u64_at(i, "/udp/sent"))
+                .sum();
+            assert_eq!(sent, u64_at(udp(&v), "/sent"));
+            let rate = f64_at(f, "/sent_bps");
+            if (rate / 40e6 - 1.0).abs() < 0.01 {
+                Ok(())
+            } else {
+                Err(format!("{rate} bit/s, {}", udp(&v)))
+            }
+        });
     }
 }
 
@@ -194,16 +207,14 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
     // the extremes: a burst splits when the sending thread is preempted mid-burst
     // (measured mean 7.3 in a debug build beside a sweep), and packets join when the
     // emulator thread, kept off the CPU, reads a backlog at once (p99 2 for --burst 1
-    // in one CI run, a mean of 13 on a CI machine whose emulator ran 7 ms late): up to
-    // three tries, the first whose mean is in range counts.
+    // in one CI run, a mean of 13 on a CI machine whose emulator ran 7 ms late).
     for (burst, size) in [("1", 1.0), ("10", 10.0)] {
-        let in_range = |mean: f64| mean >= size / 2.0 && mean <= size * 1.2;
-        let mut means = Vec::new();
-        while means.len() < 3 && !means.iter().copied().any(in_range) {
+        one_of_three_tries(&format!("--burst {burst}"), || {
             let v = udp_run(
                 "rtt 4ms rate 100mbit",
                 &["-b", "20mbit", "-l", "1000", "-t", "2", "--burst", burst],
             );
+            assert_eq!(u64_at(udp(&v), "/lost"), 0);
             let bursts = &v["path"]["up"]["bursts"];
             let udp_flow = bursts
                 .as_array()
@@ -211,15 +222,16 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
                 .iter()
                 .find(|b| str_at(b, "/flow").starts_with("udp"))
                 .unwrap_or_else(|| panic!("{bursts}"));
-            means.push(f64_at(udp_flow, "/burst_mean"));
-            assert_eq!(u64_at(udp(&v), "/lost"), 0);
+            let mean = f64_at(udp_flow, "/burst_mean");
             let rate = f64_at(&flows(&v)[0], "/sent_bps");
-            assert!((rate / 20e6 - 1.0).abs() < 0.01, "--burst {burst}: {rate}");
-        }
-        assert!(
-            means.iter().copied().any(in_range),
-            "--burst {burst}: bursts at the bottleneck mean {means:?}"
-        );
+            if (rate / 20e6 - 1.0).abs() >= 0.01 {
+                Err(format!("sent {rate} bit/s"))
+            } else if mean < size / 2.0 || mean > size * 1.2 {
+                Err(format!("bursts at the bottleneck mean {mean}"))
+            } else {
+                Ok(())
+            }
+        });
     }
 }
 

@@ -82,15 +82,20 @@ fn assert_lost_only_at_sockets(what: &str, lost: u64, socket_drops: u64) {
     );
 }
 
-fn assert_within(what: &str, ours: f64, theirs: f64, tolerance: f64) {
-    let gap = (ours - theirs).abs() / theirs;
-    assert!(
-        gap <= tolerance,
-        "{what}: tcplab {:.3} Gbit/s vs iperf3 {:.3} Gbit/s ({:.2} % apart)",
-        ours / 1e9,
-        theirs / 1e9,
+/// A rate within `tolerance` of its reference (usually the other end's). The two ends
+/// time different windows, and a loaded machine stretches one of them by tens of ms:
+/// the tests compare them in `one_of_three_tries`.
+fn within(what: &str, rate: f64, reference: f64, tolerance: f64) -> Result<(), String> {
+    let gap = (rate - reference).abs() / reference;
+    if gap <= tolerance {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}: {:.3} vs {:.3} Gbit/s ({:.2} % apart)",
+        rate / 1e9,
+        reference / 1e9,
         gap * 100.0
-    );
+    ))
 }
 
 #[test]
@@ -99,36 +104,38 @@ fn sending_to_iperf3_agrees_with_its_receiver_report() {
         return;
     }
     let _serial = serial();
-    let (ours, theirs) =
-        run_against_iperf3(&["-t", "2", "-P", "2", "-w", "1M", "-l", "64K", "-C", "cubic"]);
-    assert_eq!(ours["status"], "done");
-    assert_eq!(ours["flows"].as_array().unwrap().len(), 2);
-    assert_eq!(ours["flows"][0]["cc"], "cubic");
-    assert!(
-        ours["flows"][0]["samples"].as_u64().unwrap() > 100,
-        "our side is sampled"
-    );
-    // Every byte we sent was acknowledged before TEST_END, so iperf3 read them all.
-    let received = &theirs["end"]["sum_received"];
-    assert_eq!(ours["summary"]["sent_bytes"], received["bytes"]);
-    // iperf3 divides all streams' bytes by one window, TEST_START to TEST_END; tcplab's
-    // summary adds each flow's rate over its own window, which ends when its last byte
-    // is acknowledged (iperf3's single-threaded receiver drains one stream ~50 ms after
-    // the other). Like for like: our bytes over our longest flow window.
-    let longest = ours["flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["sender_seconds"].as_f64().unwrap())
-        .fold(0.0, f64::max);
-    assert_within(
-        "up",
-        ours["summary"]["sent_bytes"].as_f64().unwrap() * 8.0 / longest,
-        received["bits_per_second"].as_f64().unwrap(),
-        0.02,
-    );
-    // iperf3's -w, as its server reports what it asked for.
-    assert_eq!(theirs["start"]["sock_bufsize"], 1 << 20);
+    one_of_three_tries("up", || {
+        let (ours, theirs) =
+            run_against_iperf3(&["-t", "2", "-P", "2", "-w", "1M", "-l", "64K", "-C", "cubic"]);
+        assert_eq!(ours["status"], "done");
+        assert_eq!(ours["flows"].as_array().unwrap().len(), 2);
+        assert_eq!(ours["flows"][0]["cc"], "cubic");
+        assert!(
+            ours["flows"][0]["samples"].as_u64().unwrap() > 100,
+            "our side is sampled"
+        );
+        // Every byte we sent was acknowledged before TEST_END, so iperf3 read them all.
+        let received = &theirs["end"]["sum_received"];
+        assert_eq!(ours["summary"]["sent_bytes"], received["bytes"]);
+        // iperf3 divides all streams' bytes by one window, TEST_START to TEST_END; tcplab's
+        // summary adds each flow's rate over its own window, which ends when its last byte
+        // is acknowledged (iperf3's single-threaded receiver drains one stream ~50 ms after
+        // the other). Like for like: our bytes over our longest flow window.
+        let longest = ours["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["sender_seconds"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        // iperf3's -w, as its server reports what it asked for.
+        assert_eq!(theirs["start"]["sock_bufsize"], 1 << 20);
+        within(
+            "up, tcplab's sender vs iperf3's receiver",
+            ours["summary"]["sent_bytes"].as_f64().unwrap() * 8.0 / longest,
+            received["bits_per_second"].as_f64().unwrap(),
+            0.02,
+        )
+    });
 }
 
 #[test]
@@ -140,26 +147,28 @@ fn receiving_from_iperf3_agrees_with_its_sender_report() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("r.db");
     let db = db.to_str().unwrap();
-    let (ours, theirs) = run_against_iperf3(&["-t", "2", "-R", "-P", "2", "-N", "--db", db]);
-    assert_eq!(ours["status"], "done");
-    // Nobody sampled iperf3's senders: explain does not guess their windows.
-    let out = tcplab()
-        .args(["explain", "--db", db, "--last", "--json"])
-        .output()
-        .unwrap();
-    let explained: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(explained["verdict"]["limit"], "unknown", "{explained}");
-    assert_eq!(ours["flows"][1]["direction"], "down");
-    assert!(ours["flows"][0]["receiver_samples"].as_u64().unwrap() > 100);
-    assert_eq!(theirs["start"]["test_start"]["reverse"], 1);
-    assert_within(
-        "down",
-        ours["summary"]["received_bps"].as_f64().unwrap(),
-        theirs["end"]["sum_sent"]["bits_per_second"]
-            .as_f64()
-            .unwrap(),
-        0.02,
-    );
+    one_of_three_tries("down", || {
+        let (ours, theirs) = run_against_iperf3(&["-t", "2", "-R", "-P", "2", "-N", "--db", db]);
+        assert_eq!(ours["status"], "done");
+        // Nobody sampled iperf3's senders: explain does not guess their windows.
+        let out = tcplab()
+            .args(["explain", "--db", db, "--last", "--json"])
+            .output()
+            .unwrap();
+        let explained: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(explained["verdict"]["limit"], "unknown", "{explained}");
+        assert_eq!(ours["flows"][1]["direction"], "down");
+        assert!(ours["flows"][0]["receiver_samples"].as_u64().unwrap() > 100);
+        assert_eq!(theirs["start"]["test_start"]["reverse"], 1);
+        within(
+            "down, tcplab's receiver vs iperf3's sender",
+            ours["summary"]["received_bps"].as_f64().unwrap(),
+            theirs["end"]["sum_sent"]["bits_per_second"]
+                .as_f64()
+                .unwrap(),
+            0.02,
+        )
+    });
 }
 
 #[test]
@@ -170,7 +179,7 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
     let _serial = serial();
     // The rate against the target is the sender's own accuracy, which a stalled CI
     // machine can spoil (the sender then counts itself `late` or `unsent`). What iperf3
-    // counts must agree with what we sent on every try.
+    // counted must equal what we sent on every try.
     one_of_three_tries("udp up to iperf3", || {
         let ((ours, theirs), socket_drops) = with_socket_drops(|| {
             run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400"])
@@ -187,12 +196,12 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
         // iperf3 3.12's UDP receiver reports 0 bytes; its datagrams over its window:
         let theirs_bps = received["packets"].as_f64().unwrap() * 1400.0 * 8.0
             / received["seconds"].as_f64().unwrap();
-        assert_within(
-            "udp up",
+        within(
+            "udp up, tcplab's sender vs iperf3's receiver",
             ours["summary"]["sent_bps"].as_f64().unwrap(),
             theirs_bps,
             0.02,
-        );
+        )?;
         if (theirs_bps - 100e6).abs() / 100e6 <= 0.02 {
             return Ok(());
         }
@@ -211,21 +220,25 @@ fn udp_from_iperf3_agrees_with_its_sender_report() {
         return;
     }
     let _serial = serial();
-    let (ours, theirs) =
-        run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400", "-R"]);
-    assert_eq!(ours["status"], "done");
-    let udp = &ours["summary"]["udp"];
-    assert_eq!(udp["sent"], theirs["end"]["sum"]["packets"]);
-    assert_eq!(udp["duplicates"], 0);
-    assert_eq!(udp["out_of_order"], 0);
-    // Our receiver read iperf3's timestamps: one machine, so one-way delays are µs.
-    assert!(udp["owd_us"]["p50"].as_f64().unwrap() < 1000.0, "{udp}");
-    assert_within(
-        "udp down",
-        ours["summary"]["received_bps"].as_f64().unwrap(),
-        theirs["end"]["sum"]["bits_per_second"].as_f64().unwrap(),
-        0.02,
-    );
+    one_of_three_tries("udp down", || {
+        let (ours, theirs) =
+            run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400", "-R"]);
+        assert_eq!(ours["status"], "done");
+        let udp = &ours["summary"]["udp"];
+        assert_eq!(udp["sent"], theirs["end"]["sum"]["packets"]);
+        assert_eq!(udp["duplicates"], 0);
+        assert_eq!(udp["out_of_order"], 0);
+        // Our receiver read iperf3's timestamps: one machine, so one-way delays are µs.
+        if udp["owd_us"]["p50"].as_f64().unwrap() >= 1000.0 {
+            return Err(format!("one-way delay over 1 ms on loopback: {udp}"));
+        }
+        within(
+            "udp down, tcplab's receiver vs iperf3's sender",
+            ours["summary"]["received_bps"].as_f64().unwrap(),
+            theirs["end"]["sum"]["bits_per_second"].as_f64().unwrap(),
+            0.02,
+        )
+    });
 }
 
 /// A server the test started, killed when the test ends, passed or not.
@@ -266,17 +279,19 @@ fn stock_iperf3_clients_get_valid_json_from_tcplab_serve() {
         &["-t", "2", "-P", "2", "-w", "1M", "-C", "cubic"][..],
         &["-t", "2", "-R", "-N"][..],
     ] {
-        let report = iperf3_client(None, "127.0.0.1", port, args);
-        // One side of each sum is tcplab's measurement, the other iperf3's.
-        let end = &report["end"];
-        assert_within(
-            &format!("{args:?}"),
-            end["sum_received"]["bits_per_second"].as_f64().unwrap(),
-            end["sum_sent"]["bits_per_second"].as_f64().unwrap(),
-            0.02,
-        );
-        let streams = end["streams"].as_array().unwrap();
-        assert_eq!(streams.len(), if args.contains(&"-P") { 2 } else { 1 });
+        one_of_three_tries(&format!("{args:?}"), || {
+            let report = iperf3_client(None, "127.0.0.1", port, args);
+            let end = &report["end"];
+            let streams = end["streams"].as_array().unwrap();
+            assert_eq!(streams.len(), if args.contains(&"-P") { 2 } else { 1 });
+            // One side of each sum is tcplab's measurement, the other iperf3's.
+            within(
+                &format!("{args:?}, received vs sent"),
+                end["sum_received"]["bits_per_second"].as_f64().unwrap(),
+                end["sum_sent"]["bits_per_second"].as_f64().unwrap(),
+                0.02,
+            )
+        });
     }
 }
 
@@ -356,51 +371,61 @@ fn stock_iperf3_udp_clients_are_served_both_ways() {
     let _serial = serial();
     let port = free_port();
     let _server = tcplab_iperf3_server(port);
-    // Up, two streams: tcplab's receivers count and time iperf3's datagrams.
-    let (up, socket_drops) = with_socket_drops(|| {
-        iperf3_client(
-            None,
-            "127.0.0.1",
-            port,
-            &["-u", "-b", "50M", "-l", "1400", "-t", "2", "-P", "2"],
-        )
+    // Up, two streams: tcplab's receivers count and time iperf3's datagrams. iperf3's
+    // sender, starved of CPU, falls short of its rate, and jitter grows: those two
+    // figures are the machine's, one of three tries.
+    one_of_three_tries("up", || {
+        let (up, socket_drops) = with_socket_drops(|| {
+            iperf3_client(
+                None,
+                "127.0.0.1",
+                port,
+                &["-u", "-b", "50M", "-l", "1400", "-t", "2", "-P", "2"],
+            )
+        });
+        let (sent, received) = (&up["end"]["sum_sent"], &up["end"]["sum_received"]);
+        assert_eq!(up["end"]["streams"].as_array().unwrap().len(), 2);
+        assert_eq!(received["packets"], sent["packets"], "{received}");
+        let lost = received["lost_packets"].as_u64().unwrap();
+        assert_lost_only_at_sockets("tcplab's receivers", lost, socket_drops);
+        assert_eq!(
+            received["bytes"].as_u64().unwrap(),
+            (received["packets"].as_u64().unwrap() - lost) * 1400
+        );
+        if sent["packets"].as_u64().unwrap() <= 15_000
+            || received["jitter_ms"].as_f64().unwrap() >= 1.0
+        {
+            return Err(format!("iperf3 sent {sent}, we received {received}"));
+        }
+        Ok(())
     });
-    let (sent, received) = (&up["end"]["sum_sent"], &up["end"]["sum_received"]);
-    assert_eq!(up["end"]["streams"].as_array().unwrap().len(), 2);
-    assert!(sent["packets"].as_u64().unwrap() > 15_000, "{sent}");
-    assert_eq!(received["packets"], sent["packets"], "{received}");
-    let lost = received["lost_packets"].as_u64().unwrap();
-    assert_lost_only_at_sockets("tcplab's receivers", lost, socket_drops);
-    assert_eq!(
-        received["bytes"].as_u64().unwrap(),
-        (received["packets"].as_u64().unwrap() - lost) * 1400
-    );
-    assert!(received["jitter_ms"].as_f64().unwrap() < 1.0, "{received}");
     // Down (-R): tcplab sends at the rate iperf3 asked; iperf3 counts what we sent but
     // the few datagrams still on their way when it ended the test (measured: 0–1).
-    let (down, socket_drops) = with_socket_drops(|| {
-        iperf3_client(
-            None,
-            "127.0.0.1",
-            port,
-            &["-u", "-b", "50M", "-l", "1400", "-t", "2", "-R"],
+    one_of_three_tries("down", || {
+        let (down, socket_drops) = with_socket_drops(|| {
+            iperf3_client(
+                None,
+                "127.0.0.1",
+                port,
+                &["-u", "-b", "50M", "-l", "1400", "-t", "2", "-R"],
+            )
+        });
+        let (sent, received) = (&down["end"]["sum_sent"], &down["end"]["sum_received"]);
+        let lost = received["lost_packets"].as_u64().unwrap();
+        assert_lost_only_at_sockets("iperf3 -c -R", lost, socket_drops);
+        let ours = sent["packets"].as_u64().unwrap();
+        let counted = received["packets"].as_u64().unwrap();
+        assert!(counted <= ours, "sent {ours}, iperf3 counted {counted}");
+        if ours - counted > 5 {
+            return Err(format!("sent {ours}, iperf3 counted {counted}"));
+        }
+        within(
+            "udp -R, iperf3's count vs the 50 Mbit/s it asked for",
+            received["bits_per_second"].as_f64().unwrap(),
+            50e6,
+            0.02,
         )
     });
-    let (sent, received) = (&down["end"]["sum_sent"], &down["end"]["sum_received"]);
-    let ours = sent["packets"].as_u64().unwrap();
-    let counted = received["packets"].as_u64().unwrap();
-    assert!(
-        counted <= ours && ours - counted <= 5,
-        "sent {ours}, iperf3 counted {counted}"
-    );
-    let lost = received["lost_packets"].as_u64().unwrap();
-    assert_lost_only_at_sockets("iperf3 -c -R", lost, socket_drops);
-    assert_within(
-        "udp -R rate",
-        received["bits_per_second"].as_f64().unwrap(),
-        50e6,
-        0.02,
-    );
 }
 
 #[test]

@@ -150,7 +150,27 @@ fn a_flood_leaves_a_running_test_intact_and_the_server_serving() {
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    let flooded = real_test(&lab.client_ns(), &key);
+    // The flooded test's figures are whole: both ends agree on the bytes and every
+    // interval is there. Its throughput and sampling are the machine's too (2 cores
+    // shared with the flood): one of three tries, the flood going on.
+    one_of_three_tries("flooded test", || {
+        let flooded = real_test(&lab.client_ns(), &key);
+        let f = &flows(&flooded)[0];
+        assert_eq!(str_at(&flooded, "/status"), "done");
+        assert_eq!(u64_at(f, "/sent_bytes"), u64_at(f, "/received_bytes"));
+        assert!(flooded["intervals"].as_array().unwrap().len() >= 4);
+        let during = f64_at(&flooded, "/summary/received_bps");
+        let samples = u64_at(f, "/receiver_samples");
+        let seen = format!(
+            "{during:.4e} bit/s during the flood, {undisturbed:.4e} without; \
+             {samples} receiver samples"
+        );
+        println!("{seen}");
+        if (during / undisturbed - 1.0).abs() >= 0.10 || samples <= 300 {
+            return Err(seen);
+        }
+        Ok(())
+    });
     stop.store(true, Ordering::Relaxed);
     for f in flooders {
         f.join().unwrap();
@@ -158,25 +178,11 @@ fn a_flood_leaves_a_running_test_intact_and_the_server_serving() {
     refuse_loop.join().unwrap();
     let [garbage, idle, wrong] = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
     println!(
-        "undisturbed {undisturbed:.4e} bit/s, flooded {:.4e}; during {garbage} garbage connections, {idle} silent or trickling, {wrong} wrong-key tests",
-        f64_at(&flooded, "/summary/received_bps")
+        "during the flood: {garbage} garbage connections, {idle} silent or trickling, {wrong} wrong-key tests"
     );
     assert!(
         garbage > 100 && idle >= 50 && wrong >= 3,
         "the flood was too thin"
-    );
-
-    // The flooded test's figures are whole: both ends agree on the bytes and every
-    // interval is there.
-    let f = &flows(&flooded)[0];
-    assert_eq!(str_at(&flooded, "/status"), "done");
-    assert_eq!(u64_at(f, "/sent_bytes"), u64_at(f, "/received_bytes"));
-    assert!(flooded["intervals"].as_array().unwrap().len() >= 4);
-    assert!(u64_at(f, "/receiver_samples") > 300, "{f}");
-    let during = f64_at(&flooded, "/summary/received_bps");
-    assert!(
-        (during / undisturbed - 1.0).abs() < 0.10,
-        "{during:.4e} bit/s during the flood, {undisturbed:.4e} without"
     );
     // And the server still serves.
     let after = real_test(&lab.client_ns(), &key);

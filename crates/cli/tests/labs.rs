@@ -204,16 +204,20 @@ fn two_clients_with_their_own_access_links() {
             netns_exists(&ns),
             "lab {name} died after one ping through client{k}'s access link"
         );
-        let text = ping(&ns, &["-c", "10", "-i", "0.02"], "10.77.0.1");
-        let (_, received, rtt) = ping_summary(&text);
-        assert_eq!(received, 10, "{text}");
-        let [min, avg, _, _] = rtt.unwrap();
+        // Never early; late by what a busy emulator adds to the average.
         let expected = access + 4.0;
-        println!("client{k}: ping min {min:.2} avg {avg:.2} ms, configured {expected} ms");
-        assert!(
-            min >= expected && avg <= expected + 1.5,
-            "client{k}: {min}/{avg} ms vs {expected}"
-        );
+        one_of_three_tries(&format!("client{k}"), || {
+            let text = ping(&ns, &["-c", "10", "-i", "0.02"], "10.77.0.1");
+            let (_, received, rtt) = ping_summary(&text);
+            assert_eq!(received, 10, "{text}");
+            let [min, avg, _, _] = rtt.unwrap();
+            println!("client{k}: ping min {min:.2} avg {avg:.2} ms, configured {expected} ms");
+            assert!(min >= expected, "client{k}: min {min} ms vs {expected}");
+            if avg > expected + 1.5 {
+                return Err(format!("ping avg {avg} ms vs {expected}"));
+            }
+            Ok(())
+        });
     }
     drop(guard);
 
@@ -496,17 +500,12 @@ fn shell_runs_a_command_behind_the_path() {
     let _serial = serial();
     let out = tcplab()
         .args(["shell", "--path", "rtt 20ms", "--", "sh", "-c"])
-        .arg("ping -c 3 -i 0.2 $TCPLAB_SERVER && echo ns=$TCPLAB_SERVER_NS && exit 7")
+        .arg("ping -c 5 -i 0.2 $TCPLAB_SERVER && echo ns=$TCPLAB_SERVER_NS && exit 7")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(7), "{text}{}", stderr(&out));
-    let min_ms: f64 = text
-        .lines()
-        .find_map(|l| l.split(" = ").nth(1))
-        .and_then(|v| v.split('/').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no ping summary in {text}"));
+    let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
     assert!((20.0..21.0).contains(&min_ms), "min RTT {min_ms} ms");
     let ns = text
         .lines()

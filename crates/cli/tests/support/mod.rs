@@ -409,7 +409,10 @@ pub fn one_of_three_tries(what: &str, mut attempt: impl FnMut() -> Result<(), St
     for _ in 0..3 {
         match attempt() {
             Ok(()) => return,
-            Err(miss) => misses.push(miss),
+            Err(miss) => {
+                println!("{what}: try {} missed: {miss}", misses.len() + 1);
+                misses.push(miss);
+            }
         }
     }
     panic!("{what}, three times: {}", misses.join("; "));

@@ -29,6 +29,19 @@ fn run_and_explain(db: &Path, path: &str, args: &[&str]) -> Value {
     parse_success(&out)
 }
 
+/// `run_and_explain` until the verdict is `limit`, one of three tries: the verdict
+/// compares the run's rate with its bounds (a link is full at 85 % of it), and a run
+/// starved of CPU on a loaded machine falls below them.
+fn explained_as(db: &Path, limit: &str, path: &str, args: &[&str]) -> Value {
+    one_of_three_tries(&format!("{path} {args:?}"), || {
+        let e = run_and_explain(db, path, args);
+        match str_at(&e, "/verdict/limit") {
+            verdict if verdict == limit => Ok(e),
+            verdict => Err(format!("verdict {verdict}, not {limit}: {e:#}")),
+        }
+    })
+}
+
 /// The six kinds of limit, each built on a path of `rate_mbit` and `rtt_ms`: buffers an
 /// eighth of the BDP, 2 % loss, an application rate a quarter of the link's, a pacing
 /// rate half of it.
@@ -76,13 +89,8 @@ fn runs_built_for_one_limit_get_that_verdict() {
     let db = dir.path().join("explain.db");
     for (limit, path, args) in cases(100, 20) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let e = run_and_explain(&db, &path, &args);
+        let e = explained_as(&db, limit, &path, &args);
         let measured = f64_at(&e, "/measured_bps");
-        assert_eq!(
-            str_at(&e, "/verdict/limit"),
-            limit,
-            "{path} {args:?}: {e:#}"
-        );
         let bound = |name: &str| e["bounds"][name].as_f64();
         match limit {
             // A window-limited flow moves about its window per round trip (measured
@@ -143,11 +151,6 @@ fn runs_on_drawn_paths_get_the_verdict_their_configuration_implies() {
     let (rate, rtt) = (rng.random_range(50..=150), rng.random_range(10..=30));
     for (limit, path, args) in cases(rate, rtt) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let e = run_and_explain(&db, &path, &args);
-        assert_eq!(
-            str_at(&e, "/verdict/limit"),
-            limit,
-            "seed {seed}: {path} {args:?}: {e:#}"
-        );
+        explained_as(&db, limit, &path, &args);
     }
 }

@@ -402,13 +402,14 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// For a figure that only the machine's load can spoil (a sender or the emulator kept
 /// off the CPU on a busy 2-core CI machine): `attempt` runs up to three times and
-/// returns `Err(what it saw)` when its timing missed; the first `Ok` passes, and three
-/// misses fail with all three. What load cannot explain `attempt` asserts outright.
-pub fn one_of_three_tries(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
+/// returns `Err(what it saw)` when its timing missed; the first `Ok` passes (its value
+/// returned), and three misses fail with all three. What load cannot explain
+/// `attempt` asserts outright.
+pub fn one_of_three_tries<T>(what: &str, mut attempt: impl FnMut() -> Result<T, String>) -> T {
     let mut misses = Vec::new();
     for _ in 0..3 {
         match attempt() {
-            Ok(()) => return,
+            Ok(value) => return value,
             Err(miss) => {
                 println!("{what}: try {} missed: {miss}", misses.len() + 1);
                 misses.push(miss);

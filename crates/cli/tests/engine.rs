@@ -301,19 +301,21 @@ fn one_millisecond_sampling_takes_a_sample_per_millisecond_on_both_ends() {
     let Some(bed) = Bed::new("sampling_1ms") else {
         return;
     };
-    let v = bed.run_json(&["-t", "1s", "--sample-interval", "1ms", "--json-samples"]);
-    let flow = &flows(&v)[0];
-    let sender = u64_at(flow, "/samples");
-    let receiver = u64_at(flow, "/receiver_samples");
-    // Two busy cores carry the transfer; allow the sampler to miss some ticks.
-    assert!(
-        (700..=1100).contains(&sender),
-        "{sender} sender samples in 1 s"
-    );
-    assert!(
-        (700..=1100).contains(&receiver),
-        "{receiver} receiver samples in 1 s"
-    );
+    // Two busy cores carry the transfer; allow the sampler to miss some ticks, and a
+    // loaded machine many: one of three tries. Never more than one per tick.
+    let (v, sender, receiver) = one_of_three_tries("1 ms sampling", || {
+        let v = bed.run_json(&["-t", "1s", "--sample-interval", "1ms", "--json-samples"]);
+        let flow = &flows(&v)[0];
+        let sender = u64_at(flow, "/samples");
+        let receiver = u64_at(flow, "/receiver_samples");
+        assert!(sender <= 1100 && receiver <= 1100, "{sender}, {receiver}");
+        if sender < 700 || receiver < 700 {
+            return Err(format!(
+                "{sender} sender, {receiver} receiver samples in 1 s"
+            ));
+        }
+        Ok((v, sender, receiver))
+    });
     let samples = v["samples"].as_array().unwrap();
     assert_eq!(samples.len() as u64, sender + receiver);
     // One time base: both ends' samples lie within the test window on the client's clock.

@@ -147,6 +147,8 @@ fn run_in_lab(
         &mut |lab| {
             if show {
                 describe_lab(lab)
+            } else if let Some(c) = lab.calibration().filter(|c| c.below_floor()) {
+                eprintln!("tcplab: {}", c.describe());
             }
         },
         live,
@@ -169,6 +171,9 @@ fn describe_lab(lab: &Lab) {
             lab.server.addr,
             lab.server.ns.name()
         );
+    }
+    if let Some(calibration) = lab.calibration() {
+        println!("  {}", calibration.describe());
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use tcplab_model::explain::{explain, Explanation};
+use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::BufferSize;
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
@@ -118,14 +119,11 @@ pub fn render(e: &Explanation) -> String {
             100.0 * e.measured_bps / b
         );
     }
-    let l = &e.limits;
-    s += &format!(
-        "limited:   rwnd {:.1} %  sndbuf {:.1} %  cwnd {:.1} %  app {:.1} %\n",
-        100.0 * l.rwnd,
-        100.0 * l.sndbuf,
-        100.0 * l.cwnd,
-        100.0 * l.app
-    );
+    let shares: Vec<String> = ALL_LIMITS
+        .iter()
+        .map(|&l| format!("{} {:.1} %", l.name(), 100.0 * e.limits.get(l)))
+        .collect();
+    s += &format!("limited:   {}\n", shares.join("  "));
     let ep = &e.episodes;
     s += &format!(
         "episodes:  {} retransmits ({:.3} %), {} recovery episodes, {} slow-start exits{}\n",

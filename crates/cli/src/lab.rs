@@ -16,6 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
+use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_sys::poll;
@@ -126,7 +127,18 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
+    print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lab's calibration line, from a `show` document.
+fn print_calibration(doc: &serde_json::Value) -> Result<()> {
+    let calibration: Option<Calibration> = serde_json::from_value(doc["calibration"].clone())
+        .context("reading the lab's calibration")?;
+    if let Some(c) = calibration {
+        println!("  {}", c.describe());
+    }
+    Ok(())
 }
 
 fn print_entry(entry: &LabEntry) {
@@ -234,6 +246,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
     };
     let (up, down) = (direction("up")?, direction("down")?);
     print_entry(&entry);
+    print_calibration(&doc)?;
     for (dir, s) in [("up", &up), ("down", &down)] {
         for link in &s.links {
             let c = &link.counters;
@@ -268,6 +281,9 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();
     let lab = Lab::up(&config).context("cannot build the lab")?;
+    if let Some(c) = lab.calibration().filter(|c| c.below_floor()) {
+        eprintln!("tcplab: {}", c.describe());
+    }
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut command = Command::new(program);
     command
@@ -298,6 +314,7 @@ fn show_document(lab: &Lab) -> serde_json::Value {
         "clients": lab.entry.clients.iter().map(host).collect::<Vec<_>>(),
         "up": stats.up,
         "down": stats.down,
+        "calibration": stats.calibration,
     })
 }
 

@@ -1,5 +1,6 @@
 //! Text shown to a person: the live interval lines and the final summary.
 
+use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
     BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus,
     UdpStats, CLOCK_STEP_TOLERANCE_US,
@@ -7,9 +8,16 @@ use tcplab_model::record::{
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
 pub fn interval_header() -> String {
+    let names: Vec<&str> = ALL_LIMITS.iter().map(|l| l.name()).collect();
     format!(
-        "{:<7} {:>15}  {:>12} {:>6} {:>7} {:>10}   {}",
-        "[flow]", "interval", "throughput", "retr", "cwnd", "srtt", "limits rwnd/sndbuf/cwnd/app"
+        "{:<7} {:>15}  {:>12} {:>6} {:>7} {:>10}   limits {}",
+        "[flow]",
+        "interval",
+        "throughput",
+        "retr",
+        "cwnd",
+        "srtt",
+        names.join("/")
     )
 }
 
@@ -82,13 +90,11 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
 }
 
 fn shares(l: &LimitShares) -> String {
-    format!(
-        "{:>3.0}% {:>3.0}% {:>3.0}% {:>3.0}%",
-        l.rwnd * 100.0,
-        l.sndbuf * 100.0,
-        l.cwnd * 100.0,
-        l.app * 100.0
-    )
+    let shares: Vec<String> = ALL_LIMITS
+        .iter()
+        .map(|&limit| format!("{:>3.0}%", l.get(limit) * 100.0))
+        .collect();
+    shares.join(" ")
 }
 
 /// The tunings each flow got, requested against effective.
@@ -160,13 +166,14 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         ));
     }
     if let Some(limit) = s.dominant_limit {
+        let shares: Vec<String> = ALL_LIMITS
+            .iter()
+            .map(|&l| format!("{} {:.1}%", l.name(), s.limits.get(l) * 100.0))
+            .collect();
         lines.push(format!(
-            "limits: rwnd {:.1}%  sndbuf {:.1}%  cwnd {:.1}%  app {:.1}%  → mostly {}-limited",
-            s.limits.rwnd * 100.0,
-            s.limits.sndbuf * 100.0,
-            s.limits.cwnd * 100.0,
-            s.limits.app * 100.0,
-            format!("{limit:?}").to_lowercase()
+            "limits: {}  → mostly {}-limited",
+            shares.join("  "),
+            limit.name()
         ));
     }
     lines.push(format!(

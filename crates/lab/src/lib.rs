@@ -7,6 +7,7 @@
 //! link. Every lab is registered under [`registry::RUN_DIR`] so that `tcplab lab gc`
 //! can remove what a crashed process left behind.
 
+pub mod calibrate;
 pub mod pipeline;
 pub mod pool;
 pub mod registry;

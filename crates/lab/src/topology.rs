@@ -10,16 +10,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
+use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::link::{Link, LinkError, Trace};
-use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Loss, Pace, PathSpec, QueueLimit};
+use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PathSpec, QueueLimit};
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
 
+use crate::calibrate;
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
 use tcplab_model::record::{DirectionStats, PathRecord};
@@ -34,6 +37,9 @@ const HOST_SYSCTLS: &[(&str, &str)] = &[
     ("net.ipv4.tcp_wmem", "4096 16384 67108864"),
     // Runs must not inherit cached ssthresh or RTT from an earlier connection.
     ("net.ipv4.tcp_no_metrics_save", "1"),
+    // Anyone may ping (ICMP datagram sockets): the lab's calibration, and users
+    // without privileges, inside a lab.
+    ("net.ipv4.ping_group_range", "0 2147483647"),
 ];
 
 /// The lab's defaults, then the user's sysctls, in one host.
@@ -110,6 +116,9 @@ pub struct LabStats {
     pub down: DirectionStats,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     pub epoch_unix_us: i64,
+    /// What the lab measured of its own latency when it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
 }
 
 impl LabStats {
@@ -125,6 +134,118 @@ impl LabStats {
             up: self.up,
             down: self.down,
             epoch_unix_us: self.epoch_unix_us,
+            calibration: self.calibration,
+        }
+    }
+}
+
+/// Echo requests that measure a lab's own latency when it starts, and their spacing.
+const CALIBRATION_ECHOES: u16 = 100;
+const CALIBRATION_SPACING: Duration = Duration::from_millis(1);
+/// How long the calibration waits for the last echoes beyond the configured RTT.
+const CALIBRATION_WAIT: Duration = Duration::from_millis(200);
+
+/// The TUN devices of a lab's hosts.
+struct Devices {
+    server: Arc<Tun>,
+    clients: Vec<Arc<Tun>>,
+}
+
+/// What the emulator's links are built from.
+#[derive(Clone, Copy)]
+struct LinkPlan<'a> {
+    config: &'a LabConfig,
+    /// Whether each direction (up, down) segments super-packets.
+    per_packet: [bool; 2],
+    /// What to take off each direction's delay line, ns (the lab's own latency).
+    credit_ns: [u64; 2],
+    /// A dynamic pacer's target rate, per direction.
+    pacing_targets: &'a [Option<Arc<AtomicU64>>; 2],
+}
+
+/// The emulator's two threads, one per direction, and what they publish.
+struct Emulator {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+    up: Arc<Mutex<DirectionStats>>,
+    down: Arc<Mutex<DirectionStats>>,
+    /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
+    epoch_unix_us: i64,
+}
+
+impl Emulator {
+    fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
+        let up_plan = Lab::plan(links, Direction::Up, devices, clients)?;
+        let down_plan = Lab::plan(links, Direction::Down, devices, clients)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let epoch = monotonic_ns();
+        let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
+        let mut emulator = Emulator {
+            stop,
+            threads: Vec::new(),
+            up: Arc::default(),
+            down: Arc::default(),
+            epoch_unix_us,
+        };
+        let published = [Arc::clone(&emulator.up), Arc::clone(&emulator.down)];
+        for ((name, plan), stats) in [("emulator-up", up_plan), ("emulator-down", down_plan)]
+            .into_iter()
+            .zip(published)
+        {
+            let stop = Arc::clone(&emulator.stop);
+            let handle = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || pipeline::run(plan, stats, stop, epoch));
+            match handle {
+                Ok(handle) => emulator.threads.push(handle),
+                Err(e) => {
+                    let _ = emulator.halt();
+                    return Err(io_err("starting the emulator")(e));
+                }
+            }
+        }
+        Ok(emulator)
+    }
+
+    /// No emulator: the kernel carries the packets (netem).
+    fn none() -> Emulator {
+        Emulator {
+            stop: Arc::default(),
+            threads: Vec::new(),
+            up: Arc::default(),
+            down: Arc::default(),
+            epoch_unix_us: realtime_us(),
+        }
+    }
+
+    fn stats(&self) -> LabStats {
+        LabStats {
+            up: self.up.lock().expect("stats lock").clone(),
+            down: self.down.lock().expect("stats lock").clone(),
+            epoch_unix_us: self.epoch_unix_us,
+            calibration: None,
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.threads.iter().all(|t| !t.is_finished())
+    }
+
+    /// Stops the threads and waits for them; the first error any of them ended with.
+    fn halt(&mut self) -> Result<(), LabError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut failure = None;
+        for thread in self.threads.drain(..) {
+            if let Ok(Err(e)) = thread.join() {
+                failure.get_or_insert(e);
+            }
+        }
+        match failure {
+            Some(error) => Err(LabError::Io {
+                context: "the emulator stopped".into(),
+                error,
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -134,12 +255,10 @@ pub struct Lab {
     pub entry: LabEntry,
     pub server: Host,
     pub clients: Vec<Host>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<io::Result<()>>>,
-    up: Arc<Mutex<DirectionStats>>,
-    down: Arc<Mutex<DirectionStats>>,
-    /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
-    epoch_unix_us: i64,
+    emulator: Emulator,
+    /// What the lab measured of its own latency when it started; `None` without the
+    /// emulator (netem).
+    calibration: Option<Calibration>,
     /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
     pacing_targets: [Option<Arc<AtomicU64>>; 2],
     /// Until torn down: what Drop still has to do.
@@ -160,22 +279,8 @@ fn client_addrs(k: u16) -> (IpAddr, IpAddr) {
     )
 }
 
-/// A link that only delays can carry GSO super-packets whole.
-fn delay_only(spec: &LinkSpec) -> bool {
-    spec.jitter.is_none()
-        && matches!(spec.loss, Loss::None)
-        && spec.duplicate.is_zero()
-        && spec.corrupt.is_zero()
-        && spec.reorder.is_none()
-        && matches!(spec.bottleneck, Bottleneck::Unlimited)
-        && spec.pace.is_none()
-}
-
 fn is_ideal(path: &PathSpec) -> bool {
-    delay_only(&path.up)
-        && delay_only(&path.down)
-        && path.up.delay_us == 0
-        && path.down.delay_us == 0
+    path.up.delays_only() && path.down.delays_only() && path.rtt_us() == 0
 }
 
 fn load_trace(spec: &LinkSpec) -> Result<Option<Trace>, LabError> {
@@ -344,57 +449,80 @@ impl Lab {
             client_tuns.push(tun);
         }
 
-        let per_packet = |dir: Direction| {
-            !delay_only(config.path.link(dir))
-                || config.clients.iter().any(|a| !delay_only(a.link(dir)))
+        let devices = Devices {
+            server: server_tun,
+            clients: client_tuns,
         };
+        // Whether a direction segments super-packets is the real path's choice, for the
+        // calibration too: it decides how the emulator reads and writes.
+        let per_packet = [Direction::Up, Direction::Down].map(|dir| {
+            !config.path.link(dir).delays_only()
+                || config.clients.iter().any(|a| !a.link(dir).delays_only())
+        });
+        let calibration = Self::calibrate(config, per_packet, &devices, &server, &clients)?;
         // A dynamic pacer's target rate, published by the direction's senders.
         let pacing_targets = [Direction::Up, Direction::Down].map(|dir| {
             (config.path.link(dir).pace == Some(Pace::Cwnd)).then(|| Arc::new(AtomicU64::new(0)))
         });
-        let pacing_target = |dir: Direction| pacing_targets[dir as usize].clone();
-        let plan = |dir| {
-            Self::plan(
-                config,
-                dir,
-                per_packet(dir),
-                &client_tuns,
-                &server_tun,
-                &clients,
-                &pacing_target,
-            )
+        let links = LinkPlan {
+            config,
+            per_packet,
+            credit_ns: [calibration.up_credit_us, calibration.down_credit_us].map(|us| us * 1000),
+            pacing_targets: &pacing_targets,
         };
-        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
-
-        let stop = Arc::new(AtomicBool::new(false));
-        let epoch = monotonic_ns();
-        let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
-        let up = Arc::new(Mutex::new(DirectionStats::default()));
-        let down = Arc::new(Mutex::new(DirectionStats::default()));
-        let mut threads = Vec::new();
-        for (name, plan, stats) in [
-            ("emulator-up", up_plan, &up),
-            ("emulator-down", down_plan, &down),
-        ] {
-            let (stats, stop) = (Arc::clone(stats), Arc::clone(&stop));
-            let handle = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || pipeline::run(plan, stats, stop, epoch))
-                .map_err(io_err("starting the emulator"))?;
-            threads.push(handle);
-        }
+        let emulator = Emulator::start(&links, &devices, &clients)?;
         Ok(Lab {
             entry,
             server,
             clients,
-            stop,
-            threads,
-            up,
-            down,
-            epoch_unix_us,
+            emulator,
+            calibration: Some(calibration),
             pacing_targets,
             alive: true,
         })
+    }
+
+    /// Measures what the emulator and the kernels add to the configured delays, through
+    /// links that only delay, and what to take off each direction's delay line for it.
+    fn calibrate(
+        config: &LabConfig,
+        per_packet: [bool; 2],
+        devices: &Devices,
+        server: &Host,
+        clients: &[Host],
+    ) -> Result<Calibration, LabError> {
+        let delays = LabConfig {
+            path: config.path.delay_part(),
+            clients: config.clients.iter().map(PathSpec::delay_part).collect(),
+            ..config.clone()
+        };
+        let links = LinkPlan {
+            config: &delays,
+            per_packet,
+            credit_ns: [0, 0],
+            pacing_targets: &[None, None],
+        };
+        let mut emulator = Emulator::start(&links, devices, clients)?;
+        let delay_us =
+            |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
+        let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
+        let rtts = calibrate::echo_rtts(
+            &clients[0],
+            server,
+            CALIBRATION_ECHOES,
+            CALIBRATION_SPACING,
+            CALIBRATION_WAIT + Duration::from_micros(up_us + down_us),
+        );
+        emulator.halt()?;
+        let rtts = rtts.map_err(io_err("measuring the lab's own latency"))?;
+        let configured_ns = (up_us + down_us) as i64 * 1000;
+        let excess: Vec<i64> = rtts.iter().map(|rtt| rtt - configured_ns).collect();
+        let intrinsic = Intrinsic::from_excess(&excess).ok_or_else(|| {
+            LabError::Name(format!(
+                "none of the {CALIBRATION_ECHOES} echo requests that measure the lab's own latency came back from the server"
+            ))
+        })?;
+        Ok(Calibration::new(up_us, down_us, intrinsic))
     }
 
     /// The same path with the kernel's netem on a veth pair: up on the client's end,
@@ -453,11 +581,8 @@ impl Lab {
                 addr: client_v4,
                 addr6: client_v6,
             }],
-            stop: Arc::new(AtomicBool::new(false)),
-            threads: Vec::new(),
-            up: Arc::default(),
-            down: Arc::default(),
-            epoch_unix_us: realtime_us(),
+            emulator: Emulator::none(),
+            calibration: None,
             pacing_targets: Default::default(),
             alive: true,
         })
@@ -466,14 +591,18 @@ impl Lab {
     /// The links of one direction, chained: up = client → access → bottleneck →
     /// server; down = server → bottleneck → access (by destination) → client.
     fn plan(
-        config: &LabConfig,
+        links: &LinkPlan,
         dir: Direction,
-        per_packet: bool,
-        client_tuns: &[Arc<Tun>],
-        server_tun: &Arc<Tun>,
+        devices: &Devices,
         clients: &[Host],
-        pacing_target: &dyn Fn(Direction) -> Option<Arc<AtomicU64>>,
     ) -> Result<DirectionPlan, LabError> {
+        let LinkPlan {
+            config,
+            per_packet,
+            credit_ns,
+            pacing_targets,
+        } = *links;
+        let per_packet = per_packet[dir as usize];
         // Hops are listed upstream first: up = access links, then the bottleneck;
         // down = the bottleneck, then the access links.
         let access: Vec<(usize, &PathSpec)> = config
@@ -487,7 +616,7 @@ impl Lab {
             .path
             .link(dir)
             .pace
-            .map(|pace| pacer_hop(pace, config.path.mtu, pacing_target(dir)))
+            .map(|pace| pacer_hop(pace, config.path.mtu, pacing_targets[dir as usize].clone()))
             .transpose()?;
         let entry = match dir {
             Direction::Up => access.len(),
@@ -502,9 +631,14 @@ impl Lab {
             hop.then = Target::Hop(bottleneck);
             hop
         });
+        // What the emulator itself adds comes off the bottleneck's delay first, the rest
+        // off each client's access link.
+        let mut bottleneck_link = make_link(&config.path, dir, per_packet)?;
+        let credit_left =
+            credit_ns[dir as usize] - bottleneck_link.shorten_delay(credit_ns[dir as usize]);
         let bottleneck_hop = Hop {
             name: "bottleneck".into(),
-            link: make_link(&config.path, dir, per_packet)?,
+            link: bottleneck_link,
             then: match dir {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
@@ -527,9 +661,11 @@ impl Lab {
             };
             if access.iter().any(|(i, _)| *i == k) {
                 client_side.push(Target::Hop(first_access + access_hops.len()));
+                let mut link = make_link(spec, dir, per_packet)?;
+                link.shorten_delay(credit_left);
                 access_hops.push(Hop {
                     name: format!("access client{}", k + 1),
-                    link: make_link(spec, dir, per_packet)?,
+                    link,
                     then: beyond,
                     meter: None,
                     rate_control: None,
@@ -552,17 +688,17 @@ impl Lab {
         };
         Ok(match dir {
             Direction::Up => DirectionPlan {
-                ingress: client_tuns.iter().cloned().zip(client_side).collect(),
+                ingress: devices.clients.iter().cloned().zip(client_side).collect(),
                 hops,
-                egress: vec![Arc::clone(server_tun)],
+                egress: vec![Arc::clone(&devices.server)],
                 routes: Vec::new(),
                 per_packet,
                 mtu: config.path.mtu,
             },
             Direction::Down => DirectionPlan {
-                ingress: vec![(Arc::clone(server_tun), Target::Hop(entry))],
+                ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
                 hops,
-                egress: client_tuns.to_vec(),
+                egress: devices.clients.clone(),
                 routes: clients
                     .iter()
                     .zip(&client_side)
@@ -586,15 +722,20 @@ impl Lab {
 
     pub fn stats(&self) -> LabStats {
         LabStats {
-            up: self.up.lock().expect("stats lock").clone(),
-            down: self.down.lock().expect("stats lock").clone(),
-            epoch_unix_us: self.epoch_unix_us,
+            calibration: self.calibration,
+            ..self.emulator.stats()
         }
+    }
+
+    /// What the lab measured of its own latency when it started; `None` without the
+    /// emulator (netem).
+    pub fn calibration(&self) -> Option<&Calibration> {
+        self.calibration.as_ref()
     }
 
     /// Whether both emulator threads are still running.
     pub fn is_running(&self) -> bool {
-        self.threads.iter().all(|t| !t.is_finished())
+        self.emulator.is_running()
     }
 
     /// Stops the emulator and removes the namespaces; returns the final counters.
@@ -604,13 +745,7 @@ impl Lab {
 
     fn shutdown(&mut self) -> Result<LabStats, LabError> {
         self.alive = false;
-        self.stop.store(true, Ordering::Relaxed);
-        let mut failure = None;
-        for thread in self.threads.drain(..) {
-            if let Ok(Err(e)) = thread.join() {
-                failure.get_or_insert(e);
-            }
-        }
+        let stopped = self.emulator.halt();
         let stats = self.stats();
         for host in std::iter::once(&self.server).chain(&self.clients) {
             host.ns
@@ -618,13 +753,7 @@ impl Lab {
                 .map_err(io_err(format!("deleting netns {}", host.ns.name())))?;
         }
         registry::unregister(&self.entry.name);
-        match failure {
-            Some(e) => Err(LabError::Io {
-                context: "the emulator stopped".into(),
-                error: e,
-            }),
-            None => Ok(stats),
-        }
+        stopped.map(|()| stats)
     }
 }
 

@@ -15,7 +15,9 @@ use serde::Serialize;
 
 use crate::bounds;
 use crate::path::{self, Bottleneck, Pace, PathSpec};
-use crate::record::{BufferSize, Direction, FlowRecord, LimitShares, RunRecord, SampleRecord};
+use crate::record::{
+    BufferSize, Direction, FlowRecord, LimitShares, PathRecord, RunRecord, SampleRecord,
+};
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
 use crate::units::{format_duration_us, format_rate, format_size};
@@ -100,7 +102,9 @@ pub struct PathFacts {
     pub spec: String,
     /// The data direction's bottleneck rate, bit/s; `None` without a fixed rate.
     pub bottleneck_bps: Option<u64>,
-    /// The configured round trip (both directions' delays), µs.
+    /// The round trip the path has without queueing, µs: both directions' configured
+    /// delays, or what the lab really gave where that was more (a round trip below the
+    /// lab's own latency).
     pub base_rtt_us: u64,
     pub bdp_bytes: Option<u64>,
     /// The bottleneck queue, bytes.
@@ -217,7 +221,7 @@ pub fn explain(run: &RunRecord) -> Explanation {
         .path
         .as_ref()
         .zip(spec.as_ref())
-        .map(|(p, s)| path_facts(&p.spec, s, direction));
+        .map(|(p, s)| path_facts(p, s, direction));
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
     let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
@@ -252,9 +256,9 @@ pub fn explain(run: &RunRecord) -> Explanation {
     explanation
 }
 
-fn path_facts(spec_text: &str, spec: &PathSpec, direction: Direction) -> PathFacts {
+fn path_facts(path: &PathRecord, spec: &PathSpec, direction: Direction) -> PathFacts {
     let link = spec.link(path_direction(direction));
-    let base_rtt_us = spec.rtt_us();
+    let base_rtt_us = base_rtt_us(path, spec);
     let bottleneck_bps = match link.bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
         _ => None,
@@ -264,12 +268,22 @@ fn path_facts(spec_text: &str, spec: &PathSpec, direction: Direction) -> PathFac
         path::Limit::Packets(p) => p * u64::from(spec.mtu),
     });
     PathFacts {
-        spec: spec_text.to_string(),
+        spec: path.spec.clone(),
         bottleneck_bps,
         base_rtt_us,
         bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
         queue_bytes: queue_bytes.filter(|_| bottleneck_bps.is_some()),
     }
+}
+
+/// The round trip the path really has: the configured one, or more where the lab's
+/// own latency is more (a path configured below that floor, see
+/// [`crate::calibration`]).
+fn base_rtt_us(path: &PathRecord, spec: &PathSpec) -> u64 {
+    let configured = spec.rtt_us();
+    path.calibration.map_or(configured, |c| {
+        configured.max(c.mean_rtt_us().round() as u64)
+    })
 }
 
 fn real_path(run: &RunRecord, tcp: &[&FlowRecord]) -> Option<RealPath> {
@@ -860,6 +874,7 @@ fn detect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calibration::{Calibration, Intrinsic};
     use crate::record::{
         ClockOffset, HostMeta, PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
@@ -891,6 +906,7 @@ mod tests {
             retransmits: 0,
             samples: 0,
             receiver_samples: 0,
+            kernel_limits: LimitShares::default(),
             limits: LimitShares {
                 cwnd: 1.0,
                 ..LimitShares::default()
@@ -934,6 +950,7 @@ mod tests {
             t_us: k * 10_000,
             info,
             bbr: None,
+            skmem: None,
         }
     }
 
@@ -978,6 +995,26 @@ mod tests {
         assert_eq!((p.base_rtt_us, p.bdp_bytes), (10_000, Some(1_250_000)));
         // The default queue: 1000 packets of the 1500-byte MTU.
         assert_eq!(p.queue_bytes, Some(1_500_000));
+    }
+
+    #[test]
+    fn a_path_below_the_labs_own_latency_has_the_round_trip_it_really_had() {
+        let lab = Intrinsic {
+            probes: 100,
+            min_us: 120.0,
+            mean_us: 240.0,
+        };
+        let calibrated = |spec: &str, up_us, down_us| {
+            let mut r = run(spec, vec![flow(0, 50e6)], Vec::new());
+            r.path.as_mut().unwrap().calibration = Some(Calibration::new(up_us, down_us, lab));
+            explain(&r).path.unwrap()
+        };
+        // At least 200 µs, 320 µs on average: the BDP is 1 Gbit/s × 320 µs = 40 000 B.
+        let p = calibrated("rtt 200us rate 1gbit", 100, 100);
+        assert_eq!((p.base_rtt_us, p.bdp_bytes), (320, Some(40_000)));
+        // Above the floor the lab gives the configured round trip.
+        let p = calibrated("rtt 20ms rate 1gbit", 10_000, 10_000);
+        assert_eq!((p.base_rtt_us, p.bdp_bytes), (20_000, Some(2_500_000)));
     }
 
     #[test]

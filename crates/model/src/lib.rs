@@ -4,6 +4,7 @@
 
 pub mod bounds;
 pub mod burst;
+pub mod calibration;
 pub mod clock;
 pub mod experiment;
 pub mod explain;

@@ -1,56 +1,143 @@
-//! What bounded a sender, from tcp_info's chrono counters (Web100's SndLimTime*).
+//! What bounded a sender (Web100's SndLimTime*): from what each tcp_info sample of
+//! the sending socket shows, with the kernel's own chrono counters as a cross-check.
 //!
-//! While a socket has data to send, Linux keeps it in one of three exclusive "chrono"
-//! states and reports their running totals in µs (`tcp_get_info_chrono_stats` in
-//! net/ipv4/tcp.c):
+//! **From the samples** ([`classify`], [`LimitTally`]). Each sample, with the socket's
+//! memory (SO_MEMINFO), says what kept the sender from having more in flight at that
+//! moment, and the span since the previous sample is booked to it:
+//! - `rwnd`: the bytes outstanding fill the receiver's advertised window;
+//! - `cwnd`: the packets in flight fill the congestion window, or data waits in the
+//!   socket with room in both windows (the congestion control's own pacing, TSO
+//!   deferral, TCP small queues: the network side, which the kernel books as busy);
+//! - `pacing`: data waits while the socket is paced at its SO_MAX_PACING_RATE cap, or
+//!   the application paces its writes (`--app-rate`) and has nothing more written;
+//! - `sndbuf`: nothing waits and the send buffer is full, so the writer is blocked;
+//! - `app`: nothing waits and the buffer has room: the application wrote no more.
+//!
+//! **The kernel's chrono counters** ([`chrono_shares`]). While a socket has data to
+//! send, Linux keeps it in one of three exclusive states and reports their running
+//! totals in µs (`tcp_get_info_chrono_stats` in net/ipv4/tcp.c):
 //! - `busy_time` = BUSY + RWND_LIMITED + SNDBUF_LIMITED,
 //! - `rwnd_limited`, `sndbuf_limited`.
 //!
-//! Over a span of one sender socket this gives
-//! - rwnd = Δrwnd_limited, sndbuf = Δsndbuf_limited,
-//! - cwnd = Δbusy_time − Δrwnd − Δsndbuf: data in flight and neither window nor buffer
-//!   short, so the network bounded the sender (cwnd, or pacing, which the kernel also
-//!   counts as BUSY),
-//! - app = the rest of the span: nothing queued to send.
-//!
-//! The counters tick in jiffies, so over a short span they can exceed the wall time.
-//! The span is therefore taken as the longer of the wall time and the counted time:
-//! an overshoot is scaled down to exactly fill the span and leaves app = 0.
+//! Over a span this gives rwnd = Δrwnd_limited, sndbuf = Δsndbuf_limited, cwnd =
+//! Δbusy_time − Δrwnd − Δsndbuf and app = the rest. They tick in jiffies, so over a short
+//! span they can exceed the wall time; the span is then taken as the counted time.
+//! They cannot see a sender held by its send buffer: with 128 KiB of buffer over
+//! 40 ms, every sample showed the buffer full and nothing unsent while `sndbuf_limited`
+//! counted 4 % of the time and `busy` the rest. They serve where nothing was sampled
+//! (`--sample-interval 0`) and as a cross-check where they do fire (the receive window).
 
 use crate::record::{Limit, LimitShares};
-use crate::tcpinfo::TcpInfo;
+use crate::tcpinfo::{SkMemInfo, TcpInfo};
 
 /// Every [`Limit`], in the order [`LimitShares::dominant`] breaks ties.
-pub const ALL_LIMITS: [Limit; 4] = [Limit::Rwnd, Limit::Sndbuf, Limit::Cwnd, Limit::App];
+pub const ALL_LIMITS: [Limit; 5] = [
+    Limit::Rwnd,
+    Limit::Sndbuf,
+    Limit::Cwnd,
+    Limit::Pacing,
+    Limit::App,
+];
 
 /// End of `tcpi_sndbuf_limited` in the kernel struct: kernels before 4.10 return a
 /// shorter `tcp_info` without the chrono counters.
 const CHRONO_END: u32 = 192;
+
+/// Packets short of the congestion window that still count as filling it: the last
+/// ACK may have opened it by a packet or two the sender has not used yet.
+const CWND_SLACK_PACKETS: u32 = 2;
+
+/// A blocked writer is woken once a third of the send buffer is free
+/// (`sk_stream_min_wspace`: free ≥ half of what is queued), so while a sender is held
+/// by its buffer what is queued stays above two thirds of it.
+const SNDBUF_FULL: f64 = 2.0 / 3.0;
 
 /// Whether `info` came from a kernel that reports the chrono counters.
 pub fn has_chrono(info: &TcpInfo) -> bool {
     info.valid_len >= CHRONO_END
 }
 
-/// Shares of the `elapsed_us` between two samples of one sender socket.
+/// What held a sender back at the moment of one sample of its socket: `mem` is the
+/// socket's memory read with it (without it a full buffer cannot be told from an idle
+/// application); `app_paced`: the application writes at a set rate (`--app-rate`).
+pub fn classify(info: &TcpInfo, mem: Option<&SkMemInfo>, app_paced: bool) -> Limit {
+    let mss = u64::from(info.snd_mss.max(1));
+    let outstanding = u64::from(info.unacked) * mss;
+    if info.has(TcpInfo::SND_WND) && outstanding + mss > u64::from(info.snd_wnd) {
+        return Limit::Rwnd;
+    }
+    if info.in_flight() + CWND_SLACK_PACKETS >= info.snd_cwnd {
+        return Limit::Cwnd;
+    }
+    if u64::from(info.notsent_bytes) >= mss {
+        // Data waits with room in both windows: the socket's pacing holds it.
+        let capped = info.max_pacing_rate != u64::MAX && info.pacing_rate >= info.max_pacing_rate;
+        return if capped { Limit::Pacing } else { Limit::Cwnd };
+    }
+    let buffer_full = mem.is_some_and(|m| {
+        m.sndbuf > 0 && f64::from(m.wmem_queued) >= SNDBUF_FULL * f64::from(m.sndbuf)
+    });
+    if buffer_full {
+        Limit::Sndbuf
+    } else if app_paced {
+        Limit::Pacing
+    } else {
+        Limit::App
+    }
+}
+
+/// Time booked to each limit over a span of one sender, µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LimitTally {
+    us: [u64; ALL_LIMITS.len()],
+}
+
+impl LimitTally {
+    /// Books `span_us` to `limit`.
+    pub fn book(&mut self, limit: Limit, span_us: u64) {
+        self.us[index(limit)] += span_us;
+    }
+
+    pub fn total_us(&self) -> u64 {
+        self.us.iter().sum()
+    }
+
+    /// The shares of the booked time; `None` when nothing was booked.
+    pub fn shares(&self) -> Option<LimitShares> {
+        let total = self.total_us();
+        (total > 0).then(|| {
+            let share = |l: Limit| self.us[index(l)] as f64 / total as f64;
+            LimitShares {
+                rwnd: share(Limit::Rwnd),
+                sndbuf: share(Limit::Sndbuf),
+                cwnd: share(Limit::Cwnd),
+                pacing: share(Limit::Pacing),
+                app: share(Limit::App),
+            }
+        })
+    }
+}
+
+fn index(limit: Limit) -> usize {
+    ALL_LIMITS
+        .iter()
+        .position(|&l| l == limit)
+        .expect("every limit is in ALL_LIMITS")
+}
+
+/// The kernel's chrono shares of the `elapsed_us` between two samples of one sender
+/// socket.
 ///
 /// A counter that went backwards (a reused socket) counts as no time. With nothing
 /// counted and no time elapsed the span is all `app`, so the shares still sum to 1.
-pub fn shares(prev: &TcpInfo, cur: &TcpInfo, elapsed_us: u64) -> LimitShares {
+pub fn chrono_shares(prev: &TcpInfo, cur: &TcpInfo, elapsed_us: u64) -> LimitShares {
     let d = Chrono::of(cur).since(&Chrono::of(prev));
-    attribute(
+    let (busy, rwnd, sndbuf, elapsed) = (
         d.busy as f64,
         d.rwnd as f64,
         d.sndbuf as f64,
         elapsed_us as f64,
-    )
-}
-
-/// The one attribution rule, for [`shares`] and [`LimitClock`] alike. Takes counter
-/// deltas and the wall time of the span, all µs.
-fn attribute(busy: f64, rwnd: f64, sndbuf: f64, elapsed: f64) -> LimitShares {
-    let rwnd = rwnd.max(0.0);
-    let sndbuf = sndbuf.max(0.0);
+    );
     let cwnd = (busy - rwnd - sndbuf).max(0.0);
     let limited = rwnd + sndbuf + cwnd;
     let span = elapsed.max(limited);
@@ -61,6 +148,7 @@ fn attribute(busy: f64, rwnd: f64, sndbuf: f64, elapsed: f64) -> LimitShares {
         rwnd: rwnd / span,
         sndbuf: sndbuf / span,
         cwnd: cwnd / span,
+        pacing: 0.0,
         app: (span - limited) / span,
     }
 }
@@ -79,6 +167,7 @@ impl LimitShares {
             Limit::Rwnd => self.rwnd,
             Limit::Sndbuf => self.sndbuf,
             Limit::Cwnd => self.cwnd,
+            Limit::Pacing => self.pacing,
             Limit::App => self.app,
         }
     }
@@ -100,26 +189,27 @@ impl LimitShares {
     /// Mean of shares weighted by `f64` (typically the span's length). Weights that are
     /// not positive and finite are left out; with no weight left the result is all `app`.
     pub fn weighted_mean(items: &[(LimitShares, f64)]) -> LimitShares {
-        let mut sum = LimitShares::default();
+        let mut sum = [0.0; ALL_LIMITS.len()];
         let mut total = 0.0;
         for &(s, w) in items {
             if !(w.is_finite() && w > 0.0) {
                 continue;
             }
-            sum.rwnd += s.rwnd * w;
-            sum.sndbuf += s.sndbuf * w;
-            sum.cwnd += s.cwnd * w;
-            sum.app += s.app * w;
+            for (k, limit) in ALL_LIMITS.into_iter().enumerate() {
+                sum[k] += s.get(limit) * w;
+            }
             total += w;
         }
         if total == 0.0 {
             return all_app();
         }
+        let share = |l: Limit| sum[index(l)] / total;
         LimitShares {
-            rwnd: sum.rwnd / total,
-            sndbuf: sum.sndbuf / total,
-            cwnd: sum.cwnd / total,
-            app: sum.app / total,
+            rwnd: share(Limit::Rwnd),
+            sndbuf: share(Limit::Sndbuf),
+            cwnd: share(Limit::Cwnd),
+            pacing: share(Limit::Pacing),
+            app: share(Limit::App),
         }
     }
 }
@@ -149,103 +239,6 @@ impl Chrono {
             sndbuf: self.sndbuf.saturating_sub(prev.sndbuf),
         }
     }
-
-    fn plus(&self, d: &Chrono) -> Chrono {
-        Chrono {
-            busy: self.busy.saturating_add(d.busy),
-            rwnd: self.rwnd.saturating_add(d.rwnd),
-            sndbuf: self.sndbuf.saturating_add(d.sndbuf),
-        }
-    }
-}
-
-/// One accepted sample: the raw counters (to take the next delta from) and their
-/// clean running total since the first sample (never decreasing).
-#[derive(Clone, Copy, Debug)]
-struct Point {
-    t_us: i64,
-    raw: Chrono,
-    total: Chrono,
-}
-
-/// Successive samples of one sender socket, from which the shares of any span follow,
-/// so per-interval shares and the whole test's come from the same arithmetic.
-///
-/// Between samples the counters are interpolated linearly; time outside the sampled
-/// range is unknown and left out of a span.
-#[derive(Clone, Debug, Default)]
-pub struct LimitClock {
-    points: Vec<Point>,
-}
-
-impl LimitClock {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds the sample taken at `t_us` (any fixed origin, e.g. µs since t0). Call in
-    /// time order. Returns false, ignoring the sample, when it is older than the last
-    /// one or its kernel lacks the chrono counters (see [`has_chrono`]).
-    pub fn push(&mut self, t_us: i64, info: &TcpInfo) -> bool {
-        if !has_chrono(info) {
-            return false;
-        }
-        let raw = Chrono::of(info);
-        let total = match self.points.last() {
-            Some(last) if t_us < last.t_us => return false,
-            Some(last) => last.total.plus(&raw.since(&last.raw)),
-            None => Chrono::default(),
-        };
-        self.points.push(Point { t_us, raw, total });
-        true
-    }
-
-    /// Shares over `start_us..end_us` clipped to the sampled range; `None` when fewer
-    /// than two samples or no overlap.
-    pub fn span(&self, start_us: i64, end_us: i64) -> Option<LimitShares> {
-        let (first, last) = (self.points.first()?, self.points.last()?);
-        let start = start_us.max(first.t_us);
-        let end = end_us.min(last.t_us);
-        if end <= start {
-            return None;
-        }
-        let (a, b) = (self.total_at(start), self.total_at(end));
-        Some(attribute(
-            b[0] - a[0],
-            b[1] - a[1],
-            b[2] - a[2],
-            (end - start) as f64,
-        ))
-    }
-
-    /// Shares from the first sample to the last.
-    pub fn total(&self) -> Option<LimitShares> {
-        self.span(i64::MIN, i64::MAX)
-    }
-
-    /// Length of the sampled range, µs: the weight of [`Self::total`] when averaging
-    /// flows with [`LimitShares::weighted_mean`].
-    pub fn duration_us(&self) -> u64 {
-        match (self.points.first(), self.points.last()) {
-            (Some(first), Some(last)) => last.t_us.abs_diff(first.t_us),
-            _ => 0,
-        }
-    }
-
-    /// Running totals (busy, rwnd, sndbuf) at `t`, which lies within the sampled range.
-    fn total_at(&self, t: i64) -> [f64; 3] {
-        let as_f64 = |c: &Chrono| [c.busy as f64, c.rwnd as f64, c.sndbuf as f64];
-        // First point after t; t is inside the range, so 1 <= next <= len.
-        let next = self.points.partition_point(|p| p.t_us <= t);
-        let Some(b) = self.points.get(next) else {
-            return as_f64(&self.points[next - 1].total);
-        };
-        let a = &self.points[next - 1];
-        // a.t_us <= t < b.t_us, so the width is positive.
-        let f = (t - a.t_us) as f64 / (b.t_us - a.t_us) as f64;
-        let (ta, tb) = (as_f64(&a.total), as_f64(&b.total));
-        [0, 1, 2].map(|i| ta[i] + (tb[i] - ta[i]) * f)
-    }
 }
 
 #[cfg(test)]
@@ -271,6 +264,7 @@ mod tests {
             rwnd,
             sndbuf,
             cwnd,
+            pacing: 0.0,
             app,
         };
         for l in ALL_LIMITS {
@@ -279,14 +273,14 @@ mod tests {
                 "{l:?}: got {got:?}, want {want:?}"
             );
         }
-        let sum = got.rwnd + got.sndbuf + got.cwnd + got.app;
+        let sum: f64 = ALL_LIMITS.iter().map(|&l| got.get(l)).sum();
         assert!((sum - 1.0).abs() < EPS, "sum {sum}");
     }
 
     #[test]
     fn sndbuf_limited_span() {
         // 1 s: 800 ms sndbuf-limited, 200 ms busy.
-        let s = shares(&info(0, 0, 0), &info(200_000, 0, 800_000), 1_000_000);
+        let s = chrono_shares(&info(0, 0, 0), &info(200_000, 0, 800_000), 1_000_000);
         assert_shares(s, 0.0, 0.8, 0.2, 0.0);
         assert_eq!(s.dominant(), Limit::Sndbuf);
     }
@@ -295,7 +289,7 @@ mod tests {
     fn rwnd_limited_span() {
         let prev = info(1_000, 2_000, 0);
         let cur = info(1_000 + 40_000, 2_000 + 960_000, 0);
-        let s = shares(&prev, &cur, 1_000_000);
+        let s = chrono_shares(&prev, &cur, 1_000_000);
         assert_shares(s, 0.96, 0.0, 0.04, 0.0);
         assert_eq!(s.dominant(), Limit::Rwnd);
     }
@@ -303,7 +297,7 @@ mod tests {
     #[test]
     fn mixed_span_leaves_the_rest_to_app() {
         // 500 ms: 100 rwnd, 50 sndbuf, 250 busy, so 100 ms with nothing to send.
-        let s = shares(&info(0, 0, 0), &info(250_000, 100_000, 50_000), 500_000);
+        let s = chrono_shares(&info(0, 0, 0), &info(250_000, 100_000, 50_000), 500_000);
         assert_shares(s, 0.2, 0.1, 0.5, 0.2);
         assert_eq!(s.dominant(), Limit::Cwnd);
     }
@@ -311,7 +305,7 @@ mod tests {
     #[test]
     fn idle_socket_is_app_limited() {
         let same = info(5_000, 1_000, 0);
-        let s = shares(&same, &same, 1_000_000);
+        let s = chrono_shares(&same, &same, 1_000_000);
         assert_shares(s, 0.0, 0.0, 0.0, 1.0);
         assert_eq!(s.dominant(), Limit::App);
     }
@@ -319,14 +313,14 @@ mod tests {
     #[test]
     fn jiffy_overshoot_is_scaled_to_fill_the_span() {
         // 100 ms of wall time but 104 ms counted (one 4 ms jiffy at HZ=250).
-        let s = shares(&info(0, 0, 0), &info(78_000, 26_000, 0), 100_000);
+        let s = chrono_shares(&info(0, 0, 0), &info(78_000, 26_000, 0), 100_000);
         assert_shares(s, 0.25, 0.0, 0.75, 0.0);
     }
 
     #[test]
     fn zero_elapsed() {
         assert_shares(
-            shares(&info(0, 0, 0), &info(0, 0, 0), 0),
+            chrono_shares(&info(0, 0, 0), &info(0, 0, 0), 0),
             0.0,
             0.0,
             0.0,
@@ -334,7 +328,7 @@ mod tests {
         );
         // The kernel counted time our clock did not see: its split still stands.
         assert_shares(
-            shares(&info(0, 0, 0), &info(3_000, 1_000, 0), 0),
+            chrono_shares(&info(0, 0, 0), &info(3_000, 1_000, 0), 0),
             0.25,
             0.0,
             0.75,
@@ -345,7 +339,7 @@ mod tests {
     #[test]
     fn counters_going_backwards_count_as_nothing() {
         // A reused socket restarts its counters.
-        let s = shares(
+        let s = chrono_shares(
             &info(900_000, 50_000, 50_000),
             &info(10_000, 0, 0),
             1_000_000,
@@ -358,7 +352,7 @@ mod tests {
             rwnd_limited: 20_000,
             ..prev
         };
-        assert_shares(shares(&prev, &cur, 100_000), 0.2, 0.0, 0.0, 0.8);
+        assert_shares(chrono_shares(&prev, &cur, 100_000), 0.2, 0.0, 0.0, 0.8);
     }
 
     #[test]
@@ -367,6 +361,7 @@ mod tests {
             rwnd: 0.1,
             sndbuf: 0.2,
             cwnd: 0.3,
+            pacing: 0.0,
             app: 0.4,
         };
         assert_eq!(s.get(Limit::Rwnd), 0.1);
@@ -376,6 +371,7 @@ mod tests {
             rwnd: 0.0,
             sndbuf: 0.5,
             cwnd: 0.5,
+            pacing: 0.0,
             app: 0.0,
         };
         assert_eq!(tie.dominant(), Limit::Sndbuf);
@@ -383,8 +379,8 @@ mod tests {
 
     #[test]
     fn weighted_mean_weighs_by_time() {
-        let rwnd = shares(&info(0, 0, 0), &info(0, 1_000, 0), 1_000);
-        let cwnd = shares(&info(0, 0, 0), &info(1_000, 0, 0), 1_000);
+        let rwnd = chrono_shares(&info(0, 0, 0), &info(0, 1_000, 0), 1_000);
+        let cwnd = chrono_shares(&info(0, 0, 0), &info(1_000, 0, 0), 1_000);
         let m = LimitShares::weighted_mean(&[(rwnd, 3.0), (cwnd, 1.0), (rwnd, f64::NAN)]);
         assert_shares(m, 0.75, 0.0, 0.25, 0.0);
         assert_shares(LimitShares::weighted_mean(&[]), 0.0, 0.0, 0.0, 1.0);
@@ -397,79 +393,129 @@ mod tests {
         );
     }
 
-    /// Samples every 100 ms for 1 s: 0–400 ms rwnd-limited, 400–600 ms busy,
-    /// 600–1000 ms idle.
-    fn clock() -> LimitClock {
-        let mut c = LimitClock::new();
-        let at = |ms: u64| {
-            let rwnd = ms.min(400) * 1000;
-            let busy = ms.clamp(400, 600).saturating_sub(400) * 1000;
-            info(busy, rwnd, 0)
-        };
-        for ms in (0..=1000).step_by(100) {
-            assert!(c.push(ms as i64 * 1000, &at(ms)));
-        }
-        c
-    }
+    const MSS: u32 = 1448;
 
-    #[test]
-    fn clock_spans_and_total_agree_with_pairwise_shares() {
-        let c = clock();
-        assert_shares(c.total().unwrap(), 0.4, 0.0, 0.2, 0.4);
-        assert_eq!(c.duration_us(), 1_000_000);
-        assert_shares(c.span(0, 400_000).unwrap(), 1.0, 0.0, 0.0, 0.0);
-        assert_shares(c.span(400_000, 600_000).unwrap(), 0.0, 0.0, 1.0, 0.0);
-        assert_shares(c.span(600_000, 1_000_000).unwrap(), 0.0, 0.0, 0.0, 1.0);
-        // Between samples the counters are interpolated.
-        assert_shares(c.span(350_000, 450_000).unwrap(), 0.5, 0.0, 0.5, 0.0);
-        assert_shares(c.span(250_000, 325_000).unwrap(), 1.0, 0.0, 0.0, 0.0);
-        // Time outside the samples is left out, not called app.
-        assert_shares(c.span(500_000, 2_000_000).unwrap(), 0.0, 0.0, 0.2, 0.8);
-        assert_eq!(c.span(1_000_000, 2_000_000), None);
-        assert_eq!(c.span(-500, 0), None);
-        assert_eq!(c.span(300_000, 300_000), None);
-        // Intervals weighted by length give the total back.
-        let parts: Vec<_> = (0..4)
-            .map(|i| (c.span(i * 250_000, (i + 1) * 250_000).unwrap(), 250_000.0))
-            .collect();
-        let whole = c.total().unwrap();
-        let mean = LimitShares::weighted_mean(&parts);
-        for l in ALL_LIMITS {
-            assert!((mean.get(l) - whole.get(l)).abs() < EPS, "{l:?}");
-        }
-    }
-
-    #[test]
-    fn clock_rejects_what_it_cannot_use() {
-        let mut c = LimitClock::new();
-        assert_eq!(c.total(), None);
-        assert_eq!(c.duration_us(), 0);
-        assert!(c.push(1_000, &info(0, 0, 0)));
-        assert_eq!(c.total(), None);
-        // Out of order.
-        assert!(!c.push(500, &info(10, 0, 0)));
-        // Pre-4.10 kernel: no chrono counters.
-        let old = TcpInfo {
-            valid_len: 104,
+    /// A sender's sample: `unacked` packets outstanding of a `cwnd`, the receiver's
+    /// window `rwnd` and `notsent` bytes written but not sent, in a kernel with every
+    /// field; nothing paced.
+    fn sender(unacked: u32, cwnd: u32, rwnd: u32, notsent: u32) -> TcpInfo {
+        TcpInfo {
+            valid_len: crate::tcpinfo::TCP_INFO_LEN as u32,
+            snd_mss: MSS,
+            unacked,
+            snd_cwnd: cwnd,
+            snd_wnd: rwnd,
+            notsent_bytes: notsent,
+            pacing_rate: 50_000_000,
+            max_pacing_rate: u64::MAX,
             ..TcpInfo::default()
-        };
-        assert!(!c.push(2_000, &old));
-        assert!(!has_chrono(&old));
-        // A sample at the same instant is fine.
-        assert!(c.push(1_000, &info(0, 0, 0)));
-        assert!(c.push(2_000, &info(1_000, 0, 0)));
-        assert_shares(c.total().unwrap(), 0.0, 0.0, 1.0, 0.0);
+        }
+    }
+
+    fn memory(wmem_queued: u32, sndbuf: u32) -> SkMemInfo {
+        SkMemInfo {
+            wmem_queued,
+            sndbuf,
+            ..SkMemInfo::default()
+        }
     }
 
     #[test]
-    fn clock_survives_counter_reset() {
-        let mut c = LimitClock::new();
-        c.push(0, &info(0, 0, 0));
-        c.push(100_000, &info(0, 0, 100_000));
-        // Reset: this segment counts as nothing, later growth counts again.
-        c.push(200_000, &info(0, 0, 10_000));
-        c.push(300_000, &info(0, 0, 110_000));
-        assert_shares(c.total().unwrap(), 0.0, 2.0 / 3.0, 0.0, 1.0 / 3.0);
-        assert_shares(c.span(100_000, 200_000).unwrap(), 0.0, 0.0, 0.0, 1.0);
+    fn a_full_send_buffer_with_nothing_unsent_is_sndbuf() {
+        // --sndbuf 64K over 40 ms (as measured): 90 packets out of a 944-packet window,
+        // 131 984 B queued in a 131 072 B buffer, nothing unsent.
+        let held = sender(90, 944, 3_629_056, 0);
+        let full = memory(131_984, 131_072);
+        assert_eq!(classify(&held, Some(&full), false), Limit::Sndbuf);
+        // Just woken by ACKs, the writer has two thirds of the buffer queued at least.
+        assert_eq!(
+            classify(&held, Some(&memory(88_000, 131_072)), false),
+            Limit::Sndbuf
+        );
+        // The same socket with room in its buffer: the application wrote no more.
+        assert_eq!(
+            classify(&held, Some(&memory(40_000, 131_072)), false),
+            Limit::App
+        );
+        assert_eq!(classify(&held, None, false), Limit::App);
+        // … unless it paces its writes.
+        assert_eq!(
+            classify(&held, Some(&memory(40_000, 131_072)), true),
+            Limit::Pacing
+        );
+    }
+
+    #[test]
+    fn full_windows_come_before_the_buffer() {
+        let full = memory(131_984, 131_072);
+        // 45 packets = 65 160 B outstanding against a 65 536 B window: under an MSS left.
+        assert_eq!(
+            classify(&sender(45, 944, 65_536, 0), Some(&full), false),
+            Limit::Rwnd
+        );
+        assert_eq!(
+            classify(&sender(44, 944, 65_536, 0), Some(&full), false),
+            Limit::Sndbuf
+        );
+        // A zero window.
+        assert_eq!(
+            classify(&sender(0, 10, 0, 1 << 20), None, false),
+            Limit::Rwnd
+        );
+        // In flight at the congestion window, within two packets.
+        assert_eq!(
+            classify(&sender(98, 100, 1 << 22, 0), Some(&full), false),
+            Limit::Cwnd
+        );
+        assert_eq!(
+            classify(&sender(97, 100, 1 << 22, 0), Some(&full), false),
+            Limit::Sndbuf
+        );
+        // Lost and SACKed packets are not in flight; retransmitted ones are.
+        let mut recovering = sender(100, 60, 1 << 22, 0);
+        recovering.sacked = 30;
+        recovering.lost = 20;
+        recovering.retrans = 5;
+        assert_eq!(recovering.in_flight(), 55);
+        assert_eq!(classify(&recovering, Some(&full), false), Limit::Sndbuf);
+        recovering.retrans = 8;
+        assert_eq!(classify(&recovering, Some(&full), false), Limit::Cwnd);
+    }
+
+    #[test]
+    fn data_waiting_with_room_is_the_network_unless_a_cap_paces_it() {
+        let waiting = sender(50, 944, 1 << 22, 1 << 20);
+        assert_eq!(classify(&waiting, None, false), Limit::Cwnd);
+        // SO_MAX_PACING_RATE at 100 Mbit/s binds: the socket paces at the cap.
+        let mut capped = waiting;
+        capped.max_pacing_rate = 12_500_000;
+        capped.pacing_rate = 12_500_000;
+        assert_eq!(classify(&capped, None, false), Limit::Pacing);
+        // A cap above what the congestion control asks does not bind.
+        capped.pacing_rate = 5_000_000;
+        assert_eq!(classify(&capped, None, false), Limit::Cwnd);
+        // Less than a segment unsent (Nagle holding a tail) is nothing waiting.
+        let tail = sender(1, 944, 1 << 22, 500);
+        assert_eq!(
+            classify(&tail, Some(&memory(4_000, 131_072)), false),
+            Limit::App
+        );
+    }
+
+    #[test]
+    fn a_tally_shares_the_booked_time() {
+        let mut t = LimitTally::default();
+        assert_eq!(t.shares(), None);
+        t.book(Limit::Sndbuf, 30_000);
+        t.book(Limit::Cwnd, 10_000);
+        t.book(Limit::Sndbuf, 50_000);
+        t.book(Limit::Pacing, 10_000);
+        assert_eq!(t.total_us(), 100_000);
+        let s = t.shares().unwrap();
+        assert_eq!(
+            (s.sndbuf, s.cwnd, s.pacing, s.rwnd, s.app),
+            (0.8, 0.1, 0.1, 0.0, 0.0)
+        );
+        assert_eq!(s.dominant(), Limit::Sndbuf);
     }
 }

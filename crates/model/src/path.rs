@@ -306,6 +306,39 @@ pub enum Pace {
 }
 
 impl LinkSpec {
+    /// Whether this direction only delays: packets need no per-packet treatment, so
+    /// GSO super-packets may pass whole.
+    pub fn delays_only(&self) -> bool {
+        let LinkSpec {
+            delay_us: _,
+            jitter,
+            loss,
+            duplicate,
+            corrupt,
+            reorder,
+            bottleneck,
+            queue: _,
+            aqm: _,
+            pace,
+        } = self;
+        jitter.is_none()
+            && matches!(loss, Loss::None)
+            && duplicate.is_zero()
+            && corrupt.is_zero()
+            && reorder.is_none()
+            && matches!(bottleneck, Bottleneck::Unlimited)
+            && pace.is_none()
+    }
+
+    /// The same propagation delay and nothing else: what a lab's calibration sends its
+    /// probes through.
+    pub fn delay_part(&self) -> LinkSpec {
+        LinkSpec {
+            delay_us: self.delay_us,
+            ..LinkSpec::default()
+        }
+    }
+
     /// The buffer in packets or bytes; a BDP multiple becomes
     /// ⌊multiple × rate × path RTT / 8⌋ bytes. `None` for a BDP multiple without a fixed
     /// rate, which the parser rejects.
@@ -371,6 +404,15 @@ impl PathSpec {
         match dir {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
+        }
+    }
+
+    /// Both directions' [`LinkSpec::delay_part`], on the same MTU.
+    pub fn delay_part(&self) -> PathSpec {
+        PathSpec {
+            up: self.up.delay_part(),
+            down: self.down.delay_part(),
+            ..self.clone()
         }
     }
 

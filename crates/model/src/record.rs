@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::calibration::Calibration;
 use crate::link::LinkCounters;
-use crate::tcpinfo::{BbrInfo, TcpInfo};
+use crate::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
 /// Version tag of the JSON document. Additive changes keep it; a renamed or removed
 /// field bumps it.
@@ -260,8 +261,24 @@ pub enum Limit {
     Sndbuf,
     /// The congestion window (the network).
     Cwnd,
+    /// A cap on the sender's rate: SO_MAX_PACING_RATE (`--fq-rate`, a server's
+    /// `--max-rate`) or the application's own pacing (`--app-rate`).
+    Pacing,
     /// The application did not supply data.
     App,
+}
+
+impl Limit {
+    /// The name in JSON, the store and the text output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Rwnd => "rwnd",
+            Limit::Sndbuf => "sndbuf",
+            Limit::Cwnd => "cwnd",
+            Limit::Pacing => "pacing",
+            Limit::App => "app",
+        }
+    }
 }
 
 /// Fractions of a time span spent under each limit; they sum to 1.
@@ -270,6 +287,8 @@ pub struct LimitShares {
     pub rwnd: f64,
     pub sndbuf: f64,
     pub cwnd: f64,
+    #[serde(default)]
+    pub pacing: f64,
     pub app: f64,
 }
 
@@ -378,7 +397,13 @@ pub struct FlowRecord {
     pub samples: u64,
     /// tcp_info samples taken on the receiver.
     pub receiver_samples: u64,
+    /// What held the sender back, from its samples (see [`crate::limits`]); from the
+    /// kernel's chrono counters where it was not sampled.
     pub limits: LimitShares,
+    /// What the kernel's chrono counters alone say (tcpi_busy_time, rwnd_limited,
+    /// sndbuf_limited over the flow): a cross-check of `limits` where they fire.
+    #[serde(default)]
+    pub kernel_limits: LimitShares,
     pub rtt: RttStats,
     /// A UDP flow's datagram statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -431,6 +456,9 @@ pub struct SampleRecord {
     pub t_us: i64,
     pub info: TcpInfo,
     pub bbr: Option<BbrInfo>,
+    /// The socket's memory read with it (SO_MEMINFO): how full its buffers were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skmem: Option<SkMemInfo>,
 }
 
 /// Totals over all flows.
@@ -466,6 +494,10 @@ pub struct PathRecord {
     /// minus `started_unix_us − epoch_unix_us` are on the run's time base.
     #[serde(default)]
     pub epoch_unix_us: i64,
+    /// The lab's own latency, measured when it started, and what it took off the delay
+    /// lines; `None` for a lab without the emulator (netem) or recorded before it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
 }
 
 /// One direction of the emulator: its links' counters and how punctual it was.

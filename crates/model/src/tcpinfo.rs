@@ -292,9 +292,74 @@ impl BbrInfo {
     }
 }
 
+/// A socket's memory as SO_MEMINFO reports it (`SK_MEMINFO_*` in
+/// include/uapi/linux/sock_diag.h; what `ss -m` prints as `skmem`), bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkMemInfo {
+    /// Received data not yet read (`r`).
+    pub rmem_alloc: u32,
+    /// The receive buffer, SO_RCVBUF (`rb`).
+    pub rcvbuf: u32,
+    /// Sent data still in the host's queues (`t`).
+    pub wmem_alloc: u32,
+    /// The send buffer, SO_SNDBUF (`tb`).
+    pub sndbuf: u32,
+    /// Memory reserved for the socket but not used (`f`).
+    pub fwd_alloc: u32,
+    /// Written data not yet acknowledged, unsent or in flight, with its overhead
+    /// (`w`): the send buffer is full when this reaches `sndbuf`.
+    pub wmem_queued: u32,
+    pub optmem: u32,
+    pub backlog: u32,
+    pub drops: u32,
+}
+
+/// `SK_MEMINFO_VARS`: the 32-bit words SO_MEMINFO returns.
+pub const SK_MEMINFO_WORDS: usize = 9;
+
+impl SkMemInfo {
+    /// Decodes SO_MEMINFO's words (native-endian); `None` for fewer than
+    /// [`SK_MEMINFO_WORDS`].
+    pub fn decode(bytes: &[u8]) -> Option<SkMemInfo> {
+        let word = |k: usize| u32::read(bytes, 4 * k);
+        Some(SkMemInfo {
+            rmem_alloc: word(0)?,
+            rcvbuf: word(1)?,
+            wmem_alloc: word(2)?,
+            sndbuf: word(3)?,
+            fwd_alloc: word(4)?,
+            wmem_queued: word(5)?,
+            optmem: word(6)?,
+            backlog: word(7)?,
+            drops: word(8)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_memory_is_nine_words_in_the_kernels_order() {
+        let words: Vec<u8> = (1u32..=9).flat_map(u32::to_ne_bytes).collect();
+        let m = SkMemInfo::decode(&words).unwrap();
+        assert_eq!(
+            [
+                m.rmem_alloc,
+                m.rcvbuf,
+                m.wmem_alloc,
+                m.sndbuf,
+                m.fwd_alloc,
+                m.wmem_queued,
+                m.optmem,
+                m.backlog,
+                m.drops
+            ],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        );
+        assert_eq!(SkMemInfo::decode(&words[..32]), None);
+    }
 
     /// A `struct tcp_info` image written at offsets copied from the header by hand
     /// (checked against GCC's `offsetof`), independent of the decoder's table.

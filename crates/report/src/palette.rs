@@ -37,12 +37,13 @@ pub const MODEL_BOUND: &str = "model bound (dashed)";
 
 /// Series whose names mean the same in every run keep one colour everywhere, whatever
 /// else a chart or a section draws.
-const FIXED: [(&str, Rgb); 8] = [
+const FIXED: [(&str, Rgb); 9] = [
     (ALL_FLOWS, TOTAL),
     (MODEL_BOUND, TOTAL),
     ("rwnd", COLORS[2]),
     ("sndbuf", COLORS[6]),
     ("cwnd", COLORS[0]),
+    ("pacing", COLORS[4]),
     ("app", COLORS[9]),
     ("bottleneck up", COLORS[8]),
     ("bottleneck down", COLORS[3]),

@@ -3,6 +3,7 @@
 //! the bottleneck queue moved onto the run's time base.
 
 use tcplab_model::explain::explain;
+use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord};
 
 use crate::axes::Quantity;
@@ -311,7 +312,7 @@ fn limits(run: &RunRecord, tcp: &[&FlowRecord], x: XAxis, palette: &mut Palette)
         .collect();
     let last = intervals.iter().map(|i| i.index).max()?;
     let mut spans = Vec::new();
-    let mut shares: Vec<[f64; 4]> = Vec::new();
+    let mut shares: Vec<[f64; ALL_LIMITS.len()]> = Vec::new();
     for index in 0..=last {
         let these: Vec<_> = intervals.iter().filter(|i| i.index == index).collect();
         if these.is_empty() {
@@ -320,23 +321,17 @@ fn limits(run: &RunRecord, tcp: &[&FlowRecord], x: XAxis, palette: &mut Palette)
         let start = these.iter().map(|i| i.start_us).min().unwrap_or(0);
         let end = these.iter().map(|i| i.end_us).max().unwrap_or(0);
         let n = these.len() as f64;
-        let mean = |f: &dyn Fn(&tcplab_model::record::LimitShares) -> f64| {
-            these.iter().map(|i| f(&i.limits)).sum::<f64>() / n
-        };
         spans.push((seconds(start as f64), seconds(end as f64)));
-        shares.push([
-            mean(&|l| l.rwnd),
-            mean(&|l| l.sndbuf),
-            mean(&|l| l.cwnd),
-            mean(&|l| l.app),
-        ]);
+        shares.push(
+            ALL_LIMITS.map(|limit| these.iter().map(|i| i.limits.get(limit)).sum::<f64>() / n),
+        );
     }
-    let layers = ["rwnd", "sndbuf", "cwnd", "app"]
+    let layers = ALL_LIMITS
         .iter()
         .enumerate()
-        .map(|(k, name)| Series {
-            name: (*name).into(),
-            color: palette.color(name),
+        .map(|(k, limit)| Series {
+            name: limit.name().into(),
+            color: palette.color(limit.name()),
             dashed: false,
             points: shares.iter().map(|s| Pt::at(0.0, s[k])).collect(),
         })

@@ -95,6 +95,7 @@ fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
                     snd_mss: 1448,
                     ..TcpInfo::default()
                 },
+                skmem: None,
                 bbr: None,
             })
         })

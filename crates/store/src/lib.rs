@@ -24,11 +24,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use rusqlite::{params_from_iter, Connection, ErrorCode, Transaction, TransactionBehavior};
+use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, FlowRecord, Host, IntervalRecord, LimitShares, Mode, RttStats,
     RunRecord, SampleRecord, Summary, TestEnd,
 };
-use tcplab_model::tcpinfo::{BbrInfo, TcpInfo};
+use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
 
 pub use error::{ParseNameError, Result, StoreError};
 pub use experiments::{ExperimentRow, Outcome, PlanRow, PlanStatus};
@@ -39,7 +40,8 @@ use rows::{
     enum_name, enum_value, int, opt_enum_value, opt_int, opt_json, opt_text, real, text, RowReader,
 };
 use schema::{
-    sample_columns, SqlInt, MIGRATIONS, SAMPLE_BBR_COLUMNS, SAMPLE_KEY_COLUMNS, TCP_INFO_COLUMNS,
+    sample_columns, SqlInt, MIGRATIONS, SAMPLE_BBR_COLUMNS, SAMPLE_KEY_COLUMNS,
+    SAMPLE_SKMEM_COLUMNS, TCP_INFO_COLUMNS,
 };
 
 /// How long a statement waits for another connection's lock before failing.
@@ -380,12 +382,38 @@ fn insert_named(tx: &Transaction<'_>, table: &str, cols: &Columns) -> rusqlite::
     Ok(tx.last_insert_rowid())
 }
 
-fn limit_values(l: &LimitShares) -> [(&'static str, rusqlite::types::Value); 4] {
-    [
-        ("limit_rwnd", real(l.rwnd)),
-        ("limit_sndbuf", real(l.sndbuf)),
-        ("limit_cwnd", real(l.cwnd)),
-        ("limit_app", real(l.app)),
+/// The columns of the limit shares in [`ALL_LIMITS`] order: `limit_` + each name
+/// (`limit_columns_follow_the_names`).
+pub(crate) const LIMIT_COLUMNS: [&str; ALL_LIMITS.len()] = [
+    "limit_rwnd",
+    "limit_sndbuf",
+    "limit_cwnd",
+    "limit_pacing",
+    "limit_app",
+];
+/// A flow's kernel chrono shares (no pacing: the kernel has no such counter).
+const KERNEL_LIMIT_COLUMNS: [&str; 4] = [
+    "kernel_limit_rwnd",
+    "kernel_limit_sndbuf",
+    "kernel_limit_cwnd",
+    "kernel_limit_app",
+];
+
+fn limit_values(l: &LimitShares) -> Vec<(&'static str, rusqlite::types::Value)> {
+    LIMIT_COLUMNS
+        .into_iter()
+        .zip(ALL_LIMITS)
+        .map(|(column, limit)| (column, real(l.get(limit))))
+        .collect()
+}
+
+fn kernel_limit_values(l: &LimitShares) -> Vec<(&'static str, rusqlite::types::Value)> {
+    let [rwnd, sndbuf, cwnd, app] = KERNEL_LIMIT_COLUMNS;
+    vec![
+        (rwnd, real(l.rwnd)),
+        (sndbuf, real(l.sndbuf)),
+        (cwnd, real(l.cwnd)),
+        (app, real(l.app)),
     ]
 }
 
@@ -495,6 +523,7 @@ fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
         ("receiver_samples", int(f.receiver_samples)),
     ]);
     cols.extend(limit_values(&f.limits));
+    cols.extend(kernel_limit_values(&f.kernel_limits));
     cols.extend(rtt_values(&f.rtt));
     cols.push(("udp_json", opt_json(f.udp.as_ref())));
     cols
@@ -584,9 +613,43 @@ fn insert_samples(
         for (i, v) in bbr_values.into_iter().enumerate() {
             stmt.raw_bind_parameter(bbr_at + i, v)?;
         }
+        let skmem_at = bbr_at + SAMPLE_BBR_COLUMNS.len();
+        for (i, v) in skmem_words(s.skmem.as_ref()).into_iter().enumerate() {
+            stmt.raw_bind_parameter(skmem_at + i, v)?;
+        }
         stmt.raw_execute()?;
     }
     Ok(())
+}
+
+/// A sample's socket memory as the `skmem_*` columns, in their order.
+fn skmem_words(m: Option<&SkMemInfo>) -> [Option<i64>; SK_MEMINFO_WORDS] {
+    let Some(m) = m else {
+        return [None; SK_MEMINFO_WORDS];
+    };
+    let SkMemInfo {
+        rmem_alloc,
+        rcvbuf,
+        wmem_alloc,
+        sndbuf,
+        fwd_alloc,
+        wmem_queued,
+        optmem,
+        backlog,
+        drops,
+    } = *m;
+    [
+        rmem_alloc,
+        rcvbuf,
+        wmem_alloc,
+        sndbuf,
+        fwd_alloc,
+        wmem_queued,
+        optmem,
+        backlog,
+        drops,
+    ]
+    .map(|w| Some(w.to_sql()))
 }
 
 /// One run's rows of a child table (`flows`, `intervals`) in insertion order.
@@ -681,23 +744,65 @@ fn load_samples(tx: &Transaction<'_>, path: &Path, run_id: i64) -> Result<Vec<Sa
                 ))
             }
         };
+        let skmem_at = bbr_at + SAMPLE_BBR_COLUMNS.len();
+        let mut words = [None; SK_MEMINFO_WORDS];
+        for (i, word) in words.iter_mut().enumerate() {
+            *word = r.opt_int((skmem_at + i, SAMPLE_SKMEM_COLUMNS[i]))?;
+        }
+        let skmem = match words {
+            [Some(rmem_alloc), Some(rcvbuf), Some(wmem_alloc), Some(sndbuf), Some(fwd_alloc), Some(wmem_queued), Some(optmem), Some(backlog), Some(drops)] => {
+                Some(SkMemInfo {
+                    rmem_alloc,
+                    rcvbuf,
+                    wmem_alloc,
+                    sndbuf,
+                    fwd_alloc,
+                    wmem_queued,
+                    optmem,
+                    backlog,
+                    drops,
+                })
+            }
+            [None, None, None, None, None, None, None, None, None] => None,
+            _ => {
+                return Err(r.bad(
+                    (skmem_at, SAMPLE_SKMEM_COLUMNS[0]),
+                    "partial",
+                    "skmem_* columns must be all NULL or all set",
+                ))
+            }
+        };
         out.push(SampleRecord {
             flow: r.int((0, "flow"))?,
             host: r.enum_((1, "host"))?,
             t_us: r.int((2, "t_us"))?,
             info,
             bbr,
+            skmem,
         });
     }
     Ok(out)
 }
 
 fn read_limits(r: &RowReader<'_>) -> Result<LimitShares> {
+    let [rwnd, sndbuf, cwnd, pacing, app] = LIMIT_COLUMNS;
     Ok(LimitShares {
-        rwnd: r.real("limit_rwnd")?,
-        sndbuf: r.real("limit_sndbuf")?,
-        cwnd: r.real("limit_cwnd")?,
-        app: r.real("limit_app")?,
+        rwnd: r.real(rwnd)?,
+        sndbuf: r.real(sndbuf)?,
+        cwnd: r.real(cwnd)?,
+        pacing: r.real(pacing)?,
+        app: r.real(app)?,
+    })
+}
+
+fn read_kernel_limits(r: &RowReader<'_>) -> Result<LimitShares> {
+    let [rwnd, sndbuf, cwnd, app] = KERNEL_LIMIT_COLUMNS;
+    Ok(LimitShares {
+        rwnd: r.real(rwnd)?,
+        sndbuf: r.real(sndbuf)?,
+        cwnd: r.real(cwnd)?,
+        pacing: 0.0,
+        app: r.real(app)?,
     })
 }
 
@@ -797,6 +902,7 @@ fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
         samples: r.int("samples")?,
         receiver_samples: r.int("receiver_samples")?,
         limits: read_limits(r)?,
+        kernel_limits: read_kernel_limits(r)?,
         rtt: read_rtt(r)?,
         udp: r.opt_json("udp_json")?,
     })

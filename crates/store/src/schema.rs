@@ -5,7 +5,7 @@
 //! migration's SQL is history: once released it must never change, because databases
 //! already at that version will not run it again. Change the schema by appending a step.
 
-use tcplab_model::tcpinfo::TcpInfo;
+use tcplab_model::tcpinfo::{TcpInfo, SK_MEMINFO_WORDS};
 
 /// A Rust integer stored in an SQLite INTEGER (i64).
 ///
@@ -161,20 +161,40 @@ pub(crate) const SAMPLE_KEY_COLUMNS: [&str; 4] = ["run_id", "flow", "host", "t_u
 pub(crate) const SAMPLE_BBR_COLUMNS: [&str; 4] =
     ["bbr_bw", "bbr_min_rtt", "bbr_pacing_gain", "bbr_cwnd_gain"];
 
+/// The nullable `samples` columns of the socket's memory
+/// ([`tcplab_model::tcpinfo::SkMemInfo`], migration 5), in its field order.
+pub(crate) const SAMPLE_SKMEM_COLUMNS: [&str; SK_MEMINFO_WORDS] = [
+    "skmem_rmem_alloc",
+    "skmem_rcvbuf",
+    "skmem_wmem_alloc",
+    "skmem_sndbuf",
+    "skmem_fwd_alloc",
+    "skmem_wmem_queued",
+    "skmem_optmem",
+    "skmem_backlog",
+    "skmem_drops",
+];
+
 /// Every `samples` column in table order.
 pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
     SAMPLE_KEY_COLUMNS
         .into_iter()
         .chain(TCP_INFO_COLUMNS.iter().map(|c| c.name))
         .chain(SAMPLE_BBR_COLUMNS)
+        .chain(SAMPLE_SKMEM_COLUMNS)
 }
 
 /// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
-pub(crate) static MIGRATIONS: &[fn() -> String] =
-    &[migration_1, migration_2, migration_3, migration_4];
+pub(crate) static MIGRATIONS: &[fn() -> String] = &[
+    migration_1,
+    migration_2,
+    migration_3,
+    migration_4,
+    migration_5,
+];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -237,6 +257,38 @@ ALTER TABLE flows ADD COLUMN udp_json TEXT;
 ALTER TABLE intervals ADD COLUMN udp_json TEXT;
 "#
     .to_string()
+}
+
+/// Migration 5: limits from the samples: a `pacing` share, the kernel's own chrono
+/// shares of each flow as a cross-check, and each sample's socket memory (SO_MEMINFO).
+///
+/// `runs.dominant_limit` may now be `pacing`. Widening a CHECK constraint changes no
+/// stored row, so the table's definition is edited in place (SQLite's documented way
+/// to change constraints, "ALTER TABLE", section 7): rebuilding `runs` instead would
+/// cascade the deletion of every flow, interval and sample.
+fn migration_5() -> String {
+    let skmem: String = SAMPLE_SKMEM_COLUMNS
+        .iter()
+        .map(|c| format!("ALTER TABLE samples ADD COLUMN {c} INTEGER;\n"))
+        .collect();
+    format!(
+        r#"
+ALTER TABLE runs ADD COLUMN limit_pacing REAL DEFAULT 0;
+ALTER TABLE flows ADD COLUMN limit_pacing REAL DEFAULT 0;
+ALTER TABLE intervals ADD COLUMN limit_pacing REAL DEFAULT 0;
+ALTER TABLE flows ADD COLUMN kernel_limit_rwnd REAL DEFAULT 0;
+ALTER TABLE flows ADD COLUMN kernel_limit_sndbuf REAL DEFAULT 0;
+ALTER TABLE flows ADD COLUMN kernel_limit_cwnd REAL DEFAULT 0;
+ALTER TABLE flows ADD COLUMN kernel_limit_app REAL DEFAULT 0;
+{skmem}PRAGMA writable_schema = ON;
+UPDATE sqlite_schema
+   SET sql = replace(sql,
+       'dominant_limit IN (''rwnd'', ''sndbuf'', ''cwnd'', ''app'')',
+       'dominant_limit IN (''rwnd'', ''sndbuf'', ''cwnd'', ''pacing'', ''app'')')
+ WHERE type = 'table' AND name = 'runs';
+PRAGMA writable_schema = RESET;
+"#
+    )
 }
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);

@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::{json, Value as Json};
+use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, Limit,
     LimitShares, Mode, Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod,
     Summary, TestEnd, TestParams, Tuning, UdpInterval, UdpStats, SCHEMA,
 };
-use tcplab_model::tcpinfo::{BbrInfo, TcpInfo};
+use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
 use super::*;
 
@@ -44,7 +45,8 @@ fn limits(a: f64) -> LimitShares {
     LimitShares {
         rwnd: a,
         sndbuf: 0.125,
-        cwnd: 0.75 - a,
+        cwnd: 0.625 - a,
+        pacing: 0.125,
         app: 0.125,
     }
 }
@@ -80,6 +82,11 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
         samples: 1000,
         receiver_samples: 999,
         limits: limits(0.25),
+        kernel_limits: LimitShares {
+            pacing: 0.0,
+            app: 0.25,
+            ..limits(0.125)
+        },
         rtt: RttStats {
             min_us: 120,
             mean_us: 345.5,
@@ -158,6 +165,17 @@ fn sample_record(n_samples: usize) -> RunRecord {
                     min_rtt: 118,
                     pacing_gain: 320,
                     cwnd_gain: 512,
+                }),
+                skmem: (i % 2 == 0).then_some(SkMemInfo {
+                    rmem_alloc: i as u32,
+                    rcvbuf: 131_072,
+                    wmem_alloc: 1,
+                    sndbuf: u32::MAX,
+                    fwd_alloc: 2,
+                    wmem_queued: 131_984,
+                    optmem: 3,
+                    backlog: 4,
+                    drops: 5,
                 }),
             }
         })
@@ -249,6 +267,15 @@ fn sample_record(n_samples: usize) -> RunRecord {
             },
             down: Default::default(),
             epoch_unix_us: 1_795_000_000_000_000,
+            calibration: Some(Calibration::new(
+                10_000,
+                10_000,
+                Intrinsic {
+                    probes: 100,
+                    min_us: 61.5,
+                    mean_us: 140.25,
+                },
+            )),
         }),
         samples,
     }
@@ -305,6 +332,81 @@ fn migration_from_empty_sets_user_version() {
     assert!(count(&store, "PRAGMA busy_timeout") >= 1000);
     assert_eq!(store.last_run_id().unwrap(), None);
     assert!(store.list_runs().unwrap().is_empty());
+}
+
+/// A version-4 database with a run in it, as an earlier tcplab left it.
+fn version_4_database(path: &std::path::Path) {
+    let conn = Connection::open(path).unwrap();
+    for migration in &MIGRATIONS[..4] {
+        conn.execute_batch(&migration()).unwrap();
+    }
+    conn.pragma_update(None, "user_version", 4).unwrap();
+    let mut run = sample_record(3);
+    run.summary.limits.pacing = 0.0;
+    // Version 4 has none of migration 5's columns: store through today's code into a
+    // scratch database, then copy the rows the old columns hold.
+    let scratch = path.with_extension("scratch");
+    Store::open(&scratch).unwrap().insert_run(&run).unwrap();
+    conn.execute(&format!("ATTACH '{}' AS new", scratch.display()), [])
+        .unwrap();
+    for table in ["runs", "flows", "intervals", "samples"] {
+        let columns: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(|c| format!("\"{}\"", c.unwrap()))
+            .collect();
+        let columns = columns.join(", ");
+        conn.execute(
+            &format!("INSERT INTO {table} ({columns}) SELECT {columns} FROM new.{table}"),
+            [],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn migration_5_keeps_every_row_and_takes_pacing_as_a_dominant_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    version_4_database(&path);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(user_version(&store.conn).unwrap(), SCHEMA_VERSION);
+    let old = store.load_run(1).unwrap();
+    let want = sample_record(3);
+    assert_eq!(
+        (old.flows.len(), old.intervals.len(), old.samples.len()),
+        (want.flows.len(), want.intervals.len(), want.samples.len())
+    );
+    // What version 4 did not record reads as none.
+    assert_eq!(old.summary.limits.pacing, 0.0);
+    assert_eq!(old.flows[0].kernel_limits, LimitShares::default());
+    assert!(old.samples.iter().all(|s| s.skmem.is_none()));
+    let mut paced = sample_record(4);
+    paced.summary.dominant_limit = Some(Limit::Pacing);
+    let id = store.insert_run(&paced).unwrap();
+    assert_eq!(
+        store.load_run(id).unwrap().summary.dominant_limit,
+        Some(Limit::Pacing)
+    );
+    let check: String = store
+        .conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    // A name the schema does not know is still refused.
+    let refused = store
+        .conn
+        .execute("UPDATE runs SET dominant_limit = 'bogus' WHERE id = 1", []);
+    assert!(refused.is_err());
+}
+
+#[test]
+fn limit_columns_follow_the_names() {
+    for (column, limit) in LIMIT_COLUMNS.into_iter().zip(ALL_LIMITS) {
+        assert_eq!(column, format!("limit_{}", limit.name()));
+    }
 }
 
 #[test]
@@ -600,7 +702,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
-             experiment_id point repetition udp_json",
+             experiment_id point repetition udp_json limit_pacing",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -608,11 +710,12 @@ fn expected_columns(table: Table) -> Vec<String> {
              rcvbuf_effective rcvbuf_capped_at rcvbuf_at_end sent_bytes received_bytes \
              sent_bps received_bps sender_seconds receiver_seconds retransmits samples \
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
-             rtt_mean_us rtt_max_us host udp_json",
+             rtt_mean_us rtt_max_us host udp_json limit_pacing kernel_limit_rwnd \
+             kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \
-             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app udp_json",
+             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app udp_json limit_pacing",
         ),
         Table::Samples => {
             let mut v = names("run_id flow host t_us");
@@ -622,6 +725,10 @@ fn expected_columns(table: Table) -> Vec<String> {
             };
             v.extend(m.keys().cloned());
             v.extend(names("bbr_bw bbr_min_rtt bbr_pacing_gain bbr_cwnd_gain"));
+            v.extend(names(
+                "skmem_rmem_alloc skmem_rcvbuf skmem_wmem_alloc skmem_sndbuf skmem_fwd_alloc \
+                 skmem_wmem_queued skmem_optmem skmem_backlog skmem_drops",
+            ));
             v
         }
         Table::Experiments => names(
@@ -638,7 +745,7 @@ fn assert_header(table: Table, header: &[String]) {
     let mut have = header.to_vec();
     if table == Table::Samples {
         assert_eq!(have[..4], want[..4]);
-        assert_eq!(have[have.len() - 4..], want[want.len() - 4..]);
+        assert_eq!(have[have.len() - 13..], want[want.len() - 13..]);
         want.sort();
         have.sort();
     }
@@ -689,6 +796,7 @@ fn expected_rows(table: Table, run: &RunRecord, failed: &RunRecord) -> Vec<Json>
                     "rcvbuf_requested": null, "rcvbuf_at_end": f.rcvbuf.at_end,
                     "sent_bytes": f.sent_bytes, "sent_bps": f.sent_bps,
                     "sender_seconds": f.sender_seconds, "limit_rwnd": f.limits.rwnd,
+                    "limit_pacing": f.limits.pacing, "kernel_limit_app": f.kernel_limits.app,
                     "rtt_max_us": f.rtt.max_us, "receiver_samples": f.receiver_samples,
                 })
             })

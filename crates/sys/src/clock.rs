@@ -15,6 +15,12 @@ pub fn realtime_us() -> i64 {
     read(libc::CLOCK_REALTIME)
 }
 
+/// CLOCK_REALTIME in ns since the Unix epoch: the clock of the kernel's packet stamps
+/// (SO_TIMESTAMPNS).
+pub fn realtime_ns() -> i64 {
+    read_ns(libc::CLOCK_REALTIME)
+}
+
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC, ns: what turns the kernel's wall-clock packet
 /// stamps into our time base. The wall-clock read is bracketed by two monotonic reads and
 /// retried when the thread was preempted in between, so the value is good to a few µs.

@@ -9,7 +9,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use socket2::SockRef;
 use tcplab_model::record::BufferSize;
-use tcplab_model::tcpinfo::{BbrInfo, TcpInfo, BBR_INFO_LEN, TCP_INFO_LEN};
+use tcplab_model::tcpinfo::{
+    BbrInfo, SkMemInfo, TcpInfo, BBR_INFO_LEN, SK_MEMINFO_WORDS, TCP_INFO_LEN,
+};
 
 use crate::sysctl;
 
@@ -43,6 +45,14 @@ pub fn bbr_info_of_bbr_socket(fd: impl AsFd) -> io::Result<Option<BbrInfo>> {
     let mut buf = [0u8; BBR_INFO_LEN];
     let len = getsockopt_bytes(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_CC_INFO, &mut buf)?;
     Ok(BbrInfo::decode(&buf[..len]))
+}
+
+/// The socket's memory (SO_MEMINFO): its buffers and how full they are.
+pub fn meminfo(fd: impl AsFd) -> io::Result<SkMemInfo> {
+    let mut buf = [0u8; 4 * SK_MEMINFO_WORDS];
+    let len = getsockopt_bytes(fd.as_fd(), libc::SOL_SOCKET, libc::SO_MEMINFO, &mut buf)?;
+    SkMemInfo::decode(&buf[..len])
+        .ok_or_else(|| io::Error::other(format!("SO_MEMINFO returned {len} bytes")))
 }
 
 /// Sets SO_SNDBUF and reports what the kernel made of it: Linux doubles the request

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::limits;
+use tcplab_model::limits::{self, LimitTally};
 use tcplab_model::record::{
     BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
 };
-use tcplab_model::tcpinfo::TcpInfo;
+use tcplab_model::tcpinfo::{SkMemInfo, TcpInfo};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
@@ -111,6 +111,9 @@ struct FlowShared {
     peer_addr: String,
     /// Bytes written (sender) or read (receiver) so far.
     bytes: AtomicU64,
+    /// A sender is still writing: after its last write it only waits for the
+    /// acknowledgements, which no limit describes.
+    writing: AtomicBool,
     done: AtomicBool,
 }
 
@@ -136,6 +139,7 @@ pub fn run_side(
                 peer_addr: addr_string(f.stream.peer_addr()),
                 stream: f.stream,
                 bytes: AtomicU64::new(0),
+                writing: AtomicBool::new(f.role == Role::Send),
                 done: AtomicBool::new(false),
             })
         })
@@ -244,14 +248,16 @@ fn side_flow(
     }
     .unwrap_or(buffer.effective);
     let elapsed = (outcome.end_us - outcome.start_us).max(0) as u64;
-    let (limits, retransmits, mss) = match (&outcome.first, &outcome.last) {
+    let (kernel_limits, retransmits, mss) = match (&outcome.first, &outcome.last) {
         (Some(first), Some(last)) => (
-            limits::shares(first, last, elapsed),
+            limits::chrono_shares(first, last, elapsed),
             u64::from(last.total_retrans.saturating_sub(first.total_retrans)),
             last.snd_mss,
         ),
         _ => (LimitShares::default(), 0, 0),
     };
+    // Where nothing was sampled the kernel's counters are all there is.
+    let limits = watched.tally.shares().unwrap_or(kernel_limits);
     SideFlow {
         id: flow.id,
         role: flow.role,
@@ -266,6 +272,7 @@ fn side_flow(
         retransmits,
         samples: watched.samples,
         limits,
+        kernel_limits,
         rtt: watched.rtt.stats(),
         error: outcome.error,
         udp: None,
@@ -380,6 +387,7 @@ fn send_until_end(
             Err(e) => return Err((sent, e)),
         }
     }
+    flow.writing.store(false, Ordering::Release);
     stream.shutdown(Shutdown::Write).map_err(|e| (sent, e))?;
     let drain_deadline = monotonic_us() + deadline.map_or(0, |d| d - t0_us) + DRAIN_GRACE_US;
     wait_all_acked(stream, drain_deadline, stop).map_err(|e| (sent, e))?;
@@ -498,6 +506,8 @@ impl Payload {
 struct WatchedFlow {
     samples: u64,
     rtt: RttAccumulator,
+    /// A sender's time, booked sample by sample to what held it back.
+    tally: LimitTally,
     /// A sending socket under BBR: its samples carry TCP_CC_INFO too.
     bbr: bool,
     /// When TCP_CC_INFO was last read, µs.
@@ -554,6 +564,33 @@ struct IntervalCursor {
     acked_base: u64,
     /// Payload bytes counted so far (acknowledged for a sender, read for a receiver).
     counted: u64,
+    /// The interval's time so far, booked to limits.
+    tally: LimitTally,
+    /// Up to when the sender's time is booked, µs.
+    booked_us: i64,
+}
+
+impl IntervalCursor {
+    /// Books a sender's time since the last sample (or the interval's start) to what
+    /// `info` and `mem` show held it back, in the interval and the flow's whole; not
+    /// once the sender has stopped writing.
+    fn book(
+        &mut self,
+        flow: &FlowShared,
+        watched: &mut WatchedFlow,
+        now: i64,
+        info: &TcpInfo,
+        mem: Option<&SkMemInfo>,
+        app_paced: bool,
+    ) {
+        if flow.writing.load(Ordering::Acquire) {
+            let limit = limits::classify(info, mem, app_paced);
+            let span = (now - self.booked_us).max(0) as u64;
+            self.tally.book(limit, span);
+            watched.tally.book(limit, span);
+        }
+        self.booked_us = now;
+    }
 }
 
 /// Samples every flow at the sampling interval and cuts report intervals, until all
@@ -568,6 +605,8 @@ fn monitor(
     pacing: Option<&AtomicU64>,
 ) -> Watch {
     let sample_every = params.sample_interval_us as i64;
+    let sampled = sample_every > 0;
+    let app_paced = params.tuning.app_rate.is_some();
     let report_every = params.report_interval_us.max(1) as i64;
     let mut watched: Vec<WatchedFlow> = flows
         .iter()
@@ -585,6 +624,8 @@ fn monitor(
             acked_base: info.map_or(0, |i| i.bytes_acked),
             info,
             counted: 0,
+            tally: LimitTally::default(),
+            booked_us: t0_us,
         })
         .collect();
     let mut next_sample = t0_us + sample_every;
@@ -595,7 +636,7 @@ fn monitor(
         if sample_every > 0 && now >= next_sample {
             // PSPacer's dynamic target: each sender's window per round trip, summed.
             let mut window_rate_bps = 0.0;
-            for (flow, w) in flows.iter().zip(&mut watched) {
+            for ((flow, w), cursor) in flows.iter().zip(&mut watched).zip(&mut cursors) {
                 if flow.done.load(Ordering::Acquire) {
                     continue;
                 }
@@ -603,6 +644,7 @@ fn monitor(
                 let Ok(info) = sockopt::tcp_info(fd) else {
                     continue;
                 };
+                let skmem = sockopt::meminfo(fd).ok();
                 // BBR's model moves once a round trip: reading it every 10 ms keeps the
                 // detail and halves the locked getsockopts of a 1 ms sampler.
                 let bbr = if w.bbr && now - w.bbr_read_us >= BBR_EVERY_US {
@@ -612,6 +654,7 @@ fn monitor(
                     None
                 };
                 if flow.role == Role::Send {
+                    cursor.book(flow, w, now, &info, skmem.as_ref(), app_paced);
                     w.rtt.add(info.rtt);
                     if info.rtt > 0 {
                         window_rate_bps += f64::from(info.snd_cwnd) * f64::from(info.snd_mss) * 8e6
@@ -625,6 +668,7 @@ fn monitor(
                     t_us: now,
                     info,
                     bbr,
+                    skmem,
                 });
             }
             if let Some(target) = pacing.filter(|_| window_rate_bps > 0.0) {
@@ -638,7 +682,9 @@ fn monitor(
                 .iter()
                 .zip(&mut cursors)
                 .zip(&mut watched)
-                .filter_map(|((flow, cursor), w)| cut_interval(flow, cursor, w, now))
+                .filter_map(|((flow, cursor), w)| {
+                    cut_interval(flow, cursor, w, now, sampled.then_some(app_paced))
+                })
                 .collect();
             if !records.is_empty() {
                 // A closed receiver only means nobody watches live lines any more.
@@ -674,12 +720,15 @@ fn expected_samples(params: &TestParams, flows: usize) -> usize {
     }
 }
 
-/// Closes the current report interval of one flow at `now`, if it has one open.
+/// Closes the current report interval of one flow at `now`, if it has one open. A
+/// sampled sender (`app_paced` is its application's pacing) books the time since its
+/// last sample here too; an unsampled one gets the kernel's chrono shares.
 fn cut_interval(
     flow: &FlowShared,
     cursor: &mut IntervalCursor,
     watched: &mut WatchedFlow,
     now: i64,
+    app_paced: Option<bool>,
 ) -> Option<SideInterval> {
     if cursor.start_us >= now || cursor.info.is_none() {
         return None;
@@ -690,6 +739,17 @@ fn cut_interval(
     let info = sockopt::tcp_info(flow.stream.as_fd()).ok()?;
     let prev = cursor.info.replace(info).expect("checked above");
     let moved = flow.bytes.load(Ordering::Relaxed);
+    let elapsed = (now - cursor.start_us) as u64;
+    let limits = match app_paced.filter(|_| flow.role == Role::Send) {
+        Some(app_paced) => {
+            let mem = sockopt::meminfo(flow.stream.as_fd()).ok();
+            cursor.book(flow, watched, now, &info, mem.as_ref(), app_paced);
+            std::mem::take(&mut cursor.tally)
+                .shares()
+                .unwrap_or_else(|| limits::chrono_shares(&prev, &info, elapsed))
+        }
+        None => limits::chrono_shares(&prev, &info, elapsed),
+    };
     let counted = match flow.role {
         // The FIN takes one sequence number that tcpi_bytes_acked counts too.
         Role::Send => info
@@ -708,7 +768,7 @@ fn cut_interval(
         retransmits: u64::from(info.total_retrans.saturating_sub(prev.total_retrans)),
         cwnd: info.snd_cwnd,
         srtt_us: info.rtt,
-        limits: limits::shares(&prev, &info, (now - cursor.start_us) as u64),
+        limits,
         udp: None,
     };
     if flow.role == Role::Send {

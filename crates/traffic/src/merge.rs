@@ -284,6 +284,7 @@ fn flow_record(
         samples: sender.map_or(0, |f| f.samples),
         receiver_samples: receiver.map_or(0, |f| f.samples),
         limits: sender.map(|f| f.limits).unwrap_or_default(),
+        kernel_limits: sender.map(|f| f.kernel_limits).unwrap_or_default(),
         rtt: sender.map(|f| f.rtt).unwrap_or_default(),
         udp: udp_stats(sender, receiver, same_clock),
     }
@@ -469,6 +470,7 @@ mod tests {
                 rwnd: 0.0,
                 sndbuf: 0.0,
                 cwnd: 1.0,
+                pacing: 0.0,
                 app: 0.0,
             },
             udp: None,
@@ -498,8 +500,10 @@ mod tests {
                 rwnd: 0.5,
                 sndbuf: 0.0,
                 cwnd: 0.5,
+                pacing: 0.0,
                 app: 0.0,
             },
+            kernel_limits: LimitShares::default(),
             rtt: RttStats {
                 min_us: 10,
                 mean_us: 20.0,

@@ -296,7 +296,11 @@ pub struct SideFlow {
     pub end_us: i64,
     pub retransmits: u64,
     pub samples: u64,
+    /// What held a sender back, from its samples (see `tcplab_model::limits`).
     pub limits: LimitShares,
+    /// The same from the kernel's chrono counters alone, a cross-check.
+    #[serde(default)]
+    pub kernel_limits: LimitShares,
     pub rtt: RttStats,
     /// Set when the flow broke before its end.
     pub error: Option<String>,

@@ -466,6 +466,7 @@ fn side_flow(
         retransmits: 0,
         samples: 0,
         limits: LimitShares::default(),
+        kernel_limits: LimitShares::default(),
         rtt: RttStats::default(),
         error,
         udp: Some(udp),
@@ -476,7 +477,7 @@ fn side_flow(
 struct RecvBatch {
     size: usize,
     data: Vec<u8>,
-    control: Vec<[u64; 8]>,
+    control: Vec<tcplab_sys::stamp::ControlBuf>,
     iovecs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
@@ -504,7 +505,7 @@ impl RecvBatch {
             m.msg_hdr.msg_iov = &mut batch.iovecs[k];
             m.msg_hdr.msg_iovlen = 1;
             m.msg_hdr.msg_control = batch.control[k].as_mut_ptr() as *mut libc::c_void;
-            m.msg_hdr.msg_controllen = std::mem::size_of::<[u64; 8]>();
+            m.msg_hdr.msg_controllen = std::mem::size_of::<tcplab_sys::stamp::ControlBuf>();
             batch.msgs.push(m);
         }
         batch
@@ -514,7 +515,7 @@ impl RecvBatch {
     /// what is queued; returns how many.
     fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         for m in &mut self.msgs {
-            m.msg_hdr.msg_controllen = std::mem::size_of::<[u64; 8]>();
+            m.msg_hdr.msg_controllen = std::mem::size_of::<tcplab_sys::stamp::ControlBuf>();
             m.msg_len = 0;
         }
         // SAFETY: every mmsghdr points into buffers owned by self, which outlive the call.
@@ -538,22 +539,8 @@ impl RecvBatch {
     fn datagram(&self, k: usize) -> (&[u8], Option<i64>) {
         let m = &self.msgs[k];
         let data = &self.data[k * self.size..k * self.size + m.msg_len as usize];
-        let mut stamp = None;
-        // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG macros
-        // walk it within those bounds.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&m.msg_hdr);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET
-                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-                {
-                    let ts =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
-                    stamp = Some(ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64);
-                }
-                cmsg = libc::CMSG_NXTHDR(&m.msg_hdr, cmsg);
-            }
-        }
+        // SAFETY: the kernel filled this message's control data in the last recvmmsg.
+        let stamp = unsafe { tcplab_sys::stamp::arrival_ns(&m.msg_hdr) };
         (data, stamp)
     }
 }

@@ -475,6 +475,7 @@ fn server_report(
                 retransmits: stream.retransmits.unwrap_or(0),
                 samples: 0,
                 limits: Default::default(),
+                kernel_limits: Default::default(),
                 rtt: Default::default(),
                 error: None,
                 udp: mine.udp.map(|_| their_udp(stream, mine.role)),

@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod burst;
 pub mod clock;
+pub mod dumbbell;
 pub mod experiment;
 pub mod explain;
 pub mod limits;

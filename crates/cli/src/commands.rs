@@ -157,24 +157,34 @@ fn run_in_lab(
 }
 
 fn describe_lab(lab: &Lab) {
-    println!("lab {}: path \"{}\"", lab.name(), lab.entry.path);
+    for line in lab_lines(lab) {
+        println!("{line}");
+    }
+}
+
+/// The lab's opening lines: its path (with the seed its links draw from), how a queue
+/// in BDP was sized, and each client's way to the server.
+pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
+    let mut lines = vec![format!("lab {}: path \"{}\"", lab.name(), lab.entry.path)];
+    lines.extend(lab.entry.bdp_lines().iter().map(|l| format!("  {l}")));
     for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {
         let access = entry
             .access
             .as_deref()
             .map(|a| format!(" via \"{a}\""))
             .unwrap_or_default();
-        println!(
+        lines.push(format!(
             "  client {} ({}){access} → server {} ({})",
             host.addr,
             host.ns.name(),
             lab.server.addr,
             lab.server.ns.name()
-        );
+        ));
     }
     if let Some(calibration) = lab.calibration() {
-        println!("  {}", calibration.describe());
+        lines.push(format!("  {}", calibration.describe()));
     }
+    lines
 }
 
 /// Prints intervals as they arrive, under a header printed once.

@@ -66,8 +66,12 @@ pub fn render(e: &Explanation) -> String {
     let mut s = String::new();
     if let Some(p) = &e.path {
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map_or("—".to_string(), f);
+        let whose = p
+            .client
+            .map(|k| format!(" (client{k}'s, end to end)"))
+            .unwrap_or_default();
         s += &format!(
-            "path:      {}\n           bottleneck {}, base RTT {}, BDP {}, queue {}\n",
+            "path:      {}\n           bottleneck {}, base RTT {}{whose}, BDP {}, queue {}\n",
             p.spec,
             opt(p.bottleneck_bps, |r| format_rate(r as f64)),
             format_duration_us(p.base_rtt_us),

@@ -22,7 +22,7 @@ use tcplab_model::record::DirectionStats;
 use tcplab_sys::poll;
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
-use crate::commands::interrupt_flag;
+use crate::commands::{interrupt_flag, lab_lines};
 
 /// How long `show` and `down` wait for a daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -146,6 +146,9 @@ fn print_entry(entry: &LabEntry) {
         "lab {} up (pid {}): path \"{}\"",
         entry.name, entry.pid, entry.path
     );
+    for line in entry.bdp_lines() {
+        println!("  {line}");
+    }
     println!(
         "  server {:<12} {} {}",
         entry.server.ns, entry.server.addr, entry.server.addr6
@@ -281,8 +284,9 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();
     let lab = Lab::up(&config).context("cannot build the lab")?;
-    if let Some(c) = lab.calibration().filter(|c| c.below_floor()) {
-        eprintln!("tcplab: {}", c.describe());
+    // On stderr, leaving stdout to the command: the seed its links draw from, above all.
+    for line in lab_lines(&lab) {
+        eprintln!("{line}");
     }
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut command = Command::new(program);

@@ -66,6 +66,24 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
         1,
         &["'no-such-cc'", "available"],
     );
+    // Refused before any namespace is made: a BDP needs a round trip, and one seed
+    // draws every link of a lab.
+    assert_one_line_error(
+        &["run", "--path", "rate 50mbit queue 1bdp"],
+        1,
+        &["up.queue 1bdp", "no link on the way has a delay"],
+    );
+    assert_one_line_error(
+        &[
+            "run",
+            "--path",
+            "rtt 5ms",
+            "--client-path",
+            "loss 1% seed 3",
+        ],
+        1,
+        &["client1's access link sets seed"],
+    );
 }
 
 #[test]

@@ -436,7 +436,10 @@ fn an_iperf3_client_hears_the_loss_tcplab_counted() {
         return;
     }
     let _serial = serial();
-    let lab = LabGuard::up(&lab_name("i3", 1), &["--path", "rate 100mbit up.loss 2%"]);
+    let lab = LabGuard::up(
+        &lab_name("i3", 1),
+        &["--path", "rate 100mbit up.loss 2% seed 1"],
+    );
     let _server = Server(serve_in_with(
         &lab.server_ns(),
         &lab.client_ns(),

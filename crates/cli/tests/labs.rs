@@ -89,7 +89,9 @@ fn lab_up_show_list_down_round_trip() {
     assert_eq!(str_at(&show, "/client/addr"), "10.77.1.1");
     assert_eq!(str_at(&show, "/server/ns"), guard.server_ns());
     assert_eq!(str_at(&show, "/server/addr"), "10.77.0.1");
-    assert_eq!(str_at(&show, "/path"), "rtt 2ms");
+    // The spec printed back with the seed the lab drew.
+    let path = str_at(&show, "/path");
+    assert!(path.starts_with("rtt 2ms seed "), "{path}");
     let before = u64_at(&show, "/up/links/0/packets_in");
     let text = ping(&guard.client_ns(), &["-c", "5", "-i", "0.01"], "10.77.0.1");
     assert_eq!(ping_summary(&text).1, 5, "{text}");
@@ -168,6 +170,9 @@ fn lab_up_and_down_take_under_a_second() {
     assert!(down <= Duration::from_secs(1), "lab down took {down:?}");
 }
 
+/// A dumbbell: two clients behind their own access links share a bottleneck whose
+/// `queue 1bdp` is sized over the longer client's end-to-end round trip, which ping
+/// measures through each client's access link and the bottleneck.
 #[test]
 fn two_clients_with_their_own_access_links() {
     if !privileged_or_skip("two_clients") {
@@ -180,7 +185,7 @@ fn two_clients_with_their_own_access_links() {
         &name,
         &[
             "--path",
-            "rtt 4ms",
+            "rtt 4ms rate 50mbit queue 1bdp",
             "--clients",
             "2",
             "--client-path",
@@ -188,6 +193,14 @@ fn two_clients_with_their_own_access_links() {
             "--client-path",
             "rtt 40ms",
         ],
+    );
+    let shown = lab(&["show", &name]);
+    // 50 Mbit/s × (4 + 40) ms / 8 = 275 000 B.
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("queue 1bdp = 269 KiB (50.0 Mbit/s × 44.0 ms, client2's end-to-end RTT)"),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
     );
     let show = guard.show();
     let clients = show["clients"].as_array().unwrap();
@@ -221,6 +234,9 @@ fn two_clients_with_their_own_access_links() {
     }
     drop(guard);
 
+    // The README's dumbbell: its bottleneck has no delay of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("dumbbell.db");
     let out = tcplab()
         .args([
             "run",
@@ -235,7 +251,9 @@ fn two_clients_with_their_own_access_links() {
             "-t",
             "2s",
             "--json",
+            "--db",
         ])
+        .arg(&db)
         .output()
         .unwrap();
     let v = parse_success(&out);
@@ -247,6 +265,52 @@ fn two_clients_with_their_own_access_links() {
     for f in flows {
         assert!(u64_at(f, "/received_bytes") > 100_000, "{f:#}");
     }
+    // Sized over client2's 40 ms: 50 Mbit/s × 40 ms / 8 = 250 000 B each way.
+    let bdp = &v["path"]["bdp"];
+    assert_eq!(
+        (
+            u64_at(bdp, "/rtt_us"),
+            u64_at(bdp, "/client"),
+            u64_at(bdp, "/up_bytes"),
+            u64_at(bdp, "/down_bytes")
+        ),
+        (40_000, 2, 250_000, 250_000),
+        "{bdp}"
+    );
+    let up = v["path"]["up"]["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "bottleneck")
+        .unwrap();
+    let peak = u64_at(up, "/max_queue_bytes");
+    println!("up bottleneck queue peak {peak} B of 250 000");
+    assert!(peak > 0 && peak <= 250_000, "queue peak {peak} B");
+
+    let out = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let e = parse_success(&out);
+    let p = &e["path"];
+    assert_eq!(
+        (
+            u64_at(p, "/base_rtt_us"),
+            u64_at(p, "/client"),
+            u64_at(p, "/bdp_bytes"),
+            u64_at(p, "/queue_bytes")
+        ),
+        (40_000, 2, 50_000_000 * 40_000 / 8_000_000, 250_000),
+        "{p}"
+    );
+    // A zero queue retransmitted 28–34 % of the segments sent.
+    let retransmitted = f64_at(&e, "/episodes/retransmit_rate");
+    println!(
+        "retransmitted {:.1} % of the segments sent",
+        retransmitted * 100.0
+    );
+    assert!(retransmitted < 0.1, "{retransmitted}");
 }
 
 #[test]

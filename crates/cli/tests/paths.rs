@@ -64,7 +64,8 @@ fn ping_and_tcp_min_rtt_equal_the_configured_rtt() {
     let min_us = u64_at(&flows(&v)[0], "/rtt/min_us");
     println!("tcp min_rtt over rtt 20ms: {min_us} µs");
     assert!((20_000..=21_000).contains(&min_us), "min_rtt {min_us} µs");
-    assert_eq!(str_at(&v, "/path/spec"), "rtt 20ms");
+    let spec = str_at(&v, "/path/spec");
+    assert!(spec.starts_with("rtt 20ms seed "), "{spec}");
 }
 
 /// TCP through a `rate` link delivers the rate, less headers. The link counts IP bytes,
@@ -151,8 +152,67 @@ fn tcp_reaches_a_100mbit_rate_within_one_percent() {
     tcp_reaches_rate(100);
 }
 
+/// `tcplab shell --path SPEC -- ping` 500 times at 2 ms: the seed the lab printed on
+/// stderr and the icmp_seq numbers that got no reply.
+fn lost_pings(spec: &str) -> (u64, std::collections::BTreeSet<u64>) {
+    const N: u64 = 500;
+    let out = tcplab()
+        .args(["shell", "--path", spec, "--", "sh", "-c"])
+        .arg(format!("ping -c {N} -i 0.002 -W 1 $TCPLAB_SERVER"))
+        .output()
+        .expect("running tcplab shell");
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // lab sh123: path "rtt 1ms loss 10% seed 4242"
+    let seed = err
+        .lines()
+        .find_map(|l| l.split(" seed ").nth(1))
+        .and_then(|rest| rest.trim_end_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("no seed printed: {err}"));
+    assert_eq!(ping_summary(&text).0, N, "{text}");
+    let replied: std::collections::BTreeSet<u64> = text
+        .lines()
+        .filter_map(|l| l.split("icmp_seq=").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    (seed, (1..=N).filter(|k| !replied.contains(k)).collect())
+}
+
+/// Randomness is independent unless pinned: two labs without `seed` draw their own
+/// seeds and lose different pings; `seed N` with the seed a lab printed loses exactly
+/// the pings that lab lost. Loss both ways loses a ping with 1 − 0.9² = 19 %: the 1000
+/// unpinned pings lose a count inside the 99 % binomial interval.
+#[test]
+fn labs_draw_their_own_seed_and_a_printed_seed_repeats_the_draws() {
+    if !privileged_or_skip("seeds") {
+        return;
+    }
+    let _serial = serial();
+    let (seed_a, lost_a) = lost_pings("rtt 1ms loss 10%");
+    let (seed_b, lost_b) = lost_pings("rtt 1ms loss 10%");
+    let (seed_c, lost_c) = lost_pings(&format!("rtt 1ms loss 10% seed {seed_a}"));
+    println!(
+        "seed {seed_a}: {} lost, seed {seed_b}: {} lost, pinned {seed_c}: {} lost, {} in common between the first two",
+        lost_a.len(),
+        lost_b.len(),
+        lost_c.len(),
+        lost_a.intersection(&lost_b).count()
+    );
+    assert_ne!(seed_a, seed_b);
+    assert_ne!(lost_a, lost_b, "two unpinned labs lost the same pings");
+    assert_eq!(seed_c, seed_a);
+    assert_eq!(lost_c, lost_a, "the same seed lost other pings");
+    let lost = (lost_a.len() + lost_b.len()) as f64;
+    let (lo, hi) = binomial99(1000, 0.19);
+    assert!(
+        (lo..=hi).contains(&lost),
+        "{lost} of 1000 pings lost, 99 % interval {lo:.0}–{hi:.0}"
+    );
+}
+
 /// Bernoulli loss on the up link only: a lost echo request is a lost ping, and the
-/// replies travel a lossless down link. The path's seed is fixed, so the draw is
+/// replies travel a lossless down link. The path pins its seed, so the draw is
 /// reproducible; a correct model falls inside the 99 % interval for 99 % of seeds.
 #[test]
 fn random_loss_falls_inside_a_99_percent_binomial_interval() {
@@ -160,7 +220,7 @@ fn random_loss_falls_inside_a_99_percent_binomial_interval() {
         return;
     }
     let _serial = serial();
-    let lab = LabGuard::up(&lab_name("pl", 1), &["--path", "up.loss 5%"]);
+    let lab = LabGuard::up(&lab_name("pl", 1), &["--path", "up.loss 5% seed 1"]);
     let n = 4000;
     let text = ping(
         &lab.client_ns(),
@@ -217,7 +277,8 @@ fn random_loss_falls_inside_a_99_percent_binomial_interval() {
 
 /// Gilbert–Elliott with 1-h = 100 %: a loss burst is a stay in the bad state, geometric
 /// with mean 1/r; the stationary loss is p/(p+r). 20 000 echoes give ~190 bursts (ping
-/// with `-l 10` keeps sending past a lost reply, ~0.7 s in all).
+/// with `-l 10` keeps sending past a lost reply, ~0.7 s in all). The seed is pinned, so
+/// the draw is reproducible.
 #[test]
 fn gilbert_elliott_bursts_have_the_textbook_length_and_rate() {
     if !privileged_or_skip("gilbert_elliott") {
@@ -225,7 +286,10 @@ fn gilbert_elliott_bursts_have_the_textbook_length_and_rate() {
     }
     let _serial = serial();
     let (p, r): (f64, f64) = (0.01, 0.30);
-    let lab = LabGuard::up(&lab_name("pg", 1), &["--path", "up.loss gemodel 1% 30%"]);
+    let lab = LabGuard::up(
+        &lab_name("pg", 1),
+        &["--path", "up.loss gemodel 1% 30% seed 1"],
+    );
     let n: u64 = 20_000;
     let text = ping(
         &lab.client_ns(),

@@ -324,3 +324,55 @@ fn failed_runs_are_kept_and_retried_and_a_changed_file_is_refused() {
     assert_eq!(r["experiment"]["id"], 2);
     assert_eq!(r["experiment"]["runs"], 2);
 }
+
+/// Each run's seed, from its path spec, by (point, repetition).
+fn lab_seeds(db: &Path) -> std::collections::BTreeMap<(u64, u64), u64> {
+    let runs = export_jsonl(db, "runs");
+    plan(db)
+        .iter()
+        .map(|row| {
+            let run = runs
+                .iter()
+                .find(|r| r["id"] == row["run_id"])
+                .unwrap_or_else(|| panic!("no run for {row}"));
+            let seed = str_at(run, "/path_spec")
+                .split(" seed ")
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("no seed in {}", run["path_spec"]));
+            ((u64_at(row, "/point"), u64_at(row, "/repetition")), seed)
+        })
+        .collect()
+}
+
+/// Every run's lab draws from a seed derived from the experiment's recorded one and
+/// records it: repetitions differ, every point's repetition k draws alike, and the file
+/// with the recorded seed written in gives every run its seed again.
+#[test]
+fn each_repetition_draws_from_a_seed_the_experiments_seed_reproduces() {
+    if !privileged_or_skip("sweep_seeds") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let first_db = dir.path().join("first.db");
+    assert_success(&sweep(
+        &small_experiment(dir.path(), 2, "0.3s", ""),
+        &first_db,
+        &[],
+    ));
+    let recorded = u64_at(&export_jsonl(&first_db, "experiments")[0], "/seed");
+    let seeds = lab_seeds(&first_db);
+    println!("experiment seed {recorded}: lab seeds {seeds:?}");
+    assert_eq!(seeds.len(), 4);
+    for point in 0..2 {
+        assert_ne!(seeds[&(point, 0)], seeds[&(point, 1)]);
+    }
+    for repetition in 0..2 {
+        assert_eq!(seeds[&(0, repetition)], seeds[&(1, repetition)]);
+    }
+    let again_db = dir.path().join("again.db");
+    let pinned = small_experiment(dir.path(), 2, "0.3s", &format!("seed = {recorded}"));
+    assert_success(&sweep(&pinned, &again_db, &[]));
+    assert_eq!(lab_seeds(&again_db), seeds);
+}

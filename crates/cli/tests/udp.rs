@@ -59,7 +59,7 @@ fn loss_and_one_way_delay_equal_the_path() {
     let _serial = serial();
     // 2 % loss on the data direction, 30 ms one way; 20 Mbit/s of 1000-byte datagrams.
     let v = udp_run(
-        "up.delay 30ms down.delay 5ms up.loss 2%",
+        "up.delay 30ms down.delay 5ms up.loss 2% seed 1",
         &["-b", "20mbit", "-l", "1000", "-t", "3"],
     );
     let u = udp(&v);
@@ -144,7 +144,7 @@ fn duplicates_and_reordering_are_counted_not_lost() {
     }
     let _serial = serial();
     let v = udp_run(
-        "delay 5ms up.duplicate 5% up.reorder 20%",
+        "delay 5ms up.duplicate 5% up.reorder 20% seed 1",
         &["-b", "10mbit", "-l", "1000", "-t", "2"],
     );
     let u = udp(&v);

@@ -258,7 +258,8 @@ pub fn execute(
         });
         let started = Instant::now();
         let label = Some(format!("{} {}", experiment.name, experiment.label(point)));
-        let result = run_point(&lab_name, hosts, point, row.run.repetition, label, &stop);
+        let lab_seed = point.config.lab_seed(prepared.seed, row.run.repetition);
+        let result = run_point(&lab_name, hosts, point, lab_seed, label, &stop);
         let stopped = stop.load(Ordering::Relaxed);
         let (outcome, test_time, throughput_bps) = match &result {
             Ok((run, test)) => {
@@ -317,14 +318,13 @@ pub fn execute(
     Ok(totals)
 }
 
-/// One run of a point in a fresh lab, or against its real host. Each repetition draws its
-/// own link randomness (the path's seed plus the repetition), the same for every point:
-/// repetitions vary, points compare under the same draws.
+/// One run of a point in a fresh lab whose links draw from `lab_seed`, or against its
+/// real host.
 fn run_point(
     lab_name: &str,
     hosts: &BTreeMap<String, RealHost>,
     point: &Point,
-    repetition: u32,
+    lab_seed: u64,
     label: Option<String>,
     stop: &Arc<AtomicBool>,
 ) -> std::result::Result<(RunRecord, Duration), String> {
@@ -351,7 +351,7 @@ fn run_point(
         }
         None => {
             let mut path = c.path.clone();
-            path.seed = path.seed.wrapping_add(u64::from(repetition));
+            path.seed = Some(lab_seed);
             let config = LabConfig {
                 name: lab_name.to_owned(),
                 path,

@@ -7,6 +7,8 @@ use std::io;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use tcplab_model::dumbbell::Dumbbell;
+use tcplab_model::path::PathSpec;
 use tcplab_sys::netns::NetNs;
 
 pub const RUN_DIR: &str = "/run/tcplab/labs";
@@ -39,6 +41,24 @@ pub struct LabEntry {
 impl LabEntry {
     pub fn namespaces(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.server.ns.as_str()).chain(self.clients.iter().map(|c| c.ns.as_str()))
+    }
+
+    /// The bottleneck's spec and each client's access link, parsed back from the
+    /// normalized text the lab wrote (which parses to the same spec).
+    pub fn specs(&self) -> (PathSpec, Vec<PathSpec>) {
+        let parse = |text: &str| text.parse().unwrap_or_default();
+        let access = self
+            .clients
+            .iter()
+            .map(|c| c.access.as_deref().map_or_else(PathSpec::default, parse))
+            .collect();
+        (parse(&self.path), access)
+    }
+
+    /// How the lab sized its bottleneck queues given in BDP, a line each.
+    pub fn bdp_lines(&self) -> Vec<String> {
+        let (path, access) = self.specs();
+        Dumbbell::new(&path, &access).bdp_lines()
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::calibration::{Calibration, Intrinsic};
+use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
 use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PathSpec, QueueLimit};
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
@@ -70,6 +71,8 @@ pub enum LabError {
     Link(#[from] LinkError),
     #[error(transparent)]
     Netem(#[from] NetemError),
+    #[error("path spec: {0}")]
+    Specs(DumbbellError),
 }
 
 /// What carries the packets between the hosts.
@@ -101,6 +104,17 @@ pub struct LabConfig {
     pub sysctls: BTreeMap<String, String>,
 }
 
+impl LabConfig {
+    fn dumbbell(&self) -> Dumbbell<'_> {
+        Dumbbell::new(&self.path, &self.clients)
+    }
+
+    /// The seed of every link's randomness, which [`Lab::up`] pins before building.
+    fn seed(&self) -> u64 {
+        self.path.seed.expect("Lab::up pins the seed")
+    }
+}
+
 /// One host of a running lab.
 #[derive(Debug)]
 pub struct Host {
@@ -124,7 +138,9 @@ pub struct LabStats {
 impl LabStats {
     /// What a run through this lab records of its path.
     pub fn record(self, entry: &LabEntry) -> PathRecord {
+        let (path, access) = entry.specs();
         PathRecord {
+            bdp: Dumbbell::new(&path, &access).bdp_sizing(),
             spec: entry.path.clone(),
             access: entry
                 .clients
@@ -326,25 +342,22 @@ fn pacer_hop(pace: Pace, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop
     })
 }
 
+/// One link of the lab in one direction.
 fn make_link(
-    path: &PathSpec,
+    config: &LabConfig,
+    link: LinkRole,
     dir: Direction,
     per_packet: bool,
 ) -> Result<Link<crate::pool::BufId>, LabError> {
-    let spec = path.link(dir);
+    let lab = config.dumbbell();
     // Whole super-packets are larger than the MTU; only segmented traffic is held to it.
     let mtu = if per_packet {
-        path.mtu
+        config.path.mtu
     } else {
         MAX_PACKET as u32
     };
-    Ok(Link::new(
-        spec,
-        path.rtt_us(),
-        mtu,
-        path.link_seed(dir),
-        load_trace(spec)?,
-    )?)
+    let trace = load_trace(lab.spec(link).link(dir))?;
+    Ok(Link::in_lab(&lab, link, dir, config.seed(), mtu, trace)?)
 }
 
 impl Lab {
@@ -357,6 +370,12 @@ impl Lab {
                 config.clients.len()
             )));
         }
+        // Unpinned, each lab draws its own seed; the spec it prints and records names
+        // it, so that `seed N` gives the same draws again.
+        let mut config = config.clone();
+        config.path.seed.get_or_insert_with(rand::random);
+        let config = &config;
+        config.dumbbell().check().map_err(LabError::Specs)?;
         let (server_v4, server_v6) = server_addrs();
         let single = config.clients.len() == 1;
         let client_ns = |k: usize| {
@@ -538,8 +557,13 @@ impl Lab {
             ));
         }
         let path = &config.path;
-        let up = netem::netem_options(&path.up, path.rtt_us(), path.mtu)?;
-        let down = netem::netem_options(&path.down, path.rtt_us(), path.mtu)?;
+        let rtt_us = config.dumbbell().bdp_rtt_us(LinkRole::Bottleneck);
+        let options = |dir| -> Result<_, LabError> {
+            let mut options = netem::netem_options(path.link(dir), rtt_us, path.mtu)?;
+            options.seed = Some(link_seed(config.seed(), LinkRole::Bottleneck, dir));
+            Ok(options)
+        };
+        let (up, down) = (options(Direction::Up)?, options(Direction::Down)?);
         netem::probe_netem()?;
         let make = |name: &str, made: &mut Vec<NetNs>| {
             let ns = NetNs::create(name).map_err(io_err(format!("creating netns {name}")))?;
@@ -633,7 +657,7 @@ impl Lab {
         });
         // What the emulator itself adds comes off the bottleneck's delay first, the rest
         // off each client's access link.
-        let mut bottleneck_link = make_link(&config.path, dir, per_packet)?;
+        let mut bottleneck_link = make_link(config, LinkRole::Bottleneck, dir, per_packet)?;
         let credit_left =
             credit_ns[dir as usize] - bottleneck_link.shorten_delay(credit_ns[dir as usize]);
         let bottleneck_hop = Hop {
@@ -654,14 +678,14 @@ impl Lab {
         // The client side of each client: its access link if it has one, else its device.
         let mut access_hops = Vec::new();
         let mut client_side = Vec::new();
-        for (k, spec) in config.clients.iter().enumerate() {
+        for k in 0..config.clients.len() {
             let beyond = match dir {
                 Direction::Up => Target::Hop(entry),
                 Direction::Down => Target::Egress(k),
             };
             if access.iter().any(|(i, _)| *i == k) {
                 client_side.push(Target::Hop(first_access + access_hops.len()));
-                let mut link = make_link(spec, dir, per_packet)?;
+                let mut link = make_link(config, LinkRole::Access(k), dir, per_packet)?;
                 link.shorten_delay(credit_left);
                 access_hops.push(Hop {
                     name: format!("access client{}", k + 1),

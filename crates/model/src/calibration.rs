@@ -95,6 +95,12 @@ impl Calibration {
         self.configured_rtt_us() as f64 - self.credit_us() as f64 + self.intrinsic.mean_us
     }
 
+    /// How far the mean round trip lies above the configured one, µs: 0 (within the
+    /// rounding of the credit) unless the path is below the floor.
+    pub fn above_configured_us(&self) -> f64 {
+        (self.mean_rtt_us() - self.configured_rtt_us() as f64).max(0.0)
+    }
+
     /// The shortest round trip a packet takes, µs.
     pub fn min_rtt_us(&self) -> f64 {
         self.configured_rtt_us() as f64 - self.credit_us() as f64 + self.intrinsic.min_us

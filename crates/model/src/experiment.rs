@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use toml::{Spanned, Table, Value};
 
+use crate::dumbbell::{derive_seed, Dumbbell};
 use crate::path::{Pace, PathSpec};
 use crate::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
 use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
@@ -115,6 +116,19 @@ pub struct RunConfig {
     /// A real host the flows run against from this machine, instead of a lab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<RemoteHost>,
+}
+
+impl RunConfig {
+    /// The seed of the lab of one repetition: derived from the path's `seed` where it
+    /// pins one, else from the experiment's recorded seed. Repetitions draw apart; every
+    /// point's repetition k draws the same, so points compare under the same draws; the
+    /// same seed gives every run its draws again.
+    pub fn lab_seed(&self, experiment_seed: u64, repetition: u32) -> u64 {
+        derive_seed(
+            self.path.seed.unwrap_or(experiment_seed),
+            u64::from(repetition),
+        )
+    }
 }
 
 /// A real host: a `tcplab serve` agent (with its key) or a stock iperf3 server.
@@ -494,6 +508,9 @@ impl File {
             return Err(format!("two flows are named '{}'", dup.name));
         }
         let mut path = self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default();
+        Dumbbell::new(&path, &access)
+            .check()
+            .map_err(|e| format!("path: {e}"))?;
         for (file, flow) in self.flow.iter().zip(&flows) {
             let pace = match file.pacing {
                 Some(Pacing::Gap) => Some(Pace::Rate(

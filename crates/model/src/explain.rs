@@ -14,6 +14,7 @@
 use serde::Serialize;
 
 use crate::bounds;
+use crate::dumbbell::{Dumbbell, LinkRole};
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
     BufferSize, Direction, FlowRecord, LimitShares, PathRecord, RunRecord, SampleRecord,
@@ -102,12 +103,16 @@ pub struct PathFacts {
     pub spec: String,
     /// The data direction's bottleneck rate, bit/s; `None` without a fixed rate.
     pub bottleneck_bps: Option<u64>,
-    /// The round trip the path has without queueing, µs: both directions' configured
-    /// delays, or what the lab really gave where that was more (a round trip below the
-    /// lab's own latency).
+    /// The round trip of the flows' client without queueing, µs: its access link's and
+    /// the bottleneck's delays, both directions, or what the lab really gave where that
+    /// was more (a round trip below the lab's own latency).
     pub base_rtt_us: u64,
+    /// Whose end-to-end round trip `base_rtt_us` is, from 1, in a lab with access links
+    /// that delay; of several clients sending, the one with the longest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<u32>,
     pub bdp_bytes: Option<u64>,
-    /// The bottleneck queue, bytes.
+    /// The bottleneck queue, bytes (a queue in BDP sized as the lab sized it).
     pub queue_bytes: Option<u64>,
 }
 
@@ -221,7 +226,7 @@ pub fn explain(run: &RunRecord) -> Explanation {
         .path
         .as_ref()
         .zip(spec.as_ref())
-        .map(|(p, s)| path_facts(p, s, direction));
+        .map(|(p, s)| path_facts(p, s, &tcp, direction));
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
     let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
@@ -256,34 +261,61 @@ pub fn explain(run: &RunRecord) -> Explanation {
     explanation
 }
 
-fn path_facts(path: &PathRecord, spec: &PathSpec, direction: Direction) -> PathFacts {
-    let link = spec.link(path_direction(direction));
-    let base_rtt_us = base_rtt_us(path, spec);
-    let bottleneck_bps = match link.bottleneck {
+fn path_facts(
+    record: &PathRecord,
+    spec: &PathSpec,
+    tcp: &[&FlowRecord],
+    direction: Direction,
+) -> PathFacts {
+    let access: Vec<PathSpec> = record
+        .access
+        .iter()
+        .map(|a| a.parse().unwrap_or_default())
+        .collect();
+    let lab = Dumbbell::new(spec, &access);
+    let client = flows_client(&lab, tcp);
+    // Below the lab's own latency a path is slower than configured (crate::calibration).
+    let floor_us = record
+        .calibration
+        .map_or(0, |c| c.above_configured_us().round() as u64);
+    let base_rtt_us = lab.client_rtt_us(client) + floor_us;
+    let dir = path_direction(direction);
+    let bottleneck_bps = match spec.link(dir).bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
         _ => None,
     };
-    let queue_bytes = link.queue_limit(base_rtt_us).map(|l| match l {
+    let queue_bytes = lab.queue_limit(LinkRole::Bottleneck, dir).map(|l| match l {
         path::Limit::Bytes(b) => b,
         path::Limit::Packets(p) => p * u64::from(spec.mtu),
     });
     PathFacts {
-        spec: path.spec.clone(),
+        spec: record.spec.clone(),
         bottleneck_bps,
         base_rtt_us,
+        client: access
+            .iter()
+            .any(|a| a.rtt_us() > 0)
+            .then_some(client as u32 + 1),
         bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
         queue_bytes: queue_bytes.filter(|_| bottleneck_bps.is_some()),
     }
 }
 
-/// The round trip the path really has: the configured one, or more where the lab's
-/// own latency is more (a path configured below that floor, see
-/// [`crate::calibration`]).
-fn base_rtt_us(path: &PathRecord, spec: &PathSpec) -> u64 {
-    let configured = spec.rtt_us();
-    path.calibration.map_or(configured, |c| {
-        configured.max(c.mean_rtt_us().round() as u64)
-    })
+/// The client (from 0) the TCP flows ran from, the one with the longest end-to-end
+/// RTT if several; flows that name none ran from the only client, or from one the
+/// record does not say, taken as the one the lab sized its queue for.
+fn flows_client(lab: &Dumbbell, tcp: &[&FlowRecord]) -> usize {
+    let named = tcp.iter().filter_map(|f| {
+        f.host
+            .as_deref()?
+            .strip_prefix("client")?
+            .parse::<usize>()
+            .ok()?
+            .checked_sub(1)
+    });
+    named
+        .max_by_key(|&k| lab.client_rtt_us(k))
+        .unwrap_or_else(|| lab.sizing_client())
 }
 
 fn real_path(run: &RunRecord, tcp: &[&FlowRecord]) -> Option<RealPath> {
@@ -1015,6 +1047,45 @@ mod tests {
         // Above the floor the lab gives the configured round trip.
         let p = calibrated("rtt 20ms rate 1gbit", 10_000, 10_000);
         assert_eq!((p.base_rtt_us, p.bdp_bytes), (20_000, Some(2_500_000)));
+    }
+
+    #[test]
+    fn a_dumbbells_facts_are_the_flows_clients_end_to_end_round_trip() {
+        // The README's dumbbell: the queue is sized for client2's 40 ms whoever sends.
+        let dumbbell = |hosts: &[&str]| {
+            let flows = hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| FlowRecord {
+                    host: Some(h.to_string()),
+                    ..flow(i as u32, 10e6)
+                })
+                .collect();
+            let mut r = run("rate 50mbit queue 1bdp", flows, Vec::new());
+            r.path.as_mut().unwrap().access = vec!["rtt 10ms".into(), "rtt 40ms".into()];
+            explain(&r).path.unwrap()
+        };
+        let both = dumbbell(&["client1", "client2"]);
+        // 50 Mbit/s × 40 ms / 8 = 250 000 bytes.
+        assert_eq!(
+            (
+                both.base_rtt_us,
+                both.client,
+                both.bdp_bytes,
+                both.queue_bytes
+            ),
+            (40_000, Some(2), Some(250_000), Some(250_000))
+        );
+        let near = dumbbell(&["client1"]);
+        assert_eq!(
+            (
+                near.base_rtt_us,
+                near.client,
+                near.bdp_bytes,
+                near.queue_bytes
+            ),
+            (10_000, Some(1), Some(62_500), Some(250_000))
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod bounds;
 pub mod burst;
 pub mod calibration;
 pub mod clock;
+pub mod dumbbell;
 pub mod experiment;
 pub mod explain;
 pub mod limits;

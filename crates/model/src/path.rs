@@ -35,7 +35,9 @@
 //!   aqm droptail | aqm codel [target D] [interval D]
 //!                                            CoDel defaults: target 5ms, interval 100ms
 //!   mtu BYTES                                whole path only, default 1500
-//!   seed N                                   whole path only, default 1
+//!   seed N                                   whole path only: pins the randomness of
+//!                                            every link of the lab (default: each lab
+//!                                            draws its own and prints it back)
 //!
 //! D: 250us, 10ms, 1.5s (at most 1h; an rtt 2h)
 //! R: 100mbit, 1gbit, 500kbit (`Bps` spellings are bytes/s)
@@ -76,7 +78,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::units::{parse_duration, parse_percent, parse_rate, parse_size};
 
 pub const DEFAULT_MTU: u32 = 1500;
-pub const DEFAULT_SEED: u64 = 1;
 pub const DEFAULT_QUEUE_PACKETS: u64 = 1000;
 pub const CODEL_TARGET_US: u64 = 5_000;
 pub const CODEL_INTERVAL_US: u64 = 100_000;
@@ -385,7 +386,9 @@ pub struct PathSpec {
     /// Server → client.
     pub down: LinkSpec,
     pub mtu: u32,
-    pub seed: u64,
+    /// Pins the randomness of every link of a lab (see `dumbbell::link_seed`); `None`
+    /// lets each lab draw its own.
+    pub seed: Option<u64>,
 }
 
 impl Default for PathSpec {
@@ -394,7 +397,7 @@ impl Default for PathSpec {
             up: LinkSpec::default(),
             down: LinkSpec::default(),
             mtu: DEFAULT_MTU,
-            seed: DEFAULT_SEED,
+            seed: None,
         }
     }
 }
@@ -421,15 +424,6 @@ impl PathSpec {
         self.up.delay_us.saturating_add(self.down.delay_us)
     }
 
-    /// The RNG seed of one direction: distinct per direction, fixed by `seed`.
-    pub fn link_seed(&self, dir: Direction) -> u64 {
-        let lane = match dir {
-            Direction::Up => 0,
-            Direction::Down => 1,
-        };
-        splitmix64(self.seed.wrapping_mul(2).wrapping_add(lane))
-    }
-
     /// Checks what the parser checks, for a spec built in code.
     pub fn validate(&self) -> Result<(), PathError> {
         if !MTU_RANGE.contains(&self.mtu) {
@@ -451,13 +445,6 @@ impl PathSpec {
         }
         Ok(())
     }
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1098,7 +1085,7 @@ fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
                 Setting::Aqm(a) => link.aqm = *a,
                 Setting::Pace(bps) => link.pace = Some(*bps),
                 Setting::Mtu(m) => path.mtu = *m,
-                Setting::Seed(s) => path.seed = *s,
+                Setting::Seed(s) => path.seed = Some(*s),
             }
         }
         if let Some((key, message)) = link.problem() {
@@ -1365,11 +1352,11 @@ impl PathSpec {
                 value: self.mtu.to_string(),
             });
         }
-        if self.seed != DEFAULT_SEED {
+        if let Some(seed) = self.seed {
             items.push(Item {
                 scope: Scope::Both,
                 key: Key::Seed,
-                value: self.seed.to_string(),
+                value: seed.to_string(),
             });
         }
         items
@@ -1416,9 +1403,9 @@ impl Serialize for PathSpec {
             match item.key {
                 Key::Mtu => map.serialize_entry("mtu", &self.mtu)?,
                 // TOML integers are i64; a larger seed goes as text.
-                Key::Seed => match i64::try_from(self.seed) {
-                    Ok(seed) => map.serialize_entry("seed", &seed)?,
-                    Err(_) => map.serialize_entry("seed", &item.value)?,
+                Key::Seed => match self.seed.map(i64::try_from) {
+                    Some(Ok(seed)) => map.serialize_entry("seed", &seed)?,
+                    _ => map.serialize_entry("seed", &item.value)?,
                 },
                 key => map.serialize_entry(key.name(), &item.value)?,
             }
@@ -1622,6 +1609,15 @@ mod tests {
         );
         assert_eq!(parse("").to_string(), "");
         assert_eq!(parse(""), PathSpec::default());
+    }
+
+    #[test]
+    fn a_seed_is_pinned_only_when_given_and_then_printed_back() {
+        assert_eq!(parse("loss 1%").seed, None);
+        // Any value given is printed back, 1 included: it pins the draws.
+        let p = parse("seed 1 loss 1%");
+        assert_eq!(p.seed, Some(1));
+        assert_eq!(p.to_string(), "loss 1% seed 1");
     }
 
     #[test]

@@ -498,6 +498,22 @@ pub struct PathRecord {
     /// lines; `None` for a lab without the emulator (netem) or recorded before it had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
+    /// How a bottleneck queue given in BDP was sized; `None` when neither direction's is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bdp: Option<BdpSizing>,
+}
+
+/// A bottleneck queue given as a multiple of the BDP, as the lab sized it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BdpSizing {
+    /// The round trip the BDP is reckoned over, µs: the largest end-to-end base RTT of
+    /// the clients (access link + bottleneck, both directions' delays).
+    pub rtt_us: u64,
+    /// Whose round trip it is, from 1 ("client2").
+    pub client: u32,
+    /// Each direction's bottleneck queue, bytes; `None` where it is not given in BDP.
+    pub up_bytes: Option<u64>,
+    pub down_bytes: Option<u64>,
 }
 
 /// One direction of the emulator: its links' counters and how punctual it was.

@@ -465,3 +465,46 @@ fn what_needs_a_lab_is_refused_against_a_real_host() {
         "{e}"
     );
 }
+
+#[test]
+fn each_repetition_draws_its_own_lab_seed_from_the_experiments() {
+    let e = ok(r#"
+        repetitions = 3
+        path = "rtt 10ms loss 1%"
+        [[axis]]
+        key = "flow.streams"
+        values = [1, 2]
+    "#);
+    let seeds = |seed: u64| -> Vec<Vec<u64>> {
+        e.points
+            .iter()
+            .map(|p| (0..3).map(|r| p.config.lab_seed(seed, r)).collect())
+            .collect()
+    };
+    let first = seeds(42);
+    // Repetitions differ; the same repetition of every point draws alike.
+    assert_eq!(first[0].iter().collect::<HashSet<_>>().len(), 3);
+    assert_eq!(first[0], first[1]);
+    // The recorded seed gives every run its seed again; another seed other ones.
+    assert_eq!(seeds(42), first);
+    assert!(seeds(43)[0].iter().all(|s| !first[0].contains(s)));
+    // A seed in the path replaces the experiment's, repetitions still apart.
+    let pinned = ok("repetitions = 2\npath = \"loss 1% seed 7\"\n");
+    let c = &pinned.points[0].config;
+    assert_eq!(c.lab_seed(1, 0), c.lab_seed(99, 0));
+    assert_ne!(c.lab_seed(1, 0), c.lab_seed(1, 1));
+}
+
+#[test]
+fn a_bdp_queue_needs_a_delay_somewhere_in_the_lab() {
+    let e = err("path = \"rate 50mbit queue 1bdp\"\n");
+    assert!(
+        e.message
+            .contains("up.queue 1bdp: a queue in bdp is rate × round trip"),
+        "{e}"
+    );
+    // The access links' delays count: the README's dumbbell.
+    ok("path = \"rate 50mbit queue 1bdp\"\naccess = [\"rtt 10ms\", \"rtt 40ms\"]\n");
+    let e = err("path = \"rtt 5ms\"\naccess = [\"loss 1% seed 3\"]\n");
+    assert!(e.message.contains("client1's access link sets seed"), "{e}");
+}

@@ -3,8 +3,29 @@
 mod common;
 
 use common::*;
-use tcplab_model::link::{DropReason, Link, Trace};
+use tcplab_model::dumbbell::{Dumbbell, LinkRole};
+use tcplab_model::link::{DropReason, Link, PushOutcome, Trace};
+use tcplab_model::path::Direction::{Down, Up};
 use tcplab_model::path::PathSpec;
+
+/// One link of a lab of `path` and `access` links, seeded as a lab with `seed` seeds it.
+fn lab_link(
+    path: &PathSpec,
+    access: &[PathSpec],
+    role: LinkRole,
+    dir: tcplab_model::path::Direction,
+    seed: u64,
+) -> Link<u64> {
+    Link::in_lab(
+        &Dumbbell::new(path, access),
+        role,
+        dir,
+        seed,
+        path.mtu,
+        None,
+    )
+    .unwrap()
+}
 
 #[test]
 fn serialization_is_exact_in_nanoseconds() {
@@ -132,7 +153,7 @@ fn queue_limit_in_packets_holds_and_bounds_delay() {
 #[test]
 fn queue_limit_in_bdp_is_bytes() {
     let path: PathSpec = "rtt 40ms rate 12mbit queue 0.5bdp".parse().unwrap();
-    let l: Link<u64> = Link::for_direction(&path, tcplab_model::path::Direction::Up, None).unwrap();
+    let l = lab_link(&path, &[], LinkRole::Bottleneck, Up, 1);
     // 12 Mbit/s × 40 ms = 60 000 B; half of it.
     assert_eq!(l.limit(), tcplab_model::path::Limit::Bytes(30_000));
 }
@@ -491,9 +512,8 @@ const BUSY: &str = "delay 20ms jitter 5ms dist paretonormal reorder loss gemodel
                     duplicate 3% corrupt 2% reorder 10% 25% rate 20mbit queue 40p aqm codel";
 
 fn schedule(seed: u64) -> Vec<(u64, u64, bool)> {
-    let mut path: PathSpec = BUSY.parse().unwrap();
-    path.seed = seed;
-    let mut l = Link::for_direction(&path, tcplab_model::path::Direction::Up, None).unwrap();
+    let path: PathSpec = BUSY.parse().unwrap();
+    let mut l = lab_link(&path, &[], LinkRole::Bottleneck, Up, seed);
     let arrivals =
         (0..20_000u64).map(|i| (i * 400_000 + (i * 7919) % 300_000, 200 + (i % 1300) as u32));
     let sim = simulate(&mut l, arrivals, u64::MAX);
@@ -512,16 +532,40 @@ fn same_seed_same_schedule() {
     assert_ne!(schedule(7), schedule(8));
 }
 
+/// Every link and direction of a lab draws its own stream: two streams at `loss 50%`
+/// agree on a packet's fate half the time, each of the 15 pairs within 3.89 σ of
+/// Binomial(20 000, ½) (99.99 % each, 99.9 % for all of them together); one stream
+/// reused would agree on every packet.
 #[test]
-fn directions_get_different_seeds() {
+fn the_links_of_a_lab_draw_independent_streams() {
+    const N: u64 = 20_000;
     let path: PathSpec = "loss 50%".parse().unwrap();
-    let run = |dir| {
-        let mut l: Link<u64> = Link::for_direction(&path, dir, None).unwrap();
-        let sim = simulate(&mut l, evenly(64, 1, 100), u64::MAX);
-        sim.delivered.iter().map(|d| d.packet).collect::<Vec<_>>()
+    let access: Vec<PathSpec> = vec!["loss 50%".parse().unwrap(); 2];
+    let fates = |role, dir, seed| -> Vec<bool> {
+        let mut l = lab_link(&path, &access, role, dir, seed);
+        (0..N)
+            .map(|i| matches!(l.push(i, i, 100), PushOutcome::Dropped(_)))
+            .collect()
     };
-    use tcplab_model::path::Direction::{Down, Up};
-    assert_ne!(run(Up), run(Down));
+    let streams = [
+        fates(LinkRole::Bottleneck, Up, 1),
+        fates(LinkRole::Bottleneck, Down, 1),
+        fates(LinkRole::Access(0), Up, 1),
+        fates(LinkRole::Access(0), Down, 1),
+        fates(LinkRole::Access(1), Up, 1),
+        // The same link in the next lab seed.
+        fates(LinkRole::Bottleneck, Up, 2),
+    ];
+    let half_width = 3.89 * (N as f64 * 0.25).sqrt();
+    for (i, a) in streams.iter().enumerate() {
+        for b in &streams[i + 1..] {
+            let agree = a.iter().zip(b).filter(|(x, y)| x == y).count() as f64;
+            assert!(
+                (agree - N as f64 / 2.0).abs() <= half_width,
+                "streams {i} and another agree on {agree} of {N}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -253,7 +253,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
         flows,
         intervals,
         path: Some(tcplab_model::record::PathRecord {
-            spec: "rtt 20ms rate 100mbit".into(),
+            spec: "rtt 20ms rate 100mbit up.queue 1bdp seed 5".into(),
             access: vec![String::new()],
             up: tcplab_model::record::DirectionStats {
                 per_packet: true,
@@ -276,6 +276,12 @@ fn sample_record(n_samples: usize) -> RunRecord {
                     mean_us: 140.25,
                 },
             )),
+            bdp: Some(tcplab_model::record::BdpSizing {
+                rtt_us: 20_000,
+                client: 1,
+                up_bytes: Some(250_000),
+                down_bytes: None,
+            }),
         }),
         samples,
     }

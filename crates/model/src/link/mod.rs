@@ -34,7 +34,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::path::{Aqm, Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, PathSpec, Prob};
+use crate::dumbbell::{link_seed, Dumbbell, LinkRole};
+use crate::path::{Aqm, Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob};
 use queue::{Codel, Fifo, Queued};
 use trace::TraceCursor;
 pub use trace::{Trace, TraceError, OPPORTUNITY_BYTES};
@@ -345,17 +346,21 @@ impl<P> Link<P> {
         })
     }
 
-    /// The link of one direction of `path`, with that direction's seed.
-    pub fn for_direction(
-        path: &PathSpec,
+    /// One link of a lab in one direction: a queue in BDP sized over the lab's round
+    /// trip for it, randomness drawn from that link's own stream of `lab_seed`.
+    pub fn in_lab(
+        lab: &Dumbbell,
+        link: LinkRole,
         dir: Direction,
+        lab_seed: u64,
+        mtu: u32,
         trace: Option<Trace>,
     ) -> Result<Self, LinkError> {
         Link::new(
-            path.link(dir),
-            path.rtt_us(),
-            path.mtu,
-            path.link_seed(dir),
+            lab.spec(link).link(dir),
+            lab.bdp_rtt_us(link),
+            mtu,
+            link_seed(lab_seed, link, dir),
             trace,
         )
     }

@@ -77,10 +77,12 @@ pub fn simulate(
     simulate_with(link, arrivals, until, |_, _| {})
 }
 
-/// The up link of a spec, seeded by the spec.
+/// The up link of a spec, seeded by the spec's `seed` (1 when it pins none, so that
+/// every statistical test sees fixed draws).
 pub fn link(spec: &str) -> Link<u64> {
     let path: PathSpec = spec.parse().unwrap_or_else(|e| panic!("{e}"));
-    Link::new(&path.up, path.rtt_us(), path.mtu, path.seed, None).expect("link")
+    let seed = path.seed.unwrap_or(1);
+    Link::new(&path.up, path.rtt_us(), path.mtu, seed, None).expect("link")
 }
 
 /// `n` packets of `len` bytes, one every `gap` ns from 0.

@@ -1,0 +1,346 @@
+//! A lab's specs together: one or more clients, each behind its own access link, sharing
+//! one bottleneck to the server (a lab of one client without an access link is the
+//! plain path). What needs more than one spec lives here: a client's end-to-end base
+//! RTT, the round trip a queue given in BDP is sized from, the checks of the specs
+//! together, and the seed of each link's randomness.
+
+use crate::path::{Bottleneck, Direction, Limit, PathSpec, QueueLimit};
+use crate::record::BdpSizing;
+use crate::units::{format_duration_us, format_rate, format_size};
+
+/// One link of a lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkRole {
+    /// The bottleneck every client shares.
+    Bottleneck,
+    /// Client k's access link, k from 0.
+    Access(usize),
+}
+
+/// What makes a lab's specs unusable together; one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DumbbellError {
+    #[error("client{client}'s access link sets seed: the lab's one seed, given in the path, draws every link")]
+    SeedOnAccess { client: usize },
+    #[error("{link}: a queue in bdp is rate × round trip, and no link on the way has a delay (rtt 0): give the path an rtt, or the queue in packets (100p) or bytes (256KiB)")]
+    BdpWithoutRtt { link: String },
+}
+
+/// A lab's bottleneck and its clients' access links.
+#[derive(Clone, Copy, Debug)]
+pub struct Dumbbell<'a> {
+    /// The bottleneck, shared by every client.
+    pub path: &'a PathSpec,
+    /// One per client, an ideal spec for a client without one; none at all reads as one
+    /// client without an access link.
+    pub access: &'a [PathSpec],
+}
+
+impl<'a> Dumbbell<'a> {
+    pub fn new(path: &'a PathSpec, access: &'a [PathSpec]) -> Self {
+        Dumbbell { path, access }
+    }
+
+    fn clients(&self) -> usize {
+        self.access.len().max(1)
+    }
+
+    pub fn spec(&self, link: LinkRole) -> &'a PathSpec {
+        match link {
+            LinkRole::Bottleneck => self.path,
+            LinkRole::Access(k) => &self.access[k],
+        }
+    }
+
+    /// Client k's base round trip to the server: its access link's delays and the
+    /// bottleneck's, without jitter or queueing.
+    pub fn client_rtt_us(&self, client: usize) -> u64 {
+        let access = self.access.get(client).map_or(0, PathSpec::rtt_us);
+        self.path.rtt_us().saturating_add(access)
+    }
+
+    /// The client (from 0) with the largest end-to-end base RTT, the first of equals. A
+    /// bottleneck queue of one BDP sized for it keeps the link busy for every client's
+    /// flows (a loss-based flow that halves its window needs rate × its own RTT queued),
+    /// the classic rule for a router's buffer, which takes the longest round trip.
+    pub fn sizing_client(&self) -> usize {
+        (0..self.clients())
+            .rev()
+            .max_by_key(|&k| self.client_rtt_us(k))
+            .unwrap_or(0)
+    }
+
+    /// The round trip a queue in BDP on `link` is reckoned over: the bottleneck's, the
+    /// sizing client's end-to-end RTT; an access link's, its own client's.
+    pub fn bdp_rtt_us(&self, link: LinkRole) -> u64 {
+        match link {
+            LinkRole::Bottleneck => self.client_rtt_us(self.sizing_client()),
+            LinkRole::Access(k) => self.client_rtt_us(k),
+        }
+    }
+
+    /// The queue limit of one link in one direction, a BDP multiple resolved over
+    /// [`Self::bdp_rtt_us`]; `None` for a BDP multiple without a fixed rate.
+    pub fn queue_limit(&self, link: LinkRole, dir: Direction) -> Option<Limit> {
+        self.spec(link).link(dir).queue_limit(self.bdp_rtt_us(link))
+    }
+
+    /// Checks what only the specs together decide: that no access link sets its own
+    /// seed, and that a queue in BDP has a round trip to be sized from.
+    pub fn check(&self) -> Result<(), DumbbellError> {
+        if let Some(k) = self.access.iter().position(|a| a.seed.is_some()) {
+            return Err(DumbbellError::SeedOnAccess { client: k + 1 });
+        }
+        let links = std::iter::once(LinkRole::Bottleneck)
+            .chain((0..self.access.len()).map(LinkRole::Access));
+        for link in links {
+            for dir in [Direction::Up, Direction::Down] {
+                let queue = self.spec(link).link(dir).queue;
+                if matches!(queue, QueueLimit::Bdp(_)) && self.bdp_rtt_us(link) == 0 {
+                    let key = format!("{}.queue {queue}", dir.name());
+                    return Err(DumbbellError::BdpWithoutRtt {
+                        link: match link {
+                            LinkRole::Bottleneck => key,
+                            LinkRole::Access(k) => format!("client{}'s access link, {key}", k + 1),
+                        },
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How the bottleneck's queues in BDP are sized, to record with a run; `None` when
+    /// neither direction's is in BDP.
+    pub fn bdp_sizing(&self) -> Option<BdpSizing> {
+        let bytes = |dir: Direction| match (
+            self.path.link(dir).queue,
+            self.queue_limit(LinkRole::Bottleneck, dir),
+        ) {
+            (QueueLimit::Bdp(_), Some(Limit::Bytes(b))) => Some(b),
+            _ => None,
+        };
+        let (up_bytes, down_bytes) = (bytes(Direction::Up), bytes(Direction::Down));
+        (up_bytes.is_some() || down_bytes.is_some()).then(|| BdpSizing {
+            rtt_us: self.bdp_rtt_us(LinkRole::Bottleneck),
+            client: self.sizing_client() as u32 + 1,
+            up_bytes,
+            down_bytes,
+        })
+    }
+
+    /// The bottleneck's queues in BDP as sized, one line per distinct one:
+    /// `queue 1bdp = 244 KiB (50.0 Mbit/s × 40.0 ms, client2's end-to-end RTT)`.
+    pub fn bdp_lines(&self) -> Vec<String> {
+        let Some(sizing) = self.bdp_sizing() else {
+            return Vec::new();
+        };
+        let whose = if self.access.iter().all(|a| a.rtt_us() == 0) {
+            "the path's RTT".to_string()
+        } else {
+            format!("client{}'s end-to-end RTT", sizing.client)
+        };
+        // (queue, rate, text) of a direction whose queue is in BDP, hence has a rate.
+        let line = |dir: Direction, bytes: Option<u64>| {
+            let link = self.path.link(dir);
+            let Bottleneck::Rate { bps, .. } = link.bottleneck else {
+                return None;
+            };
+            let text = format!(
+                "queue {} = {} ({} × {}, {whose})",
+                link.queue,
+                format_size(bytes?),
+                format_rate(bps as f64),
+                format_duration_us(sizing.rtt_us)
+            );
+            Some((link.queue, bps, text))
+        };
+        match (
+            line(Direction::Up, sizing.up_bytes),
+            line(Direction::Down, sizing.down_bytes),
+        ) {
+            (Some(u), Some(d)) if (u.0, u.1) == (d.0, d.1) => vec![u.2],
+            (u, d) => [("up.", u), ("down.", d)]
+                .into_iter()
+                .filter_map(|(prefix, l)| l.map(|l| format!("{prefix}{}", l.2)))
+                .collect(),
+        }
+    }
+}
+
+/// Splits one seed into independent ones: the k-th seed derived from `seed`. Distinct
+/// k give distinct seeds (splitmix64 is a bijection), each a well-mixed start for the
+/// links' ChaCha8 generators.
+pub fn derive_seed(seed: u64, k: u64) -> u64 {
+    splitmix64(splitmix64(seed).wrapping_add(k))
+}
+
+/// The seed of one link's randomness in one direction, from the lab's seed: every link
+/// and direction of a lab draws its own stream.
+pub fn link_seed(lab_seed: u64, link: LinkRole, dir: Direction) -> u64 {
+    let index = match link {
+        LinkRole::Bottleneck => 0,
+        LinkRole::Access(k) => 1 + k as u64,
+    };
+    let lane = match dir {
+        Direction::Up => 0,
+        Direction::Down => 1,
+    };
+    derive_seed(lab_seed, 2 * index + lane)
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> PathSpec {
+        text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn the_readme_dumbbell_sizes_its_queue_for_the_longest_client() {
+        let path = spec("rate 50mbit queue 1bdp");
+        let access = [spec("rtt 10ms"), spec("rtt 40ms")];
+        let d = Dumbbell::new(&path, &access);
+        assert_eq!((d.client_rtt_us(0), d.client_rtt_us(1)), (10_000, 40_000));
+        assert_eq!(d.sizing_client(), 1);
+        // 50 Mbit/s × 40 ms / 8 = 250 000 bytes, both directions.
+        let bdp = Some(Limit::Bytes(250_000));
+        assert_eq!(d.queue_limit(LinkRole::Bottleneck, Direction::Up), bdp);
+        assert_eq!(d.queue_limit(LinkRole::Bottleneck, Direction::Down), bdp);
+        assert_eq!(
+            d.bdp_sizing(),
+            Some(BdpSizing {
+                rtt_us: 40_000,
+                client: 2,
+                up_bytes: Some(250_000),
+                down_bytes: Some(250_000),
+            })
+        );
+        assert_eq!(
+            d.bdp_lines(),
+            ["queue 1bdp = 244 KiB (50.0 Mbit/s × 40.0 ms, client2's end-to-end RTT)"]
+        );
+        assert_eq!(d.check(), Ok(()));
+    }
+
+    #[test]
+    fn the_end_to_end_rtt_adds_the_bottleneck_and_each_direction() {
+        let path = spec("rtt 20ms down.rate 10mbit down.queue 0.5bdp up.queue 30p");
+        let access = [spec("up.delay 3ms down.delay 2ms"), PathSpec::default()];
+        let d = Dumbbell::new(&path, &access);
+        assert_eq!(d.client_rtt_us(0), 25_000);
+        assert_eq!(d.client_rtt_us(1), 20_000);
+        // 0.5 × 10 Mbit/s × 25 ms / 8 = 15 625 bytes; up stays in packets.
+        assert_eq!(
+            d.queue_limit(LinkRole::Bottleneck, Direction::Down),
+            Some(Limit::Bytes(15_625))
+        );
+        assert_eq!(
+            d.queue_limit(LinkRole::Bottleneck, Direction::Up),
+            Some(Limit::Packets(30))
+        );
+        assert_eq!(
+            d.bdp_lines(),
+            ["down.queue 0.5bdp = 15.3 KiB (10.0 Mbit/s × 25.0 ms, client1's end-to-end RTT)"]
+        );
+    }
+
+    #[test]
+    fn equal_clients_size_for_the_first_and_a_plain_path_says_so() {
+        let path = spec("rtt 20ms rate 100mbit queue 1bdp");
+        let d = Dumbbell::new(&path, &[]);
+        assert_eq!(
+            (d.sizing_client(), d.bdp_rtt_us(LinkRole::Bottleneck)),
+            (0, 20_000)
+        );
+        assert_eq!(
+            d.bdp_lines(),
+            ["queue 1bdp = 244 KiB (100 Mbit/s × 20.0 ms, the path's RTT)"]
+        );
+        let same = [spec("rtt 5ms"), spec("rtt 5ms")];
+        assert_eq!(Dumbbell::new(&path, &same).sizing_client(), 0);
+        assert_eq!(Dumbbell::new(&spec("rtt 20ms"), &same).bdp_sizing(), None);
+    }
+
+    #[test]
+    fn an_access_link_in_bdp_uses_its_own_clients_round_trip() {
+        let path = spec("rtt 10ms");
+        let access = [spec("rtt 30ms rate 20mbit queue 1bdp"), spec("rtt 90ms")];
+        let d = Dumbbell::new(&path, &access);
+        // 20 Mbit/s × (10 + 30) ms / 8 = 100 000 bytes, not the other client's 100 ms.
+        assert_eq!(
+            d.queue_limit(LinkRole::Access(0), Direction::Up),
+            Some(Limit::Bytes(100_000))
+        );
+    }
+
+    #[test]
+    fn a_bdp_queue_without_any_delay_is_refused_in_one_line() {
+        let path = spec("rate 50mbit queue 1bdp");
+        let err = Dumbbell::new(&path, &[PathSpec::default()])
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("up.queue 1bdp: a queue in bdp"), "{err}");
+        assert!(!err.contains('\n'));
+        // A delay on any client's access link gives it a round trip.
+        let access = [PathSpec::default(), spec("delay 1ms")];
+        assert_eq!(Dumbbell::new(&path, &access).check(), Ok(()));
+        let access = [spec("rate 1mbit down.queue 2bdp")];
+        let err = Dumbbell::new(&spec(""), &access).check().unwrap_err();
+        assert_eq!(
+            err,
+            DumbbellError::BdpWithoutRtt {
+                link: "client1's access link, down.queue 2bdp".into()
+            }
+        );
+    }
+
+    #[test]
+    fn only_the_path_sets_the_seed() {
+        let path = spec("rtt 10ms seed 3");
+        let access = [PathSpec::default(), spec("loss 1% seed 4")];
+        assert_eq!(
+            Dumbbell::new(&path, &access).check(),
+            Err(DumbbellError::SeedOnAccess { client: 2 })
+        );
+    }
+
+    #[test]
+    fn every_link_and_direction_of_a_lab_gets_its_own_seed() {
+        let mut seen = std::collections::HashSet::new();
+        for lab_seed in [0, 1, 2, u64::MAX] {
+            for link in std::iter::once(LinkRole::Bottleneck).chain((0..250).map(LinkRole::Access))
+            {
+                for dir in [Direction::Up, Direction::Down] {
+                    assert!(seen.insert(link_seed(lab_seed, link, dir)));
+                }
+            }
+        }
+        // Fixed by the lab's seed.
+        assert_eq!(
+            link_seed(7, LinkRole::Access(3), Direction::Down),
+            link_seed(7, LinkRole::Access(3), Direction::Down)
+        );
+    }
+
+    #[test]
+    fn derived_seeds_are_reproducible_and_distinct() {
+        let reps: Vec<u64> = (0..100).map(|r| derive_seed(42, r)).collect();
+        assert_eq!(
+            reps,
+            (0..100).map(|r| derive_seed(42, r)).collect::<Vec<_>>()
+        );
+        let distinct: std::collections::HashSet<_> = reps.iter().collect();
+        assert_eq!(distinct.len(), 100);
+        assert_ne!(derive_seed(42, 0), derive_seed(43, 0));
+    }
+}

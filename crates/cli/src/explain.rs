@@ -110,12 +110,18 @@ pub fn render(e: &Explanation) -> String {
         })
     };
     s += &format!(
-        "bounds:    {}   {}   {}   {}\n",
+        "bounds:    {}   {}   {}\n",
         bound("link", e.bounds.link_bps),
         bound("window", e.bounds.window_bps),
-        bound("mathis", e.bounds.mathis_bps),
-        bound("pftk", e.bounds.pftk_bps)
+        bound("pacing", e.bounds.pacing_bps),
     );
+    if e.estimates.mathis_bps.is_some() || e.estimates.pftk_bps.is_some() {
+        s += &format!(
+            "estimates: {}   {}   (loss models: a run may exceed them)\n",
+            bound("mathis", e.estimates.mathis_bps),
+            bound("pftk", e.estimates.pftk_bps)
+        );
+    }
     if let Some((name, b)) = e.bounds.binding() {
         s += &format!(
             "measured:  {} = {:.0} % of the {name} bound\n",

@@ -62,6 +62,7 @@ fn run_quick(name: &str, dir: &Path) -> PathBuf {
     let r = results(&db, "throughput");
     let e = &r["experiment"];
     assert_eq!(e["done"], e["runs"], "{name}: every run done: {e}");
+    assert_no_run_exceeds_its_bound(&db);
     db
 }
 

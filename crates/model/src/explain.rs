@@ -1,15 +1,13 @@
-//! Why a run got the throughput it got: the measured rate against each textbook bound,
-//! what limited the senders, what went wrong on the way, and what to change. Pure: it
-//! reads a stored [`RunRecord`] (with its tcp_info samples) and nothing else.
+//! Why a run got the throughput it got: the measured rate against each bound (what the
+//! link, the windows and any cap allowed) and each loss model's estimate, what limited
+//! the senders, what went wrong on the way, and what to change. Pure: it reads a stored
+//! [`RunRecord`] (with its tcp_info samples) and nothing else.
 //!
-//! The verdict follows the Web100 reading of a sender's state. A configured pacing or
-//! application rate that was reached is the limit; a link carried at its rate is the
-//! limit; otherwise the window arithmetic of the sender's own samples decides: in flight
-//! ≈ the receiver's advertised window → `rwnd`; in flight below both the receiver's and
-//! the congestion window with nothing left unsent → the send buffer; else `cwnd` (the
-//! network: loss or the queue). The kernel's own chrono counters (tcpi_rwnd_limited,
-//! tcpi_sndbuf_limited) count too, but Linux books a sender as cwnd-limited whenever it
-//! is not blocked on the other two, which slow start never is, so they are not enough.
+//! The verdict is the senders' dominant limit, as their samples booked it
+//! ([`crate::limits`]): the live lines, `flows[].limits`, `dominant_limit` and this
+//! verdict tell one story. Where that limit is the network's (`cwnd`), the verdict names
+//! the element the run reached: the bottleneck link carried at its rate (`link`), or a
+//! gap pacer's rate (`pacing`).
 
 use serde::Serialize;
 
@@ -17,7 +15,7 @@ use crate::bounds;
 use crate::dumbbell::{Dumbbell, LinkRole};
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
-    BufferSize, Direction, FlowRecord, LimitShares, PathRecord, RunRecord, SampleRecord,
+    self, BufferSize, Direction, FlowRecord, LimitShares, PathRecord, RunRecord, SampleRecord,
 };
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
@@ -32,8 +30,6 @@ const CA_LOSS: u8 = 4;
 const REACHED: f64 = 0.8;
 /// The link counts as full at this share of its goodput.
 const LINK_FULL: f64 = 0.85;
-/// A limit share that makes its limit the verdict (or a finding) on its own.
-const SHARE_DECIDES: f64 = 0.3;
 const SHARE_NOTED: f64 = 0.1;
 /// Samples from the first fifth of a flow are slow start, not its steady state.
 const STEADY_FROM: f64 = 0.2;
@@ -89,6 +85,7 @@ pub struct Explanation {
     /// The TCP flows' received throughput summed, bit/s.
     pub measured_bps: f64,
     pub bounds: Bounds,
+    pub estimates: Estimates,
     /// Time shares under each limit, weighted over the TCP flows.
     pub limits: LimitShares,
     pub episodes: Episodes,
@@ -142,23 +139,21 @@ pub struct TuningFacts {
     pub pacing: String,
 }
 
-/// Each model's bound on the TCP flows' summed throughput, bit/s; `None` where a model
-/// does not apply (no rate limit, no loss).
+/// Upper bounds on the TCP flows' summed throughput, bit/s: each is built from inputs
+/// that make it one (what the path allowed, the most that was in flight, the shortest
+/// round trip), so a measurement never exceeds it. `None` where one does not apply.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Bounds {
     /// The bottleneck's rate less the headers of full segments.
     pub link_bps: Option<f64>,
-    /// The smaller of the receiver's advertised window and the effective send buffer,
-    /// per measured round trip. Linux checks a send buffer for room before it queues
-    /// a write's packet, not after, so a full buffer is overshot by up to that packet:
-    /// a send-buffer-limited flow can run ~15 % above this.
+    /// The most each flow could have in flight per its shortest round trip, summed:
+    /// the smaller of the largest window the receiver advertised and the send buffer,
+    /// or what the samples saw in flight where that was more (Linux lets a write
+    /// append to a buffer's last packet past SO_SNDBUF).
     pub window_bps: Option<f64>,
-    /// Mathis et al. with the measured loss-event rate (recovery episodes per data
-    /// segment sent; the models' p counts congestion events, not lost packets), for
-    /// loss-based congestion control (not BBR) with at least 4 loss events.
-    pub mathis_bps: Option<f64>,
-    /// Padhye–Firoiu–Towsley–Kurose with the measured loss-event rate, RTO and window.
-    pub pftk_bps: Option<f64>,
+    /// A cap on the senders' rate: a gap pacer's (less headers), SO_MAX_PACING_RATE's
+    /// (`--fq-rate`), or the application's (`--app-rate`), for all flows together.
+    pub pacing_bps: Option<f64>,
 }
 
 impl Bounds {
@@ -167,13 +162,24 @@ impl Bounds {
         [
             ("link", self.link_bps),
             ("window", self.window_bps),
-            ("mathis", self.mathis_bps),
-            ("pftk", self.pftk_bps),
+            ("pacing", self.pacing_bps),
         ]
         .into_iter()
         .filter_map(|(name, b)| b.map(|b| (name, b)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
     }
+}
+
+/// Models of what loss allows, bit/s: estimates a flow can exceed (a few loss events
+/// over a short run, a loss-based sender between its halvings), never bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Estimates {
+    /// Mathis et al. with the measured loss-event rate (recovery episodes per data
+    /// segment sent; the models' p counts congestion events, not lost packets), for
+    /// loss-based congestion control (not BBR) with at least 4 loss events.
+    pub mathis_bps: Option<f64>,
+    /// Padhye–Firoiu–Towsley–Kurose with the measured loss-event rate, RTO and window.
+    pub pftk_bps: Option<f64>,
 }
 
 /// What the senders' congestion control went through.
@@ -230,20 +236,26 @@ pub fn explain(run: &RunRecord) -> Explanation {
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
     let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
-    let bounds = model_bounds(&tcp, &samples, facts.as_ref());
+    let mss = tcp.first().map_or(0, |f| f.mss);
+    let bounds = Bounds {
+        link_bps: facts
+            .as_ref()
+            .and_then(|p| p.bottleneck_bps)
+            .filter(|_| mss > 0)
+            .map(|r| bounds::link_goodput_bps(r, mss, 0)),
+        window_bps: sum_over_flows(&tcp, &samples, &|f, s| {
+            bounds::window_bps(window_bytes(f, s)?, min_rtt_us(f, s)?)
+        }),
+        pacing_bps: pacing_bound_bps(run, spec.as_ref(), direction, tcp.len(), mss),
+    };
+    let estimates = loss_estimates(&tcp, &samples);
     let limits = weighted_limits(&tcp);
     let episodes = episodes(&tcp, &samples);
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
-    let pacing_bps = pacing_rate_bps(run, spec.as_ref(), direction, tcp.len());
-    let verdict = verdict(
-        run,
-        &tcp,
-        &steady,
-        limits,
-        measured_bps,
-        bounds.link_bps,
-        pacing_bps,
-    );
+    let gap_pacer = spec
+        .as_ref()
+        .is_some_and(|s| matches!(s.link(path_direction(direction)).pace, Some(Pace::Rate(_))));
+    let verdict = verdict(&tcp, &steady, limits, measured_bps, &bounds, gap_pacer);
     let real_path = facts.is_none().then(|| real_path(run, &tcp)).flatten();
     let mut explanation = Explanation {
         path: facts,
@@ -251,6 +263,7 @@ pub fn explain(run: &RunRecord) -> Explanation {
         tunings,
         measured_bps,
         bounds,
+        estimates,
         limits,
         episodes,
         verdict,
@@ -388,30 +401,27 @@ fn flow_rtt_us(flow: &FlowRecord) -> u64 {
     }
 }
 
-fn model_bounds(
+/// A per-flow figure summed over the flows that have it; `None` if none has.
+fn sum_over_flows(
     tcp: &[&FlowRecord],
     samples: &[Vec<&SampleRecord>],
-    path: Option<&PathFacts>,
-) -> Bounds {
-    let mss = tcp.first().map_or(0, |f| f.mss);
-    let link_bps = path
-        .and_then(|p| p.bottleneck_bps)
-        .filter(|_| mss > 0)
-        .map(|r| bounds::link_goodput_bps(r, mss, 0));
-    // Per flow, then summed: parallel streams each get their own window and loss.
-    let sum = |per_flow: &dyn Fn(&FlowRecord, &[&SampleRecord]) -> Option<f64>| -> Option<f64> {
-        let values: Vec<f64> = tcp
-            .iter()
-            .zip(samples)
-            .filter_map(|(f, s)| per_flow(f, s))
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum())
-    };
-    Bounds {
-        link_bps,
-        window_bps: sum(&|f, s| bounds::window_bps(window_bytes(f, s)?, flow_rtt_us(f))),
-        mathis_bps: sum(&|f, s| bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s)?)),
-        pftk_bps: sum(&|f, s| {
+    per_flow: &dyn Fn(&FlowRecord, &[&SampleRecord]) -> Option<f64>,
+) -> Option<f64> {
+    let values: Vec<f64> = tcp
+        .iter()
+        .zip(samples)
+        .filter_map(|(f, s)| per_flow(f, s))
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// Per flow, then summed: parallel streams each get their own window and loss.
+fn loss_estimates(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Estimates {
+    Estimates {
+        mathis_bps: sum_over_flows(tcp, samples, &|f, s| {
+            bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s)?)
+        }),
+        pftk_bps: sum_over_flows(tcp, samples, &|f, s| {
             let rto_us = s.last().map_or(0, |s| u64::from(s.info.rto));
             bounds::pftk_bps(
                 f.mss,
@@ -425,21 +435,45 @@ fn model_bounds(
     }
 }
 
-/// The most a flow could have in flight: the smaller of the receiver's advertised window
-/// (its steady median as the sender saw it) and the send buffer (as set, or as large as
-/// autotuning grew it).
+/// The shortest round trip the flow saw: the kernel's minimum RTT from its samples,
+/// else the smallest smoothed RTT.
+fn min_rtt_us(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
+    samples
+        .iter()
+        .map(|s| s.info.min_rtt)
+        .filter(|&r| r > 0)
+        .min()
+        .or(Some(flow.rtt.min_us).filter(|&r| r > 0))
+        .map(u64::from)
+}
+
+/// The most a flow could keep in flight on average: the smaller of the largest window
+/// the receiver advertised (as the sender saw it) and the send buffer (as set, or as
+/// large as autotuning grew it), but never less than the samples' mean outstanding —
+/// Linux lets a write fill a buffer's last packet past SO_SNDBUF (up to 64 KiB). By
+/// Little's law a flow delivers its mean in flight per mean round trip, so this per the
+/// shortest round trip bounds it.
 fn window_bytes(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
-    let rwnd = median(
-        steady_part(samples)
-            .iter()
-            .map(|s| f64::from(s.info.snd_wnd)),
-    )
-    .filter(|w| *w > 0.0)
-    .map(|w| w as u64);
+    let rwnd = samples
+        .iter()
+        .map(|s| u64::from(s.info.snd_wnd))
+        .max()
+        .filter(|w| *w > 0);
     let sndbuf = Some(send_buffer_bytes(flow.sndbuf)).filter(|b| *b > 0);
-    match (rwnd, sndbuf) {
-        (Some(r), Some(s)) => Some(r.min(s)),
-        (r, s) => r.or(s),
+    let mean_outstanding = (!samples.is_empty()).then(|| {
+        samples
+            .iter()
+            .map(|s| u64::from(s.info.unacked) * u64::from(s.info.snd_mss))
+            .sum::<u64>()
+            / samples.len() as u64
+    });
+    let buffer = match (sndbuf, mean_outstanding) {
+        (Some(b), Some(m)) => Some(b.max(m)),
+        (b, m) => b.or(m),
+    };
+    match (rwnd, buffer) {
+        (Some(r), Some(b)) => Some(r.min(b)),
+        (r, b) => r.or(b),
     }
 }
 
@@ -544,37 +578,41 @@ fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
     e
 }
 
-/// The pacing rate configured for the TCP flows together, bit/s: the kernel's per
-/// socket, or a gap pacer's for the whole direction.
-fn pacing_rate_bps(
+/// The cap on the TCP flows' rate together, bit/s of goodput: a gap pacer's for the
+/// whole direction (its packets' headers taken off), SO_MAX_PACING_RATE's or the
+/// application's per flow; the smallest where several apply.
+fn pacing_bound_bps(
     run: &RunRecord,
     spec: Option<&PathSpec>,
     direction: Direction,
     streams: usize,
+    mss: u32,
 ) -> Option<f64> {
-    let gap = spec.and_then(|s| match s.link(path_direction(direction)).pace {
-        Some(Pace::Rate(bps)) => Some(bps as f64),
-        _ => None,
-    });
-    let kernel = run
-        .params
-        .tuning
-        .pacing_rate
-        .map(|r| r as f64 * streams as f64);
-    match (gap, kernel) {
-        (Some(g), Some(k)) => Some(g.min(k)),
-        (g, k) => g.or(k),
-    }
+    let gap = spec
+        .and_then(|s| match s.link(path_direction(direction)).pace {
+            Some(Pace::Rate(bps)) => Some(bps),
+            _ => None,
+        })
+        .filter(|_| mss > 0)
+        .map(|bps| bounds::link_goodput_bps(bps, mss, 0));
+    let t = &run.params.tuning;
+    let per_flow = |cap: Option<u64>| cap.map(|r| r as f64 * streams as f64);
+    [gap, per_flow(t.pacing_rate), per_flow(t.app_rate)]
+        .into_iter()
+        .flatten()
+        .min_by(f64::total_cmp)
 }
 
+/// The verdict tells the same story as the senders' limits (see [`crate::limits`]):
+/// their dominant limit, where the network's (`cwnd`) is named by its element when
+/// the run reached one — the bottleneck link full, or a gap pacer's rate.
 fn verdict(
-    run: &RunRecord,
     tcp: &[&FlowRecord],
     steady: &[Steady],
     limits: LimitShares,
     measured: f64,
-    link_bps: Option<f64>,
-    pacing_bps: Option<f64>,
+    bounds: &Bounds,
+    gap_pacer: bool,
 ) -> Verdict {
     let rate = |bps: f64| format_rate(bps);
     let v = |limit, reason: String| Verdict { limit, reason };
@@ -584,35 +622,9 @@ fn verdict(
             "no TCP flows: UDP senders send at the rate they are given".into(),
         );
     }
-    if let Some(p) =
-        pacing_bps.filter(|p| link_bps.is_none_or(|l| *p < l) && measured >= REACHED * p)
-    {
-        return v(
-            Limit::Pacing,
-            format!(
-                "{} measured against {} of pacing configured",
-                rate(measured),
-                rate(p)
-            ),
-        );
-    }
-    let app_rate = run
-        .params
-        .tuning
-        .app_rate
-        .map(|r| r as f64 * tcp.len() as f64);
-    if let Some(a) = app_rate.filter(|a| measured >= REACHED * a) {
-        return v(
-            Limit::App,
-            format!(
-                "{} measured: the application wrote at {}",
-                rate(measured),
-                rate(a)
-            ),
-        );
-    }
-    if let Some(l) = link_bps.filter(|l| measured >= LINK_FULL * l) {
-        return v(
+    let link_full = bounds.link_bps.filter(|l| measured >= LINK_FULL * l);
+    let link = |l: f64| {
+        v(
             Limit::Link,
             format!(
                 "{} measured carries the bottleneck's {} of goodput at {:.0} %",
@@ -620,106 +632,113 @@ fn verdict(
                 rate(l),
                 100.0 * measured / l
             ),
-        );
-    }
-    if limits.app >= SHARE_DECIDES {
-        return v(
-            Limit::App,
-            format!(
-                "the senders had nothing to send {:.0} % of the time",
-                100.0 * limits.app
+        )
+    };
+    let sampled: Vec<(&FlowRecord, &Steady)> = tcp
+        .iter()
+        .copied()
+        .zip(steady)
+        .filter(|(_, s)| s.sampled)
+        .collect();
+    if sampled.is_empty() {
+        return match link_full {
+            Some(l) => link(l),
+            None => v(
+                Limit::Unknown,
+                "no sender's tcp_info was sampled (an iperf3 sender, or --sample-interval 0): its windows are not known".into(),
             ),
-        );
+        };
     }
-    // The window arithmetic, flow by flow, weighted by bytes; only where the sender
-    // was sampled.
-    let mut votes: Vec<(Limit, f64, String)> = Vec::new();
-    for (f, s) in tcp.iter().zip(steady).filter(|(_, s)| s.sampled) {
-        let (limit, reason) = flow_window_limit(f, s, app_rate.is_some());
-        votes.push((limit, f.received_bytes as f64, reason));
+    let dominant = limits.dominant();
+    let share = format!(
+        "{}-limited {:.0} % of the time",
+        dominant.name(),
+        100.0 * limits.get(dominant)
+    );
+    if dominant == record::Limit::Cwnd {
+        let paced_to = bounds
+            .pacing_bps
+            .filter(|p| gap_pacer && measured >= REACHED * p);
+        if let Some(p) = paced_to.filter(|p| bounds.link_bps.is_none_or(|l| *p < l)) {
+            return v(
+                Limit::Pacing,
+                format!(
+                    "{} measured against the gap pacer's {} of goodput ({share})",
+                    rate(measured),
+                    rate(p)
+                ),
+            );
+        }
+        if let Some(l) = link_full {
+            return link(l);
+        }
     }
-    if votes.is_empty() {
-        return v(
-            Limit::Unknown,
-            "no sender's tcp_info was sampled (an iperf3 sender, or --sample-interval 0): its windows are not known".into(),
-        );
-    }
-    let total: f64 = votes.iter().map(|v| v.1).sum();
-    let best = [Limit::Rwnd, Limit::Sndbuf, Limit::Cwnd, Limit::App]
-        .into_iter()
-        .max_by(|a, b| {
-            let weight = |l: &Limit| votes.iter().filter(|v| v.0 == *l).map(|v| v.1).sum::<f64>();
-            weight(a).total_cmp(&weight(b))
-        })
-        .expect("four limits");
-    let reason = votes
+    // The flow that carried the most bytes among those this limit held.
+    let (flow, figures) = sampled
         .iter()
-        .find(|v| v.0 == best)
-        .map(|v| v.2.clone())
-        .unwrap_or_default();
-    let share = votes
+        .copied()
+        .filter(|(f, _)| f.limits.dominant() == dominant)
+        .chain(sampled.iter().copied())
+        .max_by(|a, b| a.0.received_bytes.cmp(&b.0.received_bytes))
+        .expect("sampled flows");
+    let held = sampled
         .iter()
-        .filter(|v| v.0 == best)
-        .map(|v| v.1)
-        .sum::<f64>()
-        / total.max(1.0);
+        .filter(|(f, _)| f.limits.dominant() == dominant)
+        .count();
     let of_flows = if tcp.len() > 1 {
-        format!(" ({:.0} % of the bytes' flows)", 100.0 * share)
+        format!("; {held} of {} flows", tcp.len())
     } else {
         String::new()
     };
-    v(best, format!("{reason}{of_flows}"))
+    let limit = match dominant {
+        record::Limit::Rwnd => Limit::Rwnd,
+        record::Limit::Sndbuf => Limit::Sndbuf,
+        record::Limit::Cwnd => Limit::Cwnd,
+        record::Limit::Pacing => Limit::Pacing,
+        record::Limit::App => Limit::App,
+    };
+    v(
+        limit,
+        format!(
+            "{} ({share}{of_flows})",
+            why(dominant, flow, figures, measured, bounds)
+        ),
+    )
 }
 
-/// What held one flow back, from its steady state and its limit shares; `app_paced`:
-/// the application paces its writes (`--app-rate`).
-fn flow_window_limit(f: &FlowRecord, s: &Steady, app_paced: bool) -> (Limit, String) {
+/// What one flow's steady state shows of `limit`.
+fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: &Bounds) -> String {
     let size = |b: f64| format_size(b as u64);
-    if f.limits.rwnd >= SHARE_DECIDES || (s.rwnd > 0.0 && s.in_flight >= 0.85 * s.rwnd) {
-        return (
-            Limit::Rwnd,
-            format!(
-                "{} in flight fills the receiver's advertised window of {} (receive-window-limited {:.0} % of the time)",
-                size(s.in_flight),
-                size(s.rwnd),
-                100.0 * f.limits.rwnd
-            ),
-        );
-    }
-    let room = s
-        .cwnd
-        .min(if s.rwnd > 0.0 { s.rwnd } else { f64::INFINITY });
-    let mss = f64::from(f.mss.max(1));
-    let nothing_to_send = s.in_flight <= 0.8 * room && s.unsent < mss;
-    if app_paced && nothing_to_send && f.limits.sndbuf < SHARE_DECIDES {
-        return (
-            Limit::App,
-            format!(
-                "{} in flight with room for {} in both windows and nothing left unsent: the application, pacing its writes, fell behind its rate",
-                size(s.in_flight),
-                size(room)
-            ),
-        );
-    }
-    if f.limits.sndbuf >= SHARE_DECIDES || nothing_to_send {
-        return (
-            Limit::Sndbuf,
-            format!(
-                "{} in flight with room for {} in both windows and nothing left unsent: the send buffer ({}) held no more",
-                size(s.in_flight),
-                size(room),
-                size(send_buffer_bytes(f.sndbuf) as f64)
-            ),
-        );
-    }
-    (
-        Limit::Cwnd,
-        format!(
+    match limit {
+        record::Limit::Rwnd => format!(
+            "{} in flight fills the receiver's advertised window of {}",
+            size(s.in_flight),
+            size(s.rwnd)
+        ),
+        record::Limit::Sndbuf => format!(
+            "{} in flight, nothing left unsent and the send buffer ({}) full, with room for {} in the congestion window",
+            size(s.in_flight),
+            size(send_buffer_bytes(f.sndbuf) as f64),
+            size(s.cwnd)
+        ),
+        record::Limit::Cwnd => format!(
             "{} in flight ≈ the congestion window of {}: the network (loss, the queue) held the sender back",
             size(s.in_flight),
             size(s.cwnd)
         ),
-    )
+        record::Limit::Pacing => match bounds.pacing_bps {
+            Some(p) => format!(
+                "{} measured against a cap of {} on the senders' rate",
+                format_rate(measured),
+                format_rate(p)
+            ),
+            None => "the senders were paced at a cap".into(),
+        },
+        record::Limit::App => format!(
+            "{} in flight with room in both windows and the send buffer: the application wrote no more",
+            size(s.in_flight)
+        ),
+    }
 }
 
 /// Runs every detector, adding findings and recommendations.
@@ -870,7 +889,7 @@ fn detect(
     }
     if e.episodes.retransmits > 0 && e.verdict.limit == Limit::Cwnd {
         let mathis = e
-            .bounds
+            .estimates
             .mathis_bps
             .map(|m| format!("; Mathis' model allows {}", format_rate(m)))
             .unwrap_or_default();
@@ -952,6 +971,19 @@ mod tests {
         }
     }
 
+    /// `f` as its samples booked it: held by `limit` all the time.
+    fn held(limit: record::Limit, f: FlowRecord) -> FlowRecord {
+        let mut limits = LimitShares::default();
+        match limit {
+            record::Limit::Rwnd => limits.rwnd = 1.0,
+            record::Limit::Sndbuf => limits.sndbuf = 1.0,
+            record::Limit::Cwnd => limits.cwnd = 1.0,
+            record::Limit::Pacing => limits.pacing = 1.0,
+            record::Limit::App => limits.app = 1.0,
+        }
+        FlowRecord { limits, ..f }
+    }
+
     /// Ten sender samples of flow 0, 10 ms apart, 1000 segments each: `in_flight`,
     /// `cwnd` and `rwnd` in bytes, and `unsent` bytes written but not yet sent.
     fn steady_samples(in_flight: u32, cwnd: u32, rwnd: u32, unsent: u32) -> Vec<SampleRecord> {
@@ -1015,7 +1047,7 @@ mod tests {
     fn a_64k_receive_window_at_10ms_binds_at_52_4_mbit() {
         let r = run(
             "rtt 10ms rate 1gbit",
-            vec![flow(0, 50e6)],
+            vec![held(record::Limit::Rwnd, flow(0, 50e6))],
             steady_samples(65_160, 400 * MSS, 65_536, 1 << 20),
         );
         let e = explain(&r);
@@ -1099,7 +1131,7 @@ mod tests {
         };
         let mut r = run(
             "rtt 20ms rate 100mbit",
-            vec![f],
+            vec![held(record::Limit::Sndbuf, f)],
             steady_samples(60_000, 200 * MSS, 1 << 20, 0),
         );
         r.params.tuning.sndbuf = Some(32 << 10);
@@ -1175,50 +1207,115 @@ mod tests {
         let e = explain(&r);
         assert_eq!(e.verdict.limit, Limit::Cwnd, "{}", e.verdict.reason);
         assert_eq!(e.episodes.recovery_episodes, 3);
-        assert_eq!(e.bounds.mathis_bps, None);
+        assert_eq!(e.estimates.mathis_bps, None);
         samples[0].info.ca_state = CA_LOSS;
         let e = explain(&run("rtt 10ms rate 1gbit", vec![flow(0, 20e6)], samples));
         assert_eq!(e.episodes.recovery_episodes, 4);
         // 4 loss events in 10 000 segments at 10 ms.
         let mathis = bounds::mathis_bps(MSS, 10_000, 4.0 / 10_000.0);
-        assert_eq!(e.bounds.mathis_bps, mathis);
+        assert_eq!(e.estimates.mathis_bps, mathis);
         let pftk = bounds::pftk_bps(MSS, 10_000, 4e-4, 204_000, 2.0, Some(1 << 22));
-        assert_eq!(e.bounds.pftk_bps, pftk);
+        assert_eq!(e.estimates.pftk_bps, pftk);
     }
 
     #[test]
-    fn a_full_link_pacing_and_the_application_are_named_before_the_windows() {
+    fn the_verdict_is_the_senders_dominant_limit_named_by_what_the_run_reached() {
+        use record::Limit::{Cwnd, Pacing as Paced, Sndbuf};
         let busy = || steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
-        // 100 Mbit/s of 1448-byte segments carry 96.5 Mbit/s; 92 is 95 % of it.
-        let e = explain(&run("rtt 10ms rate 100mbit", vec![flow(0, 92e6)], busy()));
-        assert_eq!(e.verdict.limit, Limit::Link, "{}", e.verdict.reason);
-        let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 48e6)], busy());
-        r.params.tuning.pacing_rate = Some(50_000_000);
-        assert_eq!(explain(&r).verdict.limit, Limit::Pacing);
+        let verdict = |spec: &str, f: FlowRecord, set: &dyn Fn(&mut RunRecord)| {
+            let mut r = run(spec, vec![f], busy());
+            set(&mut r);
+            explain(&r).verdict.limit
+        };
+        let none = |_: &mut RunRecord| {};
+        // 100 Mbit/s of 1448-byte segments carry 96.5 Mbit/s; 92 is 95 % of it: the
+        // network's limit is the link.
+        assert_eq!(
+            verdict("rtt 10ms rate 100mbit", held(Cwnd, flow(0, 92e6)), &none),
+            Limit::Link
+        );
+        assert_eq!(
+            verdict("rtt 10ms rate 100mbit", held(Cwnd, flow(0, 60e6)), &none),
+            Limit::Cwnd
+        );
+        // A full link under a sender held by its buffer is still the buffer's story.
+        assert_eq!(
+            verdict("rtt 10ms rate 100mbit", held(Sndbuf, flow(0, 92e6)), &none),
+            Limit::Sndbuf
+        );
+        // A gap pacer reached: 48 Mbit/s ≥ 80 % of 50 Mbit/s less headers.
+        let gap = "rtt 10ms rate 100mbit up.pace 50mbit";
+        assert_eq!(
+            verdict(gap, held(Cwnd, flow(0, 48e6)), &none),
+            Limit::Pacing
+        );
+        assert_eq!(verdict(gap, held(Cwnd, flow(0, 20e6)), &none), Limit::Cwnd);
+        // A cap the samples saw binding (SO_MAX_PACING_RATE, --app-rate).
+        let fq = |r: &mut RunRecord| r.params.tuning.pacing_rate = Some(50_000_000);
+        assert_eq!(
+            verdict("rtt 10ms rate 100mbit", held(Paced, flow(0, 48e6)), &fq),
+            Limit::Pacing
+        );
+        assert_eq!(
+            verdict("rtt 10ms rate 100mbit", held(Cwnd, flow(0, 10e6)), &fq),
+            Limit::Cwnd
+        );
+        // Mixed shares: the largest decides.
+        let mut f = flow(0, 30e6);
+        f.limits = LimitShares {
+            sndbuf: 0.6,
+            cwnd: 0.4,
+            ..LimitShares::default()
+        };
+        assert_eq!(verdict("rtt 10ms rate 100mbit", f, &none), Limit::Sndbuf);
+    }
+
+    #[test]
+    fn every_cap_is_a_bound_of_goodput() {
+        let mut r = run(
+            "rtt 10ms rate 100mbit",
+            vec![flow(0, 40e6), flow(1, 40e6)],
+            Vec::new(),
+        );
+        r.params.tuning.pacing_rate = Some(30_000_000);
+        // Two flows capped at 30 Mbit/s each.
+        assert_eq!(explain(&r).bounds.pacing_bps, Some(60e6));
+        r.params.tuning.app_rate = Some(25_000_000);
+        assert_eq!(explain(&r).bounds.binding(), Some(("pacing", 50e6)));
+        // A gap pacer spaces whole packets: 50 Mbit/s carries 50 · 1448 / 1500.
         let gap = run(
             "rtt 10ms rate 100mbit up.pace 50mbit",
-            vec![flow(0, 48e6)],
-            busy(),
+            vec![flow(0, 40e6)],
+            Vec::new(),
         );
-        assert_eq!(explain(&gap).verdict.limit, Limit::Pacing);
-        let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 19e6)], busy());
-        r.params.tuning.app_rate = Some(20_000_000);
-        assert_eq!(explain(&r).verdict.limit, Limit::App);
-        // An application pacing its writes that falls behind leaves nothing unsent:
-        // the application, not the send buffer.
-        let mut r = run(
-            "rtt 10ms rate 1gbit",
-            vec![flow(0, 500e6)],
-            steady_samples(400_000, 1 << 20, 1 << 21, 0),
-        );
-        r.params.tuning.app_rate = Some(930_000_000);
-        assert_eq!(explain(&r).verdict.limit, Limit::App);
-        r.params.tuning.app_rate = None;
-        assert_eq!(explain(&r).verdict.limit, Limit::Sndbuf);
-        // Pacing that was not reached is not the limit.
-        let mut r = run("rtt 10ms rate 100mbit", vec![flow(0, 10e6)], busy());
-        r.params.tuning.pacing_rate = Some(50_000_000);
-        assert_eq!(explain(&r).verdict.limit, Limit::Cwnd);
+        let want = 50e6 * 1448.0 / 1500.0;
+        assert!((explain(&gap).bounds.pacing_bps.unwrap() - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_window_bound_takes_what_the_kernel_allowed_over_the_shortest_round_trip() {
+        // A 64 KiB buffer, yet 96 KiB outstanding on average (writes filled packets past
+        // SO_SNDBUF); smoothed RTT 10 ms but a minimum of 8 ms: 98 304 B · 8 / 8 ms.
+        let mut f = flow(0, 50e6);
+        f.sndbuf = BufferSize {
+            requested: Some(32 << 10),
+            effective: 64 << 10,
+            capped_at: None,
+            at_end: 64 << 10,
+        };
+        let mut samples = steady_samples((96 << 10) / MSS * MSS, 200 * MSS, 1 << 20, 0);
+        for s in &mut samples {
+            s.info.min_rtt = 8_000;
+        }
+        let outstanding = f64::from((96 << 10) / MSS * MSS);
+        let e = explain(&run("rtt 8ms rate 1gbit", vec![f.clone()], samples.clone()));
+        assert_eq!(e.bounds.window_bps, Some(outstanding * 8e6 / 8_000.0));
+        // The receiver's largest window caps it.
+        for s in &mut samples {
+            s.info.snd_wnd = 80_000;
+        }
+        let e = explain(&run("rtt 8ms rate 1gbit", vec![f], samples));
+        assert_eq!(e.bounds.window_bps, Some(80_000.0 * 8e6 / 8_000.0));
     }
 
     #[test]

@@ -586,3 +586,32 @@ pub fn iperf3_or_skip(test: &str) -> bool {
     eprintln!("SKIP {test}: {IPERF3} is not installed");
     false
 }
+
+/// Explains every done run of `db` and asserts that none measured more than 105 % of
+/// its binding bound: a bound bounds.
+pub fn assert_no_run_exceeds_its_bound(db: &std::path::Path) {
+    for run in export_jsonl(db, "runs") {
+        if run["status"] != "done" {
+            continue;
+        }
+        let id = run["id"].as_i64().expect("a run id");
+        let out = tcplab()
+            .args(["explain", &id.to_string(), "--json", "--db"])
+            .arg(db)
+            .output()
+            .expect("running tcplab explain");
+        let e = parse_success(&out);
+        let measured = f64_at(&e, "/measured_bps");
+        let bounds = e["bounds"].as_object().expect("bounds");
+        for (name, bound) in bounds {
+            if let Some(bound) = bound.as_f64() {
+                assert!(
+                    measured <= 1.05 * bound,
+                    "run {id} of {}: {measured} bit/s is {:.0} % of its {name} bound {bound}",
+                    db.display(),
+                    100.0 * measured / bound
+                );
+            }
+        }
+    }
+}

@@ -51,7 +51,7 @@ fn forward_run_reports_equal_bytes_and_a_complete_json_document() {
     assert!(u64_at(flow, "/samples") >= 100, "{flow:#}");
     assert!(u64_at(flow, "/receiver_samples") >= 100, "{flow:#}");
     let limits = &flow["limits"];
-    let sum: f64 = ["rwnd", "sndbuf", "cwnd", "app"]
+    let sum: f64 = ["rwnd", "sndbuf", "cwnd", "pacing", "app"]
         .iter()
         .map(|k| limits[k].as_f64().unwrap())
         .sum();
@@ -153,12 +153,83 @@ fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
         "{:#}",
         v["summary"]
     );
+    // The kernel's own timers fire for the receive window: they agree.
+    let kernel = f64_at(&flows(&v)[0], "/kernel_limits/rwnd");
+    assert!(
+        (kernel - f64_at(&v, "/summary/limits/rwnd")).abs() < 0.15,
+        "kernel's rwnd share {kernel}: {:#}",
+        v["summary"]
+    );
     // Without the small buffer the receive window is not what limits it.
     let v = bed.run_json(&["-t", "1s", "-C", "cubic"]);
     assert!(
         f64_at(&v, "/summary/limits/rwnd") < 0.2,
         "{:#}",
         v["summary"]
+    );
+}
+
+/// The share of the sender's samples that show nothing unsent and the send buffer full
+/// (SO_MEMINFO), read from the raw samples.
+fn samples_show_a_full_send_buffer(v: &serde_json::Value) -> f64 {
+    let sender: Vec<&serde_json::Value> = v["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["host"] == "client")
+        .collect();
+    let full = sender
+        .iter()
+        .filter(|s| {
+            let (queued, buffer) = (
+                s["skmem"]["wmem_queued"].as_f64().unwrap(),
+                s["skmem"]["sndbuf"].as_f64().unwrap(),
+            );
+            s["info"]["notsent_bytes"] == 0 && queued >= 2.0 / 3.0 * buffer
+        })
+        .count();
+    full as f64 / sender.len() as f64
+}
+
+#[test]
+fn a_tiny_send_buffer_makes_the_flow_sndbuf_limited_in_every_figure() {
+    let Some(bed) = Bed::new("sndbuf_limited") else {
+        return;
+    };
+    let v = bed.run_json(&[
+        "-t",
+        "1s",
+        "-C",
+        "cubic",
+        "--sndbuf",
+        "4K",
+        "--json-samples",
+    ]);
+    assert_eq!(
+        str_at(&v, "/summary/dominant_limit"),
+        "sndbuf",
+        "{:#}",
+        v["summary"]
+    );
+    let share = f64_at(&v, "/summary/limits/sndbuf");
+    assert!(share > 0.8, "{:#}", v["summary"]);
+    // The raw samples: every one with a full buffer is booked to it; the rest of the
+    // share is the writer blocked in write() while its buffer drained (a veth pair
+    // acknowledges 64 KiB faster than the writer's thread wakes).
+    let full = samples_show_a_full_send_buffer(&v);
+    assert!(
+        full > 0.2 && full <= share + 0.05,
+        "{full} of the samples full, booked {share}"
+    );
+    // The live intervals of the timed second tell the same story (after it the sender
+    // only waits for its last acknowledgements).
+    let intervals = v["intervals"].as_array().unwrap();
+    assert!(
+        intervals
+            .iter()
+            .filter(|i| i["start_us"].as_u64().unwrap() < 1_000_000)
+            .all(|i| i["limits"]["sndbuf"].as_f64().unwrap() > 0.5),
+        "{intervals:#?}"
     );
 }
 
@@ -529,5 +600,12 @@ fn a_pacing_cap_holds_the_sender_to_its_rate() {
     assert_eq!(
         sender_sample["info"]["max_pacing_rate"], 25_000_000,
         "200 Mbit/s = 25 MB/s"
+    );
+    // The cap is named as the limit.
+    assert_eq!(
+        str_at(&v, "/summary/dominant_limit"),
+        "pacing",
+        "{:#}",
+        v["summary"]
     );
 }

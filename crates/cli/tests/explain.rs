@@ -12,21 +12,38 @@ use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
-/// Runs one 4 s test across `path` into `db`, then explains it.
+/// Runs one 4 s test across `path` into `db`, then explains it, and checks that the
+/// run and its explanation tell one story: the verdict is the run's dominant limit,
+/// named by the element (link, gap pacer) where the network's limit reached one.
 fn run_and_explain(db: &Path, path: &str, args: &[&str]) -> Value {
     let out = tcplab()
-        .args(["run", "--path", path, "-t", "4", "--db"])
+        .args(["run", "--path", path, "-t", "4", "--json", "--db"])
         .arg(db)
         .args(args)
         .output()
         .expect("running tcplab run");
-    assert_success(&out);
+    let run = parse_success(&out);
     let out = tcplab()
         .args(["explain", "--last", "--json", "--db"])
         .arg(db)
         .output()
         .expect("running tcplab explain");
-    parse_success(&out)
+    let e = parse_success(&out);
+    let dominant = str_at(&run, "/summary/dominant_limit");
+    let verdict = str_at(&e, "/verdict/limit");
+    let network_element = matches!(verdict, "link" | "pacing") && dominant == "cwnd";
+    assert!(
+        verdict == dominant || network_element,
+        "the run says {dominant}, explain {verdict}: {e:#}"
+    );
+    for interval in run["intervals"].as_array().unwrap() {
+        let sum: f64 = ["rwnd", "sndbuf", "cwnd", "pacing", "app"]
+            .iter()
+            .map(|k| interval["limits"][k].as_f64().unwrap())
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{interval}");
+    }
+    e
 }
 
 /// `run_and_explain` until the verdict is `limit`, one of three tries: the verdict

@@ -10,8 +10,10 @@
 //!   deferral, TCP small queues: the network side, which the kernel books as busy);
 //! - `pacing`: data waits while the socket is paced at its SO_MAX_PACING_RATE cap, or
 //!   the application paces its writes (`--app-rate`) and has nothing more written;
-//! - `sndbuf`: nothing waits and the send buffer is full, so the writer is blocked;
-//! - `app`: nothing waits and the buffer has room: the application wrote no more.
+//! - `sndbuf`: nothing waits and the send buffer is full, or it is empty while the
+//!   writer is inside a write call: blocked on the buffer, which drained before the
+//!   writer's thread ran again;
+//! - `app`: nothing waits, the buffer has room and the application is not writing.
 //!
 //! **The kernel's chrono counters** ([`chrono_shares`]). While a socket has data to
 //! send, Linux keeps it in one of three exclusive states and reports their running
@@ -57,10 +59,22 @@ pub fn has_chrono(info: &TcpInfo) -> bool {
     info.valid_len >= CHRONO_END
 }
 
+/// The sending application at the moment of a sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Writer {
+    /// It writes at a set rate (`--app-rate`).
+    pub paced: bool,
+    /// It was inside a write call. With nothing outstanding it is blocked on the send
+    /// buffer until its thread runs again (on a fast path a small buffer drains within
+    /// the writer's wake-up latency); with data outstanding and room in the buffer it
+    /// is busy copying: the application's own pace.
+    pub writing: bool,
+}
+
 /// What held a sender back at the moment of one sample of its socket: `mem` is the
 /// socket's memory read with it (without it a full buffer cannot be told from an idle
-/// application); `app_paced`: the application writes at a set rate (`--app-rate`).
-pub fn classify(info: &TcpInfo, mem: Option<&SkMemInfo>, app_paced: bool) -> Limit {
+/// application), `writer` what the application was doing.
+pub fn classify(info: &TcpInfo, mem: Option<&SkMemInfo>, writer: Writer) -> Limit {
     let mss = u64::from(info.snd_mss.max(1));
     let outstanding = u64::from(info.unacked) * mss;
     if info.has(TcpInfo::SND_WND) && outstanding + mss > u64::from(info.snd_wnd) {
@@ -77,9 +91,10 @@ pub fn classify(info: &TcpInfo, mem: Option<&SkMemInfo>, app_paced: bool) -> Lim
     let buffer_full = mem.is_some_and(|m| {
         m.sndbuf > 0 && f64::from(m.wmem_queued) >= SNDBUF_FULL * f64::from(m.sndbuf)
     });
-    if buffer_full {
+    let drained_under_writer = writer.writing && info.unacked == 0;
+    if buffer_full || drained_under_writer {
         Limit::Sndbuf
-    } else if app_paced {
+    } else if writer.paced {
         Limit::Pacing
     } else {
         Limit::App
@@ -394,6 +409,14 @@ mod tests {
     }
 
     const MSS: u32 = 1448;
+    const IDLE: Writer = Writer {
+        paced: false,
+        writing: false,
+    };
+    const PACED: Writer = Writer {
+        paced: true,
+        writing: false,
+    };
 
     /// A sender's sample: `unacked` packets outstanding of a `cwnd`, the receiver's
     /// window `rwnd` and `notsent` bytes written but not sent, in a kernel with every
@@ -426,21 +449,43 @@ mod tests {
         // 131 984 B queued in a 131 072 B buffer, nothing unsent.
         let held = sender(90, 944, 3_629_056, 0);
         let full = memory(131_984, 131_072);
-        assert_eq!(classify(&held, Some(&full), false), Limit::Sndbuf);
+        assert_eq!(classify(&held, Some(&full), IDLE), Limit::Sndbuf);
         // Just woken by ACKs, the writer has two thirds of the buffer queued at least.
         assert_eq!(
-            classify(&held, Some(&memory(88_000, 131_072)), false),
+            classify(&held, Some(&memory(88_000, 131_072)), IDLE),
             Limit::Sndbuf
         );
         // The same socket with room in its buffer: the application wrote no more.
         assert_eq!(
-            classify(&held, Some(&memory(40_000, 131_072)), false),
+            classify(&held, Some(&memory(40_000, 131_072)), IDLE),
             Limit::App
         );
-        assert_eq!(classify(&held, None, false), Limit::App);
-        // … unless it paces its writes.
+        assert_eq!(classify(&held, None, IDLE), Limit::App);
+        // … unless it is inside a write: blocked on the buffer, which drained before its
+        // thread ran again (8 KiB over a veth pair: 64 KiB sent and acknowledged within
+        // the writer's wake-up).
+        let drained = sender(0, 171, 9_559_040, 0);
+        let writing = Writer {
+            paced: false,
+            writing: true,
+        };
         assert_eq!(
-            classify(&held, Some(&memory(40_000, 131_072)), true),
+            classify(&drained, Some(&memory(0, 8_192)), writing),
+            Limit::Sndbuf
+        );
+        assert_eq!(
+            classify(&drained, Some(&memory(0, 8_192)), IDLE),
+            Limit::App
+        );
+        // A writer busy copying into a buffer with room, data in flight: its own pace.
+        let copying = sender(40, 171, 9_559_040, 0);
+        assert_eq!(
+            classify(&copying, Some(&memory(60_000, 4 << 20)), writing),
+            Limit::App
+        );
+        // … or it paces its writes.
+        assert_eq!(
+            classify(&held, Some(&memory(40_000, 131_072)), PACED),
             Limit::Pacing
         );
     }
@@ -450,25 +495,25 @@ mod tests {
         let full = memory(131_984, 131_072);
         // 45 packets = 65 160 B outstanding against a 65 536 B window: under an MSS left.
         assert_eq!(
-            classify(&sender(45, 944, 65_536, 0), Some(&full), false),
+            classify(&sender(45, 944, 65_536, 0), Some(&full), IDLE),
             Limit::Rwnd
         );
         assert_eq!(
-            classify(&sender(44, 944, 65_536, 0), Some(&full), false),
+            classify(&sender(44, 944, 65_536, 0), Some(&full), IDLE),
             Limit::Sndbuf
         );
         // A zero window.
         assert_eq!(
-            classify(&sender(0, 10, 0, 1 << 20), None, false),
+            classify(&sender(0, 10, 0, 1 << 20), None, IDLE),
             Limit::Rwnd
         );
         // In flight at the congestion window, within two packets.
         assert_eq!(
-            classify(&sender(98, 100, 1 << 22, 0), Some(&full), false),
+            classify(&sender(98, 100, 1 << 22, 0), Some(&full), IDLE),
             Limit::Cwnd
         );
         assert_eq!(
-            classify(&sender(97, 100, 1 << 22, 0), Some(&full), false),
+            classify(&sender(97, 100, 1 << 22, 0), Some(&full), IDLE),
             Limit::Sndbuf
         );
         // Lost and SACKed packets are not in flight; retransmitted ones are.
@@ -477,27 +522,27 @@ mod tests {
         recovering.lost = 20;
         recovering.retrans = 5;
         assert_eq!(recovering.in_flight(), 55);
-        assert_eq!(classify(&recovering, Some(&full), false), Limit::Sndbuf);
+        assert_eq!(classify(&recovering, Some(&full), IDLE), Limit::Sndbuf);
         recovering.retrans = 8;
-        assert_eq!(classify(&recovering, Some(&full), false), Limit::Cwnd);
+        assert_eq!(classify(&recovering, Some(&full), IDLE), Limit::Cwnd);
     }
 
     #[test]
     fn data_waiting_with_room_is_the_network_unless_a_cap_paces_it() {
         let waiting = sender(50, 944, 1 << 22, 1 << 20);
-        assert_eq!(classify(&waiting, None, false), Limit::Cwnd);
+        assert_eq!(classify(&waiting, None, IDLE), Limit::Cwnd);
         // SO_MAX_PACING_RATE at 100 Mbit/s binds: the socket paces at the cap.
         let mut capped = waiting;
         capped.max_pacing_rate = 12_500_000;
         capped.pacing_rate = 12_500_000;
-        assert_eq!(classify(&capped, None, false), Limit::Pacing);
+        assert_eq!(classify(&capped, None, IDLE), Limit::Pacing);
         // A cap above what the congestion control asks does not bind.
         capped.pacing_rate = 5_000_000;
-        assert_eq!(classify(&capped, None, false), Limit::Cwnd);
+        assert_eq!(classify(&capped, None, IDLE), Limit::Cwnd);
         // Less than a segment unsent (Nagle holding a tail) is nothing waiting.
         let tail = sender(1, 944, 1 << 22, 500);
         assert_eq!(
-            classify(&tail, Some(&memory(4_000, 131_072)), false),
+            classify(&tail, Some(&memory(4_000, 131_072)), IDLE),
             Limit::App
         );
     }

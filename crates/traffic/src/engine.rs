@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::limits::{self, LimitTally};
+use tcplab_model::limits::{self, LimitTally, Writer};
 use tcplab_model::record::{
     BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
 };
@@ -114,6 +114,8 @@ struct FlowShared {
     /// A sender is still writing: after its last write it only waits for the
     /// acknowledgements, which no limit describes.
     writing: AtomicBool,
+    /// A sender is inside a write call (blocked on its buffer, or copying).
+    in_write: AtomicBool,
     done: AtomicBool,
 }
 
@@ -140,6 +142,7 @@ pub fn run_side(
                 stream: f.stream,
                 bytes: AtomicU64::new(0),
                 writing: AtomicBool::new(f.role == Role::Send),
+                in_write: AtomicBool::new(false),
                 done: AtomicBool::new(false),
             })
         })
@@ -370,7 +373,10 @@ fn send_until_end(
             continue;
         }
         let want = budget.min(params.tuning.write_size as u64) as usize;
-        match payload.send(stream, want) {
+        flow.in_write.store(true, Ordering::Relaxed);
+        let written = payload.send(stream, want);
+        flow.in_write.store(false, Ordering::Relaxed);
+        match written {
             Ok(n) => {
                 sent += n as u64;
                 budget -= n as u64;
@@ -584,7 +590,11 @@ impl IntervalCursor {
         app_paced: bool,
     ) {
         if flow.writing.load(Ordering::Acquire) {
-            let limit = limits::classify(info, mem, app_paced);
+            let writer = Writer {
+                paced: app_paced,
+                writing: flow.in_write.load(Ordering::Relaxed),
+            };
+            let limit = limits::classify(info, mem, writer);
             let span = (now - self.booked_us).max(0) as u64;
             self.tally.book(limit, span);
             watched.tally.book(limit, span);

@@ -190,8 +190,9 @@ pub struct ServeArgs {
     pub max_duration: u64,
     /// Most one test may send per direction: UDP -b, --fq-rate and --app-rate above it
     /// are refused, and the TCP flows this server sends are paced to it. 0: no cap.
-    #[arg(long, default_value = "1gbit", value_parser = parse_rate, value_name = "RATE")]
-    pub max_rate: u64,
+    /// [default: 1gbit with --key-file or --insecure-open; none for local peers only]
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub max_rate: Option<u64>,
     /// Tests running at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub max_tests: u32,
@@ -218,7 +219,12 @@ impl ServeArgs {
         ServerLimits {
             max_streams: self.max_streams,
             max_duration_us: self.max_duration,
-            max_rate_bps: (self.max_rate > 0).then_some(self.max_rate),
+            max_rate_bps: match self.max_rate {
+                Some(rate) => (rate > 0).then_some(rate),
+                // A server that serves only this host's peers has nothing to protect.
+                None if self.key_file.is_none() && !self.insecure_open => None,
+                None => ServerLimits::default().max_rate_bps,
+            },
             max_tests: self.max_tests,
             max_tests_per_client: self.max_tests_per_client,
             max_connect_rate: (self.max_connect_rate > 0).then_some(self.max_connect_rate),
@@ -556,10 +562,27 @@ mod tests {
 
     #[test]
     fn serve_flags_default_to_the_public_servers_limits() {
-        let Command::Serve(args) = Cli::parse_from(["tcplab", "serve"]).command else {
-            panic!("not serve");
+        let limits = |flags: &[&str]| {
+            let cli = Cli::parse_from(["tcplab", "serve"].iter().chain(flags));
+            let Command::Serve(args) = cli.command else {
+                panic!("not serve");
+            };
+            args.limits()
         };
-        assert_eq!(args.limits(), ServerLimits::default());
+        assert_eq!(limits(&["--insecure-open"]), ServerLimits::default());
+        assert_eq!(limits(&["--key-file", "k"]), ServerLimits::default());
+        // Serving only this host's peers, the server caps no rate.
+        assert_eq!(
+            limits(&[]),
+            ServerLimits {
+                max_rate_bps: None,
+                ..ServerLimits::default()
+            }
+        );
+        assert_eq!(
+            limits(&["--max-rate", "100mbit"]).max_rate_bps,
+            Some(100_000_000)
+        );
     }
 
     #[test]

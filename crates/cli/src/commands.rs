@@ -254,6 +254,14 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
         }
     }
     if out.json {
+        if let Some(cap) = record.server.rate_cap_bps {
+            eprintln!(
+                "tcplab: {}",
+                output::server_cap_line(cap)
+                    .trim_start_matches("cap:")
+                    .trim()
+            );
+        }
         if !out.json_samples {
             record.samples.clear();
         }

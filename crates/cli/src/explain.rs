@@ -113,7 +113,11 @@ pub fn render(e: &Explanation) -> String {
         "bounds:    {}   {}   {}\n",
         bound("link", e.bounds.link_bps),
         bound("window", e.bounds.window_bps),
-        bound("pacing", e.bounds.pacing_bps),
+        bound("pacing", e.bounds.pacing_bps)
+            + &e.bounds
+                .pacing_cap
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default(),
     );
     if e.estimates.mathis_bps.is_some() || e.estimates.pftk_bps.is_some() {
         s += &format!(

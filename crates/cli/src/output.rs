@@ -97,6 +97,14 @@ fn shares(l: &LimitShares) -> String {
     shares.join(" ")
 }
 
+/// The one line that says a server capped what it sent in the test.
+pub fn server_cap_line(cap_bps: u64) -> String {
+    format!(
+        "cap:    the server paced what it sent to {} in all (its --max-rate)",
+        format_rate(cap_bps as f64)
+    )
+}
+
 /// The tunings each flow got, requested against effective.
 pub fn flow_setup(run: &RunRecord) -> Vec<String> {
     let mut lines = vec![format!(
@@ -175,6 +183,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
             shares.join("  "),
             limit.name()
         ));
+    }
+    if let Some(cap) = run.server.rate_cap_bps {
+        lines.push(server_cap_line(cap));
     }
     lines.push(format!(
         "cpu:    client {:.1}% (user {:.1}%, system {:.1}%)   server {:.1}% (user {:.1}%, system {:.1}%)",

@@ -263,6 +263,66 @@ fn parallel_streams_sum_to_the_total_and_each_flow_balances() {
 }
 
 #[test]
+fn a_local_server_caps_nothing_and_a_capped_one_names_its_cap() {
+    let Some(mut bed) = Bed::new("server_cap") else {
+        return;
+    };
+    // Serving only local peers, the server paces nothing: the download runs as the
+    // upload does (the bar: ≥ 0.9 ×).
+    one_of_three_tries("download against upload", || {
+        let up = bed.run_json(&["-t", "1s", "-C", "cubic"]);
+        let down = bed.run_json(&["-t", "1s", "-C", "cubic", "-R"]);
+        assert!(
+            down["server"].get("rate_cap_bps").is_none(),
+            "{:#}",
+            down["server"]
+        );
+        let (up, down) = (
+            f64_at(&up, "/summary/received_bps"),
+            f64_at(&down, "/summary/received_bps"),
+        );
+        (down >= 0.9 * up)
+            .then_some(())
+            .ok_or(format!("down {down} against up {up}"))
+    });
+    // Capped at 100 Mbit/s, the cap is the limit in every figure, with its value.
+    bed.kill_server();
+    bed.start_server_with(&["--max-rate", "100mbit"]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cap.db");
+    let db_arg = db.to_str().unwrap();
+    let v = bed.run_json(&[
+        "-t", "1s", "-C", "cubic", "-R", "-M", "1448", "--db", db_arg,
+    ]);
+    assert_eq!(u64_at(&v, "/server/rate_cap_bps"), 100_000_000);
+    assert_eq!(
+        str_at(&v, "/summary/dominant_limit"),
+        "pacing",
+        "{:#}",
+        v["summary"]
+    );
+    let bps = f64_at(&v, "/summary/received_bps");
+    assert!(bps <= 1.05e8, "{bps} bit/s under a 100 Mbit/s cap");
+    let out = tcplab()
+        .args(["explain", "--json", "--db", db_arg])
+        .output()
+        .unwrap();
+    let e = parse_success(&out);
+    assert_eq!(str_at(&e, "/verdict/limit"), "pacing", "{e:#}");
+    assert_eq!(str_at(&e, "/bounds/pacing_cap"), "the server's --max-rate");
+    assert_eq!(f64_at(&e, "/bounds/pacing_bps"), 1e8);
+    // The text says so in one line.
+    let text = bed.run(&["-t", "0.5s", "-R"]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains(
+            "cap:    the server paced what it sent to 100 Mbit/s in all (its --max-rate)"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn reverse_and_bidirectional_modes() {
     let Some(bed) = Bed::new("reverse_bidir") else {
         return;

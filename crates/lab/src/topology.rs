@@ -525,11 +525,17 @@ impl Lab {
         let delay_us =
             |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
         let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
         let rtts = calibrate::echo_rtts(
             &clients[0],
             server,
-            CALIBRATION_ECHOES,
-            CALIBRATION_SPACING,
+            env("XCAL_N", CALIBRATION_ECHOES as u64) as u16,
+            Duration::from_micros(env("XCAL_US", CALIBRATION_SPACING.as_micros() as u64)),
             CALIBRATION_WAIT + Duration::from_micros(up_us + down_us),
         );
         emulator.halt()?;

@@ -142,7 +142,7 @@ pub struct TuningFacts {
 /// Upper bounds on the TCP flows' summed throughput, bit/s: each is built from inputs
 /// that make it one (what the path allowed, the most that was in flight, the shortest
 /// round trip), so a measurement never exceeds it. `None` where one does not apply.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Bounds {
     /// The bottleneck's rate less the headers of full segments.
     pub link_bps: Option<f64>,
@@ -152,8 +152,13 @@ pub struct Bounds {
     /// append to a buffer's last packet past SO_SNDBUF).
     pub window_bps: Option<f64>,
     /// A cap on the senders' rate: a gap pacer's (less headers), SO_MAX_PACING_RATE's
-    /// (`--fq-rate`), or the application's (`--app-rate`), for all flows together.
+    /// (`--fq-rate`, a server's `--max-rate`), or the application's (`--app-rate`), for
+    /// all flows together.
     pub pacing_bps: Option<f64>,
+    /// Which cap `pacing_bps` is: "gap pacer", "--fq-rate", "--app-rate", "the
+    /// server's --max-rate".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing_cap: Option<&'static str>,
 }
 
 impl Bounds {
@@ -237,6 +242,7 @@ pub fn explain(run: &RunRecord) -> Explanation {
     let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
     let mss = tcp.first().map_or(0, |f| f.mss);
+    let pacing = pacing_cap(run, spec.as_ref(), direction, tcp.len(), mss);
     let bounds = Bounds {
         link_bps: facts
             .as_ref()
@@ -246,7 +252,8 @@ pub fn explain(run: &RunRecord) -> Explanation {
         window_bps: sum_over_flows(&tcp, &samples, &|f, s| {
             bounds::window_bps(window_bytes(f, s)?, min_rtt_us(f, s)?)
         }),
-        pacing_bps: pacing_bound_bps(run, spec.as_ref(), direction, tcp.len(), mss),
+        pacing_bps: pacing.map(|p| p.1),
+        pacing_cap: pacing.map(|p| p.0),
     };
     let estimates = loss_estimates(&tcp, &samples);
     let limits = weighted_limits(&tcp);
@@ -578,16 +585,17 @@ fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
     e
 }
 
-/// The cap on the TCP flows' rate together, bit/s of goodput: a gap pacer's for the
-/// whole direction (its packets' headers taken off), SO_MAX_PACING_RATE's or the
-/// application's per flow; the smallest where several apply.
-fn pacing_bound_bps(
+/// The cap on the TCP flows' rate together and its name, bit/s of goodput: a gap
+/// pacer's for the whole direction (its packets' headers taken off), SO_MAX_PACING_RATE
+/// (`--fq-rate`) or the application's (`--app-rate`) per flow, a server's `--max-rate`
+/// on what it sends; the smallest where several apply.
+fn pacing_cap(
     run: &RunRecord,
     spec: Option<&PathSpec>,
     direction: Direction,
     streams: usize,
     mss: u32,
-) -> Option<f64> {
+) -> Option<(&'static str, f64)> {
     let gap = spec
         .and_then(|s| match s.link(path_direction(direction)).pace {
             Some(Pace::Rate(bps)) => Some(bps),
@@ -597,10 +605,20 @@ fn pacing_bound_bps(
         .map(|bps| bounds::link_goodput_bps(bps, mss, 0));
     let t = &run.params.tuning;
     let per_flow = |cap: Option<u64>| cap.map(|r| r as f64 * streams as f64);
-    [gap, per_flow(t.pacing_rate), per_flow(t.app_rate)]
-        .into_iter()
-        .flatten()
-        .min_by(f64::total_cmp)
+    let server = run
+        .server
+        .rate_cap_bps
+        .filter(|_| direction == Direction::Down)
+        .map(|r| r as f64);
+    [
+        ("gap pacer", gap),
+        ("--fq-rate", per_flow(t.pacing_rate)),
+        ("--app-rate", per_flow(t.app_rate)),
+        ("the server's --max-rate", server),
+    ]
+    .into_iter()
+    .filter_map(|(name, cap)| cap.map(|c| (name, c)))
+    .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// The verdict tells the same story as the senders' limits (see [`crate::limits`]):
@@ -726,13 +744,13 @@ fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: 
             size(s.in_flight),
             size(s.cwnd)
         ),
-        record::Limit::Pacing => match bounds.pacing_bps {
-            Some(p) => format!(
-                "{} measured against a cap of {} on the senders' rate",
+        record::Limit::Pacing => match (bounds.pacing_cap, bounds.pacing_bps) {
+            (Some(cap), Some(p)) => format!(
+                "{} measured against {cap} of {} on the senders' rate",
                 format_rate(measured),
                 format_rate(p)
             ),
-            None => "the senders were paced at a cap".into(),
+            _ => "the senders were paced at a cap".into(),
         },
         record::Limit::App => format!(
             "{} in flight with room in both windows and the send buffer: the application wrote no more",
@@ -1282,6 +1300,15 @@ mod tests {
         assert_eq!(explain(&r).bounds.pacing_bps, Some(60e6));
         r.params.tuning.app_rate = Some(25_000_000);
         assert_eq!(explain(&r).bounds.binding(), Some(("pacing", 50e6)));
+        // A server's --max-rate caps what it sends, all flows together.
+        let mut down = run("rtt 10ms rate 100mbit", vec![flow(0, 40e6)], Vec::new());
+        down.flows[0].direction = Direction::Down;
+        down.server.rate_cap_bps = Some(80_000_000);
+        let b = explain(&down).bounds;
+        assert_eq!(
+            (b.pacing_cap, b.pacing_bps),
+            (Some("the server's --max-rate"), Some(80e6))
+        );
         // A gap pacer spaces whole packets: 50 Mbit/s carries 50 · 1448 / 1500.
         let gap = run(
             "rtt 10ms rate 100mbit up.pace 50mbit",

@@ -333,6 +333,10 @@ pub struct HostMeta {
     /// one-way delays between them need no clock estimate.
     #[serde(default)]
     pub boot_id: String,
+    /// A server that paced the TCP flows it sent in this test to this rate together,
+    /// bit/s (its `--max-rate`; SO_MAX_PACING_RATE, shared among the flows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_cap_bps: Option<u64>,
 }
 
 /// Estimated offset of the server's clock against the client's: server = client + offset.

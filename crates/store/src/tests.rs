@@ -214,12 +214,14 @@ fn sample_record(n_samples: usize) -> RunRecord {
             kernel: "6.8.0-45-generic".into(),
             sysctls: BTreeMap::from([("net.ipv4.tcp_wmem".into(), "4096 16384 4194304".into())]),
             boot_id: "3f1c".into(),
+            rate_cap_bps: None,
         },
         server: HostMeta {
             hostname: "beta".into(),
             kernel: "6.1.0".into(),
             sysctls: BTreeMap::new(),
             boot_id: String::new(),
+            rate_cap_bps: Some(1_000_000_000),
         },
         clock: ClockOffset {
             offset_us: -1234,

@@ -72,6 +72,7 @@ pub fn host_meta() -> HostMeta {
         kernel,
         sysctls,
         boot_id: read("kernel.random.boot_id").unwrap_or_default(),
+        rate_cap_bps: None,
     }
 }
 

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tcplab_model::record::{TestEnd, TestParams};
+use tcplab_model::record::{Mode, TestEnd, TestParams};
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
 /// Bounds on what clients may ask of a server; each field is the `tcplab serve` flag of
@@ -174,13 +174,21 @@ fn check_rates(params: &TestParams, max: u64) -> Result<(), String> {
 /// their own are paced so that together they stay within `--max-rate`.
 pub fn server_params(params: &TestParams, limits: &ServerLimits) -> TestParams {
     let mut params = params.clone();
-    let unpaced = params.udp.is_none()
-        && params.tuning.pacing_rate.is_none()
-        && params.tuning.app_rate.is_none();
-    if let (true, Some(max)) = (unpaced, limits.max_rate_bps) {
+    if let Some(max) = rate_cap_bps(&params, limits) {
         params.tuning.pacing_rate = Some((max / u64::from(params.streams.max(1))).max(1));
     }
     params
+}
+
+/// The cap the server puts on the TCP flows it sends in a test, together, bit/s: its
+/// `--max-rate`, for flows down that have no rate of their own; `None` where it caps
+/// nothing.
+pub fn rate_cap_bps(params: &TestParams, limits: &ServerLimits) -> Option<u64> {
+    let sends = matches!(params.mode, Mode::Down | Mode::Bidir);
+    let unpaced = params.udp.is_none()
+        && params.tuning.pacing_rate.is_none()
+        && params.tuning.app_rate.is_none();
+    limits.max_rate_bps.filter(|_| sends && unpaced)
 }
 
 /// Where connections come from, as the limits count them: an IPv4 address, or an IPv6

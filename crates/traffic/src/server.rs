@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tcplab_model::record::{BufferSize, Host, TestParams};
+use tcplab_model::record::{BufferSize, Host, HostMeta, TestParams};
 use tcplab_model::units::{format_duration_us, format_size};
 use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
@@ -370,7 +370,8 @@ fn run_test(
 ) -> Result<(), TrafficError> {
     let limits = &server.config.limits;
     let params = &limits::server_params(asked, limits);
-    let flows = open_flows(&control, peer, params, limits)?;
+    let rate_cap_bps = limits::rate_cap_bps(asked, limits);
+    let flows = open_flows(&control, peer, params, limits, rate_cap_bps)?;
     // The client's clock against ours, for one-way delays: server = client + offset.
     let peer_offset_ns = if clock
         .offset
@@ -511,6 +512,7 @@ fn open_flows(
     peer: SocketAddr,
     params: &TestParams,
     limits: &ServerLimits,
+    rate_cap_bps: Option<u64>,
 ) -> Result<Flows, TrafficError> {
     let roles: Vec<Role> = flow_roles(params)
         .iter()
@@ -522,7 +524,10 @@ fn open_flows(
     let accepted = |data_port, udp_ports| Message::Accepted {
         data_port,
         cookie: protocol::to_hex(&cookie),
-        meta: sysctl::host_meta(),
+        meta: HostMeta {
+            rate_cap_bps,
+            ..sysctl::host_meta()
+        },
         udp_ports,
     };
     let client = FlowsFrom {

@@ -217,15 +217,21 @@ fn two_clients_with_their_own_access_links() {
             netns_exists(&ns),
             "lab {name} died after one ping through client{k}'s access link"
         );
-        // Never early; late by what a busy emulator adds to the average.
+        // Never before the delay line allows (configured less what the lab took off
+        // for its own latency); late by what a busy emulator adds to the average.
         let expected = access + 4.0;
+        let c = &show["calibration"];
+        let credit = (u64_at(c, "/up_credit_us") + u64_at(c, "/down_credit_us")) as f64 / 1e3;
         one_of_three_tries(&format!("client{k}"), || {
             let text = ping(&ns, &["-c", "10", "-i", "0.02"], "10.77.0.1");
             let (_, received, rtt) = ping_summary(&text);
             assert_eq!(received, 10, "{text}");
             let [min, avg, _, _] = rtt.unwrap();
             println!("client{k}: ping min {min:.2} avg {avg:.2} ms, configured {expected} ms");
-            assert!(min >= expected, "client{k}: min {min} ms vs {expected}");
+            assert!(
+                min >= expected - credit,
+                "client{k}: min {min} ms vs {expected}"
+            );
             if avg > expected + 1.5 {
                 return Err(format!("ping avg {avg} ms vs {expected}"));
             }
@@ -570,7 +576,8 @@ fn shell_runs_a_command_behind_the_path() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(7), "{text}{}", stderr(&out));
     let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
-    assert!((20.0..21.0).contains(&min_ms), "min RTT {min_ms} ms");
+    // The lab takes up to a few hundred µs off for its own latency.
+    assert!((19.5..21.0).contains(&min_ms), "min RTT {min_ms} ms");
     let ns = text
         .lines()
         .find_map(|l| l.strip_prefix("ns="))

@@ -14,11 +14,11 @@ use crate::Host;
 /// How often a waiting read looks at the clock.
 const POLL: Duration = Duration::from_millis(5);
 
-/// Sends `count` echo requests from `client` to `server`, `spacing` apart on average,
-/// and waits up to `wait` after the last for the replies; returns the round trips of
-/// those that came back, ns. The spacing varies from half to one and a half times its
-/// mean, so echoes never fall into step with the round trip (an echo sent just as the
-/// previous one is delivered finds the emulator awake).
+/// Sends `count` echo requests from `client` to `server`, one at a time: each after the
+/// previous one's reply (or `wait` without one) and a pause of `spacing` on average,
+/// so that every echo finds the emulator asleep, as a user's ping does. Returns the
+/// round trips of those that came back, ns. The pauses vary from half to one and a half
+/// times their mean, in a fixed sequence.
 pub fn echo_rtts(
     client: &Host,
     server: &Host,
@@ -31,24 +31,21 @@ pub fn echo_rtts(
     };
     // A socket stays in the namespace it was made in, whichever thread uses it.
     let pinger = client.ns.try_run(move || Pinger::new(peer, POLL))?;
-    let deadline = Instant::now() + spacing.mul_f64(1.5) * u32::from(count) + wait;
-    thread::scope(|scope| {
-        let sender = scope.spawn(|| {
-            // A fixed sequence of gaps: the same calibration every time.
-            let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(count));
-            for seq in 0..count {
-                pinger.send(seq)?;
-                thread::sleep(spacing.mul_f64(rng.random_range(0.5..1.5)));
-            }
-            Ok::<(), io::Error>(())
-        });
-        let mut rtts = Vec::with_capacity(usize::from(count));
-        while rtts.len() < usize::from(count) && Instant::now() < deadline {
-            if let Some(echo) = pinger.receive()? {
-                rtts.push(echo.rtt_ns);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(count));
+    let mut rtts = Vec::with_capacity(usize::from(count));
+    for seq in 0..count {
+        pinger.send(seq)?;
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            match pinger.receive()? {
+                Some(echo) if echo.seq == seq => {
+                    rtts.push(echo.rtt_ns);
+                    break;
+                }
+                _ => {}
             }
         }
-        sender.join().expect("echo sender panicked")?;
-        Ok(rtts)
-    })
+        thread::sleep(spacing.mul_f64(rng.random_range(0.5..1.5)));
+    }
+    Ok(rtts)
 }

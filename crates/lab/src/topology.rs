@@ -155,11 +155,21 @@ impl LabStats {
     }
 }
 
-/// Echo requests that measure a lab's own latency when it starts, and their spacing.
-const CALIBRATION_ECHOES: u16 = 100;
-const CALIBRATION_SPACING: Duration = Duration::from_millis(1);
-/// How long the calibration waits for the last echoes beyond the configured RTT.
-const CALIBRATION_WAIT: Duration = Duration::from_millis(200);
+/// Echo requests that measure a lab's own latency when it starts, one at a time, and
+/// the mean pause between them. Sparse echoes find the emulator asleep, as a user's
+/// ping does: echoes 1 ms apart, or several in flight on a long path, kept it awake
+/// and measured 50–150 µs less than ping then saw every 10 to 200 ms.
+const CALIBRATION_ECHOES: u16 = 40;
+const CALIBRATION_SPACING: Duration = Duration::from_millis(5);
+/// The longest delay each of the calibration's links applies: what the emulator adds
+/// does not depend on how long it sleeps once it sleeps, and 40 echoes then take about
+/// 0.3 s whatever the path's round trip.
+const CALIBRATION_LINK_DELAY_CAP_US: u64 = 500;
+/// What a calibration depends on: the one-way delays (µs) of its links up and down,
+/// and whether each direction segments super-packets.
+type CalibrationKey = (u64, u64, [bool; 2]);
+/// How long the calibration waits for an echo.
+const CALIBRATION_WAIT: Duration = Duration::from_millis(100);
 
 /// The TUN devices of a lab's hosts.
 struct Devices {
@@ -503,6 +513,8 @@ impl Lab {
 
     /// Measures what the emulator and the kernels add to the configured delays, through
     /// links that only delay, and what to take off each direction's delay line for it.
+    /// A process measures each shape of path once (its delays, and whether each
+    /// direction segments): a sweep's later labs reuse it.
     fn calibrate(
         config: &LabConfig,
         per_packet: [bool; 2],
@@ -510,11 +522,43 @@ impl Lab {
         server: &Host,
         clients: &[Host],
     ) -> Result<Calibration, LabError> {
+        static MEASURED: Mutex<Vec<(CalibrationKey, Intrinsic)>> = Mutex::new(Vec::new());
+        let delay_us =
+            |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
+        let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
+        // Only the first client's way is probed: the bottleneck's delay and its access
+        // link's, each capped.
+        let probed = |spec: &PathSpec| {
+            let mut spec = spec.delay_part();
+            for link in [&mut spec.up, &mut spec.down] {
+                link.delay_us = link.delay_us.min(CALIBRATION_LINK_DELAY_CAP_US);
+            }
+            spec
+        };
         let delays = LabConfig {
-            path: config.path.delay_part(),
-            clients: config.clients.iter().map(PathSpec::delay_part).collect(),
+            path: probed(&config.path),
+            clients: config.clients.iter().map(probed).collect(),
             ..config.clone()
         };
+        let probed_us =
+            |dir: Direction| delays.path.link(dir).delay_us + delays.clients[0].link(dir).delay_us;
+        let key = (
+            probed_us(Direction::Up),
+            probed_us(Direction::Down),
+            per_packet,
+        );
+        let known = MEASURED
+            .lock()
+            .expect("calibration lock")
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, intrinsic)| *intrinsic);
+        if let Some(intrinsic) = known {
+            return Ok(Calibration {
+                reused: true,
+                ..Calibration::new(up_us, down_us, intrinsic)
+            });
+        }
         let links = LinkPlan {
             config: &delays,
             per_packet,
@@ -522,31 +566,26 @@ impl Lab {
             pacing_targets: &[None, None],
         };
         let mut emulator = Emulator::start(&links, devices, clients)?;
-        let delay_us =
-            |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
-        let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
-        let env = |k: &str, d: u64| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(d)
-        };
         let rtts = calibrate::echo_rtts(
             &clients[0],
             server,
-            env("XCAL_N", CALIBRATION_ECHOES as u64) as u16,
-            Duration::from_micros(env("XCAL_US", CALIBRATION_SPACING.as_micros() as u64)),
-            CALIBRATION_WAIT + Duration::from_micros(up_us + down_us),
+            CALIBRATION_ECHOES,
+            CALIBRATION_SPACING,
+            CALIBRATION_WAIT,
         );
         emulator.halt()?;
         let rtts = rtts.map_err(io_err("measuring the lab's own latency"))?;
-        let configured_ns = (up_us + down_us) as i64 * 1000;
+        let configured_ns = (key.0 + key.1) as i64 * 1000;
         let excess: Vec<i64> = rtts.iter().map(|rtt| rtt - configured_ns).collect();
         let intrinsic = Intrinsic::from_excess(&excess).ok_or_else(|| {
             LabError::Name(format!(
                 "none of the {CALIBRATION_ECHOES} echo requests that measure the lab's own latency came back from the server"
             ))
         })?;
+        MEASURED
+            .lock()
+            .expect("calibration lock")
+            .push((key, intrinsic));
         Ok(Calibration::new(up_us, down_us, intrinsic))
     }
 

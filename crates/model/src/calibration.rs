@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::format_duration_us;
 
-/// Echoes whose excess lies above this quantile are left out of the mean: one
-/// descheduled echo (milliseconds, on a loaded 2-vCPU VM) would otherwise move the
-/// mean of a hundred by tens of µs.
-const TRIM_QUANTILE: f64 = 0.95;
+/// Echoes whose excess lies above this quantile are left out of the mean: a
+/// descheduled echo (milliseconds, on a loaded 2-vCPU VM) would otherwise move the mean
+/// of forty by tens of µs, and a stall of the machine can catch a few in a row.
+const TRIM_QUANTILE: f64 = 0.9;
 
 /// What the lab adds to the configured round trip, from echoes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -18,7 +18,7 @@ pub struct Intrinsic {
     /// Echoes that came back.
     pub probes: u32,
     pub min_us: f64,
-    /// Mean of the echoes up to the 95th percentile.
+    /// Mean of the echoes up to the 90th percentile.
     pub mean_us: f64,
 }
 
@@ -52,6 +52,10 @@ pub struct Calibration {
     /// Taken off each direction's delay line, µs.
     pub up_credit_us: u64,
     pub down_credit_us: u64,
+    /// Measured by an earlier lab of the same process on the same delays (a sweep
+    /// measures each shape of path once).
+    #[serde(default)]
+    pub reused: bool,
 }
 
 impl Calibration {
@@ -73,6 +77,7 @@ impl Calibration {
             intrinsic,
             up_credit_us: credit - down,
             down_credit_us: down,
+            reused: false,
         }
     }
 
@@ -119,9 +124,14 @@ impl Calibration {
             )
         } else {
             format!(
-                "the lab's own latency, {} round trip (measured over {} echoes at start), is taken off its delay line",
+                "the lab's own latency, {} round trip (measured over {} echoes {}), is taken off its delay line",
                 us(self.intrinsic.mean_us),
-                self.intrinsic.probes
+                self.intrinsic.probes,
+                if self.reused {
+                    "by this process's first lab on these delays"
+                } else {
+                    "at start"
+                }
             )
         }
     }
@@ -132,16 +142,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_intrinsic_mean_leaves_out_the_slowest_twentieth() {
-        // 95 echoes 100 µs late, then 5 of 5 ms: a descheduled thread, not the lab.
-        let mut excess = vec![100_000i64; 95];
-        excess.extend([5_000_000; 5]);
+    fn the_intrinsic_mean_leaves_out_the_slowest_tenth() {
+        // 36 echoes 100 µs late, then 4 of 5 ms: a stalled machine, not the lab.
+        let mut excess = vec![100_000i64; 36];
+        excess.extend([5_000_000; 4]);
         let i = Intrinsic::from_excess(&excess).unwrap();
-        assert_eq!((i.probes, i.min_us, i.mean_us), (100, 100.0, 100.0));
-        // 20 echoes from 10 to 200 µs: 19 kept, the mean of 10..=190 µs.
+        assert_eq!((i.probes, i.min_us, i.mean_us), (40, 100.0, 100.0));
+        // 20 echoes from 10 to 200 µs: 18 kept, the mean of 10..=180 µs.
         let ramp: Vec<i64> = (1..=20).map(|k| k * 10_000).collect();
         let i = Intrinsic::from_excess(&ramp).unwrap();
-        assert_eq!((i.min_us, i.mean_us), (10.0, 100.0));
+        assert_eq!((i.min_us, i.mean_us), (10.0, 95.0));
         assert_eq!(Intrinsic::from_excess(&[]), None);
     }
 

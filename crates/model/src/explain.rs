@@ -18,6 +18,7 @@ use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{BufferSize, Direction, FlowRecord, LimitShares, RunRecord, SampleRecord};
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
+use crate::throughput::{self, Counted};
 use crate::units::{format_duration_us, format_rate, format_size};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
@@ -219,7 +220,10 @@ pub fn explain(run: &RunRecord) -> Explanation {
         .zip(spec.as_ref())
         .map(|(p, s)| path_facts(&p.spec, s, direction));
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
-    let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
+    let measured_bps = throughput::bps(&run.intervals, Counted::Received, 0, |id| {
+        tcp.iter().any(|f| f.id == id)
+    })
+    .unwrap_or(0.0);
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
     let bounds = model_bounds(&tcp, &samples, facts.as_ref());
     let limits = weighted_limits(&tcp);
@@ -861,7 +865,7 @@ fn detect(
 mod tests {
     use super::*;
     use crate::record::{
-        ClockOffset, HostMeta, PathRecord, RttStats, RunStatus, Summary, TestParams,
+        ClockOffset, HostMeta, IntervalRecord, PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
 
     const MSS: u32 = 1448;
@@ -901,6 +905,7 @@ mod tests {
                 max_us: 10_000,
             },
             udp: None,
+            timed: None,
         }
     }
 
@@ -952,8 +957,25 @@ mod tests {
             server: HostMeta::default(),
             clock: ClockOffset::default(),
             summary: Summary::default(),
+            // Each flow's 10 s in one interval, at its rate.
+            intervals: flows
+                .iter()
+                .map(|f| IntervalRecord {
+                    flow: f.id,
+                    index: 0,
+                    start_us: 0,
+                    end_us: (f.receiver_seconds * 1e6) as u64,
+                    acked_bytes: f.sent_bytes,
+                    received_bytes: f.received_bytes,
+                    retransmits: f.retransmits,
+                    cwnd: 0,
+                    srtt_us: 0,
+                    limits: f.limits,
+                    udp: None,
+                    drain: false,
+                })
+                .collect(),
             flows,
-            intervals: Vec::new(),
             path: Some(PathRecord {
                 spec: spec.into(),
                 ..PathRecord::default()

@@ -170,11 +170,16 @@ pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
 }
 
 /// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
-pub(crate) static MIGRATIONS: &[fn() -> String] =
-    &[migration_1, migration_2, migration_3, migration_4];
+pub(crate) static MIGRATIONS: &[fn() -> String] = &[
+    migration_1,
+    migration_2,
+    migration_3,
+    migration_4,
+    migration_5,
+];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -235,6 +240,17 @@ fn migration_4() -> String {
 ALTER TABLE runs ADD COLUMN udp_json TEXT;
 ALTER TABLE flows ADD COLUMN udp_json TEXT;
 ALTER TABLE intervals ADD COLUMN udp_json TEXT;
+"#
+    .to_string()
+}
+
+/// Migration 5: a run's throughput over one window (its length), a timed flow's part up
+/// to its deadline and its drain (JSON `Timed`), and the intervals of the drain.
+fn migration_5() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN window_seconds REAL;
+ALTER TABLE flows ADD COLUMN timed_json TEXT;
+ALTER TABLE intervals ADD COLUMN drain INTEGER NOT NULL DEFAULT 0;
 "#
     .to_string()
 }

@@ -19,14 +19,16 @@ use tcplab_model::record::{
     BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
 };
 use tcplab_model::tcpinfo::TcpInfo;
+use tcplab_model::throughput;
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
 
-/// How long a sender waits, after its last write, for the receiver to acknowledge
-/// everything, beyond the test's own duration.
+/// How long the sender of a byte count waits, after its last write, for the receiver to
+/// acknowledge everything (a timed test's drain is bounded by
+/// [`throughput::drain_limit_us`] instead).
 const DRAIN_GRACE_US: i64 = 10_000_000;
 /// How often a blocked receiver looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -269,6 +271,8 @@ fn side_flow(
         rtt: watched.rtt.stats(),
         error: outcome.error,
         udp: None,
+        at_deadline: watched.at_deadline,
+        unacked: outcome.unacked,
     }
 }
 
@@ -278,6 +282,8 @@ fn addr_string(addr: io::Result<std::net::SocketAddr>) -> String {
 
 struct FlowOutcome {
     bytes: u64,
+    /// A sender's bytes left unacknowledged at the drain limit.
+    unacked: u64,
     start_us: i64,
     end_us: i64,
     /// tcp_info at the start and at the end of the flow's window.
@@ -290,17 +296,21 @@ fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBoo
     let fd = flow.stream.as_fd();
     let first = sockopt::tcp_info(fd).ok();
     let result = match flow.role {
-        Role::Send => send_until_end(flow, params, t0_us, stop),
-        Role::Receive => receive_until_eof(flow, params, stop),
+        Role::Send => {
+            let acked_base = first.as_ref().map_or(0, |i| i.bytes_acked);
+            send_until_end(flow, params, t0_us, acked_base, stop)
+        }
+        Role::Receive => receive_until_eof(flow, params, t0_us, stop),
     };
     let end_us = monotonic_us();
     let last = sockopt::tcp_info(fd).ok();
-    let (bytes, error) = match result {
-        Ok(bytes) => (bytes, None),
-        Err((bytes, e)) => (bytes, Some(e.to_string())),
+    let (moved, error) = match result {
+        Ok(moved) => (moved, None),
+        Err((bytes, e)) => (Moved { bytes, unacked: 0 }, Some(e.to_string())),
     };
     FlowOutcome {
-        bytes,
+        bytes: moved.bytes,
+        unacked: moved.unacked,
         start_us: t0_us,
         end_us,
         first,
@@ -309,7 +319,14 @@ fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBoo
     }
 }
 
-type FlowResult = Result<u64, (u64, io::Error)>;
+/// What a flow's thread moved: bytes written (sender) or read (receiver), and a sender's
+/// bytes left unacknowledged when the drain limit ended its connection.
+struct Moved {
+    bytes: u64,
+    unacked: u64,
+}
+
+type FlowResult = Result<Moved, (u64, io::Error)>;
 
 /// A blocked read or write that SO_RCVTIMEO/SO_SNDTIMEO or a signal cut short.
 fn timed_out(e: &io::Error) -> bool {
@@ -320,8 +337,11 @@ fn timed_out(e: &io::Error) -> bool {
 }
 
 /// Sends until the duration or byte budget is spent, then closes the write side and
-/// waits until the receiver has acknowledged every byte: the flow's window ends when
-/// its last byte is delivered, so sender and receiver count the same bytes.
+/// waits until the receiver has acknowledged every byte, so sender and receiver count the
+/// same bytes. A timed test's rates end at its deadline (the monitor counts the bytes
+/// then), so what its socket still holds only settles the counts: that drain is bounded
+/// by [`throughput::drain_limit_us`], after which the connection is reset (the receiver
+/// takes that as the end) and the bytes still unacknowledged are reported.
 ///
 /// Writes block, as most applications' do, each wait bounded by SO_SNDTIMEO so a timed
 /// test ends on time. Measured on Linux 6.18 through a 32 KiB send buffer over 20 ms
@@ -331,6 +351,7 @@ fn send_until_end(
     flow: &FlowShared,
     params: &TestParams,
     t0_us: i64,
+    acked_base: u64,
     stop: &AtomicBool,
 ) -> FlowResult {
     let (deadline, mut budget) = match params.end {
@@ -381,35 +402,76 @@ fn send_until_end(
         }
     }
     stream.shutdown(Shutdown::Write).map_err(|e| (sent, e))?;
-    let drain_deadline = monotonic_us() + deadline.map_or(0, |d| d - t0_us) + DRAIN_GRACE_US;
-    wait_all_acked(stream, drain_deadline, stop).map_err(|e| (sent, e))?;
-    Ok(sent)
+    let unacked = match deadline {
+        Some(deadline) => {
+            let srtt_us = sockopt::tcp_info(stream.as_fd()).map_or(0, |i| i.rtt);
+            let limit = deadline + throughput::drain_limit_us(srtt_us) as i64;
+            let unacked = wait_all_acked(stream, limit, stop)
+                .map_err(|e| (sent, e))?
+                .map_or(0, |acked| {
+                    sent.saturating_sub(acked.saturating_sub(acked_base))
+                });
+            if unacked > 0 {
+                // Closed with a zero linger, the socket resets the connection rather
+                // than go on sending in the background.
+                socket2::SockRef::from(stream)
+                    .set_linger(Some(Duration::ZERO))
+                    .map_err(|e| (sent, e))?;
+            }
+            unacked
+        }
+        None => match wait_all_acked(stream, monotonic_us() + DRAIN_GRACE_US, stop) {
+            Ok(None) => 0,
+            Ok(Some(_)) => {
+                return Err((
+                    sent,
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the receiver did not acknowledge the last bytes in time",
+                    ),
+                ))
+            }
+            Err(e) => return Err((sent, e)),
+        },
+    };
+    Ok(Moved {
+        bytes: sent,
+        unacked,
+    })
 }
 
-fn wait_all_acked(stream: &TcpStream, deadline_us: i64, stop: &AtomicBool) -> io::Result<()> {
+/// Waits until every byte written is acknowledged, `stop` is set, or `deadline_us`
+/// passes; then `Some` of tcpi_bytes_acked, or `None` when nothing is left.
+fn wait_all_acked(
+    stream: &TcpStream,
+    deadline_us: i64,
+    stop: &AtomicBool,
+) -> io::Result<Option<u64>> {
     loop {
         let info = sockopt::tcp_info(stream.as_fd())?;
-        if info.unacked == 0 && info.notsent_bytes == 0 {
-            return Ok(());
-        }
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
+        if (info.unacked == 0 && info.notsent_bytes == 0) || stop.load(Ordering::Relaxed) {
+            return Ok(None);
         }
         if monotonic_us() > deadline_us {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "receiver did not acknowledge the last {} bytes in time",
-                    u64::from(info.notsent_bytes)
-                        + u64::from(info.unacked) * u64::from(info.snd_mss)
-                ),
-            ));
+            return Ok(Some(info.bytes_acked));
         }
         thread::sleep(Duration::from_micros(200));
     }
 }
 
-fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) -> FlowResult {
+/// Reads until the end of the stream: the sender's FIN, or, after a timed test's
+/// deadline, its reset when the drain limit ended the connection.
+fn receive_until_eof(
+    flow: &FlowShared,
+    params: &TestParams,
+    t0_us: i64,
+    stop: &AtomicBool,
+) -> FlowResult {
+    let deadline = match params.end {
+        TestEnd::Duration { us } => t0_us + us as i64,
+        TestEnd::Bytes { .. } => i64::MAX,
+    };
+    let done = |bytes| Ok(Moved { bytes, unacked: 0 });
     let mut buf = vec![0u8; params.tuning.read_size as usize];
     let mut stream = &flow.stream;
     stream
@@ -419,20 +481,23 @@ fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) 
     // Checked before every read: a receiver kept busy must stop too.
     while !stop.load(Ordering::Relaxed) {
         match stream.read(&mut buf) {
-            Ok(0) => return Ok(total),
+            Ok(0) => return done(total),
             Ok(n) => {
                 total += n as u64;
                 flow.bytes.store(total, Ordering::Relaxed);
                 // A slow stream never times out a read: look at the flag here too.
                 if stop.load(Ordering::Relaxed) {
-                    return Ok(total);
+                    return done(total);
                 }
             }
             Err(e) if timed_out(&e) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset && monotonic_us() > deadline => {
+                return done(total)
+            }
             Err(e) => return Err((total, e)),
         }
     }
-    Ok(total)
+    done(total)
 }
 
 /// The bytes a sender hands to the kernel.
@@ -502,6 +567,8 @@ struct WatchedFlow {
     bbr: bool,
     /// When TCP_CC_INFO was last read, µs.
     bbr_read_us: i64,
+    /// Bytes counted when the test's deadline passed (acknowledged or read).
+    at_deadline: Option<u64>,
 }
 
 struct Watch {
@@ -589,9 +656,17 @@ fn monitor(
         .collect();
     let mut next_sample = t0_us + sample_every;
     let mut next_report = t0_us + report_every;
+    // A timed test's rates end at its deadline: an interval is cut there, and those
+    // after it are the drain's.
+    let deadline = match params.end {
+        TestEnd::Duration { us } => Some(t0_us + us as i64),
+        TestEnd::Bytes { .. } => None,
+    };
+    let mut past_deadline = false;
     loop {
         let all_done = flows.iter().all(|f| f.done.load(Ordering::Acquire));
         let now = monotonic_us();
+        let at_deadline = !past_deadline && deadline.is_some_and(|d| now >= d);
         if sample_every > 0 && now >= next_sample {
             // PSPacer's dynamic target: each sender's window per round trip, summed.
             let mut window_rate_bps = 0.0;
@@ -633,13 +708,20 @@ fn monitor(
             // Skip ticks we overslept instead of bursting to catch up.
             next_sample += sample_every * ((now - next_sample) / sample_every + 1);
         }
-        if now >= next_report || all_done {
+        if now >= next_report || all_done || at_deadline {
             let records: Vec<SideInterval> = flows
                 .iter()
                 .zip(&mut cursors)
                 .zip(&mut watched)
-                .filter_map(|((flow, cursor), w)| cut_interval(flow, cursor, w, now))
+                .filter_map(|((flow, cursor), w)| {
+                    let record = cut_interval(flow, cursor, w, now, past_deadline)?;
+                    if at_deadline {
+                        w.at_deadline = Some(cursor.counted);
+                    }
+                    Some(record)
+                })
                 .collect();
+            past_deadline |= at_deadline;
             if !records.is_empty() {
                 // A closed receiver only means nobody watches live lines any more.
                 let _ = intervals.send(records);
@@ -649,11 +731,14 @@ fn monitor(
         if all_done {
             break;
         }
-        let next = if sample_every > 0 {
+        let mut next = if sample_every > 0 {
             next_sample.min(next_report)
         } else {
             next_report
         };
+        if let Some(d) = deadline.filter(|_| !past_deadline) {
+            next = next.min(d);
+        }
         let wait = (next - monotonic_us()).clamp(0, 50_000);
         thread::sleep(Duration::from_micros(wait as u64));
     }
@@ -680,6 +765,7 @@ fn cut_interval(
     cursor: &mut IntervalCursor,
     watched: &mut WatchedFlow,
     now: i64,
+    drain: bool,
 ) -> Option<SideInterval> {
     if cursor.start_us >= now || cursor.info.is_none() {
         return None;
@@ -710,6 +796,7 @@ fn cut_interval(
         srtt_us: info.rtt,
         limits: limits::shares(&prev, &info, (now - cursor.start_us) as u64),
         udp: None,
+        drain,
     };
     if flow.role == Role::Send {
         watched.rtt.add(info.rtt);

@@ -193,6 +193,7 @@ fn cut_intervals(
                     srtt_us: 0,
                     limits: LimitShares::default(),
                     udp: Some(udp),
+                    drain: false,
                 };
                 *last = (sent, bytes);
                 interval
@@ -469,6 +470,8 @@ fn side_flow(
         rtt: RttStats::default(),
         error,
         udp: Some(udp),
+        at_deadline: None,
+        unacked: 0,
     }
 }
 

@@ -478,6 +478,9 @@ fn server_report(
                 rtt: Default::default(),
                 error: None,
                 udp: mine.udp.map(|_| their_udp(stream, mine.role)),
+                // iperf3 reports its totals only.
+                at_deadline: None,
+                unacked: 0,
             })
         })
         .collect::<Result<_, String>>()?;

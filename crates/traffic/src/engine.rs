@@ -24,7 +24,7 @@ use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
-use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
+use crate::protocol::{DeadlineCount, Role, SideFlow, SideInterval, SideReport};
 
 /// How long the sender of a byte count waits, after its last write, for the receiver to
 /// acknowledge everything (a timed test's drain is bounded by
@@ -568,7 +568,7 @@ struct WatchedFlow {
     /// When TCP_CC_INFO was last read, µs.
     bbr_read_us: i64,
     /// Bytes counted when the test's deadline passed (acknowledged or read).
-    at_deadline: Option<u64>,
+    at_deadline: Option<DeadlineCount>,
 }
 
 struct Watch {
@@ -716,7 +716,10 @@ fn monitor(
                 .filter_map(|((flow, cursor), w)| {
                     let record = cut_interval(flow, cursor, w, now, past_deadline)?;
                     if at_deadline {
-                        w.at_deadline = Some(cursor.counted);
+                        w.at_deadline = Some(DeadlineCount {
+                            bytes: cursor.counted,
+                            t_us: now,
+                        });
                     }
                     Some(record)
                 })

@@ -297,21 +297,23 @@ fn flow_record(
 }
 
 /// A timed TCP flow's part up to its deadline, when both ends counted their bytes there.
+/// Its length is the sender's, to the moment it counted (the receiver counted at its own
+/// deadline, as late after it within the monitor's wake-up).
 fn timed(
     params: &TestParams,
     sender: Option<&SideFlow>,
     receiver: Option<&SideFlow>,
 ) -> Option<Timed> {
-    let TestEnd::Duration { us } = params.end else {
+    if !matches!(params.end, TestEnd::Duration { .. }) {
         return None;
-    };
-    let (sender, receiver) = (sender?, receiver?);
-    let deadline_us = sender.start_us + us as i64;
+    }
+    let sender = sender?;
+    let (sent, read) = (sender.at_deadline?, receiver?.at_deadline?);
     Some(Timed {
-        seconds: us as f64 / 1e6,
-        acked_bytes: sender.at_deadline?,
-        received_bytes: receiver.at_deadline?,
-        drain_seconds: (sender.end_us - deadline_us).max(0) as f64 / 1e6,
+        seconds: (sent.t_us - sender.start_us).max(0) as f64 / 1e6,
+        acked_bytes: sent.bytes,
+        received_bytes: read.bytes,
+        drain_seconds: (sender.end_us - sent.t_us).max(0) as f64 / 1e6,
         unacked_bytes: sender.unacked,
     })
 }
@@ -461,6 +463,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::DeadlineCount;
     use tcplab_model::record::{BufferSize, CpuUse, Mode, TestEnd};
 
     fn context(mode: Mode, streams: u16) -> TestContext {
@@ -660,10 +663,16 @@ mod tests {
         // drained for 0.6 s until the limit, 100 bytes short.
         let ctx = context(Mode::Up, 1);
         let mut sender = side_flow(0, Role::Send, 3_000_000, 1_000_000, 2.6);
-        sender.at_deadline = Some(2_000_000);
+        sender.at_deadline = Some(DeadlineCount {
+            bytes: 2_000_000,
+            t_us: 3_000_000,
+        });
         sender.unacked = 100;
         let mut receiver = side_flow(0, Role::Receive, 2_999_950, 1_500_000, 2.6);
-        receiver.at_deadline = Some(1_990_000);
+        receiver.at_deadline = Some(DeadlineCount {
+            bytes: 1_990_000,
+            t_us: 3_500_100,
+        });
         let end = |flow| EndReport {
             report: SideReport {
                 flows: vec![flow],

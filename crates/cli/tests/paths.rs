@@ -534,3 +534,110 @@ fn jitter_spreads_rtt_and_only_reorder_reorders() {
         }
     }
 }
+
+/// `-t 2s` through a lossy long path whose autotuned send buffer holds seconds of
+/// backlog at the deadline (it once took 6 s to drain, 7.2 s of wall time). The rates
+/// count up to the deadline: the bytes acknowledged then, bracketed by the sender's
+/// tcp_info samples around it; the drain after it is bounded by the stated limit, so the
+/// wall time is the duration, that limit and the setup's round trips. Every byte is
+/// accounted for: sent = received, or the drain's cut left at most the reported bytes
+/// unacknowledged.
+#[test]
+fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
+    if !privileged_or_skip("timed_run_drain") {
+        return;
+    }
+    let _serial = serial();
+    let spec = "rtt 50ms loss 0.5% rate 1gbit queue 1bdp";
+    let (v, wall) = one_of_three_tries("a -t 2s run's wall time", || {
+        let started = Instant::now();
+        let v = run_path(spec, &["-t", "2s", "-C", "cubic", "--json-samples"]);
+        let wall = started.elapsed().as_secs_f64();
+        let srtt_max_us = u64_at(&flows(&v)[0], "/rtt/max_us");
+        let limit_s = tcplab_model::throughput::drain_limit_us(srtt_max_us as u32) as f64 / 1e6;
+        // The process, the lab up and down: 0.5 s; the control protocol's 17 round
+        // trips (estimate::CONTROL_RTTS, 8 clock probes, one connection), 3 to spare.
+        let setup_s = 0.5 + 20.0 * 0.050;
+        let most = 2.0 + limit_s + setup_s;
+        println!("wall {wall:.2} s, at most {most:.2} s (drain limit {limit_s:.2} s)");
+        if wall <= most {
+            Ok((v, wall))
+        } else {
+            Err(format!("{wall:.2} s > {most:.2} s"))
+        }
+    });
+    let flow = &flows(&v)[0];
+    let timed = &flow["timed"];
+    let acked = u64_at(timed, "/acked_bytes");
+    let seconds = f64_at(timed, "/seconds");
+    assert!((2.0..2.01).contains(&seconds), "counted at {seconds} s");
+    assert_eq!(f64_at(flow, "/sent_bps"), acked as f64 * 8.0 / seconds);
+    // The drain: within its limit (checked every 200 µs) once the sender saw the deadline.
+    let limit_s =
+        tcplab_model::throughput::drain_limit_us(u64_at(flow, "/rtt/max_us") as u32) as f64 / 1e6;
+    let drain = f64_at(timed, "/drain_seconds");
+    assert!(
+        drain <= limit_s + 0.05,
+        "drained {drain} s, limit {limit_s} s"
+    );
+    println!("{spec}, -t 2s: {wall:.2} s wall, drain {drain:.3} s, {timed}");
+
+    // The sender's samples bracket the bytes acknowledged at the deadline. Its first
+    // sample (10 ms) precedes any acknowledgement of data (one 50 ms round trip), so its
+    // tcpi_bytes_acked is the count's base (the handshake and the data intro).
+    let acked_at = |t: &Value| u64_at(t, "/info/bytes_acked");
+    let sender: Vec<&Value> = v["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["host"] == "client" && s["flow"] == 0)
+        .collect();
+    let base = acked_at(sender[0]);
+    assert!(u64_at(sender[0], "/t_us") < 50_000);
+    let deadline_us = (seconds * 1e6).round() as u64;
+    let before = sender
+        .iter()
+        .rfind(|s| u64_at(s, "/t_us") <= deadline_us)
+        .unwrap();
+    let after = sender
+        .iter()
+        .find(|s| u64_at(s, "/t_us") >= deadline_us)
+        .unwrap();
+    assert!(
+        acked_at(before) - base <= acked && acked <= acked_at(after) - base,
+        "{} ≤ {acked} ≤ {}",
+        acked_at(before) - base,
+        acked_at(after) - base
+    );
+    // The intervals up to the deadline add up to the timed counts; the drain's follow.
+    let intervals = v["intervals"].as_array().unwrap();
+    let timed_part: Vec<&Value> = intervals.iter().filter(|i| i["drain"] != true).collect();
+    let sum = |is: &[&Value], key: &str| is.iter().map(|i| u64_at(i, key)).sum::<u64>();
+    assert_eq!(sum(&timed_part, "/acked_bytes"), acked);
+    assert_eq!(
+        sum(&timed_part, "/received_bytes"),
+        u64_at(timed, "/received_bytes")
+    );
+    assert!(timed_part
+        .iter()
+        .all(|i| u64_at(i, "/end_us") <= deadline_us));
+    assert_eq!(
+        f64_at(&v, "/summary/received_bps"),
+        u64_at(timed, "/received_bytes") as f64 * 8.0 / seconds
+    );
+
+    // Byte agreement: every byte read, or the cut's remainder reported.
+    let (sent, received) = (u64_at(flow, "/sent_bytes"), u64_at(flow, "/received_bytes"));
+    let unacked = u64_at(timed, "/unacked_bytes");
+    let all: Vec<&Value> = intervals.iter().collect();
+    assert_eq!(sum(&all, "/received_bytes"), received);
+    if unacked == 0 {
+        assert_eq!(sent, received);
+    } else {
+        assert!(
+            sent - unacked <= received && received <= sent,
+            "{sent} − {unacked} vs {received}"
+        );
+    }
+    assert_eq!(str_at(&v, "/status"), "done");
+}

@@ -33,7 +33,7 @@ const BATCH: usize = 64;
 /// How long a receiver waits in one read before it looks at the clock.
 const READ_TIMEOUT: Duration = Duration::from_millis(20);
 /// After the sender's end, a receiver stops once nothing arrived for this long…
-const QUIET_AFTER_END_US: i64 = 200_000;
+pub const QUIET_AFTER_END_US: i64 = 200_000;
 /// …or at the latest this long after the end (datagrams still queued on a slow path).
 const LINGER_AFTER_END_US: i64 = 3_000_000;
 /// Receive buffer asked for: a burst at 1 Gbit/s must not overflow it while the

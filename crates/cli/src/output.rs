@@ -56,9 +56,14 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     } else {
         0.0
     };
+    let drain = if r.drain {
+        "   drain (after the deadline; in no rate)"
+    } else {
+        ""
+    };
     if let Some(u) = &r.udp {
         return format!(
-            "{tag:<7} {:>6.2}-{:>6.2} s  {:>12}   datagrams {} sent, {} received, {} lost, {} out of order   jitter {:.1} µs",
+            "{tag:<7} {:>6.2}-{:>6.2} s  {:>12}   datagrams {} sent, {} received, {} lost, {} out of order   jitter {:.1} µs{drain}",
             r.start_us as f64 / 1e6,
             r.end_us as f64 / 1e6,
             format_rate(bps),
@@ -79,11 +84,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
         dash(r.cwnd, r.cwnd.to_string()),
         dash(r.srtt_us, format_duration_us(u64::from(r.srtt_us))),
         shares(&r.limits),
-        if r.drain {
-            "   drain (after the deadline; in no rate)"
-        } else {
-            ""
-        },
+        drain,
     )
 }
 

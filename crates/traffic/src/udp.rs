@@ -148,14 +148,24 @@ fn cut_intervals(
     out: &Sender<Vec<SideInterval>>,
 ) {
     let period = params.report_interval_us as i64;
+    // As for TCP: an interval ends at the deadline, and the rates leave out those after
+    // it (datagrams still arriving).
+    let deadline = match params.end {
+        TestEnd::Duration { us } => Some(t0_us + us as i64),
+        TestEnd::Bytes { .. } => None,
+    };
     let mut last: Vec<(u64, u64)> = vec![(0, 0); shared.len()];
     let mut start_us = t0_us;
     for index in 0u32.. {
         let all_done = shared.iter().all(|s| s.done.load(Ordering::Acquire));
+        let drain = deadline.is_some_and(|d| start_us >= d);
         let end_us = if all_done {
             monotonic_us()
         } else {
-            let due = t0_us + period * (i64::from(index) + 1);
+            let next_tick = t0_us + period * ((start_us - t0_us) / period + 1);
+            let due = deadline
+                .filter(|&d| d > start_us)
+                .map_or(next_tick, |d| next_tick.min(d));
             while monotonic_us() < due && !shared.iter().all(|s| s.done.load(Ordering::Acquire)) {
                 thread::sleep(
                     Duration::from_millis(5)
@@ -193,7 +203,7 @@ fn cut_intervals(
                     srtt_us: 0,
                     limits: LimitShares::default(),
                     udp: Some(udp),
-                    drain: false,
+                    drain,
                 };
                 *last = (sent, bytes);
                 interval

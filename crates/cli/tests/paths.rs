@@ -549,38 +549,40 @@ fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
     }
     let _serial = serial();
     let spec = "rtt 50ms loss 0.5% rate 1gbit queue 1bdp";
-    let (v, wall) = one_of_three_tries("a -t 2s run's wall time", || {
+    // Load can stretch the wall time, the drain past its limit (a late wake-up of the
+    // sender) and the count past the deadline (of the monitor): one of three tries.
+    let v = one_of_three_tries("a -t 2s run's times", || {
         let started = Instant::now();
         let v = run_path(spec, &["-t", "2s", "-C", "cubic", "--json-samples"]);
         let wall = started.elapsed().as_secs_f64();
-        let srtt_max_us = u64_at(&flows(&v)[0], "/rtt/max_us");
+        let flow = &flows(&v)[0];
+        let srtt_max_us = u64_at(flow, "/rtt/max_us");
         let limit_s = tcplab_model::throughput::drain_limit_us(srtt_max_us as u32) as f64 / 1e6;
         // The process, the lab up and down: 0.5 s; the control protocol's 17 round
         // trips (estimate::CONTROL_RTTS, 8 clock probes, one connection), 3 to spare.
         let setup_s = 0.5 + 20.0 * 0.050;
         let most = 2.0 + limit_s + setup_s;
-        println!("wall {wall:.2} s, at most {most:.2} s (drain limit {limit_s:.2} s)");
-        if wall <= most {
-            Ok((v, wall))
+        let drain = f64_at(&flow["timed"], "/drain_seconds");
+        let counted_at = f64_at(&flow["timed"], "/seconds");
+        println!(
+            "{spec}, -t 2s: wall {wall:.2} s (at most {most:.2}), drain {drain:.3} s (limit {limit_s:.2}), counted at {counted_at} s: {}",
+            flow["timed"]
+        );
+        if wall > most {
+            Err(format!("wall {wall:.2} s > {most:.2} s"))
+        } else if drain > limit_s + 0.05 {
+            Err(format!("drained {drain} s, limit {limit_s} s"))
+        } else if !(2.0..2.01).contains(&counted_at) {
+            Err(format!("counted at {counted_at} s"))
         } else {
-            Err(format!("{wall:.2} s > {most:.2} s"))
+            Ok(v)
         }
     });
     let flow = &flows(&v)[0];
     let timed = &flow["timed"];
     let acked = u64_at(timed, "/acked_bytes");
     let seconds = f64_at(timed, "/seconds");
-    assert!((2.0..2.01).contains(&seconds), "counted at {seconds} s");
     assert_eq!(f64_at(flow, "/sent_bps"), acked as f64 * 8.0 / seconds);
-    // The drain: within its limit (checked every 200 µs) once the sender saw the deadline.
-    let limit_s =
-        tcplab_model::throughput::drain_limit_us(u64_at(flow, "/rtt/max_us") as u32) as f64 / 1e6;
-    let drain = f64_at(timed, "/drain_seconds");
-    assert!(
-        drain <= limit_s + 0.05,
-        "drained {drain} s, limit {limit_s} s"
-    );
-    println!("{spec}, -t 2s: {wall:.2} s wall, drain {drain:.3} s, {timed}");
 
     // The sender's samples bracket the bytes acknowledged at the deadline. Its first
     // sample (10 ms) precedes any acknowledgement of data (one 50 ms round trip), so its

@@ -172,6 +172,20 @@ pub fn congestion(fd: impl AsFd) -> io::Result<String> {
     Ok(String::from_utf8_lossy(name).into_owned())
 }
 
+/// Ends a TCP connection at once with a reset, keeping the descriptor open: connect(2)
+/// to AF_UNSPEC disconnects the socket (tcp_disconnect), which sends a RST when data is
+/// still outstanding and zeroes the socket's counters (read tcp_info before).
+pub fn reset_connection(fd: impl AsFd) -> io::Result<()> {
+    // SAFETY: a zeroed sockaddr is a valid AF_UNSPEC address; the length matches it.
+    let addr: libc::sockaddr = unsafe { std::mem::zeroed() };
+    let len = std::mem::size_of::<libc::sockaddr>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the call; `addr` outlives it.
+    if unsafe { libc::connect(fd.as_fd().as_raw_fd(), &addr, len) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// TCP_NODELAY: `true` turns Nagle's algorithm off.
 pub fn set_nodelay(fd: impl AsFd, nodelay: bool) -> io::Result<()> {
     SockRef::from(&fd).set_tcp_nodelay(nodelay)

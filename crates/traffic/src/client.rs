@@ -363,6 +363,7 @@ fn run_started(
                 context.clock.offset_us * 1000
             },
             pacing,
+            reset_cut_drains: true,
         };
         thread::spawn(move || flows.run(&params, end, local_tx, stop))
     };

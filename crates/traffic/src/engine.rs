@@ -69,6 +69,10 @@ pub struct End {
     pub peer_offset_ns: i64,
     /// Where the TCP senders publish their window rate, for a lab's dynamic pacer.
     pub pacing: Option<RateTarget>,
+    /// Whether a sender that the drain limit stopped resets its connection, so that the
+    /// receiver (a tcplab peer takes the reset as the end) stops waiting for the rest. A
+    /// stock iperf3 would fail its test on a reset; it ends the test itself.
+    pub reset_cut_drains: bool,
 }
 
 impl Flows {
@@ -81,9 +85,7 @@ impl Flows {
         stop: Arc<AtomicBool>,
     ) -> SideOutcome {
         match self {
-            Flows::Tcp(flows) => run_side(
-                params, end.host, flows, end.t0_us, intervals, stop, end.pacing,
-            ),
+            Flows::Tcp(flows) => run_side(params, flows, end, intervals, stop),
             Flows::Udp(flows) => crate::udp::run_side(
                 params,
                 flows,
@@ -114,19 +116,28 @@ struct FlowShared {
     /// Bytes written (sender) or read (receiver) so far.
     bytes: AtomicU64,
     done: AtomicBool,
+    /// Set by a sender that the drain limit stopped, when its end resets such
+    /// connections: the monitor resets it once it has counted its last interval.
+    reset: AtomicBool,
+    reset_cut_drains: bool,
 }
 
 /// Runs this end's flows from `t0_us` (this end's monotonic clock) to their end.
 /// Report-interval records go to `intervals` as they are cut; `stop` ends the test early.
 pub fn run_side(
     params: &TestParams,
-    host: Host,
     flows: Vec<FlowSocket>,
-    t0_us: i64,
+    end: End,
     intervals: Sender<Vec<SideInterval>>,
     stop: Arc<AtomicBool>,
-    pacing: Option<RateTarget>,
 ) -> SideOutcome {
+    let End {
+        host,
+        t0_us,
+        peer_offset_ns: _,
+        pacing,
+        reset_cut_drains,
+    } = end;
     let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
     let shared: Vec<Arc<FlowShared>> = flows
         .into_iter()
@@ -139,6 +150,8 @@ pub fn run_side(
                 stream: f.stream,
                 bytes: AtomicU64::new(0),
                 done: AtomicBool::new(false),
+                reset: AtomicBool::new(false),
+                reset_cut_drains,
             })
         })
         .collect();
@@ -340,8 +353,9 @@ fn timed_out(e: &io::Error) -> bool {
 /// waits until the receiver has acknowledged every byte, so sender and receiver count the
 /// same bytes. A timed test's rates end at its deadline (the monitor counts the bytes
 /// then), so what its socket still holds only settles the counts: that drain is bounded
-/// by [`throughput::drain_limit_us`], after which the connection is reset (the receiver
-/// takes that as the end) and the bytes still unacknowledged are reported.
+/// by [`throughput::drain_limit_us`], after which the sender reports the bytes still
+/// unacknowledged and, between tcplab ends, has the monitor reset the connection (the
+/// receiver takes that as the end).
 ///
 /// Writes block, as most applications' do, each wait bounded by SO_SNDTIMEO so a timed
 /// test ends on time. Measured on Linux 6.18 through a 32 KiB send buffer over 20 ms
@@ -411,13 +425,8 @@ fn send_until_end(
                 .map_or(0, |acked| {
                     sent.saturating_sub(acked.saturating_sub(acked_base))
                 });
-            if unacked > 0 {
-                // Closed with a zero linger, the socket resets the connection rather
-                // than go on sending in the background.
-                socket2::SockRef::from(stream)
-                    .set_linger(Some(Duration::ZERO))
-                    .map_err(|e| (sent, e))?;
-            }
+            flow.reset
+                .store(unacked > 0 && flow.reset_cut_drains, Ordering::Release);
             unacked
         }
         None => match wait_all_acked(stream, monotonic_us() + DRAIN_GRACE_US, stop) {
@@ -708,7 +717,10 @@ fn monitor(
             // Skip ticks we overslept instead of bursting to catch up.
             next_sample += sample_every * ((now - next_sample) / sample_every + 1);
         }
-        if now >= next_report || all_done || at_deadline {
+        let reset_due = flows
+            .iter()
+            .any(|f| f.reset.load(Ordering::Acquire) && f.done.load(Ordering::Acquire));
+        if now >= next_report || all_done || at_deadline || reset_due {
             let records: Vec<SideInterval> = flows
                 .iter()
                 .zip(&mut cursors)
@@ -725,6 +737,7 @@ fn monitor(
                 })
                 .collect();
             past_deadline |= at_deadline;
+            reset_stopped_drains(flows, &cursors);
             if !records.is_empty() {
                 // A closed receiver only means nobody watches live lines any more.
                 let _ = intervals.send(records);
@@ -748,6 +761,21 @@ fn monitor(
     Watch {
         flows: watched,
         samples,
+    }
+}
+
+/// Resets the connections whose senders the drain limit stopped, once their last
+/// interval is counted (a reset zeroes the socket's counters): their receivers, on this
+/// end or the other, stop waiting for the rest.
+fn reset_stopped_drains(flows: &[Arc<FlowShared>], cursors: &[IntervalCursor]) {
+    for (flow, cursor) in flows.iter().zip(cursors) {
+        if cursor.info.is_none()
+            && flow.done.load(Ordering::Acquire)
+            && flow.reset.swap(false, Ordering::AcqRel)
+        {
+            // Should it fail, closing the socket at the end resets the connection.
+            let _ = sockopt::reset_connection(flow.stream.as_fd());
+        }
     }
 }
 

@@ -386,6 +386,8 @@ fn run_flows(
         t0_us: context.t0_us,
         peer_offset_ns: 0,
         pacing: request.pacing.clone(),
+        // iperf3 fails its test on a reset; it ends the test itself.
+        reset_cut_drains: false,
     };
     let outcome = flows.run(&context.params, end, tx, flows_stop);
     finished.store(true, Ordering::Relaxed);

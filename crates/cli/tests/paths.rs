@@ -643,3 +643,38 @@ fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
     }
     assert_eq!(str_at(&v, "/status"), "done");
 }
+
+/// Both directions at once, both drains stopped at their limit: each end's receivers
+/// wait for the other end's reset, so the reset comes as soon as each stopped flow's
+/// last interval is counted, not when the end is done (which would wait on the other
+/// end: a deadlock, cut here after 30 s).
+#[test]
+fn a_bidirectional_run_whose_drains_both_stop_ends() {
+    if !privileged_or_skip("bidir_drains") {
+        return;
+    }
+    let _serial = serial();
+    let mut child = tcplab()
+        .args(["run", "--path", "rtt 100ms loss 1% rate 1gbit queue 1bdp"])
+        .args(["-t", "1s", "--bidir", "-C", "cubic", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a bidirectional run with stopped drains still ran after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let v = parse_success(&child.wait_with_output().unwrap());
+    assert_eq!(str_at(&v, "/status"), "done");
+    for f in flows(&v) {
+        let unacked = u64_at(f, "/timed/unacked_bytes");
+        assert!(unacked > 0, "this path leaves a backlog each way: {f:#}");
+        let (sent, received) = (u64_at(f, "/sent_bytes"), u64_at(f, "/received_bytes"));
+        assert!(sent - unacked <= received && received <= sent, "{f:#}");
+    }
+}

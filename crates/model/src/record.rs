@@ -66,6 +66,17 @@ pub enum TestEnd {
     Bytes { bytes: u64 },
 }
 
+impl TestEnd {
+    /// A timed test's deadline for a start at `t0_us` (µs on any clock); `None` for a
+    /// byte count.
+    pub fn deadline_us(self, t0_us: i64) -> Option<i64> {
+        match self {
+            TestEnd::Duration { us } => Some(t0_us.saturating_add(us as i64)),
+            TestEnd::Bytes { .. } => None,
+        }
+    }
+}
+
 /// How the sender hands data to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -32,6 +32,11 @@ use crate::protocol::{DeadlineCount, Role, SideFlow, SideInterval, SideReport};
 const DRAIN_GRACE_US: i64 = 10_000_000;
 /// How often a blocked receiver looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// After a timed test's deadline, how long a receiver lets its connection stay silent
+/// before it probes the sender (the shortest TCP keepalive time), and between probes.
+const KEEPALIVE_AFTER_DEADLINE: Duration = Duration::from_secs(1);
+/// Unanswered probes after which the receiver gives up on a sender gone silent.
+const KEEPALIVE_PROBES: u32 = 10;
 /// Timer slack of the monitor thread, ns.
 const MONITOR_TIMER_SLACK_NS: libc::c_ulong = 200_000;
 /// How often a sampler reads BBR's model (TCP_CC_INFO), µs.
@@ -368,9 +373,10 @@ fn send_until_end(
     acked_base: u64,
     stop: &AtomicBool,
 ) -> FlowResult {
-    let (deadline, mut budget) = match params.end {
-        TestEnd::Duration { us } => (Some(t0_us + us as i64), u64::MAX),
-        TestEnd::Bytes { bytes } => (None, bytes),
+    let deadline = params.end.deadline_us(t0_us);
+    let mut budget = match params.end {
+        TestEnd::Duration { .. } => u64::MAX,
+        TestEnd::Bytes { bytes } => bytes,
     };
     let mut payload = Payload::new(params.tuning.send_method, params.tuning.write_size as usize)
         .map_err(|e| (0, e))?;
@@ -476,10 +482,7 @@ fn receive_until_eof(
     t0_us: i64,
     stop: &AtomicBool,
 ) -> FlowResult {
-    let deadline = match params.end {
-        TestEnd::Duration { us } => t0_us + us as i64,
-        TestEnd::Bytes { .. } => i64::MAX,
-    };
+    let deadline = params.end.deadline_us(t0_us).unwrap_or(i64::MAX);
     let done = |bytes| Ok(Moved { bytes, unacked: 0 });
     let mut buf = vec![0u8; params.tuning.read_size as usize];
     let mut stream = &flow.stream;
@@ -487,8 +490,24 @@ fn receive_until_eof(
         .set_read_timeout(Some(STOP_POLL))
         .map_err(|e| (0, e))?;
     let mut total = 0u64;
+    let mut probing = false;
     // Checked before every read: a receiver kept busy must stop too.
     while !stop.load(Ordering::Relaxed) {
+        if !probing && monotonic_us() > deadline {
+            // The sender's reset at its drain limit is one packet, which a lossy path
+            // can drop (or the challenge ACK that a reset out of sequence draws): once
+            // the connection falls silent for a second after the deadline, a keepalive
+            // probe draws the reset again, from the sender's host. Before the deadline
+            // nothing changes.
+            probing = true;
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(KEEPALIVE_AFTER_DEADLINE)
+                .with_interval(KEEPALIVE_AFTER_DEADLINE)
+                .with_retries(KEEPALIVE_PROBES);
+            socket2::SockRef::from(stream)
+                .set_tcp_keepalive(&keepalive)
+                .map_err(|e| (total, e))?;
+        }
         match stream.read(&mut buf) {
             Ok(0) => return done(total),
             Ok(n) => {
@@ -667,10 +686,7 @@ fn monitor(
     let mut next_report = t0_us + report_every;
     // A timed test's rates end at its deadline: an interval is cut there, and those
     // after it are the drain's.
-    let deadline = match params.end {
-        TestEnd::Duration { us } => Some(t0_us + us as i64),
-        TestEnd::Bytes { .. } => None,
-    };
+    let deadline = params.end.deadline_us(t0_us);
     let mut past_deadline = false;
     loop {
         let all_done = flows.iter().all(|f| f.done.load(Ordering::Acquire));

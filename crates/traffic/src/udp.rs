@@ -150,10 +150,7 @@ fn cut_intervals(
     let period = params.report_interval_us as i64;
     // As for TCP: an interval ends at the deadline, and the rates leave out those after
     // it (datagrams still arriving).
-    let deadline = match params.end {
-        TestEnd::Duration { us } => Some(t0_us + us as i64),
-        TestEnd::Bytes { .. } => None,
-    };
+    let deadline = params.end.deadline_us(t0_us);
     let mut last: Vec<(u64, u64)> = vec![(0, 0); shared.len()];
     let mut start_us = t0_us;
     for index in 0u32.. {
@@ -373,10 +370,7 @@ fn receive(
 ) -> SideFlow {
     let udp = params.udp.expect("UDP parameters");
     let size = (udp.datagram_size as usize).max(HEADER_LEN);
-    let end_us = match params.end {
-        TestEnd::Duration { us } => t0_us + us as i64,
-        TestEnd::Bytes { .. } => i64::MAX,
-    };
+    let end_us = params.end.deadline_us(t0_us).unwrap_or(i64::MAX);
     let _ = flow.socket.set_read_timeout(Some(READ_TIMEOUT));
     let mut batch = RecvBatch::new(size);
     let (mut last_us, mut bytes) = (t0_us, 0u64);

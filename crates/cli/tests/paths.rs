@@ -654,22 +654,26 @@ fn a_bidirectional_run_whose_drains_both_stop_ends() {
         return;
     }
     let _serial = serial();
-    let mut child = tcplab()
+    let child = tcplab()
         .args(["run", "--path", "rtt 100ms loss 1% rate 1gbit queue 1bdp"])
         .args(["-t", "1s", "--bidir", "-C", "cubic", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("a bidirectional run with stopped drains still ran after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let v = parse_success(&child.wait_with_output().unwrap());
+    let pid = child.id();
+    // Read its output while it runs (a full pipe would stall it too).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            // SAFETY: signalling the child this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("a bidirectional run with stopped drains still ran after 30 s")
+        })
+        .unwrap();
+    let v = parse_success(&out);
     assert_eq!(str_at(&v, "/status"), "done");
     for f in flows(&v) {
         let unacked = u64_at(f, "/timed/unacked_bytes");

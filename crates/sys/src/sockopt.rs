@@ -330,6 +330,38 @@ mod tests {
         (client, server)
     }
 
+    #[test]
+    fn a_reset_connection_ends_the_peers_reads_and_keeps_the_descriptor() {
+        let (client, mut server) = pair();
+        // Fill both ends' buffers: bytes (and the FIN behind them) left unacknowledged.
+        client.set_nonblocking(true).unwrap();
+        let chunk = [7u8; 65536];
+        let mut written = 0;
+        loop {
+            match (&client).write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        reset_connection(&client).unwrap();
+        // The peer reads what had arrived, then the reset instead of the end of stream.
+        let mut read = 0;
+        let mut buf = vec![0u8; 65536];
+        let e = loop {
+            match server.read(&mut buf) {
+                Ok(0) => panic!("end of stream after {read} of {written} bytes, not a reset"),
+                Ok(n) => read += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        assert!(read < written, "{read} of {written}");
+        // The descriptor stays open for getsockopt.
+        assert!(tcp_info(&client).is_ok());
+    }
+
     fn sysctl_u64(key: &str) -> u64 {
         sysctl::read(key).unwrap().parse().unwrap()
     }

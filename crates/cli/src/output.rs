@@ -2,7 +2,7 @@
 
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
-    BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus,
+    BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, Timed,
     UdpStats, CLOCK_STEP_TOLERANCE_US,
 };
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
@@ -43,6 +43,7 @@ pub fn interval_lines(group: &[IntervalRecord]) -> Vec<String> {
                 &group.iter().map(|r| (r.limits, 1.0)).collect::<Vec<_>>(),
             ),
             udp: None,
+            drain: group.iter().all(|r| r.drain),
         };
         lines.push(interval_line("[ SUM]", &sum));
     }
@@ -63,9 +64,14 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     } else {
         0.0
     };
+    let drain = if r.drain {
+        "   drain (after the deadline; in no rate)"
+    } else {
+        ""
+    };
     if let Some(u) = &r.udp {
         return format!(
-            "{tag:<7} {:>6.2}-{:>6.2} s  {:>12}   datagrams {} sent, {} received, {} lost, {} out of order   jitter {:.1} µs",
+            "{tag:<7} {:>6.2}-{:>6.2} s  {:>12}   datagrams {} sent, {} received, {} lost, {} out of order   jitter {:.1} µs{drain}",
             r.start_us as f64 / 1e6,
             r.end_us as f64 / 1e6,
             format_rate(bps),
@@ -78,7 +84,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     }
     let dash = |v: u32, s: String| if v == 0 { "-".to_string() } else { s };
     format!(
-        "{tag:<7} {:>6.2}-{:>6.2} s  {:>12} {:>6} {:>7} {:>10}   {}",
+        "{tag:<7} {:>6.2}-{:>6.2} s  {:>12} {:>6} {:>7} {:>10}   {}{}",
         r.start_us as f64 / 1e6,
         r.end_us as f64 / 1e6,
         format_rate(bps),
@@ -86,6 +92,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
         dash(r.cwnd, r.cwnd.to_string()),
         dash(r.srtt_us, format_duration_us(u64::from(r.srtt_us))),
         shares(&r.limits),
+        drain,
     )
 }
 
@@ -155,11 +162,12 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         lines.push(flow_summary(f));
     }
     lines.push(format!(
-        "total:  sent {} ({})   received {} ({})   retransmits {}",
-        format_size(s.sent_bytes),
-        format_rate(s.sent_bps),
-        format_size(s.received_bytes),
+        "total:  {} over the run's {:.2} s (sender's count {})   sent {}, received {}   retransmits {}",
         format_rate(s.received_bps),
+        s.window_seconds,
+        format_rate(s.sent_bps),
+        format_size(s.sent_bytes),
+        format_size(s.received_bytes),
         s.retransmits
     ));
     if let Some(u) = &s.udp {
@@ -279,19 +287,45 @@ fn udp_line(u: &UdpStats, clock: &ClockOffset) -> String {
 }
 
 fn flow_summary(f: &FlowRecord) -> String {
+    let moved = match &f.timed {
+        None => format!(
+            "sent {} in {:.2} s = {}   received {} in {:.2} s = {}",
+            format_size(f.sent_bytes),
+            f.sender_seconds,
+            format_rate(f.sent_bps),
+            format_size(f.received_bytes),
+            f.receiver_seconds,
+            format_rate(f.received_bps),
+        ),
+        Some(t) => format!(
+            "by the {:.2} s deadline: acknowledged {} = {}, read {} = {}   in all: sent {}, received {} ({})",
+            t.seconds,
+            format_size(t.acked_bytes),
+            format_rate(f.sent_bps),
+            format_size(t.received_bytes),
+            format_rate(f.received_bps),
+            format_size(f.sent_bytes),
+            format_size(f.received_bytes),
+            drain(t),
+        ),
+    };
     format!(
-        "[{:>4}]  sent {} in {:.2} s = {}   received {} in {:.2} s = {}   retr {}   samples {}+{}",
-        f.id,
-        format_size(f.sent_bytes),
-        f.sender_seconds,
-        format_rate(f.sent_bps),
-        format_size(f.received_bytes),
-        f.receiver_seconds,
-        format_rate(f.received_bps),
-        f.retransmits,
-        f.samples,
-        f.receiver_samples,
+        "[{:>4}]  {moved}   retr {}   samples {}+{}",
+        f.id, f.retransmits, f.samples, f.receiver_samples,
     )
+}
+
+/// How a timed flow's backlog drained after its deadline.
+fn drain(t: &Timed) -> String {
+    if t.unacked_bytes == 0 {
+        format!("drained in {:.2} s", t.drain_seconds)
+    } else {
+        format!(
+            "the drain limit reset the connection after {:.2} s with {} unacknowledged",
+            t.drain_seconds,
+            format_size(t.unacked_bytes)
+        )
+    }
 }
 
 /// One line of `tcplab runs`.

@@ -8,20 +8,16 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use tcplab_experiment::estimate;
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
-use tcplab_model::experiment::{self, Experiment, Point};
-use tcplab_model::record::TestEnd;
+use tcplab_model::experiment::{self, Experiment};
 use tcplab_model::stats::Metric;
-use tcplab_model::units::format_rate;
+use tcplab_model::units::{format_duration_us, format_rate};
 use tcplab_report::results::{summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};
 
 use crate::args::{ResultsArgs, SweepArgs};
 use crate::commands::{interrupt_flag, open_existing_store, open_store};
-
-/// What a run costs besides its flows' own time (lab, connections, storing), for the
-/// dry run's estimate; bench/sweep.sh measures the real figure.
-const RUN_OVERHEAD_ESTIMATE: Duration = Duration::from_millis(300);
 
 pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     let file = args.file.display().to_string();
@@ -179,18 +175,14 @@ fn progress_bar(len: u64) -> ProgressBar {
 /// The plan, its size and time, and where the database stands with it.
 fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
     let runs = experiment.points.len() * experiment.repetitions as usize;
-    let per_point: Vec<Duration> = experiment
-        .points
-        .iter()
-        .map(|p| run_time(p) + RUN_OVERHEAD_ESTIMATE)
-        .collect();
+    let per_point: Vec<Duration> = experiment.points.iter().map(estimate::run_time).collect();
     let total: Duration = per_point.iter().sum::<Duration>() * experiment.repetitions;
     println!(
         "experiment {} ({file}): {} points × {} repetitions = {runs} runs, about {}",
         experiment.name,
         experiment.points.len(),
         experiment.repetitions,
-        humantime::format_duration(Duration::from_secs(total.as_secs()))
+        about(total)
     );
     let hosts: std::collections::BTreeMap<&str, _> = experiment
         .points
@@ -297,31 +289,21 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A duration as the dry run estimates it: "7.23 s" under a minute, "1h 2m 5s" above.
+fn about(d: Duration) -> String {
+    if d < Duration::from_secs(60) {
+        format_duration_us(d.as_micros() as u64)
+    } else {
+        humantime::format_duration(Duration::from_secs(d.as_secs_f64().round() as u64)).to_string()
+    }
+}
+
 fn status_name(status: PlanStatus) -> &'static str {
     match status {
         PlanStatus::Pending => "pending",
         PlanStatus::Done => "done",
         PlanStatus::Failed => "failed",
     }
-}
-
-/// How long a point's flows run: the latest end over its flows (a flow sending a byte
-/// count counts as the run's duration).
-fn run_time(point: &Point) -> Duration {
-    let c = &point.config;
-    let end_us = c
-        .flows
-        .iter()
-        .map(|f| {
-            f.start_us
-                + match f.params.end {
-                    TestEnd::Duration { us } => us,
-                    TestEnd::Bytes { .. } => c.duration_us,
-                }
-        })
-        .max()
-        .unwrap_or(c.duration_us);
-    Duration::from_micros(end_us)
 }
 
 pub fn results(args: ResultsArgs) -> Result<ExitCode> {

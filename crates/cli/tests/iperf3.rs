@@ -117,10 +117,10 @@ fn sending_to_iperf3_agrees_with_its_receiver_report() {
         // Every byte we sent was acknowledged before TEST_END, so iperf3 read them all.
         let received = &theirs["end"]["sum_received"];
         assert_eq!(ours["summary"]["sent_bytes"], received["bytes"]);
-        // iperf3 divides all streams' bytes by one window, TEST_START to TEST_END; tcplab's
-        // summary adds each flow's rate over its own window, which ends when its last byte
-        // is acknowledged (iperf3's single-threaded receiver drains one stream ~50 ms after
-        // the other). Like for like: our bytes over our longest flow window.
+        // iperf3 divides every byte it read by one window, TEST_START to TEST_END, which
+        // follows our drain; tcplab's rates count to the deadline. Like for like: all our
+        // bytes over our longest flow window, to its last byte acknowledged (iperf3's
+        // single-threaded receiver drains one stream ~50 ms after the other).
         let longest = ours["flows"]
             .as_array()
             .unwrap()

@@ -673,3 +673,151 @@ fn jitter_spreads_rtt_and_only_reorder_reorders() {
         }
     }
 }
+
+/// `-t 2s` through a lossy long path whose autotuned send buffer holds seconds of
+/// backlog at the deadline (it once took 6 s to drain, 7.2 s of wall time). The rates
+/// count up to the deadline: the bytes acknowledged then, bracketed by the sender's
+/// tcp_info samples around it; the drain after it is bounded by the stated limit, so the
+/// wall time is the duration, that limit and the setup's round trips. Every byte is
+/// accounted for: sent = received, or the drain's cut left at most the reported bytes
+/// unacknowledged.
+#[test]
+fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
+    if !privileged_or_skip("timed_run_drain") {
+        return;
+    }
+    let _serial = serial();
+    let spec = "rtt 50ms loss 0.5% rate 1gbit queue 1bdp";
+    // Load can stretch the wall time, the drain past its limit (a late wake-up of the
+    // sender) and the count past the deadline (of the monitor): one of three tries.
+    let v = one_of_three_tries("a -t 2s run's times", || {
+        let started = Instant::now();
+        let v = run_path(spec, &["-t", "2s", "-C", "cubic", "--json-samples"]);
+        let wall = started.elapsed().as_secs_f64();
+        let flow = &flows(&v)[0];
+        let srtt_max_us = u64_at(flow, "/rtt/max_us");
+        let limit_s = tcplab_model::throughput::drain_limit_us(srtt_max_us as u32) as f64 / 1e6;
+        // The process, the lab up and down: 0.5 s; the control protocol's 17 round
+        // trips (estimate::CONTROL_RTTS, 8 clock probes, one connection), 3 to spare.
+        let setup_s = 0.5 + 20.0 * 0.050;
+        let most = 2.0 + limit_s + setup_s;
+        let drain = f64_at(&flow["timed"], "/drain_seconds");
+        let counted_at = f64_at(&flow["timed"], "/seconds");
+        println!(
+            "{spec}, -t 2s: wall {wall:.2} s (at most {most:.2}), drain {drain:.3} s (limit {limit_s:.2}), counted at {counted_at} s: {}",
+            flow["timed"]
+        );
+        if wall > most {
+            Err(format!("wall {wall:.2} s > {most:.2} s"))
+        } else if drain > limit_s + 0.05 {
+            Err(format!("drained {drain} s, limit {limit_s} s"))
+        } else if !(2.0..2.01).contains(&counted_at) {
+            Err(format!("counted at {counted_at} s"))
+        } else {
+            Ok(v)
+        }
+    });
+    let flow = &flows(&v)[0];
+    let timed = &flow["timed"];
+    let acked = u64_at(timed, "/acked_bytes");
+    let seconds = f64_at(timed, "/seconds");
+    assert_eq!(f64_at(flow, "/sent_bps"), acked as f64 * 8.0 / seconds);
+
+    // The sender's samples bracket the bytes acknowledged at the deadline. Its first
+    // sample (10 ms) precedes any acknowledgement of data (one 50 ms round trip), so its
+    // tcpi_bytes_acked is the count's base (the handshake and the data intro).
+    let acked_at = |t: &Value| u64_at(t, "/info/bytes_acked");
+    let sender: Vec<&Value> = v["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["host"] == "client" && s["flow"] == 0)
+        .collect();
+    let base = acked_at(sender[0]);
+    assert!(u64_at(sender[0], "/t_us") < 50_000);
+    let deadline_us = (seconds * 1e6).round() as u64;
+    let before = sender
+        .iter()
+        .rfind(|s| u64_at(s, "/t_us") <= deadline_us)
+        .unwrap();
+    let after = sender
+        .iter()
+        .find(|s| u64_at(s, "/t_us") >= deadline_us)
+        .unwrap();
+    assert!(
+        acked_at(before) - base <= acked && acked <= acked_at(after) - base,
+        "{} ≤ {acked} ≤ {}",
+        acked_at(before) - base,
+        acked_at(after) - base
+    );
+    // The intervals up to the deadline add up to the timed counts; the drain's follow.
+    let intervals = v["intervals"].as_array().unwrap();
+    let timed_part: Vec<&Value> = intervals.iter().filter(|i| i["drain"] != true).collect();
+    let sum = |is: &[&Value], key: &str| is.iter().map(|i| u64_at(i, key)).sum::<u64>();
+    assert_eq!(sum(&timed_part, "/acked_bytes"), acked);
+    assert_eq!(
+        sum(&timed_part, "/received_bytes"),
+        u64_at(timed, "/received_bytes")
+    );
+    assert!(timed_part
+        .iter()
+        .all(|i| u64_at(i, "/end_us") <= deadline_us));
+    assert_eq!(
+        f64_at(&v, "/summary/received_bps"),
+        u64_at(timed, "/received_bytes") as f64 * 8.0 / seconds
+    );
+
+    // Byte agreement: every byte read, or the cut's remainder reported.
+    let (sent, received) = (u64_at(flow, "/sent_bytes"), u64_at(flow, "/received_bytes"));
+    let unacked = u64_at(timed, "/unacked_bytes");
+    let all: Vec<&Value> = intervals.iter().collect();
+    assert_eq!(sum(&all, "/received_bytes"), received);
+    if unacked == 0 {
+        assert_eq!(sent, received);
+    } else {
+        assert!(
+            sent - unacked <= received && received <= sent,
+            "{sent} − {unacked} vs {received}"
+        );
+    }
+    assert_eq!(str_at(&v, "/status"), "done");
+}
+
+/// Both directions at once, both drains stopped at their limit: each end's receivers
+/// wait for the other end's reset, so the reset comes as soon as each stopped flow's
+/// last interval is counted, not when the end is done (which would wait on the other
+/// end: a deadlock, cut here after 30 s).
+#[test]
+fn a_bidirectional_run_whose_drains_both_stop_ends() {
+    if !privileged_or_skip("bidir_drains") {
+        return;
+    }
+    let _serial = serial();
+    let child = tcplab()
+        .args(["run", "--path", "rtt 100ms loss 1% rate 1gbit queue 1bdp"])
+        .args(["-t", "1s", "--bidir", "-C", "cubic", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Read its output while it runs (a full pipe would stall it too).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            // SAFETY: signalling the child this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("a bidirectional run with stopped drains still ran after 30 s")
+        })
+        .unwrap();
+    let v = parse_success(&out);
+    assert_eq!(str_at(&v, "/status"), "done");
+    for f in flows(&v) {
+        let unacked = u64_at(f, "/timed/unacked_bytes");
+        assert!(unacked > 0, "this path leaves a backlog each way: {f:#}");
+        let (sent, received) = (u64_at(f, "/sent_bytes"), u64_at(f, "/received_bytes"));
+        assert!(sent - unacked <= received && received <= sent, "{f:#}");
+    }
+}

@@ -377,3 +377,130 @@ fn each_repetition_draws_from_a_seed_the_experiments_seed_reproduces() {
     assert_success(&sweep(&pinned, &again_db, &[]));
     assert_eq!(lab_seeds(&again_db), seeds);
 }
+
+/// `tcplab explain --db DB --json` of the latest run.
+fn explained(db: &Path) -> Value {
+    let out = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    parse_success(&out)
+}
+
+/// Two clients' flows through one 50 Mbit/s bottleneck, the second started 0.5 s after
+/// the first, each for 3 s or 12 MB: the run's throughput, in the summary, `explain`
+/// and `results`, is at most the link's goodput (50 Mbit/s × 1448 / 1500: MSS over the
+/// IP packet with timestamps), where adding the flows' rates over their own windows
+/// exceeds it (55.5 Mbit/s was reported once). Tolerance 1 %: the window ends at the
+/// last sender's deadline, and the receivers count at theirs, which fall later by the
+/// control path's one-way delay (10 ms: 0.3 % of the 3.5 s window) and the monitors'
+/// wake-up (under 1 ms). For the byte counts (no drain), the bytes are checked against
+/// the payload the emulator's bottleneck delivered.
+#[test]
+fn staggered_flows_through_one_link_total_at_most_its_goodput() {
+    if !privileged_or_skip("staggered_flows") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let goodput = 50e6 * 1448.0 / 1500.0;
+    let most = goodput * 1.01;
+    for (name, end) in [("timed", "duration = \"3s\""), ("bytes", "bytes = \"12M\"")] {
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "name = \"{name}\"\nduration = \"3s\"\nwarmup = \"1s\"\ninterval = \"0.5s\"\n\
+                 path = \"rate 50mbit rtt 20ms queue 100\"\naccess = [\"\", \"\"]\n\
+                 [[flow]]\nname = \"a\"\ncc = \"cubic\"\n{end}\n\
+                 [[flow]]\nname = \"b\"\nclient = 2\ncc = \"cubic\"\nstart = \"0.5s\"\n{end}\n"
+            ),
+        )
+        .unwrap();
+        let db = dir.path().join(format!("{name}.db"));
+        assert_success(&sweep(&file, &db, &[]));
+        let run = &export_jsonl(&db, "runs")[0];
+        let flows = export_jsonl(&db, "flows");
+        let summary = f64_at(run, "/received_bps");
+        let window = f64_at(run, "/window_seconds");
+        let measured = f64_at(&explained(&db), "/measured_bps");
+        // The 1 s warm-up ends on the first flow's interval bounds; the second flow's
+        // interval across it is prorated (its rate then is steady, its share small).
+        let after_warmup = mean(&results(&db, "throughput"), &[]);
+        println!(
+            "{name}: summary {summary:.0}, explain {measured:.0}, results {after_warmup:.0} bit/s over {window} s; goodput {goodput:.0}"
+        );
+        assert_eq!(summary, measured, "{name}: explain's rate is the summary's");
+        for (what, bps) in [("summary", summary), ("results", after_warmup)] {
+            assert!(bps <= most, "{name}: {what} {bps} > {most}");
+            // Not vacuous: the flows kept the link busy.
+            assert!(bps >= 0.7 * goodput, "{name}: {what} {bps}");
+        }
+        // Each flow's own window is shorter than the run's: their rates add up to more.
+        let own: f64 = flows.iter().map(|f| f64_at(f, "/received_bps")).sum();
+        assert!(own > summary, "{name}: {own} vs {summary}");
+        assert!(
+            (3.4..4.5).contains(&window),
+            "{name}: the window runs from the first start past the second's 0.5 s offset: {window}"
+        );
+        if name == "bytes" {
+            // Every byte in the window: the rate is the totals over it...
+            let received: u64 = flows.iter().map(|f| u64_at(f, "/received_bytes")).sum();
+            assert_eq!(received, 2 * (12 << 20));
+            assert!((summary * window / 8.0 / received as f64 - 1.0).abs() < 1e-6);
+            // ...and the totals are what the bottleneck delivered: its bytes less 52
+            // header bytes a packet, the control connections' few KB aside.
+            let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
+            let up = &path["up"]["links"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == "bottleneck")
+                .expect("a bottleneck link");
+            let payload = u64_at(up, "/delivered_bytes") - 52 * u64_at(up, "/delivered_packets");
+            assert!(
+                payload >= received && payload - received < 20_000,
+                "the bottleneck delivered {payload} payload bytes for {received} received"
+            );
+        }
+    }
+}
+
+/// `sweep --dry-run`'s estimate against the wall time of the sweep it describes, on
+/// examples/quick/parallel.toml (a lossy 50 ms path, 1 and 4 streams). Load stretches a
+/// sweep: one of three tries.
+#[test]
+fn the_dry_run_estimates_a_sweeps_wall_time_within_20_percent() {
+    if !privileged_or_skip("dry_run_estimate") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = example("parallel.toml");
+    let dry = sweep(&file, &dir.path().join("dry.db"), &["--dry-run"]);
+    assert_success(&dry);
+    let text = String::from_utf8_lossy(&dry.stdout);
+    let estimate: f64 = text
+        .lines()
+        .next()
+        .and_then(|l| l.split("about ").nth(1))
+        .and_then(|s| s.strip_suffix(" s"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no estimate in seconds in {text}"));
+    let mut tries = 0;
+    one_of_three_tries("the dry run's estimate", || {
+        tries += 1;
+        let db = dir.path().join(format!("try{tries}.db"));
+        let started = Instant::now();
+        assert_success(&sweep(&file, &db, &[]));
+        let wall = started.elapsed().as_secs_f64();
+        let ratio = estimate / wall;
+        println!("estimate {estimate} s, sweep {wall:.2} s: {ratio:.2}");
+        if (0.8..=1.2).contains(&ratio) {
+            Ok(())
+        } else {
+            Err(format!("estimate {estimate} s for a {wall:.2} s sweep"))
+        }
+    });
+}

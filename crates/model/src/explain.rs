@@ -19,6 +19,7 @@ use crate::record::{
 };
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
+use crate::throughput::{self, Counted};
 use crate::units::{format_duration_us, format_rate, format_size};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
@@ -239,7 +240,10 @@ pub fn explain(run: &RunRecord) -> Explanation {
         .zip(spec.as_ref())
         .map(|(p, s)| path_facts(p, s, &tcp, direction));
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
-    let measured_bps: f64 = tcp.iter().map(|f| f.received_bps).sum();
+    let measured_bps = throughput::bps(&run.intervals, Counted::Received, 0, |id| {
+        tcp.iter().any(|f| f.id == id)
+    })
+    .unwrap_or(0.0);
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
     let mss = tcp.first().map_or(0, |f| f.mss);
     let pacing = pacing_cap(run, spec.as_ref(), direction, tcp.len(), mss);
@@ -945,7 +949,7 @@ mod tests {
     use super::*;
     use crate::calibration::{Calibration, Intrinsic};
     use crate::record::{
-        ClockOffset, HostMeta, PathRecord, RttStats, RunStatus, Summary, TestParams,
+        ClockOffset, HostMeta, IntervalRecord, PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
 
     const MSS: u32 = 1448;
@@ -986,6 +990,7 @@ mod tests {
                 max_us: 10_000,
             },
             udp: None,
+            timed: None,
         }
     }
 
@@ -1051,8 +1056,25 @@ mod tests {
             server: HostMeta::default(),
             clock: ClockOffset::default(),
             summary: Summary::default(),
+            // Each flow's 10 s in one interval, at its rate.
+            intervals: flows
+                .iter()
+                .map(|f| IntervalRecord {
+                    flow: f.id,
+                    index: 0,
+                    start_us: 0,
+                    end_us: (f.receiver_seconds * 1e6) as u64,
+                    acked_bytes: f.sent_bytes,
+                    received_bytes: f.received_bytes,
+                    retransmits: f.retransmits,
+                    cwnd: 0,
+                    srtt_us: 0,
+                    limits: f.limits,
+                    udp: None,
+                    drain: false,
+                })
+                .collect(),
             flows,
-            intervals: Vec::new(),
             path: Some(PathRecord {
                 spec: spec.into(),
                 ..PathRecord::default()

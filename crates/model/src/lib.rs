@@ -16,5 +16,6 @@ pub mod path;
 pub mod record;
 pub mod stats;
 pub mod tcpinfo;
+pub mod throughput;
 pub mod udp;
 pub mod units;

@@ -67,6 +67,17 @@ pub enum TestEnd {
     Bytes { bytes: u64 },
 }
 
+impl TestEnd {
+    /// A timed test's deadline for a start at `t0_us` (µs on any clock); `None` for a
+    /// byte count.
+    pub fn deadline_us(self, t0_us: i64) -> Option<i64> {
+        match self {
+            TestEnd::Duration { us } => Some(t0_us.saturating_add(us as i64)),
+            TestEnd::Bytes { .. } => None,
+        }
+    }
+}
+
 /// How the sender hands data to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -387,13 +398,17 @@ pub struct FlowRecord {
     pub sent_bytes: u64,
     /// Bytes read by the receiver.
     pub received_bytes: u64,
-    /// sent_bytes over the sender's time window (first write to last byte acknowledged), bit/s.
+    /// The flow's rate as its sender saw it, bit/s: over its timed part when it has one
+    /// (`timed.acked_bytes` over `timed.seconds`), else sent_bytes over sender_seconds.
     pub sent_bps: f64,
-    /// received_bytes over the receiver's window (test start to end of stream), bit/s.
+    /// The flow's rate as its receiver saw it, bit/s: over its timed part when it has one
+    /// (`timed.received_bytes` over `timed.seconds`), else received_bytes over
+    /// receiver_seconds.
     pub received_bps: f64,
-    /// Sender's window, seconds.
+    /// How long the sender was busy, s: from the test's start to its last byte
+    /// acknowledged (after a timed test's deadline, the drain included).
     pub sender_seconds: f64,
-    /// Receiver's window, seconds.
+    /// How long the receiver was busy, s: from the test's start to the end of the stream.
     pub receiver_seconds: f64,
     /// Segments retransmitted (tcpi_total_retrans).
     pub retransmits: u64,
@@ -412,6 +427,42 @@ pub struct FlowRecord {
     /// A UDP flow's datagram statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpStats>,
+    /// A timed TCP flow's part up to its deadline, and the drain after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed: Option<Timed>,
+}
+
+/// What a TCP flow that ran for a duration delivered by its deadline (the part its rates
+/// measure), and how its sender's backlog drained after it. The sender stops writing at
+/// the deadline; what its socket still holds then is delivered in the drain, which
+/// [`crate::throughput::drain_limit_us`] bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timed {
+    /// The flow's duration: from its start to its deadline, s.
+    pub seconds: f64,
+    /// Bytes acknowledged to the sender by the deadline (tcpi_bytes_acked).
+    pub acked_bytes: u64,
+    /// Bytes the receiver had read by the deadline.
+    pub received_bytes: u64,
+    /// From the deadline until the sender's last byte was acknowledged, or until the
+    /// drain limit ended the connection, s.
+    pub drain_seconds: f64,
+    /// Bytes the sender had written but not seen acknowledged when the drain limit ended
+    /// the connection; 0 when the drain finished. The receiver got sent_bytes −
+    /// received_bytes fewer than were sent: at most these, at least these less the
+    /// acknowledgements still on their way.
+    pub unacked_bytes: u64,
+}
+
+impl Timed {
+    /// `bytes` over the timed part, bit/s.
+    pub fn bps(&self, bytes: u64) -> f64 {
+        if self.seconds > 0.0 {
+            bytes as f64 * 8.0 / self.seconds
+        } else {
+            0.0
+        }
+    }
 }
 
 /// One report interval of one flow, merged from both ends.
@@ -435,6 +486,10 @@ pub struct IntervalRecord {
     /// A UDP flow's datagrams in the interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpInterval>,
+    /// After the flow's deadline: its sender delivering what its socket still held.
+    /// Left out of every rate ([`crate::throughput`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
 }
 
 /// One report interval of a UDP flow.
@@ -470,9 +525,16 @@ pub struct SampleRecord {
 pub struct Summary {
     pub sent_bytes: u64,
     pub received_bytes: u64,
-    /// Sum of the flows' rates, bit/s.
+    /// The run's throughput as the senders saw it, bit/s: the bytes acknowledged to them
+    /// (sent, for UDP) within the run's window, over it ([`crate::throughput`]).
     pub sent_bps: f64,
+    /// The run's throughput, bit/s: the bytes the receivers read within the run's window,
+    /// over it ([`crate::throughput`]).
     pub received_bps: f64,
+    /// The run's window, s: from its first flow's start to its last flow's end (the
+    /// deadline of a timed flow, the last byte of one sending a byte count).
+    #[serde(default)]
+    pub window_seconds: f64,
     pub retransmits: u64,
     pub rtt: RttStats,
     /// Time-weighted over the flows.

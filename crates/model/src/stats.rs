@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::record::RunRecord;
+use crate::throughput::{self, Counted};
 
 /// Above this coefficient of variation (stddev / mean) a point's runs disagree enough
 /// that its mean deserves doubt: `results` warns.
@@ -89,7 +90,8 @@ pub fn jain(values: &[f64]) -> Option<f64> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
-    /// Bytes the receivers read after the warm-up, over that time (bit/s), all flows.
+    /// The run's throughput after the warm-up (bit/s): the bytes all flows' receivers read
+    /// from the warm-up's end to the run's end, over that time ([`goodput_bps`]).
     Throughput,
     /// Segments retransmitted over the whole run, all flows.
     Retransmits,
@@ -165,36 +167,22 @@ impl std::str::FromStr for Metric {
     }
 }
 
-/// Bytes read in the intervals (prorated where one straddles `from_us`) and the span
-/// they cover, for the intervals that `keep` selects.
-fn received_after(run: &RunRecord, from_us: u64, keep: impl Fn(u32) -> bool) -> Option<(f64, u64)> {
-    let mut bytes = 0.0;
-    let (mut start, mut end) = (u64::MAX, 0);
-    for i in run.intervals.iter().filter(|i| keep(i.flow)) {
-        if i.end_us <= from_us || i.end_us <= i.start_us {
-            continue;
-        }
-        let kept_from = i.start_us.max(from_us);
-        let share = (i.end_us - kept_from) as f64 / (i.end_us - i.start_us) as f64;
-        bytes += i.received_bytes as f64 * share;
-        start = start.min(kept_from);
-        end = end.max(i.end_us);
-    }
-    (end > start).then(|| (bytes, end - start))
-}
-
-/// All flows' received bytes after `from_us` over the span they cover, bit/s.
+/// The run's throughput after `from_us`, bit/s: [`throughput::bps`] over all its
+/// flows, the one definition every figure of a run's throughput uses.
 pub fn goodput_bps(run: &RunRecord, from_us: u64) -> Option<f64> {
-    received_after(run, from_us, |_| true).map(|(bytes, us)| bytes * 8e6 / us as f64)
+    throughput::bps(&run.intervals, Counted::Received, from_us, |_| true)
 }
 
-/// Each flow's throughput after `from_us`, in flow order (0 for a flow with nothing after it).
+/// Each flow's throughput after `from_us` over its own window, in flow order (0 for a
+/// flow with nothing after it).
 pub fn flow_goodputs_bps(run: &RunRecord, from_us: u64) -> Vec<f64> {
     run.flows
         .iter()
         .map(|f| {
-            received_after(run, from_us, |flow| flow == f.id)
-                .map_or(0.0, |(bytes, us)| bytes * 8e6 / us as f64)
+            throughput::bps(&run.intervals, Counted::Received, from_us, |flow| {
+                flow == f.id
+            })
+            .unwrap_or(0.0)
         })
         .collect()
 }
@@ -274,6 +262,7 @@ mod tests {
             srtt_us: 1000,
             limits: Default::default(),
             udp: None,
+            drain: false,
         };
         let mut run: RunRecord = serde_json::from_str(include_str!("../tests/run.json")).unwrap();
         run.intervals = vec![

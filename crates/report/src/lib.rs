@@ -349,12 +349,13 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
     let s = &run.summary;
     let mut text = vec![format!(
-        "{:?}, started {} (UTC), server {}: received {} ({}), retransmits {}, smoothed RTT mean {}.",
+        "{:?}, started {} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
         run.status,
         humantime::format_rfc3339_seconds(started),
         run.target,
-        format_size(s.received_bytes),
         format_rate(s.received_bps),
+        s.window_seconds,
+        format_size(s.received_bytes),
         s.retransmits,
         format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
     )];

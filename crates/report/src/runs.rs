@@ -78,7 +78,7 @@ pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
     out.push(chart(
         "throughput",
         "throughput over time",
-        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows). Dashed: the model bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss).",
+        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows); after a timed flow's deadline, its sender's drain, which no rate counts. Dashed: the model bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss).",
         lines("throughput", Quantity::Rate, rates),
     ));
     let mut windows = Vec::new();

@@ -73,6 +73,7 @@ fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
                     out_of_order: 0,
                     jitter_us: 40.0,
                 }),
+                drain: false,
             })
         })
         .collect();

@@ -469,6 +469,7 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
         ("received_bytes", int(s.received_bytes)),
         ("sent_bps", real(s.sent_bps)),
         ("received_bps", real(s.received_bps)),
+        ("window_seconds", real(s.window_seconds)),
         ("retransmits", int(s.retransmits)),
     ];
     cols.extend(rtt_values(&s.rtt));
@@ -526,6 +527,7 @@ fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
     cols.extend(kernel_limit_values(&f.kernel_limits));
     cols.extend(rtt_values(&f.rtt));
     cols.push(("udp_json", opt_json(f.udp.as_ref())));
+    cols.push(("timed_json", opt_json(f.timed.as_ref())));
     cols
 }
 
@@ -544,6 +546,7 @@ fn interval_values(run_id: i64, i: &IntervalRecord) -> Columns {
     ];
     cols.extend(limit_values(&i.limits));
     cols.push(("udp_json", opt_json(i.udp.as_ref())));
+    cols.push(("drain", int(i.drain)));
     cols
 }
 
@@ -855,6 +858,8 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
             received_bytes: r.int("received_bytes")?,
             sent_bps: r.real("sent_bps")?,
             received_bps: r.real("received_bps")?,
+            // Not recorded before schema 5.
+            window_seconds: r.opt_real("window_seconds")?.unwrap_or_default(),
             retransmits: r.int("retransmits")?,
             rtt: read_rtt(r)?,
             limits: read_limits(r)?,
@@ -905,6 +910,7 @@ fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
         kernel_limits: read_kernel_limits(r)?,
         rtt: read_rtt(r)?,
         udp: r.opt_json("udp_json")?,
+        timed: r.opt_json("timed_json")?,
     })
 }
 
@@ -921,5 +927,6 @@ fn read_interval(r: &RowReader<'_>) -> Result<IntervalRecord> {
         srtt_us: r.int("srtt_us")?,
         limits: read_limits(r)?,
         udp: r.opt_json("udp_json")?,
+        drain: r.int("drain")?,
     })
 }

@@ -142,6 +142,14 @@ impl RowReader<'_> {
         }
     }
 
+    /// NULL reads as `None`.
+    pub(crate) fn opt_real(&self, col: impl Col) -> Result<Option<f64>> {
+        match self.get(col)? {
+            ValueRef::Null => Ok(None),
+            _ => self.real(col).map(Some),
+        }
+    }
+
     pub(crate) fn opt_text(&self, col: impl Col) -> Result<Option<String>> {
         match self.get(col)? {
             ValueRef::Null => Ok(None),

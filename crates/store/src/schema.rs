@@ -191,10 +191,11 @@ pub(crate) static MIGRATIONS: &[fn() -> String] = &[
     migration_3,
     migration_4,
     migration_5,
+    migration_6,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -289,6 +290,17 @@ UPDATE sqlite_schema
 PRAGMA writable_schema = RESET;
 "#
     )
+}
+
+/// Migration 6: a run's throughput over one window (its length), a timed flow's part up
+/// to its deadline and its drain (JSON `Timed`), and the intervals of the drain.
+fn migration_6() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN window_seconds REAL;
+ALTER TABLE flows ADD COLUMN timed_json TEXT;
+ALTER TABLE intervals ADD COLUMN drain INTEGER NOT NULL DEFAULT 0;
+"#
+    .to_string()
 }
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);

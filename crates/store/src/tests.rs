@@ -8,7 +8,7 @@ use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, Limit,
     LimitShares, Mode, Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod,
-    Summary, TestEnd, TestParams, Tuning, UdpInterval, UdpStats, SCHEMA,
+    Summary, TestEnd, TestParams, Timed, Tuning, UdpInterval, UdpStats, SCHEMA,
 };
 use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
@@ -94,6 +94,14 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
         },
         // Flow 1 stands in for a UDP flow: its stats must round-trip.
         udp: (id == 1).then(udp_stats),
+        // Flow 0 a timed TCP flow, its drain cut short.
+        timed: (id == 0).then_some(Timed {
+            seconds: 10.0,
+            acked_bytes: 1_200_000_000,
+            received_bytes: 1_199_000_000,
+            drain_seconds: 0.0625,
+            unacked_bytes: 1448,
+        }),
     }
 }
 
@@ -145,6 +153,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                     out_of_order: 1,
                     jitter_us: 3.5,
                 }),
+                drain: index == 2 && f == 0,
             });
         }
     }
@@ -232,6 +241,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
             received_bytes: 2_499_998_001,
             sent_bps: 1.882e10,
             received_bps: 1.88e10,
+            window_seconds: 10.0625,
             retransmits: 35,
             rtt: RttStats {
                 min_us: 120,
@@ -710,7 +720,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
-             experiment_id point repetition udp_json limit_pacing",
+             experiment_id point repetition udp_json limit_pacing window_seconds",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -719,11 +729,11 @@ fn expected_columns(table: Table) -> Vec<String> {
              sent_bps received_bps sender_seconds receiver_seconds retransmits samples \
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
              rtt_mean_us rtt_max_us host udp_json limit_pacing kernel_limit_rwnd \
-             kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app",
+             kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app timed_json",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \
-             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app udp_json limit_pacing",
+             srtt_us limit_rwnd limit_sndbuf limit_cwnd limit_app udp_json limit_pacing drain",
         ),
         Table::Samples => {
             let mut v = names("run_id flow host t_us");

@@ -182,6 +182,20 @@ pub fn congestion(fd: impl AsFd) -> io::Result<String> {
     Ok(String::from_utf8_lossy(name).into_owned())
 }
 
+/// Ends a TCP connection at once with a reset, keeping the descriptor open: connect(2)
+/// to AF_UNSPEC disconnects the socket (tcp_disconnect), which sends a RST when data is
+/// still outstanding and zeroes the socket's counters (read tcp_info before).
+pub fn reset_connection(fd: impl AsFd) -> io::Result<()> {
+    // SAFETY: a zeroed sockaddr is a valid AF_UNSPEC address; the length matches it.
+    let addr: libc::sockaddr = unsafe { std::mem::zeroed() };
+    let len = std::mem::size_of::<libc::sockaddr>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the call; `addr` outlives it.
+    if unsafe { libc::connect(fd.as_fd().as_raw_fd(), &addr, len) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// TCP_NODELAY: `true` turns Nagle's algorithm off.
 pub fn set_nodelay(fd: impl AsFd, nodelay: bool) -> io::Result<()> {
     SockRef::from(&fd).set_tcp_nodelay(nodelay)
@@ -324,6 +338,38 @@ mod tests {
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         (client, server)
+    }
+
+    #[test]
+    fn a_reset_connection_ends_the_peers_reads_and_keeps_the_descriptor() {
+        let (client, mut server) = pair();
+        // Fill both ends' buffers: bytes (and the FIN behind them) left unacknowledged.
+        client.set_nonblocking(true).unwrap();
+        let chunk = [7u8; 65536];
+        let mut written = 0;
+        loop {
+            match (&client).write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        reset_connection(&client).unwrap();
+        // The peer reads what had arrived, then the reset instead of the end of stream.
+        let mut read = 0;
+        let mut buf = vec![0u8; 65536];
+        let e = loop {
+            match server.read(&mut buf) {
+                Ok(0) => panic!("end of stream after {read} of {written} bytes, not a reset"),
+                Ok(n) => read += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+        assert!(read < written, "{read} of {written}");
+        // The descriptor stays open for getsockopt.
+        assert!(tcp_info(&client).is_ok());
     }
 
     fn sysctl_u64(key: &str) -> u64 {

@@ -27,7 +27,8 @@ pub const DEFAULT_PORT: u16 = 5201;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the client waits for each answer of the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const TIME_PROBES: usize = 8;
+/// Clock-offset exchanges before each test, one round trip each.
+pub const TIME_PROBES: usize = 8;
 /// How often a UDP flow repeats its hello until the server has them all.
 const UDP_HELLO_EVERY: Duration = Duration::from_millis(50);
 
@@ -362,6 +363,7 @@ fn run_started(
                 context.clock.offset_us * 1000
             },
             pacing,
+            reset_cut_drains: true,
         };
         thread::spawn(move || flows.run(&params, end, local_tx, stop))
     };

@@ -19,17 +19,24 @@ use tcplab_model::record::{
     BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
 };
 use tcplab_model::tcpinfo::{SkMemInfo, TcpInfo};
+use tcplab_model::throughput;
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
-use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
+use crate::protocol::{DeadlineCount, Role, SideFlow, SideInterval, SideReport};
 
-/// How long a sender waits, after its last write, for the receiver to acknowledge
-/// everything, beyond the test's own duration.
+/// How long the sender of a byte count waits, after its last write, for the receiver to
+/// acknowledge everything (a timed test's drain is bounded by
+/// [`throughput::drain_limit_us`] instead).
 const DRAIN_GRACE_US: i64 = 10_000_000;
 /// How often a blocked receiver looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// After a timed test's deadline, how long a receiver lets its connection stay silent
+/// before it probes the sender (the shortest TCP keepalive time), and between probes.
+const KEEPALIVE_AFTER_DEADLINE: Duration = Duration::from_secs(1);
+/// Unanswered probes after which the receiver gives up on a sender gone silent.
+const KEEPALIVE_PROBES: u32 = 10;
 /// Timer slack of the monitor thread, ns.
 const MONITOR_TIMER_SLACK_NS: libc::c_ulong = 200_000;
 /// How often a sampler reads BBR's model (TCP_CC_INFO), µs.
@@ -67,6 +74,10 @@ pub struct End {
     pub peer_offset_ns: i64,
     /// Where the TCP senders publish their window rate, for a lab's dynamic pacer.
     pub pacing: Option<RateTarget>,
+    /// Whether a sender that the drain limit stopped resets its connection, so that the
+    /// receiver (a tcplab peer takes the reset as the end) stops waiting for the rest. A
+    /// stock iperf3 would fail its test on a reset; it ends the test itself.
+    pub reset_cut_drains: bool,
 }
 
 impl Flows {
@@ -79,9 +90,7 @@ impl Flows {
         stop: Arc<AtomicBool>,
     ) -> SideOutcome {
         match self {
-            Flows::Tcp(flows) => run_side(
-                params, end.host, flows, end.t0_us, intervals, stop, end.pacing,
-            ),
+            Flows::Tcp(flows) => run_side(params, flows, end, intervals, stop),
             Flows::Udp(flows) => crate::udp::run_side(
                 params,
                 flows,
@@ -117,19 +126,28 @@ struct FlowShared {
     /// A sender is inside a write call (blocked on its buffer, or copying).
     in_write: AtomicBool,
     done: AtomicBool,
+    /// Set by a sender that the drain limit stopped, when its end resets such
+    /// connections: the monitor resets it once it has counted its last interval.
+    reset: AtomicBool,
+    reset_cut_drains: bool,
 }
 
 /// Runs this end's flows from `t0_us` (this end's monotonic clock) to their end.
 /// Report-interval records go to `intervals` as they are cut; `stop` ends the test early.
 pub fn run_side(
     params: &TestParams,
-    host: Host,
     flows: Vec<FlowSocket>,
-    t0_us: i64,
+    end: End,
     intervals: Sender<Vec<SideInterval>>,
     stop: Arc<AtomicBool>,
-    pacing: Option<RateTarget>,
 ) -> SideOutcome {
+    let End {
+        host,
+        t0_us,
+        peer_offset_ns: _,
+        pacing,
+        reset_cut_drains,
+    } = end;
     let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
     let shared: Vec<Arc<FlowShared>> = flows
         .into_iter()
@@ -144,6 +162,8 @@ pub fn run_side(
                 writing: AtomicBool::new(f.role == Role::Send),
                 in_write: AtomicBool::new(false),
                 done: AtomicBool::new(false),
+                reset: AtomicBool::new(false),
+                reset_cut_drains,
             })
         })
         .collect();
@@ -279,6 +299,8 @@ fn side_flow(
         rtt: watched.rtt.stats(),
         error: outcome.error,
         udp: None,
+        at_deadline: watched.at_deadline,
+        unacked: outcome.unacked,
     }
 }
 
@@ -288,6 +310,8 @@ fn addr_string(addr: io::Result<std::net::SocketAddr>) -> String {
 
 struct FlowOutcome {
     bytes: u64,
+    /// A sender's bytes left unacknowledged at the drain limit.
+    unacked: u64,
     start_us: i64,
     end_us: i64,
     /// tcp_info at the start and at the end of the flow's window.
@@ -300,17 +324,21 @@ fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBoo
     let fd = flow.stream.as_fd();
     let first = sockopt::tcp_info(fd).ok();
     let result = match flow.role {
-        Role::Send => send_until_end(flow, params, t0_us, stop),
-        Role::Receive => receive_until_eof(flow, params, stop),
+        Role::Send => {
+            let acked_base = first.as_ref().map_or(0, |i| i.bytes_acked);
+            send_until_end(flow, params, t0_us, acked_base, stop)
+        }
+        Role::Receive => receive_until_eof(flow, params, t0_us, stop),
     };
     let end_us = monotonic_us();
     let last = sockopt::tcp_info(fd).ok();
-    let (bytes, error) = match result {
-        Ok(bytes) => (bytes, None),
-        Err((bytes, e)) => (bytes, Some(e.to_string())),
+    let (moved, error) = match result {
+        Ok(moved) => (moved, None),
+        Err((bytes, e)) => (Moved { bytes, unacked: 0 }, Some(e.to_string())),
     };
     FlowOutcome {
-        bytes,
+        bytes: moved.bytes,
+        unacked: moved.unacked,
         start_us: t0_us,
         end_us,
         first,
@@ -319,7 +347,14 @@ fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBoo
     }
 }
 
-type FlowResult = Result<u64, (u64, io::Error)>;
+/// What a flow's thread moved: bytes written (sender) or read (receiver), and a sender's
+/// bytes left unacknowledged when the drain limit ended its connection.
+struct Moved {
+    bytes: u64,
+    unacked: u64,
+}
+
+type FlowResult = Result<Moved, (u64, io::Error)>;
 
 /// A blocked read or write that SO_RCVTIMEO/SO_SNDTIMEO or a signal cut short.
 fn timed_out(e: &io::Error) -> bool {
@@ -330,8 +365,12 @@ fn timed_out(e: &io::Error) -> bool {
 }
 
 /// Sends until the duration or byte budget is spent, then closes the write side and
-/// waits until the receiver has acknowledged every byte: the flow's window ends when
-/// its last byte is delivered, so sender and receiver count the same bytes.
+/// waits until the receiver has acknowledged every byte, so sender and receiver count the
+/// same bytes. A timed test's rates end at its deadline (the monitor counts the bytes
+/// then), so what its socket still holds only settles the counts: that drain is bounded
+/// by [`throughput::drain_limit_us`], after which the sender reports the bytes still
+/// unacknowledged and, between tcplab ends, has the monitor reset the connection (the
+/// receiver takes that as the end).
 ///
 /// Writes block, as most applications' do, each wait bounded by SO_SNDTIMEO so a timed
 /// test ends on time. Measured on Linux 6.18 through a 32 KiB send buffer over 20 ms
@@ -341,11 +380,13 @@ fn send_until_end(
     flow: &FlowShared,
     params: &TestParams,
     t0_us: i64,
+    acked_base: u64,
     stop: &AtomicBool,
 ) -> FlowResult {
-    let (deadline, mut budget) = match params.end {
-        TestEnd::Duration { us } => (Some(t0_us + us as i64), u64::MAX),
-        TestEnd::Bytes { bytes } => (None, bytes),
+    let deadline = params.end.deadline_us(t0_us);
+    let mut budget = match params.end {
+        TestEnd::Duration { .. } => u64::MAX,
+        TestEnd::Bytes { bytes } => bytes,
     };
     let mut payload = Payload::new(params.tuning.send_method, params.tuning.write_size as usize)
         .map_err(|e| (0, e))?;
@@ -395,58 +436,110 @@ fn send_until_end(
     }
     flow.writing.store(false, Ordering::Release);
     stream.shutdown(Shutdown::Write).map_err(|e| (sent, e))?;
-    let drain_deadline = monotonic_us() + deadline.map_or(0, |d| d - t0_us) + DRAIN_GRACE_US;
-    wait_all_acked(stream, drain_deadline, stop).map_err(|e| (sent, e))?;
-    Ok(sent)
+    let unacked = match deadline {
+        Some(deadline) => {
+            let srtt_us = sockopt::tcp_info(stream.as_fd()).map_or(0, |i| i.rtt);
+            let limit = deadline + throughput::drain_limit_us(srtt_us) as i64;
+            let unacked = wait_all_acked(stream, limit, stop)
+                .map_err(|e| (sent, e))?
+                .map_or(0, |acked| {
+                    sent.saturating_sub(acked.saturating_sub(acked_base))
+                });
+            flow.reset
+                .store(unacked > 0 && flow.reset_cut_drains, Ordering::Release);
+            unacked
+        }
+        None => match wait_all_acked(stream, monotonic_us() + DRAIN_GRACE_US, stop) {
+            Ok(None) => 0,
+            Ok(Some(_)) => {
+                return Err((
+                    sent,
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the receiver did not acknowledge the last bytes in time",
+                    ),
+                ))
+            }
+            Err(e) => return Err((sent, e)),
+        },
+    };
+    Ok(Moved {
+        bytes: sent,
+        unacked,
+    })
 }
 
-fn wait_all_acked(stream: &TcpStream, deadline_us: i64, stop: &AtomicBool) -> io::Result<()> {
+/// Waits until every byte written is acknowledged, `stop` is set, or `deadline_us`
+/// passes; then `Some` of tcpi_bytes_acked, or `None` when nothing is left.
+fn wait_all_acked(
+    stream: &TcpStream,
+    deadline_us: i64,
+    stop: &AtomicBool,
+) -> io::Result<Option<u64>> {
     loop {
         let info = sockopt::tcp_info(stream.as_fd())?;
-        if info.unacked == 0 && info.notsent_bytes == 0 {
-            return Ok(());
-        }
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
+        if (info.unacked == 0 && info.notsent_bytes == 0) || stop.load(Ordering::Relaxed) {
+            return Ok(None);
         }
         if monotonic_us() > deadline_us {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "receiver did not acknowledge the last {} bytes in time",
-                    u64::from(info.notsent_bytes)
-                        + u64::from(info.unacked) * u64::from(info.snd_mss)
-                ),
-            ));
+            return Ok(Some(info.bytes_acked));
         }
         thread::sleep(Duration::from_micros(200));
     }
 }
 
-fn receive_until_eof(flow: &FlowShared, params: &TestParams, stop: &AtomicBool) -> FlowResult {
+/// Reads until the end of the stream: the sender's FIN, or, after a timed test's
+/// deadline, its reset when the drain limit ended the connection.
+fn receive_until_eof(
+    flow: &FlowShared,
+    params: &TestParams,
+    t0_us: i64,
+    stop: &AtomicBool,
+) -> FlowResult {
+    let deadline = params.end.deadline_us(t0_us).unwrap_or(i64::MAX);
+    let done = |bytes| Ok(Moved { bytes, unacked: 0 });
     let mut buf = vec![0u8; params.tuning.read_size as usize];
     let mut stream = &flow.stream;
     stream
         .set_read_timeout(Some(STOP_POLL))
         .map_err(|e| (0, e))?;
     let mut total = 0u64;
+    let mut probing = false;
     // Checked before every read: a receiver kept busy must stop too.
     while !stop.load(Ordering::Relaxed) {
+        if !probing && monotonic_us() > deadline {
+            // The sender's reset at its drain limit is one packet, which a lossy path
+            // can drop (or the challenge ACK that a reset out of sequence draws): once
+            // the connection falls silent for a second after the deadline, a keepalive
+            // probe draws the reset again, from the sender's host. Before the deadline
+            // nothing changes.
+            probing = true;
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(KEEPALIVE_AFTER_DEADLINE)
+                .with_interval(KEEPALIVE_AFTER_DEADLINE)
+                .with_retries(KEEPALIVE_PROBES);
+            socket2::SockRef::from(stream)
+                .set_tcp_keepalive(&keepalive)
+                .map_err(|e| (total, e))?;
+        }
         match stream.read(&mut buf) {
-            Ok(0) => return Ok(total),
+            Ok(0) => return done(total),
             Ok(n) => {
                 total += n as u64;
                 flow.bytes.store(total, Ordering::Relaxed);
                 // A slow stream never times out a read: look at the flag here too.
                 if stop.load(Ordering::Relaxed) {
-                    return Ok(total);
+                    return done(total);
                 }
             }
             Err(e) if timed_out(&e) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset && monotonic_us() > deadline => {
+                return done(total)
+            }
             Err(e) => return Err((total, e)),
         }
     }
-    Ok(total)
+    done(total)
 }
 
 /// The bytes a sender hands to the kernel.
@@ -518,6 +611,8 @@ struct WatchedFlow {
     bbr: bool,
     /// When TCP_CC_INFO was last read, µs.
     bbr_read_us: i64,
+    /// Bytes counted when the test's deadline passed (acknowledged or read).
+    at_deadline: Option<DeadlineCount>,
 }
 
 struct Watch {
@@ -640,9 +735,14 @@ fn monitor(
         .collect();
     let mut next_sample = t0_us + sample_every;
     let mut next_report = t0_us + report_every;
+    // A timed test's rates end at its deadline: an interval is cut there, and those
+    // after it are the drain's.
+    let deadline = params.end.deadline_us(t0_us);
+    let mut past_deadline = false;
     loop {
         let all_done = flows.iter().all(|f| f.done.load(Ordering::Acquire));
         let now = monotonic_us();
+        let at_deadline = !past_deadline && deadline.is_some_and(|d| now >= d);
         if sample_every > 0 && now >= next_sample {
             // PSPacer's dynamic target: each sender's window per round trip, summed.
             let mut window_rate_bps = 0.0;
@@ -687,15 +787,28 @@ fn monitor(
             // Skip ticks we overslept instead of bursting to catch up.
             next_sample += sample_every * ((now - next_sample) / sample_every + 1);
         }
-        if now >= next_report || all_done {
+        let reset_due = flows
+            .iter()
+            .any(|f| f.reset.load(Ordering::Acquire) && f.done.load(Ordering::Acquire));
+        if now >= next_report || all_done || at_deadline || reset_due {
             let records: Vec<SideInterval> = flows
                 .iter()
                 .zip(&mut cursors)
                 .zip(&mut watched)
                 .filter_map(|((flow, cursor), w)| {
-                    cut_interval(flow, cursor, w, now, sampled.then_some(app_paced))
+                    let app_paced = sampled.then_some(app_paced);
+                    let record = cut_interval(flow, cursor, w, now, app_paced, past_deadline)?;
+                    if at_deadline {
+                        w.at_deadline = Some(DeadlineCount {
+                            bytes: cursor.counted,
+                            t_us: now,
+                        });
+                    }
+                    Some(record)
                 })
                 .collect();
+            past_deadline |= at_deadline;
+            reset_stopped_drains(flows, &cursors);
             if !records.is_empty() {
                 // A closed receiver only means nobody watches live lines any more.
                 let _ = intervals.send(records);
@@ -705,17 +818,35 @@ fn monitor(
         if all_done {
             break;
         }
-        let next = if sample_every > 0 {
+        let mut next = if sample_every > 0 {
             next_sample.min(next_report)
         } else {
             next_report
         };
+        if let Some(d) = deadline.filter(|_| !past_deadline) {
+            next = next.min(d);
+        }
         let wait = (next - monotonic_us()).clamp(0, 50_000);
         thread::sleep(Duration::from_micros(wait as u64));
     }
     Watch {
         flows: watched,
         samples,
+    }
+}
+
+/// Resets the connections whose senders the drain limit stopped, once their last
+/// interval is counted (a reset zeroes the socket's counters): their receivers, on this
+/// end or the other, stop waiting for the rest.
+fn reset_stopped_drains(flows: &[Arc<FlowShared>], cursors: &[IntervalCursor]) {
+    for (flow, cursor) in flows.iter().zip(cursors) {
+        if cursor.info.is_none()
+            && flow.done.load(Ordering::Acquire)
+            && flow.reset.swap(false, Ordering::AcqRel)
+        {
+            // Should it fail, closing the socket at the end resets the connection.
+            let _ = sockopt::reset_connection(flow.stream.as_fd());
+        }
     }
 }
 
@@ -732,13 +863,15 @@ fn expected_samples(params: &TestParams, flows: usize) -> usize {
 
 /// Closes the current report interval of one flow at `now`, if it has one open. A
 /// sampled sender (`app_paced` is its application's pacing) books the time since its
-/// last sample here too; an unsampled one gets the kernel's chrono shares.
+/// last sample here too; an unsampled one gets the kernel's chrono shares. `drain`: the
+/// interval lies past the test's deadline.
 fn cut_interval(
     flow: &FlowShared,
     cursor: &mut IntervalCursor,
     watched: &mut WatchedFlow,
     now: i64,
     app_paced: Option<bool>,
+    drain: bool,
 ) -> Option<SideInterval> {
     if cursor.start_us >= now || cursor.info.is_none() {
         return None;
@@ -780,6 +913,7 @@ fn cut_interval(
         srtt_us: info.rtt,
         limits,
         udp: None,
+        drain,
     };
     if flow.role == Role::Send {
         watched.rtt.add(info.rtt);

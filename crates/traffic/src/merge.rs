@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 
 use tcplab_model::record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
-    Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestParams, UdpInterval,
-    UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
+    Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams, Timed,
+    UdpInterval, UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
 };
+use tcplab_model::throughput::{self, Counted};
 
 use crate::flow_roles;
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
@@ -147,6 +148,7 @@ impl IntervalMerger {
                 sent: sender.and_then(|s| s.udp).map_or(0, |u| u.sent),
                 ..receiver.and_then(|r| r.udp).unwrap_or_default()
             }),
+            drain: sender.is_some_and(|s| s.drain) || receiver.is_some_and(|r| r.drain),
         }
     }
 }
@@ -179,6 +181,7 @@ pub fn merge(
                 direction,
                 find(direction.sender(), id),
                 find(direction.receiver(), id),
+                &context.params,
                 context.same_clock(),
             )
         })
@@ -226,6 +229,7 @@ pub fn merge(
         clock: context.clock,
         summary: summarize(
             &flows,
+            &intervals,
             client.report.cpu,
             server.as_ref().map(|s| s.report.cpu).unwrap_or_default(),
         ),
@@ -241,6 +245,7 @@ fn flow_record(
     direction: Direction,
     sender: Option<&SideFlow>,
     receiver: Option<&SideFlow>,
+    params: &TestParams,
     same_clock: bool,
 ) -> FlowRecord {
     let seconds =
@@ -254,6 +259,7 @@ fn flow_record(
             0.0
         }
     };
+    let timed = timed(params, sender, receiver);
     // The client end always reports; its addresses name the connection.
     let (client_end, server_end) = match direction {
         Direction::Up => (sender, receiver),
@@ -276,8 +282,8 @@ fn flow_record(
         rcvbuf: receiver.map(|f| f.buffer).unwrap_or_default(),
         sent_bytes: bytes(sender),
         received_bytes: bytes(receiver),
-        sent_bps: bps(sender),
-        received_bps: bps(receiver),
+        sent_bps: timed.map_or_else(|| bps(sender), |t| t.bps(t.acked_bytes)),
+        received_bps: timed.map_or_else(|| bps(receiver), |t| t.bps(t.received_bytes)),
         sender_seconds: seconds(sender),
         receiver_seconds: seconds(receiver),
         retransmits: sender.map_or(0, |f| f.retransmits),
@@ -287,7 +293,30 @@ fn flow_record(
         kernel_limits: sender.map(|f| f.kernel_limits).unwrap_or_default(),
         rtt: sender.map(|f| f.rtt).unwrap_or_default(),
         udp: udp_stats(sender, receiver, same_clock),
+        timed,
     }
+}
+
+/// A timed TCP flow's part up to its deadline, when both ends counted their bytes there.
+/// Its length is the sender's, to the moment it counted (the receiver counted at its own
+/// deadline, as late after it within the monitor's wake-up).
+fn timed(
+    params: &TestParams,
+    sender: Option<&SideFlow>,
+    receiver: Option<&SideFlow>,
+) -> Option<Timed> {
+    if !matches!(params.end, TestEnd::Duration { .. }) {
+        return None;
+    }
+    let sender = sender?;
+    let (sent, read) = (sender.at_deadline?, receiver?.at_deadline?);
+    Some(Timed {
+        seconds: (sent.t_us - sender.start_us).max(0) as f64 / 1e6,
+        acked_bytes: sent.bytes,
+        received_bytes: read.bytes,
+        drain_seconds: (sender.end_us - sent.t_us).max(0) as f64 / 1e6,
+        unacked_bytes: sender.unacked,
+    })
 }
 
 /// A UDP flow's counts from both ends: what was sent from the sender, what arrived from
@@ -384,7 +413,7 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
         system_pct: cpus.iter().map(|c| c.system_pct).sum(),
         total_pct: cpus.iter().map(|c| c.total_pct).sum(),
     };
-    combined.summary = summarize(&flows, sum(&cpu_client), sum(&cpu_server));
+    combined.summary = summarize(&flows, &intervals, sum(&cpu_client), sum(&cpu_server));
     combined.flows = flows;
     combined.intervals = intervals;
     samples.sort_by_key(|s| (s.t_us, s.flow));
@@ -394,6 +423,7 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
 
 fn summarize(
     flows: &[FlowRecord],
+    intervals: &[IntervalRecord],
     cpu_client: tcplab_model::record::CpuUse,
     cpu_server: tcplab_model::record::CpuUse,
 ) -> Summary {
@@ -412,11 +442,15 @@ fn summarize(
     let weighted: Vec<(LimitShares, f64)> = tcp().map(|f| (f.limits, f.sender_seconds)).collect();
     let limits = LimitShares::weighted_mean(&weighted);
     let any_time = tcp().any(|f| f.sender_seconds > 0.0);
+    // One window for all flows, however far apart they started (`throughput`).
+    let rate = |counted| throughput::bps(intervals, counted, 0, |_| true).unwrap_or(0.0);
     Summary {
         sent_bytes: flows.iter().map(|f| f.sent_bytes).sum(),
         received_bytes: flows.iter().map(|f| f.received_bytes).sum(),
-        sent_bps: flows.iter().map(|f| f.sent_bps).sum(),
-        received_bps: flows.iter().map(|f| f.received_bps).sum(),
+        sent_bps: rate(Counted::Sent),
+        received_bps: rate(Counted::Received),
+        window_seconds: throughput::window(intervals, Counted::Received, 0, |_| true)
+            .map_or(0.0, |w| w.seconds()),
         retransmits: flows.iter().map(|f| f.retransmits).sum(),
         rtt,
         limits,
@@ -430,6 +464,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::DeadlineCount;
     use tcplab_model::record::{BufferSize, CpuUse, Mode, TestEnd};
 
     fn context(mode: Mode, streams: u16) -> TestContext {
@@ -474,6 +509,7 @@ mod tests {
                 app: 0.0,
             },
             udp: None,
+            drain: false,
         }
     }
 
@@ -511,6 +547,8 @@ mod tests {
             },
             error: None,
             udp: None,
+            at_deadline: None,
+            unacked: 0,
         }
     }
 
@@ -621,5 +659,137 @@ mod tests {
             run.summary.dominant_limit,
             Some(tcplab_model::record::Limit::Rwnd)
         );
+    }
+
+    #[test]
+    fn a_timed_flow_is_rated_by_its_bytes_at_the_deadline_and_reports_its_drain() {
+        // 2 s up: by the deadline 2 MB acknowledged and 1.99 MB read; the sender then
+        // drained for 0.6 s until the limit, 100 bytes short.
+        let ctx = context(Mode::Up, 1);
+        let mut sender = side_flow(0, Role::Send, 3_000_000, 1_000_000, 2.6);
+        sender.at_deadline = Some(DeadlineCount {
+            bytes: 2_000_000,
+            t_us: 3_000_000,
+        });
+        sender.unacked = 100;
+        let mut receiver = side_flow(0, Role::Receive, 2_999_950, 1_500_000, 2.6);
+        receiver.at_deadline = Some(DeadlineCount {
+            bytes: 1_990_000,
+            t_us: 3_500_100,
+        });
+        let end = |flow| EndReport {
+            report: SideReport {
+                flows: vec![flow],
+                cpu: CpuUse::default(),
+            },
+            samples: vec![],
+        };
+        let mut merger = IntervalMerger::new(&ctx);
+        for (index, start, acked, read) in [
+            (0, 0, 900_000, 895_000),
+            (1, 1_000_000, 1_100_000, 1_095_000),
+        ] {
+            merger.add(
+                Host::Client,
+                vec![half(0, index, Role::Send, 1_000_000 + start, acked)],
+            );
+            merger.add(
+                Host::Server,
+                vec![half(0, index, Role::Receive, 1_500_000 + start, read)],
+            );
+        }
+        let mut drained = half(0, 2, Role::Send, 3_000_000, 999_900);
+        drained.drain = true;
+        merger.add(Host::Client, vec![drained]);
+        let run = merge(
+            &ctx,
+            end(sender),
+            Some(end(receiver)),
+            merger.finish(),
+            None,
+        );
+        let f = &run.flows[0];
+        let timed = f.timed.expect("a timed part");
+        assert_eq!(
+            (
+                timed.seconds,
+                timed.acked_bytes,
+                timed.received_bytes,
+                timed.unacked_bytes
+            ),
+            (2.0, 2_000_000, 1_990_000, 100)
+        );
+        assert!((timed.drain_seconds - 0.6).abs() < 1e-9);
+        assert_eq!((f.sent_bps, f.received_bps), (8e6, 7.96e6));
+        assert!(run.intervals[2].drain, "a drain half marks its interval");
+        // The run's rates: the intervals up to the deadline, the drain left out.
+        assert_eq!(run.summary.window_seconds, 2.0);
+        assert_eq!(
+            (run.summary.sent_bps, run.summary.received_bps),
+            (8e6, 7.96e6)
+        );
+    }
+
+    #[test]
+    fn staggered_tests_share_one_window() {
+        // Two one-flow tests through one link, the second 0.5 s later, each 2 s at 10 MB/s
+        // alone and 5 MB/s shared: 25 MB in 2.5 s.
+        let test = |start_unix_us, intervals: &[(u64, u64, u64)]| {
+            let intervals = intervals
+                .iter()
+                .enumerate()
+                .map(|(index, &(start_us, end_us, bytes))| IntervalRecord {
+                    flow: 0,
+                    index: index as u32,
+                    start_us,
+                    end_us,
+                    acked_bytes: bytes,
+                    received_bytes: bytes,
+                    retransmits: 0,
+                    cwnd: 10,
+                    srtt_us: 100,
+                    limits: LimitShares::default(),
+                    udp: None,
+                    drain: false,
+                })
+                .collect();
+            let end = |role| EndReport {
+                report: SideReport {
+                    flows: vec![side_flow(0, role, 12_500_000, 1_000_000, 2.0)],
+                    cpu: CpuUse::default(),
+                },
+                samples: vec![],
+            };
+            let ctx = TestContext {
+                started_unix_us: start_unix_us,
+                ..context(Mode::Up, 1)
+            };
+            merge(
+                &ctx,
+                end(Role::Send),
+                Some(end(Role::Receive)),
+                intervals,
+                None,
+            )
+        };
+        let first = test(
+            0,
+            &[(0, 500_000, 5_000_000), (500_000, 2_000_000, 7_500_000)],
+        );
+        let second = test(
+            500_000,
+            &[(0, 1_500_000, 7_500_000), (1_500_000, 2_000_000, 5_000_000)],
+        );
+        // Each test alone: 12.5 MB in 2 s.
+        let own: f64 = [&first, &second]
+            .iter()
+            .map(|r| r.summary.received_bps)
+            .sum();
+        assert_eq!(own, 2.0 * 50e6);
+        let combined =
+            combine(vec![("client1".into(), first), ("client2".into(), second)]).unwrap();
+        assert_eq!(combined.summary.window_seconds, 2.5);
+        assert_eq!(combined.summary.received_bps, 25e6 * 8.0 / 2.5);
+        assert_eq!(combined.summary.received_bytes, 25_000_000);
     }
 }

@@ -277,6 +277,9 @@ pub struct SideInterval {
     /// A UDP flow's datagrams (sender: `sent`; receiver: the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpInterval>,
+    /// After the test's deadline: the drain of the sender's backlog.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
 }
 
 /// One end's results for one flow. Times are that end's monotonic µs.
@@ -307,6 +310,21 @@ pub struct SideFlow {
     /// A UDP flow's counts as this end knows them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpStats>,
+    /// A timed TCP flow's bytes when its deadline passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_deadline: Option<DeadlineCount>,
+    /// A sender's bytes not acknowledged when the drain limit ended the connection.
+    #[serde(default)]
+    pub unacked: u64,
+}
+
+/// A flow's bytes counted when the test's deadline passed: acknowledged (sender) or read
+/// (receiver), and when they were counted (this end's monotonic µs, just after the
+/// deadline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadlineCount {
+    pub bytes: u64,
+    pub t_us: i64,
 }
 
 /// One end's results for a whole test.

@@ -417,6 +417,7 @@ fn run_test(
             t0_us: t0,
             peer_offset_ns,
             pacing: server.pacing.clone(),
+            reset_cut_drains: true,
         };
         thread::spawn(move || flows.run(&params, end, tx, stop))
     };

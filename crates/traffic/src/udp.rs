@@ -33,7 +33,7 @@ const BATCH: usize = 64;
 /// How long a receiver waits in one read before it looks at the clock.
 const READ_TIMEOUT: Duration = Duration::from_millis(20);
 /// After the sender's end, a receiver stops once nothing arrived for this long…
-const QUIET_AFTER_END_US: i64 = 200_000;
+pub const QUIET_AFTER_END_US: i64 = 200_000;
 /// …or at the latest this long after the end (datagrams still queued on a slow path).
 const LINGER_AFTER_END_US: i64 = 3_000_000;
 /// Receive buffer asked for: a burst at 1 Gbit/s must not overflow it while the
@@ -148,14 +148,21 @@ fn cut_intervals(
     out: &Sender<Vec<SideInterval>>,
 ) {
     let period = params.report_interval_us as i64;
+    // As for TCP: an interval ends at the deadline, and the rates leave out those after
+    // it (datagrams still arriving).
+    let deadline = params.end.deadline_us(t0_us);
     let mut last: Vec<(u64, u64)> = vec![(0, 0); shared.len()];
     let mut start_us = t0_us;
     for index in 0u32.. {
         let all_done = shared.iter().all(|s| s.done.load(Ordering::Acquire));
+        let drain = deadline.is_some_and(|d| start_us >= d);
         let end_us = if all_done {
             monotonic_us()
         } else {
-            let due = t0_us + period * (i64::from(index) + 1);
+            let next_tick = t0_us + period * ((start_us - t0_us) / period + 1);
+            let due = deadline
+                .filter(|&d| d > start_us)
+                .map_or(next_tick, |d| next_tick.min(d));
             while monotonic_us() < due && !shared.iter().all(|s| s.done.load(Ordering::Acquire)) {
                 thread::sleep(
                     Duration::from_millis(5)
@@ -193,6 +200,7 @@ fn cut_intervals(
                     srtt_us: 0,
                     limits: LimitShares::default(),
                     udp: Some(udp),
+                    drain,
                 };
                 *last = (sent, bytes);
                 interval
@@ -362,10 +370,7 @@ fn receive(
 ) -> SideFlow {
     let udp = params.udp.expect("UDP parameters");
     let size = (udp.datagram_size as usize).max(HEADER_LEN);
-    let end_us = match params.end {
-        TestEnd::Duration { us } => t0_us + us as i64,
-        TestEnd::Bytes { .. } => i64::MAX,
-    };
+    let end_us = params.end.deadline_us(t0_us).unwrap_or(i64::MAX);
     let _ = flow.socket.set_read_timeout(Some(READ_TIMEOUT));
     let mut batch = RecvBatch::new(size);
     let (mut last_us, mut bytes) = (t0_us, 0u64);
@@ -470,6 +475,8 @@ fn side_flow(
         rtt: RttStats::default(),
         error,
         udp: Some(udp),
+        at_deadline: None,
+        unacked: 0,
     }
 }
 

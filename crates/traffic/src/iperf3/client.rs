@@ -386,6 +386,8 @@ fn run_flows(
         t0_us: context.t0_us,
         peer_offset_ns: 0,
         pacing: request.pacing.clone(),
+        // iperf3 fails its test on a reset; it ends the test itself.
+        reset_cut_drains: false,
     };
     let outcome = flows.run(&context.params, end, tx, flows_stop);
     finished.store(true, Ordering::Relaxed);
@@ -479,6 +481,9 @@ fn server_report(
                 rtt: Default::default(),
                 error: None,
                 udp: mine.udp.map(|_| their_udp(stream, mine.role)),
+                // iperf3 reports its totals only.
+                at_deadline: None,
+                unacked: 0,
             })
         })
         .collect::<Result<_, String>>()?;

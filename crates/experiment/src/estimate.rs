@@ -1,0 +1,127 @@
+//! How long a run of a point takes, before it runs: the figure of `sweep --dry-run`.
+//!
+//! A run costs its lab and its storing, then each test (flow group) takes, from its start
+//! offset: the control protocol's round trips over the emulated path (handshake, clock
+//! probes, one connection per data flow, the reports at the end), its sending time, and
+//! after a timed TCP test the drain of its senders' backlog. The constants are measured
+//! (release build, 2 vCPUs); the README lists real sweeps of examples/quick against the
+//! estimate.
+
+use std::time::Duration;
+
+use tcplab_model::experiment::{FlowConfig, Point};
+use tcplab_model::path::{Loss, PathSpec};
+use tcplab_model::record::{Mode, TestEnd};
+use tcplab_model::throughput::drain_limit_us;
+use tcplab_traffic::client::TIME_PROBES;
+use tcplab_traffic::udp::QUIET_AFTER_END_US;
+
+/// A run's cost besides its tests: the lab up and down, the server, storing the run.
+/// The sweep prints the median of this (wall time minus the tests'): 70–115 ms in sweeps
+/// of 1–2 s runs here.
+pub const RUN_OVERHEAD: Duration = Duration::from_millis(100);
+
+/// Round trips of a test's control protocol besides its clock probes and its data
+/// connections: connecting, the hello, authentication, Start and Accepted, Ready and Go,
+/// and the reports at the end. Fitted to the wall time of 1 s tests through delay-only
+/// paths of 50, 100 and 200 ms (17–18 round trips with one data connection, eight of
+/// them clock probes) and of 1 KiB tests with 1, 4 and 8 streams (one more round trip
+/// per stream).
+pub const CONTROL_RTTS: u64 = 8;
+
+/// About how long one run of `point` takes.
+pub fn run_time(point: &Point) -> Duration {
+    let c = &point.config;
+    let tests = c
+        .flows
+        .iter()
+        .map(|f| {
+            test_time_us(
+                f,
+                &c.path,
+                c.access.get(usize::from(f.client) - 1),
+                c.duration_us,
+            )
+        })
+        .max()
+        .unwrap_or(c.duration_us);
+    RUN_OVERHEAD + Duration::from_micros(tests)
+}
+
+/// From the run's start to the end of one flow group's test, µs. A byte count is taken
+/// to last the run's duration.
+fn test_time_us(flow: &FlowConfig, path: &PathSpec, access: Option<&PathSpec>, run_us: u64) -> u64 {
+    let rtt_us = path.rtt_us() + access.map_or(0, PathSpec::rtt_us);
+    let p = &flow.params;
+    let directions = if p.mode == Mode::Bidir { 2 } else { 1 };
+    let connections = u64::from(p.streams) * directions;
+    let control_us = (CONTROL_RTTS + TIME_PROBES as u64 + connections) * rtt_us;
+    let (sending_us, timed) = match p.end {
+        TestEnd::Duration { us } => (us, true),
+        TestEnd::Bytes { .. } => (run_us, false),
+    };
+    let after_us = match (p.udp.is_some(), timed) {
+        // A UDP receiver stops once nothing arrived for a while after the end.
+        (true, _) => QUIET_AFTER_END_US as u64 + rtt_us / 2,
+        (false, false) => rtt_us,
+        (false, true) => drain_us(rtt_us, lossy(path) || access.is_some_and(lossy)),
+    };
+    flow.start_us + control_us + sending_us + after_us
+}
+
+/// What a timed TCP test's senders take after the deadline, µs. Loss holds the window
+/// below what an autotuned send buffer holds, so a lossy path's backlog runs to the
+/// drain limit (measured: 0.5 s of every 0.5 % or 5 % loss run); elsewhere drains took
+/// from nothing to the limit, so half of it.
+fn drain_us(rtt_us: u64, lossy: bool) -> u64 {
+    let limit = drain_limit_us(rtt_us.min(u64::from(u32::MAX)) as u32);
+    if lossy {
+        limit
+    } else {
+        limit / 2
+    }
+}
+
+/// Whether either direction of `path` loses or corrupts packets.
+fn lossy(path: &PathSpec) -> bool {
+    [&path.up, &path.down]
+        .iter()
+        .any(|l| l.loss != Loss::None || !l.corrupt.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcplab_model::experiment::parse;
+
+    fn point(text: &str) -> Point {
+        parse(text, "t").unwrap().points.remove(0)
+    }
+
+    #[test]
+    fn a_run_costs_its_lab_its_round_trips_its_duration_and_its_drain() {
+        let rtt_100 = point("duration = \"2s\"\npath = \"rtt 100ms\"\n[[flow]]\nstreams = 4\n");
+        // 100 ms + (8 + 8 + 4) × 100 ms + 2 s + half of the 0.5 s drain limit.
+        assert_eq!(
+            run_time(&rtt_100),
+            Duration::from_millis(100 + 2000 + 2000 + 250)
+        );
+        let lossy = point("duration = \"2s\"\npath = \"rtt 50ms loss 0.5%\"\n");
+        assert_eq!(
+            run_time(&lossy),
+            Duration::from_millis(100 + 850 + 2000 + 500)
+        );
+    }
+
+    #[test]
+    fn the_latest_group_ends_the_run() {
+        let p = point(
+            "duration = \"3s\"\npath = \"rtt 10ms\"\n\
+             [[flow]]\nname = \"bulk\"\n\
+             [[flow]]\nname = \"late\"\nstart = \"1s\"\nduration = \"1s\"\nprotocol = \"udp\"\nrate = \"1mbit\"\n",
+        );
+        // The bulk flow: 17 round trips, 3 s, half the drain limit; the UDP flow ends at
+        // 1 s + 17 round trips + 1 s + 0.2 s + half a round trip, sooner.
+        assert_eq!(run_time(&p), Duration::from_millis(100 + 170 + 3000 + 250));
+    }
+}

@@ -175,8 +175,7 @@ fn progress_bar(len: u64) -> ProgressBar {
 /// The plan, its size and time, and where the database stands with it.
 fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
     let runs = experiment.points.len() * experiment.repetitions as usize;
-    let per_point: Vec<Duration> = experiment.points.iter().map(estimate::run_time).collect();
-    let total: Duration = per_point.iter().sum::<Duration>() * experiment.repetitions;
+    let total = estimate::sweep_time(&experiment.points, experiment.repetitions);
     println!(
         "experiment {} ({file}): {} points × {} repetitions = {runs} runs, about {}",
         experiment.name,

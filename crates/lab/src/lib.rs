@@ -13,4 +13,6 @@ pub mod pool;
 pub mod registry;
 mod topology;
 
-pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabStats};
+pub use topology::{
+    Backend, CalibrationShape, Host, Lab, LabConfig, LabError, LabStats, CALIBRATION_TIME,
+};

@@ -157,19 +157,73 @@ impl LabStats {
 
 /// Echo requests that measure a lab's own latency when it starts, one at a time, and
 /// the mean pause between them. Sparse echoes find the emulator asleep, as a user's
-/// ping does: echoes 1 ms apart, or several in flight on a long path, kept it awake
-/// and measured 50–150 µs less than ping then saw every 10 to 200 ms.
-const CALIBRATION_ECHOES: u16 = 40;
-const CALIBRATION_SPACING: Duration = Duration::from_millis(5);
-/// The longest delay each of the calibration's links applies: what the emulator adds
-/// does not depend on how long it sleeps once it sleeps, and 40 echoes then take about
-/// 0.3 s whatever the path's round trip.
-const CALIBRATION_LINK_DELAY_CAP_US: u64 = 500;
-/// What a calibration depends on: the one-way delays (µs) of its links up and down,
-/// and whether each direction segments super-packets.
-type CalibrationKey = (u64, u64, [bool; 2]);
+/// ping does. Measured against ping every 20 and 200 ms after compensation (means over
+/// rtt 0.5–100 ms): echoes 1 ms apart or several in flight +50 to +170 µs, a 5 ms pause
+/// +35 to +180, a 20 ms pause −13 to +68.
+const CALIBRATION_ECHOES: u16 = 25;
+const CALIBRATION_SPACING: Duration = Duration::from_millis(20);
+/// The longest delay each of the calibration's links applies. The wake-ups the
+/// emulator adds grow with how long it slept, up to a few ms; capped there, 25 echoes
+/// take under 0.75 s whatever the path's round trip.
+const CALIBRATION_LINK_DELAY_CAP_US: u64 = 5_000;
 /// How long the calibration waits for an echo.
 const CALIBRATION_WAIT: Duration = Duration::from_millis(100);
+
+/// About how long a lab's calibration takes: 25 echoes, each through at most 20 ms of
+/// links and back, then a 20 ms pause on average.
+pub const CALIBRATION_TIME: Duration = Duration::from_millis(750);
+
+/// Whether each direction (up, down) of a lab segments super-packets: where any of its
+/// links applies a per-packet effect.
+fn per_packet(path: &PathSpec, clients: &[PathSpec]) -> [bool; 2] {
+    [Direction::Up, Direction::Down].map(|dir| {
+        !path.link(dir).delays_only() || clients.iter().any(|a| !a.link(dir).delays_only())
+    })
+}
+
+/// What a lab's calibration measures through, and so what its result depends on: the
+/// first client's way to the server with each link's delay capped, and whether each
+/// direction segments super-packets. Labs of one process with the same shape share one
+/// calibration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CalibrationShape {
+    /// The bottleneck and each client's access link, delays only, capped.
+    path: PathSpec,
+    clients: Vec<PathSpec>,
+    per_packet: [bool; 2],
+}
+
+impl CalibrationShape {
+    /// The shape of a lab of `path` with these clients' access links.
+    pub fn of(path: &PathSpec, clients: &[PathSpec]) -> CalibrationShape {
+        let probed = |spec: &PathSpec| {
+            let mut spec = spec.delay_part();
+            for link in [&mut spec.up, &mut spec.down] {
+                link.delay_us = link.delay_us.min(CALIBRATION_LINK_DELAY_CAP_US);
+            }
+            spec
+        };
+        CalibrationShape {
+            path: probed(path),
+            clients: clients.iter().map(probed).collect(),
+            per_packet: per_packet(path, clients),
+        }
+    }
+
+    /// The probed one-way delay of direction `dir` (the first client's way), µs.
+    fn delay_us(&self, dir: Direction) -> u64 {
+        self.path.link(dir).delay_us + self.clients[0].link(dir).delay_us
+    }
+
+    /// Whether `other`'s calibration is this one's: the same delays probed on the first
+    /// client's way, the same segmentation.
+    pub fn same(&self, other: &CalibrationShape) -> bool {
+        [Direction::Up, Direction::Down]
+            .iter()
+            .all(|&d| self.delay_us(d) == other.delay_us(d))
+            && self.per_packet == other.per_packet
+    }
+}
 
 /// The TUN devices of a lab's hosts.
 struct Devices {
@@ -484,11 +538,8 @@ impl Lab {
         };
         // Whether a direction segments super-packets is the real path's choice, for the
         // calibration too: it decides how the emulator reads and writes.
-        let per_packet = [Direction::Up, Direction::Down].map(|dir| {
-            !config.path.link(dir).delays_only()
-                || config.clients.iter().any(|a| !a.link(dir).delays_only())
-        });
-        let calibration = Self::calibrate(config, per_packet, &devices, &server, &clients)?;
+        let per_packet = per_packet(&config.path, &config.clients);
+        let calibration = Self::calibrate(config, &devices, &server, &clients)?;
         // A dynamic pacer's target rate, published by the direction's senders.
         let pacing_targets = [Direction::Up, Direction::Down].map(|dir| {
             (config.path.link(dir).pace == Some(Pace::Cwnd)).then(|| Arc::new(AtomicU64::new(0)))
@@ -517,41 +568,20 @@ impl Lab {
     /// direction segments): a sweep's later labs reuse it.
     fn calibrate(
         config: &LabConfig,
-        per_packet: [bool; 2],
         devices: &Devices,
         server: &Host,
         clients: &[Host],
     ) -> Result<Calibration, LabError> {
-        static MEASURED: Mutex<Vec<(CalibrationKey, Intrinsic)>> = Mutex::new(Vec::new());
+        static MEASURED: Mutex<Vec<(CalibrationShape, Intrinsic)>> = Mutex::new(Vec::new());
         let delay_us =
             |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
         let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
-        // Only the first client's way is probed: the bottleneck's delay and its access
-        // link's, each capped.
-        let probed = |spec: &PathSpec| {
-            let mut spec = spec.delay_part();
-            for link in [&mut spec.up, &mut spec.down] {
-                link.delay_us = link.delay_us.min(CALIBRATION_LINK_DELAY_CAP_US);
-            }
-            spec
-        };
-        let delays = LabConfig {
-            path: probed(&config.path),
-            clients: config.clients.iter().map(probed).collect(),
-            ..config.clone()
-        };
-        let probed_us =
-            |dir: Direction| delays.path.link(dir).delay_us + delays.clients[0].link(dir).delay_us;
-        let key = (
-            probed_us(Direction::Up),
-            probed_us(Direction::Down),
-            per_packet,
-        );
+        let shape = CalibrationShape::of(&config.path, &config.clients);
         let known = MEASURED
             .lock()
             .expect("calibration lock")
             .iter()
-            .find(|(k, _)| *k == key)
+            .find(|(s, _)| s.same(&shape))
             .map(|(_, intrinsic)| *intrinsic);
         if let Some(intrinsic) = known {
             return Ok(Calibration {
@@ -559,9 +589,14 @@ impl Lab {
                 ..Calibration::new(up_us, down_us, intrinsic)
             });
         }
+        let delays = LabConfig {
+            path: shape.path.clone(),
+            clients: shape.clients.clone(),
+            ..config.clone()
+        };
         let links = LinkPlan {
             config: &delays,
-            per_packet,
+            per_packet: shape.per_packet,
             credit_ns: [0, 0],
             pacing_targets: &[None, None],
         };
@@ -575,7 +610,8 @@ impl Lab {
         );
         emulator.halt()?;
         let rtts = rtts.map_err(io_err("measuring the lab's own latency"))?;
-        let configured_ns = (key.0 + key.1) as i64 * 1000;
+        let configured_ns =
+            (shape.delay_us(Direction::Up) + shape.delay_us(Direction::Down)) as i64 * 1000;
         let excess: Vec<i64> = rtts.iter().map(|rtt| rtt - configured_ns).collect();
         let intrinsic = Intrinsic::from_excess(&excess).ok_or_else(|| {
             LabError::Name(format!(
@@ -585,7 +621,7 @@ impl Lab {
         MEASURED
             .lock()
             .expect("calibration lock")
-            .push((key, intrinsic));
+            .push((shape, intrinsic));
         Ok(Calibration::new(up_us, down_us, intrinsic))
     }
 

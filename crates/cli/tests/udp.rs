@@ -201,17 +201,19 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
         return;
     }
     let _serial = serial();
-    // 20 Mbit/s of 1000-byte datagrams into a 100 Mbit/s link: evenly spaced, each
-    // finds the link idle; in bursts of 10 sent together, they queue behind each other
-    // (the sender catches up at twice its rate, never merging bursts). The mean, not
-    // the extremes: a burst splits when the sending thread is preempted mid-burst
-    // (measured mean 7.3 in a debug build beside a sweep), and packets join when the
-    // emulator thread, kept off the CPU, reads a backlog at once (p99 2 for --burst 1
-    // in one CI run, a mean of 13 on a CI machine whose emulator ran 7 ms late).
+    // 20 Mbit/s of 1000-byte datagrams into a 50 Mbit/s link: evenly spaced, each
+    // finds the link idle; in bursts of 10 sent together (1–5 µs apart, a capture of
+    // the sender shows), they arrive in trains of 10 (the sender catches up at twice
+    // its rate, never merging bursts). The emulator joins two datagrams when it reads
+    // them within half a datagram's time at the link (82 µs) less its reads' 25 µs lag;
+    // at 100 Mbit/s that leaves 16 µs, less than its own wake-ups stretch a burst's
+    // gaps (20–40 µs), and it splits them. The mean, not the extremes: a burst splits
+    // when the sending thread is preempted mid-burst (measured mean 7.3 in a debug
+    // build beside a sweep) or the emulator wakes late.
     for (burst, size) in [("1", 1.0), ("10", 10.0)] {
         one_of_three_tries(&format!("--burst {burst}"), || {
             let v = udp_run(
-                "rtt 4ms rate 100mbit",
+                "rtt 4ms rate 50mbit",
                 &["-b", "20mbit", "-l", "1000", "-t", "2", "--burst", burst],
             );
             assert_eq!(u64_at(udp(&v), "/lost"), 0);

@@ -1,15 +1,23 @@
-//! Burstiness at a link's entry, in the link's own terms: per flow, the gaps between
-//! its packets, and its bursts — runs of packets each arriving before the link could
-//! have sent the one before it (a gap shorter than that packet's serialization time at
-//! the link's rate). A paced flow arrives in runs of one; a TSO burst or a window's
-//! worth of packets released by one ACK arrives as a long run. Also the link's queue
-//! occupancy over time. Pure: the emulator feeds it times and sizes.
+//! Bursts at a link's entry, as trains: per flow, runs of packets arriving back to
+//! back — each within [`TRAIN_GAP_NS`] of the flow's previous arrival and at least twice
+//! as fast as the link sends that arrival. A GSO packet's segments arrive together and
+//! are one train by construction; a paced flow arrives in trains of one; packets clocked
+//! out by ACKs at the link's own rate never chain, however long the flow keeps the link
+//! busy. Also the link's queue occupancy over time. Pure: the emulator feeds it times,
+//! sizes and how late each time may be.
 
 use std::collections::HashMap;
 
 use crate::packet::FlowKey;
 use crate::record::{BurstStats, QueueSample};
 use crate::udp::quantiles;
+
+/// The longest gap inside a train. Well below the spacing of paced sends (BBR at
+/// 1 Gbit/s spaces its 64 KB GSO packets 430–550 µs apart), and above what the
+/// emulator's reads need to resolve a sender's back-to-back GSO packets: it reads one
+/// waiting behind another up to 45 µs after it (it segments the first before reading
+/// the next), and its read times may lag the arrivals by 25 µs more.
+pub const TRAIN_GAP_NS: u64 = 100_000;
 
 /// Per-flow counts kept for at most this many flows (the first seen): a flood of
 /// one-packet flows must not grow the emulator's memory.
@@ -20,16 +28,38 @@ const MAX_GAPS: usize = 1 << 20;
 #[derive(Default)]
 struct FlowMeter {
     packets: u64,
-    /// Arrival and serialization end (at the link's rate) of the flow's last packet, ns.
-    last_arrival_ns: u64,
-    last_done_ns: u64,
-    /// Length of the burst in progress.
+    /// Time of the flow's last arrival, how much earlier it may have arrived, and the
+    /// wire bytes that arrived then (all the segments of a GSO packet arrive at once).
+    last_ns: u64,
+    last_lag_ns: u64,
+    last_bytes: u64,
+    /// Length of the train in progress.
     run: u64,
-    bursts: Vec<u32>,
+    trains: Vec<u32>,
     gaps_us: Vec<u32>,
+    /// Arrivals close enough to continue a train whose times were not known well
+    /// enough to tell.
+    unresolved: u64,
 }
 
-/// Burstiness of the packets entering one link.
+impl FlowMeter {
+    /// Whether an arrival `gap_ns` after the last one continues its train: within
+    /// [`TRAIN_GAP_NS`] and within half the time the link takes to send the last
+    /// arrival (`ns_per_byte`). The last arrival may have come its lag earlier, so the
+    /// gap must be below the threshold with that lag to spare. `None`: close enough,
+    /// but the times cannot tell.
+    fn continues(&self, gap_ns: u64, ns_per_byte: f64) -> Option<bool> {
+        let half_send_ns = (self.last_bytes as f64 * ns_per_byte / 2.0) as u64;
+        let threshold = TRAIN_GAP_NS.min(half_send_ns);
+        if gap_ns >= threshold {
+            Some(false)
+        } else {
+            (gap_ns + self.last_lag_ns < threshold).then_some(true)
+        }
+    }
+}
+
+/// Trains of the packets entering one link.
 pub struct BurstMeter {
     /// ns per byte at the link's rate.
     ns_per_byte: f64,
@@ -51,35 +81,47 @@ impl BurstMeter {
         }
     }
 
-    /// A packet of `wire_len` bytes of `flow` arrives at `now_ns`.
-    pub fn arrival(&mut self, flow: FlowKey, now_ns: u64, wire_len: u32) {
+    /// A packet of `wire_len` bytes of `flow` arrived at `now_ns`, or up to `lag_ns`
+    /// before it: 0 for a time known exactly (a link upstream delivered it then), more
+    /// for the time the emulator read it from a device. A flow's times never go
+    /// backwards.
+    pub fn arrival(&mut self, flow: FlowKey, now_ns: u64, wire_len: u32, lag_ns: u64) {
         if !self.flows.contains_key(&flow) && self.flows.len() >= MAX_FLOWS {
             return;
         }
-        let serialize_ns = (f64::from(wire_len) * self.ns_per_byte) as u64;
+        let ns_per_byte = self.ns_per_byte;
         let m = self.flows.entry(flow).or_default();
-        if m.packets > 0 {
-            // Back to back: it arrived while the link was still sending the last one.
-            if now_ns < m.last_done_ns {
-                m.run += 1;
-            } else {
-                m.bursts.push(m.run.min(u64::from(u32::MAX)) as u32);
-                m.run = 1;
+        if m.packets == 0 {
+            m.run = 1;
+            m.last_bytes = u64::from(wire_len);
+        } else if now_ns == m.last_ns {
+            // Another segment of the same GSO packet.
+            m.run += 1;
+            m.last_bytes += u64::from(wire_len);
+        } else {
+            let gap_ns = now_ns.saturating_sub(m.last_ns);
+            match m.continues(gap_ns, ns_per_byte) {
+                Some(true) => m.run += 1,
+                unknown_or_not => {
+                    m.unresolved += u64::from(unknown_or_not.is_none());
+                    m.trains.push(m.run.min(u64::from(u32::MAX)) as u32);
+                    m.run = 1;
+                }
             }
-            let gap = ((now_ns - m.last_arrival_ns.min(now_ns)) / 1000).min(u64::from(u32::MAX));
+            m.last_bytes = u64::from(wire_len);
+        }
+        if m.packets > 0 {
+            let gap_us = (now_ns.saturating_sub(m.last_ns) / 1000).min(u64::from(u32::MAX)) as u32;
             if m.gaps_us.len() < MAX_GAPS {
-                m.gaps_us.push(gap as u32);
+                m.gaps_us.push(gap_us);
             } else {
                 let at = (m.packets as usize) % MAX_GAPS;
-                m.gaps_us[at] = gap as u32;
+                m.gaps_us[at] = gap_us;
             }
-        } else {
-            m.run = 1;
         }
         m.packets += 1;
-        m.last_arrival_ns = now_ns;
-        // The link sends back-to-back packets one after another.
-        m.last_done_ns = m.last_done_ns.max(now_ns) + serialize_ns;
+        m.last_ns = now_ns;
+        m.last_lag_ns = lag_ns;
     }
 
     /// The link's queue holds `bytes` at `now_ns`; kept once per period.
@@ -101,18 +143,18 @@ impl BurstMeter {
             .flows
             .iter()
             .map(|(key, m)| {
-                let mut bursts = m.bursts.clone();
-                bursts.push(m.run as u32);
-                let count = bursts.len() as u64;
-                let mean = bursts.iter().map(|&b| f64::from(b)).sum::<f64>() / count as f64;
-                let q = quantiles(&mut bursts);
+                let mut trains = m.trains.clone();
+                trains.push(m.run.min(u64::from(u32::MAX)) as u32);
+                trains.sort_unstable();
+                let count = trains.len() as u64;
                 BurstStats {
                     flow: key.to_string(),
                     packets: m.packets,
                     bursts: count,
-                    burst_mean: mean,
-                    burst_p99: q.p99,
-                    burst_max: q.max as u64,
+                    burst_mean: m.packets as f64 / count as f64,
+                    burst_p99: f64::from(packet_quantile(&trains, 0.99)),
+                    burst_max: u64::from(trains[trains.len() - 1]),
+                    unresolved: m.unresolved,
                     gap_us: quantiles(&mut m.gaps_us.clone()),
                 }
             })
@@ -122,10 +164,29 @@ impl BurstMeter {
     }
 }
 
+/// The length of train within which `share` of the packets of `trains` (sorted)
+/// arrived. A quantile over packets, not over trains: splitting a train never raises
+/// it, so a meter that splits what it cannot resolve never overstates it.
+fn packet_quantile(trains: &[u32], share: f64) -> u32 {
+    let total: u64 = trains.iter().map(|&t| u64::from(t)).sum();
+    let mut within = 0;
+    for &t in trains {
+        within += u64::from(t);
+        if within as f64 >= share * total as f64 {
+            return t;
+        }
+    }
+    trains.last().copied().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::{IpAddr, Ipv4Addr};
+
+    const GBIT: u64 = 1_000_000_000;
+    /// A read by the emulator: up to one wake-up late.
+    const READ: u64 = 25_000;
 
     fn flow(port: u16) -> FlowKey {
         FlowKey {
@@ -137,46 +198,136 @@ mod tests {
         }
     }
 
-    #[test]
-    fn spaced_packets_are_runs_of_one_and_back_to_back_ones_a_burst() {
-        // 1 Gbit/s: a 1500-byte packet takes 12 µs.
-        let mut m = BurstMeter::new(1_000_000_000, 1_000_000);
-        // Paced: one packet every 15 µs.
-        for k in 0..100u64 {
-            m.arrival(flow(1), k * 15_000, 1500);
-        }
-        // Bursty: 10 at once, every 1 ms.
-        for b in 0..10u64 {
-            for _ in 0..10 {
-                m.arrival(flow(2), b * 1_000_000, 1500);
+    /// `units` GSO packets of `segments` 1500-byte segments each, the k-th at `at(k)`.
+    fn feed(m: &mut BurstMeter, units: u64, segments: u32, lag: u64, at: impl Fn(u64) -> u64) {
+        for k in 0..units {
+            for _ in 0..segments {
+                m.arrival(flow(1), at(k), 1500, lag);
             }
         }
+    }
+
+    fn only(m: &BurstMeter) -> BurstStats {
         let (flows, _) = m.report();
-        let paced = flows.iter().find(|f| f.flow.contains(":1 >")).unwrap();
-        assert_eq!(
-            (paced.packets, paced.bursts, paced.burst_max),
-            (100, 100, 1)
-        );
-        assert_eq!(paced.gap_us.p50, 15.0);
-        let bursty = flows.iter().find(|f| f.flow.contains(":2 >")).unwrap();
-        assert_eq!((bursty.bursts, bursty.burst_max), (10, 10));
-        assert_eq!(bursty.burst_mean, 10.0);
-        assert_eq!((bursty.gap_us.p50, bursty.gap_us.max), (0.0, 1000.0));
+        assert_eq!(flows.len(), 1);
+        flows[0].clone()
     }
 
     #[test]
-    fn a_packet_arriving_just_after_the_link_finished_starts_a_new_burst() {
-        let mut m = BurstMeter::new(1_000_000_000, 1_000_000);
-        m.arrival(flow(1), 0, 1500);
-        m.arrival(flow(1), 11_999, 1500); // still serializing: same burst
-        m.arrival(flow(1), 24_000, 1500); // the link finished at 24 µs: new burst
-        let (flows, _) = m.report();
-        assert_eq!((flows[0].bursts, flows[0].burst_max), (2, 2));
+    fn a_gso_packet_is_one_train_and_paced_ones_are_trains_of_their_own() {
+        // 45-segment GSO packets every 500 µs (BBR at ~1 Gbit/s): 20 trains of 45.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 20, 45, READ, |k| k * 500_000);
+        let s = only(&m);
+        assert_eq!(
+            (s.packets, s.bursts, s.burst_mean, s.burst_p99, s.burst_max),
+            (900, 20, 45.0, 45.0, 45)
+        );
+        assert_eq!((s.gap_us.p50, s.gap_us.max, s.unresolved), (0.0, 500.0, 0));
+    }
+
+    #[test]
+    fn gso_packets_sent_back_to_back_are_one_train() {
+        // Three trains of four 45-segment packets read 45 µs apart (each waiting behind
+        // the previous one's segmentation), the trains 2 ms apart: 3 trains of 180.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 12, 45, READ, |k| {
+            (k / 4) * 2_000_000 + (k % 4) * 45_000
+        });
+        let s = only(&m);
+        assert_eq!(
+            (s.bursts, s.burst_mean, s.burst_max, s.unresolved),
+            (3, 180.0, 180, 0)
+        );
+        // 100 µs apart is no longer back to back.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 4, 45, 0, |k| k * TRAIN_GAP_NS);
+        assert_eq!(only(&m).bursts, 4);
+    }
+
+    #[test]
+    fn packets_clocked_out_at_the_links_rate_never_chain() {
+        // One packet of 1500 B per 12 µs is 1 Gbit/s: the link's own rate, for 10 000
+        // packets, timed exactly (behind an access link): each packet is a train.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 10_000, 1, 0, |k| k * 12_000);
+        let s = only(&m);
+        assert_eq!((s.bursts, s.burst_max, s.unresolved), (10_000, 1, 0));
+        // Two-segment GSO packets every 24 µs, the ACK clock of a 1 Gbit/s link.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 1000, 2, READ, |k| k * 24_000);
+        let s = only(&m);
+        assert_eq!((s.bursts, s.burst_max, s.unresolved), (1000, 2, 0));
+    }
+
+    #[test]
+    fn exact_times_join_what_arrives_at_twice_the_links_rate() {
+        // At 100 Mbit/s a 1500-byte packet takes 120 µs to send. Groups of 10 packets
+        // (behind a faster access link) up to 59 µs apart are trains of 10; from 60
+        // µs (half of 120) they are not.
+        let mbit100 = 100_000_000;
+        for (gap, trains) in [(40_000, 5), (59_000, 5), (60_000, 50)] {
+            let mut m = BurstMeter::new(mbit100, 1_000_000);
+            feed(&mut m, 50, 1, 0, |k| (k / 10) * 10_000_000 + (k % 10) * gap);
+            assert_eq!(only(&m).bursts, trains, "gap {gap}");
+        }
+        // At 1 Gbit/s, single packets 5 µs apart come faster than twice the rate (6 µs).
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 10, 1, 0, |k| k * 5_000);
+        assert_eq!(only(&m).bursts, 1);
+    }
+
+    #[test]
+    fn a_gap_that_a_late_time_cannot_resolve_starts_a_new_train() {
+        // The same 10 packets 5 µs apart, read by the emulator: one may have arrived
+        // 25 µs before it was read, so a 5 µs gap cannot be told from one over the 6 µs
+        // threshold: 10 trains, 9 gaps unresolved. At 100 Mbit/s the threshold (60 µs)
+        // leaves room for the lag.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 10, 1, READ, |k| k * 5_000);
+        let s = only(&m);
+        assert_eq!((s.bursts, s.unresolved), (10, 9));
+        let mut m = BurstMeter::new(100_000_000, 1_000_000);
+        feed(&mut m, 10, 1, READ, |k| k * 5_000);
+        assert_eq!(only(&m).bursts, 1);
+        // GSO packets read 80 µs apart: within 100 µs, not with 25 to spare.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 3, 45, READ, |k| k * 80_000);
+        let s = only(&m);
+        assert_eq!((s.bursts, s.unresolved), (3, 2));
+        // What the emulator read after not watching its device for 1 ms may have come
+        // at any point of it: each packet its own train.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 4, 45, 1_000_000, |k| k * 35_000);
+        let s = only(&m);
+        assert_eq!((s.bursts, s.burst_max, s.unresolved), (4, 45, 3));
+    }
+
+    #[test]
+    fn the_99th_percentile_is_over_packets() {
+        // 990 trains of one packet and one of 10 000: nearly all trains are single
+        // packets, 91 % of the packets came in the long one.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        feed(&mut m, 990, 1, 0, |k| k * 1_000_000);
+        feed(&mut m, 1, 10_000, 0, |_| 2_000_000_000);
+        let s = only(&m);
+        assert_eq!(
+            (s.bursts, s.burst_p99, s.burst_max),
+            (991, 10_000.0, 10_000)
+        );
+        // Split in two, that train makes the percentile half as long, never longer.
+        let split: Vec<u32> = [1; 990].into_iter().chain([5000, 5000]).collect();
+        assert_eq!(packet_quantile(&split, 0.99), 5000);
+        // A train of 100 holds 9 % of 1100 packets; one of 50 holds 0.5 % of 10 050.
+        let trains: Vec<u32> = [10; 100].into_iter().chain([100]).collect();
+        assert_eq!(packet_quantile(&trains, 0.99), 100);
+        let trains: Vec<u32> = [10; 1000].into_iter().chain([50]).collect();
+        assert_eq!(packet_quantile(&trains, 0.99), 10);
     }
 
     #[test]
     fn the_queue_is_sampled_once_per_period() {
-        let mut m = BurstMeter::new(1_000_000_000, 1_000_000);
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
         for t in (0..10_000_000u64).step_by(100_000) {
             m.queue(t, t / 1000);
         }
@@ -190,9 +341,9 @@ mod tests {
 
     #[test]
     fn flows_beyond_the_cap_are_not_tracked() {
-        let mut m = BurstMeter::new(1_000_000_000, 1_000_000);
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
         for port in 0..2000u16 {
-            m.arrival(flow(port), u64::from(port), 100);
+            m.arrival(flow(port), u64::from(port), 100, 0);
         }
         assert_eq!(m.report().0.len(), MAX_FLOWS);
     }

@@ -39,6 +39,9 @@ const STEADY_FROM: f64 = 0.2;
 const MIN_LOSS_EVENTS: u64 = 4;
 /// Below this Jain index parallel streams count as unfair.
 const UNFAIR_BELOW: f64 = 0.9;
+/// A flow's 99th-percentile train at least this share of the bottleneck queue
+/// overflows it from half full: bursts, not only the window, fill it.
+const TRAIN_FILLS_QUEUE: f64 = 0.5;
 
 /// What bounded the run's throughput.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -840,36 +843,10 @@ fn detect(
             );
         }
     }
-    // Bursts and queue overflow at the bottleneck.
-    if let Some(p) = &run.path {
-        let stats = match direction {
-            Direction::Up => &p.up,
-            Direction::Down => &p.down,
-        };
-        let overflowed: u64 = stats.links.iter().map(|l| l.counters.dropped_queue).sum();
-        if overflowed > 0 {
-            let bursts = stats
-                .bursts
-                .iter()
-                .find(|b| b.flow.starts_with("tcp"))
-                .map(|b| format!("; the busiest flow arrived in bursts of {:.1} packets on average (longest {})", b.burst_mean, b.burst_max))
-                .unwrap_or_default();
-            let unpaced = e.tunings.pacing == "none";
-            find(
-                "queue_overflow",
-                format!("the bottleneck queue overflowed: {overflowed} packets dropped{bursts}"),
-                unpaced.then(|| {
-                    let rate = e
-                        .path
-                        .as_ref()
-                        .and_then(|p| p.bottleneck_bps)
-                        .map(|r| format!(" at about 95 % of the link ({})", format_rate(r as f64 * 0.95 / tcp.len().max(1) as f64)))
-                        .unwrap_or_default();
-                    let bbr = if e.tunings.cc == "bbr" { "" } else { " or use BBR (-C bbr)" };
-                    format!("pace the senders (--fq-rate{rate} per flow, or a gap pacer: `pace` in the path){bbr} to keep the queue from overflowing")
-                }),
-            );
-        }
+    if let Some((message, pace)) =
+        queue_overflow(run, e.path.as_ref(), &e.tunings, direction, tcp.len())
+    {
+        find("queue_overflow", message, pace);
     }
     // Parallel streams sharing unevenly.
     if tcp.len() > 1 {
@@ -944,12 +921,81 @@ fn detect(
     }
 }
 
+/// The bottleneck queue dropped packets: how many, and the trains (`crate::burst`) of
+/// the TCP flow with the longest against the queue. Pacing is advised (to unpaced
+/// senders) only when those trains overflow the queue: when 99 % of the flow's packets
+/// came in trains of at most half of it, the senders' window filled it, which pacing
+/// does not shrink; more in longer trains overflow it from half full on their own.
+fn queue_overflow(
+    run: &RunRecord,
+    path: Option<&PathFacts>,
+    tunings: &TuningFacts,
+    direction: Direction,
+    streams: usize,
+) -> Option<(String, Option<String>)> {
+    let record = run.path.as_ref()?;
+    let stats = match direction {
+        Direction::Up => &record.up,
+        Direction::Down => &record.down,
+    };
+    let dropped: u64 = stats.links.iter().map(|l| l.counters.dropped_queue).sum();
+    if dropped == 0 {
+        return None;
+    }
+    let mut message = format!("the bottleneck queue overflowed: {dropped} packets dropped");
+    let trains = stats
+        .bursts
+        .iter()
+        .filter(|b| b.flow.starts_with("tcp"))
+        .max_by(|a, b| {
+            a.burst_p99
+                .total_cmp(&b.burst_p99)
+                .then(a.packets.cmp(&b.packets))
+        });
+    let mtu = record.spec.parse::<PathSpec>().map_or(1500, |s| s.mtu);
+    let queue = path.and_then(|p| p.queue_bytes);
+    let (Some(t), Some(queue)) = (trains, queue) else {
+        return Some((message, None));
+    };
+    let p99_bytes = t.burst_p99 * f64::from(mtu);
+    let overflow = p99_bytes >= TRAIN_FILLS_QUEUE * queue as f64;
+    message += &format!(
+        "; packets arrived back to back in trains of {:.1} on average (the burstiest flow), 99 % of them in trains of at most {:.0} ({}), the longest {}, against a queue of {}: {}",
+        t.burst_mean,
+        t.burst_p99,
+        format_size(p99_bytes as u64),
+        t.burst_max,
+        format_size(queue),
+        if overflow {
+            "trains that long overflow it from half full"
+        } else {
+            "too short to overflow it from half full, so the senders' window filled it, not bursts"
+        }
+    );
+    let pace = (overflow && tunings.pacing == "none").then(|| {
+        let rate = path
+            .and_then(|p| p.bottleneck_bps)
+            .map(|r| {
+                format!(
+                    " at about 95 % of the link ({})",
+                    format_rate(r as f64 * 0.95 / streams.max(1) as f64)
+                )
+            })
+            .unwrap_or_default();
+        let bbr = if tunings.cc == "bbr" { "" } else { " or use BBR (-C bbr)" };
+        format!("pace the senders (--fq-rate{rate} per flow, or a gap pacer: `pace` in the path){bbr} to keep the queue from overflowing")
+    });
+    Some((message, pace))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::calibration::{Calibration, Intrinsic};
+    use crate::link::LinkCounters;
     use crate::record::{
-        ClockOffset, HostMeta, IntervalRecord, PathRecord, RttStats, RunStatus, Summary, TestParams,
+        BurstStats, ClockOffset, HostMeta, IntervalRecord, NamedCounters, PathRecord, RttStats,
+        RunStatus, Summary, TestParams,
     };
 
     const MSS: u32 = 1448;
@@ -1399,6 +1445,127 @@ mod tests {
             .find(|f| f.kind == "unfair_streams")
             .unwrap();
         assert!(unfair.message.contains("0.61"), "{}", unfair.message);
+    }
+
+    /// `run` across `spec` whose bottleneck dropped `dropped` packets up, the data flow
+    /// arriving in trains of `mean` packets, 99 % of them in trains of at most `p99`,
+    /// the longest `max`.
+    fn overflowed(spec: &str, dropped: u64, trains: Option<(f64, f64, u64)>) -> RunRecord {
+        let mut r = run(spec, vec![flow(0, 900e6)], Vec::new());
+        let path = r.path.as_mut().unwrap();
+        path.up.links = vec![NamedCounters {
+            name: "bottleneck".into(),
+            counters: LinkCounters {
+                dropped_queue: dropped,
+                ..LinkCounters::default()
+            },
+        }];
+        path.up.bursts = trains
+            .map(|(mean, p99, max)| {
+                // The control connection (trains of one) and the data flow.
+                vec![
+                    BurstStats {
+                        flow: "tcp 10.77.1.1:40000 > 10.77.0.1:45000".into(),
+                        packets: 250_000,
+                        bursts: (250_000.0 / mean) as u64,
+                        burst_mean: mean,
+                        burst_p99: p99,
+                        burst_max: max,
+                        ..BurstStats::default()
+                    },
+                    BurstStats {
+                        flow: "tcp 10.77.1.1:39000 > 10.77.0.1:5201".into(),
+                        packets: 150,
+                        bursts: 150,
+                        burst_mean: 1.0,
+                        burst_p99: 1.0,
+                        burst_max: 1,
+                        ..BurstStats::default()
+                    },
+                ]
+            })
+            .unwrap_or_default();
+        r
+    }
+
+    fn overflow_finding(e: &Explanation) -> Option<&str> {
+        e.findings
+            .iter()
+            .find(|f| f.kind == "queue_overflow")
+            .map(|f| f.message.as_str())
+    }
+
+    fn advises_pacing(e: &Explanation) -> bool {
+        e.recommendations
+            .iter()
+            .any(|r| r.starts_with("pace the senders"))
+    }
+
+    #[test]
+    fn pacing_is_advised_only_for_trains_that_overflow_the_queue() {
+        // Quickstart: one flow at 1 Gbit/s in GSO-sized trains (45 packets ≈ 66 KiB)
+        // against a 1-BDP queue of 2.38 MiB. The queue overflowed, but no train could
+        // overflow it from half full: its window filled it.
+        let quickstart = "rtt 20ms rate 1gbit queue 1bdp";
+        let e = explain(&overflowed(quickstart, 3246, Some((34.7, 45.0, 50))));
+        let message = overflow_finding(&e).expect("an overflow finding");
+        assert!(
+            message.starts_with("the bottleneck queue overflowed: 3246 packets dropped; ")
+                && message.contains("trains of 34.7 on average (the burstiest flow), 99 % of them in trains of at most 45 (65.9 KiB), the longest 50, against a queue of 2.38 MiB")
+                && message.contains("too short to overflow it from half full"),
+            "{message}"
+        );
+        assert!(!advises_pacing(&e), "{:?}", e.recommendations);
+        // Cubic's slow-start trains against a fifth of the BDP (250 KB): 99 % of its
+        // packets in trains of up to 180 (270 KB) overflow it from half full; pacing is
+        // advised, with BBR.
+        let small = "rtt 10ms rate 1gbit queue 0.2bdp";
+        let e = explain(&overflowed(small, 5000, Some((45.7, 180.0, 2375))));
+        assert!(
+            overflow_finding(&e)
+                .unwrap()
+                .contains("trains that long overflow it from half full"),
+            "{e:?}"
+        );
+        assert!(advises_pacing(&e), "{:?}", e.recommendations);
+        assert!(e.recommendations.iter().any(|r| r.contains("or use BBR")));
+    }
+
+    #[test]
+    fn half_the_queue_is_where_trains_start_to_overflow_it() {
+        // 100 packets of 1500 bytes: a 99th-percentile train of 50 is half of it.
+        for (p99, advised) in [(49.0, false), (50.0, true)] {
+            let e = explain(&overflowed(
+                "rtt 10ms rate 100mbit queue 100p",
+                10,
+                Some((20.0, p99, 60)),
+            ));
+            assert_eq!(advises_pacing(&e), advised, "p99 {p99}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn paced_senders_or_unknown_trains_get_no_pacing_advice() {
+        let long = Some((45.7, 180.0, 2375));
+        let small = "rtt 10ms rate 1gbit queue 0.2bdp";
+        // Already paced: the finding stays, the advice does not.
+        let mut r = overflowed(small, 5000, long);
+        r.params.tuning.pacing_rate = Some(900_000_000);
+        let e = explain(&r);
+        assert!(overflow_finding(&e).is_some());
+        assert!(!advises_pacing(&e), "{:?}", e.recommendations);
+        // No burst meter (a trace link, or netem): drops, and no guess at their cause.
+        let e = explain(&overflowed(small, 5000, None));
+        assert_eq!(
+            overflow_finding(&e),
+            Some("the bottleneck queue overflowed: 5000 packets dropped")
+        );
+        assert!(!advises_pacing(&e));
+        // Nothing dropped: nothing to say.
+        assert_eq!(
+            overflow_finding(&explain(&overflowed(small, 0, long))),
+            None
+        );
     }
 
     #[test]

@@ -609,17 +609,23 @@ pub struct DirectionStats {
     pub queue: Vec<QueueSample>,
 }
 
-/// How one flow arrived at the bottleneck. A burst is a run of packets each arriving
-/// before the link could have sent the previous one at its rate.
+/// How one flow arrived at the bottleneck, in trains: runs of packets arriving back to
+/// back (`crate::burst`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BurstStats {
     /// "tcp 10.77.1.1:40000 > 10.77.0.1:5201".
     pub flow: String,
     pub packets: u64,
+    /// Trains, and their length in packets: the mean over trains, the length within
+    /// which 99 % of the packets arrived, the longest.
     pub bursts: u64,
     pub burst_mean: f64,
     pub burst_p99: f64,
     pub burst_max: u64,
+    /// Arrivals close enough to continue a train whose time the emulator could not
+    /// tell finely enough: each started a new one.
+    #[serde(default)]
+    pub unresolved: u64,
     /// Time between consecutive packets of the flow, µs.
     pub gap_us: Quantiles,
 }

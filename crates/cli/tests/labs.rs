@@ -220,8 +220,7 @@ fn two_clients_with_their_own_access_links() {
         // Never before the delay line allows (configured less what the lab took off
         // for its own latency); late by what a busy emulator adds to the average.
         let expected = access + 4.0;
-        let c = &show["calibration"];
-        let credit = (u64_at(c, "/up_credit_us") + u64_at(c, "/down_credit_us")) as f64 / 1e3;
+        let credit = guard.credit_us() / 1e3;
         one_of_three_tries(&format!("client{k}"), || {
             let text = ping(&ns, &["-c", "10", "-i", "0.02"], "10.77.0.1");
             let (_, received, rtt) = ping_summary(&text);
@@ -543,8 +542,9 @@ fn interrupt_a_run(path: &str, run_for: Duration) {
     let v: Value = serde_json::from_slice(&out.stdout).expect("the partial run is printed");
     assert_eq!(v["status"], "incomplete");
     assert_eq!(v["error"], "interrupted");
+    // Something arrived and is kept (a 20 %-loss path may have delivered little).
     assert!(
-        v["flows"][0]["received_bytes"].as_u64().unwrap() > 1_000_000,
+        v["flows"][0]["received_bytes"].as_u64().unwrap() > 100_000,
         "{:#}",
         v["flows"]
     );

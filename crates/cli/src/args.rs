@@ -57,6 +57,12 @@ pub enum Command {
     Report(ReportArgs),
     /// One chart of an experiment or a run, as SVG or PNG.
     Plot(PlotArgs),
+    /// The path-spec grammar that --path, --client-path and experiment files take.
+    PathSpec,
+    /// A shell completion script on stdout (e.g. `tcplab completions bash > /etc/bash_completion.d/tcplab`).
+    Completions { shell: clap_complete::Shell },
+    /// The manual page (roff) on stdout (e.g. `tcplab man | man -l -`).
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -360,7 +366,8 @@ pub struct RunArgs {
 /// An emulated path and the hosts behind it.
 #[derive(Args, Debug, Clone)]
 pub struct PathArgs {
-    /// Path spec of the bottleneck, e.g. "rtt 20ms rate 100mbit queue 1bdp up.loss 1%".
+    /// Path spec of the bottleneck, e.g. "rtt 20ms rate 100mbit queue 1bdp up.loss 1%"
+    /// (the grammar: `tcplab path-spec`).
     #[arg(long, value_parser = parse_path, value_name = "SPEC")]
     pub path: Option<PathSpec>,
     /// Client hosts sharing the bottleneck (a dumbbell).

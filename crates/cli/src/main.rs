@@ -10,7 +10,7 @@ mod sweep;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use args::{Cli, Command};
 
@@ -45,6 +45,19 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Report(args) => report::report(args),
         Command::Plot(args) => report::plot(args),
+        Command::PathSpec => {
+            print!("{}", tcplab_model::path::grammar());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let mut cli = Cli::command();
+            clap_complete::generate(shell, &mut cli, "tcplab", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,
@@ -63,7 +76,10 @@ fn prints_only(command: &Command) -> bool {
         | Command::Results(_)
         | Command::Explain(_)
         | Command::Report(_)
-        | Command::Plot(_) => true,
+        | Command::Plot(_)
+        | Command::PathSpec
+        | Command::Completions { .. }
+        | Command::Man => true,
         Command::Sweep(args) => args.dry_run,
         Command::Lab(cmd) => matches!(
             cmd,

@@ -299,3 +299,22 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         "{err}"
     );
 }
+
+/// Completions, the manual page and the grammar come from the binary itself.
+#[test]
+fn completions_the_manual_and_the_grammar_print() {
+    for (args, expected) in [
+        (&["completions", "bash"][..], "_tcplab()"),
+        (&["completions", "zsh"][..], "#compdef tcplab"),
+        (&["completions", "fish"][..], "complete -c tcplab"),
+        (&["man"][..], ".TH tcplab 1"),
+        (&["path-spec"][..], "pace cwnd"),
+    ] {
+        let out = tcplab(args);
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(expected), "{args:?}: {text}");
+    }
+    let out = tcplab(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}

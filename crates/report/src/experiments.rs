@@ -12,7 +12,7 @@ use crate::axes::{numeric, Quantity};
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::layout::{distinct_values, layout, Layout, Main};
-use crate::palette::{Palette, MODEL_BOUND};
+use crate::palette::{Palette, BOUND};
 use crate::results::{summarize, ExperimentRuns, PointResult, ResultTable};
 
 /// The metrics worth a chart for this experiment's flows: throughput always;
@@ -95,7 +95,7 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
 }
 
 /// Every chart of the experiment, with the tables they draw from (one per metric);
-/// throughput charts carry the runs' model bounds.
+/// throughput charts carry the runs' bounds.
 pub fn charts(
     data: &ExperimentRuns,
     bounds: &RunBounds,
@@ -200,10 +200,10 @@ fn mean_of(table: &ResultTable, point: &Point, x: f64) -> Option<Pt> {
     })
 }
 
-/// The binding model bound of each run (`tcplab explain`'s smallest bound), by run id.
+/// The binding bound of each run (`tcplab explain`'s smallest bound), by run id.
 pub type RunBounds = HashMap<i64, (&'static str, f64)>;
 
-/// A point's model bound: the mean of its runs' binding bounds, named by the bound
+/// A point's bound: the mean of its runs' binding bounds, named by the bound
 /// most of them bind on.
 fn bound_of(data: &ExperimentRuns, bounds: &RunBounds, point: &Point, x: f64) -> Option<Pt> {
     let found: Vec<(&'static str, f64)> = data
@@ -271,7 +271,7 @@ fn metric_charts(
         };
         let caption = |x_words: &str, series: &[Series]| {
             let bound_words = if series.iter().any(|s| s.dashed) {
-                " Dashed, in each series' colour: the model bound that binds (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss), the mean over the point's runs, named where the binding bound changes."
+                " Dashed, in each series' colour: the bound that binds (tcplab explain's smallest of the link's goodput, the window per shortest round trip and a pacing cap: a rate the runs cannot exceed), the mean over the point's runs, named where the binding bound changes."
             } else {
                 ""
             };
@@ -283,7 +283,7 @@ fn metric_charts(
             )
         };
         // One series per combination of the series axes; on throughput charts each
-        // followed by its model bound.
+        // followed by its bound.
         let series_of = |palette: &mut Palette, x_of: &dyn Fn(&Point) -> Option<f64>| {
             let mut out = Vec::new();
             for (label, members) in groups(data, &plan.series, points.iter().copied()) {
@@ -315,8 +315,8 @@ fn metric_charts(
             }
             if out.iter().any(|s| s.dashed) {
                 out.push(Series {
-                    name: MODEL_BOUND.into(),
-                    color: palette.color(MODEL_BOUND),
+                    name: BOUND.into(),
+                    color: palette.color(BOUND),
                     dashed: true,
                     points: Vec::new(),
                 });

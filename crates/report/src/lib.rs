@@ -6,7 +6,7 @@
 //! - `layout`: which charts fit an experiment's axes (x axis, series, facets, heatmap),
 //!   reading units and geometric spacing from the axis values (`axes`).
 //! - `experiments`, `runs`: the charts' data — means with confidence intervals per point;
-//!   one run's intervals, tcp_info samples and bottleneck queue over time.
+//!   one run's throughput over time ([`rates`]), tcp_info samples and bottleneck queue.
 //! - `draw`: a chart as SVG or PNG with plotters (an embedded font); `html`: the page.
 //!
 //! Colours come from one palette (`palette`): within an experiment a series name keeps
@@ -20,6 +20,7 @@ mod experiments;
 mod html;
 mod layout;
 mod palette;
+pub mod rates;
 pub mod results;
 mod runs;
 #[cfg(test)]
@@ -33,7 +34,7 @@ use tcplab_model::stats::Metric;
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 use tcplab_store::{Store, StoreError};
 
-pub use chart::Chart;
+pub use chart::{Body, Chart, Pt, Series};
 pub use draw::{png, svg, DrawError};
 pub use palette::{Rgb, COLORS};
 pub use runs::CHARTS as RUN_CHARTS;
@@ -188,10 +189,7 @@ pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<C
             ),
         },
     };
-    let charts = match target {
-        Target::Experiment(id) => experiment_charts(store, id)?.2,
-        Target::Run(id) => runs::charts(id, &load_run(store, id)?, &mut Palette::new()),
-    };
+    let charts = charts(store, target)?;
     let available: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
     let available = if available.is_empty() {
         "none".to_owned()
@@ -208,6 +206,14 @@ pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<C
             name: name.to_owned(),
             available,
         })
+}
+
+/// Every chart of `target`, as the report draws them.
+pub fn charts(store: &Store, target: Target) -> Result<Vec<Chart>, ReportError> {
+    Ok(match target {
+        Target::Experiment(id) => experiment_charts(store, id)?.2,
+        Target::Run(id) => runs::charts(id, &load_run(store, id)?, &mut Palette::new()),
+    })
 }
 
 fn load_experiment(store: &Store, id: i64) -> Result<ExperimentRuns, ReportError> {
@@ -264,7 +270,7 @@ fn experiment_charts(
     Ok((data, tables, charts))
 }
 
-/// The binding model bound of each done run: `explain` needs the runs' samples, so
+/// The binding bound of each done run: `explain` needs the runs' samples, so
 /// each is loaded whole, one at a time.
 fn run_bounds(store: &Store, data: &ExperimentRuns) -> Result<RunBounds, ReportError> {
     let mut bounds = RunBounds::new();

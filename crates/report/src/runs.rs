@@ -5,11 +5,13 @@
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord};
+use tcplab_model::units::{format_duration_us, format_size};
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::palette::{Palette, ALL_FLOWS, TOTAL};
+use crate::rates::{self, Cell, Rates, Source};
 
 /// Linux's "no threshold yet" ssthresh (TCP_INFINITE_SSTHRESH): not a value to plot.
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -63,24 +65,15 @@ pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
     let udp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_some()).collect();
 
     let mut out = Vec::new();
-    let mut rates = throughput(run, palette);
-    let bound = (!tcp.is_empty())
-        .then(|| explain(run).bounds.binding())
-        .flatten();
-    if let Some((name, bps)) = bound {
-        rates.push(Series {
-            name: format!("model bound: {name}"),
-            color: TOTAL,
-            dashed: true,
-            points: vec![Pt::at(0.0, bps), Pt::at(end, bps)],
-        });
+    if let Some(rates) = rates::rates(run) {
+        let (series, what) = throughput(run, &rates, &tcp, palette);
+        out.push(chart(
+            "throughput",
+            "throughput over time",
+            &what,
+            lines("throughput", Quantity::Rate, series),
+        ));
     }
-    out.push(chart(
-        "throughput",
-        "throughput over time",
-        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows); after a timed flow's deadline, its sender's drain, which no rate counts. Dashed: the model bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss).",
-        lines("throughput", Quantity::Rate, rates),
-    ));
     let mut windows = Vec::new();
     for f in &tcp {
         windows.push(flow_series(
@@ -251,54 +244,111 @@ fn steps(
         .collect()
 }
 
-fn interval_bps(i: &tcplab_model::record::IntervalRecord) -> f64 {
-    i.received_bytes as f64 * 8e6 / (i.end_us - i.start_us) as f64
-}
-
-/// Each flow's throughput as steps, and with several flows their sum: constant between
-/// any two interval boundaries of any flow, so flows that started apart add up exactly.
-fn throughput(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+/// Each flow's throughput over time as steps, with several flows their sum, and the
+/// bound that binds the TCP flows together (dashed); with the caption's words for
+/// what they are.
+fn throughput(
+    run: &RunRecord,
+    rates: &Rates,
+    tcp: &[&FlowRecord],
+    palette: &mut Palette,
+) -> (Vec<Series>, String) {
+    let steps = |cells: &[Cell]| -> Vec<Pt> {
+        cells
+            .iter()
+            .flat_map(|c| {
+                [
+                    Pt::at(seconds(c.start_us as f64), c.bps()),
+                    Pt::at(seconds(c.end_us as f64), c.bps()),
+                ]
+            })
+            .collect()
+    };
     let mut series: Vec<Series> = run
         .flows
         .iter()
-        .map(|f| Series {
-            name: flow_name(f),
-            color: palette.color(&flow_name(f)),
-            dashed: false,
-            points: steps(run, f.id, &|i| Some(interval_bps(i))),
+        .filter_map(|f| {
+            let flow = rates.flows.iter().find(|r| r.flow == f.id)?;
+            Some(Series {
+                name: flow_name(f),
+                color: palette.color(&flow_name(f)),
+                dashed: false,
+                points: steps(&flow.cells),
+            })
         })
         .collect();
-    if run.flows.len() > 1 {
-        let mut bounds: Vec<u64> = run
-            .intervals
-            .iter()
-            .flat_map(|i| [i.start_us, i.end_us])
-            .collect();
-        bounds.sort_unstable();
-        bounds.dedup();
-        let points = bounds
-            .windows(2)
-            .flat_map(|w| {
-                let sum: f64 = run
-                    .intervals
-                    .iter()
-                    .filter(|i| i.end_us > i.start_us && i.start_us <= w[0] && w[1] <= i.end_us)
-                    .map(interval_bps)
-                    .sum();
-                [
-                    Pt::at(seconds(w[0] as f64), sum),
-                    Pt::at(seconds(w[1] as f64), sum),
-                ]
-            })
-            .collect();
+    if rates.flows.len() > 1 {
         series.push(Series {
             name: ALL_FLOWS.into(),
             color: palette.color(ALL_FLOWS),
             dashed: false,
-            points,
+            points: steps(&rates.total),
         });
     }
-    series
+    let bound = (!tcp.is_empty())
+        .then(|| explain(run).bounds.binding())
+        .flatten();
+    if let Some((name, bps)) = bound {
+        let (start, end) = rates.span();
+        series.push(Series {
+            name: format!("bound: {name}"),
+            color: TOTAL,
+            dashed: true,
+            points: vec![
+                Pt::at(seconds(start as f64), bps),
+                Pt::at(seconds(end as f64), bps),
+            ],
+        });
+    }
+    (series, rates_words(run, rates, bound.is_some()))
+}
+
+/// What the throughput chart draws, from which counters, over which bins.
+fn rates_words(run: &RunRecord, rates: &Rates, bound: bool) -> String {
+    let bin = format_duration_us(rates.bin_us);
+    let bins = match rates.rtt_us {
+        Some(rtt) => format!(
+            "bins of {bin} ({} round trips of {}, the TCP flows' shortest)",
+            rates.bin_us / rtt,
+            format_duration_us(rtt)
+        ),
+        None => format!("bins of {bin}"),
+    };
+    let has = |source| rates.flows.iter().any(|f| f.source == source);
+    let mut sources = Vec::new();
+    if has(Source::Sender) {
+        sources.push(format!(
+            "a TCP flow's bytes acknowledged to its sender in each bin, with the segments it held SACKed (tcp_info bytes_acked + sacked × snd_mss, sampled every {}): what reached the receiver, so a repaired loss shows no burst",
+            format_duration_us(run.params.sample_interval_us)
+        ));
+    }
+    if has(Source::Receiver) {
+        sources.push("a TCP flow sampled at its receiver only: the bytes its kernel received (tcp_info bytes_received)".into());
+    }
+    if has(Source::Intervals) {
+        sources.push(format!(
+            "a flow without samples (UDP, an unsampled TCP flow) per report interval of {}: the bytes its receiver read over it",
+            format_duration_us(run.params.report_interval_us)
+        ));
+    }
+    let mut words = format!(
+        "Throughput over time in {bins}: {}. The bins end at the run's last deadline; a flow's piece of a bin (or interval) shorter than half of one joins its neighbour, its rate over both, so a start or a deadline inside a bin shows no spike or drop; after a deadline (the sender's drain) nothing counts.",
+        sources.join("; ")
+    );
+    let out_of_order: f64 = rates.flows.iter().map(|f| f.out_of_order_bytes).sum();
+    if out_of_order >= 1.0 {
+        words += &format!(
+            " {} reached the receivers behind a loss still unrepaired at the deadline: in the last bins, in no rate of the run (its drain delivers them in order).",
+            format_size(out_of_order as u64)
+        );
+    }
+    if rates.flows.len() > 1 {
+        words += " All flows: every flow's bytes in a bin over the bin's length (a flow known per interval spread evenly over it).";
+    }
+    if bound {
+        words += " Dashed: the bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per shortest round trip and a pacing cap).";
+    }
+    words
 }
 
 /// The TCP flows' limit shares per interval index, averaged over the flows, stacked: one

@@ -129,14 +129,18 @@ pub fn charts(
 
 /// `a=x b=y` for the given axes of a point.
 fn label_of(data: &ExperimentRuns, axes: &[usize], point: &Point) -> String {
+    settings(data, axes, point).join(" ")
+}
+
+/// `a=x`, `b=y`: a point's values of the given axes.
+fn settings(data: &ExperimentRuns, axes: &[usize], point: &Point) -> Vec<String> {
     axes.iter()
         .map(|&a| {
             let v = &point.values[a];
             let v = if v.is_empty() { "\"\"" } else { v };
             format!("{}={v}", data.experiment.axes[a].name)
         })
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect()
 }
 
 /// Points grouped by their values on `axes`, groups in point order.
@@ -391,9 +395,11 @@ fn metric_charts(
                 let varying: Vec<usize> = (0..axes.len())
                     .filter(|&a| distinct_values(&axes[a], a, &values).len() >= 2)
                     .collect();
-                let labels: Vec<String> =
-                    points.iter().map(|p| label_of(data, &varying, p)).collect();
-                let (categories, key) = point_names(labels);
+                // Each bar named by its settings, one line per axis: "rtt=10ms".
+                let categories: Vec<String> = points
+                    .iter()
+                    .map(|p| settings(data, &varying, p).join("\n"))
+                    .collect();
                 let position = |p: &Point| {
                     points
                         .iter()
@@ -405,7 +411,7 @@ fn metric_charts(
                     id,
                     title: format!("{title} per point{suffix}"),
                     caption: caption(
-                        &format!("One bar per point (the axes are zipped, not a grid){key}."),
+                        "One bar per point (the axes are zipped, not a grid), named by its values of the axes that vary.",
                         &series,
                     ),
                     body: Body::Bars {
@@ -424,29 +430,6 @@ fn metric_charts(
 
 /// The name of the one series of a chart without series axes.
 const MEAN: &str = "mean per point";
-
-/// Room for a category's name under its bar, in characters, for `n` bars.
-fn label_room(n: usize) -> usize {
-    const PLOT_WIDTH_PX: usize = 520;
-    const CHAR_PX: usize = 8;
-    PLOT_WIDTH_PX / CHAR_PX / n.max(1)
-}
-
-/// The bars' names: the labels themselves where they fit under the bars, else P1, P2, …
-/// with the key for the caption ("; P1: rtt=10ms loss=0%, …").
-fn point_names(labels: Vec<String>) -> (Vec<String>, String) {
-    let room = label_room(labels.len());
-    if labels.iter().all(|l| l.chars().count() <= room) {
-        return (labels, String::new());
-    }
-    let names: Vec<String> = (1..=labels.len()).map(|i| format!("P{i}")).collect();
-    let key: Vec<String> = names
-        .iter()
-        .zip(&labels)
-        .map(|(n, l)| format!("{n}: {l}"))
-        .collect();
-    (names, format!("; {}", key.join(", ")))
-}
 
 /// "buffer (sets flow.window)".
 fn axis_label(axis: &tcplab_model::experiment::Axis) -> String {
@@ -510,21 +493,4 @@ fn heatmaps(data: &ExperimentRuns, plan: &Layout, table: &ResultTable) -> Vec<Ch
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_point_labels_become_keys() {
-        let short = vec!["a=1".to_owned(), "a=2".to_owned()];
-        assert_eq!(point_names(short.clone()), (short, String::new()));
-        let long: Vec<String> = (0..5)
-            .map(|i| format!("rtt=10ms loss={i}% where=up. wscale=1"))
-            .collect();
-        let (names, key) = point_names(long);
-        assert_eq!(names, ["P1", "P2", "P3", "P4", "P5"]);
-        assert!(key.starts_with("; P1: rtt=10ms loss=0% where=up. wscale=1, P2: "));
-    }
 }

@@ -37,7 +37,7 @@ use tcplab_store::{Store, StoreError};
 pub use chart::{Body, Chart, Pt, Series};
 pub use draw::{png, svg, DrawError};
 pub use palette::{Rgb, COLORS};
-pub use runs::CHARTS as RUN_CHARTS;
+pub use runs::RunChart;
 
 use experiments::RunBounds;
 use html::Section;

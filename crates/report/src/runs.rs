@@ -1,10 +1,10 @@
-//! One run over time: throughput per interval, the senders' tcp_info (cwnd and
+//! One run over time: throughput ([`crate::rates`]), the senders' tcp_info (cwnd and
 //! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
 //! the bottleneck queue moved onto the run's time base.
 
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord};
+use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord, UdpInterval};
 use tcplab_model::units::{format_duration_us, format_size};
 
 use crate::axes::Quantity;
@@ -20,146 +20,222 @@ pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 /// chart is some 700 pixels wide.
 const MAX_TRACE_POINTS: usize = 1500;
 
-/// The names of the per-run charts, in drawing order.
-pub const CHARTS: [&str; 8] = [
-    "throughput",
-    "cwnd",
-    "rtt",
-    "inflight",
-    "limits",
-    "udp_loss",
-    "udp_jitter",
-    "queue",
-];
+/// A run's charts, in drawing order: the one registry of their names (`plot --chart`,
+/// the report, the docs' table and their tests read it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunChart {
+    Throughput,
+    Cwnd,
+    Rtt,
+    Inflight,
+    Limits,
+    UdpLoss,
+    UdpJitter,
+    Queue,
+}
+
+impl RunChart {
+    pub const ALL: [RunChart; 8] = [
+        RunChart::Throughput,
+        RunChart::Cwnd,
+        RunChart::Rtt,
+        RunChart::Inflight,
+        RunChart::Limits,
+        RunChart::UdpLoss,
+        RunChart::UdpJitter,
+        RunChart::Queue,
+    ];
+
+    /// Its name for `--chart`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunChart::Throughput => "throughput",
+            RunChart::Cwnd => "cwnd",
+            RunChart::Rtt => "rtt",
+            RunChart::Inflight => "inflight",
+            RunChart::Limits => "limits",
+            RunChart::UdpLoss => "udp_loss",
+            RunChart::UdpJitter => "udp_jitter",
+            RunChart::Queue => "queue",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            RunChart::Throughput => "throughput over time",
+            RunChart::Cwnd => "congestion window",
+            RunChart::Rtt => "smoothed RTT",
+            RunChart::Inflight => "bytes in flight",
+            RunChart::Limits => "what limited the senders",
+            RunChart::UdpLoss => "UDP loss",
+            RunChart::UdpJitter => "UDP jitter",
+            RunChart::Queue => "bottleneck queue",
+        }
+    }
+}
 
 /// The charts of run `id` that have something to show. `run` needs its samples for the
 /// tcp_info charts.
 pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
+    let of = Run {
+        run,
+        time: XAxis::time(end_seconds(run)),
+        tcp: run.flows.iter().filter(|f| f.udp.is_none()).collect(),
+        udp: run.flows.iter().filter(|f| f.udp.is_some()).collect(),
+    };
     let context = context(id, run);
-    let chart = |name: &str, title: &str, what: &str, body: Body| Chart {
-        id: name.to_owned(),
-        title: format!("Run {id}: {title}"),
-        caption: format!("{what} {context}"),
-        body,
-    };
-    let end = end_seconds(run);
-    let time = || XAxis::time(end);
-    let lines = |label: &str, quantity, series| Body::Lines {
-        x: time(),
-        y: YAxis {
-            label: label.into(),
-            quantity,
-        },
-        series,
-    };
-    let sender =
-        |f: &FlowRecord, value: &dyn Fn(&SampleRecord) -> Option<f64>| sender_trace(run, f, value);
-    let flow_series =
-        |palette: &mut Palette, suffix: &str, dashed, f: &FlowRecord, points| Series {
-            name: format!("{}{suffix}", flow_name(f)),
-            color: palette.color(&flow_name(f)),
-            dashed,
-            points,
-        };
-    let tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
-    let udp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_some()).collect();
+    RunChart::ALL
+        .into_iter()
+        .filter_map(|which| {
+            let (what, body) = of.chart(which, palette)?;
+            Some(Chart {
+                id: which.name().to_owned(),
+                title: format!("Run {id}: {}", which.title()),
+                caption: format!("{what} {context}"),
+                body,
+            })
+        })
+        .filter(|c| !c.is_empty())
+        .collect()
+}
 
-    let mut out = Vec::new();
-    if let Some(rates) = rates::rates(run) {
-        let (series, what) = throughput(run, &rates, &tcp, palette);
-        out.push(chart(
-            "throughput",
-            "throughput over time",
-            &what,
-            lines("throughput", Quantity::Rate, series),
-        ));
+/// A run with what its charts share.
+struct Run<'a> {
+    run: &'a RunRecord,
+    /// The time axis every chart of the run has, so they line up.
+    time: XAxis,
+    tcp: Vec<&'a FlowRecord>,
+    udp: Vec<&'a FlowRecord>,
+}
+
+impl Run<'_> {
+    /// Chart `which`'s caption (what it draws) and body; `None` where the run has
+    /// nothing for it.
+    fn chart(&self, which: RunChart, palette: &mut Palette) -> Option<(String, Body)> {
+        let run = self.run;
+        Some(match which {
+            RunChart::Throughput => {
+                let rates = rates::rates(run)?;
+                let (series, what) = throughput(run, &rates, &self.tcp, palette);
+                (what, self.lines("throughput", Quantity::Rate, series))
+            }
+            RunChart::Cwnd => {
+                let mut windows = Vec::new();
+                for f in &self.tcp {
+                    let cwnd = sender_trace(run, f, &|s| Some(f64::from(s.info.snd_cwnd)));
+                    windows.push(flow_series(palette, " cwnd", false, f, cwnd));
+                    let ssthresh = sender_trace(run, f, &|s| {
+                        (s.info.snd_ssthresh < INFINITE_SSTHRESH)
+                            .then_some(f64::from(s.info.snd_ssthresh))
+                    });
+                    windows.push(flow_series(palette, " ssthresh", true, f, ssthresh));
+                }
+                (
+                    "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.".into(),
+                    self.lines("segments", Quantity::Number, windows),
+                )
+            }
+            RunChart::Rtt => {
+                let rtt = self.per_sender(palette, &|s| {
+                    (s.info.rtt > 0).then_some(f64::from(s.info.rtt))
+                });
+                (
+                    "The senders' smoothed round-trip time (tcp_info rtt), queueing included.".into(),
+                    self.lines("smoothed RTT", Quantity::Duration, rtt),
+                )
+            }
+            RunChart::Inflight => {
+                let inflight = self.per_sender(palette, &|s| {
+                    Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
+                });
+                (
+                    "Bytes sent and not yet acknowledged (tcp_info unacked × snd_mss) per sender.".into(),
+                    self.lines("in flight", Quantity::Size, inflight),
+                )
+            }
+            RunChart::Limits => (
+                "Share of each report interval the senders spent limited by the receive window (rwnd), their send buffer (sndbuf), the congestion window (cwnd), a pacing rate (pacing) or the application (app), from their tcp_info samples (the kernel's busy and limited timers where a sender was not sampled), averaged over the TCP flows.".into(),
+                limits(run, &self.tcp, self.time.clone(), palette)?,
+            ),
+            RunChart::UdpLoss => {
+                let loss = self.per_udp_flow(palette, &|u| {
+                    (u.sent > 0).then(|| u.lost as f64 / u.sent as f64)
+                });
+                (
+                    "Datagrams lost per report interval, as a share of those sent in it (sequence numbers the receiver never saw).".into(),
+                    self.lines("lost", Quantity::Percent, loss),
+                )
+            }
+            RunChart::UdpJitter => {
+                let jitter = self.per_udp_flow(palette, &|u| Some(u.jitter_us));
+                (
+                    "RFC 3550 interarrival jitter at the end of each report interval.".into(),
+                    self.lines("jitter", Quantity::Duration, jitter),
+                )
+            }
+            RunChart::Queue => {
+                let end = self.time.span.map_or(0.0, |s| s.1);
+                (
+                    "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).".into(),
+                    self.lines("queue", Quantity::Size, queue(run, end, palette)),
+                )
+            }
+        })
     }
-    let mut windows = Vec::new();
-    for f in &tcp {
-        windows.push(flow_series(
-            palette,
-            " cwnd",
-            false,
-            f,
-            sender(f, &|s| Some(f64::from(s.info.snd_cwnd))),
-        ));
-        let ssthresh = sender(f, &|s| {
-            (s.info.snd_ssthresh < INFINITE_SSTHRESH).then_some(f64::from(s.info.snd_ssthresh))
-        });
-        windows.push(flow_series(palette, " ssthresh", true, f, ssthresh));
+
+    fn lines(&self, label: &str, quantity: Quantity, series: Vec<Series>) -> Body {
+        Body::Lines {
+            x: self.time.clone(),
+            y: YAxis {
+                label: label.into(),
+                quantity,
+            },
+            series,
+        }
     }
-    out.push(chart(
-        "cwnd",
-        "congestion window",
-        "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.",
-        lines("segments", Quantity::Number, windows),
-    ));
-    // One series per TCP flow of a value of its sender's samples.
-    let per_flow = |palette: &mut Palette, value: &dyn Fn(&SampleRecord) -> Option<f64>| {
-        tcp.iter()
-            .map(|f| flow_series(palette, "", false, f, sender(f, value)))
+
+    /// One series per TCP flow of a value of its sender's samples.
+    fn per_sender(
+        &self,
+        palette: &mut Palette,
+        value: &dyn Fn(&SampleRecord) -> Option<f64>,
+    ) -> Vec<Series> {
+        self.tcp
+            .iter()
+            .map(|f| flow_series(palette, "", false, f, sender_trace(self.run, f, value)))
             .collect()
-    };
-    let rtt = per_flow(palette, &|s| {
-        (s.info.rtt > 0).then_some(f64::from(s.info.rtt))
-    });
-    out.push(chart(
-        "rtt",
-        "smoothed RTT",
-        "The senders' smoothed round-trip time (tcp_info rtt), queueing included.",
-        lines("smoothed RTT", Quantity::Duration, rtt),
-    ));
-    let inflight = per_flow(palette, &|s| {
-        Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
-    });
-    out.push(chart(
-        "inflight",
-        "bytes in flight",
-        "Bytes sent and not yet acknowledged (tcp_info unacked × snd_mss) per sender.",
-        lines("in flight", Quantity::Size, inflight),
-    ));
-    if let Some(body) = limits(run, &tcp, time(), palette) {
-        out.push(chart(
-            "limits",
-            "what limited the senders",
-            "Share of each report interval the senders spent limited by the receive window (rwnd), their send buffer (sndbuf), the congestion window (cwnd) or the application (app), from the kernel's busy and limited timers, averaged over the TCP flows.",
-            body,
-        ));
     }
-    let udp_series =
-        |palette: &mut Palette,
-         value: &dyn Fn(&tcplab_model::record::UdpInterval) -> Option<f64>| {
-            udp.iter()
-                .map(|f| {
-                    let points = steps(run, f.id, &|i| i.udp.as_ref().and_then(value));
-                    flow_series(palette, "", false, f, points)
-                })
-                .collect()
-        };
-    let loss = udp_series(palette, &|u| {
-        (u.sent > 0).then(|| u.lost as f64 / u.sent as f64)
-    });
-    out.push(chart(
-        "udp_loss",
-        "UDP loss",
-        "Datagrams lost per report interval, as a share of those sent in it (sequence numbers the receiver never saw).",
-        lines("lost", Quantity::Percent, loss),
-    ));
-    let jitter = udp_series(palette, &|u| Some(u.jitter_us));
-    out.push(chart(
-        "udp_jitter",
-        "UDP jitter",
-        "RFC 3550 interarrival jitter at the end of each report interval.",
-        lines("jitter", Quantity::Duration, jitter),
-    ));
-    out.push(chart(
-        "queue",
-        "bottleneck queue",
-        "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).",
-        lines("queue", Quantity::Size, queue(run, end, palette)),
-    ));
-    out.retain(|c| !c.is_empty());
-    out
+
+    /// One series per UDP flow of a value of its intervals.
+    fn per_udp_flow(
+        &self,
+        palette: &mut Palette,
+        value: &dyn Fn(&UdpInterval) -> Option<f64>,
+    ) -> Vec<Series> {
+        self.udp
+            .iter()
+            .map(|f| {
+                let points = steps(self.run, f.id, &|i| i.udp.as_ref().and_then(value));
+                flow_series(palette, "", false, f, points)
+            })
+            .collect()
+    }
+}
+
+/// A flow's series, `suffix` after its name, in its colour.
+fn flow_series(
+    palette: &mut Palette,
+    suffix: &str,
+    dashed: bool,
+    f: &FlowRecord,
+    points: Vec<Pt>,
+) -> Series {
+    Series {
+        name: format!("{}{suffix}", flow_name(f)),
+        color: palette.color(&flow_name(f)),
+        dashed,
+        points,
+    }
 }
 
 /// The run, its path and its flows, for captions.

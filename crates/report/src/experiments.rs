@@ -78,7 +78,7 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
         Metric::Fairness => (
             "Fairness",
             y("Jain's index", Quantity::Number),
-            format!("Fairness: Jain's index of the flows' throughputs{warmup} (1 = equal shares, 1/n = one flow takes all)."),
+            format!("Fairness: Jain's index of the TCP flows' throughputs{warmup} (1 = equal shares, 1/n = one flow takes all); a point with fewer than two TCP flows has none."),
         ),
         Metric::UdpLoss => (
             "UDP loss",

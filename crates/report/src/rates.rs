@@ -672,6 +672,46 @@ mod tests {
         assert_tiles(&r.flows[0], (0, deadline), counted(&run, 0));
     }
 
+    /// A flow whose sender was not sampled (a stock iperf3 server sending to us) but
+    /// whose receiver was: its bins come from tcpi_bytes_received, tied to the
+    /// intervals' count; without any samples, from its intervals.
+    #[test]
+    fn a_flow_sampled_at_its_receiver_counts_what_it_received() {
+        // The rate grows with time: `rate` × t / 1 s.
+        let rate = 40e6;
+        let received = |t: u64| bytes(rate, t) * (t as f64 / 2e6);
+        let mut run = empty_run();
+        add_flow(&mut run, 0, false);
+        run.intervals = (0..2u64)
+            .map(|k| {
+                let (a, b) = (k * 1_000_000, (k + 1) * 1_000_000);
+                let got = (received(b) - received(a)) as u64;
+                interval(0, k as u32, (a, b), got, false)
+            })
+            .collect();
+        run.samples = (1..200)
+            .map(|k| {
+                let t = k * 10_000;
+                let mut s = sample(0, t, 0.0, 0);
+                s.host = Host::Server;
+                s.info.bytes_acked = 0;
+                s.info.bytes_received = 1_000 + received(t) as u64;
+                s
+            })
+            .collect();
+        let r = rates(&run).unwrap();
+        assert_eq!(r.flows[0].source, Source::Receiver);
+        assert_tiles(&r.flows[0], (0, 2_000_000), counted(&run, 0));
+        // 5 % of `rate` over the first bin, 195 % over the last.
+        let (first, last) = (r.flows[0].cells[0], *r.flows[0].cells.last().unwrap());
+        assert!((first.bps() / rate - 0.05).abs() < 0.01, "{first:?}");
+        assert!((last.bps() / rate - 1.95).abs() < 0.01, "{last:?}");
+        run.samples.clear();
+        let r = rates(&run).unwrap();
+        assert_eq!(r.flows[0].source, Source::Intervals);
+        assert_eq!((r.bin_us, r.flows[0].cells.len()), (1_000_000, 2));
+    }
+
     #[test]
     fn bins_are_whole_round_trips_near_100_ms_ending_at_the_deadline() {
         let mut run = empty_run();

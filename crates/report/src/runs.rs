@@ -4,7 +4,9 @@
 
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord, UdpInterval};
+use tcplab_model::record::{
+    Direction, FlowRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
+};
 use tcplab_model::units::{format_duration_us, format_size};
 
 use crate::axes::Quantity;
@@ -419,7 +421,14 @@ fn rates_words(run: &RunRecord, rates: &Rates, bound: bool) -> String {
         );
     }
     if rates.flows.len() > 1 {
-        words += " All flows: every flow's bytes in a bin over the bin's length (a flow known per interval spread evenly over it).";
+        words += " All flows: every flow's bytes in a bin over the bin's length (a flow known per interval spread evenly over it)";
+        let up = run.flows.iter().any(|f| f.direction == Direction::Up);
+        let down = run.flows.iter().any(|f| f.direction == Direction::Down);
+        words += if up && down {
+            ", both directions together."
+        } else {
+            "."
+        };
     }
     if bound {
         words += " Dashed: the bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per shortest round trip and a pacing cap).";

@@ -132,6 +132,38 @@ fn help_and_version_exit_0() {
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("tcplab "));
 }
 
+/// One registry of a run's charts (`tcplab_report::RunChart`): `plot --help` and the
+/// README's table of charts name exactly its charts.
+#[test]
+fn plot_help_and_the_readme_name_every_run_chart() {
+    let names: Vec<&str> = tcplab_report::RunChart::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect();
+    let help = String::from_utf8_lossy(&tcplab(&["plot", "--help"]).stdout).into_owned();
+    // clap wraps long help: compare the words.
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains(&names.join(", ")), "{help}");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let mut in_readme: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.contains("| run |"))
+        .flat_map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap_or("")
+                .split('`')
+                .skip(1)
+                .step_by(2)
+        })
+        .collect();
+    in_readme.sort_unstable();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(in_readme, sorted, "the README's run charts");
+}
+
 #[test]
 fn a_peer_that_accepts_but_never_answers_is_named_after_the_handshake_timeout() {
     // A listener on loopback that never says a word: not a tcplab server.

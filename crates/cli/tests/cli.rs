@@ -133,9 +133,9 @@ fn help_and_version_exit_0() {
 }
 
 /// One registry of a run's charts (`tcplab_report::RunChart`): `plot --help` and the
-/// README's table of charts name exactly its charts.
+/// guide's table of charts (docs/reports.md) name exactly its charts.
 #[test]
-fn plot_help_and_the_readme_name_every_run_chart() {
+fn plot_help_and_the_guide_name_every_run_chart() {
     let names: Vec<&str> = tcplab_report::RunChart::ALL
         .iter()
         .map(|c| c.name())
@@ -144,8 +144,11 @@ fn plot_help_and_the_readme_name_every_run_chart() {
     // clap wraps long help: compare the words.
     let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains(&names.join(", ")), "{help}");
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/reports.md"
+    ))
+    .unwrap();
     let mut in_readme: Vec<&str> = readme
         .lines()
         .filter(|l| l.contains("| run |"))
@@ -161,7 +164,7 @@ fn plot_help_and_the_readme_name_every_run_chart() {
     in_readme.sort_unstable();
     let mut sorted = names.clone();
     sorted.sort_unstable();
-    assert_eq!(in_readme, sorted, "the README's run charts");
+    assert_eq!(in_readme, sorted, "docs/reports.md's run charts");
 }
 
 #[test]

@@ -239,7 +239,7 @@ fn two_clients_with_their_own_access_links() {
     }
     drop(guard);
 
-    // The README's dumbbell: its bottleneck has no delay of its own.
+    // The dumbbell of docs/paths.md: its bottleneck has no delay of its own.
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("dumbbell.db");
     let out = tcplab()

@@ -576,7 +576,7 @@ fn a_trace_link_delivers_the_traces_capacity() {
 /// held to about one write in flight per RTT (~50 Mbit/s). The samples see the buffer
 /// full with nothing unsent and book the time to `sndbuf`; the kernel's
 /// `tcpi_sndbuf_limited` counts almost none of it. This test pins both facts, so a
-/// kernel that changes them makes it fail and the README's account gets revisited.
+/// kernel that changes them makes it fail and docs/run.md's account gets revisited.
 #[test]
 fn a_small_send_buffer_bounds_large_writes_and_the_samples_see_it_where_the_kernel_does_not() {
     if !privileged_or_skip("small_sndbuf") {

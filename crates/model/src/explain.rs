@@ -1169,7 +1169,7 @@ mod tests {
 
     #[test]
     fn a_dumbbells_facts_are_the_flows_clients_end_to_end_round_trip() {
-        // The README's dumbbell: the queue is sized for client2's 40 ms whoever sends.
+        // The dumbbell of docs/paths.md: the queue is sized for client2's 40 ms whoever sends.
         let dumbbell = |hosts: &[&str]| {
             let flows = hosts
                 .iter()

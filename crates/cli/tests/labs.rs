@@ -99,7 +99,10 @@ fn lab_up_show_list_down_round_trip() {
     // measured 5 → 6 a moment later): poll briefly.
     let deadline = Instant::now() + Duration::from_secs(2);
     let mut show = guard.show();
-    while u64_at(&show, "/up/links/0/packets_in") < before + 5 && Instant::now() < deadline {
+    while (u64_at(&show, "/up/links/0/packets_in") < before + 5
+        || u64_at(&show, "/down/links/0/delivered_packets") < 5)
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
         show = guard.show();
     }

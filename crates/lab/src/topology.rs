@@ -56,14 +56,16 @@ fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabErr
                 "unknown sysctl '{key}' (this kernel has no /proc/sys/{})",
                 key.replace('.', "/")
             )),
-            io::ErrorKind::PermissionDenied => LabError::Name(match userns::mode() {
-                Mode::Privileged => format!(
-                    "sysctl '{key}' is read-only in a lab's namespace: the kernel keeps it for the host (sysctl -w {key}={value} there)"
-                ),
-                Mode::Rootless => format!(
+            io::ErrorKind::PermissionDenied if netns::sysctl_read_only_in(ns, key).unwrap_or(false) => {
+                LabError::Name(format!(
+                    "sysctl '{key}' is the host's, read-only in a lab's namespace (root sets it on the host: sysctl -w {key}={value})"
+                ))
+            }
+            io::ErrorKind::PermissionDenied if userns::mode() == Mode::Rootless => {
+                LabError::Name(format!(
                     "sysctl '{key}' cannot be set in a lab built without root: the kernel lets only root set it"
-                ),
-            }),
+                ))
+            }
             _ => io_err(format!("setting sysctl {key} = {value} in {}", ns.name()))(e),
         })?;
     }

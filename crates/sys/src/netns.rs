@@ -417,6 +417,19 @@ pub fn read_sysctl_in(ns: &NetNs, key: &str) -> io::Result<String> {
     Ok(value.trim().to_owned())
 }
 
+/// Whether sysctl `key` is read-only inside `ns` (the kernel shows the host's value
+/// there, as for net.core.rmem_max).
+pub fn sysctl_read_only_in(ns: &NetNs, key: &str) -> io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = sysctl_path(key)?;
+    let mode = ns
+        .run(|| fs::metadata(&path))?
+        .map_err(|e| context(e, format_args!("reading sysctl {key} in netns {}", ns.name)))?
+        .permissions()
+        .mode();
+    Ok(mode & 0o222 == 0)
+}
+
 fn sysctl_path(key: &str) -> io::Result<PathBuf> {
     if key.is_empty() || key.contains('/') || key.contains("..") || key.contains('\0') {
         return Err(invalid(format!("invalid sysctl key {key:?}")));
@@ -1196,6 +1209,11 @@ mod tests {
             inside.split_whitespace().collect::<Vec<_>>(),
             ["4096", "65536", "1048576"]
         );
+        let ns = NetNs::create(&unique("sysctl-ro")).unwrap();
+        let read_only = [KEY, "net.core.rmem_max"].map(|key| sysctl_read_only_in(&ns, key));
+        ns.delete().unwrap();
+        // rmem_max is the host's: a namespace shows it read-only.
+        assert_eq!(read_only.map(Result::unwrap), [false, true]);
         assert_eq!(fs::read_to_string(&root_path).unwrap(), root_before);
     }
 }

@@ -240,6 +240,15 @@ fn single_threaded(what: &str) -> io::Result<()> {
 /// Why this process could not enter a user namespace of its own, in one line naming
 /// the sysctl that forbids it where one does.
 pub(crate) fn refusal(error: &io::Error) -> String {
+    // Root of the initial namespace without the capabilities (a container's root), for
+    // whom "run as root" is no help.
+    // SAFETY: plain getter.
+    let as_root = unsafe { libc::geteuid() } == 0
+        && fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| is_initial(&m));
+    refusal_line(error, as_root)
+}
+
+fn refusal_line(error: &io::Error, as_root: bool) -> String {
     let read = |path: &str| fs::read_to_string(path).ok();
     let cause = match diagnose(
         read("/proc/sys/kernel/unprivileged_userns_clone").as_deref(),
@@ -251,7 +260,12 @@ pub(crate) fn refusal(error: &io::Error) -> String {
         }
         None => format!("this process may not create one ({error})"),
     };
-    format!("labs need root or an unprivileged user namespace, and {cause}; or run tcplab as root")
+    let instead = if as_root {
+        "or give tcplab CAP_SYS_ADMIN and CAP_NET_ADMIN (a container's --cap-add)"
+    } else {
+        "or run tcplab as root"
+    };
+    format!("labs need root or an unprivileged user namespace, and {cause}; {instead}")
 }
 
 /// The sysctl that forbids unprivileged user namespaces.
@@ -334,9 +348,14 @@ mod tests {
 
     #[test]
     fn the_refusal_is_one_line_naming_the_way_out() {
-        let line = refusal(&io::Error::from_raw_os_error(libc::EPERM));
+        let line = refusal_line(&io::Error::from_raw_os_error(libc::EPERM), false);
         assert_eq!(line.lines().count(), 1, "{line}");
-        assert!(line.contains("run tcplab as root"), "{line}");
+        assert!(line.ends_with("; or run tcplab as root"), "{line}");
+        let line = refusal_line(&io::Error::from_raw_os_error(libc::EPERM), true);
+        assert!(
+            line.ends_with("CAP_SYS_ADMIN and CAP_NET_ADMIN (a container's --cap-add)"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -194,10 +194,13 @@ pub fn list() -> io::Result<Vec<LabEntry>> {
 }
 
 /// Deletes a lab's namespaces (its devices go with them) and their marks, then its
-/// registry files.
+/// registry files. A namespace a living process has claimed since (a new lab of the
+/// name, between a `gc`'s look and its removal) is left to it.
 pub fn remove(entry: &LabEntry) -> io::Result<()> {
     for ns in entry.namespaces() {
-        NetNs::by_name(ns)?.delete()?;
+        if !netns::in_use(ns)? {
+            NetNs::by_name(ns)?.delete()?;
+        }
     }
     unregister(&entry.name);
     Ok(())

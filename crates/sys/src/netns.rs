@@ -693,6 +693,12 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Whether namespace `name` is marked by a process that runs: not a leftover, whoever
+/// else remembers the name.
+pub fn in_use(name: &str) -> io::Result<bool> {
+    Ok(owner(&NetNs::at(name)?.mark_path()?).is_some_and(pid_alive))
+}
+
 /// A namespace tcplab made whose process is gone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leftover {

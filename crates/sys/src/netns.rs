@@ -94,7 +94,8 @@ pub fn ready() -> Result<(), String> {
     }
 }
 
-/// A named network namespace: a bind mount of an nsfs file at `/run/netns/NAME`.
+/// A named network namespace: a bind mount of an nsfs file at `/run/netns/NAME` (without
+/// root, in the process's private tmpfs).
 ///
 /// Dropping a `NetNs` does not delete the namespace (it may be someone else's);
 /// call [`NetNs::delete`], or use [`VethLab`], which owns its namespaces.
@@ -108,7 +109,7 @@ impl NetNs {
     /// Creates namespace `name`, as `ip netns add` does, marked as this process's. A
     /// leftover of the name (marked by a process that died) is removed first.
     pub fn create(name: &str) -> io::Result<NetNs> {
-        let ns = NetNs::at(name)?;
+        let ns = NetNs::by_name(name)?;
         let ctx = |e| context(e, format_args!("creating netns {name}"));
         ready().map_err(|reason| ctx(io::Error::new(io::ErrorKind::PermissionDenied, reason)))?;
         ns.mark().map_err(ctx)?;
@@ -128,14 +129,9 @@ impl NetNs {
         Ok(ns)
     }
 
-    /// The namespace called `name`, whether or not it exists (to delete what may be left).
-    pub fn by_name(name: &str) -> io::Result<NetNs> {
-        NetNs::at(name)
-    }
-
     /// Opens an existing namespace (ours or `ip`'s).
     pub fn open(name: &str) -> io::Result<NetNs> {
-        let ns = NetNs::at(name)?;
+        let ns = NetNs::by_name(name)?;
         fs::metadata(&ns.path).map_err(|e| context(e, format_args!("opening netns {name}")))?;
         Ok(ns)
     }
@@ -243,7 +239,8 @@ impl NetNs {
         }
     }
 
-    fn at(name: &str) -> io::Result<NetNs> {
+    /// The namespace called `name`, whether or not it exists (to delete what may be left).
+    pub fn by_name(name: &str) -> io::Result<NetNs> {
         check_name(name)?;
         Ok(NetNs {
             name: name.to_owned(),
@@ -360,6 +357,9 @@ impl<T> NsThread<T> {
     }
 }
 
+/// Why a rootless process cannot enter a namespace that no mark of the user's names.
+const NOT_YOURS: &str = "no lab of yours has this host (see tcplab lab list; without root, tcplab reaches only the user's own labs)";
+
 /// Moves the whole process into namespace `name`, for the binary's `--netns NAME` flag.
 /// Rootless, the process first joins the user and mount namespaces of the process that
 /// made `name` (found by its mark): only the user's own namespaces can be entered.
@@ -370,18 +370,13 @@ impl<T> NsThread<T> {
 pub fn enter_current_thread(name: &str) -> io::Result<()> {
     let ctx = |e| context(e, format_args!("entering netns {name}"));
     if userns::mode() == Mode::Rootless {
-        let mark = NetNs::at(name)?.mark_path()?;
+        let mark = NetNs::by_name(name)?.mark_path()?;
+        let missing = |why: String| ctx(io::Error::new(io::ErrorKind::NotFound, why));
         match owner(&mark) {
-            None => {
-                return Err(ctx(io::Error::new(
-                io::ErrorKind::NotFound,
-                "no lab of yours has this host (see tcplab lab list; without root, tcplab reaches only the user's own labs)",
-            )))
-            }
+            None => return Err(missing(NOT_YOURS.into())),
             Some(pid) if !pid_alive(pid) => {
-                return Err(ctx(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("a leftover of process {pid}, which died (tcplab lab gc removes it)"),
+                return Err(missing(format!(
+                    "a leftover of process {pid}, which died (tcplab lab gc removes it)"
                 )))
             }
             Some(pid) => userns::join(pid).map_err(ctx)?,
@@ -696,7 +691,7 @@ pub fn pid_alive(pid: u32) -> bool {
 /// Whether namespace `name` is marked by a process that runs: not a leftover, whoever
 /// else remembers the name.
 pub fn in_use(name: &str) -> io::Result<bool> {
-    Ok(owner(&NetNs::at(name)?.mark_path()?).is_some_and(pid_alive))
+    Ok(owner(&NetNs::by_name(name)?.mark_path()?).is_some_and(pid_alive))
 }
 
 /// A namespace tcplab made whose process is gone.
@@ -740,7 +735,7 @@ pub fn leftovers() -> io::Result<Vec<Leftover>> {
 impl Leftover {
     /// Deletes the namespace, if it still exists, and its mark.
     pub fn remove(&self) -> io::Result<()> {
-        NetNs::at(&self.name)?.delete()
+        NetNs::by_name(&self.name)?.delete()
     }
 }
 
@@ -948,8 +943,8 @@ mod tests {
     #[test]
     fn lab_addresses_come_from_the_id() {
         let lab = VethLab {
-            a: NetNs::at("x-a").unwrap(),
-            b: NetNs::at("x-b").unwrap(),
+            a: NetNs::by_name("x-a").unwrap(),
+            b: NetNs::by_name("x-b").unwrap(),
             id: 0x0102,
         };
         assert_eq!(lab.addr_a_v4().to_string(), "10.1.2.1");

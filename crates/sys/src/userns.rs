@@ -33,7 +33,7 @@ pub enum Mode {
 }
 
 /// This process's mode, decided at the first call, which must come before any change
-/// of user namespace (the binary calls it at startup).
+/// of user namespace (`netns::prepare` and `netns::enter_current_thread` make it first).
 pub fn mode() -> Mode {
     static MODE: OnceLock<Mode> = OnceLock::new();
     *MODE.get_or_init(|| {

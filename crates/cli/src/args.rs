@@ -438,6 +438,16 @@ pub enum LabCommand {
     },
     /// Remove what labs of dead processes left behind.
     Gc,
+    /// Run a command in a host of a lab (as `ip netns exec` would, with or without root).
+    Exec {
+        name: String,
+        /// The host: server, client (the first), or clientK.
+        host: String,
+        /// The command; TCPLAB_SERVER, TCPLAB_SERVER6, TCPLAB_SERVER_NS and
+        /// TCPLAB_CLIENT_NS tell it where the lab's hosts are.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Runs a lab's emulator in the foreground (what `lab up` starts in the background).
     #[command(hide = true)]
     Daemon {

@@ -19,12 +19,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // Namespaces before any thread exists: setns and unshare move the calling thread
+    // only, and a user namespace admits single-threaded processes only.
     if let Some(ns) = &cli.netns {
-        // Before any thread exists, so every thread of the process lives in it.
         if let Err(e) = tcplab_sys::netns::enter_current_thread(ns) {
             eprintln!("tcplab: cannot enter netns '{ns}': {e}");
             return ExitCode::FAILURE;
         }
+    }
+    if builds_labs(&cli.command) {
+        tcplab_sys::netns::prepare();
     }
     if prints_only(&cli.command) {
         // Like other Unix filters, end quietly when the reader goes away (`| head`)
@@ -65,6 +69,17 @@ fn main() -> ExitCode {
             eprintln!("tcplab: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Commands that may build a lab in this process.
+fn builds_labs(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => args.lab.path.is_some(),
+        Command::Quickstart(_) | Command::Shell(_) => true,
+        Command::Sweep(args) => !args.dry_run,
+        Command::Lab(cmd) => matches!(cmd, args::LabCommand::Daemon { .. }),
+        _ => false,
     }
 }
 

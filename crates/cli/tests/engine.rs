@@ -215,22 +215,24 @@ fn a_tiny_send_buffer_makes_the_flow_sndbuf_limited_in_every_figure() {
             v["summary"]
         );
         let share = f64_at(&v, "/summary/limits/sndbuf");
-        if share > 0.8 {
+        // The raw samples: every one with a full buffer is booked to it (asserted
+        // below, every time); the rest of the share is the writer blocked in write()
+        // while its buffer drained (a veth pair acknowledges 64 KiB faster than the
+        // writer's thread wakes, and load makes that most of the time).
+        let full = samples_show_a_full_send_buffer(&v);
+        if share > 0.8 && full > 0.2 {
             Ok(v)
         } else {
             Err(format!(
-                "sndbuf share {share}: {:#}",
+                "sndbuf share {share}, {full} of the samples full: {:#}",
                 v["summary"]["limits"]
             ))
         }
     });
     let share = f64_at(&v, "/summary/limits/sndbuf");
-    // The raw samples: every one with a full buffer is booked to it; the rest of the
-    // share is the writer blocked in write() while its buffer drained (a veth pair
-    // acknowledges 64 KiB faster than the writer's thread wakes).
     let full = samples_show_a_full_send_buffer(&v);
     assert!(
-        full > 0.2 && full <= share + 0.05,
+        full <= share + 0.05,
         "{full} of the samples full, booked {share}"
     );
     // The live intervals of the timed second tell the same story (after it the sender

@@ -194,6 +194,19 @@ fn second_test_refused(server: &LoopbackServer, expected: &str) {
 }
 
 #[test]
+fn the_serving_line_is_read_only_once_whole() {
+    // The server writes it in pieces: every cut before the newline is "not yet".
+    let line = "tcplab: serving on 127.0.0.1:40123, local peers only\n";
+    for cut in 0..line.len() {
+        assert_eq!(support::serving_addr(&line[..cut]), None, "{:?}", &line[..cut]);
+    }
+    assert_eq!(
+        support::serving_addr(line),
+        Some("127.0.0.1:40123".parse().unwrap())
+    );
+}
+
+#[test]
 fn tests_beyond_the_caps_on_tests_at_once_are_refused() {
     let _serial = support::serial();
     let server = LoopbackServer::start(&["--max-tests-per-client", "1"]);

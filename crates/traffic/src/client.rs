@@ -52,19 +52,10 @@ pub fn resolve(target: &str) -> Result<Vec<SocketAddr>, TrafficError> {
         target: target.to_string(),
         reason,
     };
-    let (host, port) = match target.parse::<SocketAddr>() {
-        Ok(addr) => return Ok(vec![addr]),
-        Err(_) if target.parse::<std::net::IpAddr>().is_ok() => (target, DEFAULT_PORT),
-        Err(_) => match target.rsplit_once(':') {
-            Some((host, port)) => {
-                let port = port
-                    .parse::<u16>()
-                    .map_err(|_| resolve_err(format!("bad port '{port}'")))?;
-                (host.trim_start_matches('[').trim_end_matches(']'), port)
-            }
-            None => (target, DEFAULT_PORT),
-        },
-    };
+    if let Ok(addr) = target.parse::<SocketAddr>() {
+        return Ok(vec![addr]);
+    }
+    let (host, port) = host_and_port(target).map_err(resolve_err)?;
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| resolve_err(e.to_string()))?
@@ -73,6 +64,34 @@ pub fn resolve(target: &str) -> Result<Vec<SocketAddr>, TrafficError> {
         return Err(resolve_err("no addresses".into()));
     }
     Ok(addrs)
+}
+
+/// A target's host and port (5201 when it names none): `HOST`, `HOST:PORT`, a bare
+/// IPv6 address, or one in brackets with or without `:PORT`.
+fn host_and_port(target: &str) -> Result<(&str, u16), String> {
+    let port = |text: &str| {
+        text.parse::<u16>()
+            .map_err(|_| format!("bad port '{text}'"))
+    };
+    if let Some(rest) = target.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| "an IPv6 address in brackets lacks its ']'".to_string())?;
+        return match after {
+            "" => Ok((host, DEFAULT_PORT)),
+            _ => match after.strip_prefix(':') {
+                Some(p) => Ok((host, port(p)?)),
+                None => Err(format!("unexpected '{after}' after ']'")),
+            },
+        };
+    }
+    if target.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Ok((target, DEFAULT_PORT));
+    }
+    match target.rsplit_once(':') {
+        Some((host, p)) => Ok((host, port(p)?)),
+        None => Ok((target, DEFAULT_PORT)),
+    }
 }
 
 /// Runs one test. `on_interval` sees each report interval as soon as both ends have
@@ -465,5 +484,38 @@ fn run_started(
 fn emit(groups: Vec<Vec<IntervalRecord>>, on_interval: &mut dyn FnMut(&[IntervalRecord])) {
     for group in groups {
         on_interval(&group);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_name_their_port_or_get_5201() {
+        for (target, host, port) in [
+            ("example.org", "example.org", 5201),
+            ("example.org:7", "example.org", 7),
+            ("10.0.0.1", "10.0.0.1", 5201),
+            ("fd00:77::1", "fd00:77::1", 5201),
+            ("[fd00:77::1]", "fd00:77::1", 5201),
+            ("[fd00:77::1]:6000", "fd00:77::1", 6000),
+            ("[host.example]:6000", "host.example", 6000),
+        ] {
+            assert_eq!(host_and_port(target), Ok((host, port)), "{target}");
+        }
+        assert_eq!(host_and_port("h:99999").unwrap_err(), "bad port '99999'");
+        assert_eq!(
+            host_and_port("[fd00::1").unwrap_err(),
+            "an IPv6 address in brackets lacks its ']'"
+        );
+        assert_eq!(
+            host_and_port("[fd00::1]x").unwrap_err(),
+            "unexpected 'x' after ']'"
+        );
+        // Bracketed and bare addresses resolve without a lookup.
+        let want: SocketAddr = "[fd00:77::1]:5201".parse().unwrap();
+        assert_eq!(resolve("[fd00:77::1]").unwrap(), vec![want]);
+        assert_eq!(resolve("fd00:77::1").unwrap(), vec![want]);
     }
 }

@@ -426,6 +426,17 @@ pub fn one_of_three_tries<T>(what: &str, mut attempt: impl FnMut() -> Result<T, 
     panic!("{what}, three times: {}", misses.join("; "));
 }
 
+/// The address in a server log's "serving on ADDR, …" line once the whole line is
+/// written: stderr is unbuffered, so a reader may see the line cut after any write.
+pub fn serving_addr(log: &str) -> Option<SocketAddr> {
+    let (line, _) = log.split("serving on ").nth(1)?.split_once('\n')?;
+    let addr = line.split(',').next()?.trim();
+    Some(
+        addr.parse()
+            .unwrap_or_else(|e| panic!("a whole serving line {line:?}: {e}")),
+    )
+}
+
 /// `tcplab serve --listen 127.0.0.1:0 FLAGS…` on loopback, which needs no privileges
 /// (loopback peers are local, so no key is needed either unless given).
 pub struct LoopbackServer {
@@ -455,8 +466,7 @@ impl LoopbackServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(rest) = text.split("serving on ").nth(1) {
-                let addr = rest.split(',').next().unwrap().trim().parse().unwrap();
+            if let Some(addr) = serving_addr(&text) {
                 return LoopbackServer {
                     child,
                     addr,

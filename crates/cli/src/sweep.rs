@@ -32,11 +32,11 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         .db
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.db", experiment.name)));
+    if args.dry_run {
+        return dry_run(&experiment, &args.file, &db);
+    }
     let hosts =
         sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
-    if args.dry_run {
-        return dry_run(&experiment, &file, &db);
-    }
     sweep::check_congestion(&experiment.points)?;
     let _lock = sweep::lock(&db)?;
     let mut store = open_store(&db)?;
@@ -172,8 +172,10 @@ fn progress_bar(len: u64) -> ProgressBar {
     bar
 }
 
-/// The plan, its size and time, and where the database stands with it.
-fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
+/// The plan, its size and time, and where the database stands with it. Key files are
+/// checked but not needed: a plan can be read before the keys are in place.
+fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> {
+    let file = path.display();
     let runs = experiment.points.len() * experiment.repetitions as usize;
     let total = estimate::sweep_time(&experiment.points, experiment.repetitions);
     println!(
@@ -190,8 +192,13 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
         .map(|h| (h.name.as_str(), h))
         .collect();
     for host in hosts.values() {
+        let key = match (&host.key_file, sweep::host_key(host, path)) {
+            (None, _) => String::new(),
+            (Some(k), Ok(_)) => format!(", key {k}"),
+            (Some(_), Err(e)) => format!(", {}: the sweep needs it", e.root_cause()),
+        };
         println!(
-            "  real host {}: {} at {}{}",
+            "  real host {}: {} at {}{key}",
             host.name,
             if host.iperf3 {
                 "iperf3 server"
@@ -199,10 +206,6 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
                 "tcplab agent"
             },
             host.address,
-            host.key_file
-                .as_ref()
-                .map(|k| format!(", key {k}"))
-                .unwrap_or_default()
         );
     }
     for axis in &experiment.axes {
@@ -220,7 +223,7 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
     }
     let stored = db
         .exists()
-        .then(|| open_store(db))
+        .then(|| open_existing_store(db))
         .transpose()?
         .and_then(|store| {
             let hash = experiment.plan_hash();

@@ -291,11 +291,31 @@ fn a_dry_run_lists_every_run_of_the_plan() {
             .count();
         assert_eq!(listed, runs, "{name}");
     }
-    // The real-hosts example is valid: what stops it here is its first key file.
-    let out = tcplab(&["sweep", &format!("{examples}/hosts.toml"), "--dry-run"]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    // The real-hosts example plans without its key files, naming each one missing; the
+    // sweep itself stops at the first.
+    let hosts = format!("{examples}/hosts.toml");
+    let out = tcplab(&["sweep", &hosts, "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        err.contains("hosts.toml: host 'near': key file ") && err.contains("keys/near.key"),
-        "{err}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("= 72 runs"), "{text}");
+    for host in ["near", "far"] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("real host {host}:")))
+            .unwrap_or_else(|| panic!("no line for {host}: {text}"));
+        assert!(
+            line.contains(&format!("keys/{host}.key: No such file"))
+                && line.ends_with("the sweep needs it"),
+            "{line}"
+        );
+    }
+    assert_one_line_error(
+        &["sweep", &hosts, "--db", "/nonexistent/h.db"],
+        1,
+        &["hosts.toml: host 'near': key file ", "keys/near.key"],
     );
 }

@@ -198,7 +198,12 @@ fn the_serving_line_is_read_only_once_whole() {
     // The server writes it in pieces: every cut before the newline is "not yet".
     let line = "tcplab: serving on 127.0.0.1:40123, local peers only\n";
     for cut in 0..line.len() {
-        assert_eq!(support::serving_addr(&line[..cut]), None, "{:?}", &line[..cut]);
+        assert_eq!(
+            support::serving_addr(&line[..cut]),
+            None,
+            "{:?}",
+            &line[..cut]
+        );
     }
     assert_eq!(
         support::serving_addr(line),

@@ -2,6 +2,8 @@
 
 use std::process::{Command, Output};
 
+mod support;
+
 fn tcplab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tcplab"))
         .args(args)
@@ -16,6 +18,7 @@ fn assert_one_line_error(args: &[&str], code: i32, needles: &[&str]) {
     assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     assert!(err.starts_with("tcplab: "), "{err}");
+    support::assert_each_cause_once(&err);
     for needle in needles {
         assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
     }

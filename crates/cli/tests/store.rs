@@ -42,6 +42,7 @@ fn one_line_failure(out: &Output) -> String {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.starts_with("tcplab: "), "{err}");
+    support::assert_each_cause_once(&err);
     err.trim_end().to_owned()
 }
 
@@ -162,6 +163,23 @@ fn a_read_only_database_is_read_and_never_written() {
         assert!(refused.stdout.is_empty());
         assert_eq!(server.log().matches("test done").count(), tests_before);
     }
+
+    // A report that cannot be written says why once.
+    chmod(out.path(), 0o555);
+    let line = one_line_failure(&tcplab_unprivileged(&[
+        "report",
+        db_arg,
+        "-o",
+        report.to_str().unwrap(),
+    ]));
+    assert!(
+        line.ends_with(&format!(
+            "cannot write {}: Permission denied (os error 13)",
+            report.display()
+        )),
+        "{line}"
+    );
+    chmod(out.path(), 0o777);
 
     // A database from an older tcplab cannot be migrated here: one line says what to do.
     chmod(dir.path(), 0o755);

@@ -82,10 +82,11 @@ pub enum ReportError {
     },
     #[error(transparent)]
     Draw(#[from] DrawError),
-    #[error("cannot write {}: {source}", path.display())]
+    /// The cause is part of the message, not a `source`: chains would print it twice.
+    #[error("cannot write {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -151,14 +152,14 @@ pub fn write_report(
         env!("CARGO_PKG_VERSION")
     );
     let text = html::page(&format!("tcplab report: {db}"), &intro, &sections)?;
-    std::fs::create_dir_all(dir).map_err(|source| ReportError::Write {
+    std::fs::create_dir_all(dir).map_err(|error| ReportError::Write {
         path: dir.to_owned(),
-        source,
+        error,
     })?;
     let path = dir.join("index.html");
-    std::fs::write(&path, &text).map_err(|source| ReportError::Write {
+    std::fs::write(&path, &text).map_err(|error| ReportError::Write {
         path: path.clone(),
-        source,
+        error,
     })?;
     Ok(Written {
         path,

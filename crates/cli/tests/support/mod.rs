@@ -564,7 +564,18 @@ pub fn failure(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    assert_each_cause_once(&err);
     err
+}
+
+/// Asserts that no part of an error line's chain ("a: b: c") repeats the one before it,
+/// as it does when an error both prints its cause and exposes it as its source.
+pub fn assert_each_cause_once(err: &str) {
+    let parts: Vec<&str> = err.trim_end().split(": ").collect();
+    assert!(
+        parts.windows(2).all(|w| w[0] != w[1]),
+        "a cause repeats in {err:?}"
+    );
 }
 
 /// Waits until `server` listens on TCP `addr`, read from /proc/PID/net/tcp, which shows

@@ -57,6 +57,12 @@ pub enum Command {
     Report(ReportArgs),
     /// One chart of an experiment or a run, as SVG or PNG.
     Plot(PlotArgs),
+    /// The path-spec grammar that --path, --client-path and experiment files take.
+    PathSpec,
+    /// A shell completion script on stdout (e.g. `tcplab completions bash > /etc/bash_completion.d/tcplab`).
+    Completions { shell: clap_complete::Shell },
+    /// The manual page (roff) on stdout (e.g. `tcplab man | man -l -`).
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -360,7 +366,8 @@ pub struct RunArgs {
 /// An emulated path and the hosts behind it.
 #[derive(Args, Debug, Clone)]
 pub struct PathArgs {
-    /// Path spec of the bottleneck, e.g. "rtt 20ms rate 100mbit queue 1bdp up.loss 1%".
+    /// Path spec of the bottleneck, e.g. "rtt 20ms rate 100mbit queue 1bdp up.loss 1%"
+    /// (the grammar: `tcplab path-spec`).
     #[arg(long, value_parser = parse_path, value_name = "SPEC")]
     pub path: Option<PathSpec>,
     /// Client hosts sharing the bottleneck (a dumbbell).
@@ -431,6 +438,16 @@ pub enum LabCommand {
     },
     /// Remove what labs of dead processes left behind.
     Gc,
+    /// Run a command in a host of a lab (as `ip netns exec` would, with or without root).
+    Exec {
+        name: String,
+        /// The host: server, client (the first), or clientK.
+        host: String,
+        /// The command; TCPLAB_SERVER, TCPLAB_SERVER6, TCPLAB_SERVER_NS and
+        /// TCPLAB_CLIENT_NS tell it where the lab's hosts are.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Runs a lab's emulator in the foreground (what `lab up` starts in the background).
     #[command(hide = true)]
     Daemon {

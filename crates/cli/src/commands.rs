@@ -192,6 +192,7 @@ pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
     if let Some(calibration) = lab.calibration() {
         lines.push(format!("  {}", calibration.describe()));
     }
+    lines.extend(lab::priority_note().map(|note| format!("  {note}")));
     lines
 }
 

@@ -3,7 +3,8 @@
 //! `lab up` starts `tcplab lab daemon` as a detached process that builds the lab, runs
 //! its emulator and answers on a Unix socket (`show`, `down`) until told to stop or
 //! signalled. The registry (`tcplab_lab::registry`) remembers every lab with its
-//! process, so `lab gc` can remove the namespaces of a daemon that died.
+//! process, so `lab gc` can remove the namespaces of a daemon that died. `lab exec`
+//! runs a command in a host; without root it joins the daemon's user namespace first.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -14,12 +15,13 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
+use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
-use tcplab_sys::poll;
+use tcplab_sys::{netns, poll};
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
 use crate::commands::{interrupt_flag, lab_lines};
@@ -65,17 +67,70 @@ pub fn command(cmd: LabCommand) -> Result<ExitCode> {
         LabCommand::List { json } => list(json),
         LabCommand::Show { name, json } => show(&name, json),
         LabCommand::Gc => {
-            let removed = registry::gc().context("removing leftover labs")?;
-            for name in &removed {
-                println!("removed leftover lab {name}");
-            }
-            if removed.is_empty() {
+            let lines = gc_lines(&registry::gc().context("removing leftover labs")?);
+            if lines.is_empty() {
                 println!("nothing to remove");
+            }
+            for line in lines {
+                println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
         }
+        LabCommand::Exec {
+            name,
+            host,
+            command,
+        } => exec(&name, &host, &command),
         LabCommand::Daemon { name, path } => daemon(&name, &path),
     }
+}
+
+/// A line per lab and per namespace that [`registry::gc`] removed.
+pub fn gc_lines(removed: &registry::Removed) -> Vec<String> {
+    let labs = removed.labs.iter().map(|lab| {
+        format!(
+            "removed leftover lab {} (its process {} died)",
+            lab.name, lab.pid
+        )
+    });
+    let namespaces = removed.namespaces.iter().map(|ns| match ns.pid {
+        Some(pid) => format!(
+            "removed leftover netns {} (its process {pid} died)",
+            ns.name
+        ),
+        None => format!(
+            "removed leftover netns {} (its mark was unreadable)",
+            ns.name
+        ),
+    });
+    labs.chain(namespaces).collect()
+}
+
+/// The one line that says the emulator cannot have real-time priority here, if so.
+pub fn priority_note() -> Option<String> {
+    (!pipeline::realtime_allowed()).then(|| {
+        "note: the emulator runs at normal priority (real-time priority needs root or CAP_SYS_NICE), so load on this machine shows as lateness".to_owned()
+    })
+}
+
+/// `lab exec NAME HOST -- CMD…`: becomes the command, inside the host. Runs before any
+/// thread exists (entering a namespace moves one thread only).
+fn exec(name: &str, host: &str, command: &[String]) -> Result<ExitCode> {
+    registry::check_name(name).map_err(anyhow::Error::msg)?;
+    let entry =
+        registry::get(name)?.ok_or_else(|| anyhow!("no lab named {name} (see tcplab lab list)"))?;
+    if !registry::pid_alive(entry.pid) {
+        bail!("lab {name} is a leftover of a dead process (run tcplab lab gc)");
+    }
+    let ns = &entry.host(host).map_err(anyhow::Error::msg)?.ns;
+    netns::enter_current_thread(ns)
+        .with_context(|| format!("cannot enter {host} of lab {name}"))?;
+    let (program, rest) = command.split_first().expect("clap requires a command");
+    let error = Command::new(program)
+        .args(rest)
+        .envs(entry.host_env())
+        .exec();
+    bail!("cannot run {program}: {error}")
 }
 
 fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
@@ -87,6 +142,11 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         bail!("pace cwnd follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate");
     }
     config(args, name)?;
+    if let Some(old) = registry::remove_leftover(name)
+        .with_context(|| format!("removing the leftover lab {name}"))?
+    {
+        println!("removed leftover lab {name} (its process {} died)", old.pid);
+    }
     let mut cmd = Command::new(std::env::current_exe().context("locating the tcplab binary")?);
     cmd.args([
         "lab",
@@ -128,6 +188,9 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
     print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
+    if let Some(note) = priority_note() {
+        println!("  {note}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -165,7 +228,7 @@ fn print_entry(entry: &LabEntry) {
 
 /// Sends one request to a lab's daemon and returns its answer.
 fn ask(name: &str, request: &str) -> Result<String> {
-    let mut stream = UnixStream::connect(registry::socket_path(name)).with_context(|| {
+    let mut stream = UnixStream::connect(registry::socket_path(name)?).with_context(|| {
         match registry::get(name) {
             Ok(Some(entry)) if !registry::pid_alive(entry.pid) => {
                 format!("lab {name} is a leftover of a dead process (run tcplab lab gc)")
@@ -230,6 +293,15 @@ fn list(json: bool) -> Result<ExitCode> {
             e.path
         );
     }
+    for ns in registry::unregistered_leftovers()? {
+        let by = ns
+            .pid
+            .map_or("an unknown process".into(), |pid| format!("process {pid}"));
+        println!(
+            "leftover netns {} of {by}, which died (tcplab lab gc removes it)",
+            ns.name
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -268,8 +340,12 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
             );
         }
         println!(
-            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {} packets",
-            s.lateness.p50_us, s.lateness.p99_us, s.lateness.max_us, s.lateness.packets
+            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {} packets{}",
+            s.lateness.p50_us,
+            s.lateness.p99_us,
+            s.lateness.max_us,
+            s.lateness.packets,
+            if s.realtime { "" } else { " (normal priority)" }
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -290,12 +366,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     }
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut command = Command::new(program);
-    command
-        .args(rest)
-        .env("TCPLAB_SERVER", lab.server.addr.to_string())
-        .env("TCPLAB_SERVER6", lab.server.addr6.to_string())
-        .env("TCPLAB_SERVER_NS", lab.server.ns.name())
-        .env("TCPLAB_CLIENT_NS", lab.clients[0].ns.name());
+    command.args(rest).envs(lab.entry.host_env());
     // Spawned from a thread inside the client namespace, the command lives there.
     let status = lab.clients[0]
         .ns
@@ -330,7 +401,7 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
         .and_then(|c| c.ok_or_else(|| anyhow!("--path is required")))
         .and_then(|c| Lab::up(&c).map_err(anyhow::Error::from))
         .and_then(|lab| {
-            let socket = registry::socket_path(name);
+            let socket = registry::socket_path(name)?;
             let _ = std::fs::remove_file(&socket);
             let listener = UnixListener::bind(&socket)
                 .with_context(|| format!("binding {}", socket.display()))?;

@@ -10,7 +10,7 @@ mod sweep;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use args::{Cli, Command};
 
@@ -19,12 +19,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    // Namespaces before any thread exists: setns and unshare move the calling thread
+    // only, and a user namespace admits single-threaded processes only.
     if let Some(ns) = &cli.netns {
-        // Before any thread exists, so every thread of the process lives in it.
         if let Err(e) = tcplab_sys::netns::enter_current_thread(ns) {
             eprintln!("tcplab: cannot enter netns '{ns}': {e}");
             return ExitCode::FAILURE;
         }
+    }
+    if builds_labs(&cli.command) {
+        tcplab_sys::netns::prepare();
     }
     if prints_only(&cli.command) {
         // Like other Unix filters, end quietly when the reader goes away (`| head`)
@@ -45,6 +49,19 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(args),
         Command::Report(args) => report::report(args),
         Command::Plot(args) => report::plot(args),
+        Command::PathSpec => {
+            print!("{}", tcplab_model::path::grammar());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let mut cli = Cli::command();
+            clap_complete::generate(shell, &mut cli, "tcplab", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,
@@ -52,6 +69,17 @@ fn main() -> ExitCode {
             eprintln!("tcplab: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Commands that may build a lab in this process.
+fn builds_labs(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => args.lab.path.is_some(),
+        Command::Quickstart(_) | Command::Shell(_) => true,
+        Command::Sweep(args) => !args.dry_run,
+        Command::Lab(cmd) => matches!(cmd, args::LabCommand::Daemon { .. }),
+        _ => false,
     }
 }
 
@@ -63,7 +91,10 @@ fn prints_only(command: &Command) -> bool {
         | Command::Results(_)
         | Command::Explain(_)
         | Command::Report(_)
-        | Command::Plot(_) => true,
+        | Command::Plot(_)
+        | Command::PathSpec
+        | Command::Completions { .. }
+        | Command::Man => true,
         Command::Sweep(args) => args.dry_run,
         Command::Lab(cmd) => matches!(
             cmd,

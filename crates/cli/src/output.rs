@@ -136,7 +136,7 @@ pub fn flow_setup(run: &RunRecord) -> Vec<String> {
 fn buffer(b: &BufferSize, cap_sysctl: &str) -> String {
     match (b.requested, b.capped_at) {
         (Some(req), Some(cap)) => format!(
-            "{} → {} (capped by net.core.{cap_sysctl} = {})",
+            "{} → {} (capped by net.core.{cap_sysctl} = {}, the host's: only root raises it)",
             format_size(req),
             format_size(b.effective),
             format_size(cap)

@@ -38,6 +38,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     let hosts =
         sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_congestion(&experiment.points)?;
+    sweep::check_labs(&experiment.points)?;
     let _lock = sweep::lock(&db)?;
     let mut store = open_store(&db)?;
     let prepared = sweep::prepare(
@@ -50,8 +51,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
             retry_failed: args.retry_failed,
         },
     )?;
-    for lab in sweep::remove_leftovers()? {
-        println!("removed lab {lab}, left by a process that died");
+    for line in crate::lab::gc_lines(&sweep::remove_leftovers()?) {
+        println!("{line}");
     }
     let pending = prepared.count(PlanStatus::Pending);
     println!(

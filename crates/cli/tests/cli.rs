@@ -135,6 +135,41 @@ fn help_and_version_exit_0() {
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("tcplab "));
 }
 
+/// One registry of a run's charts (`tcplab_report::RunChart`): `plot --help` and the
+/// guide's table of charts (docs/reports.md) name exactly its charts.
+#[test]
+fn plot_help_and_the_guide_name_every_run_chart() {
+    let names: Vec<&str> = tcplab_report::RunChart::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect();
+    let help = String::from_utf8_lossy(&tcplab(&["plot", "--help"]).stdout).into_owned();
+    // clap wraps long help: compare the words.
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains(&names.join(", ")), "{help}");
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/reports.md"
+    ))
+    .unwrap();
+    let mut in_readme: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.contains("| run |"))
+        .flat_map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap_or("")
+                .split('`')
+                .skip(1)
+                .step_by(2)
+        })
+        .collect();
+    in_readme.sort_unstable();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(in_readme, sorted, "docs/reports.md's run charts");
+}
+
 #[test]
 fn a_peer_that_accepts_but_never_answers_is_named_after_the_handshake_timeout() {
     // A listener on loopback that never says a word: not a tcplab server.
@@ -321,4 +356,23 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         1,
         &["hosts.toml: host 'near': key file ", "keys/near.key"],
     );
+}
+
+/// Completions, the manual page and the grammar come from the binary itself.
+#[test]
+fn completions_the_manual_and_the_grammar_print() {
+    for (args, expected) in [
+        (&["completions", "bash"][..], "_tcplab()"),
+        (&["completions", "zsh"][..], "#compdef tcplab"),
+        (&["completions", "fish"][..], "complete -c tcplab"),
+        (&["man"][..], ".TH tcplab 1"),
+        (&["path-spec"][..], "pace cwnd"),
+    ] {
+        let out = tcplab(args);
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(expected), "{args:?}: {text}");
+    }
+    let out = tcplab(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
 }

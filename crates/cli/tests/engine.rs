@@ -196,23 +196,35 @@ fn a_tiny_send_buffer_makes_the_flow_sndbuf_limited_in_every_figure() {
     let Some(bed) = Bed::new("sndbuf_limited") else {
         return;
     };
-    let v = bed.run_json(&[
-        "-t",
-        "1s",
-        "-C",
-        "cubic",
-        "--sndbuf",
-        "4K",
-        "--json-samples",
-    ]);
-    assert_eq!(
-        str_at(&v, "/summary/dominant_limit"),
-        "sndbuf",
-        "{:#}",
-        v["summary"]
-    );
+    // A writer kept off the CPU between its writes is the application's time: what
+    // only load spoils gets three tries.
+    let v = one_of_three_tries("a 4 KiB send buffer's share", || {
+        let v = bed.run_json(&[
+            "-t",
+            "1s",
+            "-C",
+            "cubic",
+            "--sndbuf",
+            "4K",
+            "--json-samples",
+        ]);
+        assert_eq!(
+            str_at(&v, "/summary/dominant_limit"),
+            "sndbuf",
+            "{:#}",
+            v["summary"]
+        );
+        let share = f64_at(&v, "/summary/limits/sndbuf");
+        if share > 0.8 {
+            Ok(v)
+        } else {
+            Err(format!(
+                "sndbuf share {share}: {:#}",
+                v["summary"]["limits"]
+            ))
+        }
+    });
     let share = f64_at(&v, "/summary/limits/sndbuf");
-    assert!(share > 0.8, "{:#}", v["summary"]);
     // The raw samples: every one with a full buffer is booked to it; the rest of the
     // share is the writer blocked in write() while its buffer drained (a veth pair
     // acknowledges 64 KiB faster than the writer's thread wakes).

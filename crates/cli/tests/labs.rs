@@ -1,6 +1,6 @@
-//! Persistent labs (`tcplab lab up/show/list/down/gc`) and multi-client runs, checked
-//! against the system: namespaces in /run/netns, the registry, the daemon's process,
-//! ping.
+//! Persistent labs (`tcplab lab up/show/list/down/gc/exec`) and multi-client runs,
+//! checked against the system: namespaces in /run/netns and their marks, the registry,
+//! the daemon's process, ping.
 
 mod support;
 
@@ -18,6 +18,11 @@ fn netns_exists(name: &str) -> bool {
 
 fn registry_file(name: &str) -> std::path::PathBuf {
     Path::new("/run/tcplab/labs").join(format!("{name}.json"))
+}
+
+/// The mark tcplab keeps beside a namespace it made, naming its process.
+fn mark_file(ns: &str) -> std::path::PathBuf {
+    Path::new("/run/tcplab/netns").join(ns)
 }
 
 fn pid_alive(pid: u64) -> bool {
@@ -51,11 +56,42 @@ fn assert_lab_gone(name: &str) {
         "registry entry of {name} left behind"
     );
     for host in ["client", "server"] {
-        assert!(
-            !netns_exists(&format!("{name}-{host}")),
-            "netns {name}-{host} left behind"
-        );
+        let ns = format!("{name}-{host}");
+        assert!(!netns_exists(&ns), "netns {ns} left behind");
+        assert!(!mark_file(&ns).exists(), "the mark of {ns} left behind");
     }
+}
+
+/// Kills a lab's daemon with SIGKILL and waits until tcplab counts it dead: returns its pid.
+fn kill_daemon(name: &str) -> u64 {
+    let entry: Value =
+        serde_json::from_slice(&std::fs::read(registry_file(name)).unwrap()).unwrap();
+    let pid = u64_at(&entry, "/pid");
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    wait_gone(pid);
+    // The daemon is an orphan: until PID 1 reaps it, it is a zombie, which tcplab's
+    // liveness check (crates/sys/src/netns.rs pid_alive) counts as dead. Here PID 1
+    // (not an init) reaps late, so wait for the registry to say so.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let alive = || {
+        list_json()
+            .iter()
+            .find(|e| e["lab"]["name"] == name)
+            .expect("still listed")["alive"]
+            .clone()
+    };
+    while alive() != false && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        alive(),
+        false,
+        "a killed (zombie) daemon still counts as alive"
+    );
+    pid
 }
 
 /// Asserts exit `code` and one stderr line that contains `needle`.
@@ -99,7 +135,10 @@ fn lab_up_show_list_down_round_trip() {
     // measured 5 → 6 a moment later): poll briefly.
     let deadline = Instant::now() + Duration::from_secs(2);
     let mut show = guard.show();
-    while u64_at(&show, "/up/links/0/packets_in") < before + 5 && Instant::now() < deadline {
+    while (u64_at(&show, "/up/links/0/packets_in") < before + 5
+        || u64_at(&show, "/down/links/0/delivered_packets") < 5)
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
         show = guard.show();
     }
@@ -239,7 +278,7 @@ fn two_clients_with_their_own_access_links() {
     }
     drop(guard);
 
-    // The README's dumbbell: its bottleneck has no delay of its own.
+    // The dumbbell of docs/paths.md: its bottleneck has no delay of its own.
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("dumbbell.db");
     let out = tcplab()
@@ -325,33 +364,7 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
     }
     let name = lab_name("lk", 1);
     let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
-    let entry: Value =
-        serde_json::from_slice(&std::fs::read(registry_file(&name)).unwrap()).unwrap();
-    let pid = u64_at(&entry, "/pid");
-    Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    wait_gone(pid);
-    // The daemon is an orphan: until PID 1 reaps it, it is a zombie, and tcplab's
-    // liveness check (kill(pid, 0), crates/lab/src/registry.rs pid_alive) counts a
-    // zombie as alive. Here PID 1 (not an init) reaps late, so wait for it.
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let alive = || {
-        list_json()
-            .iter()
-            .find(|e| e["lab"]["name"] == name.as_str())
-            .expect("still listed")["alive"]
-            .clone()
-    };
-    while alive() != false && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(
-        alive(),
-        false,
-        "a killed (zombie) daemon still counts as alive"
-    );
+    let pid = kill_daemon(&name);
     let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
     assert!(
         text.lines()
@@ -362,14 +375,120 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        said.contains(&format!("removed leftover lab {name}")),
+        said.contains(&format!(
+            "removed leftover lab {name} (its process {pid} died)"
+        )),
         "{said}"
     );
     assert!(!netns_exists(&guard.client_ns()) && !netns_exists(&guard.server_ns()));
-    assert!(!registry_file(&name).exists());
+    assert_lab_gone(&name);
     assert!(list_json()
         .iter()
         .all(|e| e["lab"]["name"] != name.as_str()));
+}
+
+/// `lab up` of a name whose daemon was killed removes the leftover and comes up.
+#[test]
+fn lab_up_over_a_killed_daemons_leftover_removes_it_first() {
+    if !privileged_or_skip("up_over_leftover") {
+        return;
+    }
+    let name = lab_name("lo", 1);
+    let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
+    let pid = kill_daemon(&name);
+    let out = lab(&["up", &name, "--path", "rtt 4ms"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        said.starts_with(&format!(
+            "removed leftover lab {name} (its process {pid} died)\n"
+        )),
+        "{said}"
+    );
+    let show = guard.show();
+    assert!(str_at(&show, "/path").starts_with("rtt 4ms "), "{show}");
+    assert_ne!(u64_at(&show, "/lab/pid"), pid);
+    for ns in [guard.client_ns(), guard.server_ns()] {
+        assert!(netns_exists(&ns), "no namespace {ns}");
+        let marked = std::fs::read_to_string(mark_file(&ns)).unwrap();
+        assert_eq!(marked.trim(), u64_at(&show, "/lab/pid").to_string());
+    }
+    drop(guard);
+    assert_lab_gone(&name);
+}
+
+/// Namespaces whose registry entry is lost are still found by their marks: `lab list`
+/// names them and `lab gc` removes them.
+#[test]
+fn gc_removes_namespaces_nothing_registered_remembers() {
+    if !privileged_or_skip("gc_unregistered") {
+        return;
+    }
+    let name = lab_name("lu", 1);
+    let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
+    let pid = kill_daemon(&name);
+    std::fs::remove_file(registry_file(&name)).unwrap();
+    let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
+    for ns in [guard.client_ns(), guard.server_ns()] {
+        assert!(netns_exists(&ns), "{ns} should be left over");
+        assert!(
+            text.contains(&format!(
+                "leftover netns {ns} of process {pid}, which died (tcplab lab gc removes it)"
+            )),
+            "{text}"
+        );
+    }
+    let out = lab(&["gc"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    for ns in [guard.client_ns(), guard.server_ns()] {
+        assert!(
+            said.contains(&format!(
+                "removed leftover netns {ns} (its process {pid} died)"
+            )),
+            "{said}"
+        );
+    }
+    assert_lab_gone(&name);
+}
+
+/// `lab exec NAME HOST -- CMD`: the command runs in that host (ping sees the path's
+/// RTT), with the lab's addresses in its environment, and its exit status is tcplab's.
+#[test]
+fn lab_exec_runs_a_command_in_a_host() {
+    if !privileged_or_skip("lab_exec") {
+        return;
+    }
+    let _serial = serial();
+    let name = lab_name("le", 1);
+    let _guard = LabGuard::up(&name, &["--path", "rtt 20ms"]);
+    let out = lab(&["exec", &name, "client"]);
+    one_line(&out, 2, "COMMAND");
+    let out = tcplab()
+        .args(["lab", "exec", &name, "client", "--", "sh", "-c"])
+        .arg("ping -c 5 -i 0.2 $TCPLAB_SERVER && exit 7")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(7), "{text}{}", stderr(&out));
+    let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
+    // The lab takes up to a few hundred µs off for its own latency.
+    assert!((19.5..21.0).contains(&min_ms), "min RTT {min_ms} ms");
+    // The server host holds the server's address.
+    let out = lab(&["exec", &name, "server", "--", "ip", "-br", "addr"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("10.77.0.1/16"));
+
+    let out = lab(&["exec", &name, "client2", "--", "true"]);
+    one_line(
+        &out,
+        1,
+        "has no host 'client2': its hosts are server and client",
+    );
+    let out = lab(&["exec", &name, "client", "--", "/nonexistent/cmd"]);
+    one_line(&out, 1, "cannot run /nonexistent/cmd");
+    let out = lab(&["exec", "nosuchlab", "client", "--", "true"]);
+    one_line(&out, 1, "no lab named nosuchlab");
 }
 
 #[test]

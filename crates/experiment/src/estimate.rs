@@ -4,7 +4,7 @@
 //! offset: the control protocol's round trips over the emulated path (handshake, clock
 //! probes, one connection per data flow, the reports at the end), its sending time, and
 //! after a timed TCP test the drain of its senders' backlog. The constants are measured
-//! (release build, 2 vCPUs); the README lists real sweeps of examples/quick against the
+//! (release build, 2 vCPUs); docs/studies.md lists real sweeps of examples/quick against the
 //! estimate.
 
 use std::time::Duration;

@@ -182,9 +182,18 @@ pub fn lock(db: &Path) -> Result<SweepLock> {
     Ok(SweepLock(file))
 }
 
-/// Removes labs that killed sweeps left behind; returns their names.
-pub fn remove_leftovers() -> Result<Vec<String>> {
+/// Removes labs that killed sweeps left behind.
+pub fn remove_leftovers() -> Result<registry::Removed> {
     registry::gc().context("removing labs left by dead processes")
+}
+
+/// Refuses, before anything is planned or run, a sweep whose points need labs this
+/// process cannot build (no root, no user namespaces), with the reason.
+pub fn check_labs(points: &[Point]) -> Result<()> {
+    if points.iter().any(|p| p.config.server.is_none()) {
+        tcplab_sys::netns::ready().map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
 }
 
 /// Progress of a sweep.

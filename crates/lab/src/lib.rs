@@ -4,8 +4,10 @@
 //! with a TUN device. The emulator (one thread per direction, [`pipeline`]) carries
 //! packets between the devices through the link models of the path spec: the
 //! bottleneck shared by all clients and, in a dumbbell, each client's own access
-//! link. Every lab is registered under [`registry::RUN_DIR`] so that `tcplab lab gc`
-//! can remove what a crashed process left behind.
+//! link. Every lab is registered ([`registry`]) and every namespace marked with its
+//! process, so that `tcplab lab gc` can remove what a crashed process left behind.
+//! Without root, a lab lives in the process's own user namespace
+//! ([`tcplab_sys::userns`]).
 
 pub mod calibrate;
 pub mod pipeline;

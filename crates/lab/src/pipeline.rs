@@ -92,6 +92,22 @@ pub struct DirectionPlan {
     pub mtu: u32,
 }
 
+/// Gives the calling thread real-time priority (SCHED_FIFO); false without the privilege
+/// (CAP_SYS_NICE, or an RLIMIT_RTPRIO).
+fn set_realtime() -> bool {
+    let param = libc::sched_param {
+        sched_priority: RT_PRIORITY,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is valid for the call.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// Whether the emulator's threads get real-time priority in this process, tried on a
+/// thread of its own.
+pub fn realtime_allowed() -> bool {
+    std::thread::spawn(set_realtime).join().unwrap_or(false)
+}
+
 /// Runs one direction until `stop`. `epoch_ns` is the monotonic time the links call 0.
 pub fn run(
     plan: DirectionPlan,
@@ -106,11 +122,7 @@ pub fn run(
     // TCP endpoints it competes with for the CPU, or their load becomes path delay. The
     // loop never spins, so real-time priority cannot starve them; without the privilege
     // it runs at normal priority and says so in its counters.
-    let param = libc::sched_param {
-        sched_priority: RT_PRIORITY,
-    };
-    // SAFETY: pid 0 is the calling thread; `param` is valid for the call.
-    let realtime = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0;
+    let realtime = set_realtime();
     for (tun, _) in &plan.ingress {
         tun.set_nonblocking(true)?;
     }

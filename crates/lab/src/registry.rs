@@ -1,6 +1,10 @@
-//! Where running labs are written down: one JSON file per lab under [`RUN_DIR`],
-//! naming the process that owns it and the namespaces it made. A lab whose process
-//! is gone (killed, crashed) is a leftover that [`gc`] removes.
+//! Where running labs are written down: one JSON file per lab in [`run_dir`], naming
+//! the process that owns it and the namespaces it made. A lab whose process is gone
+//! (killed, crashed) is a leftover that [`gc`] removes, with any namespace tcplab marked
+//! whose process is gone, registered or not.
+//!
+//! As root the registry is /run/tcplab/labs; without root it is in the user's own state
+//! directory (`$XDG_RUNTIME_DIR/tcplab/labs`), so users see and touch only their labs.
 
 use std::fs;
 use std::io;
@@ -9,9 +13,15 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tcplab_model::dumbbell::Dumbbell;
 use tcplab_model::path::PathSpec;
-use tcplab_sys::netns::NetNs;
+use tcplab_sys::netns::{self, Leftover, NetNs};
+use tcplab_sys::userns;
 
-pub const RUN_DIR: &str = "/run/tcplab/labs";
+pub use tcplab_sys::netns::pid_alive;
+
+/// The registry's directory: `labs` in tcplab's state directory.
+pub fn run_dir() -> io::Result<PathBuf> {
+    Ok(userns::state_dir()?.join("labs"))
+}
 
 /// One host of a lab as users address it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +65,39 @@ impl LabEntry {
         (parse(&self.path), access)
     }
 
+    /// The host users call `host`: `server`, `client` (the first) or `clientK`.
+    pub fn host(&self, host: &str) -> Result<&HostEntry, String> {
+        let client = match host {
+            "server" => return Ok(&self.server),
+            "client" => Some(1),
+            _ => host
+                .strip_prefix("client")
+                .and_then(|k| k.parse::<usize>().ok()),
+        };
+        client
+            .and_then(|k| self.clients.get(k.checked_sub(1)?))
+            .ok_or_else(|| {
+                let clients = match self.clients.len() {
+                    1 => "client".to_owned(),
+                    n => format!("client1 … client{n}"),
+                };
+                format!(
+                    "lab {} has no host '{host}': its hosts are server and {clients}",
+                    self.name
+                )
+            })
+    }
+
+    /// Where a command in one of the lab's hosts finds the others.
+    pub fn host_env(&self) -> [(&'static str, &str); 4] {
+        [
+            ("TCPLAB_SERVER", &self.server.addr),
+            ("TCPLAB_SERVER6", &self.server.addr6),
+            ("TCPLAB_SERVER_NS", &self.server.ns),
+            ("TCPLAB_CLIENT_NS", &self.clients[0].ns),
+        ]
+    }
+
     /// How the lab sized its bottleneck queues given in BDP, a line each.
     pub fn bdp_lines(&self) -> Vec<String> {
         let (path, access) = self.specs();
@@ -62,13 +105,13 @@ impl LabEntry {
     }
 }
 
-fn file(name: &str) -> PathBuf {
-    PathBuf::from(RUN_DIR).join(format!("{name}.json"))
+fn file(name: &str) -> io::Result<PathBuf> {
+    Ok(run_dir()?.join(format!("{name}.json")))
 }
 
 /// The control socket of a lab run by `tcplab lab up`.
-pub fn socket_path(name: &str) -> PathBuf {
-    PathBuf::from(RUN_DIR).join(format!("{name}.sock"))
+pub fn socket_path(name: &str) -> io::Result<PathBuf> {
+    Ok(run_dir()?.join(format!("{name}.sock")))
 }
 
 /// Lab names become namespace and file names: keep them short and plain.
@@ -88,9 +131,11 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Records a lab; fails if a live lab already has the name.
+/// Records a lab; fails if a live lab already has the name, and removes a leftover
+/// that has it.
 pub fn register(entry: &LabEntry) -> io::Result<()> {
-    fs::create_dir_all(RUN_DIR)?;
+    let dir = run_dir()?;
+    fs::create_dir_all(&dir)?;
     if let Some(existing) = get(&entry.name)? {
         if pid_alive(existing.pid) {
             return Err(io::Error::new(
@@ -98,26 +143,29 @@ pub fn register(entry: &LabEntry) -> io::Result<()> {
                 format!("lab '{}' is already up (pid {})", entry.name, existing.pid),
             ));
         }
+        remove(&existing)?;
     }
-    let tmp = PathBuf::from(RUN_DIR).join(format!(".{}.json.tmp", entry.name));
+    let tmp = dir.join(format!(".{}.json.tmp", entry.name));
     fs::write(
         &tmp,
         serde_json::to_vec_pretty(entry).map_err(io::Error::other)?,
     )?;
-    fs::rename(tmp, file(&entry.name))
+    fs::rename(tmp, file(&entry.name)?)
 }
 
 pub fn unregister(name: &str) {
-    let _ = fs::remove_file(file(name));
-    let _ = fs::remove_file(socket_path(name));
+    for path in [file(name), socket_path(name)].into_iter().flatten() {
+        let _ = fs::remove_file(path);
+    }
 }
 
 pub fn get(name: &str) -> io::Result<Option<LabEntry>> {
-    match fs::read(file(name)) {
+    let path = file(name)?;
+    match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{}: {e}", file(name).display()),
+                format!("{}: {e}", path.display()),
             )
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -127,7 +175,7 @@ pub fn get(name: &str) -> io::Result<Option<LabEntry>> {
 
 /// Every registered lab, live or not, by name.
 pub fn list() -> io::Result<Vec<LabEntry>> {
-    let dir = match fs::read_dir(RUN_DIR) {
+    let dir = match fs::read_dir(run_dir()?) {
         Ok(dir) => dir,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -145,39 +193,67 @@ pub fn list() -> io::Result<Vec<LabEntry>> {
     Ok(labs)
 }
 
-/// Whether the process runs. A zombie does not: a daemon killed with SIGKILL stays one
-/// until its parent (often a slow init) reaps it, and its lab is already a leftover.
-pub fn pid_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesized command name, which may hold spaces.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
-/// Deletes a lab's namespaces (its devices go with them) and its registry files.
+/// Deletes a lab's namespaces (its devices go with them) and their marks, then its
+/// registry files. A namespace a living process has claimed since (a new lab of the
+/// name, between a `gc`'s look and its removal) is left to it.
 pub fn remove(entry: &LabEntry) -> io::Result<()> {
     for ns in entry.namespaces() {
-        if let Ok(ns) = NetNs::open(ns) {
-            ns.delete()?;
+        if !netns::in_use(ns)? {
+            NetNs::by_name(ns)?.delete()?;
         }
     }
     unregister(&entry.name);
     Ok(())
 }
 
-/// Removes every lab whose process is gone; returns their names.
-pub fn gc() -> io::Result<Vec<String>> {
-    let mut removed = Vec::new();
+/// Removes lab `name` if it is a leftover (its process died), and returns it.
+pub fn remove_leftover(name: &str) -> io::Result<Option<LabEntry>> {
+    match get(name)? {
+        Some(entry) if !pid_alive(entry.pid) => {
+            remove(&entry)?;
+            Ok(Some(entry))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What [`gc`] removed.
+#[derive(Debug, Default)]
+pub struct Removed {
+    /// Registered labs whose process died.
+    pub labs: Vec<LabEntry>,
+    /// Namespaces tcplab marked whose process died and no registered lab named.
+    pub namespaces: Vec<Leftover>,
+}
+
+/// Removes every lab whose process is gone, then every namespace marked by a process
+/// that is gone.
+pub fn gc() -> io::Result<Removed> {
+    let mut removed = Removed::default();
     for entry in list()? {
         if !pid_alive(entry.pid) {
             remove(&entry)?;
-            removed.push(entry.name);
+            removed.labs.push(entry);
         }
     }
+    removed.namespaces = netns::leftovers()?;
+    for ns in &removed.namespaces {
+        ns.remove()?;
+    }
     Ok(removed)
+}
+
+/// Namespaces left by a process that died that no registered lab names: what only
+/// their marks remember.
+pub fn unregistered_leftovers() -> io::Result<Vec<Leftover>> {
+    let labs = list()?;
+    let mut left = netns::leftovers()?;
+    left.retain(|ns| {
+        !labs
+            .iter()
+            .any(|lab| lab.namespaces().any(|n| n == ns.name))
+    });
+    Ok(left)
 }
 
 #[cfg(test)]
@@ -193,11 +269,34 @@ mod tests {
     }
 
     #[test]
-    fn this_process_is_alive_and_a_reaped_child_is_not() {
-        assert!(pid_alive(std::process::id()));
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        assert!(!pid_alive(pid));
+    fn hosts_are_named_server_client_and_client_k() {
+        let host = |ns: &str| HostEntry {
+            ns: ns.into(),
+            addr: String::new(),
+            addr6: String::new(),
+            access: None,
+        };
+        let mut lab = LabEntry {
+            name: "w".into(),
+            pid: 1,
+            path: String::new(),
+            server: host("w-server"),
+            clients: vec![host("w-client")],
+            created_unix_us: 0,
+        };
+        assert_eq!(lab.host("server").unwrap().ns, "w-server");
+        assert_eq!(lab.host("client").unwrap().ns, "w-client");
+        assert_eq!(lab.host("client1").unwrap().ns, "w-client");
+        let err = lab.host("client2").unwrap_err();
+        assert_eq!(
+            err,
+            "lab w has no host 'client2': its hosts are server and client"
+        );
+        lab.clients = vec![host("w-client1"), host("w-client2")];
+        assert_eq!(lab.host("client2").unwrap().ns, "w-client2");
+        for bad in ["client0", "client3", "clientx", "router"] {
+            let err = lab.host(bad).unwrap_err();
+            assert!(err.ends_with("server and client1 … client2"), "{err}");
+        }
     }
 }

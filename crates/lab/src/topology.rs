@@ -22,6 +22,7 @@ use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
+use tcplab_sys::userns::{self, Mode};
 
 use crate::calibrate;
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
@@ -31,27 +32,40 @@ use tcplab_model::record::{DirectionStats, PathRecord};
 const TUN_NAME: &str = "tcplab0";
 
 /// Per-host TCP memory limits: room for a 1 Gbit/s × 100 ms path (12.5 MB in flight)
-/// with autotuning's overhead. net.core.[rw]mem_max are not per-namespace, so they are
-/// left alone.
+/// with autotuning's overhead. net.core.[rw]mem_max are the host's (read-only in other
+/// namespaces), so they are left alone.
 const HOST_SYSCTLS: &[(&str, &str)] = &[
     ("net.ipv4.tcp_rmem", "4096 131072 67108864"),
     ("net.ipv4.tcp_wmem", "4096 16384 67108864"),
     // Runs must not inherit cached ssthresh or RTT from an earlier connection.
     ("net.ipv4.tcp_no_metrics_save", "1"),
-    // Anyone may ping (ICMP datagram sockets): the lab's calibration, and users
-    // without privileges, inside a lab.
-    ("net.ipv4.ping_group_range", "0 2147483647"),
 ];
 
 /// The lab's defaults, then the user's sysctls, in one host.
 fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
-    let defaults = HOST_SYSCTLS.iter().map(|&(k, v)| (k, v));
+    // Anyone may ping (ICMP datagram sockets): the lab's calibration, and users inside a
+    // lab, whatever their group.
+    let ping = ("net.ipv4.ping_group_range", userns::ping_group_range());
+    let defaults = HOST_SYSCTLS
+        .iter()
+        .map(|&(k, v)| (k, v))
+        .chain([(ping.0, ping.1.as_str())]);
     for (key, value) in defaults.chain(user.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
         netns::write_sysctl_in(ns, key, value).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => LabError::Name(format!(
                 "unknown sysctl '{key}' (this kernel has no /proc/sys/{})",
                 key.replace('.', "/")
             )),
+            io::ErrorKind::PermissionDenied if netns::sysctl_read_only_in(ns, key).unwrap_or(false) => {
+                LabError::Name(format!(
+                    "sysctl '{key}' is the host's, read-only in a lab's namespace (root sets it on the host: sysctl -w {key}={value})"
+                ))
+            }
+            io::ErrorKind::PermissionDenied if userns::mode() == Mode::Rootless => {
+                LabError::Name(format!(
+                    "sysctl '{key}' cannot be set in a lab built without root: the kernel lets only root set it"
+                ))
+            }
             _ => io_err(format!("setting sysctl {key} = {value} in {}", ns.name()))(e),
         })?;
     }
@@ -62,6 +76,9 @@ fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabErr
 pub enum LabError {
     #[error("{0}")]
     Name(String),
+    /// This process may not build namespaces (no root, no user namespaces).
+    #[error("{0}")]
+    Privilege(String),
     // The cause is part of the message, not a `source`: chains would print it twice.
     #[error("{context}: {error}")]
     Io { context: String, error: io::Error },
@@ -429,6 +446,7 @@ impl Lab {
     /// Builds the lab and starts its emulator. On any error, what was made is removed.
     pub fn up(config: &LabConfig) -> Result<Lab, LabError> {
         registry::check_name(&config.name).map_err(LabError::Name)?;
+        netns::ready().map_err(LabError::Privilege)?;
         if config.clients.is_empty() || config.clients.len() > 250 {
             return Err(LabError::Name(format!(
                 "a lab has 1 to 250 clients, not {}",

@@ -395,7 +395,7 @@ fn tuning_facts(
 }
 
 /// The sending end's samples of `flow`, in time order.
-fn sender_samples<'a>(run: &'a RunRecord, flow: &FlowRecord) -> Vec<&'a SampleRecord> {
+pub fn sender_samples<'a>(run: &'a RunRecord, flow: &FlowRecord) -> Vec<&'a SampleRecord> {
     let host = flow.direction.sender();
     let mut samples: Vec<&SampleRecord> = run
         .samples
@@ -450,8 +450,8 @@ fn loss_estimates(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Estima
 }
 
 /// The shortest round trip the flow saw: the kernel's minimum RTT from its samples,
-/// else the smallest smoothed RTT.
-fn min_rtt_us(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
+/// else the smallest smoothed RTT. The window bound is per this round trip.
+pub fn min_rtt_us(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
     samples
         .iter()
         .map(|s| s.info.min_rtt)
@@ -1169,7 +1169,7 @@ mod tests {
 
     #[test]
     fn a_dumbbells_facts_are_the_flows_clients_end_to_end_round_trip() {
-        // The README's dumbbell: the queue is sized for client2's 40 ms whoever sends.
+        // The dumbbell of docs/paths.md: the queue is sized for client2's 40 ms whoever sends.
         let dumbbell = |hosts: &[&str]| {
             let flows = hosts
                 .iter()

@@ -562,10 +562,95 @@ impl Key {
         Key::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// The key's forms and what each does, one (form, meaning) per line of the grammar.
+    fn usage(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Key::Delay => &[("delay D", "one-way propagation delay")],
+            Key::Rtt => &[("rtt D", "D/2 each way (an odd µs goes to up)")],
+            Key::Jitter => &[
+                (
+                    "jitter D [dist uniform|normal|pareto|paretonormal] [reorder|noreorder]",
+                    "",
+                ),
+                ("", "delay varies by D (normal: σ = D); default"),
+                ("", "`dist normal noreorder`: a packet is never"),
+                ("", "delivered before an earlier one"),
+            ],
+            Key::Loss => &[
+                ("loss P", "random loss (also `loss random P`)"),
+                (
+                    "loss gemodel p [r [1-h [1-k]]]",
+                    "Gilbert–Elliott as netem's gemodel",
+                ),
+            ],
+            Key::Duplicate => &[("duplicate P", "P of packets arrive twice")],
+            Key::Corrupt => &[("corrupt P", "P of packets arrive with a flipped bit")],
+            Key::Reorder => &[(
+                "reorder P [CORR] [gap N]",
+                "as netem: P of packets skip the delay",
+            )],
+            Key::Rate => &[(
+                "rate R [overhead BYTES]",
+                "bottleneck rate; BYTES added to every packet",
+            )],
+            Key::Trace => &[("trace FILE", "mahimahi trace instead of a rate")],
+            Key::Queue => &[
+                ("queue N", "bottleneck buffer, default 1000p:"),
+                ("", "  100 or 100p   packets"),
+                ("", "  64KiB, 1500B  bytes"),
+                ("", "  1bdp, 0.5bdp  times rate × end-to-end RTT"),
+            ],
+            Key::Aqm => &[("aqm droptail | aqm codel [target D] [interval D]", "")],
+            Key::Pace => &[
+                ("pace R", "a gap pacer (PSPacer) where the path enters"),
+                ("", "the bottleneck: packets leave it spaced as at"),
+                ("", "rate R, none dropped (`up.pace 900mbit`)"),
+                ("pace cwnd", "the same, following the senders' cwnd ×"),
+                ("", "MSS / smoothed RTT (run --path and sweeps)"),
+            ],
+            Key::Mtu => &[("mtu BYTES", "whole path only, default 1500")],
+            Key::Seed => &[
+                ("seed N", "whole path only: pins every link's draws"),
+                ("", "(default: each lab draws its own)"),
+            ],
+        }
+    }
+
     /// Keys that only exist for the path as a whole.
     fn whole_path_only(self) -> bool {
         matches!(self, Key::Rtt | Key::Mtu | Key::Seed)
     }
+}
+
+/// The path-spec grammar, from the parser's own key table: what `tcplab path-spec`
+/// prints and docs/paths.md shows (a test holds them equal).
+pub fn grammar() -> String {
+    const MEANING_AT: usize = 43;
+    let mut text = String::from(
+        "spec      := clause*                       (clauses separated by spaces, any order)\n\
+         clause    := [dir \".\"] key value\n\
+         dir       := \"up\" | \"down\"                 (up = client → server; no prefix = both)\n\
+         \n\
+         key value:\n",
+    );
+    for key in Key::ALL {
+        for (form, meaning) in key.usage() {
+            let line = if meaning.is_empty() {
+                format!("  {form}")
+            } else if form.len() + 2 >= MEANING_AT {
+                format!("  {form}\n{:MEANING_AT$}{meaning}", "")
+            } else {
+                format!("  {form:<width$}{meaning}", width = MEANING_AT - 2)
+            };
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    text.push_str(
+        "\nD: 250us, 10ms, 1.5s, with a unit (at most 1h; an rtt 2h)   R: 100mbit, 1gbit, 500kbit\n\
+         P: 1%, 0.25%   BYTES: 1500, 64K\n",
+    );
+    text
 }
 
 fn expected_keys() -> String {

@@ -79,11 +79,12 @@ pub fn t_quantile(confidence: f64, df: usize) -> f64 {
 }
 
 /// Jain's fairness index (Σx)² / (n·Σx²): 1 when all shares are equal, 1/n when one
-/// takes everything. `None` for no values or all zero.
+/// takes everything. `None` for fewer than two values (one share is trivially "fair")
+/// or all zero.
 pub fn jain(values: &[f64]) -> Option<f64> {
     let sum: f64 = values.iter().sum();
     let squares: f64 = values.iter().map(|x| x * x).sum();
-    (!values.is_empty() && squares > 0.0).then(|| sum * sum / (values.len() as f64 * squares))
+    (values.len() >= 2 && squares > 0.0).then(|| sum * sum / (values.len() as f64 * squares))
 }
 
 /// What `results` summarises per point.
@@ -97,7 +98,8 @@ pub enum Metric {
     Retransmits,
     /// Mean smoothed RTT over the flows (µs).
     Rtt,
-    /// Jain's index of the flows' throughputs after the warm-up.
+    /// Jain's index of the TCP flows' throughputs after the warm-up; none with fewer
+    /// than two TCP flows (UDP flows send at the rate they are given).
     Fairness,
     /// The UDP flows' lost share of the datagrams sent (0–1).
     UdpLoss,
@@ -143,7 +145,17 @@ impl Metric {
             Metric::Throughput => goodput_bps(run, warmup_us),
             Metric::Retransmits => Some(run.summary.retransmits as f64),
             Metric::Rtt => (run.summary.rtt.max_us > 0).then_some(run.summary.rtt.mean_us),
-            Metric::Fairness => jain(&flow_goodputs_bps(run, warmup_us)),
+            Metric::Fairness => {
+                let rates = flow_goodputs_bps(run, warmup_us);
+                let tcp: Vec<f64> = run
+                    .flows
+                    .iter()
+                    .zip(rates)
+                    .filter(|(f, _)| f.udp.is_none())
+                    .map(|(_, r)| r)
+                    .collect();
+                jain(&tcp)
+            }
             Metric::UdpLoss => run
                 .summary
                 .udp
@@ -244,6 +256,7 @@ mod tests {
         // (1+2+3)² / (3·14) = 36/42.
         assert!(close(jain(&[1.0, 2.0, 3.0]).unwrap(), 36.0 / 42.0, 1e-12));
         assert_eq!(jain(&[]), None);
+        assert_eq!(jain(&[7.0]), None, "one share has no fairness");
         assert_eq!(jain(&[0.0, 0.0]), None);
     }
 
@@ -288,6 +301,13 @@ mod tests {
         let fairness = Metric::Fairness.of(&run, 1_000_000).unwrap();
         assert!(close(fairness, 32.0 * 32.0 / (2.0 * (576.0 + 64.0)), 1e-12));
         assert_eq!(goodput_bps(&run, 2_000_000), None);
+        // A UDP flow beside one TCP flow: one TCP share, no fairness (Jain's index of
+        // the TCP and the UDP rate would be 0.8 here, a figure of nothing).
+        run.flows[1].udp = Some(Default::default());
+        assert_eq!(Metric::Fairness.of(&run, 1_000_000), None);
+        // One TCP flow alone: none either, not 1.
+        run.flows.truncate(1);
+        assert_eq!(Metric::Fairness.of(&run, 1_000_000), None);
     }
 
     #[test]

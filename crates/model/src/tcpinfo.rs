@@ -321,18 +321,54 @@ impl SkMemInfo {
     /// Decodes SO_MEMINFO's words (native-endian); `None` for fewer than
     /// [`SK_MEMINFO_WORDS`].
     pub fn decode(bytes: &[u8]) -> Option<SkMemInfo> {
-        let word = |k: usize| u32::read(bytes, 4 * k);
-        Some(SkMemInfo {
-            rmem_alloc: word(0)?,
-            rcvbuf: word(1)?,
-            wmem_alloc: word(2)?,
-            sndbuf: word(3)?,
-            fwd_alloc: word(4)?,
-            wmem_queued: word(5)?,
-            optmem: word(6)?,
-            backlog: word(7)?,
-            drops: word(8)?,
-        })
+        let mut words = [0u32; SK_MEMINFO_WORDS];
+        for (k, word) in words.iter_mut().enumerate() {
+            *word = u32::read(bytes, 4 * k)?;
+        }
+        Some(SkMemInfo::from_words(words))
+    }
+
+    /// From the words in the kernel's order (`SK_MEMINFO_RMEM_ALLOC` first).
+    pub fn from_words(words: [u32; SK_MEMINFO_WORDS]) -> SkMemInfo {
+        let [rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd_alloc, wmem_queued, optmem, backlog, drops] =
+            words;
+        SkMemInfo {
+            rmem_alloc,
+            rcvbuf,
+            wmem_alloc,
+            sndbuf,
+            fwd_alloc,
+            wmem_queued,
+            optmem,
+            backlog,
+            drops,
+        }
+    }
+
+    /// The words in the kernel's order: what [`SkMemInfo::from_words`] takes.
+    pub fn words(&self) -> [u32; SK_MEMINFO_WORDS] {
+        let SkMemInfo {
+            rmem_alloc,
+            rcvbuf,
+            wmem_alloc,
+            sndbuf,
+            fwd_alloc,
+            wmem_queued,
+            optmem,
+            backlog,
+            drops,
+        } = *self;
+        [
+            rmem_alloc,
+            rcvbuf,
+            wmem_alloc,
+            sndbuf,
+            fwd_alloc,
+            wmem_queued,
+            optmem,
+            backlog,
+            drops,
+        ]
     }
 }
 
@@ -359,6 +395,7 @@ mod tests {
             [1, 2, 3, 4, 5, 6, 7, 8, 9]
         );
         assert_eq!(SkMemInfo::decode(&words[..32]), None);
+        assert_eq!(SkMemInfo::from_words(m.words()), m);
     }
 
     /// A `struct tcp_info` image written at offsets copied from the header by hand

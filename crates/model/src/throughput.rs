@@ -45,29 +45,14 @@ impl Window {
 /// The bytes one end counted in the intervals of the flows `keep` selects, from
 /// `from_us` on (an interval straddling it prorated), and the window they fill: from the
 /// first such interval's start (or `from_us`) to the last one's end. Drain intervals are
-/// left out. A flow whose intervals lack that end's counts (a stock iperf3 peer reports
-/// only its totals) counts the other end's. `None` when no interval is left.
+/// left out. Bytes as [`counter`] reads them. `None` when no interval is left.
 pub fn window(
     intervals: &[IntervalRecord],
     counted: Counted,
     from_us: u64,
     keep: impl Fn(u32) -> bool,
 ) -> Option<Window> {
-    let mut totals: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    for i in intervals {
-        let t = totals.entry(i.flow).or_default();
-        t.0 += i.acked_bytes;
-        t.1 += i.received_bytes;
-    }
-    let bytes_of = |i: &IntervalRecord| {
-        let (sent, received) = totals[&i.flow];
-        match counted {
-            Counted::Sent if sent > 0 || received == 0 => i.acked_bytes,
-            Counted::Received if received > 0 || sent == 0 => i.received_bytes,
-            Counted::Sent => i.received_bytes,
-            Counted::Received => i.acked_bytes,
-        }
-    };
+    let bytes_of = counter(intervals, counted);
     let mut found: Option<Window> = None;
     for i in intervals.iter().filter(|i| !i.drain && keep(i.flow)) {
         // An interval ending at `from_us` has nothing after it, unless it is a point
@@ -91,6 +76,27 @@ pub fn window(
         w.bytes += bytes_of(i) as f64 * share;
     }
     found
+}
+
+/// An interval's bytes as `counted` reads them among these intervals: that end's count,
+/// or the other end's for a flow whose intervals lack it (a stock iperf3 peer reports
+/// only its totals).
+pub fn counter(intervals: &[IntervalRecord], counted: Counted) -> impl Fn(&IntervalRecord) -> u64 {
+    let mut totals: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for i in intervals {
+        let t = totals.entry(i.flow).or_default();
+        t.0 += i.acked_bytes;
+        t.1 += i.received_bytes;
+    }
+    move |i: &IntervalRecord| {
+        let (sent, received) = totals.get(&i.flow).copied().unwrap_or_default();
+        match counted {
+            Counted::Sent if sent > 0 || received == 0 => i.acked_bytes,
+            Counted::Received if received > 0 || sent == 0 => i.received_bytes,
+            Counted::Sent => i.received_bytes,
+            Counted::Received => i.acked_bytes,
+        }
+    }
 }
 
 /// The throughput of the flows `keep` selects from `from_us` on, bit/s: [`window`]'s

@@ -503,7 +503,7 @@ fn a_bdp_queue_needs_a_delay_somewhere_in_the_lab() {
             .contains("up.queue 1bdp: a queue in bdp is rate × round trip"),
         "{e}"
     );
-    // The access links' delays count: the README's dumbbell.
+    // The access links' delays count: the dumbbell of docs/paths.md.
     ok("path = \"rate 50mbit queue 1bdp\"\naccess = [\"rtt 10ms\", \"rtt 40ms\"]\n");
     let e = err("path = \"rtt 5ms\"\naccess = [\"loss 1% seed 3\"]\n");
     assert!(e.message.contains("client1's access link sets seed"), "{e}");

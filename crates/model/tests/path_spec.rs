@@ -317,3 +317,30 @@ fn normalized_units() {
         "rtt 3s up.jitter 1ms loss 0.5% rate 12mbit queue 1MiB mtu 9216"
     );
 }
+
+/// docs/paths.md shows the grammar `tcplab path-spec` prints, from the parser's key
+/// table: a key added to the parser and not to its usage fails to compile, and a
+/// document not regenerated fails here.
+#[test]
+fn the_grammar_in_the_docs_is_the_parsers() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/paths.md"))
+        .expect("docs/paths.md");
+    let marker = "<!-- grammar: tcplab path-spec -->\n```text\n";
+    let start = doc.find(marker).expect("the grammar's marker") + marker.len();
+    let end = start + doc[start..].find("```").expect("the block's end");
+    assert_eq!(
+        &doc[start..end],
+        tcplab_model::path::grammar(),
+        "regenerate: tcplab path-spec"
+    );
+    // Every key the grammar names parses.
+    for spec in [
+        "pace cwnd",
+        "up.pace 900mbit",
+        "aqm codel target 5ms interval 100ms",
+        "loss gemodel 1% 10%",
+    ] {
+        spec.parse::<tcplab_model::path::PathSpec>()
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+    }
+}

@@ -82,7 +82,7 @@ pub struct YAxis {
     pub quantity: Quantity,
 }
 
-/// A series; one with an empty name is left out of the legend (a model bound drawn in
+/// A series; one with an empty name is left out of the legend (a bound drawn in
 /// its series' colour, which one legend entry explains for all).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
@@ -93,7 +93,7 @@ pub struct Series {
 }
 
 /// One value; `interval` is its confidence interval (low, high), drawn as an error bar;
-/// `note` is written beside it (which model bound binds there).
+/// `note` is written beside it (which bound binds there).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pt {
     pub x: f64,

@@ -10,6 +10,7 @@ use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, Value
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::FontTransform;
 
 use crate::axes::{short_number, Quantity, Scale};
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
@@ -432,33 +433,203 @@ fn max_of<'a>(series: impl Iterator<Item = &'a Series>) -> f64 {
 
 type Plot<'a, DB> = ChartContext<'a, DB, Cartesian2d<Coord, Coord>>;
 
+/// Room under the plot for the axis' description, pixels.
+const X_DESC_PX: u32 = 28;
+/// Room under the plot for one line of tick labels, pixels.
+const LABEL_LINE_PX: u32 = 17;
+
+/// How the x axis is labelled.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum XLabels {
+    /// At the ticks, by the coordinate.
+    Ticks,
+    /// Nothing at the ticks: the caller writes labels this many pixels high under the
+    /// plot.
+    Below(u32),
+}
+
 /// The plot's frame: axes, labels and a light grid.
 fn frame<'a, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
-    x: Coord,
-    x_desc: &str,
+    (x, x_desc, x_labels): (Coord, &str, XLabels),
     y: Coord,
     y_desc: &str,
 ) -> Result<Plot<'a, DB>, String> {
+    let label_px = match x_labels {
+        XLabels::Ticks => LABEL_LINE_PX + 3,
+        XLabels::Below(px) => px,
+    };
     let mut chart = ChartBuilder::on(area)
         .margin(12)
-        .x_label_area_size(48)
+        .x_label_area_size(label_px + X_DESC_PX)
         .y_label_area_size(72)
         .build_cartesian_2d(x, y)
         .map_err(text)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
+    let blank = |_: &f64| String::new();
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_desc)
         .y_desc(y_desc)
         .label_style((FONT, LABEL_FONT_SIZE))
         .axis_desc_style((FONT, LABEL_FONT_SIZE + 1))
         .bold_line_style(GRID)
         .max_light_lines(0)
         .x_labels(12)
-        .y_labels(8)
-        .draw()
-        .map_err(text)?;
+        .y_labels(8);
+    if x_labels != XLabels::Ticks {
+        mesh.x_label_formatter(&blank);
+    }
+    mesh.draw().map_err(text)?;
     Ok(chart)
+}
+
+/// Categories' names under their bars: a name's lines (one per axis, `rtt=10ms`) across
+/// when the widest fits its bar's slot, else turned upright, as many lines side by side
+/// as the slot holds, the others joined to them.
+#[derive(Clone, Debug, PartialEq)]
+struct CategoryLabels {
+    /// Per category, its lines as drawn.
+    lines: Vec<Vec<String>>,
+    upright: bool,
+    /// Pixels the labels take under the plot.
+    height: u32,
+    /// The axes whose values alone the labels give, in order, where names and values
+    /// would not fit.
+    names: Option<String>,
+}
+
+/// Below the tick marks, pixels.
+const TICK_PX: i32 = 8;
+
+/// Upright labels longer than this are cut (with "…"): the plot keeps half the chart.
+const MAX_UPRIGHT_PX: u32 = 190;
+
+impl CategoryLabels {
+    fn fit(categories: &[String], slot_px: u32) -> CategoryLabels {
+        let lines: Vec<Vec<String>> = categories
+            .iter()
+            .map(|c| c.lines().map(str::to_owned).collect())
+            .collect();
+        let most_lines = lines.iter().map(Vec::len).max().unwrap_or(1).max(1) as u32;
+        if widest(&lines) + 6 <= slot_px {
+            return CategoryLabels {
+                lines,
+                upright: false,
+                height: most_lines * LABEL_LINE_PX + TICK_PX as u32,
+                names: None,
+            };
+        }
+        let columns = (slot_px / LABEL_LINE_PX).clamp(1, most_lines) as usize;
+        let upright = |lines: &[Vec<String>]| -> Vec<Vec<String>> {
+            lines
+                .iter()
+                .map(|l| {
+                    let per_column = l.len().div_ceil(columns).max(1);
+                    l.chunks(per_column).map(|c| c.join(", ")).collect()
+                })
+                .collect()
+        };
+        let mut names = None;
+        let mut turned = upright(&lines);
+        if widest(&turned) > MAX_UPRIGHT_PX {
+            // The values alone, the axes' names once under the labels.
+            let split: Vec<Vec<(&str, &str)>> = lines
+                .iter()
+                .map(|l| {
+                    l.iter()
+                        .map(|s| s.split_once('=').unwrap_or(("", s)))
+                        .collect()
+                })
+                .collect();
+            let values: Vec<Vec<String>> = split
+                .iter()
+                .map(|l| l.iter().map(|(_, v)| v.to_string()).collect())
+                .collect();
+            names = split
+                .first()
+                .map(|l| l.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "));
+            turned = upright(&values);
+        }
+        let turned: Vec<Vec<String>> = turned
+            .iter()
+            .map(|l| l.iter().map(|s| cut(s, MAX_UPRIGHT_PX)).collect())
+            .collect();
+        CategoryLabels {
+            height: widest(&turned) + TICK_PX as u32 + 4,
+            lines: turned,
+            upright: true,
+            names,
+        }
+    }
+
+    /// Under category `i`'s tick at `x` (pixels of `area`), from `top` down.
+    fn draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        x: i32,
+        top: i32,
+        i: usize,
+    ) -> Drawn {
+        let Some(lines) = self.lines.get(i) else {
+            return Ok(());
+        };
+        let style = (FONT, LABEL_FONT_SIZE).into_font();
+        let line = LABEL_LINE_PX as i32;
+        for (k, l) in lines.iter().enumerate() {
+            let k = k as i32;
+            let element = if self.upright {
+                // Read from the bottom up, the lines side by side centred on the tick.
+                let left = x - line * lines.len() as i32 / 2 + line * k;
+                Text::new(
+                    l.clone(),
+                    (left, top + TICK_PX),
+                    style
+                        .clone()
+                        .transform(FontTransform::Rotate270)
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Right, VPos::Top)),
+                )
+            } else {
+                Text::new(
+                    l.clone(),
+                    (x, top + TICK_PX + line * k),
+                    style
+                        .clone()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Top)),
+                )
+            };
+            area.draw(&element).map_err(text)?;
+        }
+        Ok(())
+    }
+}
+
+/// The widest of these lines, pixels.
+fn widest(lines: &[Vec<String>]) -> u32 {
+    lines
+        .iter()
+        .flatten()
+        .map(|l| text_width(l, LABEL_FONT_SIZE))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Pixels `s` takes in the embedded font at `size`.
+fn text_width(s: &str, size: u32) -> u32 {
+    let font = (FONT, size).into_font();
+    font.box_size(s).map_or(s.len() as u32 * 7, |(w, _)| w)
+}
+
+/// `s`, cut with "…" to at most `max_px` pixels.
+fn cut(s: &str, max_px: u32) -> String {
+    if text_width(s, LABEL_FONT_SIZE) <= max_px {
+        return s.to_owned();
+    }
+    let mut out: String = s.to_owned();
+    while !out.is_empty() && text_width(&format!("{out}…"), LABEL_FONT_SIZE) > max_px {
+        out.pop();
+    }
+    format!("{out}…")
 }
 
 fn lines<DB: DrawingBackend>(
@@ -470,7 +641,12 @@ fn lines<DB: DrawingBackend>(
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.x));
     let ycoord = Coord::values(y.quantity, max_of(series.iter()));
     let desc = y_desc(y, &ycoord);
-    let mut chart = frame(area, Coord::x(x, xs), &x.label, ycoord, &desc)?;
+    let mut chart = frame(
+        area,
+        (Coord::x(x, xs), &x.label, XLabels::Ticks),
+        ycoord,
+        &desc,
+    )?;
     // An experiment's points are few and each is a mean: mark them. A time series is a
     // trace.
     let markers = x.ticks.is_some();
@@ -553,8 +729,21 @@ fn bars<DB: DrawingBackend>(
 ) -> Drawn {
     let ycoord = Coord::values(y.quantity, max_of(series.iter()));
     let desc = y_desc(y, &ycoord);
-    let mut chart = frame(area, Coord::categories(categories), x_label, ycoord, &desc)?;
-    // Solid series are bars side by side; a dashed one (a model bound) is a level
+    // The plot's width less the y axis' labels and the margins.
+    let plot_px = area.dim_in_pixel().0.saturating_sub(72 + 24);
+    let slot_px = plot_px / categories.len().max(1) as u32;
+    let labels = CategoryLabels::fit(categories, slot_px);
+    let x_desc = match &labels.names {
+        Some(names) => format!("{x_label}: {names}"),
+        None => x_label.to_owned(),
+    };
+    let x = (
+        Coord::categories(categories),
+        x_desc.as_str(),
+        XLabels::Below(labels.height),
+    );
+    let mut chart = frame(area, x, ycoord, &desc)?;
+    // Solid series are bars side by side; a dashed one (a bound) is a level
     // across the bar of the series before it.
     let bars = series.iter().filter(|s| !s.dashed).count().max(1);
     let width = 0.8 / bars as f64;
@@ -594,6 +783,11 @@ fn bars<DB: DrawingBackend>(
         error_bars(&mut chart, &centred, rgb(TOTAL))?;
         slot += 1;
     }
+    let (base_x, base_y) = area.get_base_pixel();
+    for i in 0..categories.len() {
+        let (x, y) = chart.backend_coord(&(i as f64, 0.0));
+        labels.draw(area, x - base_x, y - base_y, i)?;
+    }
     Ok(())
 }
 
@@ -613,8 +807,7 @@ fn stacked<DB: DrawingBackend>(
     };
     let mut chart = frame(
         area,
-        Coord::x(x, xs),
-        &x.label,
+        (Coord::x(x, xs), &x.label, XLabels::Ticks),
         ycoord,
         "share of the time (%)",
     )?;
@@ -707,8 +900,7 @@ fn heatmap<DB: DrawingBackend>(
 ) -> Drawn {
     let mut chart = frame(
         area,
-        Coord::categories(x_values),
-        x_label,
+        (Coord::categories(x_values), x_label, XLabels::Ticks),
         Coord::categories(y_values),
         y_label,
     )?;
@@ -793,6 +985,68 @@ fn color_bar<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Zipped points named by their settings, one line per axis: across under 5 bars;
+    /// upright under 14, two lines side by side; under 30 the values alone, the axes
+    /// named once. Every label keeps every value, and the chart draws.
+    #[test]
+    fn bars_are_named_by_their_settings_across_or_upright() {
+        use crate::axes::Quantity;
+        use crate::chart::{Chart, Series};
+        let named = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| format!("rtt={}ms\nloss={i}%\nwhere=up.\nwscale=1", 10 * i))
+                .collect()
+        };
+        let plot_px = SIZE.0 - 100 - 72 - 24;
+        let fit = |n: usize| CategoryLabels::fit(&named(n), plot_px / n as u32);
+        let five = fit(5);
+        assert!(!five.upright && five.names.is_none());
+        assert_eq!(
+            five.lines[4],
+            ["rtt=40ms", "loss=4%", "where=up.", "wscale=1"]
+        );
+        let fourteen = fit(14);
+        assert!(fourteen.upright && fourteen.names.is_none());
+        assert_eq!(
+            fourteen.lines[13],
+            ["rtt=130ms, loss=13%", "where=up., wscale=1"]
+        );
+        let thirty = fit(30);
+        assert!(thirty.upright);
+        assert_eq!(thirty.names.as_deref(), Some("rtt, loss, where, wscale"));
+        assert_eq!(thirty.lines[29], ["290ms, 29%, up., 1"]);
+        for labels in [five, fourteen, thirty] {
+            assert!(labels.height <= MAX_UPRIGHT_PX + 16, "{labels:?}");
+        }
+        for n in [5, 14, 30] {
+            let chart = Chart {
+                id: "throughput".into(),
+                title: "Throughput per point".into(),
+                caption: "One bar per point.".into(),
+                body: Body::Bars {
+                    x_label: "point".into(),
+                    categories: named(n),
+                    y: YAxis {
+                        label: "throughput".into(),
+                        quantity: Quantity::Rate,
+                    },
+                    series: vec![Series {
+                        name: "mean per point".into(),
+                        color: crate::palette::COLORS[0],
+                        dashed: false,
+                        points: (0..n).map(|i| Pt::at(i as f64, 1e6 * i as f64)).collect(),
+                    }],
+                },
+            };
+            let text = svg(&chart, false).unwrap();
+            assert!(
+                text.contains(&format!("rtt={}ms", 10 * (n - 1)))
+                    || text.contains(&format!("{}ms, {}%", 10 * (n - 1), n - 1)),
+                "{n} bars"
+            );
+        }
+    }
 
     #[test]
     fn ticks_are_round_and_cover_the_span() {

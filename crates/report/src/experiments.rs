@@ -12,7 +12,7 @@ use crate::axes::{numeric, Quantity};
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::layout::{distinct_values, layout, Layout, Main};
-use crate::palette::{Palette, MODEL_BOUND};
+use crate::palette::{Palette, BOUND};
 use crate::results::{summarize, ExperimentRuns, PointResult, ResultTable};
 
 /// The metrics worth a chart for this experiment's flows: throughput always;
@@ -78,7 +78,7 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
         Metric::Fairness => (
             "Fairness",
             y("Jain's index", Quantity::Number),
-            format!("Fairness: Jain's index of the flows' throughputs{warmup} (1 = equal shares, 1/n = one flow takes all)."),
+            format!("Fairness: Jain's index of the TCP flows' throughputs{warmup} (1 = equal shares, 1/n = one flow takes all); a point with fewer than two TCP flows has none."),
         ),
         Metric::UdpLoss => (
             "UDP loss",
@@ -95,7 +95,7 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
 }
 
 /// Every chart of the experiment, with the tables they draw from (one per metric);
-/// throughput charts carry the runs' model bounds.
+/// throughput charts carry the runs' bounds.
 pub fn charts(
     data: &ExperimentRuns,
     bounds: &RunBounds,
@@ -129,14 +129,18 @@ pub fn charts(
 
 /// `a=x b=y` for the given axes of a point.
 fn label_of(data: &ExperimentRuns, axes: &[usize], point: &Point) -> String {
+    settings(data, axes, point).join(" ")
+}
+
+/// `a=x`, `b=y`: a point's values of the given axes.
+fn settings(data: &ExperimentRuns, axes: &[usize], point: &Point) -> Vec<String> {
     axes.iter()
         .map(|&a| {
             let v = &point.values[a];
             let v = if v.is_empty() { "\"\"" } else { v };
             format!("{}={v}", data.experiment.axes[a].name)
         })
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect()
 }
 
 /// Points grouped by their values on `axes`, groups in point order.
@@ -200,10 +204,10 @@ fn mean_of(table: &ResultTable, point: &Point, x: f64) -> Option<Pt> {
     })
 }
 
-/// The binding model bound of each run (`tcplab explain`'s smallest bound), by run id.
+/// The binding bound of each run (`tcplab explain`'s smallest bound), by run id.
 pub type RunBounds = HashMap<i64, (&'static str, f64)>;
 
-/// A point's model bound: the mean of its runs' binding bounds, named by the bound
+/// A point's bound: the mean of its runs' binding bounds, named by the bound
 /// most of them bind on.
 fn bound_of(data: &ExperimentRuns, bounds: &RunBounds, point: &Point, x: f64) -> Option<Pt> {
     let found: Vec<(&'static str, f64)> = data
@@ -271,7 +275,7 @@ fn metric_charts(
         };
         let caption = |x_words: &str, series: &[Series]| {
             let bound_words = if series.iter().any(|s| s.dashed) {
-                " Dashed, in each series' colour: the model bound that binds (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss), the mean over the point's runs, named where the binding bound changes."
+                " Dashed, in each series' colour: the bound that binds (tcplab explain's smallest of the link's goodput, the window per shortest round trip and a pacing cap: a rate the runs cannot exceed), the mean over the point's runs, named where the binding bound changes."
             } else {
                 ""
             };
@@ -283,7 +287,7 @@ fn metric_charts(
             )
         };
         // One series per combination of the series axes; on throughput charts each
-        // followed by its model bound.
+        // followed by its bound.
         let series_of = |palette: &mut Palette, x_of: &dyn Fn(&Point) -> Option<f64>| {
             let mut out = Vec::new();
             for (label, members) in groups(data, &plan.series, points.iter().copied()) {
@@ -315,8 +319,8 @@ fn metric_charts(
             }
             if out.iter().any(|s| s.dashed) {
                 out.push(Series {
-                    name: MODEL_BOUND.into(),
-                    color: palette.color(MODEL_BOUND),
+                    name: BOUND.into(),
+                    color: palette.color(BOUND),
                     dashed: true,
                     points: Vec::new(),
                 });
@@ -391,9 +395,11 @@ fn metric_charts(
                 let varying: Vec<usize> = (0..axes.len())
                     .filter(|&a| distinct_values(&axes[a], a, &values).len() >= 2)
                     .collect();
-                let labels: Vec<String> =
-                    points.iter().map(|p| label_of(data, &varying, p)).collect();
-                let (categories, key) = point_names(labels);
+                // Each bar named by its settings, one line per axis: "rtt=10ms".
+                let categories: Vec<String> = points
+                    .iter()
+                    .map(|p| settings(data, &varying, p).join("\n"))
+                    .collect();
                 let position = |p: &Point| {
                     points
                         .iter()
@@ -405,7 +411,7 @@ fn metric_charts(
                     id,
                     title: format!("{title} per point{suffix}"),
                     caption: caption(
-                        &format!("One bar per point (the axes are zipped, not a grid){key}."),
+                        "One bar per point (the axes are zipped, not a grid), named by its values of the axes that vary.",
                         &series,
                     ),
                     body: Body::Bars {
@@ -424,29 +430,6 @@ fn metric_charts(
 
 /// The name of the one series of a chart without series axes.
 const MEAN: &str = "mean per point";
-
-/// Room for a category's name under its bar, in characters, for `n` bars.
-fn label_room(n: usize) -> usize {
-    const PLOT_WIDTH_PX: usize = 520;
-    const CHAR_PX: usize = 8;
-    PLOT_WIDTH_PX / CHAR_PX / n.max(1)
-}
-
-/// The bars' names: the labels themselves where they fit under the bars, else P1, P2, …
-/// with the key for the caption ("; P1: rtt=10ms loss=0%, …").
-fn point_names(labels: Vec<String>) -> (Vec<String>, String) {
-    let room = label_room(labels.len());
-    if labels.iter().all(|l| l.chars().count() <= room) {
-        return (labels, String::new());
-    }
-    let names: Vec<String> = (1..=labels.len()).map(|i| format!("P{i}")).collect();
-    let key: Vec<String> = names
-        .iter()
-        .zip(&labels)
-        .map(|(n, l)| format!("{n}: {l}"))
-        .collect();
-    (names, format!("; {}", key.join(", ")))
-}
 
 /// "buffer (sets flow.window)".
 fn axis_label(axis: &tcplab_model::experiment::Axis) -> String {
@@ -510,21 +493,4 @@ fn heatmaps(data: &ExperimentRuns, plan: &Layout, table: &ResultTable) -> Vec<Ch
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_point_labels_become_keys() {
-        let short = vec!["a=1".to_owned(), "a=2".to_owned()];
-        assert_eq!(point_names(short.clone()), (short, String::new()));
-        let long: Vec<String> = (0..5)
-            .map(|i| format!("rtt=10ms loss={i}% where=up. wscale=1"))
-            .collect();
-        let (names, key) = point_names(long);
-        assert_eq!(names, ["P1", "P2", "P3", "P4", "P5"]);
-        assert!(key.starts_with("; P1: rtt=10ms loss=0% where=up. wscale=1, P2: "));
-    }
 }

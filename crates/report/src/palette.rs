@@ -26,20 +26,20 @@ pub const COLORS: [Rgb; 10] = [
     Rgb(0xba, 0xb0, 0xac),
 ];
 
-/// The colour of the sum over flows and of model bounds.
+/// The colour of the sum over flows and of bounds.
 pub const TOTAL: Rgb = Rgb(0x22, 0x22, 0x22);
 
 /// The name of the series summing every flow.
 pub const ALL_FLOWS: &str = "all flows";
 
-/// The legend entry that explains every series' dashed model-bound line.
-pub const MODEL_BOUND: &str = "model bound (dashed)";
+/// The legend entry that explains every series' dashed bound.
+pub const BOUND: &str = "bound (dashed)";
 
 /// Series whose names mean the same in every run keep one colour everywhere, whatever
 /// else a chart or a section draws.
 const FIXED: [(&str, Rgb); 9] = [
     (ALL_FLOWS, TOTAL),
-    (MODEL_BOUND, TOTAL),
+    (BOUND, TOTAL),
     ("rwnd", COLORS[2]),
     ("sndbuf", COLORS[6]),
     ("cwnd", COLORS[0]),

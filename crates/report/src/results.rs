@@ -238,6 +238,12 @@ impl ResultTable {
 
     fn notes(&self, p: &PointResult) -> String {
         let mut notes = Vec::new();
+        if p.stats.is_none() && !p.run_ids.is_empty() {
+            notes.push(match self.metric {
+                Metric::Fairness => "no fairness: fewer than two TCP flows".to_owned(),
+                m => format!("no {} in its runs", m.name()),
+            });
+        }
         if p.high_variation {
             let cv = p.stats.and_then(|s| s.cv).unwrap_or_default();
             notes.push(format!("high variation (cv {:.0} %)", cv * 100.0));

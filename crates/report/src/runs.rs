@@ -1,15 +1,19 @@
-//! One run over time: throughput per interval, the senders' tcp_info (cwnd and
+//! One run over time: throughput ([`crate::rates`]), the senders' tcp_info (cwnd and
 //! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
 //! the bottleneck queue moved onto the run's time base.
 
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{FlowRecord, QueueSample, RunRecord, SampleRecord};
+use tcplab_model::record::{
+    Direction, FlowRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
+};
+use tcplab_model::units::{format_duration_us, format_size};
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::palette::{Palette, ALL_FLOWS, TOTAL};
+use crate::rates::{self, Cell, Rates, Source};
 
 /// Linux's "no threshold yet" ssthresh (TCP_INFINITE_SSTHRESH): not a value to plot.
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -18,155 +22,222 @@ pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 /// chart is some 700 pixels wide.
 const MAX_TRACE_POINTS: usize = 1500;
 
-/// The names of the per-run charts, in drawing order.
-pub const CHARTS: [&str; 8] = [
-    "throughput",
-    "cwnd",
-    "rtt",
-    "inflight",
-    "limits",
-    "udp_loss",
-    "udp_jitter",
-    "queue",
-];
+/// A run's charts, in drawing order: the one registry of their names (`plot --chart`,
+/// the report, the docs' table and their tests read it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunChart {
+    Throughput,
+    Cwnd,
+    Rtt,
+    Inflight,
+    Limits,
+    UdpLoss,
+    UdpJitter,
+    Queue,
+}
+
+impl RunChart {
+    pub const ALL: [RunChart; 8] = [
+        RunChart::Throughput,
+        RunChart::Cwnd,
+        RunChart::Rtt,
+        RunChart::Inflight,
+        RunChart::Limits,
+        RunChart::UdpLoss,
+        RunChart::UdpJitter,
+        RunChart::Queue,
+    ];
+
+    /// Its name for `--chart`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunChart::Throughput => "throughput",
+            RunChart::Cwnd => "cwnd",
+            RunChart::Rtt => "rtt",
+            RunChart::Inflight => "inflight",
+            RunChart::Limits => "limits",
+            RunChart::UdpLoss => "udp_loss",
+            RunChart::UdpJitter => "udp_jitter",
+            RunChart::Queue => "queue",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            RunChart::Throughput => "throughput over time",
+            RunChart::Cwnd => "congestion window",
+            RunChart::Rtt => "smoothed RTT",
+            RunChart::Inflight => "bytes in flight",
+            RunChart::Limits => "what limited the senders",
+            RunChart::UdpLoss => "UDP loss",
+            RunChart::UdpJitter => "UDP jitter",
+            RunChart::Queue => "bottleneck queue",
+        }
+    }
+}
 
 /// The charts of run `id` that have something to show. `run` needs its samples for the
 /// tcp_info charts.
 pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
+    let of = Run {
+        run,
+        time: XAxis::time(end_seconds(run)),
+        tcp: run.flows.iter().filter(|f| f.udp.is_none()).collect(),
+        udp: run.flows.iter().filter(|f| f.udp.is_some()).collect(),
+    };
     let context = context(id, run);
-    let chart = |name: &str, title: &str, what: &str, body: Body| Chart {
-        id: name.to_owned(),
-        title: format!("Run {id}: {title}"),
-        caption: format!("{what} {context}"),
-        body,
-    };
-    let end = end_seconds(run);
-    let time = || XAxis::time(end);
-    let lines = |label: &str, quantity, series| Body::Lines {
-        x: time(),
-        y: YAxis {
-            label: label.into(),
-            quantity,
-        },
-        series,
-    };
-    let sender =
-        |f: &FlowRecord, value: &dyn Fn(&SampleRecord) -> Option<f64>| sender_trace(run, f, value);
-    let flow_series =
-        |palette: &mut Palette, suffix: &str, dashed, f: &FlowRecord, points| Series {
-            name: format!("{}{suffix}", flow_name(f)),
-            color: palette.color(&flow_name(f)),
-            dashed,
-            points,
-        };
-    let tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
-    let udp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_some()).collect();
+    RunChart::ALL
+        .into_iter()
+        .filter_map(|which| {
+            let (what, body) = of.chart(which, palette)?;
+            Some(Chart {
+                id: which.name().to_owned(),
+                title: format!("Run {id}: {}", which.title()),
+                caption: format!("{what} {context}"),
+                body,
+            })
+        })
+        .filter(|c| !c.is_empty())
+        .collect()
+}
 
-    let mut out = Vec::new();
-    let mut rates = throughput(run, palette);
-    let bound = (!tcp.is_empty())
-        .then(|| explain(run).bounds.binding())
-        .flatten();
-    if let Some((name, bps)) = bound {
-        rates.push(Series {
-            name: format!("model bound: {name}"),
-            color: TOTAL,
-            dashed: true,
-            points: vec![Pt::at(0.0, bps), Pt::at(end, bps)],
-        });
+/// A run with what its charts share.
+struct Run<'a> {
+    run: &'a RunRecord,
+    /// The time axis every chart of the run has, so they line up.
+    time: XAxis,
+    tcp: Vec<&'a FlowRecord>,
+    udp: Vec<&'a FlowRecord>,
+}
+
+impl Run<'_> {
+    /// Chart `which`'s caption (what it draws) and body; `None` where the run has
+    /// nothing for it.
+    fn chart(&self, which: RunChart, palette: &mut Palette) -> Option<(String, Body)> {
+        let run = self.run;
+        Some(match which {
+            RunChart::Throughput => {
+                let rates = rates::rates(run)?;
+                let (series, what) = throughput(run, &rates, &self.tcp, palette);
+                (what, self.lines("throughput", Quantity::Rate, series))
+            }
+            RunChart::Cwnd => {
+                let mut windows = Vec::new();
+                for f in &self.tcp {
+                    let cwnd = sender_trace(run, f, &|s| Some(f64::from(s.info.snd_cwnd)));
+                    windows.push(flow_series(palette, " cwnd", false, f, cwnd));
+                    let ssthresh = sender_trace(run, f, &|s| {
+                        (s.info.snd_ssthresh < INFINITE_SSTHRESH)
+                            .then_some(f64::from(s.info.snd_ssthresh))
+                    });
+                    windows.push(flow_series(palette, " ssthresh", true, f, ssthresh));
+                }
+                (
+                    "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.".into(),
+                    self.lines("segments", Quantity::Number, windows),
+                )
+            }
+            RunChart::Rtt => {
+                let rtt = self.per_sender(palette, &|s| {
+                    (s.info.rtt > 0).then_some(f64::from(s.info.rtt))
+                });
+                (
+                    "The senders' smoothed round-trip time (tcp_info rtt), queueing included.".into(),
+                    self.lines("smoothed RTT", Quantity::Duration, rtt),
+                )
+            }
+            RunChart::Inflight => {
+                let inflight = self.per_sender(palette, &|s| {
+                    Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
+                });
+                (
+                    "Bytes sent and not yet acknowledged (tcp_info unacked × snd_mss) per sender.".into(),
+                    self.lines("in flight", Quantity::Size, inflight),
+                )
+            }
+            RunChart::Limits => (
+                "Share of each report interval the senders spent limited by the receive window (rwnd), their send buffer (sndbuf), the congestion window (cwnd), a pacing rate (pacing) or the application (app), from their tcp_info samples (the kernel's busy and limited timers where a sender was not sampled), averaged over the TCP flows.".into(),
+                limits(run, &self.tcp, self.time.clone(), palette)?,
+            ),
+            RunChart::UdpLoss => {
+                let loss = self.per_udp_flow(palette, &|u| {
+                    (u.sent > 0).then(|| u.lost as f64 / u.sent as f64)
+                });
+                (
+                    "Datagrams lost per report interval, as a share of those sent in it (sequence numbers the receiver never saw).".into(),
+                    self.lines("lost", Quantity::Percent, loss),
+                )
+            }
+            RunChart::UdpJitter => {
+                let jitter = self.per_udp_flow(palette, &|u| Some(u.jitter_us));
+                (
+                    "RFC 3550 interarrival jitter at the end of each report interval.".into(),
+                    self.lines("jitter", Quantity::Duration, jitter),
+                )
+            }
+            RunChart::Queue => {
+                let end = self.time.span.map_or(0.0, |s| s.1);
+                (
+                    "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).".into(),
+                    self.lines("queue", Quantity::Size, queue(run, end, palette)),
+                )
+            }
+        })
     }
-    out.push(chart(
-        "throughput",
-        "throughput over time",
-        "Throughput per report interval: bytes the receiver read in it over its length, per flow (and summed over the flows); after a timed flow's deadline, its sender's drain, which no rate counts. Dashed: the model bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per round trip, Mathis and PFTK with the measured loss).",
-        lines("throughput", Quantity::Rate, rates),
-    ));
-    let mut windows = Vec::new();
-    for f in &tcp {
-        windows.push(flow_series(
-            palette,
-            " cwnd",
-            false,
-            f,
-            sender(f, &|s| Some(f64::from(s.info.snd_cwnd))),
-        ));
-        let ssthresh = sender(f, &|s| {
-            (s.info.snd_ssthresh < INFINITE_SSTHRESH).then_some(f64::from(s.info.snd_ssthresh))
-        });
-        windows.push(flow_series(palette, " ssthresh", true, f, ssthresh));
+
+    fn lines(&self, label: &str, quantity: Quantity, series: Vec<Series>) -> Body {
+        Body::Lines {
+            x: self.time.clone(),
+            y: YAxis {
+                label: label.into(),
+                quantity,
+            },
+            series,
+        }
     }
-    out.push(chart(
-        "cwnd",
-        "congestion window",
-        "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.",
-        lines("segments", Quantity::Number, windows),
-    ));
-    // One series per TCP flow of a value of its sender's samples.
-    let per_flow = |palette: &mut Palette, value: &dyn Fn(&SampleRecord) -> Option<f64>| {
-        tcp.iter()
-            .map(|f| flow_series(palette, "", false, f, sender(f, value)))
+
+    /// One series per TCP flow of a value of its sender's samples.
+    fn per_sender(
+        &self,
+        palette: &mut Palette,
+        value: &dyn Fn(&SampleRecord) -> Option<f64>,
+    ) -> Vec<Series> {
+        self.tcp
+            .iter()
+            .map(|f| flow_series(palette, "", false, f, sender_trace(self.run, f, value)))
             .collect()
-    };
-    let rtt = per_flow(palette, &|s| {
-        (s.info.rtt > 0).then_some(f64::from(s.info.rtt))
-    });
-    out.push(chart(
-        "rtt",
-        "smoothed RTT",
-        "The senders' smoothed round-trip time (tcp_info rtt), queueing included.",
-        lines("smoothed RTT", Quantity::Duration, rtt),
-    ));
-    let inflight = per_flow(palette, &|s| {
-        Some(f64::from(s.info.unacked) * f64::from(s.info.snd_mss))
-    });
-    out.push(chart(
-        "inflight",
-        "bytes in flight",
-        "Bytes sent and not yet acknowledged (tcp_info unacked × snd_mss) per sender.",
-        lines("in flight", Quantity::Size, inflight),
-    ));
-    if let Some(body) = limits(run, &tcp, time(), palette) {
-        out.push(chart(
-            "limits",
-            "what limited the senders",
-            "Share of each report interval the senders spent limited by the receive window (rwnd), their send buffer (sndbuf), the congestion window (cwnd) or the application (app), from the kernel's busy and limited timers, averaged over the TCP flows.",
-            body,
-        ));
     }
-    let udp_series =
-        |palette: &mut Palette,
-         value: &dyn Fn(&tcplab_model::record::UdpInterval) -> Option<f64>| {
-            udp.iter()
-                .map(|f| {
-                    let points = steps(run, f.id, &|i| i.udp.as_ref().and_then(value));
-                    flow_series(palette, "", false, f, points)
-                })
-                .collect()
-        };
-    let loss = udp_series(palette, &|u| {
-        (u.sent > 0).then(|| u.lost as f64 / u.sent as f64)
-    });
-    out.push(chart(
-        "udp_loss",
-        "UDP loss",
-        "Datagrams lost per report interval, as a share of those sent in it (sequence numbers the receiver never saw).",
-        lines("lost", Quantity::Percent, loss),
-    ));
-    let jitter = udp_series(palette, &|u| Some(u.jitter_us));
-    out.push(chart(
-        "udp_jitter",
-        "UDP jitter",
-        "RFC 3550 interarrival jitter at the end of each report interval.",
-        lines("jitter", Quantity::Duration, jitter),
-    ));
-    out.push(chart(
-        "queue",
-        "bottleneck queue",
-        "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).",
-        lines("queue", Quantity::Size, queue(run, end, palette)),
-    ));
-    out.retain(|c| !c.is_empty());
-    out
+
+    /// One series per UDP flow of a value of its intervals.
+    fn per_udp_flow(
+        &self,
+        palette: &mut Palette,
+        value: &dyn Fn(&UdpInterval) -> Option<f64>,
+    ) -> Vec<Series> {
+        self.udp
+            .iter()
+            .map(|f| {
+                let points = steps(self.run, f.id, &|i| i.udp.as_ref().and_then(value));
+                flow_series(palette, "", false, f, points)
+            })
+            .collect()
+    }
+}
+
+/// A flow's series, `suffix` after its name, in its colour.
+fn flow_series(
+    palette: &mut Palette,
+    suffix: &str,
+    dashed: bool,
+    f: &FlowRecord,
+    points: Vec<Pt>,
+) -> Series {
+    Series {
+        name: format!("{}{suffix}", flow_name(f)),
+        color: palette.color(&flow_name(f)),
+        dashed,
+        points,
+    }
 }
 
 /// The run, its path and its flows, for captions.
@@ -251,54 +322,118 @@ fn steps(
         .collect()
 }
 
-fn interval_bps(i: &tcplab_model::record::IntervalRecord) -> f64 {
-    i.received_bytes as f64 * 8e6 / (i.end_us - i.start_us) as f64
-}
-
-/// Each flow's throughput as steps, and with several flows their sum: constant between
-/// any two interval boundaries of any flow, so flows that started apart add up exactly.
-fn throughput(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+/// Each flow's throughput over time as steps, with several flows their sum, and the
+/// bound that binds the TCP flows together (dashed); with the caption's words for
+/// what they are.
+fn throughput(
+    run: &RunRecord,
+    rates: &Rates,
+    tcp: &[&FlowRecord],
+    palette: &mut Palette,
+) -> (Vec<Series>, String) {
+    let steps = |cells: &[Cell]| -> Vec<Pt> {
+        cells
+            .iter()
+            .flat_map(|c| {
+                [
+                    Pt::at(seconds(c.start_us as f64), c.bps()),
+                    Pt::at(seconds(c.end_us as f64), c.bps()),
+                ]
+            })
+            .collect()
+    };
     let mut series: Vec<Series> = run
         .flows
         .iter()
-        .map(|f| Series {
-            name: flow_name(f),
-            color: palette.color(&flow_name(f)),
-            dashed: false,
-            points: steps(run, f.id, &|i| Some(interval_bps(i))),
+        .filter_map(|f| {
+            let flow = rates.flows.iter().find(|r| r.flow == f.id)?;
+            Some(Series {
+                name: flow_name(f),
+                color: palette.color(&flow_name(f)),
+                dashed: false,
+                points: steps(&flow.cells),
+            })
         })
         .collect();
-    if run.flows.len() > 1 {
-        let mut bounds: Vec<u64> = run
-            .intervals
-            .iter()
-            .flat_map(|i| [i.start_us, i.end_us])
-            .collect();
-        bounds.sort_unstable();
-        bounds.dedup();
-        let points = bounds
-            .windows(2)
-            .flat_map(|w| {
-                let sum: f64 = run
-                    .intervals
-                    .iter()
-                    .filter(|i| i.end_us > i.start_us && i.start_us <= w[0] && w[1] <= i.end_us)
-                    .map(interval_bps)
-                    .sum();
-                [
-                    Pt::at(seconds(w[0] as f64), sum),
-                    Pt::at(seconds(w[1] as f64), sum),
-                ]
-            })
-            .collect();
+    if rates.flows.len() > 1 {
         series.push(Series {
             name: ALL_FLOWS.into(),
             color: palette.color(ALL_FLOWS),
             dashed: false,
-            points,
+            points: steps(&rates.total),
         });
     }
-    series
+    let bound = (!tcp.is_empty())
+        .then(|| explain(run).bounds.binding())
+        .flatten();
+    if let Some((name, bps)) = bound {
+        let (start, end) = rates.span();
+        series.push(Series {
+            name: format!("bound: {name}"),
+            color: TOTAL,
+            dashed: true,
+            points: vec![
+                Pt::at(seconds(start as f64), bps),
+                Pt::at(seconds(end as f64), bps),
+            ],
+        });
+    }
+    (series, rates_words(run, rates, bound.is_some()))
+}
+
+/// What the throughput chart draws, from which counters, over which bins.
+fn rates_words(run: &RunRecord, rates: &Rates, bound: bool) -> String {
+    let bin = format_duration_us(rates.bin_us);
+    let bins = match rates.rtt_us {
+        Some(rtt) => format!(
+            "bins of {bin} ({} round trips of {}, the TCP flows' shortest)",
+            rates.bin_us / rtt,
+            format_duration_us(rtt)
+        ),
+        None => format!("bins of {bin}"),
+    };
+    let has = |source| rates.flows.iter().any(|f| f.source == source);
+    let mut sources = Vec::new();
+    if has(Source::Sender) {
+        sources.push(format!(
+            "a TCP flow's bytes acknowledged to its sender in each bin, with the segments it held SACKed (tcp_info bytes_acked + sacked × snd_mss, sampled every {}): what reached the receiver, so a repaired loss shows no burst",
+            format_duration_us(run.params.sample_interval_us)
+        ));
+    }
+    if has(Source::Receiver) {
+        sources.push("a TCP flow sampled at its receiver only: the bytes its kernel received (tcp_info bytes_received)".into());
+    }
+    if has(Source::Intervals) {
+        sources.push(format!(
+            "a flow without samples (UDP, an unsampled TCP flow) per report interval of {}: the bytes its receiver read over it",
+            format_duration_us(run.params.report_interval_us)
+        ));
+    }
+    let mut words = format!(
+        "Throughput over time in {bins}: {}. The bins end at the run's last deadline; a flow's piece of a bin (or interval) shorter than half of one joins its neighbour, its rate over both, so a start or a deadline inside a bin shows no spike or drop; after a deadline (the sender's drain) nothing counts.",
+        sources.join("; ")
+    );
+    let out_of_order: f64 = rates.flows.iter().map(|f| f.out_of_order_bytes).sum();
+    if out_of_order >= 1.0 {
+        words += &format!(
+            " {} reached the receivers behind a loss still unrepaired at the deadline: in the last bins, in no rate of the run (its drain delivers them in order).",
+            format_size(out_of_order as u64)
+        );
+    }
+    if rates.flows.len() > 1 {
+        words += " All flows: every flow's bytes in a bin over the bin's length (a flow known per interval spread evenly over it)";
+        let up = run.flows.iter().any(|f| f.direction == Direction::Up);
+        let down = run.flows.iter().any(|f| f.direction == Direction::Down);
+        words += if up && down {
+            ", both directions together."
+        } else {
+            "."
+        };
+    }
+    if bound {
+        words += " Dashed: the bound that binds the TCP flows together (tcplab explain's smallest of the link's goodput, the window per shortest round trip and a pacing cap).";
+    }
+    words
 }
 
 /// The TCP flows' limit shares per interval index, averaged over the flows, stacked: one

@@ -195,7 +195,7 @@ fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
         panic!("throughput against a numeric axis is lines: {chart:?}");
     };
     assert!(x.log, "8K … 1M spans factors");
-    // Each Nagle setting, its model bound (dashed, in its colour), and the legend entry
+    // Each Nagle setting, its bound (dashed, in its colour), and the legend entry
     // that names the dashes.
     let names: Vec<(&str, bool)> = series.iter().map(|s| (s.name.as_str(), s.dashed)).collect();
     assert_eq!(
@@ -205,7 +205,7 @@ fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
             ("", true),
             ("nodelay=true", false),
             ("", true),
-            ("model bound (dashed)", true)
+            ("bound (dashed)", true)
         ]
     );
     assert_eq!(series[1].color, series[0].color);
@@ -357,4 +357,55 @@ fn every_example_lays_out_into_few_readable_charts() {
         let ids: Vec<&str> = charts.iter().map(|c: &Chart| c.id.as_str()).collect();
         eprintln!("{name}: {ids:?}");
     }
+}
+
+/// The throughput chart draws what `rates` computes: each flow's cells and the sum as
+/// steps, nothing after the deadline (a drain interval added here), and the bound over
+/// the run's span, named a bound.
+#[test]
+fn the_throughput_chart_draws_the_rates_and_the_bound() {
+    let mut record = run(20.0, 2, true);
+    let mut drain = record.intervals[0].clone();
+    (drain.index, drain.start_us, drain.end_us, drain.drain) = (12, 12_000_000, 12_400_000, true);
+    drain.received_bytes = 100_000_000;
+    record.intervals.push(drain);
+    let rates = crate::rates::rates(&record).unwrap();
+    assert_eq!(rates.span(), (0, 12_000_000));
+    let charts = crate::runs::charts(1, &record, &mut crate::palette::Palette::new());
+    let chart = charts.iter().find(|c| c.id == "throughput").unwrap();
+    let Body::Lines { series, .. } = &chart.body else {
+        panic!("lines");
+    };
+    let steps = |cells: &[crate::rates::Cell]| -> Vec<(f64, f64)> {
+        cells
+            .iter()
+            .flat_map(|c| {
+                [
+                    (c.start_us as f64 / 1e6, c.bps()),
+                    (c.end_us as f64 / 1e6, c.bps()),
+                ]
+            })
+            .collect()
+    };
+    let drawn = |name: &str| -> Vec<(f64, f64)> {
+        let s = series.iter().find(|s| s.name == name).unwrap();
+        s.points.iter().map(|p| (p.x, p.y)).collect()
+    };
+    for f in &rates.flows {
+        assert_eq!(drawn(&format!("flow {}", f.flow)), steps(&f.cells));
+    }
+    assert_eq!(drawn("all flows"), steps(&rates.total));
+    // Three flows at 20 Mbit/s each: the sum is 60, in every bin, to the deadline.
+    assert!(rates
+        .total
+        .iter()
+        .all(|c| (c.bps() / 60e6 - 1.0).abs() < 1e-9));
+    let bound = series.iter().find(|s| s.dashed).expect("a bound");
+    assert!(bound.name.starts_with("bound: "), "{}", bound.name);
+    assert_eq!((bound.points[0].x, bound.points[1].x), (0.0, 12.0));
+    assert!(
+        chart.caption.contains("per report interval of 1.00 s"),
+        "{}",
+        chart.caption
+    );
 }

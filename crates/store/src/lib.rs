@@ -757,42 +757,13 @@ fn insert_samples(
             stmt.raw_bind_parameter(bbr_at + i, v)?;
         }
         let skmem_at = bbr_at + SAMPLE_BBR_COLUMNS.len();
-        for (i, v) in skmem_words(s.skmem.as_ref()).into_iter().enumerate() {
-            stmt.raw_bind_parameter(skmem_at + i, v)?;
+        let skmem = s.skmem.map(|m| m.words().map(i64::from));
+        for i in 0..SK_MEMINFO_WORDS {
+            stmt.raw_bind_parameter(skmem_at + i, skmem.map(|w| w[i]))?;
         }
         stmt.raw_execute()?;
     }
     Ok(())
-}
-
-/// A sample's socket memory as the `skmem_*` columns, in their order.
-fn skmem_words(m: Option<&SkMemInfo>) -> [Option<i64>; SK_MEMINFO_WORDS] {
-    let Some(m) = m else {
-        return [None; SK_MEMINFO_WORDS];
-    };
-    let SkMemInfo {
-        rmem_alloc,
-        rcvbuf,
-        wmem_alloc,
-        sndbuf,
-        fwd_alloc,
-        wmem_queued,
-        optmem,
-        backlog,
-        drops,
-    } = *m;
-    [
-        rmem_alloc,
-        rcvbuf,
-        wmem_alloc,
-        sndbuf,
-        fwd_alloc,
-        wmem_queued,
-        optmem,
-        backlog,
-        drops,
-    ]
-    .map(|w| Some(w.to_sql()))
 }
 
 /// One run's rows of a child table (`flows`, `intervals`) in insertion order.
@@ -892,28 +863,16 @@ fn load_samples(tx: &Transaction<'_>, path: &Path, run_id: i64) -> Result<Vec<Sa
         for (i, word) in words.iter_mut().enumerate() {
             *word = r.opt_int((skmem_at + i, SAMPLE_SKMEM_COLUMNS[i]))?;
         }
-        let skmem = match words {
-            [Some(rmem_alloc), Some(rcvbuf), Some(wmem_alloc), Some(sndbuf), Some(fwd_alloc), Some(wmem_queued), Some(optmem), Some(backlog), Some(drops)] => {
-                Some(SkMemInfo {
-                    rmem_alloc,
-                    rcvbuf,
-                    wmem_alloc,
-                    sndbuf,
-                    fwd_alloc,
-                    wmem_queued,
-                    optmem,
-                    backlog,
-                    drops,
-                })
-            }
-            [None, None, None, None, None, None, None, None, None] => None,
-            _ => {
-                return Err(r.bad(
-                    (skmem_at, SAMPLE_SKMEM_COLUMNS[0]),
-                    "partial",
-                    "skmem_* columns must be all NULL or all set",
-                ))
-            }
+        let skmem = if words.iter().all(Option::is_some) {
+            Some(SkMemInfo::from_words(words.map(|w| w.expect("checked"))))
+        } else if words.iter().all(Option::is_none) {
+            None
+        } else {
+            return Err(r.bad(
+                (skmem_at, SAMPLE_SKMEM_COLUMNS[0]),
+                "partial",
+                "skmem_* columns must be all NULL or all set",
+            ));
         };
         out.push(SampleRecord {
             flow: r.int((0, "flow"))?,

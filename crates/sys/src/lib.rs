@@ -1,5 +1,6 @@
 //! Linux I/O for tcplab: tcp_info and socket options, network namespaces and veth
-//! through netlink, per-thread CPU time, sysctls. A thin shell: decoding and
+//! through netlink (as root or in a user namespace of tcplab's own), per-thread CPU
+//! time, sysctls. A thin shell: decoding and
 //! arithmetic live in `tcplab-model`.
 
 pub mod clock;
@@ -14,3 +15,4 @@ pub mod sockopt;
 pub mod stamp;
 pub mod sysctl;
 pub mod tun;
+pub mod userns;

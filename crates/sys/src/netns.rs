@@ -1,7 +1,13 @@
 //! Network namespaces and veth links, built through rtnetlink without running `ip`.
 //!
-//! A namespace is a file under `/run/netns`, laid out exactly as `ip netns add` does, so
-//! `ip netns exec NAME …` works on ours and ours work on `ip`'s.
+//! As root, a namespace is a file under `/run/netns`, laid out exactly as `ip netns add`
+//! does, so `ip netns exec NAME …` works on ours and ours work on `ip`'s. Without root
+//! the same files live on a private tmpfs inside the process's own user and mount
+//! namespaces ([`crate::userns`], [`prepare`]); the API is the same.
+//!
+//! Every namespace tcplab creates is marked with its process (a file in the state
+//! directory holding the pid), so that one whose process died is recognised as a
+//! leftover ([`leftovers`]) and removed even when nothing else remembers it.
 //!
 //! `setns` moves only the calling thread. Work inside a namespace therefore runs on a
 //! dedicated OS thread ([`NetNs::run`], [`NetNs::spawn`]); never on a shared thread. A
@@ -38,10 +44,58 @@ use netlink_packet_route::link::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-/// Where `ip netns` keeps its namespaces.
+use crate::userns::{self, Mode};
+
+/// Where `ip netns` keeps its namespaces, and tcplab as root.
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
-/// A named network namespace: a bind mount of an nsfs file at `/run/netns/NAME`.
+/// Where this process's namespaces are mounted: /run/netns as root; rootless, a
+/// directory of the state directory that holds a private tmpfs in the process's own
+/// mount namespace (and is empty outside it).
+fn mount_dir() -> io::Result<PathBuf> {
+    Ok(match userns::mode() {
+        Mode::Privileged => PathBuf::from(NETNS_RUN_DIR),
+        Mode::Rootless => userns::state_dir()?.join("mnt"),
+    })
+}
+
+/// Where the marks are: one file per namespace tcplab made, named as it, holding the
+/// pid of the process that made it.
+fn mark_dir() -> io::Result<PathBuf> {
+    Ok(userns::state_dir()?.join("netns"))
+}
+
+/// Whether this process may create namespaces: without root, only once [`prepare`] has
+/// entered its own user namespace; otherwise the one-line reason.
+static READY: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Readies this process to create namespaces; call it before any thread exists. As root
+/// there is nothing to do. Rootless, the process enters a user namespace and a mount
+/// namespace of its own, with a private tmpfs for the namespaces' files. A failure
+/// (user namespaces disabled) is kept rather than returned, since a command may turn
+/// out to need no lab: [`ready`] and every [`NetNs::create`] return it.
+pub fn prepare() {
+    READY.get_or_init(|| match userns::mode() {
+        Mode::Privileged => Ok(()),
+        Mode::Rootless => {
+            let dir = mount_dir().map_err(|e| e.to_string())?;
+            userns::unshare_private(&dir).map_err(|e| userns::refusal(&e))
+        }
+    });
+}
+
+/// Whether this process can create namespaces, or why not in one line.
+pub fn ready() -> Result<(), String> {
+    match userns::mode() {
+        Mode::Privileged => Ok(()),
+        Mode::Rootless => READY.get().cloned().unwrap_or_else(|| {
+            Err("without root, a process makes namespaces only after entering a user namespace of its own at startup".into())
+        }),
+    }
+}
+
+/// A named network namespace: a bind mount of an nsfs file at `/run/netns/NAME` (without
+/// root, in the process's private tmpfs).
 ///
 /// Dropping a `NetNs` does not delete the namespace (it may be someone else's);
 /// call [`NetNs::delete`], or use [`VethLab`], which owns its namespaces.
@@ -52,24 +106,40 @@ pub struct NetNs {
 }
 
 impl NetNs {
-    /// Creates namespace `name`, as `ip netns add` does.
+    /// Creates namespace `name`, as `ip netns add` does, marked as this process's. A
+    /// leftover of the name (marked by a process that died) is removed first.
     pub fn create(name: &str) -> io::Result<NetNs> {
-        let ns = NetNs::at(name)?;
-        ns.create_inner()
-            .map_err(|e| context(e, format_args!("creating netns {name}")))?;
+        let ns = NetNs::by_name(name)?;
+        let ctx = |e| context(e, format_args!("creating netns {name}"));
+        ready().map_err(|reason| ctx(io::Error::new(io::ErrorKind::PermissionDenied, reason)))?;
+        ns.mark().map_err(ctx)?;
+        if let Err(e) = ns.create_inner() {
+            ns.unmark();
+            return Err(ctx(match e.kind() {
+                io::ErrorKind::AlreadyExists => io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} exists and tcplab did not make it: remove it (ip netns delete {name}) or choose another name",
+                        ns.path.display()
+                    ),
+                ),
+                _ => e,
+            }));
+        }
         Ok(ns)
     }
 
     /// Opens an existing namespace (ours or `ip`'s).
     pub fn open(name: &str) -> io::Result<NetNs> {
-        let ns = NetNs::at(name)?;
+        let ns = NetNs::by_name(name)?;
         fs::metadata(&ns.path).map_err(|e| context(e, format_args!("opening netns {name}")))?;
         Ok(ns)
     }
 
-    /// Names of all namespaces under `/run/netns`, sorted.
+    /// Names of all namespaces this process sees (all of `/run/netns` as root; its own
+    /// rootless), sorted.
     pub fn list() -> io::Result<Vec<String>> {
-        let entries = match fs::read_dir(NETNS_RUN_DIR) {
+        let entries = match fs::read_dir(mount_dir()?) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(context(e, "listing netns")),
@@ -91,9 +161,9 @@ impl NetNs {
         &self.path
     }
 
-    /// Deletes the namespace, as `ip netns delete` does: detach the mount, remove the file.
-    /// Idempotent. The kernel frees the namespace, and the links in it, once no thread
-    /// or socket still refers to it.
+    /// Deletes the namespace, as `ip netns delete` does: detach the mount, remove the file;
+    /// then its mark. Idempotent. The kernel frees the namespace, and the links in it,
+    /// once no thread or socket still refers to it.
     pub fn delete(&self) -> io::Result<()> {
         let ctx = |e| context(e, format_args!("deleting netns {}", self.name));
         let target = cstring(self.path.as_os_str().as_bytes())?;
@@ -104,10 +174,13 @@ impl NetNs {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => {}
             Err(e) => return Err(ctx(e)),
         }
-        match fs::remove_file(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(ctx(e)),
-            _ => Ok(()),
+        for file in [self.path.clone(), self.mark_path()?] {
+            match fs::remove_file(file) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(ctx(e)),
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     /// Runs `f` on a new OS thread inside this namespace and returns its result.
@@ -166,12 +239,58 @@ impl NetNs {
         }
     }
 
-    fn at(name: &str) -> io::Result<NetNs> {
+    /// The namespace called `name`, whether or not it exists (to delete what may be left).
+    pub fn by_name(name: &str) -> io::Result<NetNs> {
         check_name(name)?;
         Ok(NetNs {
             name: name.to_owned(),
-            path: Path::new(NETNS_RUN_DIR).join(name),
+            path: mount_dir()?.join(name),
         })
+    }
+
+    fn mark_path(&self) -> io::Result<PathBuf> {
+        Ok(mark_dir()?.join(&self.name))
+    }
+
+    /// Claims the name for this process with a mark holding its pid, made whole before
+    /// it appears (a hard link of a written file), so no reader sees half of one. The
+    /// mark of a process that died is a leftover's: its namespace goes, the name is ours.
+    fn mark(&self) -> io::Result<()> {
+        let mark = self.mark_path()?;
+        let dir = mark.parent().expect("a mark has a directory");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
+        let pid = std::process::id();
+        let whole = dir.join(format!(".{}.{pid}", self.name));
+        fs::write(&whole, format!("{pid}\n"))?;
+        let linked = loop {
+            match fs::hard_link(&whole, &mark) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match owner(&mark) {
+                    Some(owner) if pid_alive(owner) => {
+                        break Err(io::Error::new(
+                            e.kind(),
+                            format!("in use by process {owner}"),
+                        ))
+                    }
+                    _ => {
+                        if let Err(e) = self.delete() {
+                            break Err(e);
+                        }
+                    }
+                },
+                other => break other,
+            }
+        };
+        let _ = fs::remove_file(&whole);
+        linked
+    }
+
+    fn unmark(&self) {
+        if let Ok(mark) = self.mark_path() {
+            let _ = fs::remove_file(mark);
+        }
     }
 
     fn create_inner(&self) -> io::Result<()> {
@@ -238,14 +357,32 @@ impl<T> NsThread<T> {
     }
 }
 
+/// Why a rootless process cannot enter a namespace that no mark of the user's names.
+const NOT_YOURS: &str = "no lab of yours has this host (see tcplab lab list; without root, tcplab reaches only the user's own labs)";
+
 /// Moves the whole process into namespace `name`, for the binary's `--netns NAME` flag.
+/// Rootless, the process first joins the user and mount namespaces of the process that
+/// made `name` (found by its mark): only the user's own namespaces can be entered.
 ///
 /// setns moves only the calling thread, so this must run at startup before any other
 /// thread exists; it refuses otherwise, since threads left behind would silently work
 /// in the old namespace.
 pub fn enter_current_thread(name: &str) -> io::Result<()> {
-    let ns = NetNs::open(name)?;
     let ctx = |e| context(e, format_args!("entering netns {name}"));
+    if userns::mode() == Mode::Rootless {
+        let mark = NetNs::by_name(name)?.mark_path()?;
+        let missing = |why: String| ctx(io::Error::new(io::ErrorKind::NotFound, why));
+        match owner(&mark) {
+            None => return Err(missing(NOT_YOURS.into())),
+            Some(pid) if !pid_alive(pid) => {
+                return Err(missing(format!(
+                    "a leftover of process {pid}, which died (tcplab lab gc removes it)"
+                )))
+            }
+            Some(pid) => userns::join(pid).map_err(ctx)?,
+        }
+    }
+    let ns = NetNs::open(name)?;
     let threads = fs::read_dir("/proc/self/task").map_err(ctx)?.count();
     if threads > 1 {
         return Err(ctx(io::Error::new(
@@ -273,6 +410,19 @@ pub fn read_sysctl_in(ns: &NetNs, key: &str) -> io::Result<String> {
         .run(|| fs::read_to_string(&path))?
         .map_err(|e| context(e, format_args!("reading sysctl {key} in netns {}", ns.name)))?;
     Ok(value.trim().to_owned())
+}
+
+/// Whether sysctl `key` is read-only inside `ns` (the kernel shows the host's value
+/// there, as for net.core.rmem_max).
+pub fn sysctl_read_only_in(ns: &NetNs, key: &str) -> io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = sysctl_path(key)?;
+    let mode = ns
+        .run(|| fs::metadata(&path))?
+        .map_err(|e| context(e, format_args!("reading sysctl {key} in netns {}", ns.name)))?
+        .permissions()
+        .mode();
+    Ok(mode & 0o222 == 0)
 }
 
 fn sysctl_path(key: &str) -> io::Result<PathBuf> {
@@ -521,6 +671,74 @@ fn setup_host(ifname: &str, v4: IpAddr, v6: IpAddr) -> io::Result<()> {
     link_up(ifname)
 }
 
+/// The process that marked a namespace, from its mark; `None` without a readable one.
+fn owner(mark: &Path) -> Option<u32> {
+    fs::read_to_string(mark).ok()?.trim().parse().ok()
+}
+
+/// Whether the process runs. A zombie does not: a process killed with SIGKILL stays one
+/// until its parent (often a slow init) reaps it, and what it made is already left over.
+pub fn pid_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name, which may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Whether namespace `name` is marked by a process that runs: not a leftover, whoever
+/// else remembers the name.
+pub fn in_use(name: &str) -> io::Result<bool> {
+    Ok(owner(&NetNs::by_name(name)?.mark_path()?).is_some_and(pid_alive))
+}
+
+/// A namespace tcplab made whose process is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leftover {
+    pub name: String,
+    /// The process that made it; `None` for an unreadable mark.
+    pub pid: Option<u32>,
+}
+
+/// The namespaces whose mark names a process that died (rootless, such a namespace
+/// died with its process and only the mark is left), by name.
+pub fn leftovers() -> io::Result<Vec<Leftover>> {
+    let dir = mark_dir()?;
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(context(e, format_args!("listing {}", dir.display()))),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        // A mark being made (`.NAME.PID`) is its maker's to remove.
+        if name.starts_with('.') {
+            continue;
+        }
+        let pid = owner(&path);
+        if !pid.is_some_and(pid_alive) {
+            found.push(Leftover { name, pid });
+        }
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(found)
+}
+
+impl Leftover {
+    /// Deletes the namespace, if it still exists, and its mark.
+    pub fn remove(&self) -> io::Result<()> {
+        NetNs::by_name(&self.name)?.delete()
+    }
+}
+
 /// The privilege policy of every privileged test in the workspace: true when the
 /// process can create network namespaces. Otherwise a missing privilege fails the
 /// test in CI (env `CI=true`) and skips it elsewhere, saying so on stderr.
@@ -568,8 +786,12 @@ fn probe_privilege() -> Result<(), String> {
 
 /// Makes /run/netns a shared mount point, as `ip` does, so namespaces mounted in it
 /// later also appear (and disappear) in mount namespaces cloned before, such as those
-/// of `ip netns exec` or of services.
+/// of `ip netns exec` or of services. Rootless, the private tmpfs [`prepare`] mounted
+/// is the directory already.
 fn ensure_run_dir() -> io::Result<()> {
+    if userns::mode() == Mode::Rootless {
+        return Ok(());
+    }
     // Two threads racing here would stack two bind mounts.
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -686,11 +908,11 @@ fn check_name(name: &str) -> io::Result<()> {
     Ok(())
 }
 
-fn cstring(bytes: &[u8]) -> io::Result<CString> {
+pub(crate) fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| invalid("path contains a NUL byte".to_owned()))
 }
 
-fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret == -1 {
         Err(io::Error::last_os_error())
     } else {
@@ -703,7 +925,7 @@ fn invalid(msg: String) -> io::Error {
 }
 
 /// Prefixes `e` with what was being done, keeping its kind.
-fn context(e: io::Error, what: impl Display) -> io::Error {
+pub(crate) fn context(e: io::Error, what: impl Display) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
@@ -721,8 +943,8 @@ mod tests {
     #[test]
     fn lab_addresses_come_from_the_id() {
         let lab = VethLab {
-            a: NetNs::at("x-a").unwrap(),
-            b: NetNs::at("x-b").unwrap(),
+            a: NetNs::by_name("x-a").unwrap(),
+            b: NetNs::by_name("x-b").unwrap(),
             id: 0x0102,
         };
         assert_eq!(lab.addr_a_v4().to_string(), "10.1.2.1");
@@ -731,6 +953,15 @@ mod tests {
         assert_eq!(lab.addr_b_v6().to_string(), "fd00:1:2::2");
         // Nothing was created: keep Drop from deleting anything.
         std::mem::forget(lab);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_reaped_child_is_not() {
+        assert!(pid_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!pid_alive(pid));
     }
 
     #[test]
@@ -780,6 +1011,80 @@ mod tests {
             NetNs::open(&name).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
+    }
+
+    /// A dead process's pid, for marks of leftovers.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    }
+
+    #[test]
+    fn netns_marks_name_their_process_and_a_dead_ones_namespace_is_a_leftover() {
+        if !privileged_or_skip("netns_marks") {
+            return;
+        }
+        let name = unique("mark");
+        let ns = NetNs::create(&name).unwrap();
+        let mark = ns.mark_path().unwrap();
+        assert_eq!(owner(&mark), Some(std::process::id()));
+        assert!(!leftovers().unwrap().iter().any(|l| l.name == name));
+        // Another live process's name is refused, naming it.
+        let err = NetNs::create(&name).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(err.to_string().contains("in use by process"), "{err}");
+
+        // The process died: its namespace is a leftover, found by its mark alone…
+        let dead = dead_pid();
+        fs::write(&mark, format!("{dead}\n")).unwrap();
+        let found: Vec<_> = leftovers()
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.name == name)
+            .collect();
+        assert_eq!(
+            found,
+            [Leftover {
+                name: name.clone(),
+                pid: Some(dead)
+            }]
+        );
+        // …and creating the name again reclaims it.
+        let again = NetNs::create(&name).unwrap();
+        assert_eq!(owner(&mark), Some(std::process::id()));
+        // Once more dead, removing the leftover removes the namespace and the mark.
+        fs::write(&mark, format!("{dead}\n")).unwrap();
+        found[0].remove().unwrap();
+        assert!(!again.path().exists() && !mark.exists());
+        assert!(!NetNs::list().unwrap().contains(&name));
+    }
+
+    #[test]
+    fn netns_a_namespace_tcplab_did_not_make_is_left_alone() {
+        if !privileged_or_skip("netns_unmarked") {
+            return;
+        }
+        let name = unique("ipns");
+        let added = std::process::Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(added.success());
+        let err = NetNs::create(&name).unwrap_err();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &name])
+            .status();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!(
+                "exists and tcplab did not make it: remove it (ip netns delete {name})"
+            )),
+            "{msg}"
+        );
+        assert!(!NetNs::by_name(&name).unwrap().mark_path().unwrap().exists());
+        assert!(!leftovers().unwrap().iter().any(|l| l.name == name));
     }
 
     #[test]
@@ -905,6 +1210,11 @@ mod tests {
             inside.split_whitespace().collect::<Vec<_>>(),
             ["4096", "65536", "1048576"]
         );
+        let ns = NetNs::create(&unique("sysctl-ro")).unwrap();
+        let read_only = [KEY, "net.core.rmem_max"].map(|key| sysctl_read_only_in(&ns, key));
+        ns.delete().unwrap();
+        // rmem_max is the host's: a namespace shows it read-only.
+        assert_eq!(read_only.map(Result::unwrap), [false, true]);
         assert_eq!(fs::read_to_string(&root_path).unwrap(), root_before);
     }
 }

@@ -15,7 +15,7 @@
 //! thread generator, a CSPRNG seeded by the OS.
 //!
 //! This authenticates the ends; it does not encrypt or sign what follows, which a
-//! throughput test does not need (see the README's "A public server").
+//! throughput test does not need (see docs/security.md).
 
 use std::fmt;
 use std::io::{self, Read, Write};

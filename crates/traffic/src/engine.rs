@@ -375,7 +375,7 @@ fn timed_out(e: &io::Error) -> bool {
 /// Writes block, as most applications' do, each wait bounded by SO_SNDTIMEO so a timed
 /// test ends on time. Measured on Linux 6.18 through a 32 KiB send buffer over 20 ms
 /// with 8 KiB writes, a non-blocking writer woken by poll() queues even further past
-/// SO_SNDBUF than a blocking one (480 vs 350 Mbit/s; see the README on send buffers).
+/// SO_SNDBUF than a blocking one (480 vs 350 Mbit/s; see docs/run.md on send buffers).
 fn send_until_end(
     flow: &FlowShared,
     params: &TestParams,

@@ -1,0 +1,568 @@
+//! tcplab without privileges: the representative commands run as user nobody with a
+//! private HOME, and afterwards the system is checked for what they could leave — a
+//! process of nobody's, a network namespace owned by one of nobody's user namespaces
+//! (found through every process; a TUN device lives and dies with its namespace), a
+//! registry entry or namespace mark, a name in `ip netns list`. The tests need root
+//! only to become nobody.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+use tcplab_sys::netns::in_ci;
+
+const NOBODY: u32 = 65534;
+
+/// Whether this machine can run tcplab as nobody: root to switch users, setpriv, and
+/// unprivileged user namespaces. Otherwise the test fails in CI and skips elsewhere.
+fn nobody_or_skip(test: &str) -> bool {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    let probe = PROBE.get_or_init(|| {
+        // SAFETY: plain getter.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("becoming user nobody needs root".into());
+        }
+        let out = as_nobody(Path::new("/"))
+            .args(["unshare", "-Ur", "true"])
+            .output()
+            .map_err(|e| format!("cannot run setpriv (util-linux): {e}"))?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "nobody cannot create a user namespace: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        }
+    });
+    match probe {
+        Ok(()) => true,
+        Err(reason) if in_ci() => panic!("{test}: CI must allow it: {reason}"),
+        Err(reason) => {
+            eprintln!("SKIP {test}: {reason}");
+            false
+        }
+    }
+}
+
+/// `setpriv` to nobody with an empty environment but PATH, in `dir`.
+fn as_nobody(dir: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+        .current_dir(dir);
+    cmd
+}
+
+/// Where nobody's runtime directory is.
+#[derive(Clone, Copy, PartialEq)]
+enum Runtime {
+    /// `XDG_RUNTIME_DIR` set to a directory of nobody's.
+    Xdg,
+    /// Unset: tcplab falls back to /tmp/tcplab-65534.
+    Fallback,
+}
+
+/// User nobody with a private HOME (a directory of nobody's, mode 0700), and what was
+/// on the system before it ran anything.
+struct Nobody {
+    home: tempfile::TempDir,
+    bin: PathBuf,
+    runtime: Runtime,
+    before: Snapshot,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Nobody {
+    fn new(runtime: Runtime) -> Nobody {
+        // One at a time: each checks that nobody left nothing, which another would.
+        let serial = serial();
+        let home = tempfile::tempdir().unwrap();
+        let own = |path: &Path| {
+            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+            fs::set_permissions(path, fs::Permissions::from_mode(0o700)).unwrap();
+        };
+        own(home.path());
+        if runtime == Runtime::Xdg {
+            fs::create_dir(home.path().join("run")).unwrap();
+            own(&home.path().join("run"));
+        }
+        let mut nobody = Nobody {
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_tcplab")),
+            home,
+            runtime,
+            before: Snapshot::take(),
+            _serial: serial,
+        };
+        // Nobody must reach the binary: through a target directory it may traverse, or
+        // a copy.
+        let reachable = as_nobody(nobody.home())
+            .arg("test")
+            .arg("-x")
+            .arg(&nobody.bin)
+            .status()
+            .unwrap()
+            .success();
+        if !reachable {
+            let copy = nobody.home().join("tcplab");
+            fs::copy(&nobody.bin, &copy).unwrap();
+            fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+            nobody.bin = copy;
+        }
+        nobody
+    }
+
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// `tcplab ARGS…` as nobody, in HOME.
+    fn tcplab(&self, args: &[&str]) -> Command {
+        let mut cmd = as_nobody(self.home());
+        cmd.arg(&self.bin).args(args).env("HOME", self.home());
+        if self.runtime == Runtime::Xdg {
+            cmd.env("XDG_RUNTIME_DIR", self.home().join("run"));
+        }
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.tcplab(args)
+            .output()
+            .expect("running tcplab as nobody")
+    }
+
+    /// Runs and asserts success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_success(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A table of a database of nobody's, read as nobody (root would leave files of
+    /// root's beside it).
+    fn export(&self, db: &str, table: &str) -> Vec<Value> {
+        self.ok(&["export", db, "--table", table, "--format", "jsonl"])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Where tcplab keeps nobody's state.
+    fn state_dir(&self) -> PathBuf {
+        match self.runtime {
+            Runtime::Xdg => self.home().join("run/tcplab"),
+            Runtime::Fallback => std::env::temp_dir().join("tcplab-65534"),
+        }
+    }
+
+    /// Asserts that nothing nobody ran is left, waiting briefly for processes that are
+    /// still exiting.
+    fn assert_nothing_left(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut now = Snapshot::take();
+        while !now.new_since(&self.before).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            now = Snapshot::take();
+        }
+        let left = now.new_since(&self.before);
+        assert!(left.is_empty(), "left behind: {left:?}");
+        let state = self.state_dir();
+        for sub in ["labs", "netns", "mnt"] {
+            let entries: Vec<String> = match fs::read_dir(state.join(sub)) {
+                Ok(dir) => dir
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            assert!(
+                entries.is_empty(),
+                "{} holds {entries:?}",
+                state.join(sub).display()
+            );
+        }
+    }
+}
+
+/// What nobody could leave on the system, as root sees it.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    /// Live (not zombie) processes of nobody's.
+    processes: BTreeSet<u32>,
+    /// Network namespaces (inodes) whose user namespace nobody owns, from every process.
+    namespaces: BTreeSet<u64>,
+    /// `ip netns list`.
+    ip_netns: BTreeSet<String>,
+}
+
+impl Snapshot {
+    fn take() -> Snapshot {
+        let mut processes = BTreeSet::new();
+        let mut namespaces = BTreeSet::new();
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Some(ns) = net_ns_owned_by(pid, NOBODY) {
+                namespaces.insert(ns);
+            }
+            let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue;
+            };
+            let field = |key: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned()
+            };
+            let uid = field("Uid:").split_whitespace().next().map(str::to_owned);
+            if uid.as_deref() == Some("65534") && !field("State:").starts_with('Z') {
+                processes.insert(pid);
+            }
+        }
+        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let ip_netns = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect();
+        Snapshot {
+            processes,
+            namespaces,
+            ip_netns,
+        }
+    }
+
+    /// What this snapshot holds that `before` did not, by kind.
+    fn new_since(&self, before: &Snapshot) -> Vec<String> {
+        let mut new = Vec::new();
+        for pid in self.processes.difference(&before.processes) {
+            let cmd = fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            new.push(format!("process {pid} ({})", cmd.replace('\0', " ").trim()));
+        }
+        for ns in self.namespaces.difference(&before.namespaces) {
+            new.push(format!("network namespace net:[{ns}] of nobody's"));
+        }
+        for name in self.ip_netns.difference(&before.ip_netns) {
+            new.push(format!("ip netns {name}"));
+        }
+        new
+    }
+}
+
+/// The inode of process `pid`'s network namespace if user `uid` owns the user namespace
+/// that owns it (ioctl NS_GET_USERNS, NS_GET_OWNER_UID; see ioctl_ns(2)).
+fn net_ns_owned_by(pid: u32, uid: u32) -> Option<u64> {
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
+    let net = fs::File::open(format!("/proc/{pid}/ns/net")).ok()?;
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor.
+    let user = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
+    if user < 0 {
+        return None;
+    }
+    let mut owner: libc::uid_t = 0;
+    // SAFETY: NS_GET_OWNER_UID writes one uid_t; `user` is ours to close.
+    let ok = unsafe { libc::ioctl(user, NS_GET_OWNER_UID, &mut owner) } == 0;
+    // SAFETY: closing the descriptor NS_GET_USERNS gave us.
+    unsafe { libc::close(user) };
+    (ok && owner == uid).then(|| net.metadata().ok().map(|m| m.ino()))?
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The bar: as nobody, `quickstart -t 2` stores a run and writes its report, and a run
+/// across a lossy path succeeds; nothing is left afterwards.
+#[test]
+fn quickstart_and_a_lossy_run_as_nobody_leave_nothing() {
+    if !nobody_or_skip("rootless_quickstart") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let said = nobody.ok(&["quickstart", "-t", "2"]);
+    assert!(
+        said.contains("report: tcplab-quickstart-report/index.html"),
+        "{said}"
+    );
+    let db = nobody.home().join("tcplab-quickstart.db");
+    assert_eq!(
+        fs::metadata(&db).unwrap().uid(),
+        NOBODY,
+        "the user's own file"
+    );
+    let runs = nobody.export("tcplab-quickstart.db", "runs");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "done");
+    let page = nobody.home().join("tcplab-quickstart-report/index.html");
+    assert!(
+        fs::metadata(&page).unwrap().len() > 10_000,
+        "a report with charts"
+    );
+    // Without root the emulator cannot have real-time priority, and says so.
+    assert!(
+        said.contains("note: the emulator runs at normal priority"),
+        "{said}"
+    );
+
+    let out = nobody.run(&["run", "--path", "rtt 10ms loss 1%", "-t", "2s", "--json"]);
+    let run = parse_success(&out);
+    assert_eq!(str_at(&run, "/status"), "done");
+    let link = &run["path"]["up"]["links"][0];
+    let (sent, lost) = (u64_at(link, "/packets_in"), u64_at(link, "/dropped_loss"));
+    // Within five standard deviations of 1 % (the loss model's own 99 % tests are in
+    // paths.rs; here a test must not fail one run in a hundred).
+    let (mean, sd) = (sent as f64 * 0.01, (sent as f64 * 0.01 * 0.99).sqrt());
+    assert!(
+        (lost as f64 - mean).abs() <= 5.0 * sd,
+        "{lost} of {sent} packets lost, 1 % expected ({mean:.0} ± {:.0})",
+        5.0 * sd
+    );
+    // Every data segment the path dropped, the kernel retransmitted (its own count);
+    // only a few drops hit the control connection.
+    let retransmits = u64_at(&run, "/flows/0/retransmits");
+    assert!(
+        retransmits + 10 >= lost,
+        "{retransmits} retransmits for {lost} drops"
+    );
+    assert_eq!(run["path"]["up"]["realtime"], false);
+    nobody.assert_nothing_left();
+}
+
+/// `lab up/list/show/exec/down/gc` and `--netns` as nobody (runtime directory unset):
+/// the hosts are reached through tcplab, ping sees the path's RTT, root's registry
+/// does not show the lab, and a killed daemon's leftover goes with `lab gc`.
+#[test]
+fn labs_up_exec_down_and_gc_as_nobody() {
+    if !nobody_or_skip("rootless_labs") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Fallback);
+    let name = lab_name("nb", 1);
+    let said = nobody.ok(&["lab", "up", &name, "--path", "rtt 20ms rate 100mbit"]);
+    assert!(said.contains(&format!("lab {name} up")), "{said}");
+    let listed = parse_success(&nobody.run(&["lab", "list", "--json"]));
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["lab"]["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} not in {listed}"));
+    assert_eq!(entry["alive"], true);
+    // Another user's labs are invisible: root's registry does not have it.
+    let roots = parse_success(&tcplab().args(["lab", "list", "--json"]).output().unwrap());
+    assert!(roots
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["lab"]["name"] != name.as_str()));
+
+    let text = nobody.ok(&[
+        "lab",
+        "exec",
+        &name,
+        "client",
+        "--",
+        "ping",
+        "-c",
+        "5",
+        "-i",
+        "0.2",
+        "10.77.0.1",
+    ]);
+    let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
+    assert!((19.5..21.0).contains(&min_ms), "min RTT {min_ms} ms");
+
+    // A server and a client in the lab's hosts through --netns.
+    let server_ns = format!("{name}-server");
+    let client_ns = format!("{name}-client");
+    let mut server = nobody
+        .tcplab(&["--netns", &server_ns, "serve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !nobody
+        .ok(&["lab", "exec", &name, "server", "--", "ss", "-ltnH"])
+        .contains(":5201")
+    {
+        assert!(Instant::now() < deadline, "the server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = nobody.run(&[
+        "--netns",
+        &client_ns,
+        "run",
+        "10.77.0.1",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let run = parse_success(&out);
+    let rate = f64_at(&run, "/summary/received_bps");
+    assert!(rate <= 100e6, "{rate} bit/s through 100 Mbit/s");
+    assert!(rate > 0.0, "{run}");
+
+    let show = nobody.ok(&["lab", "show", &name]);
+    assert!(show.contains("(normal priority)"), "{show}");
+    println!("{show}");
+    nobody.ok(&["lab", "down", &name]);
+    let listed = parse_success(&nobody.run(&["lab", "list", "--json"]));
+    assert_eq!(listed, serde_json::json!([]));
+
+    // A daemon killed with SIGKILL: its namespaces die with it, `lab gc` removes the rest.
+    nobody.ok(&["lab", "up", &name, "--path", "rtt 2ms"]);
+    let listed = parse_success(&nobody.run(&["lab", "list", "--json"]));
+    let pid = u64_at(&listed[0], "/lab/pid");
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while parse_success(&nobody.run(&["lab", "list", "--json"]))[0]["alive"] != false {
+        assert!(
+            Instant::now() < deadline,
+            "the killed daemon still counts as alive"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = nobody.run(&["lab", "exec", &name, "client", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).is_empty());
+    let said = nobody.ok(&["lab", "gc"]);
+    assert!(
+        said.contains(&format!(
+            "removed leftover lab {name} (its process {pid} died)"
+        )),
+        "{said}"
+    );
+    nobody.assert_nothing_left();
+}
+
+/// `shell` and a sweep with its report and explain, as nobody.
+#[test]
+fn shell_and_a_sweep_as_nobody() {
+    if !nobody_or_skip("rootless_shell_sweep") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let out = nobody
+        .tcplab(&["shell", "--path", "rtt 10ms", "--", "sh", "-c"])
+        .arg("ping -c 3 -i 0.2 $TCPLAB_SERVER && exit 3")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let [min_ms, ..] = ping_summary(&stdout(&out)).2.expect("ping replies");
+    assert!((9.5..11.0).contains(&min_ms), "min RTT {min_ms} ms");
+
+    let file = nobody.home().join("tiny.toml");
+    fs::write(
+        &file,
+        "name = \"tiny\"\nduration = \"1s\"\npath = \"rtt {rtt} rate 20mbit\"\n\n[[axis]]\nname = \"rtt\"\nvalues = [\"5ms\", \"10ms\"]\n",
+    )
+    .unwrap();
+    nobody.ok(&["sweep", "tiny.toml"]);
+    let runs = nobody.export("tiny.db", "runs");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.iter().all(|r| r["status"] == "done"), "{runs:?}");
+    nobody.ok(&["report", "tiny.db", "-o", "report"]);
+    assert!(nobody.home().join("report/index.html").exists());
+    let explained = parse_success(&nobody.run(&["explain", "--db", "tiny.db", "--json"]));
+    assert!(f64_at(&explained, "/measured_bps") > 0.0);
+    nobody.assert_nothing_left();
+}
+
+/// A lab's sysctls work without root: with window scaling off, the receive window is at
+/// most 64 KiB and throughput at most 64 KiB per round trip (the window bound). The
+/// host's sysctls are refused in one line.
+#[test]
+fn per_namespace_sysctls_work_as_nobody() {
+    if !nobody_or_skip("rootless_sysctls") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let sysctl = "net.ipv4.tcp_window_scaling=0";
+    let args = [
+        "run", "--path", "rtt 10ms", "--sysctl", sysctl, "-t", "2s", "--json",
+    ];
+    let run = parse_success(&nobody.run(&args));
+    for end in ["client", "server"] {
+        assert_eq!(run[end]["sysctls"]["net.ipv4.tcp_window_scaling"], "0");
+    }
+    let bound = 65535.0 * 8.0 / 0.010;
+    let rate = f64_at(&run, "/summary/received_bps");
+    assert!(
+        rate <= bound * 1.02,
+        "{rate} bit/s above the 64 KiB window's {bound}"
+    );
+
+    let out = nobody.run(&[
+        "run",
+        "--path",
+        "rtt 1ms",
+        "--sysctl",
+        "net.core.rmem_max=67108864",
+    ]);
+    let line = failure(&out);
+    assert!(
+        line.ends_with("sysctl 'net.core.rmem_max' is the host's, read-only in a lab's namespace (root sets it on the host: sysctl -w net.core.rmem_max=67108864)"),
+        "{line}"
+    );
+    nobody.assert_nothing_left();
+}
+
+/// Where user namespaces are forbidden (here `user.max_user_namespaces = 0` inside a
+/// user namespace of nobody's: the limit is per namespace), a lab fails in one line
+/// naming the sysctl and root, and a sweep stops before planning anything.
+#[test]
+fn without_user_namespaces_labs_stop_in_one_line() {
+    if !nobody_or_skip("rootless_disabled") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let forbidden = |args: &[&str]| {
+        let mut cmd = as_nobody(nobody.home());
+        cmd.args(["unshare", "-Ur", "sh", "-c"])
+            .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"")
+            .arg("sh")
+            .arg(&nobody.bin)
+            .args(args)
+            .env("HOME", nobody.home())
+            .env("XDG_RUNTIME_DIR", nobody.home().join("run"));
+        cmd.output().unwrap()
+    };
+    let expected = "user.max_user_namespaces = 0 forbids them: `sysctl -w user.max_user_namespaces=10000` as root allows them; or run tcplab as root";
+    let out = forbidden(&["run", "--path", "rtt 1ms", "-t", "1"]);
+    assert!(failure(&out).ends_with(expected), "{}", failure(&out));
+    let out = forbidden(&["lab", "up", "nope", "--path", "rtt 1ms"]);
+    assert!(failure(&out).ends_with(expected), "{}", failure(&out));
+    fs::write(
+        nobody.home().join("tiny.toml"),
+        "name = \"tiny\"\nduration = \"1s\"\npath = \"rtt 1ms\"\n",
+    )
+    .unwrap();
+    let out = forbidden(&["sweep", "tiny.toml"]);
+    assert!(failure(&out).ends_with(expected), "{}", failure(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    assert!(!nobody.home().join("tiny.db").exists(), "nothing planned");
+    nobody.assert_nothing_left();
+}

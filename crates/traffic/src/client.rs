@@ -1,6 +1,6 @@
 //! `tcplab run HOST:PORT`: one test against a tcplab server.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -107,24 +107,8 @@ pub fn run(
     control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_nodelay(true)?;
-    protocol::write_hello(&mut control, ConnKind::Control)?;
-    let answered = |r: Result<ConnKind, ProtocolError>| match r {
-        Err(ProtocolError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err(TrafficError::NoAnswer {
-                target: request.target.clone(),
-                waited_s: HANDSHAKE_TIMEOUT.as_secs(),
-            })
-        }
-        other => Ok(other?),
-    };
-    if answered(protocol::read_hello(&mut control))? != ConnKind::Control {
-        return Err(ProtocolError::Malformed("server answered with a data hello".into()).into());
-    }
+    control.write_all(&protocol::client_hello())?;
+    read_server_hello(&mut control, &request.target)?;
     auth::answer_challenge(&mut control, request.key.as_ref())?;
     let offset = measure_clock_offset(&mut control)?;
 
@@ -139,14 +123,13 @@ pub fn run(
             },
         },
     )?;
-    let (data_port, cookie, server_meta, udp_ports) = match recv(&mut control)? {
+    let (data_port, cookie, server_meta, udp_ports) = match answer(&mut control)? {
         Message::Accepted {
             data_port,
             cookie,
             meta,
             udp_ports,
         } => (data_port, protocol::parse_hex(&cookie)?, meta, udp_ports),
-        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
         other => {
             return Err(
                 ProtocolError::Malformed(format!("expected Accepted, got {other:?}")).into(),
@@ -160,7 +143,7 @@ pub fn run(
     } else {
         let data_addr = SocketAddr::new(server_addr.ip(), data_port);
         let flows = open_flows(&request.params, data_addr, &cookie)?;
-        ready(recv(&mut control)?)?;
+        ready(answer(&mut control)?)?;
         Flows::Tcp(flows)
     };
 
@@ -193,6 +176,52 @@ fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
     protocol::recv(control, protocol::MAX_MESSAGE)
 }
 
+/// The server's next answer in the handshake; a refusal, which may come at any step
+/// until Go, is the error.
+pub(crate) fn answer(control: &mut impl Read) -> Result<Message, TrafficError> {
+    unless_refused(protocol::recv(control, protocol::MAX_MESSAGE)?)
+}
+
+fn unless_refused(message: Message) -> Result<Message, TrafficError> {
+    match message {
+        Message::Refused { reason } => Err(TrafficError::Refused(reason)),
+        message => Ok(message),
+    }
+}
+
+/// The server's hello, which it says first. An iperf3 server answers the padded hello
+/// with one state byte: it is named, with the flag that tests it.
+fn read_server_hello(control: &mut TcpStream, target: &str) -> Result<(), TrafficError> {
+    match protocol::read_hello(control) {
+        Ok(ConnKind::Control) => Ok(()),
+        Ok(ConnKind::Data) => {
+            Err(ProtocolError::Malformed("server answered with a data hello".into()).into())
+        }
+        Err(ProtocolError::BadMagic(first)) if is_iperf3_state(&first) => {
+            Err(TrafficError::Iperf3Server {
+                target: target.to_string(),
+            })
+        }
+        Err(ProtocolError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(TrafficError::NoAnswer {
+                target: target.to_string(),
+                waited_s: HANDSHAKE_TIMEOUT.as_secs(),
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether a peer's first bytes are one of iperf3's control states.
+fn is_iperf3_state(first: &[u8]) -> bool {
+    matches!(first, [byte] if crate::iperf3::wire::State::from_byte(*byte).is_some())
+}
+
 pub(crate) fn connect_any(
     addrs: &[SocketAddr],
     target: &str,
@@ -218,7 +247,7 @@ fn measure_clock_offset(
     for _ in 0..TIME_PROBES {
         let client_send_us = monotonic_us();
         protocol::send(control, &Message::TimeProbe { client_send_us })?;
-        match recv(control)? {
+        match answer(control)? {
             Message::TimeReply {
                 client_send_us: echoed,
                 server_recv_us,
@@ -276,7 +305,6 @@ fn open_flows(
 fn ready(answer: Message) -> Result<(), TrafficError> {
     match answer {
         Message::Ready => Ok(()),
-        Message::Refused { reason } => Err(TrafficError::Refused(reason)),
         other => Err(ProtocolError::Malformed(format!("expected Ready, got {other:?}")).into()),
     }
 }
@@ -348,7 +376,7 @@ fn await_ready_saying_hello(
         }
     };
     control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    ready(answer)
+    ready(unless_refused(answer)?)
 }
 
 enum Event {

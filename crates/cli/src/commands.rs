@@ -13,6 +13,7 @@ use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::explain::explain;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
+use tcplab_model::units::count;
 use tcplab_store::{ExportFormat, NotStored, Store, Table};
 use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};
@@ -121,9 +122,9 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         )
         .with_context(|| format!("cannot write {}", ignore.display()))?;
         println!(
-            "report: {} ({} charts; open it in a browser)",
+            "report: {} ({}; open it in a browser)",
             written.path.display(),
-            written.charts
+            count(written.charts, "chart")
         );
     }
     Ok(code)

@@ -21,6 +21,7 @@ use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
+use tcplab_model::units::count;
 use tcplab_sys::{netns, poll};
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
@@ -46,7 +47,11 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         0 => vec![PathSpec::default(); n],
         1 => vec![args.client_paths[0].clone(); n],
         k if k == n => args.client_paths.clone(),
-        k => bail!("--client-path given {k} times for {n} clients: give it once (for all) or once per client"),
+        k => bail!(
+            "--client-path given {} for {}: give it once (for all) or once per client",
+            count(k, "time"),
+            count(n, "client")
+        ),
     };
     Ok(Some(LabConfig {
         name: name.to_string(),
@@ -340,11 +345,11 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
             );
         }
         println!(
-            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {} packets{}",
+            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",
             s.lateness.p50_us,
             s.lateness.p99_us,
             s.lateness.max_us,
-            s.lateness.packets,
+            count(s.lateness.packets, "packet"),
             if s.realtime { "" } else { " (normal priority)" }
         );
     }

@@ -376,3 +376,45 @@ fn completions_the_manual_and_the_grammar_print() {
     let out = tcplab(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn counts_of_one_are_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.toml");
+    std::fs::write(
+        &file,
+        "name = \"one\"\nrepetitions = 1\nduration = \"1s\"\npath = \"rtt 10ms\"\n\
+         [[flow]]\n[[axis]]\nkey = \"path.rtt\"\nvalues = [\"20ms\"]\n",
+    )
+    .unwrap();
+    let db = dir.path().join("none.db");
+    let out = tcplab(&[
+        "sweep",
+        file.to_str().unwrap(),
+        "--dry-run",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(": 1 point × 1 repetition = 1 run, about "),
+        "{text}"
+    );
+    assert!(text.contains("  axis path.rtt: 1 value: 20ms"), "{text}");
+    assert_one_line_error(
+        &[
+            "run",
+            "--path",
+            "rtt 1ms",
+            "--clients",
+            "1",
+            "--client-path",
+            "rtt 1ms",
+            "--client-path",
+            "rtt 2ms",
+        ],
+        1,
+        &["--client-path given 2 times for 1 client:"],
+    );
+}

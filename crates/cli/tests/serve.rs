@@ -218,10 +218,10 @@ fn tests_beyond_the_caps_on_tests_at_once_are_refused() {
     let server = LoopbackServer::start(&["--max-tests-per-client", "1"]);
     second_test_refused(
         &server,
-        "1 tests from 127.0.0.1 already running (--max-tests-per-client 1)",
+        "1 test from 127.0.0.1 already running (--max-tests-per-client 1)",
     );
     let server = LoopbackServer::start(&["--max-tests", "1"]);
-    second_test_refused(&server, "server busy: 1 tests running (--max-tests 1)");
+    second_test_refused(&server, "server busy: 1 test running (--max-tests 1)");
     // The places are given back: the next test runs.
     let v = parse_success(&server.run(&["-t", "0.3s", "--json"]));
     assert_eq!(str_at(&v, "/status"), "done");

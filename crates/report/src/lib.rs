@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use tcplab_model::explain::explain;
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_store::{Store, StoreError};
 
 pub use chart::{Body, Chart, Pt, Series};
@@ -300,9 +300,9 @@ fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         .map(|a| format!("{} ({})", a.name, a.values.join(", ")))
         .collect();
     let mut text = vec![format!(
-        "{} points × {} repetitions, planned from {}; axes: {}.",
-        data.points.len(),
-        e.repetitions,
+        "{} × {}, planned from {}; axes: {}.",
+        count(data.points.len(), "point"),
+        count(e.repetitions, "repetition"),
         e.file,
         if axes.is_empty() {
             "none".into()

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tcplab_model::experiment::{point_label, Axis, Point};
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::{Metric, Stats};
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_store::{ExperimentRow, PlanRow, PlanStatus, Store};
 
 /// An experiment with its points, plan and finished runs (without tcp_info samples).
@@ -165,10 +165,10 @@ impl ResultTable {
         let e = &self.experiment;
         let warmup = self.points.first().map_or(0, |p| p.warmup_us);
         format!(
-            "experiment {} ({}): {} runs: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
+            "experiment {} ({}): {}: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
             e.name,
             e.file,
-            e.runs,
+            count(e.runs, "run"),
             e.done,
             e.failed,
             e.pending,

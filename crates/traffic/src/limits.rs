@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tcplab_model::record::{Mode, TestEnd, TestParams};
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 /// Bounds on what clients may ask of a server; each field is the `tcplab serve` flag of
 /// the same name. `Default` is the public server's: sane for a host on the Internet.
@@ -356,9 +356,10 @@ impl Counts {
     /// Why a connection lost its place.
     pub fn evicted_reason(&self) -> String {
         format!(
-            "server busy: {n} connections in their handshake (--max-handshakes {n}), \
-             and this one made room for a newer one",
-            n = self.limits.max_handshakes
+            "server busy: {} in their handshake (--max-handshakes {}), and this one made \
+             room for a newer one",
+            count(self.limits.max_handshakes, "connection"),
+            self.limits.max_handshakes
         )
     }
 
@@ -370,14 +371,16 @@ impl Counts {
     pub fn start_test(&mut self, source: Source) -> Result<(), String> {
         if self.running >= self.limits.max_tests {
             return Err(format!(
-                "server busy: {} tests running (--max-tests {})",
-                self.running, self.limits.max_tests
+                "server busy: {} running (--max-tests {})",
+                count(self.running, "test"),
+                self.limits.max_tests
             ));
         }
         let mine = self.tests.entry(source).or_default();
         if *mine >= self.limits.max_tests_per_client {
             return Err(format!(
-                "{mine} tests from {source} already running (--max-tests-per-client {})",
+                "{} from {source} already running (--max-tests-per-client {})",
+                count(*mine, "test"),
                 self.limits.max_tests_per_client
             ));
         }

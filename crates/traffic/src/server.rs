@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use tcplab_model::record::{BufferSize, Host, HostMeta, TestParams};
-use tcplab_model::units::{format_duration_us, format_size};
+use tcplab_model::units::{count, format_duration_us, format_size};
 use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
@@ -377,8 +377,9 @@ fn handle_client(
     };
     drop(handshake);
     (server.log)(&format!(
-        "{peer}: test of {} stream(s), {:?}",
-        params.streams, params.mode
+        "{peer}: test of {}, {:?}",
+        count(params.streams, "stream"),
+        params.mode
     ));
     run_test(control, peer, &params, &clock, server)
 }

@@ -112,7 +112,7 @@ pub fn summarize(data: &ExperimentRuns, metric: Metric, confidence: Option<f64>)
             .iter()
             .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
             .collect();
-        let stats = Stats::of(&values, confidence);
+        let stats = Stats::of(&values, confidence, metric.range());
         let first_flow = runs.first().and_then(|(_, r)| r.flows.first());
         let tuning = point.config.flows.first().map(|f| &f.params.tuning);
         results.push(PointResult {
@@ -220,7 +220,10 @@ impl ResultTable {
             match &p.stats {
                 Some(s) => {
                     row.push(s.n.to_string());
-                    row.extend([s.mean, s.median, s.stddev, s.min, s.max].map(fmt));
+                    row.extend([s.mean, s.median].map(fmt));
+                    // One run says nothing of the spread.
+                    row.push(s.stddev.map_or("-".into(), fmt));
+                    row.extend([s.min, s.max].map(fmt));
                     row.push(
                         s.ci.map_or("-".into(), |(lo, hi)| format!("{} – {}", fmt(lo), fmt(hi))),
                     );

@@ -202,7 +202,7 @@ fn live_lines() -> IntervalSink {
     let header_shown = AtomicBool::new(false);
     Arc::new(move |group: &[IntervalRecord]| {
         if !header_shown.swap(true, Ordering::Relaxed) {
-            println!("{}", output::interval_header());
+            println!("{}", output::interval_header(group));
         }
         for line in output::interval_lines(group) {
             println!("{line}");

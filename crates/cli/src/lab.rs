@@ -22,6 +22,7 @@ use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_model::units::count;
+use tcplab_report::table::{aligned, Align};
 use tcplab_sys::{netns, poll};
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
@@ -278,25 +279,30 @@ fn list(json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<16} {:>8}  {:<9} {:<16} {:<8} path",
-        "name", "pid", "state", "server", "clients"
-    );
+    let header = ["name", "pid", "state", "server", "clients", "path"];
+    let mut rows = vec![header.map(String::from).to_vec()];
     for e in &labs {
         let state = if registry::pid_alive(e.pid) {
             "up"
         } else {
             "leftover"
         };
-        println!(
-            "{:<16} {:>8}  {:<9} {:<16} {:<8} {}",
-            e.name,
-            e.pid,
-            state,
-            e.server.addr,
-            e.clients.len(),
-            e.path
-        );
+        rows.push(vec![
+            e.name.clone(),
+            e.pid.to_string(),
+            state.into(),
+            e.server.addr.to_string(),
+            e.clients.len().to_string(),
+            e.path.to_string(),
+        ]);
+    }
+    // The counts line up on the right.
+    let align = |c| match header[c] {
+        "pid" | "clients" => Align::Right,
+        _ => Align::Left,
+    };
+    for line in aligned(&rows, align) {
+        println!("{line}");
     }
     for ns in registry::unregistered_leftovers()? {
         let by = ns

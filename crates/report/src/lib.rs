@@ -23,6 +23,7 @@ mod palette;
 pub mod rates;
 pub mod results;
 mod runs;
+pub mod table;
 #[cfg(test)]
 mod tests;
 

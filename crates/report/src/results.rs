@@ -11,6 +11,8 @@ use tcplab_model::stats::{Metric, Stats};
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_store::{ExperimentRow, PlanRow, PlanStatus, Store};
 
+use crate::table::{aligned, Align};
+
 /// An experiment with its points, plan and finished runs (without tcp_info samples).
 pub struct ExperimentRuns {
     pub experiment: ExperimentRow,
@@ -264,26 +266,18 @@ impl ResultTable {
     pub fn text(&self) -> String {
         let rows = self.cells();
         let columns = rows[0].len();
-        let widths: Vec<usize> = (0..columns)
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
         let axes = self.experiment.axes.len();
         let mut out = self.heading() + "\n";
-        for row in &rows {
-            let line: Vec<String> = row
-                .iter()
-                .enumerate()
-                .map(|(c, cell)| {
-                    let pad = widths[c] - cell.chars().count();
-                    // Axis values and notes read left to right; numbers line up on the right.
-                    if c < axes || c == columns - 1 {
-                        format!("{cell}{}", " ".repeat(pad))
-                    } else {
-                        format!("{}{cell}", " ".repeat(pad))
-                    }
-                })
-                .collect();
-            out += line.join("  ").trim_end();
+        // Axis values and notes read left to right; numbers line up on the right.
+        let align = |c| {
+            if c < axes || c == columns - 1 {
+                Align::Left
+            } else {
+                Align::Right
+            }
+        };
+        for line in aligned(&rows, align) {
+            out += &line;
             out += "\n";
         }
         out

@@ -7,15 +7,17 @@
 use libfuzzer_sys::fuzz_target;
 use tcplab_model::udp::Header;
 use tcplab_traffic::protocol::{
-    self, read_data_intro, read_hello, read_udp_hello, recv, COOKIE_LEN, MAX_MESSAGE,
+    self, read_client_hello, read_data_intro, read_hello, read_udp_hello, recv, COOKIE_LEN,
+    MAX_MESSAGE,
 };
 use tcplab_traffic::auth::NONCE_LEN;
 
 fuzz_target!(|data: &[u8]| {
     let mut stream = data;
-    if read_hello(&mut stream).is_ok() {
+    if read_client_hello(&mut stream).is_ok() {
         while recv(&mut stream, MAX_MESSAGE).is_ok() {}
     }
+    let _ = read_hello(&mut &data[..]);
     let _ = read_data_intro(&mut &data[..]);
     let _ = read_udp_hello(data);
     let _ = Header::read(data);

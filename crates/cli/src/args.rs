@@ -208,7 +208,9 @@ pub struct ServeArgs {
     /// Control connections one client address (IPv6: /64) may open per minute. 0: no limit.
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub max_connect_rate: u32,
-    /// Connections in their handshake at once, from all clients.
+    /// Connections in their handshake at once, from all clients. None is refused for it:
+    /// a new one takes the place of one that has not said its hello, else of the oldest
+    /// from the address with the most, which is told so.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub max_handshakes: u32,
     /// Largest control message read from a client.

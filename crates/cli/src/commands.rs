@@ -13,7 +13,8 @@ use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::explain::explain;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
-use tcplab_store::{ExportFormat, Store, Table};
+use tcplab_model::units::count;
+use tcplab_store::{ExportFormat, NotStored, Store, Table};
 use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};
 use tcplab_traffic::client::{self, Request};
@@ -110,12 +111,20 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;
     if let (Some(db), false) = (&output.db, output.json) {
-        let written =
-            tcplab_report::write_report(&open_store(db)?, &[], QUICKSTART_REPORT.as_ref())?;
+        let dir = Path::new(QUICKSTART_REPORT);
+        let written = tcplab_report::write_report(&open_existing_store(db)?, &[], dir)?;
+        // Regenerated output, never source: git leaves the folder alone in any checkout
+        // it lands in, as it does pytest's cache. The database is data and stays visible.
+        let ignore = dir.join(".gitignore");
+        std::fs::write(
+            &ignore,
+            "# tcplab quickstart's report: regenerated output\n*\n",
+        )
+        .with_context(|| format!("cannot write {}", ignore.display()))?;
         println!(
-            "report: {} ({} charts; open it in a browser)",
+            "report: {} ({}; open it in a browser)",
             written.path.display(),
-            written.charts
+            count(written.charts, "chart")
         );
     }
     Ok(code)
@@ -193,7 +202,7 @@ fn live_lines() -> IntervalSink {
     let header_shown = AtomicBool::new(false);
     Arc::new(move |group: &[IntervalRecord]| {
         if !header_shown.swap(true, Ordering::Relaxed) {
-            println!("{}", output::interval_header());
+            println!("{}", output::interval_header(group));
         }
         for line in output::interval_lines(group) {
             println!("{line}");
@@ -246,14 +255,27 @@ fn checked_params(test: &TestArgs) -> Result<TestParams> {
     Ok(params)
 }
 
-/// Stores and prints a finished run.
+/// Stores and prints a finished run. A run the database would not take is printed all
+/// the same and kept as JSON beside it, and the command fails saying where.
 fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Result<ExitCode> {
+    let mut not_stored = None;
     if let Some(mut store) = store {
-        let id = store.insert_run(&record).context("storing the run")?;
-        if !out.json {
-            println!("stored as run {id} in {}", store.path().display());
+        match store.insert_run(&record) {
+            Ok(id) if !out.json => println!("stored as run {id} in {}", store.path().display()),
+            Ok(_) => {}
+            Err(e) => not_stored = Some(NotStored::keeping(store.path(), e, Some(&record))),
         }
     }
+    let printed = print_run(&mut record, out);
+    if let Some(not_stored) = not_stored {
+        return Err(not_stored.into());
+    }
+    printed?;
+    Ok(exit_code(&record))
+}
+
+/// Prints a run: its JSON (samples only if asked), or its text summary and explanation.
+fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
     if out.json {
         if let Some(cap) = record.server.rate_cap_bps {
             eprintln!(
@@ -269,18 +291,18 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
         serde_json::to_writer_pretty(io::stdout().lock(), &record)?;
         println!();
     } else {
-        for line in output::flow_setup(&record)
+        for line in output::flow_setup(record)
             .into_iter()
-            .chain(output::summary(&record))
+            .chain(output::summary(record))
         {
             println!("{line}");
         }
         if record.flows.iter().any(|f| f.udp.is_none()) && !record.samples.is_empty() {
             println!("\nwhy (tcplab explain):");
-            print!("{}", crate::explain::render(&explain(&record)));
+            print!("{}", crate::explain::render(&explain(record)));
         }
     }
-    Ok(exit_code(&record))
+    Ok(())
 }
 
 fn exit_code(record: &RunRecord) -> ExitCode {
@@ -294,16 +316,19 @@ fn open_output_store(out: &OutputArgs) -> Result<Option<Store>> {
     out.db.as_deref().map(open_store).transpose()
 }
 
-/// Opens a database the command reads, which must exist (opening would create it).
+/// Opens a database the command only reads, which must exist, without writing to it:
+/// a file this user may not write reads all the same.
 pub(crate) fn open_existing_store(path: &Path) -> Result<Store> {
     if !path.exists() {
         bail!("no database at {}", path.display());
     }
-    open_store(path)
+    Ok(Store::open_to_read(path)?)
 }
 
+/// Opens (or creates) a database to write, refusing one that cannot be written. The
+/// store's errors name the file.
 pub(crate) fn open_store(path: &Path) -> Result<Store> {
-    Store::open(path).with_context(|| format!("cannot open database {}", path.display()))
+    Ok(Store::open(path)?)
 }
 
 /// The flag Ctrl-C (or SIGTERM) sets: tests end early, and what was measured is still

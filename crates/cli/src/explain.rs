@@ -8,7 +8,7 @@ use serde::Serialize;
 use tcplab_model::explain::{explain, Explanation};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::BufferSize;
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
 use crate::commands::open_existing_store;
@@ -50,10 +50,9 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
         let e = &explanation;
         writeln!(
             out,
-            "run {id}{label}: {} received by {} TCP flow{}",
+            "run {id}{label}: {} received by {}",
             format_rate(e.measured_bps),
-            e.tunings.streams,
-            if e.tunings.streams == 1 { "" } else { "s" }
+            count(e.tunings.streams, "TCP flow")
         )?;
         write!(out, "{}", render(e))?;
     }
@@ -140,11 +139,11 @@ pub fn render(e: &Explanation) -> String {
     s += &format!("limited:   {}\n", shares.join("  "));
     let ep = &e.episodes;
     s += &format!(
-        "episodes:  {} retransmits ({:.3} %), {} recovery episodes, {} slow-start exits{}\n",
-        ep.retransmits,
+        "episodes:  {} ({:.3} %), {}, {}{}\n",
+        count(ep.retransmits, "retransmit"),
         100.0 * ep.retransmit_rate,
-        ep.recovery_episodes,
-        ep.slow_start_exits,
+        count(ep.recovery_episodes, "recovery episode"),
+        count(ep.slow_start_exits, "slow-start exit"),
         ep.first_slow_start_exit_us
             .map(|t| format!(" (first at {})", format_duration_us(t.max(0) as u64)))
             .unwrap_or_default()

@@ -21,6 +21,8 @@ use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
+use tcplab_model::units::count;
+use tcplab_report::table::{aligned, Align};
 use tcplab_sys::{netns, poll};
 
 use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
@@ -46,7 +48,11 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         0 => vec![PathSpec::default(); n],
         1 => vec![args.client_paths[0].clone(); n],
         k if k == n => args.client_paths.clone(),
-        k => bail!("--client-path given {k} times for {n} clients: give it once (for all) or once per client"),
+        k => bail!(
+            "--client-path given {} for {}: give it once (for all) or once per client",
+            count(k, "time"),
+            count(n, "client")
+        ),
     };
     Ok(Some(LabConfig {
         name: name.to_string(),
@@ -273,25 +279,30 @@ fn list(json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<16} {:>8}  {:<9} {:<16} {:<8} path",
-        "name", "pid", "state", "server", "clients"
-    );
+    let header = ["name", "pid", "state", "server", "clients", "path"];
+    let mut rows = vec![header.map(String::from).to_vec()];
     for e in &labs {
         let state = if registry::pid_alive(e.pid) {
             "up"
         } else {
             "leftover"
         };
-        println!(
-            "{:<16} {:>8}  {:<9} {:<16} {:<8} {}",
-            e.name,
-            e.pid,
-            state,
-            e.server.addr,
-            e.clients.len(),
-            e.path
-        );
+        rows.push(vec![
+            e.name.clone(),
+            e.pid.to_string(),
+            state.into(),
+            e.server.addr.to_string(),
+            e.clients.len().to_string(),
+            e.path.to_string(),
+        ]);
+    }
+    // The counts line up on the right.
+    let align = |c| match header[c] {
+        "pid" | "clients" => Align::Right,
+        _ => Align::Left,
+    };
+    for line in aligned(&rows, align) {
+        println!("{line}");
     }
     for ns in registry::unregistered_leftovers()? {
         let by = ns
@@ -340,11 +351,11 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
             );
         }
         println!(
-            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {} packets{}",
+            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",
             s.lateness.p50_us,
             s.lateness.p99_us,
             s.lateness.max_us,
-            s.lateness.packets,
+            count(s.lateness.packets, "packet"),
             if s.realtime { "" } else { " (normal priority)" }
         );
     }

@@ -7,7 +7,15 @@ use tcplab_model::record::{
 };
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
-pub fn interval_header() -> String {
+/// The columns over `group`'s lines: a TCP flow's window, RTT and limits, which UDP
+/// flows have none of.
+pub fn interval_header(group: &[IntervalRecord]) -> String {
+    if group.iter().all(|r| r.udp.is_some()) {
+        return format!(
+            "{:<7} {:>15}  {:>12}   datagrams, jitter",
+            "[flow]", "interval", "throughput"
+        );
+    }
     let names: Vec<&str> = ALL_LIMITS.iter().map(|l| l.name()).collect();
     format!(
         "{:<7} {:>15}  {:>12} {:>6} {:>7} {:>10}   limits {}",
@@ -119,12 +127,17 @@ pub fn flow_setup(run: &RunRecord) -> Vec<String> {
         "[flow]", "dir", "cc", "mss", "sndbuf (sender)", "rcvbuf (receiver)"
     )];
     for f in &run.flows {
+        // A UDP flow has no congestion control and no MSS.
+        let (cc, mss) = match f.udp {
+            Some(_) => ("udp".to_string(), "-".to_string()),
+            None => (f.cc.clone(), f.mss.to_string()),
+        };
         lines.push(format!(
             "[{:>4}]  {:<5} {:<8} {:>5}  {:<36} {}",
             f.id,
             format!("{:?}", f.direction).to_lowercase(),
-            f.cc,
-            f.mss,
+            cc,
+            mss,
             buffer(&f.sndbuf, "wmem_max"),
             buffer(&f.rcvbuf, "rmem_max"),
         ));
@@ -161,14 +174,18 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
     for f in &run.flows {
         lines.push(flow_summary(f));
     }
+    let retransmits = if run.flows.iter().any(|f| f.udp.is_none()) {
+        format!("   retransmits {}", s.retransmits)
+    } else {
+        String::new()
+    };
     lines.push(format!(
-        "total:  {} over the run's {:.2} s (sender's count {})   sent {}, received {}   retransmits {}",
+        "total:  {} over the run's {:.2} s (sender's count {})   sent {}, received {}{retransmits}",
         format_rate(s.received_bps),
         s.window_seconds,
         format_rate(s.sent_bps),
         format_size(s.sent_bytes),
         format_size(s.received_bytes),
-        s.retransmits
     ));
     if let Some(u) = &s.udp {
         lines.push(udp_line(u, &run.clock));
@@ -309,10 +326,14 @@ fn flow_summary(f: &FlowRecord) -> String {
             drain(t),
         ),
     };
-    format!(
-        "[{:>4}]  {moved}   retr {}   samples {}+{}",
-        f.id, f.retransmits, f.samples, f.receiver_samples,
-    )
+    // UDP has no retransmits and no tcp_info to sample.
+    match f.udp {
+        Some(_) => format!("[{:>4}]  {moved}", f.id),
+        None => format!(
+            "[{:>4}]  {moved}   retr {}   samples {}+{}",
+            f.id, f.retransmits, f.samples, f.receiver_samples,
+        ),
+    }
 }
 
 /// How a timed flow's backlog drained after its deadline.

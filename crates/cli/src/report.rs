@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use tcplab_model::units::count;
 use tcplab_report::{find_chart, write_report, Target};
 
 use crate::args::{PlotArgs, ReportArgs};
@@ -15,11 +16,11 @@ pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let store = open_existing_store(&args.db)?;
     let written = write_report(&store, &args.experiments, &args.output)?;
     println!(
-        "wrote {}: {} experiments, {} runs over time, {} charts, {:.1} MB in {:.1} s",
+        "wrote {}: {}, {} over time, {}, {:.1} MB in {:.1} s",
         written.path.display(),
-        written.experiments,
-        written.runs,
-        written.charts,
+        count(written.experiments, "experiment"),
+        count(written.runs, "run"),
+        count(written.charts, "chart"),
         written.bytes as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );

@@ -12,7 +12,7 @@ use tcplab_experiment::estimate;
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
 use tcplab_model::experiment::{self, Experiment};
 use tcplab_model::stats::Metric;
-use tcplab_model::units::{format_duration_us, format_rate};
+use tcplab_model::units::{count, format_duration_us, format_rate};
 use tcplab_report::results::{summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};
 
@@ -32,11 +32,11 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         .db
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.db", experiment.name)));
+    if args.dry_run {
+        return dry_run(&experiment, &args.file, &db);
+    }
     let hosts =
         sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
-    if args.dry_run {
-        return dry_run(&experiment, &file, &db);
-    }
     sweep::check_congestion(&experiment.points)?;
     sweep::check_labs(&experiment.points)?;
     let _lock = sweep::lock(&db)?;
@@ -56,11 +56,9 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     }
     let pending = prepared.count(PlanStatus::Pending);
     println!(
-        "experiment {}: {} points × {} repetitions = {} runs, order shuffled with seed {}; {} in {}",
+        "experiment {}: {}, order shuffled with seed {}; {} in {}",
         experiment.name,
-        experiment.points.len(),
-        experiment.repetitions,
-        prepared.plan.len(),
+        plan_size(&experiment, prepared.plan.len()),
         prepared.seed,
         if prepared.resumed {
             format!(
@@ -115,9 +113,9 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     overheads.sort();
     if let Some(median) = overheads.get(overheads.len() / 2) {
         println!(
-            "per-run overhead (lab up and down, connections, storing): median {:.0} ms over {} runs",
+            "per-run overhead (lab up and down, connections, storing): median {:.0} ms over {}",
             median.as_secs_f64() * 1e3,
-            overheads.len()
+            count(overheads.len(), "run")
         );
     }
     let plan = store.plan(prepared.id)?;
@@ -131,8 +129,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         .count();
     if totals.interrupted || left > 0 {
         println!(
-            "interrupted: {left} of {} runs left; run the same command again to resume",
-            plan.len()
+            "interrupted: {left} of {} left; run the same command again to resume",
+            count(plan.len(), "run")
         );
         return Ok(ExitCode::FAILURE);
     }
@@ -142,7 +140,10 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         summary(&store, prepared.id, Metric::Throughput, None)?.text()
     );
     if failed > 0 {
-        println!("{failed} runs failed; --retry-failed runs them again");
+        println!(
+            "{} failed; --retry-failed runs them again",
+            count(failed, "run")
+        );
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -173,15 +174,26 @@ fn progress_bar(len: u64) -> ProgressBar {
     bar
 }
 
-/// The plan, its size and time, and where the database stands with it.
-fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
+/// The plan, its size and time, and where the database stands with it. Key files are
+/// checked but not needed: a plan can be read before the keys are in place.
+/// "4 points × 3 repetitions = 12 runs".
+fn plan_size(experiment: &Experiment, runs: usize) -> String {
+    format!(
+        "{} × {} = {}",
+        count(experiment.points.len(), "point"),
+        count(experiment.repetitions, "repetition"),
+        count(runs, "run")
+    )
+}
+
+fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> {
+    let file = path.display();
     let runs = experiment.points.len() * experiment.repetitions as usize;
     let total = estimate::sweep_time(&experiment.points, experiment.repetitions);
     println!(
-        "experiment {} ({file}): {} points × {} repetitions = {runs} runs, about {}",
+        "experiment {} ({file}): {}, about {}",
         experiment.name,
-        experiment.points.len(),
-        experiment.repetitions,
+        plan_size(experiment, runs),
         about(total)
     );
     let hosts: std::collections::BTreeMap<&str, _> = experiment
@@ -191,8 +203,13 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
         .map(|h| (h.name.as_str(), h))
         .collect();
     for host in hosts.values() {
+        let key = match (&host.key_file, sweep::host_key(host, path)) {
+            (None, _) => String::new(),
+            (Some(k), Ok(_)) => format!(", key {k}"),
+            (Some(_), Err(e)) => format!(", {}: the sweep needs it", e.root_cause()),
+        };
         println!(
-            "  real host {}: {} at {}{}",
+            "  real host {}: {} at {}{key}",
             host.name,
             if host.iperf3 {
                 "iperf3 server"
@@ -200,28 +217,24 @@ fn dry_run(experiment: &Experiment, file: &str, db: &Path) -> Result<ExitCode> {
                 "tcplab agent"
             },
             host.address,
-            host.key_file
-                .as_ref()
-                .map(|k| format!(", key {k}"))
-                .unwrap_or_default()
         );
     }
     for axis in &experiment.axes {
         println!(
-            "  axis {}{}: {} values: {}",
+            "  axis {}{}: {}: {}",
             axis.name,
             axis.key
                 .as_ref()
                 .filter(|k| **k != axis.name)
                 .map(|k| format!(" (sets {k})"))
                 .unwrap_or_default(),
-            axis.values.len(),
+            count(axis.values.len(), "value"),
             axis.values.join(", ")
         );
     }
     let stored = db
         .exists()
-        .then(|| open_store(db))
+        .then(|| open_existing_store(db))
         .transpose()?
         .and_then(|store| {
             let hash = experiment.plan_hash();

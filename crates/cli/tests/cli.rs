@@ -2,6 +2,8 @@
 
 use std::process::{Command, Output};
 
+mod support;
+
 fn tcplab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tcplab"))
         .args(args)
@@ -16,6 +18,7 @@ fn assert_one_line_error(args: &[&str], code: i32, needles: &[&str]) {
     assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     assert!(err.starts_with("tcplab: "), "{err}");
+    support::assert_each_cause_once(&err);
     for needle in needles {
         assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
     }
@@ -326,12 +329,32 @@ fn a_dry_run_lists_every_run_of_the_plan() {
             .count();
         assert_eq!(listed, runs, "{name}");
     }
-    // The real-hosts example is valid: what stops it here is its first key file.
-    let out = tcplab(&["sweep", &format!("{examples}/hosts.toml"), "--dry-run"]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    // The real-hosts example plans without its key files, naming each one missing; the
+    // sweep itself stops at the first.
+    let hosts = format!("{examples}/hosts.toml");
+    let out = tcplab(&["sweep", &hosts, "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        err.contains("hosts.toml: host 'near': key file ") && err.contains("keys/near.key"),
-        "{err}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("= 72 runs"), "{text}");
+    for host in ["near", "far"] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("real host {host}:")))
+            .unwrap_or_else(|| panic!("no line for {host}: {text}"));
+        assert!(
+            line.contains(&format!("keys/{host}.key: No such file"))
+                && line.ends_with("the sweep needs it"),
+            "{line}"
+        );
+    }
+    assert_one_line_error(
+        &["sweep", &hosts, "--db", "/nonexistent/h.db"],
+        1,
+        &["hosts.toml: host 'near': key file ", "keys/near.key"],
     );
 }
 
@@ -352,4 +375,46 @@ fn completions_the_manual_and_the_grammar_print() {
     }
     let out = tcplab(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn counts_of_one_are_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.toml");
+    std::fs::write(
+        &file,
+        "name = \"one\"\nrepetitions = 1\nduration = \"1s\"\npath = \"rtt 10ms\"\n\
+         [[flow]]\n[[axis]]\nkey = \"path.rtt\"\nvalues = [\"20ms\"]\n",
+    )
+    .unwrap();
+    let db = dir.path().join("none.db");
+    let out = tcplab(&[
+        "sweep",
+        file.to_str().unwrap(),
+        "--dry-run",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(": 1 point × 1 repetition = 1 run, about "),
+        "{text}"
+    );
+    assert!(text.contains("  axis path.rtt: 1 value: 20ms"), "{text}");
+    assert_one_line_error(
+        &[
+            "run",
+            "--path",
+            "rtt 1ms",
+            "--clients",
+            "1",
+            "--client-path",
+            "rtt 1ms",
+            "--client-path",
+            "rtt 2ms",
+        ],
+        1,
+        &["--client-path given 2 times for 1 client:"],
+    );
 }

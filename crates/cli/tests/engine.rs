@@ -513,19 +513,19 @@ fn the_server_survives_garbage_oversize_and_vanishing_clients() {
         let _ = s.read_to_end(&mut buf);
         // A valid hello, then a frame claiming 2 GiB.
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"TCPLABC\x02").unwrap();
+        s.write_all(&tcplab_traffic::protocol::client_hello()).unwrap();
         s.write_all(&0x8000_0000u32.to_be_bytes()).unwrap();
         let _ = s.read_to_end(&mut buf);
         // A valid hello, then malformed JSON.
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"TCPLABC\x02").unwrap();
+        s.write_all(&tcplab_traffic::protocol::client_hello()).unwrap();
         s.write_all(&7u32.to_be_bytes()).unwrap();
         s.write_all(b"{\"type\"").unwrap();
         let _ = s.read_to_end(&mut buf);
         // A client that asks for a test and vanishes before opening its data connections
         // (no key: this server takes local peers without one).
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"TCPLABC\x02").unwrap();
+        s.write_all(&tcplab_traffic::protocol::client_hello()).unwrap();
         let auth = format!(r#"{{"type":"auth","nonce":"{}"}}"#, "0".repeat(64));
         s.write_all(&(auth.len() as u32).to_be_bytes()).unwrap();
         s.write_all(auth.as_bytes()).unwrap();
@@ -557,10 +557,13 @@ fn a_silent_client_is_timed_out() {
     let closed_after = bed.in_client(move || {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut buf = [0u8; 16];
-        // The server must close on us without our ever sending a byte.
-        let n = s.read(&mut buf).unwrap_or(0);
-        assert_eq!(n, 0);
+        // The server must close on us without our ever sending a byte: its hello at
+        // once, then, at the handshake's deadline, why.
+        let mut said = Vec::new();
+        s.read_to_end(&mut said).unwrap();
+        let said = String::from_utf8_lossy(&said);
+        assert!(said.starts_with("TCPLABC"), "{said}");
+        assert!(said.contains("--handshake-timeout"), "{said}");
         started.elapsed()
     });
     assert!(

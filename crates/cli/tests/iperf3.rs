@@ -331,6 +331,54 @@ fn a_server_that_is_not_iperf3_is_named_in_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
+/// `tcplab ARGS…`: its one line on stderr, asserting a failure within 3 s (the handshake's
+/// timeouts are 10 s: a server named at once is not one timed out on).
+fn quick_one_line_failure(args: &[&str]) -> String {
+    let started = std::time::Instant::now();
+    let out = tcplab().args(args).output().unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(took < std::time::Duration::from_secs(3), "{took:?}: {err}");
+    err
+}
+
+#[test]
+fn a_tcplab_client_names_an_iperf3_server_and_the_flag_at_once() {
+    if !iperf3_or_skip("iperf3_server_named") {
+        return;
+    }
+    let _serial = serial();
+    let port = free_port();
+    let mut server = iperf3_server(port);
+    let target = format!("127.0.0.1:{port}");
+    let err = quick_one_line_failure(&["run", &target, "-t", "1"]);
+    assert_eq!(
+        err.trim(),
+        format!("tcplab: {target} is an iperf3 server, not a tcplab one: test it with --iperf3")
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    // tcplab's own iperf3 server answers as iperf3 does.
+    let port = free_port();
+    let _ours = tcplab_iperf3_server(port);
+    let target = format!("127.0.0.1:{port}");
+    let err = quick_one_line_failure(&["run", &target, "-t", "1"]);
+    assert!(err.contains("is an iperf3 server"), "{err}");
+}
+
+#[test]
+fn an_iperf3_client_names_a_tcplab_server_and_the_flag_at_once() {
+    let server = support::LoopbackServer::start(&[]);
+    let target = server.addr.to_string();
+    let err = quick_one_line_failure(&["run", "--iperf3", &target, "-t", "1"]);
+    assert_eq!(
+        err.trim(),
+        format!("tcplab: {target} is a tcplab server, not an iperf3 one: test it without --iperf3")
+    );
+}
+
 #[test]
 fn an_iperf3_server_error_is_reported_with_its_code() {
     // SERVER_ERROR, then i_errno 17 and errno 0 as iperf3 writes them.

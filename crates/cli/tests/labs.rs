@@ -185,6 +185,34 @@ fn lab_up_show_list_down_round_trip() {
 /// The 150 ms bar is the bench's; a test only guards against regressions by an order of
 /// magnitude. Measured: up ~55 ms, down ~55 ms (debug build, idle machine).
 #[test]
+fn lab_list_columns_line_up_for_any_name_length() {
+    if !privileged_or_skip("lab_list_columns") {
+        return;
+    }
+    // The longest name a lab may have (24), and a short one.
+    let long = format!("{:-<24}", lab_name("ll", 1));
+    let short = lab_name("l", 2);
+    let _labs = [
+        LabGuard::up(&long, &["--path", "rtt 1ms"]),
+        LabGuard::up(&short, &["--path", "rtt 20ms rate 1gbit"]),
+    ];
+    let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
+    let header = text.lines().next().unwrap();
+    let pid_ends = header.find("pid").unwrap() + "pid".len();
+    let path_starts = header.find("path").unwrap();
+    for name in [&long, &short] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} not in {text}"));
+        let pid_end = line[name.len()..].trim_start().find(' ').unwrap()
+            + (line.len() - line[name.len()..].trim_start().len());
+        assert_eq!(pid_end, pid_ends, "{text}");
+        assert!(line[path_starts..].starts_with("rtt "), "{text}");
+    }
+}
+
+#[test]
 fn lab_up_and_down_take_under_a_second() {
     if !privileged_or_skip("lab_up_down_time") {
         return;

@@ -7,19 +7,20 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{f64_at, failure, flows, key_file, parse_success, str_at, Bed, LoopbackServer};
-
-const HELLO: &[u8] = b"TCPLABC\x02";
+use tcplab_traffic::protocol::client_hello;
 
 /// A control connection that has said its hello, with a generous read timeout.
 fn hello_to(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(HELLO).unwrap();
+    s.write_all(&client_hello()).unwrap();
     s
 }
 
@@ -27,7 +28,7 @@ fn hello_to(addr: SocketAddr) -> TcpStream {
 fn first_message(s: &mut TcpStream) -> Value {
     let mut hello = [0u8; 8];
     s.read_exact(&mut hello).unwrap();
-    assert_eq!(&hello, HELLO);
+    assert_eq!(hello, client_hello()[..8]);
     read_message(s)
 }
 
@@ -194,15 +195,33 @@ fn second_test_refused(server: &LoopbackServer, expected: &str) {
 }
 
 #[test]
+fn the_serving_line_is_read_only_once_whole() {
+    // The server writes it in pieces: every cut before the newline is "not yet".
+    let line = "tcplab: serving on 127.0.0.1:40123, local peers only\n";
+    for cut in 0..line.len() {
+        assert_eq!(
+            support::serving_addr(&line[..cut]),
+            None,
+            "{:?}",
+            &line[..cut]
+        );
+    }
+    assert_eq!(
+        support::serving_addr(line),
+        Some("127.0.0.1:40123".parse().unwrap())
+    );
+}
+
+#[test]
 fn tests_beyond_the_caps_on_tests_at_once_are_refused() {
     let _serial = support::serial();
     let server = LoopbackServer::start(&["--max-tests-per-client", "1"]);
     second_test_refused(
         &server,
-        "1 tests from 127.0.0.1 already running (--max-tests-per-client 1)",
+        "1 test from 127.0.0.1 already running (--max-tests-per-client 1)",
     );
     let server = LoopbackServer::start(&["--max-tests", "1"]);
-    second_test_refused(&server, "server busy: 1 tests running (--max-tests 1)");
+    second_test_refused(&server, "server busy: 1 test running (--max-tests 1)");
     // The places are given back: the next test runs.
     let v = parse_success(&server.run(&["-t", "0.3s", "--json"]));
     assert_eq!(str_at(&v, "/status"), "done");
@@ -255,7 +274,7 @@ fn silent_and_trickling_peers_time_out_while_a_test_runs() {
         .unwrap();
     let reader = trickler.try_clone().unwrap();
     let trickle = thread::spawn(move || {
-        for byte in HELLO {
+        for byte in &client_hello()[..8] {
             if trickler.write_all(&[*byte]).is_err() {
                 return;
             }
@@ -280,22 +299,128 @@ fn silent_and_trickling_peers_time_out_while_a_test_runs() {
 }
 
 #[test]
-fn connections_beyond_the_handshake_cap_are_refused() {
+fn a_connection_beyond_the_handshake_cap_takes_the_place_of_a_silent_one() {
     let server = LoopbackServer::start(&["--max-handshakes", "2"]);
-    let silent: Vec<TcpStream> = (0..2)
+    let mut silent: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
     // Both are accepted before the third arrives.
     thread::sleep(Duration::from_millis(300));
     let mut third = hello_to(server.addr);
+    assert_eq!(str_at(&first_message(&mut third), "/type"), "challenge");
+    // The oldest silent one made room, and hears why.
+    silent[0]
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     assert_eq!(
-        refusal(&first_message(&mut third)),
-        "server busy: 2 connections in their handshake (--max-handshakes 2)"
+        refusal(&first_message(&mut silent[0])),
+        "server busy: 2 connections in their handshake (--max-handshakes 2), \
+         and this one made room for a newer one"
     );
-    drop(silent);
-    thread::sleep(Duration::from_millis(300));
+    server.await_log("refused: server busy", 1);
+    drop((silent, third));
     let v = parse_success(&server.run(&["-t", "0.3s", "--json"]));
     assert_eq!(str_at(&v, "/status"), "done");
+}
+
+/// What a crowd of idle peers saw: connections it opened, and those the server closed
+/// on it with a reason naming `--max-handshakes`.
+#[derive(Debug, Default)]
+struct CrowdSaw {
+    opened: u64,
+    evicted_by_name: u64,
+}
+
+/// Keeps one idle control connection (it never says its hello) open from each of
+/// `sources` to `server`, opening a new one whenever the server closes one, until `stop`.
+fn idle_crowd(
+    server: SocketAddr,
+    sources: Vec<std::net::Ipv4Addr>,
+    stop: Arc<AtomicBool>,
+    open_now: Arc<AtomicUsize>,
+) -> thread::JoinHandle<CrowdSaw> {
+    thread::spawn(move || {
+        let mut saw = CrowdSaw::default();
+        let mut conns: Vec<Option<TcpStream>> = sources.iter().map(|_| None).collect();
+        while !stop.load(Ordering::Relaxed) {
+            for (conn, source) in conns.iter_mut().zip(&sources) {
+                if let Some(s) = conn {
+                    if !closed_on_us(s) {
+                        continue;
+                    }
+                    let mut said = Vec::new();
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_millis(200)))
+                        .unwrap();
+                    let _ = s.read_to_end(&mut said);
+                    if String::from_utf8_lossy(&said).contains("(--max-handshakes 64)") {
+                        saw.evicted_by_name += 1;
+                    }
+                }
+                *conn = connect_from(*source, server);
+                saw.opened += u64::from(conn.is_some());
+            }
+            open_now.store(conns.iter().flatten().count(), Ordering::Relaxed);
+            thread::sleep(Duration::from_millis(100));
+        }
+        saw
+    })
+}
+
+/// A connection to `server` from `source`, non-blocking once made.
+fn connect_from(source: std::net::Ipv4Addr, server: SocketAddr) -> Option<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+    s.bind(&SocketAddr::new(source.into(), 0).into()).ok()?;
+    s.connect_timeout(&server.into(), Duration::from_secs(1))
+        .ok()?;
+    let s = TcpStream::from(s);
+    s.set_nonblocking(true).ok()?;
+    Some(s)
+}
+
+/// Whether the server wrote to `s` or closed it.
+fn closed_on_us(s: &TcpStream) -> bool {
+    !matches!(s.peek(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+#[test]
+fn a_crowd_of_idle_handshakes_does_not_lock_a_real_client_out() {
+    let _serial = support::serial();
+    // The defaults: --max-handshakes 64, --max-connect-rate 30 per source.
+    let server = LoopbackServer::start(&[]);
+    let sources: Vec<std::net::Ipv4Addr> = (2..=201).map(|i| [127, 0, 0, i as u8].into()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let open_now = Arc::new(AtomicUsize::new(0));
+    let crowd = idle_crowd(
+        server.addr,
+        sources,
+        Arc::clone(&stop),
+        Arc::clone(&open_now),
+    );
+    let crowded = Instant::now() + Duration::from_secs(10);
+    while open_now.load(Ordering::Relaxed) < 200 {
+        assert!(Instant::now() < crowded, "the crowd did not gather");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = server.run(&["-t", "5s", "--json"]);
+    let crowd_at_the_end = open_now.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let saw = crowd.join().unwrap();
+    println!("the crowd: {saw:?}, {crowd_at_the_end} open at the end of the test");
+    let v = parse_success(&out);
+    assert_eq!(str_at(&v, "/status"), "done");
+    let f = &flows(&v)[0];
+    assert_eq!(
+        support::u64_at(f, "/sent_bytes"),
+        support::u64_at(f, "/received_bytes")
+    );
+    // The crowd stood throughout, and those the server let go heard why.
+    assert!(
+        crowd_at_the_end >= 190,
+        "{crowd_at_the_end} open at the end"
+    );
+    assert!(saw.evicted_by_name > 0, "{saw:?}");
 }
 
 #[test]

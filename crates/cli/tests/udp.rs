@@ -279,3 +279,49 @@ fn a_stopped_sender_counts_what_it_never_sent() {
     // What was sent arrived (loopback): the shortfall is the sender's, not the path's.
     assert_eq!(u64_at(u, "/lost"), 0, "{u}");
 }
+
+/// A UDP run's text shows what applies to UDP only: no MSS, congestion control,
+/// retransmits or tcp_info samples, no window, RTT or limit columns, and no interval of
+/// no length (the one after the deadline, when nothing arrived then).
+#[test]
+fn a_udp_summary_prints_only_what_applies_to_udp() {
+    let _serial = serial();
+    let server = LoopbackServer::start(&[]);
+    let out = server.run(&["--udp", "-b", "10mbit", "-t", "2"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "[flow]         interval    throughput   datagrams, jitter"
+    );
+    let intervals: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("[   0]") && l.contains(" s  "))
+        .collect();
+    assert_eq!(intervals.len(), 2, "{text}");
+    for line in &intervals {
+        let (start, end) = line[7..].split_once('-').unwrap();
+        let end = end.split_once(" s").unwrap().0;
+        assert_ne!(start.trim(), end.trim(), "{line}");
+    }
+    let setup = lines
+        .iter()
+        .find(|l| l.starts_with("[   0]  up"))
+        .expect("the flow's setup line");
+    assert!(
+        setup.starts_with("[   0]  up    udp          -  "),
+        "{setup}"
+    );
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("[   0]  sent "))
+        .expect("the flow's summary");
+    assert!(
+        !summary.contains("retr") && !summary.contains("samples"),
+        "{summary}"
+    );
+    let total = lines.iter().find(|l| l.starts_with("total:")).unwrap();
+    assert!(!total.contains("retransmits"), "{total}");
+}

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::{registry, Backend, LabConfig};
-use tcplab_model::experiment::{Experiment, Point};
+use tcplab_model::experiment::{Experiment, Point, RemoteHost};
 use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
-use tcplab_store::{Outcome, PlanRow, PlanStatus, Store};
+use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
 use tcplab_sys::sockopt;
-use tcplab_traffic::auth;
+use tcplab_traffic::auth::{self, PreSharedKey};
 
 use crate::labrun::{run_against, run_in_lab, FlowGroup, RealHost};
 
@@ -126,21 +126,14 @@ pub fn check_congestion(points: &[Point]) -> Result<()> {
 }
 
 /// The real hosts the plan's points run against, by name, their keys read: a key file
-/// that cannot be read is refused before any run. A relative key path is taken from the
-/// experiment file's directory, so a study and its keys move together.
+/// that cannot be read is refused before any run.
 pub fn real_hosts(points: &[Point], experiment_file: &Path) -> Result<BTreeMap<String, RealHost>> {
-    let base = experiment_file.parent().unwrap_or(Path::new("."));
     let mut hosts = BTreeMap::new();
     for host in points.iter().filter_map(|p| p.config.server.as_ref()) {
         if hosts.contains_key(&host.name) {
             continue;
         }
-        let key = host
-            .key_file
-            .as_ref()
-            .map(|file| auth::read_key_file(&base.join(file)))
-            .transpose()
-            .with_context(|| format!("host '{}'", host.name))?;
+        let key = host_key(host, experiment_file)?;
         hosts.insert(
             host.name.clone(),
             RealHost {
@@ -151,6 +144,17 @@ pub fn real_hosts(points: &[Point], experiment_file: &Path) -> Result<BTreeMap<S
         );
     }
     Ok(hosts)
+}
+
+/// A real host's key, if it has one. A relative key path is taken from the experiment
+/// file's directory, so a study and its keys move together.
+pub fn host_key(host: &RemoteHost, experiment_file: &Path) -> Result<Option<PreSharedKey>> {
+    let base = experiment_file.parent().unwrap_or(Path::new("."));
+    host.key_file
+        .as_ref()
+        .map(|file| auth::read_key_file(&base.join(file)))
+        .transpose()
+        .with_context(|| format!("host '{}'", host.name))
 }
 
 /// Holds the database's sweep lock: two sweeps on one database would run the same
@@ -298,7 +302,16 @@ pub fn execute(
                     Outcome::Failed(_, e) => Some(e.to_string()),
                     _ => None,
                 };
-                let id = store.finish_planned_run(prepared.id, row.seq, outcome)?;
+                let kept = outcome.run();
+                let id = store
+                    .finish_planned_run(prepared.id, row.seq, outcome)
+                    .map_err(|e| {
+                        let not_stored = NotStored::keeping(store.path(), e, kept);
+                        anyhow!(
+                            "run {k} of {total}: {not_stored}; the sweep stopped (the same \
+                             command resumes it)"
+                        )
+                    })?;
                 (status, id, error)
             }
             None => (PlanStatus::Pending, None, None),

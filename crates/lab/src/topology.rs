@@ -84,8 +84,9 @@ pub enum LabError {
     Io { context: String, error: io::Error },
     #[error("trace {path}: {message}")]
     Trace { path: String, message: String },
+    // Likewise: no `#[from]`, which would make the link's error a `source` too.
     #[error("link: {0}")]
-    Link(#[from] LinkError),
+    Link(LinkError),
     #[error(transparent)]
     Netem(#[from] NetemError),
     #[error("path spec: {0}")]
@@ -416,7 +417,7 @@ fn pacer_hop(pace: Pace, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop
     };
     Ok(Hop {
         name: "pacer".into(),
-        link: Link::new(&spec, 0, mtu, 0, None)?,
+        link: Link::new(&spec, 0, mtu, 0, None).map_err(LabError::Link)?,
         then: Target::Route,
         meter: None,
         rate_control: target,
@@ -438,7 +439,7 @@ fn make_link(
         MAX_PACKET as u32
     };
     let trace = load_trace(lab.spec(link).link(dir))?;
-    Ok(Link::in_lab(&lab, link, dir, config.seed(), mtu, trace)?)
+    Link::in_lab(&lab, link, dir, config.seed(), mtu, trace).map_err(LabError::Link)
 }
 
 impl Lab {

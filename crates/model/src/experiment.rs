@@ -647,8 +647,8 @@ impl FlowFile {
         let client = self.client.unwrap_or(1);
         if client == 0 || usize::from(client) > clients {
             return Err(format!(
-                "flow '{name}': client {client} does not exist (the lab has {clients} client{}; `access` lists one link per client)",
-                if clients == 1 { "" } else { "s" }
+                "flow '{name}': client {client} does not exist (the lab has {}; `access` lists one link per client)",
+                crate::units::count(clients, "client")
             ));
         }
         let streams = self.streams.unwrap_or(1);

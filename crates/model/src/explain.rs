@@ -20,7 +20,7 @@ use crate::record::{
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
 use crate::throughput::{self, Counted};
-use crate::units::{format_duration_us, format_rate, format_size};
+use crate::units::{count, format_duration_us, format_rate, format_size};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -711,7 +711,7 @@ fn verdict(
         .filter(|(f, _)| f.limits.dominant() == dominant)
         .count();
     let of_flows = if tcp.len() > 1 {
-        format!("; {held} of {} flows", tcp.len())
+        format!("; {held} of {}", count(tcp.len(), "flow"))
     } else {
         String::new()
     };
@@ -895,10 +895,10 @@ fn detect(
         find(
             "loss",
             format!(
-                "{} segments retransmitted ({:.3} % of those sent) in {} recovery episodes{mathis}",
-                e.episodes.retransmits,
+                "{} retransmitted ({:.3} % of those sent) in {}{mathis}",
+                count(e.episodes.retransmits, "segment"),
                 100.0 * e.episodes.retransmit_rate,
-                e.episodes.recovery_episodes
+                count(e.episodes.recovery_episodes, "recovery episode")
             ),
             (e.tunings.cc != "bbr").then(|| {
                 "loss bounds a loss-based sender (cubic, reno) at about MSS/RTT·1.22/√p: find the loss, or try BBR (-C bbr), which does not read loss as congestion".to_string()
@@ -913,7 +913,7 @@ fn detect(
                 format_duration_us(t.max(0) as u64),
                 match e.episodes.slow_start_exits {
                     1 => String::new(),
-                    n => format!(" ({n} exits in all)"),
+                    n => format!(" ({} in all)", count(n, "exit")),
                 }
             ),
             None,
@@ -942,7 +942,10 @@ fn queue_overflow(
     if dropped == 0 {
         return None;
     }
-    let mut message = format!("the bottleneck queue overflowed: {dropped} packets dropped");
+    let mut message = format!(
+        "the bottleneck queue overflowed: {} dropped",
+        count(dropped, "packet")
+    );
     let trains = stats
         .bursts
         .iter()
@@ -1302,6 +1305,19 @@ mod tests {
         assert_eq!(e.estimates.mathis_bps, mathis);
         let pftk = bounds::pftk_bps(MSS, 10_000, 4e-4, 204_000, 2.0, Some(1 << 22));
         assert_eq!(e.estimates.pftk_bps, pftk);
+    }
+
+    #[test]
+    fn one_retransmit_in_one_episode_is_said_in_the_singular() {
+        let mut samples = steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
+        samples[2].info.ca_state = CA_RECOVERY;
+        let mut f = flow(0, 20e6);
+        f.retransmits = 1;
+        let e = explain(&run("rtt 10ms rate 1gbit", vec![f], samples));
+        let loss = e.findings.iter().find(|f| f.kind == "loss").expect("loss");
+        let (before, after) = loss.message.split_once(" % of those sent) in ").unwrap();
+        assert!(before.starts_with("1 segment retransmitted ("), "{before}");
+        assert_eq!(after, "1 recovery episode");
     }
 
     #[test]

@@ -39,7 +39,7 @@
 //!                                            every link of the lab (default: each lab
 //!                                            draws its own and prints it back)
 //!
-//! D: 250us, 10ms, 1.5s (at most 1h; an rtt 2h)
+//! D: 250us, 10ms, 1.5s, always with a unit (at most 1h; an rtt 2h)
 //! R: 100mbit, 1gbit, 500kbit (`Bps` spellings are bytes/s)
 //! P: 1%, 0.25%   BYTES: 1500, 64K, 1MiB, 64kB
 //! ```
@@ -647,7 +647,7 @@ pub fn grammar() -> String {
         }
     }
     text.push_str(
-        "\nD: 250us, 10ms, 1.5s (at most 1h; an rtt 2h)   R: 100mbit, 1gbit, 500kbit\n\
+        "\nD: 250us, 10ms, 1.5s, with a unit (at most 1h; an rtt 2h)   R: 100mbit, 1gbit, 500kbit\n\
          P: 1%, 0.25%   BYTES: 1500, 64K\n",
     );
     text
@@ -776,6 +776,14 @@ fn duration(t: &Token) -> Result<u64, PathError> {
 }
 
 fn duration_within(t: &Token, hours: u64) -> Result<u64, PathError> {
+    // tc reads a bare number as µs and iperf3 as seconds: a path takes neither guess.
+    let bare = !t.text.is_empty() && t.text.chars().all(|c| c.is_ascii_digit() || c == '.');
+    if bare && parse_duration(&t.text).is_ok_and(|d| d != 0) {
+        return Err(t.error(format!(
+            "a duration needs a unit, as in {0}ms, {0}us or {0}s",
+            t.text
+        )));
+    }
     match parse_duration(&t.text).map_err(|e| t.error(e.to_string()))? {
         d if d > hours * 3_600_000_000 => Err(t.error(format!("too long; at most {hours}h"))),
         d => Ok(d),
@@ -1673,11 +1681,31 @@ mod tests {
         assert!(err("up.mtu 9000").contains("drop the prefix"));
         assert!(err("rate 0").contains("above zero"));
         // The bound keeps twice a delay and its nanoseconds inside u64 (found by fuzzing).
-        assert!(err("delay 9999999999999").contains("(word 2): too long; at most 1h"));
+        assert!(err("delay 9999999999999s").contains("(word 2): too long; at most 1h"));
         assert!(err("rtt 7201s").contains("too long; at most 2h"));
         assert!(err("delay 10ms jitter 2h").contains("too long"));
         assert_eq!(parse("delay 1h").to_string(), "rtt 7200s");
         assert_eq!(parse("rtt 7200s").up.delay_us, 3_600_000_000);
+    }
+
+    #[test]
+    fn a_duration_without_a_unit_is_refused_with_a_hint() {
+        // tc would read `rtt 20` as 20 µs, iperf3 as 20 s: neither is taken.
+        assert_eq!(
+            err("rtt 20 rate 100mbit"),
+            "path spec: at '20' (word 2): a duration needs a unit, as in 20ms, 20us or 20s"
+        );
+        for spec in [
+            "delay 5",
+            "delay 5ms jitter 0.5",
+            "rate 10mbit aqm codel target 5",
+            "rate 10mbit aqm codel interval 100",
+            "up.delay 7",
+        ] {
+            assert!(err(spec).contains("a duration needs a unit"), "{spec}");
+        }
+        // Zero is zero in every unit.
+        assert_eq!(parse("delay 0 jitter 0"), parse(""));
     }
 
     #[test]

@@ -16,21 +16,27 @@ pub struct Stats {
     pub n: usize,
     pub mean: f64,
     pub median: f64,
-    /// Sample standard deviation (n − 1 in the denominator); 0 for one value.
-    pub stddev: f64,
+    /// Sample standard deviation (n − 1 in the denominator); `None` for one value, which
+    /// says nothing of the spread.
+    pub stddev: Option<f64>,
     pub min: f64,
     pub max: f64,
     /// The confidence level of `ci`, e.g. 0.95.
     pub confidence: f64,
-    /// Student-t confidence interval of the mean; `None` with fewer than two values.
+    /// Student-t confidence interval of the mean, clamped to the values the quantity can
+    /// take; `None` with fewer than two values.
     pub ci: Option<(f64, f64)>,
-    /// stddev / mean; `None` when the mean is 0.
+    /// stddev / mean; `None` with one value or when the mean is 0.
     pub cv: Option<f64>,
 }
 
 impl Stats {
-    /// `None` for no values. `confidence` is in (0, 1).
-    pub fn of(values: &[f64], confidence: f64) -> Option<Stats> {
+    /// `None` for no values. `confidence` is in (0, 1); `range` holds every value the
+    /// quantity can take (as [`Metric::range`]). The Student-t interval is symmetric
+    /// about the mean, and with few values widely spread it reaches beyond what the
+    /// quantity can be (a throughput below 0): it is clamped to `range`, where the true
+    /// mean lies, so it covers it at least as often.
+    pub fn of(values: &[f64], confidence: f64, range: (f64, f64)) -> Option<Stats> {
         let n = values.len();
         if n == 0 {
             return None;
@@ -43,14 +49,13 @@ impl Stats {
         } else {
             (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
         };
-        let stddev = if n > 1 {
+        let stddev = (n > 1).then(|| {
             (values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-        } else {
-            0.0
-        };
-        let ci = (n > 1).then(|| {
+        });
+        let ci = stddev.map(|stddev| {
             let half = t_quantile(confidence, n - 1) * stddev / (n as f64).sqrt();
-            (mean - half, mean + half)
+            let (low, high) = range;
+            ((mean - half).max(low), (mean + half).min(high))
         });
         Some(Stats {
             n,
@@ -61,7 +66,9 @@ impl Stats {
             max: sorted[n - 1],
             confidence,
             ci,
-            cv: (mean != 0.0).then(|| stddev / mean.abs()),
+            cv: stddev
+                .filter(|_| mean != 0.0)
+                .map(|stddev| stddev / mean.abs()),
         })
     }
 
@@ -125,6 +132,16 @@ impl Metric {
             Metric::Fairness => "fairness",
             Metric::UdpLoss => "udp_loss",
             Metric::Jitter => "jitter",
+        }
+    }
+
+    /// Every value [`Metric::of`] can take: none is negative, and a share is at most 1.
+    pub fn range(self) -> (f64, f64) {
+        match self {
+            Metric::Throughput | Metric::Retransmits | Metric::Rtt | Metric::Jitter => {
+                (0.0, f64::INFINITY)
+            }
+            Metric::Fairness | Metric::UdpLoss => (0.0, 1.0),
         }
     }
 
@@ -203,6 +220,8 @@ pub fn flow_goodputs_bps(run: &RunRecord, from_us: u64) -> Vec<f64> {
 mod tests {
     use super::*;
 
+    const ANY: (f64, f64) = (f64::NEG_INFINITY, f64::INFINITY);
+
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol
     }
@@ -210,12 +229,12 @@ mod tests {
     #[test]
     fn stats_match_hand_computed_values() {
         // 2, 4, 4, 4, 5, 5, 7, 9: mean 5, sample variance 32/7.
-        let s = Stats::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0], 0.95).unwrap();
+        let s = Stats::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0], 0.95, ANY).unwrap();
         assert_eq!(
             (s.n, s.mean, s.median, s.min, s.max),
             (8, 5.0, 4.5, 2.0, 9.0)
         );
-        assert!(close(s.stddev, (32.0f64 / 7.0).sqrt(), 1e-12));
+        assert!(close(s.stddev.unwrap(), (32.0f64 / 7.0).sqrt(), 1e-12));
         // t(0.975, 7) = 2.364624 (tables): half-width 2.364624 · 2.13809 / √8 = 1.78749.
         let (lo, hi) = s.ci.unwrap();
         assert!(close(lo, 5.0 - 1.78749, 1e-4), "{lo}");
@@ -241,12 +260,34 @@ mod tests {
     }
 
     #[test]
-    fn one_value_has_no_interval_and_odd_counts_take_the_middle() {
-        let s = Stats::of(&[3.0], 0.95).unwrap();
-        assert_eq!((s.stddev, s.ci, s.median), (0.0, None, 3.0));
-        assert_eq!(Stats::of(&[9.0, 1.0, 5.0], 0.95).unwrap().median, 5.0);
-        assert!(Stats::of(&[], 0.95).is_none());
-        assert!(!Stats::of(&[100.0, 101.0], 0.95).unwrap().high_variation());
+    fn one_value_has_no_spread_no_interval_and_odd_counts_take_the_middle() {
+        let s = Stats::of(&[3.0], 0.95, ANY).unwrap();
+        assert_eq!((s.stddev, s.ci, s.cv, s.median), (None, None, None, 3.0));
+        assert!(!s.high_variation());
+        assert_eq!(Stats::of(&[9.0, 1.0, 5.0], 0.95, ANY).unwrap().median, 5.0);
+        assert!(Stats::of(&[], 0.95, ANY).is_none());
+        assert!(!Stats::of(&[100.0, 101.0], 0.95, ANY)
+            .unwrap()
+            .high_variation());
+    }
+
+    #[test]
+    fn an_interval_stays_within_what_the_quantity_can_be() {
+        // 1 and 100: mean 50.5, s = 70.0036, t(0.975, 1) = 12.7062: ± 628.9.
+        let throughput = Metric::Throughput.range();
+        let s = Stats::of(&[1.0, 100.0], 0.95, throughput).unwrap();
+        let (lo, hi) = s.ci.unwrap();
+        assert_eq!(lo, 0.0);
+        assert!(
+            close(hi, 50.5 + 12.7062 * 70.0036 / 2f64.sqrt(), 0.1),
+            "{hi}"
+        );
+        // A share: within 0 and 1 on both sides.
+        let s = Stats::of(&[0.5, 0.99], 0.95, Metric::Fairness.range()).unwrap();
+        assert_eq!(s.ci, Some((0.0, 1.0)));
+        // Where the interval fits, it is the Student-t one.
+        let s = Stats::of(&[10.0, 11.0, 12.0], 0.95, throughput).unwrap();
+        assert_eq!(s.ci, Stats::of(&[10.0, 11.0, 12.0], 0.95, ANY).unwrap().ci);
     }
 
     #[test]

@@ -407,9 +407,25 @@ fn three_significant(x: f64) -> String {
     text
 }
 
+/// A count and its noun, as printed: "1 run", "0 runs", "2 recovery episodes". `noun` is
+/// the singular; the plural adds an "s". Singular exactly where the count prints as 1.
+pub fn count(n: impl std::fmt::Display, noun: &str) -> String {
+    let n = n.to_string();
+    let s = if n == "1" { "" } else { "s" };
+    format!("{n} {noun}{s}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_singular_for_one_only() {
+        assert_eq!(count(1, "run"), "1 run");
+        assert_eq!(count(0u64, "run"), "0 runs");
+        assert_eq!(count(2usize, "recovery episode"), "2 recovery episodes");
+        assert_eq!(count(11, "slow-start exit"), "11 slow-start exits");
+    }
 
     fn rate_err(s: &str) -> String {
         parse_rate(s).unwrap_err().to_string()

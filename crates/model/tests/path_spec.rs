@@ -277,6 +277,11 @@ fn toml_errors_name_the_key_and_value() {
     );
     let e = err("[path]\nrate = \"\"\n");
     assert!(e.contains("at '' (key rate): missing value"), "{e}");
+    let e = err("[path]\nrtt = 20\n");
+    assert!(
+        e.contains("at '20' (key rtt): a duration needs a unit, as in 20ms, 20us or 20s"),
+        "{e}"
+    );
     let e = err("[path]\ndelay = \"2h\"\n");
     assert!(
         e.contains("at '2h' (key delay): too long; at most 1h"),

@@ -23,6 +23,7 @@ mod palette;
 pub mod rates;
 pub mod results;
 mod runs;
+pub mod table;
 #[cfg(test)]
 mod tests;
 
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
 use tcplab_model::explain::explain;
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_store::{Store, StoreError};
 
 pub use chart::{Body, Chart, Pt, Series};
@@ -83,10 +84,11 @@ pub enum ReportError {
     },
     #[error(transparent)]
     Draw(#[from] DrawError),
-    #[error("cannot write {}: {source}", path.display())]
+    /// The cause is part of the message, not a `source`: chains would print it twice.
+    #[error("cannot write {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -152,14 +154,14 @@ pub fn write_report(
         env!("CARGO_PKG_VERSION")
     );
     let text = html::page(&format!("tcplab report: {db}"), &intro, &sections)?;
-    std::fs::create_dir_all(dir).map_err(|source| ReportError::Write {
+    std::fs::create_dir_all(dir).map_err(|error| ReportError::Write {
         path: dir.to_owned(),
-        source,
+        error,
     })?;
     let path = dir.join("index.html");
-    std::fs::write(&path, &text).map_err(|source| ReportError::Write {
+    std::fs::write(&path, &text).map_err(|error| ReportError::Write {
         path: path.clone(),
-        source,
+        error,
     })?;
     Ok(Written {
         path,
@@ -299,9 +301,9 @@ fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         .map(|a| format!("{} ({})", a.name, a.values.join(", ")))
         .collect();
     let mut text = vec![format!(
-        "{} points × {} repetitions, planned from {}; axes: {}.",
-        data.points.len(),
-        e.repetitions,
+        "{} × {}, planned from {}; axes: {}.",
+        count(data.points.len(), "point"),
+        count(e.repetitions, "repetition"),
         e.file,
         if axes.is_empty() {
             "none".into()

@@ -8,8 +8,10 @@ use serde::Serialize;
 use tcplab_model::experiment::{point_label, Axis, Point};
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::{Metric, Stats};
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_store::{ExperimentRow, PlanRow, PlanStatus, Store};
+
+use crate::table::{aligned, Align};
 
 /// An experiment with its points, plan and finished runs (without tcp_info samples).
 pub struct ExperimentRuns {
@@ -112,7 +114,7 @@ pub fn summarize(data: &ExperimentRuns, metric: Metric, confidence: Option<f64>)
             .iter()
             .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
             .collect();
-        let stats = Stats::of(&values, confidence);
+        let stats = Stats::of(&values, confidence, metric.range());
         let first_flow = runs.first().and_then(|(_, r)| r.flows.first());
         let tuning = point.config.flows.first().map(|f| &f.params.tuning);
         results.push(PointResult {
@@ -165,10 +167,10 @@ impl ResultTable {
         let e = &self.experiment;
         let warmup = self.points.first().map_or(0, |p| p.warmup_us);
         format!(
-            "experiment {} ({}): {} runs: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
+            "experiment {} ({}): {}: {} done, {} failed, {} to run; {}{}, {:.0} % confidence interval of the mean",
             e.name,
             e.file,
-            e.runs,
+            count(e.runs, "run"),
             e.done,
             e.failed,
             e.pending,
@@ -220,7 +222,10 @@ impl ResultTable {
             match &p.stats {
                 Some(s) => {
                     row.push(s.n.to_string());
-                    row.extend([s.mean, s.median, s.stddev, s.min, s.max].map(fmt));
+                    row.extend([s.mean, s.median].map(fmt));
+                    // One run says nothing of the spread.
+                    row.push(s.stddev.map_or("-".into(), fmt));
+                    row.extend([s.min, s.max].map(fmt));
                     row.push(
                         s.ci.map_or("-".into(), |(lo, hi)| format!("{} – {}", fmt(lo), fmt(hi))),
                     );
@@ -261,26 +266,18 @@ impl ResultTable {
     pub fn text(&self) -> String {
         let rows = self.cells();
         let columns = rows[0].len();
-        let widths: Vec<usize> = (0..columns)
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
         let axes = self.experiment.axes.len();
         let mut out = self.heading() + "\n";
-        for row in &rows {
-            let line: Vec<String> = row
-                .iter()
-                .enumerate()
-                .map(|(c, cell)| {
-                    let pad = widths[c] - cell.chars().count();
-                    // Axis values and notes read left to right; numbers line up on the right.
-                    if c < axes || c == columns - 1 {
-                        format!("{cell}{}", " ".repeat(pad))
-                    } else {
-                        format!("{}{cell}", " ".repeat(pad))
-                    }
-                })
-                .collect();
-            out += line.join("  ").trim_end();
+        // Axis values and notes read left to right; numbers line up on the right.
+        let align = |c| {
+            if c < axes || c == columns - 1 {
+                Align::Left
+            } else {
+                Align::Right
+            }
+        };
+        for line in aligned(&rows, align) {
+            out += &line;
             out += "\n";
         }
         out

@@ -409,3 +409,48 @@ fn the_throughput_chart_draws_the_rates_and_the_bound() {
         chart.caption
     );
 }
+
+/// `results`' table of an experiment with one point whose runs read `mbits` Mbit/s.
+fn results_of(mbits: &[f64]) -> crate::results::ResultTable {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("spread.db")).unwrap();
+    let text = format!(
+        "name = \"spread\"\nrepetitions = {}\nduration = \"2s\"\npath = \"rtt 20ms\"\n[[flow]]\n",
+        mbits.len()
+    );
+    let exp = experiment::parse(&text, "spread").unwrap();
+    let schedule = exp.schedule(7);
+    let id = store
+        .create_experiment(&exp, "spread.toml", &text, 7, &schedule)
+        .unwrap();
+    for (seq, planned) in schedule.iter().enumerate() {
+        let record = run(mbits[planned.repetition as usize], 1, false);
+        store
+            .finish_planned_run(id, seq as u32, Outcome::Done(&record))
+            .unwrap();
+    }
+    let data = crate::results::ExperimentRuns::load(&store, id)
+        .unwrap()
+        .unwrap();
+    crate::results::summarize(&data, tcplab_model::stats::Metric::Throughput, None)
+}
+
+#[test]
+fn one_run_has_no_spread_and_no_interval_reaches_below_zero() {
+    let table = results_of(&[10.0]);
+    let header = &table.cells()[0];
+    let row = &table.cells()[1];
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    assert_eq!(row[column("n")], "1");
+    assert_eq!(row[column("stddev")], "-");
+    assert_eq!(row[column("CI")], "-");
+    let json = serde_json::to_value(&table.points[0]).unwrap();
+    assert!(json["stddev"].is_null() && json["ci"].is_null(), "{json}");
+    // 1 and 100 Mbit/s: the Student-t interval, ± 629 Mbit/s, is clamped at 0.
+    let table = results_of(&[1.0, 100.0]);
+    let (lo, hi) = table.points[0].stats.unwrap().ci.unwrap();
+    assert_eq!(lo, 0.0);
+    assert!(hi > 600e6, "{hi}");
+    let row = &table.cells()[1];
+    assert!(row[column("CI")].starts_with("0 bit/s – "), "{row:?}");
+}

@@ -1,5 +1,6 @@
 //! Errors of the store. Every variant names the database file and the operation, so a
-//! message printed by the CLI says what failed where without more context.
+//! message printed by the CLI says what failed where without more context. The cause is
+//! part of the message, not a `source`: error chains would print it twice.
 
 use std::path::PathBuf;
 
@@ -23,12 +24,11 @@ pub enum StoreError {
     },
 
     /// Applying migration `version` failed; the database stays at the version before it.
-    #[error("{}: migrating the schema to version {version}: {source}", path.display())]
+    #[error("{}: migrating the schema to version {version}: {error}", path.display())]
     Migrate {
         path: PathBuf,
         version: i64,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
     },
 
     /// The schema on disk does not match what this build expects at its version.
@@ -36,21 +36,37 @@ pub enum StoreError {
     Schema { path: PathBuf, detail: String },
 
     /// An SQLite call failed during `op` (e.g. "opening", "inserting a run").
-    #[error("{}: {op}: {source}", path.display())]
+    #[error("{}: {op}: {error}", path.display())]
     Sqlite {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: rusqlite::Error,
+        error: rusqlite::Error,
+    },
+
+    /// The database cannot be written: its file, or the directory SQLite keeps its
+    /// journal in. Read commands open it read-only instead.
+    #[error("{}: cannot be written: {why}", path.display())]
+    ReadOnly { path: PathBuf, why: &'static str },
+
+    /// A database from an older tcplab, opened read-only: migrating it needs a write.
+    #[error(
+        "{}: schema version {found} is older than this tcplab's ({known}) and the file \
+         cannot be written: open it once where it can (any tcplab command, as a user who \
+         may write it and its directory) to migrate it",
+        path.display()
+    )]
+    OlderReadOnly {
+        path: PathBuf,
+        found: i64,
+        known: i64,
     },
 
     /// A JSON column could not be encoded or decoded during `op`.
-    #[error("{}: {op}: JSON: {source}", path.display())]
+    #[error("{}: {op}: JSON: {error}", path.display())]
     Json {
         path: PathBuf,
         op: &'static str,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 
     /// A stored value is outside what the record type allows (e.g. an unknown status, a
@@ -67,14 +83,18 @@ pub enum StoreError {
     NoSuchRun { path: PathBuf, id: i64 },
 
     /// Writing the export failed (the output, not the database).
-    #[error("{}: exporting table {table} as {format}: {source}", path.display())]
+    #[error("{}: exporting table {table} as {format}: {error}", path.display())]
     Export {
         path: PathBuf,
         table: &'static str,
         format: &'static str,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
+
+    /// A run that could not be stored could not be kept as JSON either: `tried` lists
+    /// each place with why it failed.
+    #[error("the run's JSON could not be written either ({tried})")]
+    NotKept { tried: String },
 }
 
 /// Result of the store's operations.

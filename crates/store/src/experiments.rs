@@ -75,6 +75,16 @@ pub enum Outcome<'a> {
     Interrupted(&'a RunRecord),
 }
 
+impl<'a> Outcome<'a> {
+    /// The run's record, when the test got as far as one.
+    pub fn run(&self) -> Option<&'a RunRecord> {
+        match *self {
+            Outcome::Done(run) | Outcome::Interrupted(run) => Some(run),
+            Outcome::Failed(run, _) => run,
+        }
+    }
+}
+
 impl Store {
     /// Stores a newly planned experiment: its file, points and the plan in `schedule`
     /// order, all pending. Returns its id.
@@ -279,12 +289,12 @@ impl Store {
                 path: path.clone(),
                 detail: format!("experiment {experiment_id} has no planned run {seq}"),
             })?;
-        let (record, status, error) = match outcome {
-            Outcome::Done(run) => (Some(run), PlanStatus::Done, None),
-            Outcome::Failed(run, error) => (run, PlanStatus::Failed, Some(error)),
-            Outcome::Interrupted(run) => (Some(run), PlanStatus::Pending, None),
+        let (status, error) = match outcome {
+            Outcome::Done(_) => (PlanStatus::Done, None),
+            Outcome::Failed(_, error) => (PlanStatus::Failed, Some(error)),
+            Outcome::Interrupted(_) => (PlanStatus::Pending, None),
         };
-        let run_id = match record {
+        let run_id = match outcome.run() {
             Some(run) => {
                 let id = insert_run_in(&tx, run, &path)?;
                 tx.execute(

@@ -145,11 +145,11 @@ impl Store {
     pub fn export(&self, table: Table, format: ExportFormat, out: &mut dyn Write) -> Result<()> {
         export_rows(&self.conn, table, format, out).map_err(|f| match f {
             Failure::Db(e) => sqlite_err(&self.path, "exporting")(e),
-            Failure::Out(source) => StoreError::Export {
+            Failure::Out(error) => StoreError::Export {
                 path: self.path.clone(),
                 table: table.name(),
                 format: format.name(),
-                source,
+                error,
             },
         })
     }

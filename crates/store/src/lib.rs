@@ -6,7 +6,10 @@
 //!   migrates its schema (`PRAGMA user_version`, see [`SCHEMA_VERSION`] and `schema.rs`).
 //! - [`Store::insert_run`] / [`Store::load_run`] write and read a whole
 //!   [`RunRecord`]; a loaded record equals the inserted one.
+//! - [`Store::open_to_read`] opens a file to read it without writing anything, so a
+//!   read-only file can be read.
 //! - [`Store::export`] writes any table as CSV or JSON lines for pandas and R.
+//! - [`keep_beside`] writes a run the database would not take as JSON next to it.
 //!
 //! Tables, columns and units are documented in `SCHEMA.md` next to this crate's
 //! `Cargo.toml`.
@@ -14,6 +17,7 @@
 mod error;
 mod experiments;
 mod export;
+mod kept;
 mod rows;
 mod schema;
 #[cfg(test)]
@@ -23,7 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rusqlite::{params_from_iter, Connection, ErrorCode, Transaction, TransactionBehavior};
+use rusqlite::{
+    params_from_iter, Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior,
+};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, FlowRecord, Host, IntervalRecord, LimitShares, Mode, RttStats,
@@ -34,6 +40,7 @@ use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
 pub use error::{ParseNameError, Result, StoreError};
 pub use experiments::{ExperimentRow, Outcome, PlanRow, PlanStatus};
 pub use export::{ExportFormat, Table};
+pub use kept::{keep_beside, NotStored};
 pub use schema::SCHEMA_VERSION;
 
 use rows::{
@@ -69,35 +76,111 @@ pub struct RunSummaryRow {
     pub received_bps: Option<f64>,
 }
 
-/// Maps an SQLite error to [`StoreError`], recognising "file is not a database".
+/// Maps an SQLite error to [`StoreError`], recognising "file is not a database" and the
+/// ways a database cannot be written.
 fn sqlite_err<'a>(
     path: &'a Path,
     op: &'static str,
 ) -> impl FnOnce(rusqlite::Error) -> StoreError + 'a {
-    move |source| {
-        if source.sqlite_error_code() == Some(ErrorCode::NotADatabase) {
-            StoreError::NotSqlite {
-                path: path.to_owned(),
+    move |error| {
+        let path = path.to_owned();
+        match read_only_reason(&error) {
+            _ if error.sqlite_error_code() == Some(ErrorCode::NotADatabase) => {
+                StoreError::NotSqlite { path }
             }
-        } else {
-            StoreError::Sqlite {
-                path: path.to_owned(),
-                op,
-                source,
-            }
+            Some(why) => StoreError::ReadOnly { path, why },
+            None => StoreError::Sqlite { path, op, error },
         }
     }
+}
+
+/// Why SQLite could not write, in the user's terms; `None` for other errors.
+fn read_only_reason(error: &rusqlite::Error) -> Option<&'static str> {
+    use rusqlite::ffi;
+    let rusqlite::Error::SqliteFailure(e, _) = error else {
+        return None;
+    };
+    if e.code != ErrorCode::ReadOnly {
+        return None;
+    }
+    Some(match e.extended_code {
+        ffi::SQLITE_READONLY_DIRECTORY => {
+            "its directory is not writable, and SQLite keeps its journal there"
+        }
+        ffi::SQLITE_READONLY_CANTINIT
+        | ffi::SQLITE_READONLY_CANTLOCK
+        | ffi::SQLITE_READONLY_RECOVERY
+        | ffi::SQLITE_READONLY_ROLLBACK => "its journal files (-wal, -shm) are not writable",
+        ffi::SQLITE_READONLY_DBMOVED => "the file was moved or removed while open",
+        _ => "the file is read-only (its permissions, or its file system)",
+    })
 }
 
 fn json_err<'a>(
     path: &'a Path,
     op: &'static str,
 ) -> impl FnOnce(serde_json::Error) -> StoreError + 'a {
-    move |source| StoreError::Json {
+    move |error| StoreError::Json {
         path: path.to_owned(),
         op,
-        source,
+        error,
     }
+}
+
+/// A connection that never writes the database. Where the file may be written it is
+/// opened read-write with `query_only` on, so that closing it removes the write-ahead
+/// log and shared-memory files as a writer's close does (a read-only connection leaves
+/// them behind). Elsewhere it is opened in SQLite's read-only mode; a WAL database needs
+/// its `-shm` even to be read, and where that cannot be made (a directory this process
+/// may not write) and no `-wal` is left to read, the file is opened as immutable.
+fn read_only_connection(path: &Path) -> Result<Connection> {
+    fn open(target: &Path, flags: OpenFlags, query_only: bool) -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(target, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        if query_only {
+            conn.pragma_update(None, "query_only", true)?;
+        }
+        // The first read of the file's header (and of its -wal and -shm).
+        user_version(&conn)?;
+        Ok(conn)
+    }
+    let err = |e| sqlite_err(path, "opening to read")(e);
+    let unwritable = |e: &rusqlite::Error| {
+        e.sqlite_error_code() == Some(ErrorCode::CannotOpen) || read_only_reason(e).is_some()
+    };
+    match open(path, OpenFlags::SQLITE_OPEN_READ_WRITE, true) {
+        // SQLite falls back to reading a file it may not write, without an error.
+        Ok(conn) if !conn.is_readonly(rusqlite::MAIN_DB).map_err(err)? => return Ok(conn),
+        Err(e) if !unwritable(&e) => return Err(err(e)),
+        _ => {}
+    }
+    match open(path, OpenFlags::SQLITE_OPEN_READ_ONLY, false) {
+        Err(e) if unwritable(&e) && !wal_file(path).exists() => {
+            let uri = format!("file:{}?immutable=1", uri_path(path));
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
+            open(Path::new(&uri), flags, false).map_err(err)
+        }
+        other => other.map_err(err),
+    }
+}
+
+/// The write-ahead log SQLite keeps beside a WAL database.
+fn wal_file(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// A path as a `file:` URI's path: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' | '?' | '#' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -105,9 +188,11 @@ fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 impl Store {
-    /// Opens the database at `path`, creating it if missing, and migrates its schema to
-    /// [`SCHEMA_VERSION`]. Refuses a file that is not SQLite ([`StoreError::NotSqlite`])
-    /// and a database from a newer tcplab ([`StoreError::TooNew`]).
+    /// Opens the database at `path` to write it, creating it if missing, and migrates its
+    /// schema to [`SCHEMA_VERSION`]. Refuses a file that is not SQLite
+    /// ([`StoreError::NotSqlite`]), a database from a newer tcplab
+    /// ([`StoreError::TooNew`]), and one this process cannot write
+    /// ([`StoreError::ReadOnly`]): checked here, before a test is spent on it.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_owned();
         let mut conn = Connection::open(&path).map_err(sqlite_err(&path, "opening"))?;
@@ -116,6 +201,16 @@ impl Store {
         // The first statement to read the file's header: fails here if it is not SQLite.
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
             .map_err(sqlite_err(&path, "switching to WAL mode"))?;
+        // SQLite falls back to reading a file it may not write, without an error.
+        if conn
+            .is_readonly(rusqlite::MAIN_DB)
+            .map_err(sqlite_err(&path, "opening"))?
+        {
+            return Err(StoreError::ReadOnly {
+                path,
+                why: "the file is read-only (its permissions, or its file system)",
+            });
+        }
         // In WAL mode NORMAL loses at most the last commits on power loss, never corrupts.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sqlite_err(&path, "setting synchronous"))?;
@@ -123,7 +218,46 @@ impl Store {
             .map_err(sqlite_err(&path, "enabling foreign keys"))?;
         migrate(&mut conn, &path)?;
         check_sample_columns(&conn, &path)?;
+        // The write lock, taken and given back: its journal files can be written too.
+        conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK")
+            .map_err(sqlite_err(&path, "taking the write lock"))?;
         Ok(Store { conn, path })
+    }
+
+    /// Opens an existing database to read it, writing nothing (SQLite's read-only mode:
+    /// no switch to WAL, no migration), so a file this process may not write can be
+    /// read. A database from an older tcplab is migrated first where it can be written,
+    /// and refused in one line where it cannot ([`StoreError::OlderReadOnly`]).
+    pub fn open_to_read(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_owned();
+        let conn = read_only_connection(&path)?;
+        let found = user_version(&conn).map_err(sqlite_err(&path, "reading the schema version"))?;
+        match found.cmp(&SCHEMA_VERSION) {
+            std::cmp::Ordering::Equal => {
+                check_sample_columns(&conn, &path)?;
+                Ok(Store { conn, path })
+            }
+            std::cmp::Ordering::Greater => Err(StoreError::TooNew {
+                path,
+                found,
+                known: SCHEMA_VERSION,
+            }),
+            std::cmp::Ordering::Less => {
+                drop(conn);
+                match Store::open(&path) {
+                    Ok(migrated) => {
+                        drop(migrated);
+                        Store::open_to_read(path)
+                    }
+                    Err(StoreError::ReadOnly { .. }) => Err(StoreError::OlderReadOnly {
+                        path,
+                        found,
+                        known: SCHEMA_VERSION,
+                    }),
+                    Err(e) => Err(e),
+                }
+            }
+        }
     }
 
     /// The file this store was opened from.
@@ -286,10 +420,16 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
             });
         }
         let next = current + 1;
-        let migrate_err = |source| StoreError::Migrate {
-            path: path.to_owned(),
-            version: next,
-            source,
+        let migrate_err = |error| match read_only_reason(&error) {
+            Some(why) => StoreError::ReadOnly {
+                path: path.to_owned(),
+                why,
+            },
+            None => StoreError::Migrate {
+                path: path.to_owned(),
+                version: next,
+                error,
+            },
         };
         // IMMEDIATE takes the write lock first, so two processes opening a new file at
         // once migrate it once: the second sees the new version below and starts over.

@@ -102,10 +102,10 @@ impl RowReader<'_> {
     fn get(&self, col: impl Col) -> Result<ValueRef<'_>> {
         self.row
             .get_ref(col.index())
-            .map_err(|source| StoreError::Sqlite {
+            .map_err(|error| StoreError::Sqlite {
                 path: self.path.to_owned(),
                 op: "loading a run",
-                source,
+                error,
             })
     }
 

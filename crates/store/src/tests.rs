@@ -421,6 +421,100 @@ fn migration_5_keeps_every_row_and_takes_pacing_as_a_dominant_limit() {
 }
 
 #[test]
+fn reading_writes_nothing_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lab.db");
+    let mut store = Store::open(&path).unwrap();
+    let id = store.insert_run(&sample_record(5)).unwrap();
+    drop(store);
+    let before = std::fs::read(&path).unwrap();
+    let mut reader = Store::open_to_read(&path).unwrap();
+    assert_eq!(reader.load_run(id).unwrap(), sample_record(5));
+    assert_eq!(reader.list_runs().unwrap().len(), 1);
+    let err = reader.insert_run(&failed_record()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::ReadOnly { .. }),
+        "{err:?}: a reader writes nothing"
+    );
+    drop(reader);
+    assert!(std::fs::read(&path).unwrap() == before, "the file changed");
+    // Nothing left beside it: the reader removed the journal files it opened.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["lab.db"]);
+}
+
+#[test]
+fn reading_an_older_database_migrates_it_where_it_can_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    version_4_database(&path);
+    let reader = Store::open_to_read(&path).unwrap();
+    assert_eq!(user_version(&reader.conn).unwrap(), SCHEMA_VERSION);
+    assert_eq!(reader.load_run(1).unwrap().samples.len(), 3);
+}
+
+#[test]
+fn errors_carry_their_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lab.db");
+    let store = Store::open(&path).unwrap();
+    let err = store.load_run_with(1, true).unwrap_err();
+    assert!(matches!(err, StoreError::NoSuchRun { .. }));
+    let err = store
+        .conn
+        .execute("INSERT INTO nowhere VALUES (1)", [])
+        .map_err(sqlite_err(&path, "testing"))
+        .unwrap_err();
+    // In the message, and not again as a source that a chain would print.
+    assert!(
+        err.to_string().ends_with("testing: no such table: nowhere"),
+        "{err}"
+    );
+    assert!(std::error::Error::source(&err).is_none());
+}
+
+#[test]
+fn a_run_kept_beside_the_database_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("runs.db");
+    let mut run = sample_record(4);
+    run.started_unix_us = 1_795_000_000_123_456;
+    let first = keep_beside(&db, &run).unwrap();
+    let second = keep_beside(&db, &run).unwrap();
+    // 1 795 000 000 s after the epoch is 2026-11-18 11:06:40 UTC (`date -ud @1795000000`).
+    assert_eq!(
+        first,
+        dir.path().join("runs.db.run-2026-11-18T110640Z.json")
+    );
+    assert_eq!(
+        second,
+        dir.path().join("runs.db.run-2026-11-18T110640Z-2.json")
+    );
+    let back: RunRecord = serde_json::from_str(&std::fs::read_to_string(&first).unwrap()).unwrap();
+    assert_eq!(back, run);
+}
+
+#[test]
+fn a_run_goes_to_the_first_directory_that_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("gone");
+    let run = failed_record();
+    let kept = kept::keep_in(&[&gone, dir.path()], "x.db.run-T", &run).unwrap();
+    assert_eq!(kept, dir.path().join("x.db.run-T.json"));
+    let err = kept::keep_in(&[&gone, &gone.join("deeper")], "x", &run).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.starts_with("the run's JSON could not be written either (")
+            && message.contains("gone: No such file")
+            && message.contains("deeper: No such file"),
+        "{message}"
+    );
+}
+
+#[test]
 fn limit_columns_follow_the_names() {
     for (column, limit) in LIMIT_COLUMNS.into_iter().zip(ALL_LIMITS) {
         assert_eq!(column, format!("limit_{}", limit.name()));

@@ -101,12 +101,9 @@ pub enum NetemError {
     /// A value netem cannot represent.
     #[error("netem backend: {0}")]
     Unrepresentable(String),
-    #[error("{what}: {source}")]
-    Netlink {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
+    /// The cause is part of the message, not a `source`: chains would print it twice.
+    #[error("{what}: {error}")]
+    Netlink { what: String, error: io::Error },
 }
 
 /// What netem takes, field for field: `struct tc_netem_qopt` and the attributes after it.
@@ -621,7 +618,7 @@ pub fn apply_netem(ifname: &str, opts: &NetemOptions) -> Result<(), NetemError> 
         }
         e => NetemError::Netlink {
             what: what.clone(),
-            source: e.into_io(),
+            error: e.into_io(),
         },
     };
     let index = if_index(ifname).map_err(|e| fail(NlError::Io(e)))?;
@@ -678,14 +675,14 @@ pub fn probe_netem() -> Result<(), NetemError> {
             if unsafe { libc::unshare(libc::CLONE_NEWNET) } == -1 {
                 return Err(NetemError::Netlink {
                     what: "creating a throwaway netns to probe for netem".into(),
-                    source: io::Error::last_os_error(),
+                    error: io::Error::last_os_error(),
                 });
             }
             apply_netem("lo", &NetemOptions::default())
         })
-        .map_err(|source| NetemError::Netlink {
+        .map_err(|error| NetemError::Netlink {
             what: "spawning the netem probe thread".into(),
-            source,
+            error,
         })?
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

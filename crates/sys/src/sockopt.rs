@@ -135,12 +135,9 @@ pub enum CongestionError {
         name: String,
         available: Vec<String>,
     },
-    #[error("setting congestion control '{name}': {source}")]
-    Io {
-        name: String,
-        #[source]
-        source: io::Error,
-    },
+    /// The cause is part of the message, not a `source`: chains would print it twice.
+    #[error("setting congestion control '{name}': {error}")]
+    Io { name: String, error: io::Error },
 }
 
 /// The congestion controls the kernel has loaded
@@ -154,9 +151,9 @@ pub fn available_congestion() -> io::Result<Vec<String>> {
 /// process the kernel would otherwise load a module on the fly, and a typo would
 /// surface as a module-loading attempt rather than as a clear error.
 pub fn set_congestion(fd: impl AsFd, name: &str) -> Result<(), CongestionError> {
-    let io_error = |source| CongestionError::Io {
+    let io_error = |error| CongestionError::Io {
         name: name.to_owned(),
-        source,
+        error,
     };
     let available = available_congestion().map_err(io_error)?;
     let unknown = |available| CongestionError::Unknown {

@@ -201,9 +201,8 @@ pub fn answer_challenge(
     conn: &mut (impl Read + Write),
     key: Option<&PreSharedKey>,
 ) -> Result<(), TrafficError> {
-    let server_nonce = match protocol::recv(conn, protocol::MAX_MESSAGE)? {
+    let server_nonce = match crate::client::answer(conn)? {
         Message::Challenge { nonce } => protocol::parse_hex::<NONCE_LEN>(&nonce)?,
-        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
         other => {
             return Err(
                 ProtocolError::Malformed(format!("expected Challenge, got {other:?}")).into(),
@@ -218,9 +217,8 @@ pub fn answer_challenge(
             proof: key.map(|k| protocol::to_hex(&k.client_proof(&server_nonce, &client_nonce))),
         },
     )?;
-    let server_proof = match protocol::recv(conn, protocol::MAX_MESSAGE)? {
+    let server_proof = match crate::client::answer(conn)? {
         Message::Welcome { proof } => proof,
-        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
         other => {
             return Err(ProtocolError::Malformed(format!("expected Welcome, got {other:?}")).into())
         }

@@ -1,6 +1,6 @@
 //! `tcplab run HOST:PORT`: one test against a tcplab server.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -52,19 +52,10 @@ pub fn resolve(target: &str) -> Result<Vec<SocketAddr>, TrafficError> {
         target: target.to_string(),
         reason,
     };
-    let (host, port) = match target.parse::<SocketAddr>() {
-        Ok(addr) => return Ok(vec![addr]),
-        Err(_) if target.parse::<std::net::IpAddr>().is_ok() => (target, DEFAULT_PORT),
-        Err(_) => match target.rsplit_once(':') {
-            Some((host, port)) => {
-                let port = port
-                    .parse::<u16>()
-                    .map_err(|_| resolve_err(format!("bad port '{port}'")))?;
-                (host.trim_start_matches('[').trim_end_matches(']'), port)
-            }
-            None => (target, DEFAULT_PORT),
-        },
-    };
+    if let Ok(addr) = target.parse::<SocketAddr>() {
+        return Ok(vec![addr]);
+    }
+    let (host, port) = host_and_port(target).map_err(resolve_err)?;
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| resolve_err(e.to_string()))?
@@ -73,6 +64,34 @@ pub fn resolve(target: &str) -> Result<Vec<SocketAddr>, TrafficError> {
         return Err(resolve_err("no addresses".into()));
     }
     Ok(addrs)
+}
+
+/// A target's host and port (5201 when it names none): `HOST`, `HOST:PORT`, a bare
+/// IPv6 address, or one in brackets with or without `:PORT`.
+fn host_and_port(target: &str) -> Result<(&str, u16), String> {
+    let port = |text: &str| {
+        text.parse::<u16>()
+            .map_err(|_| format!("bad port '{text}'"))
+    };
+    if let Some(rest) = target.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| "an IPv6 address in brackets lacks its ']'".to_string())?;
+        return match after {
+            "" => Ok((host, DEFAULT_PORT)),
+            _ => match after.strip_prefix(':') {
+                Some(p) => Ok((host, port(p)?)),
+                None => Err(format!("unexpected '{after}' after ']'")),
+            },
+        };
+    }
+    if target.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Ok((target, DEFAULT_PORT));
+    }
+    match target.rsplit_once(':') {
+        Some((host, p)) => Ok((host, port(p)?)),
+        None => Ok((target, DEFAULT_PORT)),
+    }
 }
 
 /// Runs one test. `on_interval` sees each report interval as soon as both ends have
@@ -88,24 +107,8 @@ pub fn run(
     control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_nodelay(true)?;
-    protocol::write_hello(&mut control, ConnKind::Control)?;
-    let answered = |r: Result<ConnKind, ProtocolError>| match r {
-        Err(ProtocolError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err(TrafficError::NoAnswer {
-                target: request.target.clone(),
-                waited_s: HANDSHAKE_TIMEOUT.as_secs(),
-            })
-        }
-        other => Ok(other?),
-    };
-    if answered(protocol::read_hello(&mut control))? != ConnKind::Control {
-        return Err(ProtocolError::Malformed("server answered with a data hello".into()).into());
-    }
+    control.write_all(&protocol::client_hello())?;
+    read_server_hello(&mut control, &request.target)?;
     auth::answer_challenge(&mut control, request.key.as_ref())?;
     let offset = measure_clock_offset(&mut control)?;
 
@@ -120,14 +123,13 @@ pub fn run(
             },
         },
     )?;
-    let (data_port, cookie, server_meta, udp_ports) = match recv(&mut control)? {
+    let (data_port, cookie, server_meta, udp_ports) = match answer(&mut control)? {
         Message::Accepted {
             data_port,
             cookie,
             meta,
             udp_ports,
         } => (data_port, protocol::parse_hex(&cookie)?, meta, udp_ports),
-        Message::Refused { reason } => return Err(TrafficError::Refused(reason)),
         other => {
             return Err(
                 ProtocolError::Malformed(format!("expected Accepted, got {other:?}")).into(),
@@ -141,7 +143,7 @@ pub fn run(
     } else {
         let data_addr = SocketAddr::new(server_addr.ip(), data_port);
         let flows = open_flows(&request.params, data_addr, &cookie)?;
-        ready(recv(&mut control)?)?;
+        ready(answer(&mut control)?)?;
         Flows::Tcp(flows)
     };
 
@@ -174,6 +176,52 @@ fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
     protocol::recv(control, protocol::MAX_MESSAGE)
 }
 
+/// The server's next answer in the handshake; a refusal, which may come at any step
+/// until Go, is the error.
+pub(crate) fn answer(control: &mut impl Read) -> Result<Message, TrafficError> {
+    unless_refused(protocol::recv(control, protocol::MAX_MESSAGE)?)
+}
+
+fn unless_refused(message: Message) -> Result<Message, TrafficError> {
+    match message {
+        Message::Refused { reason } => Err(TrafficError::Refused(reason)),
+        message => Ok(message),
+    }
+}
+
+/// The server's hello, which it says first. An iperf3 server answers the padded hello
+/// with one state byte: it is named, with the flag that tests it.
+fn read_server_hello(control: &mut TcpStream, target: &str) -> Result<(), TrafficError> {
+    match protocol::read_hello(control) {
+        Ok(ConnKind::Control) => Ok(()),
+        Ok(ConnKind::Data) => {
+            Err(ProtocolError::Malformed("server answered with a data hello".into()).into())
+        }
+        Err(ProtocolError::BadMagic(first)) if is_iperf3_state(&first) => {
+            Err(TrafficError::Iperf3Server {
+                target: target.to_string(),
+            })
+        }
+        Err(ProtocolError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(TrafficError::NoAnswer {
+                target: target.to_string(),
+                waited_s: HANDSHAKE_TIMEOUT.as_secs(),
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether a peer's first bytes are one of iperf3's control states.
+fn is_iperf3_state(first: &[u8]) -> bool {
+    matches!(first, [byte] if crate::iperf3::wire::State::from_byte(*byte).is_some())
+}
+
 pub(crate) fn connect_any(
     addrs: &[SocketAddr],
     target: &str,
@@ -199,7 +247,7 @@ fn measure_clock_offset(
     for _ in 0..TIME_PROBES {
         let client_send_us = monotonic_us();
         protocol::send(control, &Message::TimeProbe { client_send_us })?;
-        match recv(control)? {
+        match answer(control)? {
             Message::TimeReply {
                 client_send_us: echoed,
                 server_recv_us,
@@ -257,7 +305,6 @@ fn open_flows(
 fn ready(answer: Message) -> Result<(), TrafficError> {
     match answer {
         Message::Ready => Ok(()),
-        Message::Refused { reason } => Err(TrafficError::Refused(reason)),
         other => Err(ProtocolError::Malformed(format!("expected Ready, got {other:?}")).into()),
     }
 }
@@ -329,7 +376,7 @@ fn await_ready_saying_hello(
         }
     };
     control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    ready(answer)
+    ready(unless_refused(answer)?)
 }
 
 enum Event {
@@ -465,5 +512,38 @@ fn run_started(
 fn emit(groups: Vec<Vec<IntervalRecord>>, on_interval: &mut dyn FnMut(&[IntervalRecord])) {
     for group in groups {
         on_interval(&group);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_name_their_port_or_get_5201() {
+        for (target, host, port) in [
+            ("example.org", "example.org", 5201),
+            ("example.org:7", "example.org", 7),
+            ("10.0.0.1", "10.0.0.1", 5201),
+            ("fd00:77::1", "fd00:77::1", 5201),
+            ("[fd00:77::1]", "fd00:77::1", 5201),
+            ("[fd00:77::1]:6000", "fd00:77::1", 6000),
+            ("[host.example]:6000", "host.example", 6000),
+        ] {
+            assert_eq!(host_and_port(target), Ok((host, port)), "{target}");
+        }
+        assert_eq!(host_and_port("h:99999").unwrap_err(), "bad port '99999'");
+        assert_eq!(
+            host_and_port("[fd00::1").unwrap_err(),
+            "an IPv6 address in brackets lacks its ']'"
+        );
+        assert_eq!(
+            host_and_port("[fd00::1]x").unwrap_err(),
+            "unexpected 'x' after ']'"
+        );
+        // Bracketed and bare addresses resolve without a lookup.
+        let want: SocketAddr = "[fd00:77::1]:5201".parse().unwrap();
+        assert_eq!(resolve("[fd00:77::1]").unwrap(), vec![want]);
+        assert_eq!(resolve("fd00:77::1").unwrap(), vec![want]);
     }
 }

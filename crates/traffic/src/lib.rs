@@ -32,6 +32,8 @@ pub enum TrafficError {
     Refused(String),
     #[error("cannot trust the server: {0}")]
     ServerNotProven(String),
+    #[error("{target} is an iperf3 server, not a tcplab one: test it with --iperf3")]
+    Iperf3Server { target: String },
     #[error("no answer from {target} within {waited_s} s (is a tcplab server listening there?)")]
     NoAnswer { target: String, waited_s: u64 },
     #[error(transparent)]

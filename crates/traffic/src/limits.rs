@@ -5,14 +5,15 @@
 //!
 //! Every refusal is one line naming the `tcplab serve` flag that sets the limit.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tcplab_model::record::{Mode, TestEnd, TestParams};
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 /// Bounds on what clients may ask of a server; each field is the `tcplab serve` flag of
 /// the same name. `Default` is the public server's: sane for a host on the Internet.
@@ -36,7 +37,8 @@ pub struct ServerLimits {
     /// minute's worth). `None`: no limit.
     pub max_connect_rate: Option<u32>,
     /// Control connections still in their handshake, from all clients: bounds what
-    /// silent or trickling peers can hold.
+    /// silent or trickling peers can hold. A new connection is never refused for it: it
+    /// takes the place of one already in (see [`Counts::connect`]).
     pub max_handshakes: u32,
     /// Largest control message the server reads, bytes.
     pub max_message: usize,
@@ -253,12 +255,26 @@ impl TokenBucket {
 /// Above this many remembered sources, full buckets (which say nothing) are forgotten.
 const FORGET_FULL_BUCKETS_ABOVE: usize = 1024;
 
+/// A control connection's place among those in their handshake; places are numbered
+/// in the order the connections came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HandshakeId(u64);
+
+/// A control connection in its handshake, as [`Counts::connect`] ranks it.
+#[derive(Clone, Copy, Debug)]
+struct Handshake {
+    source: Source,
+    /// Its hello has come: the first thing a tcplab client sends, at once.
+    spoke: bool,
+}
+
 /// The admission counts of one server: which connections and tests it takes on.
 #[derive(Debug)]
 pub struct Counts {
     limits: ServerLimits,
     buckets: HashMap<Source, TokenBucket>,
-    handshakes: u32,
+    handshakes: BTreeMap<HandshakeId, Handshake>,
+    next_handshake: u64,
     tests: HashMap<Source, u32>,
     running: u32,
 }
@@ -268,15 +284,18 @@ impl Counts {
         Counts {
             limits: limits.clone(),
             buckets: HashMap::new(),
-            handshakes: 0,
+            handshakes: BTreeMap::new(),
+            next_handshake: 0,
             tests: HashMap::new(),
             running: 0,
         }
     }
 
-    /// A new control connection from `source` at `now_us`: within the source's rate and
-    /// the handshake cap, it is counted as in its handshake.
-    pub fn connect(&mut self, source: Source, now_us: i64) -> Result<(), String> {
+    /// A new control connection from `source` at `now_us`: within the source's rate, it
+    /// is counted as in its handshake. Where `--max-handshakes` are in already, it takes
+    /// the place of the one [`Counts::making_room`] names (which then is no longer
+    /// [`Counts::in_handshake`]): a crowd of idle connections cannot lock a client out.
+    pub fn connect(&mut self, source: Source, now_us: i64) -> Result<HandshakeId, String> {
         if let Some(per_minute) = self.limits.max_connect_rate {
             if self.buckets.len() > FORGET_FULL_BUCKETS_ABOVE {
                 self.buckets.retain(|_, b| {
@@ -295,32 +314,73 @@ impl Counts {
                 ));
             }
         }
-        if self.handshakes >= self.limits.max_handshakes {
-            return Err(format!(
-                "server busy: {} connections in their handshake (--max-handshakes {})",
-                self.handshakes, self.limits.max_handshakes
-            ));
+        if self.handshakes.len() >= self.limits.max_handshakes as usize {
+            if let Some(evicted) = self.making_room() {
+                self.handshakes.remove(&evicted);
+            }
         }
-        self.handshakes += 1;
-        Ok(())
+        let id = HandshakeId(self.next_handshake);
+        self.next_handshake += 1;
+        let spoke = false;
+        self.handshakes.insert(id, Handshake { source, spoke });
+        Ok(id)
     }
 
-    pub fn handshake_over(&mut self) {
-        self.handshakes = self.handshakes.saturating_sub(1);
+    /// The handshake that gives its place to a newcomer: one that has not said its hello
+    /// (a tcplab client says it at once) before one that has; then one from the source
+    /// with the most connections in their handshake, so a crowd from one address makes
+    /// room from its own; then the oldest.
+    fn making_room(&self) -> Option<HandshakeId> {
+        let mut per_source: HashMap<Source, usize> = HashMap::new();
+        for h in self.handshakes.values() {
+            *per_source.entry(h.source).or_default() += 1;
+        }
+        self.handshakes
+            .iter()
+            .min_by_key(|(&id, h)| (h.spoke, Reverse(per_source[&h.source]), id))
+            .map(|(&id, _)| id)
+    }
+
+    /// The connection's hello has come.
+    pub fn spoke(&mut self, id: HandshakeId) {
+        if let Some(h) = self.handshakes.get_mut(&id) {
+            h.spoke = true;
+        }
+    }
+
+    /// Whether the connection still has its place (it had to make room for a newer one).
+    pub fn in_handshake(&self, id: HandshakeId) -> bool {
+        self.handshakes.contains_key(&id)
+    }
+
+    /// Why a connection lost its place.
+    pub fn evicted_reason(&self) -> String {
+        format!(
+            "server busy: {} in their handshake (--max-handshakes {}), and this one made \
+             room for a newer one",
+            count(self.limits.max_handshakes, "connection"),
+            self.limits.max_handshakes
+        )
+    }
+
+    pub fn handshake_over(&mut self, id: HandshakeId) {
+        self.handshakes.remove(&id);
     }
 
     /// A test from `source` about to start: within the caps, it is counted as running.
     pub fn start_test(&mut self, source: Source) -> Result<(), String> {
         if self.running >= self.limits.max_tests {
             return Err(format!(
-                "server busy: {} tests running (--max-tests {})",
-                self.running, self.limits.max_tests
+                "server busy: {} running (--max-tests {})",
+                count(self.running, "test"),
+                self.limits.max_tests
             ));
         }
         let mine = self.tests.entry(source).or_default();
         if *mine >= self.limits.max_tests_per_client {
             return Err(format!(
-                "{mine} tests from {source} already running (--max-tests-per-client {})",
+                "{} from {source} already running (--max-tests-per-client {})",
+                count(*mine, "test"),
                 self.limits.max_tests_per_client
             ));
         }
@@ -354,7 +414,7 @@ pub struct Slot {
 
 #[derive(Debug)]
 enum Held {
-    Handshake,
+    Handshake(HandshakeId),
     Test(Source),
 }
 
@@ -363,9 +423,11 @@ impl Admission {
         Admission(Arc::new(Mutex::new(Counts::new(limits))))
     }
 
+    /// A place in the handshake (see [`Counts::connect`]); a connection that lost its
+    /// place to it learns so from its own [`Slot::evicted`].
     pub fn connect(&self, source: Source, now_us: i64) -> Result<Slot, String> {
-        self.lock().connect(source, now_us)?;
-        Ok(self.slot(Held::Handshake))
+        let id = self.lock().connect(source, now_us)?;
+        Ok(self.slot(Held::Handshake(id)))
     }
 
     pub fn start_test(&self, source: Source) -> Result<Slot, String> {
@@ -390,11 +452,29 @@ fn lock(counts: &Mutex<Counts>) -> MutexGuard<'_, Counts> {
     counts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl Slot {
+    /// A handshake's hello has come.
+    pub fn spoke(&self) {
+        if let Held::Handshake(id) = self.held {
+            lock(&self.counts).spoke(id);
+        }
+    }
+
+    /// Why this handshake lost its place to a newer connection, if it has.
+    pub fn evicted(&self) -> Option<String> {
+        let Held::Handshake(id) = self.held else {
+            return None;
+        };
+        let counts = lock(&self.counts);
+        (!counts.in_handshake(id)).then(|| counts.evicted_reason())
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut counts = lock(&self.counts);
         match self.held {
-            Held::Handshake => counts.handshake_over(),
+            Held::Handshake(id) => counts.handshake_over(id),
             Held::Test(source) => counts.end_test(source),
         }
     }
@@ -513,8 +593,8 @@ mod tests {
             Source::of("10.0.0.2".parse().unwrap()),
         );
         for _ in 0..6 {
-            counts.connect(me, 0).unwrap();
-            counts.handshake_over();
+            let id = counts.connect(me, 0).unwrap();
+            counts.handshake_over(id);
         }
         let reason = counts.connect(me, 0).unwrap_err();
         assert!(
@@ -550,10 +630,96 @@ mod tests {
         assert_eq!(counts.buckets.len(), 1);
     }
 
+    fn source(i: u8) -> Source {
+        Source::of(IpAddr::V4([10, 0, 0, i].into()))
+    }
+
+    /// Counts that take `max_handshakes` handshakes and any number of connections.
+    fn handshake_counts(max_handshakes: u32) -> Counts {
+        Counts::new(&ServerLimits {
+            max_handshakes,
+            max_connect_rate: None,
+            ..ServerLimits::default()
+        })
+    }
+
     #[test]
-    fn handshakes_and_tests_are_capped_and_given_back() {
-        let limits = ServerLimits {
+    fn a_full_handshake_table_makes_room_from_the_silent_then_the_oldest() {
+        let mut counts = handshake_counts(4);
+        // Four peers from four sources; two have said their hello.
+        let ids: Vec<HandshakeId> = (1..=4)
+            .map(|i| counts.connect(source(i), 0).unwrap())
+            .collect();
+        counts.spoke(ids[0]);
+        counts.spoke(ids[2]);
+        let kept = |counts: &Counts| -> Vec<bool> {
+            ids.iter().map(|&id| counts.in_handshake(id)).collect()
+        };
+        // A newcomer takes the place of the oldest that has not spoken: the second.
+        let fifth = counts.connect(source(5), 0).unwrap();
+        assert_eq!(kept(&counts), [true, false, true, true]);
+        // Then the fourth, older than the fifth.
+        let sixth = counts.connect(source(6), 0).unwrap();
+        assert_eq!(kept(&counts), [true, false, true, false]);
+        // Only peers that spoke are older than the newcomers: the fifth and sixth go
+        // first, whatever their age.
+        counts.connect(source(7), 0).unwrap();
+        assert!(!counts.in_handshake(fifth) && counts.in_handshake(sixth));
+        counts.connect(source(8), 0).unwrap();
+        assert!(!counts.in_handshake(sixth));
+        assert_eq!(kept(&counts), [true, false, true, false]);
+        // All that are left spoke (the two first, and these two newcomers now): the
+        // oldest goes.
+        let newest: Vec<HandshakeId> = counts.handshakes.keys().copied().skip(2).collect();
+        newest.iter().for_each(|&id| counts.spoke(id));
+        counts.connect(source(9), 0).unwrap();
+        assert_eq!(kept(&counts), [false, false, true, false]);
+        // Never more than the cap.
+        assert_eq!(counts.handshakes.len(), 4);
+    }
+
+    #[test]
+    fn a_crowd_from_one_source_makes_room_from_its_own() {
+        let mut counts = handshake_counts(4);
+        let alone = counts.connect(source(1), 0).unwrap();
+        let crowd: Vec<HandshakeId> = (0..3)
+            .map(|_| counts.connect(source(2), 0).unwrap())
+            .collect();
+        // The lone peer is the oldest, yet the crowd's oldest gives way, then the next.
+        for (n, &id) in crowd.iter().enumerate() {
+            counts.connect(source(2), 0).unwrap();
+            assert!(counts.in_handshake(alone));
+            assert!(!counts.in_handshake(id), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_connection_that_made_room_hears_the_limit_by_name() {
+        let admission = Admission::new(&ServerLimits {
             max_handshakes: 2,
+            max_connect_rate: None,
+            ..ServerLimits::default()
+        });
+        let first = admission.connect(source(1), 0).unwrap();
+        let second = admission.connect(source(2), 0).unwrap();
+        assert_eq!(first.evicted(), None);
+        let third = admission.connect(source(3), 0).unwrap();
+        assert_eq!(
+            first.evicted().unwrap(),
+            "server busy: 2 connections in their handshake (--max-handshakes 2), \
+             and this one made room for a newer one"
+        );
+        assert_eq!(second.evicted(), None);
+        // Its place went to the third: giving it back frees nothing more.
+        drop(first);
+        assert_eq!(lock(&admission.0).handshakes.len(), 2);
+        drop((second, third));
+        assert!(lock(&admission.0).handshakes.is_empty());
+    }
+
+    #[test]
+    fn tests_are_capped_and_given_back() {
+        let limits = ServerLimits {
             max_tests: 3,
             max_tests_per_client: 2,
             max_connect_rate: None,
@@ -561,13 +727,6 @@ mod tests {
         };
         let admission = Admission::new(&limits);
         let me = Source::of("10.0.0.1".parse().unwrap());
-        let first = admission.connect(me, 0).unwrap();
-        let _second = admission.connect(me, 0).unwrap();
-        let reason = admission.connect(me, 0).unwrap_err();
-        assert!(reason.contains("--max-handshakes 2"), "{reason}");
-        drop(first);
-        assert!(admission.connect(me, 0).is_ok());
-
         let mine = [
             admission.start_test(me).unwrap(),
             admission.start_test(me).unwrap(),

@@ -103,6 +103,7 @@ impl IntervalMerger {
         let groups: Vec<Vec<IntervalRecord>> = complete
             .into_iter()
             .filter_map(|i| self.done.remove(&i))
+            .filter(|group| !empty_drain(group))
             .collect();
         self.emitted.extend(groups.iter().flatten().cloned());
         groups
@@ -116,7 +117,12 @@ impl IntervalMerger {
             self.done.entry(index).or_default().push(merged);
         }
         let mut all = self.emitted;
-        all.extend(self.done.into_values().flatten());
+        all.extend(
+            self.done
+                .into_values()
+                .filter(|group| !empty_drain(group))
+                .flatten(),
+        );
         all.sort_by_key(|r| (r.index, r.flow));
         all
     }
@@ -151,6 +157,18 @@ impl IntervalMerger {
             drain: sender.is_some_and(|s| s.drain) || receiver.is_some_and(|r| r.drain),
         }
     }
+}
+
+/// An interval after the deadline in which nothing moved, as the last of a UDP test
+/// whose flows were done at the deadline: it would show 0 bit/s over no time.
+fn empty_drain(group: &[IntervalRecord]) -> bool {
+    group.iter().all(|r| {
+        r.drain
+            && r.acked_bytes == 0
+            && r.received_bytes == 0
+            && r.retransmits == 0
+            && r.udp.is_none_or(|u| u.sent == 0 && u.received == 0)
+    })
 }
 
 /// One end's report and raw samples.
@@ -659,6 +677,39 @@ mod tests {
             run.summary.dominant_limit,
             Some(tcplab_model::record::Limit::Rwnd)
         );
+    }
+
+    #[test]
+    fn an_interval_after_the_deadline_in_which_nothing_moved_is_left_out() {
+        let ctx = context(Mode::Up, 1);
+        let mut merger = IntervalMerger::new(&ctx);
+        let udp = |mut h: SideInterval, drain: bool| {
+            (h.retransmits, h.cwnd, h.srtt_us) = (0, 0, 0);
+            h.udp = Some(UdpInterval::default());
+            h.drain = drain;
+            h
+        };
+        let pair = |merger: &mut IntervalMerger, index, bytes, drain| {
+            let start = 1_000_000 * i64::from(index);
+            merger.add(
+                Host::Client,
+                vec![udp(half(0, index, Role::Send, start, bytes), drain)],
+            );
+            merger.add(
+                Host::Server,
+                vec![udp(half(0, index, Role::Receive, start, bytes), drain)],
+            )
+        };
+        assert_eq!(pair(&mut merger, 0, 1000, false).len(), 1);
+        // An empty drain is not handed out, live or at the end.
+        assert!(pair(&mut merger, 1, 0, true).is_empty());
+        let intervals = merger.finish();
+        assert_eq!(intervals.len(), 1);
+        // One in which datagrams still arrived stays.
+        let mut merger = IntervalMerger::new(&ctx);
+        pair(&mut merger, 0, 1000, false);
+        assert_eq!(pair(&mut merger, 1, 100, true).len(), 1);
+        assert_eq!(merger.finish().len(), 2);
     }
 
     #[test]

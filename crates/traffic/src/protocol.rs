@@ -1,7 +1,10 @@
 //! The control protocol between `tcplab run` and `tcplab serve`.
 //!
 //! Every connection starts with an 8-byte hello: the magic `TCPLAB`, a kind byte
-//! (`C` control, `D` data) and the protocol version. A control connection then carries
+//! (`C` control, `D` data) and the protocol version. On a control connection the server
+//! says its hello at once, and the client's is padded to [`CONTROL_HELLO_LEN`]: each end
+//! can then name a peer of another protocol at once, a tcplab one or an iperf3 one. A
+//! control connection then carries
 //! length-delimited JSON messages (u32 big-endian length, at most [`MAX_MESSAGE`] bytes
 //! towards a client, at most the server's `--max-message` towards the server); a data
 //! connection carries the test's cookie and its flow id, then raw payload.
@@ -27,8 +30,13 @@ use tcplab_model::record::{
 };
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
-/// 2: authentication before anything else.
-pub const VERSION: u8 = 2;
+/// 2: authentication before anything else. 3: the server's hello first, the client's
+/// control hello padded.
+pub const VERSION: u8 = 3;
+/// A client's control hello is as long as iperf3's cookie, zeros after the 8 bytes: an
+/// iperf3 server answers it at once with a state byte, which the client names, where it
+/// would wait for the rest of its cookie.
+pub const CONTROL_HELLO_LEN: usize = 37;
 /// Largest control message a client accepts; anything longer is hostile or broken. The
 /// server reads far smaller messages (its `--max-message`).
 pub const MAX_MESSAGE: usize = 4 << 20;
@@ -70,10 +78,39 @@ pub fn write_hello(w: &mut impl Write, kind: ConnKind) -> io::Result<()> {
     w.write_all(&hello)
 }
 
+/// A client's control hello, padded.
+pub fn client_hello() -> [u8; CONTROL_HELLO_LEN] {
+    let mut hello = [0u8; CONTROL_HELLO_LEN];
+    write_hello(&mut &mut hello[..], ConnKind::Control).expect("37 bytes hold 8");
+    hello
+}
+
+/// Reads a hello. The magic is read byte by byte: a peer of another protocol that
+/// answers one byte and waits (an iperf3 server's state) is named at once.
 pub fn read_hello(r: &mut impl Read) -> Result<ConnKind, ProtocolError> {
     let mut hello = [0u8; 8];
-    r.read_exact(&mut hello).map_err(closed_on_eof)?;
+    for (i, expected) in MAGIC.iter().enumerate() {
+        r.read_exact(&mut hello[i..=i]).map_err(closed_on_eof)?;
+        if hello[i] != *expected {
+            return Err(ProtocolError::BadMagic(hello[..=i].to_vec()));
+        }
+    }
+    r.read_exact(&mut hello[MAGIC.len()..])
+        .map_err(closed_on_eof)?;
     parse_hello(&hello)
+}
+
+/// Reads what a server reads first: a client's control hello with its padding.
+pub fn read_client_hello(r: &mut impl Read) -> Result<(), ProtocolError> {
+    match read_hello(r)? {
+        ConnKind::Control => {
+            let mut padding = [0u8; CONTROL_HELLO_LEN - 8];
+            r.read_exact(&mut padding).map_err(closed_on_eof)
+        }
+        ConnKind::Data => Err(ProtocolError::Malformed(
+            "data connection to the control port".into(),
+        )),
+    }
 }
 
 fn parse_hello(hello: &[u8; 8]) -> Result<ConnKind, ProtocolError> {
@@ -360,11 +397,31 @@ mod tests {
     fn hello_round_trip_and_rejects() {
         let mut buf = Vec::new();
         write_hello(&mut buf, ConnKind::Data).unwrap();
-        assert_eq!(&buf, b"TCPLABD\x02");
+        assert_eq!(&buf, b"TCPLABD\x03");
         assert_eq!(read_hello(&mut &buf[..]).unwrap(), ConnKind::Data);
+        let hello = client_hello();
+        assert_eq!(&hello[..8], b"TCPLABC\x03");
+        assert_eq!(hello[8..], [0; 29]);
+        let mut r = &hello[..];
+        read_client_hello(&mut r).unwrap();
+        assert!(r.is_empty());
+        assert!(matches!(
+            read_client_hello(&mut &hello[..36]),
+            Err(ProtocolError::Closed)
+        ));
+        assert!(matches!(
+            read_client_hello(&mut &buf[..]),
+            Err(ProtocolError::Malformed(_))
+        ));
         assert!(matches!(
             read_hello(&mut &b"GET / HT"[..]),
             Err(ProtocolError::BadMagic(_))
+        ));
+        // The first byte off the magic is the last read: an iperf3 server's one state
+        // byte, then silence, is named without waiting for more.
+        assert!(matches!(
+            read_hello(&mut &b"TC\x09"[..]),
+            Err(ProtocolError::BadMagic(b)) if b == b"TC\x09"
         ));
         assert!(matches!(
             read_hello(&mut &b"TCPLABC\x07"[..]),

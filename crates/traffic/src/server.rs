@@ -2,12 +2,15 @@
 //! threads, so several clients are served at once and one client's failure or hostility
 //! never touches another's test.
 //!
-//! Before a test, in order: the source's connection rate and the handshake cap (checked
-//! at accept, refused from one thread so a flood costs no thread per connection), the
-//! hellos, whether the peer may use the server at all ([`Access`]), the key
-//! ([`crate::auth`]), the request against the [`ServerLimits`], and the caps on tests
-//! running. Each step of the handshake has one deadline, however the peer trickles.
+//! Before a test, in order: the source's connection rate (checked at accept, refused
+//! from one thread so a flood costs no thread per connection), a place among the
+//! connections in their handshake (a newcomer takes one from a full table, see
+//! [`limits::Counts::connect`]), the hellos, whether the peer may use the server at all
+//! ([`Access`]), the key ([`crate::auth`]), the request against the [`ServerLimits`], and
+//! the caps on tests running. Each step of the handshake has one deadline, however the
+//! peer trickles, and a connection that loses its place meets it at once.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
@@ -19,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use tcplab_model::record::{BufferSize, Host, HostMeta, TestParams};
-use tcplab_model::units::{format_duration_us, format_size};
+use tcplab_model::units::{count, format_duration_us, format_size};
 use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
@@ -37,8 +40,16 @@ use crate::{flow_roles, TrafficError};
 const WATCH_POLL: Duration = Duration::from_millis(200);
 /// Refusals waiting for the refusing thread; beyond, connections close unanswered.
 const REFUSAL_QUEUE: usize = 64;
-/// What a refusal may take: reading the peer's hello, answering, and its close.
+/// How long a refused or broken connection is held, after its answer, for the peer to
+/// read it and close.
 const REFUSAL_TIME: Duration = Duration::from_millis(500);
+/// Refused connections the refusing thread holds at once; beyond, it closes the oldest
+/// (its answer long sent).
+const REFUSALS_HELD: usize = 256;
+/// How often the refusing thread reads what the connections it holds sent.
+const REFUSAL_TICK: Duration = Duration::from_millis(20);
+/// How often a connection in its handshake looks whether a newer one took its place.
+const PLACE_CHECK: Duration = Duration::from_millis(100);
 
 /// Who may use a server.
 #[derive(Clone, Debug)]
@@ -157,31 +168,86 @@ const ACCEPT_POLL_MS: i32 = 10;
 
 type Refusal = (TcpStream, SocketAddr, String);
 
-/// The thread that answers connections refused at accept, one after another.
+/// The thread that answers connections refused at accept: our hello and the reason at
+/// once, without waiting for the peer's, then each connection held until its peer
+/// closes (or [`REFUSAL_TIME`]), what it sent read and dropped, since closing on unread
+/// bytes would reset the connection and could lose the reason before the client reads
+/// it. No refusal waits for another's peer: a crowd of silent ones delays none.
 fn refuser(log: fn(&str)) -> io::Result<mpsc::SyncSender<Refusal>> {
     let (refusals, queue) = mpsc::sync_channel::<Refusal>(REFUSAL_QUEUE);
     thread::Builder::new()
         .name("refuser".into())
         .spawn(move || {
-            for (stream, peer, reason) in queue {
-                log(&format!("{peer}: refused: {reason}"));
-                let mut conn = Deadlined::new(&stream, REFUSAL_TIME);
-                if protocol::read_hello(&mut conn).is_ok() {
-                    let _ = protocol::write_hello(&mut conn, ConnKind::Control);
-                    refuse(&mut conn, reason);
+            let mut held: VecDeque<(TcpStream, Instant)> = VecDeque::new();
+            loop {
+                let next = if held.is_empty() {
+                    queue
+                        .recv()
+                        .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+                } else {
+                    queue.recv_timeout(REFUSAL_TICK)
+                };
+                match next {
+                    Ok((stream, peer, reason)) => {
+                        log(&format!("{peer}: refused: {reason}"));
+                        if answer_at_once(&stream, reason).is_ok() {
+                            if held.len() == REFUSALS_HELD {
+                                held.pop_front();
+                            }
+                            held.push_back((stream, Instant::now() + REFUSAL_TIME));
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
+                let now = Instant::now();
+                held.retain(|(stream, until)| now < *until && !peer_closed(stream));
             }
         })?;
     Ok(refusals)
 }
 
-/// Sends `reason` and closes gracefully: what the peer sent meanwhile is read and
-/// dropped until it closes too (or the deadline), since closing on unread bytes would
-/// reset the connection and could lose the reason before the client reads it.
+/// Our hello and `reason` on a fresh connection, in one write that its empty send
+/// buffer takes whole; then our side closed.
+fn answer_at_once(stream: &TcpStream, reason: String) -> io::Result<()> {
+    let mut answer = Vec::new();
+    protocol::write_hello(&mut answer, ConnKind::Control)?;
+    protocol::send(&mut answer, &Message::Refused { reason }).map_err(io::Error::other)?;
+    stream.set_nonblocking(true)?;
+    let mut writer = stream;
+    writer.write_all(&answer)?;
+    stream.shutdown(Shutdown::Write)
+}
+
+/// Reads and drops what a held connection's peer sent (a bounded amount per look);
+/// whether the peer has closed or the connection broke.
+fn peer_closed(stream: &TcpStream) -> bool {
+    let mut reader = stream;
+    let mut buf = [0u8; 4096];
+    for _ in 0..16 {
+        match reader.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Sends `reason` and closes gracefully.
 fn refuse(conn: &mut Deadlined, reason: String) {
-    if protocol::send(conn, &Message::Refused { reason }).is_ok()
-        && conn.stream.shutdown(Shutdown::Write).is_ok()
-    {
+    if protocol::send(conn, &Message::Refused { reason }).is_ok() {
+        close_gracefully(conn);
+    }
+}
+
+/// Closes our side, then reads and drops what the peer sent until it closes too (or the
+/// deadline): closing on unread bytes would reset the connection and could lose what we
+/// sent before the peer reads it.
+fn close_gracefully(conn: &mut Deadlined) {
+    if conn.stream.shutdown(Shutdown::Write).is_ok() {
         let _ = io::copy(conn, &mut io::sink());
     }
 }
@@ -191,6 +257,9 @@ fn refuse(conn: &mut Deadlined, reason: String) {
 struct Deadlined<'a> {
     stream: &'a TcpStream,
     until: Instant,
+    /// The connection's place among those in their handshake: once a newer connection
+    /// has taken it, the deadline is now.
+    place: Option<&'a Slot>,
 }
 
 impl<'a> Deadlined<'a> {
@@ -200,7 +269,18 @@ impl<'a> Deadlined<'a> {
     }
 
     fn until(stream: &'a TcpStream, until: Instant) -> Deadlined<'a> {
-        Deadlined { stream, until }
+        Deadlined {
+            stream,
+            until,
+            place: None,
+        }
+    }
+
+    fn in_place(self, place: &'a Slot) -> Deadlined<'a> {
+        Deadlined {
+            place: Some(place),
+            ..self
+        }
     }
 
     fn timed_out(&self) -> io::Error {
@@ -212,6 +292,9 @@ impl<'a> Deadlined<'a> {
 
     /// The time left, or the timeout error when there is none.
     fn left(&self) -> io::Result<Duration> {
+        if let Some(reason) = self.place.and_then(Slot::evicted) {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, reason));
+        }
         match self.until.checked_duration_since(Instant::now()) {
             Some(left) if !left.is_zero() => Ok(left),
             _ => Err(self.timed_out()),
@@ -229,8 +312,24 @@ impl<'a> Deadlined<'a> {
 impl Read for Deadlined<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut stream = self.stream;
-        stream.set_read_timeout(Some(self.left()?))?;
-        stream.read(buf).map_err(|e| self.explain(e))
+        loop {
+            let left = self.left()?;
+            // A connection with a place wakes to see whether it still has it.
+            let wait = match self.place {
+                Some(_) => left.min(PLACE_CHECK),
+                None => left,
+            };
+            stream.set_read_timeout(Some(wait))?;
+            match stream.read(buf) {
+                // `left` says whether the time is up.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                read => return read,
+            }
+        }
     }
 }
 
@@ -254,40 +353,44 @@ fn handle_client(
 ) -> Result<(), TrafficError> {
     control.set_nodelay(true)?;
     let limits = &server.config.limits;
-    let mut conn = Deadlined::new(&control, limits.handshake_timeout);
-    exchange_hellos(&mut conn)?;
-    let (params, clock, _test) = match admit(&mut conn, peer, server) {
+    let mut conn = Deadlined::new(&control, limits.handshake_timeout).in_place(&handshake);
+    let admitted = greet(&mut conn, &handshake)
+        .map_err(Rejected::from)
+        .and_then(|()| admit(&mut conn, peer, server));
+    let (params, clock, _test) = match admitted {
         Ok(admitted) => admitted,
-        Err(Rejected::Refused(reason)) => {
+        Err(rejected) => {
             // A fresh deadline: the reason is worth sending even to a peer that ran out
             // of time.
-            refuse(&mut Deadlined::new(&control, REFUSAL_TIME), reason.clone());
-            return Err(TrafficError::Refused(reason));
+            let mut conn = Deadlined::new(&control, REFUSAL_TIME);
+            return Err(match rejected {
+                Rejected::Refused(reason) => {
+                    refuse(&mut conn, reason.clone());
+                    TrafficError::Refused(reason)
+                }
+                Rejected::Broken(e) => {
+                    close_gracefully(&mut conn);
+                    e.into()
+                }
+            });
         }
-        Err(Rejected::Broken(e)) => return Err(e.into()),
     };
     drop(handshake);
     (server.log)(&format!(
-        "{peer}: test of {} stream(s), {:?}",
-        params.streams, params.mode
+        "{peer}: test of {}, {:?}",
+        count(params.streams, "stream"),
+        params.mode
     ));
     run_test(control, peer, &params, &clock, server)
 }
 
-/// Reads the client's hello and answers with ours, also to a client of another
-/// version, which can then name the mismatch.
-fn exchange_hellos(conn: &mut Deadlined) -> Result<(), ProtocolError> {
-    match protocol::read_hello(conn) {
-        Ok(ConnKind::Control) => Ok(protocol::write_hello(conn, ConnKind::Control)?),
-        Ok(ConnKind::Data) => Err(ProtocolError::Malformed(
-            "data connection to the control port".into(),
-        )),
-        Err(e @ ProtocolError::Version { .. }) => {
-            let _ = protocol::write_hello(conn, ConnKind::Control);
-            Err(e)
-        }
-        Err(e) => Err(e),
-    }
+/// Our hello first, so that any peer can name us (one of another version, an iperf3
+/// client), then the client's.
+fn greet(conn: &mut Deadlined, place: &Slot) -> Result<(), ProtocolError> {
+    protocol::write_hello(conn, ConnKind::Control)?;
+    protocol::read_client_hello(conn)?;
+    place.spoke();
+    Ok(())
 }
 
 /// Everything between the hellos and the test: who the peer is, its key, its request,
@@ -734,8 +837,8 @@ mod tests {
     fn a_peer_trickling_its_hello_runs_out_of_time_like_a_silent_one() {
         let (ours, mut theirs) = pair();
         let trickle = thread::spawn(move || {
-            for byte in b"TCPLABC\x02" {
-                if theirs.write_all(&[*byte]).is_err() {
+            for byte in protocol::client_hello() {
+                if theirs.write_all(&[byte]).is_err() {
                     return;
                 }
                 thread::sleep(Duration::from_millis(100));
@@ -753,6 +856,37 @@ mod tests {
         );
         drop(ours);
         trickle.join().unwrap();
+    }
+
+    #[test]
+    fn a_connection_whose_place_a_newer_one_takes_is_told_at_once() {
+        let admission = limits::Admission::new(&ServerLimits {
+            max_handshakes: 1,
+            max_connect_rate: None,
+            ..ServerLimits::default()
+        });
+        let source = |i| Source::of(std::net::IpAddr::from([10, 0, 0, i]));
+        let place = admission.connect(source(1), 0).unwrap();
+        let (ours, _theirs) = pair();
+        let newer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(150));
+            admission.connect(source(2), 0).unwrap()
+        });
+        let started = Instant::now();
+        let mut conn = Deadlined::new(&ours, Duration::from_secs(10)).in_place(&place);
+        let err = protocol::read_hello(&mut conn).unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(
+            Rejected::from(err),
+            Rejected::Refused(r) if r.ends_with("(--max-handshakes 1), and this one made room for a newer one")
+        ),);
+        // Within a look or two after it lost its place, not at the deadline.
+        assert!(
+            took >= Duration::from_millis(150)
+                && took < Duration::from_millis(150) + 3 * PLACE_CHECK,
+            "{took:?}"
+        );
+        drop(newer.join().unwrap());
     }
 
     #[test]

@@ -426,6 +426,17 @@ pub fn one_of_three_tries<T>(what: &str, mut attempt: impl FnMut() -> Result<T, 
     panic!("{what}, three times: {}", misses.join("; "));
 }
 
+/// The address in a server log's "serving on ADDR, …" line once the whole line is
+/// written: stderr is unbuffered, so a reader may see the line cut after any write.
+pub fn serving_addr(log: &str) -> Option<SocketAddr> {
+    let (line, _) = log.split("serving on ").nth(1)?.split_once('\n')?;
+    let addr = line.split(',').next()?.trim();
+    Some(
+        addr.parse()
+            .unwrap_or_else(|e| panic!("a whole serving line {line:?}: {e}")),
+    )
+}
+
 /// `tcplab serve --listen 127.0.0.1:0 FLAGS…` on loopback, which needs no privileges
 /// (loopback peers are local, so no key is needed either unless given).
 pub struct LoopbackServer {
@@ -455,8 +466,7 @@ impl LoopbackServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(rest) = text.split("serving on ").nth(1) {
-                let addr = rest.split(',').next().unwrap().trim().parse().unwrap();
+            if let Some(addr) = serving_addr(&text) {
                 return LoopbackServer {
                     child,
                     addr,
@@ -554,7 +564,18 @@ pub fn failure(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    assert_each_cause_once(&err);
     err
+}
+
+/// Asserts that no part of an error line's chain ("a: b: c") repeats the one before it,
+/// as it does when an error both prints its cause and exposes it as its source.
+pub fn assert_each_cause_once(err: &str) {
+    let parts: Vec<&str> = err.trim_end().split(": ").collect();
+    assert!(
+        parts.windows(2).all(|w| w[0] != w[1]),
+        "a cause repeats in {err:?}"
+    );
 }
 
 /// Waits until `server` listens on TCP `addr`, read from /proc/PID/net/tcp, which shows

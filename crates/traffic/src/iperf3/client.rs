@@ -27,7 +27,7 @@ use super::Iperf3Error;
 use crate::client::{self, Request};
 use crate::engine::{End, FlowSocket, Flows, SideOutcome};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
-use crate::protocol::{Role, SideFlow, SideReport};
+use crate::protocol::{self, ProtocolError, Role, SideFlow, SideReport};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, setup, TrafficError};
 
@@ -188,6 +188,17 @@ impl Session {
         self.io("sending a state", result)
     }
 
+    /// Whether `first` and the bytes after it are a tcplab server's hello (of any version),
+    /// which it says as soon as a client connects.
+    fn is_tcplab_hello(&mut self, first: u8) -> bool {
+        let first = [first];
+        let mut hello = first.chain(&mut self.control);
+        matches!(
+            protocol::read_hello(&mut hello),
+            Ok(_) | Err(ProtocolError::Version { .. })
+        )
+    }
+
     /// Reads the server's next state; anything but `want` is an error that says why.
     fn expect(&mut self, want: State) -> Result<(), Iperf3Error> {
         let byte = match wire::read_state(&mut self.control) {
@@ -229,6 +240,9 @@ impl Session {
                 target: self.target.clone(),
             }),
             Some(other) => Err(self.not_iperf3(format!("{other:?} where {want:?} was due"))),
+            None if self.is_tcplab_hello(byte) => Err(Iperf3Error::TcplabServer {
+                target: self.target.clone(),
+            }),
             None => Err(self.not_iperf3(format!("byte {byte:#04x} where {want:?} was due"))),
         }
     }

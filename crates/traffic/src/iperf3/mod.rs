@@ -25,6 +25,8 @@ pub enum Iperf3Error {
     },
     #[error("iperf3 server {target} terminated the test")]
     Terminated { target: String },
+    #[error("{target} is a tcplab server, not an iperf3 one: test it without --iperf3")]
+    TcplabServer { target: String },
     #[error("{target} does not speak iperf3's protocol: {detail}")]
     NotIperf3 { target: String, detail: String },
     #[error("iperf3 server {target}: {what}")]

@@ -18,6 +18,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use tcplab_model::record::{Host, Mode, TestEnd, TestParams, Tuning, UdpHeaderFormat, UdpParams};
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
+use tcplab_model::units::count;
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::localnet::Neighbourhood;
 
@@ -169,11 +170,23 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
         .fold(0.0, f64::max);
     let client_bytes: u64 = theirs.streams.iter().map(|s| s.bytes).sum();
     Ok(format!(
-        "{} {} streams {}, {bytes} bytes in {seconds:.2} s = {:.3} Gbit/s here, {client_bytes} bytes at the client",
-        params.streams,
-        if params.udp.is_some() { "UDP" } else { "TCP" },
-        if params.mode == Mode::Down { "sent" } else { "received" },
+        "{} {}, {} in {seconds:.2} s = {:.3} Gbit/s here, {} at the client",
+        count(
+            params.streams,
+            if params.udp.is_some() {
+                "UDP stream"
+            } else {
+                "TCP stream"
+            }
+        ),
+        if params.mode == Mode::Down {
+            "sent"
+        } else {
+            "received"
+        },
+        count(bytes, "byte"),
         bytes as f64 * 8.0 / seconds.max(1e-9) / 1e9,
+        count(client_bytes, "byte"),
     ))
 }
 

@@ -49,6 +49,11 @@ const RT_PRIORITY: i32 = 10;
 /// the kernel's real-time budget (`sched_rt_runtime_us`, 95 % of a CPU): throttled for
 /// up to 50 ms a second, its p99 went to milliseconds.
 const MIN_SLEEP_NS: u64 = 10_000;
+/// Longest sleep at normal priority: the kernel lets `ppoll` wake a thread that is not
+/// real-time up to 0.1 % of its timeout late (`select_estimate_accuracy`), 20 µs for
+/// the 20 ms between publications; in steps of 1 ms, at most 1 µs, for 1000 wake-ups a
+/// second of an idle lab. Real-time threads get no slack.
+const NORMAL_PRIORITY_MAX_SLEEP_NS: u64 = 1_000_000;
 /// How late a read may stamp a packet while the loop watches its devices: one wake-up
 /// after the packet came. Measured on a 2-vCPU VM, the loop's timer wake-ups come 15 µs
 /// late at the median, 23–28 µs at p90; a packet's read lags its capture on the sending
@@ -476,13 +481,17 @@ impl Direction {
     }
 
     /// Sleeps until `deadline` or until a device has a packet, on a high-resolution
-    /// timer (slack 1 ns); lateness is the kernel's wake-up latency.
+    /// timer (slack 1 ns, or at most 1 µs at normal priority); lateness is the kernel's
+    /// wake-up latency.
     fn wait_until(&mut self, deadline: u64) -> io::Result<()> {
         let now = self.now();
         if deadline <= now {
             return Ok(());
         }
-        let sleep = (deadline - now).max(MIN_SLEEP_NS);
+        let mut sleep = (deadline - now).max(MIN_SLEEP_NS);
+        if !self.realtime {
+            sleep = sleep.min(NORMAL_PRIORITY_MAX_SLEEP_NS);
+        }
         let ts = libc::timespec {
             tv_sec: (sleep / 1_000_000_000) as libc::time_t,
             tv_nsec: (sleep % 1_000_000_000) as libc::c_long,

@@ -140,8 +140,13 @@ fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
         return;
     };
     // cubic, not the default bbr: on a microsecond-RTT veth bbr holds cwnd near its
-    // 4-segment floor, as small as this window, and the two limits blur.
-    let v = bed.run_json(&["-t", "1s", "-C", "cubic", "--rcvbuf", "8K"]);
+    // 4-segment floor, as small as this window, and the two limits blur. A send buffer
+    // well above the window for the same reason: the default one starts at 16 KiB, as
+    // small as this receive buffer, and under load up to a fifth of the samples find
+    // it full with the window open.
+    let v = bed.run_json(&[
+        "-t", "1s", "-C", "cubic", "--rcvbuf", "8K", "--sndbuf", "128K",
+    ]);
     assert_eq!(
         str_at(&v, "/summary/dominant_limit"),
         "rwnd",

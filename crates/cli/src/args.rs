@@ -411,10 +411,23 @@ pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_model::path::PathError> {
 pub struct ShellArgs {
     #[command(flatten)]
     pub path: PathArgs,
+    /// What lies beyond the path: the lab's server host, or also the namespace tcplab
+    /// was started in (IPv4; TCPLAB_HOST is where it answers), through NAT as root or
+    /// slirp4netns without root
+    #[arg(long, value_enum, default_value = "server")]
+    pub far: FarArg,
     /// The command, run in the (first) client host; TCPLAB_SERVER, TCPLAB_SERVER6,
     /// TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it where the far side is.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FarArg {
+    /// The lab's server host only
+    Server,
+    /// The caller's network namespace too, through the server host
+    Host,
 }
 
 #[derive(Subcommand, Debug)]

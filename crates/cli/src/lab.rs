@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
+use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
@@ -25,7 +26,7 @@ use tcplab_model::units::count;
 use tcplab_report::table::{aligned, Align};
 use tcplab_sys::{netns, poll};
 
-use crate::args::{BackendArg, LabCommand, PathArgs, ShellArgs};
+use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
 use crate::commands::{interrupt_flag, lab_lines};
 
 /// How long `show` and `down` wait for a daemon's answer.
@@ -363,26 +364,51 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
 }
 
 /// `tcplab shell`: an ephemeral lab, the command in its client host, the command's exit
-/// status. The far side is the lab's server host (not the caller's namespace, as in
-/// mahimahi): start a peer there with `tcplab --netns $TCPLAB_SERVER_NS …`.
+/// status. The far side is the lab's server host (start a peer there with
+/// `tcplab --netns $TCPLAB_SERVER_NS …`) and, with `--far host`, the caller's namespace
+/// beyond it, as in mahimahi.
 pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     let config = config(&args.path, &format!("sh{}", std::process::id()))?
         .ok_or_else(|| anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path)"))?;
+    if args.far == FarArg::Host && config.backend == Backend::Netem {
+        bail!("--far host needs the emulator: leave out --backend netem");
+    }
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();
     let lab = Lab::up(&config).context("cannot build the lab")?;
+    // Dropped before the lab goes down.
+    let far = match args.far {
+        FarArg::Server => None,
+        FarArg::Host => match FarHost::attach(&lab) {
+            Ok(far) => Some(far),
+            Err(e) => {
+                let _ = lab.down();
+                return Err(anyhow!(e).context("cannot reach this namespace through the lab"));
+            }
+        },
+    };
     // On stderr, leaving stdout to the command: the seed its links draw from, above all.
     for line in lab_lines(&lab) {
         eprintln!("{line}");
     }
+    if let Some(far) = &far {
+        eprintln!(
+            "  far side: this namespace, at {} from behind the path (TCPLAB_HOST)",
+            far.host_addr
+        );
+    }
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut command = Command::new(program);
     command.args(rest).envs(lab.entry.host_env());
+    if let Some(far) = &far {
+        command.env("TCPLAB_HOST", far.host_addr.to_string());
+    }
     // Spawned from a thread inside the client namespace, the command lives there.
     let status = lab.clients[0]
         .ns
         .run(move || command.status())?
         .with_context(|| format!("cannot run {program}"));
+    drop(far);
     lab.down().context("tearing the lab down")?;
     let code = status?.code().unwrap_or(1);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))

@@ -29,7 +29,7 @@ use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
 use tcplab_model::record::{DirectionStats, PathRecord};
 
-const TUN_NAME: &str = "tcplab0";
+pub(crate) const TUN_NAME: &str = "tcplab0";
 
 /// Per-host TCP memory limits: room for a 1 Gbit/s × 100 ms path (12.5 MB in flight)
 /// with autotuning's overhead. net.core.[rw]mem_max are the host's (read-only in other
@@ -91,6 +91,9 @@ pub enum LabError {
     Netem(#[from] NetemError),
     #[error("path spec: {0}")]
     Specs(DumbbellError),
+    /// The far side (`--far host`) cannot be joined.
+    #[error("{0}")]
+    Far(String),
 }
 
 /// What carries the packets between the hosts.

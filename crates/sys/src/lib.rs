@@ -1,6 +1,6 @@
 //! Linux I/O for tcplab: tcp_info and socket options, network namespaces and veth
-//! through netlink (as root or in a user namespace of tcplab's own), per-thread CPU
-//! time, sysctls. A thin shell: decoding and
+//! through netlink (as root or in a user namespace of tcplab's own), a masquerading NAT
+//! through nf_tables, per-thread CPU time, sysctls. A thin shell: decoding and
 //! arithmetic live in `tcplab-model`.
 
 pub mod clock;
@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod localnet;
 pub mod netem;
 pub mod netns;
+pub mod nft;
 pub mod ping;
 pub mod poll;
 pub mod snmp;

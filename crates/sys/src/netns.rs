@@ -41,6 +41,9 @@ use netlink_packet_route::address::{
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State,
 };
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
@@ -539,6 +542,46 @@ pub fn add_address(ifname: &str, addr: IpAddr, prefix: u8) -> io::Result<()> {
     Ok(())
 }
 
+/// Deletes link `ifname` (both ends of a veth pair), in the calling thread's namespace.
+pub fn delete_link(ifname: &str) -> io::Result<()> {
+    let what = format!("deleting link {ifname}");
+    let mut msg = LinkMessage::default();
+    msg.header.index = if_index(ifname).map_err(|e| context(e, &what))?;
+    rtnl(RouteNetlinkMessage::DelLink(msg), 0).map_err(|e| context(e, &what))?;
+    Ok(())
+}
+
+/// Adds the IPv4 default route of the calling thread's namespace: through `gateway`
+/// on link `ifname`, or straight out of `ifname` (a point-to-point link such as a TUN).
+pub fn add_default_route(ifname: &str, gateway: Option<Ipv4Addr>) -> io::Result<()> {
+    let what = match gateway {
+        Some(gw) => format!("adding the default route via {gw} on {ifname}"),
+        None => format!("adding the default route on {ifname}"),
+    };
+    let mut msg = RouteMessage::default();
+    msg.header.address_family = AddressFamily::Inet;
+    msg.header.table = RouteHeader::RT_TABLE_MAIN;
+    msg.header.protocol = RouteProtocol::Boot;
+    msg.header.kind = RouteType::Unicast;
+    msg.header.scope = match gateway {
+        Some(_) => RouteScope::Universe,
+        None => RouteScope::Link,
+    };
+    msg.attributes.push(RouteAttribute::Oif(
+        if_index(ifname).map_err(|e| context(e, &what))?,
+    ));
+    if let Some(gw) = gateway {
+        msg.attributes
+            .push(RouteAttribute::Gateway(RouteAddress::Inet(gw)));
+    }
+    rtnl(
+        RouteNetlinkMessage::NewRoute(msg),
+        NLM_F_CREATE | NLM_F_EXCL,
+    )
+    .map_err(|e| context(e, &what))?;
+    Ok(())
+}
+
 /// Creates a veth pair in the calling thread's namespace: `ifname` here and `peer` in
 /// `peer_ns` (or here when `None`), in one request so no end is ever left alone.
 pub fn create_veth(ifname: &str, peer: &str, peer_ns: Option<&NetNs>) -> io::Result<()> {
@@ -837,7 +880,8 @@ fn enter(ns: &File) -> io::Result<()> {
     Ok(())
 }
 
-fn if_index(ifname: &str) -> io::Result<u32> {
+/// The index of link `ifname` in the calling thread's namespace.
+pub fn if_index(ifname: &str) -> io::Result<u32> {
     let c_name = cstring(ifname.as_bytes())?;
     // SAFETY: `c_name` is a valid NUL-terminated string. The lookup uses a socket of
     // the calling thread's namespace.
@@ -912,7 +956,8 @@ pub(crate) fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| invalid("path contains a NUL byte".to_owned()))
 }
 
-pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+/// A libc return value: -1 is the thread's errno.
+pub fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret == -1 {
         Err(io::Error::last_os_error())
     } else {

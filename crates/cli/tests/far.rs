@@ -1,0 +1,181 @@
+//! `tcplab shell --far host` as root: a program behind the path reaches the namespace
+//! tcplab was started in, with the path's round trip and rate, and that namespace is
+//! left as it was. The caller is a namespace of the test's own, so the machine's own
+//! routes are never touched.
+
+mod support;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use support::*;
+use tcplab_sys::netns::privileged_or_skip;
+
+/// The goodput of a 10 Mbit/s link carrying 1500-byte packets of 1448 bytes of data.
+const GOODPUT_10MBIT: f64 = 10e6 * 1448.0 / 1500.0;
+
+/// A namespace `ip netns` made, deleted when dropped.
+struct Caller(String);
+
+impl Caller {
+    fn new() -> Caller {
+        let name = format!("tlfar{}-caller", std::process::id());
+        ip(&["netns", "add", &name]);
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        Caller(name)
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(out.status.success(), "ip {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `--far host` could change in a namespace: its links and addresses, routes and
+/// rules of every table, and every IPv4 and IPv6 sysctl.
+fn state_of(ns: &str) -> String {
+    let mut state = String::new();
+    for args in [
+        &["-d", "link", "show"][..],
+        &["addr", "show"],
+        &["-4", "route", "show", "table", "all"],
+        &["-6", "route", "show", "table", "all"],
+        &["-4", "rule", "show"],
+        &["-6", "rule", "show"],
+    ] {
+        state += &ip(&[&["-n", ns][..], args].concat());
+    }
+    let sysctls = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c"])
+        .arg("grep -r . /proc/sys/net/ipv4 /proc/sys/net/ipv6 2>/dev/null")
+        .output()
+        .unwrap();
+    state + &String::from_utf8_lossy(&sysctls.stdout)
+}
+
+/// The bar: a server in the caller's namespace reached from behind `rtt 50ms rate
+/// 10mbit` at the path's round trip and rate; the caller's namespace unchanged after.
+#[test]
+fn a_program_behind_the_path_reaches_the_callers_namespace_and_leaves_it_as_it_was() {
+    if !privileged_or_skip("far_host") {
+        return;
+    }
+    let _serial = serial();
+    let caller = Caller::new();
+    let mut server = tcplab()
+        .args(["--netns", &caller.0, "serve", "--listen", "0.0.0.0:5201"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    await_listening(&server, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 5201));
+    let before = state_of(&caller.0);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("run.json");
+    let script = format!(
+        "ping -c 5 -i 0.2 $TCPLAB_HOST && {} run $TCPLAB_HOST -t 3s --json --db {} > {}",
+        env!("CARGO_BIN_EXE_tcplab"),
+        dir.path().join("runs.db").display(),
+        json.display()
+    );
+    one_of_three_tries("a run behind the path to the caller's namespace", || {
+        let out = tcplab()
+            .args(["--netns", &caller.0, "shell", "--far", "host"])
+            .args(["--path", "rtt 50ms rate 10mbit", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{said}");
+        assert!(
+            said.contains("far side: this namespace, at 10.78."),
+            "{said}"
+        );
+        // The state is asserted every time: load cannot explain a change.
+        assert_eq!(
+            state_of(&caller.0),
+            before,
+            "the caller's namespace changed"
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
+        let run: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let rate = f64_at(&run, "/summary/received_bps");
+        let tcp_min_ms = f64_at(&run, "/summary/rtt/min_us") / 1e3;
+        println!(
+            "behind rtt 50ms rate 10mbit: ping min {min_ms} ms, tcp min rtt {tcp_min_ms} ms, {:.2} Mbit/s",
+            rate / 1e6
+        );
+        // The lab takes its own latency (a few hundred µs) off the delay line.
+        if !(49.0..51.0).contains(&min_ms) || !(49.0..52.0).contains(&tcp_min_ms) {
+            return Err(format!("ping min {min_ms} ms, tcp min {tcp_min_ms} ms"));
+        }
+        if !(0.9 * GOODPUT_10MBIT..=1.01 * GOODPUT_10MBIT).contains(&rate) {
+            return Err(format!("{rate} bit/s through 10 Mbit/s"));
+        }
+        Ok(())
+    });
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+/// The far side needs the emulator; a caller's namespace whose every /30 of 10.78/16 is
+/// taken cannot get one. Each is said in one line, and the lab is removed.
+#[test]
+fn what_cannot_reach_the_callers_namespace_says_why_in_one_line() {
+    if !privileged_or_skip("far_host_refusals") {
+        return;
+    }
+    let _serial = serial();
+    let out = tcplab()
+        .args(["shell", "--far", "host", "--backend", "netem"])
+        .args(["--path", "rtt 1ms", "--", "true"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("--far host needs the emulator"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+
+    let caller = Caller::new();
+    ip(&[
+        "-n", &caller.0, "link", "add", "taken", "type", "veth", "peer", "taken2",
+    ]);
+    ip(&[
+        "-n",
+        &caller.0,
+        "addr",
+        "add",
+        "10.78.0.1/16",
+        "dev",
+        "taken",
+    ]);
+    let out = tcplab()
+        .args(["--netns", &caller.0, "shell", "--far", "host"])
+        .args(["--path", "rtt 1ms", "--", "true"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("every /30 of 10.78.0.0/16 overlaps"),
+        "{said}"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    let left: Vec<String> = ip(&["netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| ns.starts_with("sh") && (ns.ends_with("-server") || ns.ends_with("-client")))
+        .map(str::to_owned)
+        .collect();
+    assert!(left.is_empty(), "the lab was left: {left:?}");
+}

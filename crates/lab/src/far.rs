@@ -1,0 +1,275 @@
+//! The caller's network namespace as the far side of a lab (`tcplab shell --far host`),
+//! as mahimahi's shells reach the host's network: a program in a client host reaches,
+//! through the path, whatever the namespace tcplab was started in reaches.
+//!
+//! The server host becomes a router: IPv4 forwarding on, a default route out of a far
+//! link [`FAR_LINK`], and a masquerade on it ([`tcplab_sys::nft`]), so what the clients
+//! send beyond the lab leaves with the server host's far address and the far side needs
+//! no route back into the lab. Each client host's default route goes into the path.
+//!
+//! - As root, the far link is one end of a veth pair whose other end is in the caller's
+//!   namespace, addressed from a /30 of 10.78.0.0/16 that overlaps no address there. The
+//!   caller's namespace gets only that link, deleted with the lab (and gone with the
+//!   lab's namespaces should tcplab die); none of its routes, rules or sysctls change.
+//! - Without root tcplab may not add a link to the caller's namespace. slirp4netns, the
+//!   user-mode network stack of rootless containers, does the carrying instead: a TAP
+//!   device in the server host whose packets it turns into sockets of the caller's
+//!   namespace, where 10.0.2.2 stands for the caller's own loopback. It exits with
+//!   tcplab (its exit descriptor closes) if it is not stopped before.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tcplab_sys::localnet::Neighbourhood;
+use tcplab_sys::netns::{self, cvt};
+use tcplab_sys::nft;
+use tcplab_sys::poll;
+use tcplab_sys::userns::{self, Mode};
+
+use crate::topology::{Lab, LabError, TUN_NAME};
+
+/// The server host's link to the far side.
+pub const FAR_LINK: &str = "far0";
+
+/// Where the caller's namespace answers slirp4netns's clients: its loopback.
+const SLIRP_HOST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+
+/// How long slirp4netns may take to bring its device up.
+const SLIRP_READY: Duration = Duration::from_secs(10);
+
+/// The caller's namespace, joined to a lab as its far side, until dropped.
+#[derive(Debug)]
+pub struct FarHost {
+    /// Where the caller's namespace answers from behind the path.
+    pub host_addr: Ipv4Addr,
+    carrier: Carrier,
+}
+
+#[derive(Debug)]
+enum Carrier {
+    /// The caller's end of the veth pair.
+    Veth(String),
+    Slirp {
+        child: Child,
+        /// Its exit descriptor's other end: closing it stops slirp4netns.
+        _exit: OwnedFd,
+    },
+}
+
+impl FarHost {
+    /// Joins the calling thread's namespace to `lab` as its far side. On an error,
+    /// what was made is removed.
+    pub fn attach(lab: &Lab) -> Result<FarHost, LabError> {
+        let far = match userns::mode() {
+            Mode::Privileged => Self::veth(lab)?,
+            Mode::Rootless => Self::slirp(lab)?,
+        };
+        // `far` dropped on an error below removes its carrier.
+        let server = &lab.server.ns;
+        netns::write_sysctl_in(server, "net.ipv4.ip_forward", "1")
+            .map_err(io_err("routing the server host to the far side"))?;
+        server
+            .try_run(|| nft::masquerade("tcplab", "far", FAR_LINK))
+            .map_err(io_err("routing the server host to the far side"))?;
+        for client in &lab.clients {
+            client
+                .ns
+                .try_run(|| netns::add_default_route(TUN_NAME, None))
+                .map_err(io_err(format!(
+                    "routing {} through the path",
+                    client.ns.name()
+                )))?;
+        }
+        Ok(far)
+    }
+
+    fn veth(lab: &Lab) -> Result<FarHost, LabError> {
+        let taken: Vec<(Ipv4Addr, u8)> = Neighbourhood::read()
+            .map_err(io_err("reading this namespace's addresses"))?
+            .addresses
+            .iter()
+            .filter_map(|a| match a.network {
+                std::net::IpAddr::V4(v4) => Some((v4, a.prefix)),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect();
+        let subnet = free_subnet(&taken).ok_or_else(|| {
+            LabError::Far("every /30 of 10.78.0.0/16 overlaps an address of this namespace: the far side needs one".into())
+        })?;
+        let [a, b, c, d] = subnet.octets();
+        let (host, far) = (Ipv4Addr::new(a, b, c, d + 1), Ipv4Addr::new(a, b, c, d + 2));
+        let link = format!("tlfar{:x}", std::process::id());
+        netns::create_veth(&link, FAR_LINK, Some(&lab.server.ns))
+            .map_err(io_err("joining this namespace to the lab"))?;
+        let made = FarHost {
+            host_addr: host,
+            carrier: Carrier::Veth(link.clone()),
+        };
+        netns::add_address(&link, host.into(), 30)
+            .and_then(|()| netns::link_up(&link))
+            .map_err(io_err("joining this namespace to the lab"))?;
+        lab.server
+            .ns
+            .try_run(|| {
+                netns::add_address(FAR_LINK, far.into(), 30)?;
+                netns::link_up(FAR_LINK)?;
+                netns::add_default_route(FAR_LINK, Some(host))
+            })
+            .map_err(io_err("joining this namespace to the lab"))?;
+        Ok(made)
+    }
+
+    fn slirp(lab: &Lab) -> Result<FarHost, LabError> {
+        let program = on_path("slirp4netns").ok_or_else(|| {
+            LabError::Far("--far host without root needs slirp4netns (Debian's package slirp4netns) on PATH, or root".into())
+        })?;
+        let (ready_read, ready_write) = pipe().map_err(io_err("starting slirp4netns"))?;
+        let (exit_read, exit_write) = pipe().map_err(io_err("starting slirp4netns"))?;
+        let mut command = Command::new(&program);
+        command
+            .arg("--configure")
+            .arg("--mtu=65520")
+            .arg(format!("--ready-fd={}", ready_write.as_raw_fd()))
+            .arg(format!("--exit-fd={}", exit_read.as_raw_fd()))
+            .arg("--netns-type=path")
+            .arg(lab.server.ns.path())
+            .arg(FAR_LINK)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let inherited = [ready_write.as_raw_fd(), exit_read.as_raw_fd()];
+        // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on the two
+        // descriptors slirp4netns is told about, in the child only.
+        unsafe {
+            command.pre_exec(move || {
+                for fd in inherited {
+                    cvt(libc::fcntl(fd, libc::F_SETFD, 0))?;
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(io_err(format!("starting {}", program.display())))?;
+        drop((ready_write, exit_read));
+        let mut far = FarHost {
+            host_addr: SLIRP_HOST,
+            carrier: Carrier::Slirp {
+                child,
+                _exit: exit_write,
+            },
+        };
+        let ready = poll::wait_for(&ready_read, libc::POLLIN, SLIRP_READY.as_millis() as i32)
+            .map_err(io_err("waiting for slirp4netns"))?;
+        let mut byte = [0u8; 1];
+        let said = ready && File::from(ready_read).read(&mut byte).unwrap_or(0) == 1;
+        if !said {
+            let why = far.slirp_stderr();
+            return Err(LabError::Far(format!(
+                "slirp4netns did not bring {FAR_LINK} up within {SLIRP_READY:?}{why}"
+            )));
+        }
+        Ok(far)
+    }
+
+    /// What a failed slirp4netns said, after stopping it.
+    fn slirp_stderr(&mut self) -> String {
+        let Carrier::Slirp { child, .. } = &mut self.carrier else {
+            return String::new();
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut said = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            let _ = err.read_to_string(&mut said);
+        }
+        match said.lines().rev().find(|l| !l.trim().is_empty()) {
+            Some(line) => format!(": {}", line.trim()),
+            None => String::new(),
+        }
+    }
+}
+
+impl Drop for FarHost {
+    fn drop(&mut self) {
+        match &mut self.carrier {
+            // Gone already if the lab's namespaces went first.
+            Carrier::Veth(link) => {
+                let _ = netns::delete_link(link);
+            }
+            Carrier::Slirp { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LabError {
+    let context = context.into();
+    move |error| LabError::Io { context, error }
+}
+
+/// A pipe, both ends close-on-exec.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: both descriptors are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `program`'s path in one of PATH's directories.
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
+/// The first /30 of 10.78.0.0/16 that overlaps none of the networks in `taken`
+/// (address, prefix length).
+fn free_subnet(taken: &[(Ipv4Addr, u8)]) -> Option<Ipv4Addr> {
+    let overlaps = |a: u32, a_len: u8, b: u32, b_len: u8| {
+        let len = a_len.min(b_len);
+        let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+        a & mask == b & mask
+    };
+    let base = u32::from(Ipv4Addr::new(10, 78, 0, 0));
+    (0..1 << 14)
+        .map(|k| base + (k << 2))
+        .find(|&subnet| {
+            taken
+                .iter()
+                .all(|&(addr, len)| !overlaps(subnet, 30, u32::from(addr), len.min(32)))
+        })
+        .map(Ipv4Addr::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_far_subnet_overlaps_nothing_in_the_namespace() {
+        assert_eq!(free_subnet(&[]), Some(Ipv4Addr::new(10, 78, 0, 0)));
+        // A lab of another process's far link takes the first /30.
+        let first = [(Ipv4Addr::new(10, 78, 0, 1), 30)];
+        assert_eq!(free_subnet(&first), Some(Ipv4Addr::new(10, 78, 0, 4)));
+        // A /24 there pushes past it; a /8 over all of 10/8 leaves nothing.
+        let wide = [(Ipv4Addr::new(10, 78, 0, 0), 24)];
+        assert_eq!(free_subnet(&wide), Some(Ipv4Addr::new(10, 78, 1, 0)));
+        assert_eq!(free_subnet(&[(Ipv4Addr::new(10, 0, 0, 0), 8)]), None);
+        // A default-sized route elsewhere does not matter; a host address inside does.
+        let host = [
+            (Ipv4Addr::new(10, 78, 0, 2), 32),
+            (Ipv4Addr::new(192, 168, 1, 0), 24),
+        ];
+        assert_eq!(free_subnet(&host), Some(Ipv4Addr::new(10, 78, 0, 4)));
+    }
+}

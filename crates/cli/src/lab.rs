@@ -370,8 +370,11 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
 pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     let config = config(&args.path, &format!("sh{}", std::process::id()))?
         .ok_or_else(|| anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path)"))?;
-    if args.far == FarArg::Host && config.backend == Backend::Netem {
-        bail!("--far host needs the emulator: leave out --backend netem");
+    if args.far == FarArg::Host {
+        if config.backend == Backend::Netem {
+            bail!("--far host needs the emulator: leave out --backend netem");
+        }
+        FarHost::possible().context("cannot reach this namespace through the lab")?;
     }
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();

@@ -540,6 +540,81 @@ fn per_namespace_sysctls_work_as_nobody() {
     nobody.assert_nothing_left();
 }
 
+/// `shell --far host` as nobody: slirp4netns carries what leaves the lab's server host
+/// into the caller's namespace, where a server listens on loopback only, reached at
+/// TCPLAB_HOST with the path's round trip; without slirp4netns on PATH, one line names
+/// it. Nothing is left, slirp4netns included.
+#[test]
+fn shell_far_host_reaches_the_callers_loopback_as_nobody() {
+    if !nobody_or_skip("rootless_far_host") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let mut server = tcplab()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    await_listening(
+        &server,
+        std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port),
+    );
+    let nobody = Nobody::new(Runtime::Xdg);
+    let run = format!(
+        "exec {} run $TCPLAB_HOST:{port} -t 2s --json",
+        nobody.bin.display()
+    );
+    let args = [
+        "shell",
+        "--far",
+        "host",
+        "--path",
+        "rtt 50ms rate 10mbit",
+        "--",
+        "sh",
+        "-c",
+        &run,
+    ];
+    one_of_three_tries("a run as nobody to the caller's loopback", || {
+        let run = parse_success(&nobody.run(&args));
+        let (min_ms, rate) = (
+            f64_at(&run, "/summary/rtt/min_us") / 1e3,
+            f64_at(&run, "/summary/received_bps"),
+        );
+        println!("as nobody behind rtt 50ms rate 10mbit: tcp min rtt {min_ms} ms, {rate} bit/s");
+        // At most the link's goodput; slirp4netns's 64 KiB window allows more at 50 ms.
+        assert!(rate <= 10e6 * 1448.0 / 1500.0 * 1.01, "{rate} bit/s");
+        match (49.0..52.0).contains(&min_ms) && rate > 0.8 * 10e6 * 1448.0 / 1500.0 {
+            true => Ok(()),
+            false => Err(format!("tcp min rtt {min_ms} ms, {rate} bit/s")),
+        }
+    });
+    // A PATH with setpriv alone.
+    let bin = nobody.home().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    std::os::unix::fs::symlink(setpriv, bin.join("setpriv")).unwrap();
+    let out = nobody
+        .tcplab(&["shell", "--far", "host", "--path", "rtt 1ms", "--", "true"])
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("needs slirp4netns"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    nobody.assert_nothing_left();
+}
+
 /// Where user namespaces are forbidden (here `user.max_user_namespaces = 0` inside a
 /// user namespace of nobody's: the limit is per namespace), a lab fails in one line
 /// naming the sysctl and root, and a sweep stops before planning anything.

@@ -125,10 +125,17 @@ impl FarHost {
         Ok(made)
     }
 
+    /// Whether this process can join its namespace to a lab, or why not: to check
+    /// before building one.
+    pub fn possible() -> Result<(), LabError> {
+        match userns::mode() {
+            Mode::Privileged => Ok(()),
+            Mode::Rootless => slirp4netns().map(drop),
+        }
+    }
+
     fn slirp(lab: &Lab) -> Result<FarHost, LabError> {
-        let program = on_path("slirp4netns").ok_or_else(|| {
-            LabError::Far("--far host without root needs slirp4netns (Debian's package slirp4netns) on PATH, or root".into())
-        })?;
+        let program = slirp4netns()?;
         let (ready_read, ready_write) = pipe().map_err(io_err("starting slirp4netns"))?;
         let (exit_read, exit_write) = pipe().map_err(io_err("starting slirp4netns"))?;
         let mut command = Command::new(&program);
@@ -225,11 +232,17 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// `program`'s path in one of PATH's directories.
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
+/// slirp4netns's path in one of PATH's directories.
+fn slirp4netns() -> Result<PathBuf, LabError> {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("slirp4netns"))
+                .find(|program| program.is_file())
+        })
+        .ok_or_else(|| {
+            LabError::Far("--far host without root needs slirp4netns (Debian's package slirp4netns) on PATH, or root".into())
+        })
 }
 
 /// The first /30 of 10.78.0.0/16 that overlaps none of the networks in `taken`

@@ -9,8 +9,9 @@
 //!
 //! - As root, the far link is one end of a veth pair whose other end is in the caller's
 //!   namespace, addressed from a /30 of 10.78.0.0/16 that overlaps no address there. The
-//!   caller's namespace gets only that link, deleted with the lab (and gone with the
-//!   lab's namespaces should tcplab die); none of its routes, rules or sysctls change.
+//!   caller's namespace gets only that link, deleted with the lab (should tcplab be
+//!   killed, with the lab's namespaces by `lab gc`); none of its routes, rules or
+//!   sysctls change.
 //! - Without root tcplab may not add a link to the caller's namespace. slirp4netns, the
 //!   user-mode network stack of rootless containers, does the carrying instead: a TAP
 //!   device in the server host whose packets it turns into sockets of the caller's

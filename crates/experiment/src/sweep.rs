@@ -380,6 +380,7 @@ fn run_point(
                 clients: c.access.clone(),
                 backend: Backend::Emulator,
                 sysctls: c.sysctl.clone(),
+                capture: None,
             };
             run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
         }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tcplab_lab::capture::CaptureSpec;
+use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
 use tcplab_model::stats::Metric;
@@ -384,6 +386,36 @@ pub struct PathArgs {
     /// A sysctl for every lab host, e.g. net.ipv4.tcp_window_scaling=0 (repeatable).
     #[arg(long = "sysctl", value_parser = parse_sysctl, value_name = "KEY=VALUE")]
     pub sysctls: Vec<(String, String)>,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+}
+
+/// A capture at the emulator's bottlenecks.
+#[derive(Args, Debug, Clone)]
+pub struct CaptureArgs {
+    /// Write both directions' packets at the bottleneck's entry to this pcapng file,
+    /// each with its fate in the link (delivered, dropped by loss, queue or AQM …) and
+    /// its queueing delay as a comment
+    #[arg(long, value_name = "FILE")]
+    pub capture: Option<PathBuf>,
+    /// Bytes of each packet the capture keeps (its IP and TCP headers by default)
+    #[arg(long, default_value_t = DEFAULT_SNAPLEN, value_parser = clap::value_parser!(u32).range(20..=65535), value_name = "BYTES")]
+    pub capture_snaplen: u32,
+}
+
+impl CaptureArgs {
+    /// What to capture, the file made absolute so that the run records where it is.
+    pub fn spec(&self) -> Result<Option<CaptureSpec>, std::io::Error> {
+        self.capture
+            .as_ref()
+            .map(|file| {
+                Ok(CaptureSpec {
+                    file: std::path::absolute(file)?,
+                    snaplen: self.capture_snaplen,
+                })
+            })
+            .transpose()
+    }
 }
 
 fn parse_sysctl(s: &str) -> Result<(String, String), String> {
@@ -496,6 +528,8 @@ pub struct QuickstartArgs {
     /// The emulated path.
     #[arg(long, default_value = "rtt 20ms rate 1gbit queue 1bdp", value_parser = parse_path, value_name = "SPEC")]
     pub path: PathSpec,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
     #[command(flatten)]
     pub test: TestArgs,
     #[command(flatten)]

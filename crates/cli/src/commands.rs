@@ -107,6 +107,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         clients: vec![PathSpec::default()],
         backend: tcplab_lab::Backend::Emulator,
         sysctls: Default::default(),
+        capture: args.capture.spec()?,
     };
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;
@@ -192,6 +193,11 @@ pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
     }
     if let Some(calibration) = lab.calibration() {
         lines.push(format!("  {}", calibration.describe()));
+    }
+    if let Some(file) = lab.stats().capture_file {
+        lines.push(format!(
+            "  capturing both directions at the bottleneck's entry, with each packet's fate, into {file}"
+        ));
     }
     lines.extend(lab::priority_note().map(|note| format!("  {note}")));
     lines

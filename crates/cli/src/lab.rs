@@ -39,8 +39,9 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
             || args.clients != 1
             || matches!(args.backend, BackendArg::Netem)
             || !args.sysctls.is_empty()
+            || args.capture.capture.is_some()
         {
-            bail!("--clients, --client-path, --backend and --sysctl need --path");
+            bail!("--clients, --client-path, --backend, --sysctl and --capture need --path");
         }
         return Ok(None);
     };
@@ -55,15 +56,21 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
             count(n, "client")
         ),
     };
+    let backend = match args.backend {
+        BackendArg::Emulator => Backend::Emulator,
+        BackendArg::Netem => Backend::Netem,
+    };
+    let capture = args.capture.spec()?;
+    if capture.is_some() && backend == Backend::Netem {
+        bail!("--capture needs the emulator: leave out --backend netem");
+    }
     Ok(Some(LabConfig {
         name: name.to_string(),
         path,
         clients,
-        backend: match args.backend {
-            BackendArg::Emulator => Backend::Emulator,
-            BackendArg::Netem => Backend::Netem,
-        },
+        backend,
         sysctls: args.sysctls.iter().cloned().collect(),
+        capture,
     }))
 }
 
@@ -154,24 +161,31 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     {
         println!("removed leftover lab {name} (its process {} died)", old.pid);
     }
+    // Every flag the daemon needs: a field added to PathArgs must be passed on here.
+    let PathArgs {
+        path,
+        clients,
+        client_paths,
+        backend,
+        sysctls,
+        capture,
+    } = args;
     let mut cmd = Command::new(std::env::current_exe().context("locating the tcplab binary")?);
-    cmd.args([
-        "lab",
-        "daemon",
-        name,
-        "--clients",
-        &args.clients.to_string(),
-    ]);
+    cmd.args(["lab", "daemon", name, "--clients", &clients.to_string()]);
     cmd.arg("--path")
-        .arg(args.path.as_ref().expect("checked").to_string());
-    if matches!(args.backend, BackendArg::Netem) {
+        .arg(path.as_ref().expect("checked").to_string());
+    if matches!(backend, BackendArg::Netem) {
         cmd.args(["--backend", "netem"]);
     }
-    for (key, value) in &args.sysctls {
+    for (key, value) in sysctls {
         cmd.arg("--sysctl").arg(format!("{key}={value}"));
     }
-    for access in &args.client_paths {
+    for access in client_paths {
         cmd.arg("--client-path").arg(access.to_string());
+    }
+    if let Some(spec) = capture.spec()? {
+        cmd.arg("--capture").arg(spec.file);
+        cmd.arg("--capture-snaplen").arg(spec.snaplen.to_string());
     }
     // Its own process group: a Ctrl-C meant for the shell must not stop the lab.
     let mut child = cmd
@@ -195,6 +209,12 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
     print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
+    if let Some(spec) = capture.spec()? {
+        println!(
+            "  capturing both directions at the bottleneck's entry, with each packet's fate, into {} until lab down",
+            spec.file.display()
+        );
+    }
     if let Some(note) = priority_note() {
         println!("  {note}");
     }

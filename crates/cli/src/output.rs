@@ -5,7 +5,7 @@ use tcplab_model::record::{
     BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, Timed,
     UdpStats, CLOCK_STEP_TOLERANCE_US,
 };
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 /// The columns over `group`'s lines: a TCP flow's window, RTT and limits, which UDP
 /// flows have none of.
@@ -240,6 +240,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
                 ));
             }
         }
+        if let Some(file) = &path.capture_file {
+            lines.push(capture_line(file, path));
+        }
     }
     if run.status != RunStatus::Done {
         lines.push(format!(
@@ -368,4 +371,23 @@ pub fn run_row(run: &tcplab_store::RunSummaryRow) -> String {
             .map(|l| format!(" ({l})"))
             .unwrap_or_default(),
     )
+}
+
+/// Where the capture went and what it holds: "capture: run.pcapng (52 301 packets; 0 lost
+/// to a full buffer)".
+fn capture_line(file: &str, path: &tcplab_model::record::PathRecord) -> String {
+    let [up, down] = [&path.up, &path.down].map(|d| d.capture.clone().unwrap_or_default());
+    let lost = up.overflow + down.overflow;
+    let mut line = format!(
+        "capture: {file} ({} up, {} down",
+        count(up.packets as usize, "packet"),
+        down.packets
+    );
+    if lost > 0 {
+        line += &format!(
+            "; {} missing: the writer fell behind and its buffer was full",
+            count(lost as usize, "packet")
+        );
+    }
+    line + ")"
 }

@@ -305,6 +305,7 @@ fn trains_and_capture(
         clients: vec![PathSpec::default()],
         backend: Backend::Emulator,
         sysctls: Default::default(),
+        capture: None,
     })
     .expect("building the lab");
     let (server_ns, client_ns) = (format!("{name}-server"), format!("{name}-client"));

@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -555,4 +555,44 @@ fn the_dry_run_estimates_a_sweeps_wall_time_within_20_percent() {
             Err(format!("estimate {estimate} s for a {wall:.2} s sweep"))
         }
     });
+}
+
+/// `capture = true`: each run of a sweep writes its pcapng file beside the database and
+/// records where; each file holds that run's packets, read back by tshark where it is.
+#[test]
+fn a_sweep_with_capture_writes_one_file_per_run_beside_the_database() {
+    if !privileged_or_skip("sweep_capture") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = small_experiment(dir.path(), 1, "0.5s", "capture = true");
+    let db = dir.path().join("study.db");
+    let out = sweep(&file, &db, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let captures = dir.path().join("study-captures");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&captures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let runs = export_jsonl(&db, "runs");
+    assert_eq!(runs.len(), 2);
+    for capture in &files {
+        let named = runs
+            .iter()
+            .filter(|r| r.to_string().contains(capture.to_str().unwrap()))
+            .count();
+        assert_eq!(named, 1, "one run records {}", capture.display());
+        let Ok(out) = Command::new("tshark").arg("-r").arg(capture).output() else {
+            continue;
+        };
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).lines().count() > 100);
+    }
 }

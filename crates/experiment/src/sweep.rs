@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
+use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::experiment::{Experiment, Point, RemoteHost};
 use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
@@ -272,7 +274,12 @@ pub fn execute(
         let started = Instant::now();
         let label = Some(format!("{} {}", experiment.name, experiment.label(point)));
         let lab_seed = point.config.lab_seed(prepared.seed, row.run.repetition);
-        let result = run_point(&lab_name, hosts, point, lab_seed, label, &stop);
+        let capture = point
+            .config
+            .capture
+            .then(|| capture_spec(store.path(), &experiment.name, row.seq))
+            .transpose()?;
+        let result = run_point(&lab_name, hosts, point, lab_seed, label, capture, &stop);
         let stopped = stop.load(Ordering::Relaxed);
         let (outcome, test_time, throughput_bps) = match &result {
             Ok((run, test)) => {
@@ -340,6 +347,19 @@ pub fn execute(
     Ok(totals)
 }
 
+/// Where a sweep's run `seq` of `experiment` writes its capture: beside the database,
+/// in `<database's stem>-captures/`.
+fn capture_spec(db: &Path, experiment: &str, seq: u32) -> Result<CaptureSpec> {
+    let stem = db.file_stem().unwrap_or_default().to_string_lossy();
+    let dir = db.with_file_name(format!("{stem}-captures"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let file = std::path::absolute(dir.join(format!("{experiment}-run{seq}.pcapng")))?;
+    Ok(CaptureSpec {
+        file,
+        snaplen: DEFAULT_SNAPLEN,
+    })
+}
+
 /// One run of a point in a fresh lab whose links draw from `lab_seed`, or against its
 /// real host.
 fn run_point(
@@ -348,6 +368,7 @@ fn run_point(
     point: &Point,
     lab_seed: u64,
     label: Option<String>,
+    capture: Option<CaptureSpec>,
     stop: &Arc<AtomicBool>,
 ) -> std::result::Result<(RunRecord, Duration), String> {
     let c = &point.config;
@@ -380,6 +401,7 @@ fn run_point(
                 clients: c.access.clone(),
                 backend: Backend::Emulator,
                 sysctls: c.sysctl.clone(),
+                capture,
             };
             run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
         }

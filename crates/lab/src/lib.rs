@@ -10,6 +10,7 @@
 //! ([`tcplab_sys::userns`]).
 
 pub mod calibrate;
+pub mod capture;
 pub mod far;
 pub mod pipeline;
 pub mod pool;

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
 use tcplab_model::burst::BurstMeter;
+use tcplab_model::capture::Fate;
 use tcplab_model::link::{Link, PushOutcome};
 use tcplab_model::packet::{
     finish_checksum, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
@@ -28,6 +29,7 @@ use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
+use crate::capture::Tap;
 use crate::pool::{BufId, Pool};
 
 /// Packets read from one device before looking at the links again.
@@ -80,6 +82,8 @@ pub struct Hop {
     pub meter: Option<BurstMeter>,
     /// A rate set from outside (a dynamic pacer's target, bit/s; 0 = none yet).
     pub rate_control: Option<Arc<AtomicU64>>,
+    /// Records what enters the link and its fate (`--capture`).
+    pub capture: Option<Tap>,
 }
 
 /// How often a metered link's queue occupancy is recorded.
@@ -141,6 +145,7 @@ pub fn run(
         direction.flush();
         direction.sample_queues(now);
         if now >= next_publish {
+            direction.flush_captures(now);
             *stats.lock().expect("stats lock") = direction.stats(now, false);
             next_publish = now + PUBLISH_EVERY_NS;
         }
@@ -150,8 +155,14 @@ pub fn run(
         direction.wait_until(next)?;
     }
     let now = direction.now();
+    direction.flush_captures(now);
     *stats.lock().expect("stats lock") = direction.stats(now, true);
     Ok(())
+}
+
+/// The IP packet in a buffer that starts with its virtio-net header.
+fn ip_of(bytes: &[u8]) -> &[u8] {
+    VirtioNetHdr::split(bytes).map_or(bytes, |(_, ip)| ip)
 }
 
 struct Direction {
@@ -347,17 +358,31 @@ impl Direction {
                         meter.arrival(info.flow_key(), at, wire_len, self.lag_ns);
                     }
                 }
-                match self.plan.hops[h].link.push(at, id, wire_len) {
-                    PushOutcome::Accepted => {}
-                    PushOutcome::Duplicate => {
-                        let copy = self.pool.duplicate(id);
-                        if let PushOutcome::Dropped(d) =
-                            self.plan.hops[h].link.push_duplicate(at, copy, wire_len)
-                        {
-                            self.pool.release(d.packet);
+                let outcome = self.plan.hops[h].link.push(at, id, wire_len);
+                let copy = match outcome {
+                    PushOutcome::Duplicate => Some(self.pool.duplicate(id)),
+                    _ => None,
+                };
+                let copy_outcome =
+                    copy.map(|copy| self.plan.hops[h].link.push_duplicate(at, copy, wire_len));
+                let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+                if let Some(tap) = &mut hop.capture {
+                    let mut take = |id: BufId, outcome: &PushOutcome<BufId>, copy: bool| {
+                        let ip = ip_of(pool.get(id).bytes());
+                        match outcome {
+                            PushOutcome::Dropped(d) => tap.refused(at, ip, Fate::Dropped(d.reason)),
+                            _ => tap.entered(id, at, ip, copy),
                         }
+                    };
+                    take(id, &outcome, false);
+                    if let (Some(copy), Some(outcome)) = (copy, &copy_outcome) {
+                        take(copy, outcome, true);
                     }
-                    PushOutcome::Dropped(d) => self.pool.release(d.packet),
+                }
+                for outcome in [Some(outcome), copy_outcome].into_iter().flatten() {
+                    if let PushOutcome::Dropped(d) = outcome {
+                        self.pool.release(d.packet);
+                    }
                 }
             }
             Target::Egress(e) => self.write(e, id, at),
@@ -389,11 +414,26 @@ impl Direction {
             let mut moved = false;
             for h in 0..self.plan.hops.len() {
                 while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
+                    if let Some(tap) = &mut self.plan.hops[h].capture {
+                        tap.dropped_inside(
+                            dropped.packet,
+                            Fate::Dropped(dropped.reason),
+                            dropped.at,
+                        );
+                    }
                     self.pool.release(dropped.packet);
                 }
                 self.hop_clock[h] = self.hop_clock[h].max(now);
                 while let Some(d) = self.plan.hops[h].link.pop(now) {
                     moved = true;
+                    if let Some(tap) = &mut self.plan.hops[h].capture {
+                        let fate = match (d.corrupt, d.reordered) {
+                            (true, _) => Fate::Corrupted,
+                            (false, true) => Fate::Reordered,
+                            (false, false) => Fate::Delivered,
+                        };
+                        tap.left(d.packet, fate, d.queue_delay);
+                    }
                     if d.corrupt {
                         self.corrupt(d.packet);
                     }
@@ -469,6 +509,13 @@ impl Direction {
             if flush_one(coalescer, dues, tun, &mut self.lateness, now).is_err() {
                 self.write_errors += 1;
             }
+        }
+    }
+
+    /// Hands what the taps recorded to their writer.
+    fn flush_captures(&mut self, now: u64) {
+        for tap in self.plan.hops.iter_mut().filter_map(|h| h.capture.as_mut()) {
+            tap.flush(now);
         }
     }
 
@@ -574,6 +621,12 @@ impl Direction {
             buffers: self.pool.allocated(),
             bursts,
             queue,
+            capture: self
+                .plan
+                .hops
+                .iter()
+                .find_map(|h| h.capture.as_ref())
+                .map(Tap::counts),
         }
     }
 }

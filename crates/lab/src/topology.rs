@@ -25,6 +25,7 @@ use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
 use tcplab_sys::userns::{self, Mode};
 
 use crate::calibrate;
+use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
 use tcplab_model::record::{DirectionStats, PathRecord};
@@ -123,6 +124,8 @@ pub struct LabConfig {
     /// Set on every host after the lab's own defaults (net.ipv4.tcp_rmem …), so a user's
     /// value wins.
     pub sysctls: BTreeMap<String, String>,
+    /// A pcapng capture at the bottlenecks' entry (the emulator only).
+    pub capture: Option<CaptureSpec>,
 }
 
 impl LabConfig {
@@ -154,6 +157,9 @@ pub struct LabStats {
     /// What the lab measured of its own latency when it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
+    /// The capture's file (`--capture`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_file: Option<String>,
 }
 
 impl LabStats {
@@ -172,6 +178,7 @@ impl LabStats {
             down: self.down,
             epoch_unix_us: self.epoch_unix_us,
             calibration: self.calibration,
+            capture_file: self.capture_file,
         }
     }
 }
@@ -262,6 +269,8 @@ struct LinkPlan<'a> {
     credit_ns: [u64; 2],
     /// A dynamic pacer's target rate, per direction.
     pacing_targets: &'a [Option<Arc<AtomicU64>>; 2],
+    /// What to capture at the bottlenecks' entry.
+    capture: Option<&'a CaptureSpec>,
 }
 
 /// The emulator's two threads, one per direction, and what they publish.
@@ -272,21 +281,34 @@ struct Emulator {
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     epoch_unix_us: i64,
+    /// The capture's writer, finished once the threads that feed it are done, and its
+    /// file.
+    capture: Option<Capture>,
+    capture_file: Option<String>,
 }
 
 impl Emulator {
     fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
-        let up_plan = Lab::plan(links, Direction::Up, devices, clients)?;
-        let down_plan = Lab::plan(links, Direction::Down, devices, clients)?;
         let stop = Arc::new(AtomicBool::new(false));
         let epoch = monotonic_ns();
         let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
+        let capture = links
+            .capture
+            .map(|spec| {
+                Capture::start(spec, epoch_unix_us as u64 * 1000, &links.config.name)
+                    .map_err(io_err("starting the capture"))
+            })
+            .transpose()?;
+        let up_plan = Lab::plan(links, Direction::Up, devices, clients, capture.as_ref())?;
+        let down_plan = Lab::plan(links, Direction::Down, devices, clients, capture.as_ref())?;
         let mut emulator = Emulator {
             stop,
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us,
+            capture,
+            capture_file: links.capture.map(|spec| spec.file.display().to_string()),
         };
         let published = [Arc::clone(&emulator.up), Arc::clone(&emulator.down)];
         for ((name, plan), stats) in [("emulator-up", up_plan), ("emulator-down", down_plan)]
@@ -316,6 +338,8 @@ impl Emulator {
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us: realtime_us(),
+            capture: None,
+            capture_file: None,
         }
     }
 
@@ -325,6 +349,7 @@ impl Emulator {
             down: self.down.lock().expect("stats lock").clone(),
             epoch_unix_us: self.epoch_unix_us,
             calibration: None,
+            capture_file: self.capture_file.clone(),
         }
     }
 
@@ -340,6 +365,10 @@ impl Emulator {
             if let Ok(Err(e)) = thread.join() {
                 failure.get_or_insert(e);
             }
+        }
+        // The threads' taps are gone with them: the writer has all there is.
+        if let Some(Err(e)) = self.capture.take().map(Capture::finish) {
+            failure.get_or_insert(e);
         }
         match failure {
             Some(error) => Err(LabError::Io {
@@ -424,6 +453,7 @@ fn pacer_hop(pace: Pace, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop
         then: Target::Route,
         meter: None,
         rate_control: target,
+        capture: None,
     })
 }
 
@@ -571,6 +601,7 @@ impl Lab {
             per_packet,
             credit_ns: [calibration.up_credit_us, calibration.down_credit_us].map(|us| us * 1000),
             pacing_targets: &pacing_targets,
+            capture: config.capture.as_ref(),
         };
         let emulator = Emulator::start(&links, &devices, &clients)?;
         Ok(Lab {
@@ -621,6 +652,7 @@ impl Lab {
             per_packet: shape.per_packet,
             credit_ns: [0, 0],
             pacing_targets: &[None, None],
+            capture: None,
         };
         let mut emulator = Emulator::start(&links, devices, clients)?;
         let rtts = calibrate::echo_rtts(
@@ -722,12 +754,14 @@ impl Lab {
         dir: Direction,
         devices: &Devices,
         clients: &[Host],
+        capture: Option<&Capture>,
     ) -> Result<DirectionPlan, LabError> {
         let LinkPlan {
             config,
             per_packet,
             credit_ns,
             pacing_targets,
+            capture: _,
         } = *links;
         let per_packet = per_packet[dir as usize];
         // Hops are listed upstream first: up = access links, then the bottleneck;
@@ -777,6 +811,7 @@ impl Lab {
                 _ => None,
             },
             rate_control: None,
+            capture: capture.map(|c| c.tap(dir)),
         };
         // The client side of each client: its access link if it has one, else its device.
         let mut access_hops = Vec::new();
@@ -796,6 +831,7 @@ impl Lab {
                     then: beyond,
                     meter: None,
                     rate_control: None,
+                    capture: None,
                 });
             } else {
                 client_side.push(beyond);

@@ -116,6 +116,9 @@ pub struct RunConfig {
     /// A real host the flows run against from this machine, instead of a lab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<RemoteHost>,
+    /// Capture each run's packets at the lab's bottleneck (a pcapng file per run).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capture: bool,
 }
 
 impl RunConfig {
@@ -376,6 +379,9 @@ struct File {
     host: BTreeMap<String, HostFile>,
     /// The real host the flows run against (a name of `host`) instead of a lab path.
     server: Option<String>,
+    /// A pcapng capture of each run at the bottleneck.
+    #[serde(default)]
+    capture: bool,
     /// Accepted here, read with positions by [`Sweep`].
     #[serde(rename = "axis")]
     _axis: Option<de::IgnoredAny>,
@@ -543,6 +549,7 @@ impl File {
                 .collect(),
             flows,
             server,
+            capture: self.capture,
         })
     }
 
@@ -585,6 +592,7 @@ impl File {
             ("path", self.path.is_some()),
             ("access", !self.access.is_empty()),
             ("sysctl", !self.sysctl.is_empty()),
+            ("capture", self.capture),
         ];
         if let Some((key, _)) = lab_only.iter().find(|(_, set)| *set) {
             return Err(format!(

@@ -5,6 +5,7 @@
 pub mod bounds;
 pub mod burst;
 pub mod calibration;
+pub mod capture;
 pub mod clock;
 pub mod dumbbell;
 pub mod experiment;

@@ -567,6 +567,9 @@ pub struct PathRecord {
     /// How a bottleneck queue given in BDP was sized; `None` when neither direction's is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bdp: Option<BdpSizing>,
+    /// The pcapng file of the packets at the bottlenecks' entry (`--capture`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_file: Option<String>,
 }
 
 /// A bottleneck queue given as a multiple of the BDP, as the lab sized it.
@@ -607,6 +610,9 @@ pub struct DirectionStats {
     /// The bottleneck queue's occupancy over time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueSample>,
+    /// What a capture at the bottleneck's entry recorded (`--capture`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<crate::capture::CaptureCounts>,
 }
 
 /// How one flow arrived at the bottleneck, in trains: runs of packets arriving back to

@@ -408,6 +408,14 @@ fn a_file_can_run_against_real_hosts_and_vary_which() {
     assert_eq!(e.points[0].config.flows[0].client, 1);
     // A lab file's plan (and so its stored hash) does not change with the feature.
     assert!(ok("path = \"rtt 5ms\"\n").points[0].config.server.is_none());
+    // Nor with a capture unless asked for: `capture` is left out of a plan without it.
+    let plain = ok("path = \"rtt 5ms\"\n").points[0].config.clone();
+    assert!(!serde_json::to_string(&plain).unwrap().contains("capture"));
+    assert!(
+        ok("path = \"rtt 5ms\"\ncapture = true\n").points[0]
+            .config
+            .capture
+    );
 }
 
 #[test]
@@ -424,6 +432,10 @@ fn what_needs_a_lab_is_refused_against_a_real_host() {
         (
             "server = \"near\"\n[sysctl]\n\"net.ipv4.tcp_sack\" = 0\n",
             "sysctl is for a lab",
+        ),
+        (
+            "server = \"near\"\ncapture = true\n",
+            "capture is for a lab",
         ),
         (
             "server = \"near\"\n[[flow]]\nclient = 2\n",

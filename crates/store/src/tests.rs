@@ -294,6 +294,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 up_bytes: Some(250_000),
                 down_bytes: None,
             }),
+            capture_file: Some("/tmp/run.pcapng".into()),
         }),
         samples,
     }

@@ -85,6 +85,8 @@ pub struct Delivered<P> {
     pub wire_len: u32,
     /// The runtime should flip a bit of it.
     pub corrupt: bool,
+    /// It left after a packet that entered after it.
+    pub reordered: bool,
     /// When it was pushed, ns.
     pub pushed_at: u64,
     /// Time spent waiting in the bottleneck queue, ns.
@@ -453,14 +455,17 @@ impl<P> Link<P> {
         let f = self.wire.pop()?;
         self.counters.delivered_packets += 1;
         self.counters.delivered_bytes += u64::from(f.q.wire_len);
-        match self.max_delivered {
-            Some(max) if f.seq < max => self.counters.reordered += 1,
-            _ => self.max_delivered = Some(f.seq),
+        let reordered = self.max_delivered.is_some_and(|max| f.seq < max);
+        if reordered {
+            self.counters.reordered += 1;
+        } else {
+            self.max_delivered = Some(f.seq);
         }
         Some(Delivered {
             packet: f.q.packet,
             wire_len: f.q.wire_len,
             corrupt: f.q.corrupt,
+            reordered,
             pushed_at: f.q.pushed_at,
             queue_delay: f.queue_delay,
             due: f.due,

@@ -1,0 +1,280 @@
+//! What a capture at the bottleneck's entry records of each packet: when it arrived,
+//! which direction, what became of it in the link (the fate no capture tool can see)
+//! and how long it queued, with the first bytes of its IP packet. The emulator fills a
+//! record in as the packet's fate becomes known; a writer thread turns records into
+//! pcapng blocks. Pure: the text and the tally are tested here.
+
+use serde::{Deserialize, Serialize};
+
+use crate::link::DropReason;
+use crate::path::Direction;
+
+/// Bytes of each packet kept by default: IPv4/IPv6 and TCP headers with options.
+pub const DEFAULT_SNAPLEN: u32 = 128;
+
+/// What became of a packet that entered the bottleneck.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Left the link in order.
+    Delivered,
+    /// Left the link after a packet that entered after it.
+    Reordered,
+    /// Left the link with a bit flipped.
+    Corrupted,
+    /// The link's copy of a packet it duplicated, delivered.
+    Duplicate,
+    Dropped(DropReason),
+}
+
+impl Fate {
+    /// The fate as the capture's comment names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fate::Delivered => "delivered",
+            Fate::Reordered => "reordered",
+            Fate::Corrupted => "corrupted",
+            Fate::Duplicate => "duplicate",
+            Fate::Dropped(DropReason::Loss) => "dropped loss",
+            Fate::Dropped(DropReason::Queue) => "dropped queue",
+            Fate::Dropped(DropReason::Aqm) => "dropped aqm",
+            Fate::Dropped(DropReason::Oversize) => "dropped oversize",
+        }
+    }
+}
+
+/// One packet at the bottleneck's entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapturedPacket {
+    /// When it entered, ns on the emulator's time base.
+    pub at_ns: u64,
+    /// Its place in its direction's order of entry: packets of one read enter at one
+    /// time.
+    pub entry: u64,
+    pub direction: Direction,
+    pub fate: Fate,
+    /// Time it waited in the queue, ns; none for a packet dropped at the door.
+    pub queue_delay_ns: Option<u64>,
+    /// The IP packet's length.
+    pub len: u32,
+    /// Its first bytes, up to the snap length.
+    pub head: Vec<u8>,
+}
+
+impl CapturedPacket {
+    /// The packet's record comment: "up delivered, queued 1.234 ms".
+    pub fn comment(&self) -> String {
+        let dir = match self.direction {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        };
+        match self.queue_delay_ns {
+            Some(ns) => format!(
+                "{dir} {}, queued {:.3} ms",
+                self.fate.label(),
+                ns as f64 / 1e6
+            ),
+            None => format!("{dir} {}", self.fate.label()),
+        }
+    }
+}
+
+/// The first `snaplen` bytes of `packet`.
+pub fn head(packet: &[u8], snaplen: u32) -> Vec<u8> {
+    packet[..packet.len().min(snaplen as usize)].to_vec()
+}
+
+/// Puts the records of both directions back in the order the packets entered.
+///
+/// A record is complete only when its packet leaves the link, and the two directions
+/// complete theirs on threads of their own, while a reader (tshark's TCP analysis)
+/// needs a file in time order. Each direction reports with its records a watermark: no
+/// record it sends later entered before it (the oldest packet still inside, or its
+/// clock). Records before both directions' watermarks are final.
+#[derive(Debug, Default)]
+pub struct TimeOrder {
+    held: std::collections::BinaryHeap<std::cmp::Reverse<Held>>,
+    watermarks: [u64; 2],
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Held {
+    at_ns: u64,
+    /// Equal times keep their order of entry.
+    direction: u8,
+    entry: u64,
+    packet: HeldPacket,
+}
+
+/// A packet in the heap, ordered by nothing of its own.
+#[derive(Debug)]
+struct HeldPacket(CapturedPacket);
+
+impl PartialEq for HeldPacket {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for HeldPacket {}
+impl PartialOrd for HeldPacket {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HeldPacket {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
+impl TimeOrder {
+    /// Records of `direction`, and its watermark.
+    pub fn add(&mut self, direction: Direction, packets: Vec<CapturedPacket>, watermark: u64) {
+        for packet in packets {
+            self.held.push(std::cmp::Reverse(Held {
+                at_ns: packet.at_ns,
+                direction: direction as u8,
+                entry: packet.entry,
+                packet: HeldPacket(packet),
+            }));
+        }
+        let mark = &mut self.watermarks[direction as usize];
+        *mark = (*mark).max(watermark);
+    }
+
+    /// The records no later one can precede, oldest first.
+    pub fn ready(&mut self) -> Vec<CapturedPacket> {
+        let before = self.watermarks[0].min(self.watermarks[1]);
+        let mut out = Vec::new();
+        while self.held.peek().is_some_and(|h| h.0.at_ns < before) {
+            out.push(self.held.pop().expect("peeked").0.packet.0);
+        }
+        out
+    }
+
+    /// Every record left, oldest first: at the end.
+    pub fn rest(mut self) -> Vec<CapturedPacket> {
+        let mut out = Vec::with_capacity(self.held.len());
+        while let Some(h) = self.held.pop() {
+            out.push(h.0.packet.0);
+        }
+        out
+    }
+}
+
+/// What a capture took, in the run's record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureCounts {
+    /// Packets recorded with their fate.
+    pub packets: u64,
+    /// Packets the writer had no room for (its buffer was full): the link carried
+    /// them, the file lacks them.
+    pub overflow: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(fate: Fate, queue_delay_ns: Option<u64>) -> CapturedPacket {
+        CapturedPacket {
+            at_ns: 0,
+            entry: 0,
+            direction: Direction::Up,
+            fate,
+            queue_delay_ns,
+            len: 1500,
+            head: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn each_fate_is_named_with_its_direction_and_queueing_delay() {
+        assert_eq!(
+            packet(Fate::Delivered, Some(1_234_567)).comment(),
+            "up delivered, queued 1.235 ms"
+        );
+        assert_eq!(
+            packet(Fate::Dropped(DropReason::Queue), None).comment(),
+            "up dropped queue"
+        );
+        let mut down = packet(Fate::Dropped(DropReason::Aqm), Some(5_000_000));
+        down.direction = Direction::Down;
+        assert_eq!(down.comment(), "down dropped aqm, queued 5.000 ms");
+        let labels: Vec<&str> = [
+            Fate::Delivered,
+            Fate::Reordered,
+            Fate::Corrupted,
+            Fate::Duplicate,
+            Fate::Dropped(DropReason::Loss),
+            Fate::Dropped(DropReason::Oversize),
+        ]
+        .map(Fate::label)
+        .to_vec();
+        assert_eq!(
+            labels,
+            [
+                "delivered",
+                "reordered",
+                "corrupted",
+                "duplicate",
+                "dropped loss",
+                "dropped oversize"
+            ]
+        );
+    }
+
+    #[test]
+    fn records_come_out_in_entry_order_once_both_directions_are_past_them() {
+        let at = |direction, at_ns| CapturedPacket {
+            at_ns,
+            entry: at_ns,
+            direction,
+            ..packet(Fate::Delivered, None)
+        };
+        let mut order = TimeOrder::default();
+        // A drop at 30 is known before the packets queued from 10 and 20 leave.
+        order.add(Direction::Up, vec![at(Direction::Up, 30)], 10);
+        assert!(order.ready().is_empty(), "down has said nothing yet");
+        order.add(Direction::Down, vec![at(Direction::Down, 15)], 40);
+        assert!(
+            order.ready().is_empty(),
+            "up may still have a packet from 10"
+        );
+        order.add(
+            Direction::Up,
+            vec![at(Direction::Up, 10), at(Direction::Up, 20)],
+            35,
+        );
+        let times: Vec<u64> = order.ready().iter().map(|p| p.at_ns).collect();
+        assert_eq!(times, [10, 15, 20, 30]);
+        // A watermark never goes back; what is left comes out at the end, in order.
+        order.add(
+            Direction::Down,
+            vec![at(Direction::Down, 50), at(Direction::Down, 45)],
+            0,
+        );
+        assert!(order.ready().is_empty());
+        let rest: Vec<u64> = order.rest().iter().map(|p| p.at_ns).collect();
+        assert_eq!(rest, [45, 50]);
+
+        // Packets of one read enter at one time: a drop known first still comes after
+        // the packets that entered before it.
+        let mut order = TimeOrder::default();
+        let entered = |entry| CapturedPacket {
+            at_ns: 7,
+            entry,
+            ..packet(Fate::Delivered, None)
+        };
+        order.add(Direction::Up, vec![entered(3)], 0);
+        order.add(Direction::Up, vec![entered(1), entered(2)], 0);
+        let entries: Vec<u64> = order.rest().iter().map(|p| p.entry).collect();
+        assert_eq!(entries, [1, 2, 3]);
+    }
+
+    #[test]
+    fn the_head_is_cut_at_the_snap_length() {
+        let bytes: Vec<u8> = (0..200).collect();
+        assert_eq!(head(&bytes, 128).len(), 128);
+        assert_eq!(head(&bytes[..40], 128), bytes[..40].to_vec());
+    }
+}

@@ -149,12 +149,7 @@ fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
         let v = bed.run_json(&[
             "-t", "1s", "-C", "cubic", "--rcvbuf", "8K", "--sndbuf", "128K",
         ]);
-        assert_eq!(
-            str_at(&v, "/summary/dominant_limit"),
-            "rwnd",
-            "{:#}",
-            v["summary"]
-        );
+        assert_dominant(&v, "rwnd");
         let rwnd = f64_at(&v, "/summary/limits/rwnd");
         // The kernel's own timers fire for the receive window: they agree.
         let kernel = f64_at(&flows(&v)[0], "/kernel_limits/rwnd");
@@ -214,12 +209,7 @@ fn a_tiny_send_buffer_makes_the_flow_sndbuf_limited_in_every_figure() {
             "4K",
             "--json-samples",
         ]);
-        assert_eq!(
-            str_at(&v, "/summary/dominant_limit"),
-            "sndbuf",
-            "{:#}",
-            v["summary"]
-        );
+        assert_dominant(&v, "sndbuf");
         let share = f64_at(&v, "/summary/limits/sndbuf");
         // The raw samples: every one with a full buffer is booked to it (asserted
         // below, every time); the rest of the share is the writer blocked in write()
@@ -312,12 +302,7 @@ fn a_local_server_caps_nothing_and_a_capped_one_names_its_cap() {
         "-t", "1s", "-C", "cubic", "-R", "-M", "1448", "--db", db_arg,
     ]);
     assert_eq!(u64_at(&v, "/server/rate_cap_bps"), 100_000_000);
-    assert_eq!(
-        str_at(&v, "/summary/dominant_limit"),
-        "pacing",
-        "{:#}",
-        v["summary"]
-    );
+    assert_dominant(&v, "pacing");
     let bps = f64_at(&v, "/summary/received_bps");
     assert!(bps <= 1.05e8, "{bps} bit/s under a 100 Mbit/s cap");
     let out = tcplab()
@@ -682,10 +667,5 @@ fn a_pacing_cap_holds_the_sender_to_its_rate() {
         "200 Mbit/s = 25 MB/s"
     );
     // The cap is named as the limit.
-    assert_eq!(
-        str_at(&v, "/summary/dominant_limit"),
-        "pacing",
-        "{:#}",
-        v["summary"]
-    );
+    assert_dominant(&v, "pacing");
 }

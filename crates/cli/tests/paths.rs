@@ -603,12 +603,7 @@ fn a_small_send_buffer_bounds_large_writes_and_the_samples_see_it_where_the_kern
     );
     assert!(bps <= bound, "{bps} above the bound {bound}");
     assert!(bps < unbounded / 5.0, "{bps} vs unbounded {unbounded}");
-    assert_eq!(
-        str_at(&v, "/summary/dominant_limit"),
-        "sndbuf",
-        "{:#}",
-        v["summary"]
-    );
+    assert_dominant(&v, "sndbuf");
     assert!(
         f64_at(flow, "/kernel_limits/sndbuf") < 0.05,
         "{:#}",
@@ -628,12 +623,7 @@ fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
     let _serial = serial();
     let v = run_path("rtt 20ms", &["-t", "1s", "--rcvbuf", "16K", "-C", "cubic"]);
     let flow = &flows(&v)[0];
-    assert_eq!(
-        str_at(&v, "/summary/dominant_limit"),
-        "rwnd",
-        "{:#}",
-        v["summary"]
-    );
+    assert_dominant(&v, "rwnd");
     let rwnd = f64_at(&v, "/summary/limits/rwnd");
     let effective = f64_at(flow, "/rcvbuf/effective");
     assert_eq!(effective, 32768.0);

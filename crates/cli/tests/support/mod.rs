@@ -177,6 +177,16 @@ pub fn assert_success(out: &Output) {
     );
 }
 
+/// Asserts a run's dominant limit, showing its summary when it is another.
+pub fn assert_dominant(run: &Value, limit: &str) {
+    assert_eq!(
+        str_at(run, "/summary/dominant_limit"),
+        limit,
+        "{:#}",
+        run["summary"]
+    );
+}
+
 pub fn parse_success(out: &Output) -> Value {
     assert_success(out);
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -55,6 +55,8 @@ fn assert_lab_gone(name: &str) {
         !registry_file(name).exists(),
         "registry entry of {name} left behind"
     );
+    let socket = registry_file(name).with_extension("sock");
+    assert!(!socket.exists(), "{} left behind", socket.display());
     for host in ["client", "server"] {
         let ns = format!("{name}-{host}");
         assert!(!netns_exists(&ns), "netns {ns} left behind");

@@ -549,20 +549,9 @@ fn shell_far_host_reaches_the_callers_loopback_as_nobody() {
     if !nobody_or_skip("rootless_far_host") {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let mut server = tcplab()
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    await_listening(
-        &server,
-        std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port),
-    );
+    // Killed when dropped, even by a failing assertion.
+    let server = LoopbackServer::start(&[]);
+    let port = server.addr.port();
     let nobody = Nobody::new(Runtime::Xdg);
     let run = format!(
         "exec {} run $TCPLAB_HOST:{port} -t 2s --json",
@@ -610,8 +599,7 @@ fn shell_far_host_reaches_the_callers_loopback_as_nobody() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("needs slirp4netns"), "{said}");
     assert_eq!(said.trim().lines().count(), 1, "{said}");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     nobody.assert_nothing_left();
 }
 

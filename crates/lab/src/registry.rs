@@ -240,7 +240,31 @@ pub fn gc() -> io::Result<Removed> {
     for ns in &removed.namespaces {
         ns.remove()?;
     }
+    for socket in orphan_sockets()? {
+        fs::remove_file(socket)?;
+    }
     Ok(removed)
+}
+
+/// Control sockets no registry entry names (one lost or removed by hand): a daemon
+/// registers its lab before it binds the socket and unregisters it before removing it,
+/// so nothing answers on them.
+fn orphan_sockets() -> io::Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(run_dir()?) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut orphans = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "sock")
+            && !path.with_extension("json").exists()
+        {
+            orphans.push(path);
+        }
+    }
+    Ok(orphans)
 }
 
 /// Namespaces left by a process that died that no registered lab names: what only

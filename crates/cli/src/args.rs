@@ -512,6 +512,14 @@ pub struct OutputArgs {
     /// With --json, include every tcp_info sample.
     #[arg(long, requires = "json")]
     pub json_samples: bool,
+    /// Record the kernel's events of the test's sockets, both ends where the server runs
+    /// on this machine: tcp_probe on every segment received, retransmissions,
+    /// congestion-state changes, receive-buffer growth (tracefs; needs root).
+    #[arg(long)]
+    pub trace_events: bool,
+    /// With --json, include every kernel event (--trace-events).
+    #[arg(long, requires_all = ["json", "trace_events"])]
+    pub json_events: bool,
     /// Store the run in this SQLite database.
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
@@ -540,7 +548,7 @@ pub struct QuickstartArgs {
 pub struct ExportArgs {
     /// The SQLite database.
     pub db: PathBuf,
-    /// Table: runs, flows, intervals, samples, experiments, points or plan.
+    /// Table: runs, flows, intervals, samples, events, experiments, points or plan.
     #[arg(long, default_value = "runs")]
     pub table: String,
     /// csv or jsonl.

@@ -146,6 +146,7 @@ fn run_in_lab(
             params: params.clone(),
             label: out.label.clone(),
             tags: out.tags.clone(),
+            trace_events: out.trace_events,
         })
         .collect();
     let show = !out.json;
@@ -232,6 +233,7 @@ fn run_client(
         tags: out.tags.clone(),
         pacing: None,
         key,
+        trace_events: out.trace_events,
     };
     if iperf3 {
         // No live lines: iperf3 reports its side only at the end.
@@ -293,6 +295,9 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         }
         if !out.json_samples {
             record.samples.clear();
+        }
+        if !out.json_events {
+            record.events.clear();
         }
         serde_json::to_writer_pretty(io::stdout().lock(), &record)?;
         println!();

@@ -117,7 +117,11 @@ pub fn gc_lines(removed: &registry::Removed) -> Vec<String> {
             ns.name
         ),
     });
-    labs.chain(namespaces).collect()
+    let traces = removed
+        .trace_instances
+        .iter()
+        .map(|name| format!("removed leftover tracefs instance {name} (its process died)"));
+    labs.chain(namespaces).chain(traces).collect()
 }
 
 /// The one line that says the emulator cannot have real-time priority here, if so.

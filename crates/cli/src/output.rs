@@ -1,5 +1,6 @@
 //! Text shown to a person: the live interval lines and the final summary.
 
+use tcplab_model::events::{EventRecord, TraceRecord};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
     BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, Timed,
@@ -244,6 +245,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
             lines.push(capture_line(file, path));
         }
     }
+    if let Some(trace) = &run.trace {
+        lines.push(events_line(trace, &run.events));
+    }
     if run.status != RunStatus::Done {
         lines.push(format!(
             "status: {} — {}",
@@ -371,6 +375,34 @@ pub fn run_row(run: &tcplab_store::RunSummaryRow) -> String {
             .map(|l| format!(" ({l})"))
             .unwrap_or_default(),
     )
+}
+
+/// What the kernel's events hold, by kind: "events: 48211 kernel events (probe 48102,
+/// retransmit 37, cong_state 62, rcvbuf_grow 10)", or why they were not taken.
+fn events_line(trace: &TraceRecord, events: &[EventRecord]) -> String {
+    if !trace.taken {
+        return format!("events: {}", trace.note.as_deref().unwrap_or("not taken"));
+    }
+    let mut by_kind: Vec<(&str, usize)> = Vec::new();
+    for e in events {
+        match by_kind.iter_mut().find(|(kind, _)| *kind == e.event.kind()) {
+            Some((_, n)) => *n += 1,
+            None => by_kind.push((e.event.kind(), 1)),
+        }
+    }
+    let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let mut line = format!(
+        "events: {} ({})",
+        count(trace.events, "kernel event"),
+        kinds.join(", ")
+    );
+    if trace.lost > 0 {
+        line += &format!(
+            "; {} lost: the reader fell behind the kernel's buffer",
+            count(trace.lost, "event")
+        );
+    }
+    line
 }
 
 /// Where the capture went and what it holds: "capture: run.pcapng (52 301 packets; 0 lost

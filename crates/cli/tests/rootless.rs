@@ -316,9 +316,23 @@ fn quickstart_and_a_lossy_run_as_nobody_leave_nothing() {
         "{said}"
     );
 
-    let out = nobody.run(&["run", "--path", "rtt 10ms loss 1%", "-t", "2s", "--json"]);
+    let out = nobody.run(&[
+        "run",
+        "--path",
+        "rtt 10ms loss 1%",
+        "-t",
+        "2s",
+        "--json",
+        "--trace-events",
+    ]);
     let run = parse_success(&out);
     assert_eq!(str_at(&run, "/status"), "done");
+    // Kernel events are root's (tracefs): the run goes on and says why it has none.
+    assert_eq!(run["trace"]["taken"], false);
+    assert_eq!(
+        str_at(&run, "/trace/note"),
+        "kernel events need root (tracefs); not taken"
+    );
     let link = &run["path"]["up"]["links"][0];
     let (sent, lost) = (u64_at(link, "/packets_in"), u64_at(link, "/dropped_loss"));
     // Within five standard deviations of 1 % (the loss model's own 99 % tests are in

@@ -559,14 +559,15 @@ fn the_dry_run_estimates_a_sweeps_wall_time_within_20_percent() {
 
 /// `capture = true`: each run of a sweep writes its pcapng file beside the database and
 /// records where; each file holds that run's packets, read back by tshark where it is.
+/// `trace_events = true`: each run stores its kernel events.
 #[test]
-fn a_sweep_with_capture_writes_one_file_per_run_beside_the_database() {
+fn a_sweep_with_capture_and_events_writes_one_file_per_run_and_stores_the_events() {
     if !privileged_or_skip("sweep_capture") {
         return;
     }
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let file = small_experiment(dir.path(), 1, "0.5s", "capture = true");
+    let file = small_experiment(dir.path(), 1, "0.5s", "capture = true\ntrace_events = true");
     let db = dir.path().join("study.db");
     let out = sweep(&file, &db, &[]);
     assert!(
@@ -594,5 +595,14 @@ fn a_sweep_with_capture_writes_one_file_per_run_beside_the_database() {
         };
         assert!(out.status.success(), "{out:?}");
         assert!(String::from_utf8_lossy(&out.stdout).lines().count() > 100);
+    }
+    let events = export_jsonl(&db, "events");
+    for run in &runs {
+        let trace: serde_json::Value =
+            serde_json::from_str(run["trace_json"].as_str().unwrap()).unwrap();
+        assert_eq!(trace["taken"], true, "{trace}");
+        let stored = events.iter().filter(|e| e["run_id"] == run["id"]).count() as u64;
+        assert_eq!(stored, trace["events"].as_u64().unwrap());
+        assert!(stored > 100, "{stored} events");
     }
 }

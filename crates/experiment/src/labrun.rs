@@ -30,6 +30,8 @@ pub struct FlowGroup {
     pub params: TestParams,
     pub label: Option<String>,
     pub tags: Vec<String>,
+    /// Take the kernel's events of its sockets (`--trace-events`).
+    pub trace_events: bool,
 }
 
 /// Live interval lines of a run; called from the client threads.
@@ -161,6 +163,7 @@ impl Reach<'_> {
             tags: group.tags.clone(),
             pacing,
             key,
+            trace_events: group.trace_events,
         }
     }
 

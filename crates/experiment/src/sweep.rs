@@ -383,6 +383,7 @@ fn run_point(
             tags: std::iter::once(format!("flow={}", f.name))
                 .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
                 .collect(),
+            trace_events: c.trace_events,
         })
         .collect();
     let run = match &c.server {

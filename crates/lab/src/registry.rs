@@ -224,6 +224,8 @@ pub struct Removed {
     pub labs: Vec<LabEntry>,
     /// Namespaces tcplab marked whose process died and no registered lab named.
     pub namespaces: Vec<Leftover>,
+    /// Tracefs instances of tests whose process died (`--trace-events`).
+    pub trace_instances: Vec<String>,
 }
 
 /// Removes every lab whose process is gone, then every namespace marked by a process
@@ -243,6 +245,7 @@ pub fn gc() -> io::Result<Removed> {
     for socket in orphan_sockets()? {
         fs::remove_file(socket)?;
     }
+    removed.trace_instances = tcplab_sys::trace::remove_orphan_instances();
     Ok(removed)
 }
 

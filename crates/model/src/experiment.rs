@@ -119,6 +119,9 @@ pub struct RunConfig {
     /// Capture each run's packets at the lab's bottleneck (a pcapng file per run).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capture: bool,
+    /// Record the kernel's events of each run's sockets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trace_events: bool,
 }
 
 impl RunConfig {
@@ -382,6 +385,9 @@ struct File {
     /// A pcapng capture of each run at the bottleneck.
     #[serde(default)]
     capture: bool,
+    /// The kernel's events of each run's sockets.
+    #[serde(default)]
+    trace_events: bool,
     /// Accepted here, read with positions by [`Sweep`].
     #[serde(rename = "axis")]
     _axis: Option<de::IgnoredAny>,
@@ -550,6 +556,7 @@ impl File {
             flows,
             server,
             capture: self.capture,
+            trace_events: self.trace_events,
         })
     }
 

@@ -1129,6 +1129,8 @@ mod tests {
                 ..PathRecord::default()
             }),
             samples,
+            trace: None,
+            events: Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::Calibration;
+use crate::events::{EventRecord, TraceRecord};
 use crate::link::LinkCounters;
 use crate::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
@@ -687,6 +688,13 @@ pub struct RunRecord {
     /// Raw samples; left out of `--json` unless asked for, always stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<SampleRecord>,
+    /// Whether the kernel's events were taken (`--trace-events`); absent when not asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceRecord>,
+    /// The kernel's events of the test's sockets, in time order; like the samples, left
+    /// out of `--json` unless asked for, always stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventRecord>,
 }
 
 #[cfg(test)]

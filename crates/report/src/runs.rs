@@ -2,6 +2,7 @@
 //! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
 //! the bottleneck queue moved onto the run's time base.
 
+use tcplab_model::events::KernelEvent;
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
@@ -122,18 +123,29 @@ impl Run<'_> {
                 (what, self.lines("throughput", Quantity::Rate, series))
             }
             RunChart::Cwnd => {
+                let from_events = self.tcp.iter().any(|f| !sender_probes(run, f).is_empty());
                 let mut windows = Vec::new();
                 for f in &self.tcp {
-                    let cwnd = sender_trace(run, f, &|s| Some(f64::from(s.info.snd_cwnd)));
+                    let (cwnd, ssthresh) = if from_events {
+                        event_windows(run, f)
+                    } else {
+                        let cwnd = sender_trace(run, f, &|s| Some(f64::from(s.info.snd_cwnd)));
+                        let ssthresh = sender_trace(run, f, &|s| {
+                            (s.info.snd_ssthresh < INFINITE_SSTHRESH)
+                                .then_some(f64::from(s.info.snd_ssthresh))
+                        });
+                        (cwnd, ssthresh)
+                    };
                     windows.push(flow_series(palette, " cwnd", false, f, cwnd));
-                    let ssthresh = sender_trace(run, f, &|s| {
-                        (s.info.snd_ssthresh < INFINITE_SSTHRESH)
-                            .then_some(f64::from(s.info.snd_ssthresh))
-                    });
                     windows.push(flow_series(palette, " ssthresh", true, f, ssthresh));
                 }
+                let source = if from_events {
+                    "at every change, from the kernel's tcp_probe events (--trace-events; each change at the segment whose processing made it; drawn as each pixel's lowest and highest value)"
+                } else {
+                    "from tcp_info"
+                };
                 (
-                    "The senders' congestion window (solid) and slow-start threshold (dashed, once set) from tcp_info, in segments.".into(),
+                    format!("The senders' congestion window (solid) and slow-start threshold (dashed, once set) {source}, in segments."),
                     self.lines("segments", Quantity::Number, windows),
                 )
             }
@@ -299,6 +311,88 @@ fn sender_trace(
         .filter_map(|s| value(s).map(|v| Pt::at(seconds(s.t_us as f64), v)))
         .collect();
     thin(points, MAX_TRACE_POINTS)
+}
+
+/// What a tcp_probe event says of a sender's window.
+struct WindowProbe {
+    t_us: i64,
+    cwnd: u32,
+    ssthresh: u32,
+}
+
+/// The flow's sender's tcp_probe events in time order.
+fn sender_probes(run: &RunRecord, flow: &FlowRecord) -> Vec<WindowProbe> {
+    let host = flow.direction.sender();
+    run.events
+        .iter()
+        .filter(|e| e.flow == flow.id && e.host == host)
+        .filter_map(|e| match e.event {
+            KernelEvent::Probe {
+                snd_cwnd, ssthresh, ..
+            } => Some(WindowProbe {
+                t_us: e.t_us,
+                cwnd: snd_cwnd,
+                ssthresh,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// cwnd and ssthresh (once set) as steps at every change the probes show. A probe
+/// shows the state before its segment is processed, so a change it reveals was made at
+/// the previous probe's segment, and is drawn at that time.
+fn event_windows(run: &RunRecord, flow: &FlowRecord) -> (Vec<Pt>, Vec<Pt>) {
+    let probes = sender_probes(run, flow);
+    let steps = |value: &dyn Fn(&WindowProbe) -> Option<f64>| {
+        let mut points: Vec<Pt> = Vec::new();
+        for pair in probes.windows(2) {
+            let (at, now) = (seconds(pair[0].t_us as f64), value(&pair[1]));
+            let before = value(&pair[0]);
+            match (points.is_empty(), before, now) {
+                (true, Some(v), _) => points.push(Pt::at(at, v)),
+                (false, Some(b), Some(n)) if b != n => {
+                    points.push(Pt::at(at, b));
+                    points.push(Pt::at(at, n));
+                }
+                _ => {}
+            }
+        }
+        if let (Some(last), Some(probe)) = (points.last().copied(), probes.last()) {
+            points.push(Pt::at(seconds(probe.t_us as f64), last.y));
+        }
+        envelope(points, MAX_TRACE_POINTS)
+    };
+    let cwnd = steps(&|p| Some(f64::from(p.cwnd)));
+    let ssthresh = steps(&|p| (p.ssthresh < INFINITE_SSTHRESH).then_some(f64::from(p.ssthresh)));
+    (cwnd, ssthresh)
+}
+
+/// At most about `max` points that keep each bucket's lowest and highest value, in
+/// time order: what a chart's pixel columns can show of a longer trace.
+fn envelope(points: Vec<Pt>, max: usize) -> Vec<Pt> {
+    if points.len() <= max {
+        return points;
+    }
+    let bucket = points.len().div_ceil(max / 2);
+    points
+        .chunks(bucket)
+        .flat_map(|c| {
+            let low = c
+                .iter()
+                .copied()
+                .fold(c[0], |a, p| if p.y < a.y { p } else { a });
+            let high = c
+                .iter()
+                .copied()
+                .fold(c[0], |a, p| if p.y > a.y { p } else { a });
+            if low.x <= high.x {
+                [low, high]
+            } else {
+                [high, low]
+            }
+        })
+        .collect()
 }
 
 /// Each of the flow's intervals as a level from its start to its end.
@@ -555,6 +649,28 @@ mod tests {
             on_run_time(&q, started, epoch),
             [Pt::at(0.0, 20.0), Pt::at(1.25, 30.0)]
         );
+    }
+
+    #[test]
+    fn the_envelope_keeps_each_buckets_lowest_and_highest_in_time_order() {
+        let points: Vec<Pt> = (0..100)
+            .map(|i| {
+                Pt::at(
+                    f64::from(i),
+                    if i == 37 {
+                        1.0
+                    } else if i == 12 {
+                        90.0
+                    } else {
+                        50.0
+                    },
+                )
+            })
+            .collect();
+        let drawn = envelope(points, 10);
+        assert!(drawn.len() <= 10, "{drawn:?}");
+        assert!(drawn.contains(&Pt::at(37.0, 1.0)) && drawn.contains(&Pt::at(12.0, 90.0)));
+        assert!(drawn.windows(2).all(|w| w[0].x <= w[1].x));
     }
 
     #[test]

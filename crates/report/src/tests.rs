@@ -279,6 +279,69 @@ fn a_tcp_run_has_no_udp_charts_and_empty_charts_are_left_out() {
     assert_eq!(ids, ["throughput", "limits"]);
 }
 
+/// With kernel events the cwnd chart steps at every change the probes show, at the
+/// probe before the one that shows it; without, it follows the samples.
+#[test]
+fn the_cwnd_chart_follows_the_events_where_there_are_any() {
+    use tcplab_model::events::{EventRecord, KernelEvent};
+    let mut record = run(50.0, 1, false);
+    let probe = |t_us, snd_cwnd| EventRecord {
+        flow: 0,
+        host: Host::Client,
+        t_us,
+        event: KernelEvent::Probe {
+            data_len: 0,
+            snd_nxt: 0,
+            snd_una: 0,
+            snd_cwnd,
+            ssthresh: 0x7fff_ffff,
+            snd_wnd: 0,
+            srtt_us: 0,
+            rcv_wnd: 0,
+        },
+    };
+    record.events = [(0, 10), (1000, 10), (2000, 12), (3000, 12), (4000, 6)]
+        .map(|(t, c)| probe(t, c))
+        .to_vec();
+    let cwnd_points = |record: &RunRecord| {
+        let charts = crate::runs::charts(1, record, &mut crate::palette::Palette::new());
+        let chart = charts.into_iter().find(|c| c.id == "cwnd").unwrap();
+        let Body::Lines { series, .. } = chart.body else {
+            panic!("cwnd is lines")
+        };
+        assert_eq!(series[1].name, "flow 0 ssthresh");
+        (
+            series[0]
+                .points
+                .iter()
+                .map(|p| (p.x, p.y))
+                .collect::<Vec<_>>(),
+            chart.caption,
+            series[1].points.len(),
+        )
+    };
+    let (points, caption, ssthresh) = cwnd_points(&record);
+    assert_eq!(
+        points,
+        [
+            (0.0, 10.0),
+            (0.001, 10.0),
+            (0.001, 12.0),
+            (0.003, 12.0),
+            (0.003, 6.0),
+            (0.004, 6.0)
+        ]
+    );
+    assert!(caption.contains("tcp_probe"), "{caption}");
+    assert_eq!(ssthresh, 0, "no threshold set");
+    record.events.clear();
+    let (points, caption, _) = cwnd_points(&record);
+    assert!(
+        points.len() > 100 && caption.contains("from tcp_info"),
+        "{caption}"
+    );
+}
+
 /// Every experiment file in `examples/` with made-up runs: its charts, each with at most
 /// [`MAX_SERIES`] lines plus their bounds, a handful of charts, not hundreds.
 #[test]

@@ -20,17 +20,19 @@ pub enum Table {
     Flows,
     Intervals,
     Samples,
+    Events,
     Experiments,
     Points,
     Plan,
 }
 
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Runs,
         Table::Flows,
         Table::Intervals,
         Table::Samples,
+        Table::Events,
         Table::Experiments,
         Table::Points,
         Table::Plan,
@@ -40,6 +42,7 @@ impl Table {
         "flows",
         "intervals",
         "samples",
+        "events",
         "experiments",
         "points",
         "plan",

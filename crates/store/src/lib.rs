@@ -15,6 +15,7 @@
 //! `Cargo.toml`.
 
 mod error;
+mod events;
 mod experiments;
 mod export;
 mod kept;
@@ -280,12 +281,12 @@ impl Store {
     }
 
     /// Reads back the run stored under `id`, equal to what [`Store::insert_run`] stored
-    /// (flows, intervals and samples in their original order).
+    /// (flows, intervals, samples and events in their original order).
     pub fn load_run(&self, id: i64) -> Result<RunRecord> {
         self.load_run_with(id, true)
     }
 
-    /// [`Store::load_run`] without the raw samples (which are most of a run's rows):
+    /// [`Store::load_run`] without the raw samples and events (most of a run's rows):
     /// enough for summaries, intervals and statistics.
     pub fn load_run_without_samples(&self, id: i64) -> Result<RunRecord> {
         self.load_run_with(id, false)
@@ -323,6 +324,7 @@ impl Store {
         run.intervals = load_rows(&tx, path, id, "intervals", read_interval)?;
         if with_samples {
             run.samples = load_samples(&tx, path, id)?;
+            run.events = events::load(&tx, path, id)?;
         }
         Ok(run)
     }
@@ -396,6 +398,8 @@ fn insert_run_in(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i
     }
     insert_samples(tx, run_id, &run.samples)
         .map_err(sqlite_err(path, "inserting a run (samples)"))?;
+    events::insert(tx, run_id, &run.events)
+        .map_err(sqlite_err(path, "inserting a run (events)"))?;
     Ok(run_id)
 }
 
@@ -624,6 +628,7 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
         ]);
     }
     cols.push(("udp_json", opt_json(s.udp.as_ref())));
+    cols.push(("trace_json", opt_json(run.trace.as_ref())));
     Ok(cols)
 }
 
@@ -970,6 +975,8 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
         flows: Vec::new(),
         intervals: Vec::new(),
         samples: Vec::new(),
+        trace: r.opt_json("trace_json")?,
+        events: Vec::new(),
     })
 }
 

@@ -192,10 +192,11 @@ pub(crate) static MIGRATIONS: &[fn() -> String] = &[
     migration_4,
     migration_5,
     migration_6,
+    migration_7,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -299,6 +300,35 @@ fn migration_6() -> String {
 ALTER TABLE runs ADD COLUMN window_seconds REAL;
 ALTER TABLE flows ADD COLUMN timed_json TEXT;
 ALTER TABLE intervals ADD COLUMN drain INTEGER NOT NULL DEFAULT 0;
+"#
+    .to_string()
+}
+
+/// Migration 7: the kernel's events of a run's sockets (`--trace-events`) and whether
+/// they were taken (JSON `TraceRecord`).
+fn migration_7() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN trace_json TEXT;
+CREATE TABLE events (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    flow INTEGER NOT NULL,
+    host TEXT NOT NULL CHECK (host IN ('client', 'server')),
+    t_us INTEGER NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('probe', 'retransmit', 'cong_state', 'rcvbuf_grow')),
+    data_len INTEGER,
+    snd_nxt INTEGER,
+    snd_una INTEGER,
+    snd_cwnd INTEGER,
+    ssthresh INTEGER,
+    snd_wnd INTEGER,
+    srtt_us INTEGER,
+    rcv_wnd INTEGER,
+    state TEXT,
+    rcvbuf INTEGER,
+    rcv_ssthresh INTEGER,
+    window_clamp INTEGER
+);
+CREATE INDEX events_run_t ON events (run_id, t_us);
 "#
     .to_string()
 }

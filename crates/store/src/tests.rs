@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value as Json};
 use tcplab_model::calibration::{Calibration, Intrinsic};
+use tcplab_model::events::{CaState, EventRecord, KernelEvent, TraceRecord};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, Limit,
     LimitShares, Mode, Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod,
@@ -297,6 +298,55 @@ fn sample_record(n_samples: usize) -> RunRecord {
             capture_file: Some("/tmp/run.pcapng".into()),
         }),
         samples,
+        trace: Some(TraceRecord {
+            taken: true,
+            note: None,
+            events: 4,
+            lost: 2,
+        }),
+        // One of each kind, both ends.
+        events: vec![
+            EventRecord {
+                flow: 0,
+                host: Host::Client,
+                t_us: -150,
+                event: KernelEvent::Probe {
+                    data_len: 0,
+                    snd_nxt: u32::MAX,
+                    snd_una: 7,
+                    snd_cwnd: 10,
+                    ssthresh: 2_147_483_647,
+                    snd_wnd: 64_256,
+                    srtt_us: 20_154,
+                    rcv_wnd: 65_280,
+                },
+            },
+            EventRecord {
+                flow: 1,
+                host: Host::Client,
+                t_us: 10_000,
+                event: KernelEvent::Retransmit,
+            },
+            EventRecord {
+                flow: 1,
+                host: Host::Client,
+                t_us: 10_001,
+                event: KernelEvent::CongState {
+                    state: CaState::Recovery,
+                },
+            },
+            EventRecord {
+                flow: 0,
+                host: Host::Server,
+                t_us: 20_000,
+                event: KernelEvent::RcvbufGrow {
+                    rcvbuf: 262_144,
+                    rcv_ssthresh: 131_072,
+                    window_clamp: 196_608,
+                    rcv_wnd: 131_072,
+                },
+            },
+        ],
     }
 }
 
@@ -307,6 +357,7 @@ fn failed_record() -> RunRecord {
     r.tags = Vec::new();
     r.status = RunStatus::Failed;
     r.error = Some("connect: connection refused".into());
+    (r.trace, r.events) = (None, Vec::new());
     r.params.end = TestEnd::Bytes { bytes: 1 << 30 };
     r.params.mode = Mode::Up;
     r.summary = Summary::default();
@@ -815,7 +866,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
-             experiment_id point repetition udp_json limit_pacing window_seconds",
+             experiment_id point repetition udp_json limit_pacing window_seconds trace_json",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -844,6 +895,10 @@ fn expected_columns(table: Table) -> Vec<String> {
             ));
             v
         }
+        Table::Events => names(
+            "run_id flow host t_us kind data_len snd_nxt snd_una snd_cwnd ssthresh snd_wnd \
+             srtt_us rcv_wnd state rcvbuf rcv_ssthresh window_clamp",
+        ),
         Table::Experiments => names(
             "id name file spec_text plan_hash seed repetitions confidence axes_json \
              created_unix_us",
@@ -947,6 +1002,18 @@ fn expected_rows(table: Table, run: &RunRecord, failed: &RunRecord) -> Vec<Json>
                 m.insert("t_us".into(), json!(s.t_us));
                 m.insert("bbr_bw".into(), json!(s.bbr.map(|b| b.bw)));
                 m.insert("bbr_cwnd_gain".into(), json!(s.bbr.map(|b| b.cwnd_gain)));
+                Json::Object(m)
+            })
+            .collect(),
+        // The event's JSON names its columns: the table's others are NULL.
+        Table::Events => run
+            .events
+            .iter()
+            .map(|e| {
+                let Json::Object(mut m) = serde_json::to_value(e).unwrap() else {
+                    unreachable!()
+                };
+                m.insert("run_id".into(), json!(1));
                 Json::Object(m)
             })
             .collect(),
@@ -1060,7 +1127,7 @@ fn names_parse_and_errors_list_the_valid_ones() {
     let e = "run".parse::<Table>().unwrap_err().to_string();
     assert_eq!(
         e,
-        "unknown table 'run' (valid: runs, flows, intervals, samples, experiments, points, plan)"
+        "unknown table 'run' (valid: runs, flows, intervals, samples, events, experiments, points, plan)"
     );
     let e = "json".parse::<ExportFormat>().unwrap_err().to_string();
     assert_eq!(e, "unknown export format 'json' (valid: csv, jsonl)");
@@ -1161,6 +1228,7 @@ fn finishing_planned_runs_links_them_and_counts_attempts() {
     assert_eq!(store.load_run(done).unwrap(), run);
     let mut without = run.clone();
     without.samples.clear();
+    without.events.clear();
     assert_eq!(store.load_run_without_samples(done).unwrap(), without);
 
     assert_eq!(store.retry_failed(id).unwrap(), 2);

@@ -15,5 +15,6 @@ pub mod snmp;
 pub mod sockopt;
 pub mod stamp;
 pub mod sysctl;
+pub mod trace;
 pub mod tun;
 pub mod userns;

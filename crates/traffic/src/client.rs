@@ -15,6 +15,7 @@ use tcplab_sys::sysctl;
 
 use crate::auth::{self, PreSharedKey};
 use crate::engine::{self, End, FlowSocket, Flows, RateTarget};
+use crate::events::{self, TestTrace};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
@@ -44,6 +45,8 @@ pub struct Request {
     pub pacing: Option<RateTarget>,
     /// The server's pre-shared key: proved to the server, and the server must prove it.
     pub key: Option<PreSharedKey>,
+    /// Take the kernel's events of the test's sockets (`--trace-events`).
+    pub trace_events: bool,
 }
 
 /// Resolves a target as users write it; the port defaults to 5201.
@@ -136,13 +139,18 @@ pub fn run(
             )
         }
     };
+    let mut trace = None;
     let flows = if request.params.udp.is_some() {
         let flows = open_udp_flows(&request.params, server_addr, &udp_ports)?;
         await_ready_saying_hello(&mut control, &flows, &cookie)?;
         Flows::Udp(flows)
     } else {
         let data_addr = SocketAddr::new(server_addr.ip(), data_port);
+        let test_trace = trace.insert(request.trace_events.then(|| TestTrace::start(data_port)));
         let flows = open_flows(&request.params, data_addr, &cookie)?;
+        if let Some(test_trace) = test_trace {
+            test_trace.add_flows(&flows);
+        }
         ready(answer(&mut control)?)?;
         Flows::Tcp(flows)
     };
@@ -158,9 +166,10 @@ pub fn run(
         client_meta,
         server_meta,
     };
+    let t0_us = context.t0_us;
     let reader = control.try_clone()?;
     protocol::send(&mut control, &Message::Go)?;
-    Ok(run_started(
+    let mut record = run_started(
         control,
         reader,
         flows,
@@ -168,7 +177,9 @@ pub fn run(
         stop,
         request.pacing.clone(),
         on_interval,
-    ))
+    );
+    events::attach(&mut record, trace.flatten(), request.trace_events, t0_us);
+    Ok(record)
 }
 
 /// A message from the server, which may send up to the protocol's limit.

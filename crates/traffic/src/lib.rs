@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod client;
 pub mod engine;
+pub mod events;
 pub mod iperf3;
 pub mod limits;
 pub mod merge;

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use tcplab_model::events::TraceRecord;
 use tcplab_model::record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
     Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams, Timed,
@@ -255,6 +256,8 @@ pub fn merge(
         intervals,
         path: None,
         samples,
+        trace: None,
+        events: Vec::new(),
     }
 }
 
@@ -399,6 +402,7 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
     let t0 = rest.iter().map(|(_, r)| r.started_unix_us).min()?;
     combined.started_unix_us = t0;
     let (mut flows, mut intervals, mut samples) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut events, mut traces) = (Vec::new(), Vec::new());
     let (mut cpu_client, mut cpu_server) = (Vec::new(), Vec::new());
     for (host, run) in rest {
         let base = flows.len() as u32;
@@ -419,6 +423,12 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
             s.t_us += shift;
             s
         }));
+        events.extend(run.events.into_iter().map(|mut e| {
+            e.flow += base;
+            e.t_us += shift;
+            e
+        }));
+        traces.extend(run.trace);
         cpu_client.push(run.summary.cpu_client);
         cpu_server.push(run.summary.cpu_server);
         if run.status != RunStatus::Done && combined.status == RunStatus::Done {
@@ -436,6 +446,9 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
     combined.intervals = intervals;
     samples.sort_by_key(|s| (s.t_us, s.flow));
     combined.samples = samples;
+    events.sort_by_key(|e| e.t_us);
+    combined.events = events;
+    combined.trace = TraceRecord::combine(traces);
     Some(combined)
 }
 

@@ -26,6 +26,7 @@ use super::wire::{self, Cookie, Params, Results, State, StreamResult};
 use super::Iperf3Error;
 use crate::client::{self, Request};
 use crate::engine::{End, FlowSocket, Flows, SideOutcome};
+use crate::events::{self, TestTrace};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::protocol::{self, ProtocolError, Role, SideFlow, SideReport};
 use crate::udp::{self, UdpFlow};
@@ -58,11 +59,17 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     session.expect(State::ParamExchange)?;
     session.send_json(&iperf3_params, "sending the parameters")?;
     session.expect(State::CreateStreams)?;
+    // iperf3's data connections go to its control port.
+    let mut trace = (request.trace_events && params.udp.is_none())
+        .then(|| TestTrace::start(server_addr.port()));
     let flows = match params.udp {
         Some(_) => open_udp_flows(params, server_addr).map(Flows::Udp),
         None => open_flows(params, server_addr, &cookie).map(Flows::Tcp),
     }
     .map_err(|source| session.io_error("opening a data connection", source))?;
+    if let (Some(trace), Flows::Tcp(flows)) = (&mut trace, &flows) {
+        trace.add_flows(flows);
+    }
     // iperf3 closes the data connections after IPERF_DONE; closed earlier, with data
     // still arriving, they would reset and an iperf3 sender would fail the test.
     let _open_until_done = data_fds(&flows)
@@ -122,6 +129,7 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
         // The senders were iperf3's: what limited them is unknown, not "rwnd".
         record.summary.dominant_limit = None;
     }
+    events::attach(&mut record, trace, request.trace_events, context.t0_us);
     Ok(record)
 }
 

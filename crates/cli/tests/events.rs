@@ -1,0 +1,229 @@
+//! `--trace-events`: the kernel's tcp events of a run's sockets, held against the
+//! packets the capture saw, the kernel's own retransmission count and tcp_info.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use support::*;
+use tcplab_model::events::{cwnd_agreement, KernelEvent};
+use tcplab_model::record::{Host, RunRecord};
+use tcplab_sys::netns::privileged_or_skip;
+
+/// A run on the capture's path with events, a capture and a database.
+struct Traced {
+    run: RunRecord,
+    capture: PathBuf,
+    db: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn traced_run(cc: &str, seconds: &str) -> Traced {
+    let dir = tempfile::tempdir().unwrap();
+    let (capture, db) = (dir.path().join("run.pcapng"), dir.path().join("runs.db"));
+    let out = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rtt 20ms rate 100mbit queue 1bdp up.loss 1%",
+        ])
+        .args(["-t", seconds, "-C", cc, "--trace-events", "--json"])
+        .args(["--json-samples", "--json-events", "--capture"])
+        .arg(&capture)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let run: RunRecord = serde_json::from_value(parse_success(&out)).unwrap();
+    let trace = run.trace.clone().expect("the run records its trace");
+    assert!(trace.taken && trace.note.is_none(), "{trace:?}");
+    assert_eq!(trace.lost, 0);
+    assert_eq!(trace.events, run.events.len() as u64);
+    Traced {
+        run,
+        capture,
+        db,
+        _dir: dir,
+    }
+}
+
+impl Traced {
+    /// When the sender's kernel retransmitted, µs.
+    fn retransmit_events(&self) -> Vec<i64> {
+        self.run
+            .events
+            .iter()
+            .filter(|e| e.host == Host::Client && e.event == KernelEvent::Retransmit)
+            .map(|e| e.t_us)
+            .collect()
+    }
+
+    /// Each retransmission in the capture (at the bottleneck's entry) comes after an
+    /// event of its sender, within the time the sender's host may take to hand it to
+    /// the emulator.
+    fn assert_captured_retransmissions_follow_events(&self) {
+        let events = self.retransmit_events();
+        let port = self.run.flows[0].client_addr.rsplit_once(':').unwrap().1;
+        let seen = capture_retransmissions_us(&self.capture, port, self.run.started_unix_us);
+        let kernel = self.run.summary.retransmits as f64;
+        assert!(
+            seen.len() as f64 >= 0.9 * kernel,
+            "{} in the capture, the kernel {kernel}",
+            seen.len()
+        );
+        let unmatched: Vec<i64> = seen
+            .iter()
+            .copied()
+            .filter(|&t| !events.iter().any(|&e| e <= t + 1_000 && t - e <= 20_000))
+            .collect();
+        assert!(
+            unmatched.is_empty(),
+            "retransmissions without an event at {unmatched:?} µs"
+        );
+    }
+
+    /// The sender's window as tcp_info read it against the kernel's next probe:
+    /// `(agreeing, compared)`.
+    fn cwnd_agreement(&self) -> (usize, usize) {
+        let sender: Vec<_> = self
+            .run
+            .samples
+            .iter()
+            .filter(|s| s.host == Host::Client)
+            .cloned()
+            .collect();
+        cwnd_agreement(&sender, &self.run.events)
+    }
+}
+
+/// The bar, on the capture's path: the sender's tcp_retransmit_skb events count what the
+/// kernel counts within 2 % (cubic at 1 % loss retransmits one segment at a time); each
+/// retransmission the capture shows follows one; the first tcp_probe after each
+/// tcp_info sample has the sample's cwnd in 95 % of the samples or more; the events are
+/// stored and exported, and the text summary counts them.
+#[test]
+fn events_agree_with_the_capture_the_kernels_count_and_tcp_info() {
+    if !privileged_or_skip("events") {
+        return;
+    }
+    let _serial = serial();
+    let traced = traced_run("cubic", "3s");
+    let run = &traced.run;
+    let kernel = run.summary.retransmits as f64;
+    let events = traced.retransmit_events().len() as f64;
+    println!("retransmissions: events {events}, the kernel {kernel}");
+    assert!(kernel >= 5.0, "a 1 % loss retransmits: {kernel}");
+    assert!(
+        (events - kernel).abs() <= 0.02 * kernel,
+        "tcp_retransmit_skb events {events}, the kernel counted {kernel}"
+    );
+    traced.assert_captured_retransmissions_follow_events();
+    let (agreeing, compared) = traced.cwnd_agreement();
+    println!("cwnd: {agreeing} of {compared} samples agree with the next probe");
+    assert!(compared >= 200, "{compared} samples compared");
+    assert!(
+        agreeing as f64 >= 0.95 * compared as f64,
+        "{agreeing} of {compared} samples have the cwnd of the probe after them"
+    );
+
+    // Stored with the run and exported like the other tables.
+    let rows = export_jsonl(&traced.db, "events");
+    assert_eq!(rows.len(), run.events.len());
+    let stored = rows.iter().filter(|r| r["kind"] == "retransmit").count();
+    let all = run
+        .events
+        .iter()
+        .filter(|e| e.event == KernelEvent::Retransmit)
+        .count();
+    assert_eq!(stored, all);
+
+    let text = tcplab()
+        .args(["run", "--path", "rtt 2ms", "-t", "0.5s", "--trace-events"])
+        .output()
+        .unwrap();
+    assert_success(&text);
+    let said = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        said.contains("events: ") && said.contains("probe "),
+        "{said}"
+    );
+}
+
+/// BBR, which ignores random loss, retransmits skbs of several segments: one event
+/// each, so fewer events than the kernel's count of segments, and still one before
+/// every retransmission the capture shows.
+#[test]
+fn a_retransmission_of_several_segments_is_one_event() {
+    if !privileged_or_skip("events_bbr") {
+        return;
+    }
+    let _serial = serial();
+    let traced = traced_run("bbr", "2s");
+    let kernel = traced.run.summary.retransmits as usize;
+    let events = traced.retransmit_events().len();
+    let (agreeing, compared) = traced.cwnd_agreement();
+    println!("bbr: {events} retransmit events, {kernel} segments; cwnd {agreeing} of {compared}");
+    assert!(
+        events > 50 && events <= kernel,
+        "{events} events, {kernel} segments"
+    );
+    traced.assert_captured_retransmissions_follow_events();
+}
+
+/// When events cannot be taken the run goes on and says why in one line; asking for
+/// them in the JSON without taking them is a usage error.
+#[test]
+fn events_that_cannot_be_taken_are_said_in_one_line() {
+    if !privileged_or_skip("events_refusals") {
+        return;
+    }
+    let _serial = serial();
+    let out = tcplab()
+        .args(["run", "--path", "rtt 1ms", "-u", "-b", "10m", "-t", "0.3s"])
+        .args(["--trace-events", "--json"])
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    assert_eq!(run["trace"]["taken"], false, "{:#}", run["trace"]);
+    assert!(str_at(&run, "/trace/note").contains("UDP"));
+
+    let out = tcplab()
+        .args(["run", "--path", "rtt 1ms", "--json", "--json-events"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--trace-events"), "{said}");
+}
+
+/// The retransmitted data segments from the client's `port` (the test's data
+/// connection, not its control connection) in a capture, µs on the run's time base.
+fn capture_retransmissions_us(
+    file: &std::path::Path,
+    port: &str,
+    started_unix_us: i64,
+) -> Vec<i64> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args([
+            "-Y",
+            &format!("tcp.srcport == {port} && tcp.len > 0 && (tcp.analysis.retransmission || tcp.analysis.out_of_order)"),
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+        ])
+        .output()
+        .expect("running tshark");
+    assert!(out.status.success(), "tshark: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|epoch| {
+            let (s, frac) = epoch.trim().split_once('.').unwrap();
+            let us = s.parse::<i64>().unwrap() * 1_000_000 + frac[..6].parse::<i64>().unwrap();
+            us - started_unix_us
+        })
+        .collect()
+}

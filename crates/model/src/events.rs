@@ -1,0 +1,444 @@
+//! The kernel's own events of a test's sockets (`--trace-events`): what the tcp
+//! tracepoints said, each on the run's time base and attributed to a flow and an end.
+//! tcp_probe fires on every segment a socket receives, before the kernel processes it
+//! (so it shows the state the previous segment left); tcp_retransmit_skb on every
+//! retransmission, which may carry several segments; tcp_cong_state_set on every change
+//! of the congestion state; tcp_rcvbuf_grow when the receive buffer auto-tunes up.
+//! Pure: the trace text is parsed and attributed here, the I/O lives in `tcplab-sys`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{Host, SampleRecord};
+
+/// The tracepoints a test enables, as tracefs names them (`events/tcp/NAME`).
+pub const TRACEPOINTS: [&str; 4] = [
+    "tcp_probe",
+    "tcp_retransmit_skb",
+    "tcp_cong_state_set",
+    "tcp_rcvbuf_grow",
+];
+
+/// The filter each tracepoint gets: the test's data connections, both ends, are the
+/// ones with the server's data port on either side.
+pub fn port_filter(data_port: u16) -> String {
+    format!("sport == {data_port} || dport == {data_port}")
+}
+
+/// The kernel's congestion state (`enum tcp_ca_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaState {
+    Open,
+    Disorder,
+    Cwr,
+    Recovery,
+    Loss,
+}
+
+impl CaState {
+    pub fn from_kernel(value: u8) -> Option<CaState> {
+        Some(match value {
+            0 => CaState::Open,
+            1 => CaState::Disorder,
+            2 => CaState::Cwr,
+            3 => CaState::Recovery,
+            4 => CaState::Loss,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CaState::Open => "open",
+            CaState::Disorder => "disorder",
+            CaState::Cwr => "cwr",
+            CaState::Recovery => "recovery",
+            CaState::Loss => "loss",
+        }
+    }
+}
+
+/// What one tracepoint said. Windows and buffers in bytes, cwnd and ssthresh in
+/// segments, sequence numbers as the kernel's 32-bit ones.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KernelEvent {
+    /// A segment arrived (tcp_probe); the state before the kernel processed it.
+    Probe {
+        data_len: u32,
+        snd_nxt: u32,
+        snd_una: u32,
+        snd_cwnd: u32,
+        ssthresh: u32,
+        snd_wnd: u32,
+        srtt_us: u32,
+        rcv_wnd: u32,
+    },
+    /// A retransmission (tcp_retransmit_skb): one skb, perhaps several segments.
+    Retransmit,
+    /// The congestion state changed to `state` (tcp_cong_state_set).
+    CongState { state: CaState },
+    /// The receive buffer grew (tcp_rcvbuf_grow).
+    RcvbufGrow {
+        rcvbuf: u32,
+        rcv_ssthresh: u32,
+        window_clamp: u32,
+        rcv_wnd: u32,
+    },
+}
+
+impl KernelEvent {
+    /// The event's kind as the JSON and the store name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KernelEvent::Probe { .. } => "probe",
+            KernelEvent::Retransmit => "retransmit",
+            KernelEvent::CongState { .. } => "cong_state",
+            KernelEvent::RcvbufGrow { .. } => "rcvbuf_grow",
+        }
+    }
+}
+
+/// One event of one flow's socket at one end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub flow: u32,
+    /// The end whose socket the event belongs to.
+    pub host: Host,
+    /// µs since t0 on the client's clock.
+    pub t_us: i64,
+    #[serde(flatten)]
+    pub event: KernelEvent,
+}
+
+/// Whether a run's kernel events were taken, and how many.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    pub taken: bool,
+    /// Why not, when they were not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Events stored with the run.
+    pub events: u64,
+    /// Events the kernel's ring buffer overwrote before they were read.
+    pub lost: u64,
+}
+
+impl TraceRecord {
+    /// One run's record of several tests' traces: taken if every one was, the first
+    /// note; `None` when none was asked for.
+    pub fn combine(traces: Vec<TraceRecord>) -> Option<TraceRecord> {
+        if traces.is_empty() {
+            return None;
+        }
+        Some(TraceRecord {
+            taken: traces.iter().all(|t| t.taken),
+            note: traces.iter().find_map(|t| t.note.clone()),
+            events: traces.iter().map(|t| t.events).sum(),
+            lost: traces.iter().map(|t| t.lost).sum(),
+        })
+    }
+}
+
+/// A trace line's event with the socket's ports, before it is attributed to a flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceLine {
+    /// The trace clock (CLOCK_MONOTONIC) in µs.
+    pub at_us: i64,
+    pub sport: u16,
+    pub dport: u16,
+    pub event: KernelEvent,
+}
+
+/// Parses one line of a tracefs instance's text output (`trace_pipe`), as
+/// `COMM-PID [CPU] FLAGS SECONDS.MICROS: EVENT: key=value …`. `None` for anything else
+/// (comments, other events, lines a kernel of another version prints differently).
+pub fn parse_line(line: &str) -> Option<TraceLine> {
+    let at = line.find(": tcp_")?;
+    let at_us = parse_seconds(line[..at].split_whitespace().last()?)?;
+    let rest = &line[at + 2..];
+    let (name, fields) = rest.split_once(": ")?;
+    let field = |key: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    };
+    let int = |key: &str| -> Option<u32> {
+        let text = field(key)?;
+        match text.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => text.parse().ok(),
+        }
+    };
+    let port_of = |key: &str| field(key)?.rsplit_once(':')?.1.parse().ok();
+    let ports = || -> Option<(u16, u16)> {
+        Some((field("sport")?.parse().ok()?, field("dport")?.parse().ok()?))
+    };
+    let ((sport, dport), event) = match name {
+        "tcp_probe" => (
+            (port_of("src")?, port_of("dest")?),
+            KernelEvent::Probe {
+                data_len: int("data_len")?,
+                snd_nxt: int("snd_nxt")?,
+                snd_una: int("snd_una")?,
+                snd_cwnd: int("snd_cwnd")?,
+                ssthresh: int("ssthresh")?,
+                snd_wnd: int("snd_wnd")?,
+                srtt_us: int("srtt")?,
+                rcv_wnd: int("rcv_wnd")?,
+            },
+        ),
+        "tcp_retransmit_skb" => (ports()?, KernelEvent::Retransmit),
+        "tcp_cong_state_set" => (
+            ports()?,
+            KernelEvent::CongState {
+                state: CaState::from_kernel(u8::try_from(int("cong_state")?).ok()?)?,
+            },
+        ),
+        "tcp_rcvbuf_grow" => (
+            ports()?,
+            KernelEvent::RcvbufGrow {
+                rcvbuf: int("rcvbuf")?,
+                rcv_ssthresh: int("rcv_ssthresh")?,
+                window_clamp: int("window_clamp")?,
+                rcv_wnd: int("rcv_wnd")?,
+            },
+        ),
+        _ => return None,
+    };
+    Some(TraceLine {
+        at_us,
+        sport,
+        dport,
+        event,
+    })
+}
+
+/// `SECONDS.MICROS` as the trace prints its timestamps, in µs.
+fn parse_seconds(text: &str) -> Option<i64> {
+    let (seconds, micros) = text.split_once('.')?;
+    if micros.len() != 6 {
+        return None;
+    }
+    Some(seconds.parse::<i64>().ok()? * 1_000_000 + micros.parse::<i64>().ok()?)
+}
+
+/// How a test's sockets are told apart: the server's data port, and each flow's port
+/// at the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestPorts {
+    pub data_port: u16,
+    /// `(flow, the client's port)`.
+    pub flows: Vec<(u32, u16)>,
+}
+
+impl TestPorts {
+    /// The flow and end a line belongs to, with its time on the test's time base;
+    /// `None` for another test's socket that shares the data port.
+    pub fn attribute(&self, line: TraceLine, t0_us: i64) -> Option<EventRecord> {
+        let (host, client_port) = if line.sport == self.data_port {
+            (Host::Server, line.dport)
+        } else if line.dport == self.data_port {
+            (Host::Client, line.sport)
+        } else {
+            return None;
+        };
+        let flow = self.flows.iter().find(|(_, port)| *port == client_port)?.0;
+        Some(EventRecord {
+            flow,
+            host,
+            t_us: line.at_us - t0_us,
+            event: line.event,
+        })
+    }
+}
+
+/// How often tcp_info samples and the kernel's events agree on cwnd: for each sample of
+/// an end that has probe events, whether the first tcp_probe after it — which shows the
+/// state the sample read, the kernel having processed nothing in between — has the
+/// sample's cwnd. `(agreeing, compared)`.
+pub fn cwnd_agreement(samples: &[SampleRecord], events: &[EventRecord]) -> (usize, usize) {
+    let mut agreeing = 0;
+    let mut compared = 0;
+    for sample in samples {
+        let next = events
+            .iter()
+            .filter(|e| e.flow == sample.flow && e.host == sample.host && e.t_us >= sample.t_us)
+            .find_map(|e| match e.event {
+                KernelEvent::Probe { snd_cwnd, .. } => Some(snd_cwnd),
+                _ => None,
+            });
+        if let Some(cwnd) = next {
+            compared += 1;
+            agreeing += usize::from(cwnd == sample.info.snd_cwnd);
+        }
+    }
+    (agreeing, compared)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROBE: &str = "          tcplab-4121    [001] ..s2.  8123.456789: tcp_probe: \
+        family=AF_INET src=10.77.1.1:40312 dest=10.77.0.1:39001 mark=0x0 data_len=0 \
+        snd_nxt=0x5a1b2c3d snd_una=0x5a1b0000 snd_cwnd=42 ssthresh=2147483647 \
+        snd_wnd=64256 srtt=20154 rcv_wnd=65280 sock_cookie=2f skbaddr=00000000a1b2c3d4 \
+        skaddr=00000000deadbeef";
+
+    #[test]
+    fn a_probe_line_gives_its_time_ports_and_state() {
+        let line = parse_line(PROBE).unwrap();
+        assert_eq!(line.at_us, 8_123_456_789);
+        assert_eq!((line.sport, line.dport), (40312, 39001));
+        assert_eq!(
+            line.event,
+            KernelEvent::Probe {
+                data_len: 0,
+                snd_nxt: 0x5a1b2c3d,
+                snd_una: 0x5a1b0000,
+                snd_cwnd: 42,
+                ssthresh: 2147483647,
+                snd_wnd: 64256,
+                srtt_us: 20154,
+                rcv_wnd: 65280,
+            }
+        );
+    }
+
+    #[test]
+    fn ipv6_addresses_keep_their_ports() {
+        let v6 = PROBE.replace("10.77.1.1:40312", "[fd00:77:1::1]:40312");
+        assert_eq!(parse_line(&v6).unwrap().sport, 40312);
+    }
+
+    #[test]
+    fn the_other_events_parse() {
+        let retransmit = "  <idle>-0 [000] ..s2. 10.000001: tcp_retransmit_skb: skbaddr=0000 \
+            skaddr=0000 family=AF_INET sport=39001 dport=40312 saddr=10.77.0.1 \
+            daddr=10.77.1.1 saddrv6=::ffff:10.77.0.1 daddrv6=::ffff:10.77.1.1 \
+            state=TCP_ESTABLISHED err=0";
+        let line = parse_line(retransmit).unwrap();
+        assert_eq!(
+            (line.at_us, line.sport, line.event),
+            (10_000_001, 39001, KernelEvent::Retransmit)
+        );
+        let state = "  tcplab-9 [000] ..s2. 11.500000: tcp_cong_state_set: family=AF_INET \
+            sport=40312 dport=39001 saddr=10.77.1.1 daddr=10.77.0.1 saddrv6=::1 daddrv6=::1 \
+            cong_state=3";
+        assert_eq!(
+            parse_line(state).unwrap().event,
+            KernelEvent::CongState {
+                state: CaState::Recovery
+            }
+        );
+        let grow = "  tcplab-9 [000] ..... 12.000000: tcp_rcvbuf_grow: time=20000 rtt_us=20100 \
+            copied=131072 inq=0 space=65536 ooo=0 scaling_ratio=200 rcvbuf=262144 \
+            rcv_ssthresh=131072 window_clamp=196608 rcv_wnd=131072 family=AF_INET \
+            sport=39001 dport=40312 saddr=10.77.0.1 daddr=10.77.1.1 saddrv6=::1 daddrv6=::1 \
+            skaddr=0000 sock_cookie=3";
+        assert_eq!(
+            parse_line(grow).unwrap().event,
+            KernelEvent::RcvbufGrow {
+                rcvbuf: 262144,
+                rcv_ssthresh: 131072,
+                window_clamp: 196608,
+                rcv_wnd: 131072,
+            }
+        );
+    }
+
+    #[test]
+    fn other_lines_are_skipped() {
+        for line in [
+            "# tracer: nop",
+            "",
+            "  bash-1 [000] ..... 1.000000: sched_switch: prev_comm=bash",
+            &PROBE.replace("snd_cwnd=42", "snd_cwnd=x"),
+            &PROBE.replace("8123.456789:", "8123.4567:"),
+            &PROBE
+                .replace("cong", "x")
+                .replace("tcp_probe", "tcp_cong_state_set"),
+        ] {
+            assert_eq!(parse_line(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn events_are_attributed_by_port_to_their_flow_and_end() {
+        let ports = TestPorts {
+            data_port: 39001,
+            flows: vec![(0, 40312), (1, 40314)],
+        };
+        let at = |sport, dport| TraceLine {
+            at_us: 5_000_250,
+            sport,
+            dport,
+            event: KernelEvent::Retransmit,
+        };
+        let client = ports.attribute(at(40314, 39001), 5_000_000).unwrap();
+        assert_eq!(
+            (client.flow, client.host, client.t_us),
+            (1, Host::Client, 250)
+        );
+        let server = ports.attribute(at(39001, 40312), 5_000_000).unwrap();
+        assert_eq!((server.flow, server.host), (0, Host::Server));
+        // Another lab's test on the same data port, from a port this test has not.
+        assert_eq!(ports.attribute(at(39001, 50000), 5_000_000), None);
+        assert_eq!(ports.attribute(at(1, 2), 5_000_000), None);
+    }
+
+    #[test]
+    fn events_serialize_with_their_kind() {
+        let record = EventRecord {
+            flow: 0,
+            host: Host::Client,
+            t_us: 7,
+            event: KernelEvent::CongState {
+                state: CaState::Loss,
+            },
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["kind"], "cong_state");
+        assert_eq!(json["state"], "loss");
+        assert_eq!(serde_json::from_value::<EventRecord>(json).unwrap(), record);
+    }
+
+    #[test]
+    fn cwnd_agreement_reads_the_first_probe_after_each_sample() {
+        let mut sample = SampleRecord {
+            flow: 0,
+            host: Host::Client,
+            t_us: 100,
+            info: Default::default(),
+            bbr: None,
+            skmem: None,
+        };
+        sample.info.snd_cwnd = 10;
+        let probe = |t_us, snd_cwnd| EventRecord {
+            flow: 0,
+            host: Host::Client,
+            t_us,
+            event: KernelEvent::Probe {
+                data_len: 0,
+                snd_nxt: 0,
+                snd_una: 0,
+                snd_cwnd,
+                ssthresh: 0,
+                snd_wnd: 0,
+                srtt_us: 0,
+                rcv_wnd: 0,
+            },
+        };
+        let later = SampleRecord {
+            t_us: 300,
+            ..sample.clone()
+        };
+        let unmatched = SampleRecord {
+            t_us: 900,
+            ..sample.clone()
+        };
+        let events = [probe(50, 9), probe(150, 10), probe(400, 11)];
+        assert_eq!(cwnd_agreement(&[sample, later, unmatched], &events), (1, 2));
+    }
+}

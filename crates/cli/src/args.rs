@@ -118,7 +118,8 @@ pub struct ReportArgs {
 pub struct PlotArgs {
     /// The SQLite database.
     pub db: PathBuf,
-    /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue.
+    /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue,
+    /// tseq.
     #[arg(long, value_name = "ID", conflicts_with = "experiment")]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
@@ -132,6 +133,22 @@ pub struct PlotArgs {
     /// The file to write: .svg or .png.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: PathBuf,
+    /// The time-sequence graph's flow (--chart tseq) [default: the first TCP flow].
+    #[arg(long, value_name = "ID")]
+    pub flow: Option<u32>,
+    /// The time-sequence graph from this time since the test's start (`1.5s`, `200ms`).
+    #[arg(long, value_name = "TIME", value_parser = duration_seconds)]
+    pub from: Option<f64>,
+    /// … to this time.
+    #[arg(long, value_name = "TIME", value_parser = duration_seconds)]
+    pub to: Option<f64>,
+}
+
+/// A duration as a user types it, in seconds.
+fn duration_seconds(text: &str) -> Result<f64, String> {
+    tcplab_model::units::parse_duration(text)
+        .map(|us| us as f64 / 1e6)
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
 use tcplab_lab::{Lab, LabConfig};
-use tcplab_model::explain::explain;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
 use tcplab_model::units::count;
@@ -310,7 +309,10 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         }
         if record.flows.iter().any(|f| f.udp.is_none()) && !record.samples.is_empty() {
             println!("\nwhy (tcplab explain):");
-            print!("{}", crate::explain::render(&explain(record)));
+            print!(
+                "{}",
+                crate::explain::render(&crate::explain::explain_with_evidence(record))
+            );
         }
     }
     Ok(())

@@ -5,13 +5,30 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
+use tcplab_model::capture::read_pcapng;
 use tcplab_model::explain::{explain, Explanation};
 use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::BufferSize;
+use tcplab_model::record::{BufferSize, RunRecord};
+use tcplab_model::tseq::run_retransmit_causes;
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
 use crate::commands::open_existing_store;
+
+/// `explain`, citing the run's capture where it has one that can still be read.
+pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
+    let mut explanation = explain(run);
+    let packets = run
+        .path
+        .as_ref()
+        .and_then(|p| p.capture_file.as_deref())
+        .and_then(|file| std::fs::File::open(file).ok())
+        .and_then(|f| read_pcapng(io::BufReader::new(f)).ok());
+    if let Some(packets) = packets {
+        explanation.cite_capture(run_retransmit_causes(&packets, run));
+    }
+    explanation
+}
 
 #[derive(Serialize)]
 struct ExplainedRun<'a> {
@@ -31,7 +48,7 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
         },
     };
     let run = store.load_run(id)?;
-    let explanation = explain(&run);
+    let explanation = explain_with_evidence(&run);
     let mut out = io::stdout().lock();
     if args.json {
         let doc = ExplainedRun {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tcplab_model::units::count;
-use tcplab_report::{find_chart, write_report, Target};
+use tcplab_report::{find_chart, write_report, SequenceView, Target};
 
 use crate::args::{PlotArgs, ReportArgs};
 use crate::commands::open_existing_store;
@@ -44,7 +44,21 @@ pub fn plot(args: PlotArgs) -> Result<ExitCode> {
         .run
         .map(Target::Run)
         .or(args.experiment.map(Target::Experiment));
-    let chart = find_chart(&store, target, &args.chart)?;
+    let zoom = match (args.from, args.to) {
+        (None, None) => None,
+        (from, to) => {
+            let (from, to) = (from.unwrap_or(0.0), to.unwrap_or(f64::MAX));
+            if from >= to {
+                bail!("--from {from} s is not before --to {to} s");
+            }
+            Some((from, to))
+        }
+    };
+    let view = SequenceView {
+        flow: args.flow,
+        zoom,
+    };
+    let chart = find_chart(&store, target, &args.chart, view)?;
     let bytes = if extension.as_deref() == Some("png") {
         tcplab_report::png(&chart)?
     } else {

@@ -123,6 +123,20 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
         "tshark found {found} retransmissions, the kernel counted {kernel}"
     );
 
+    // Its time-sequence graph marks the drops, in an SVG of tens of KB.
+    let svg = dir.path().join("tseq.svg");
+    let said = tcplab()
+        .args(["plot"])
+        .arg(dir.path().join("runs.db"))
+        .args(["--chart", "tseq", "-o"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(said.status.success(), "{said:?}");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("dropped loss") && drawn.contains("flow 0 ACK"));
+    assert!(drawn.len() < 1_000_000, "{} bytes", drawn.len());
+
     // The file is in time order, on the run's clock.
     let info = Command::new("capinfos")
         .arg("-o")

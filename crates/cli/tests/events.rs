@@ -81,6 +81,26 @@ impl Traced {
             unmatched.is_empty(),
             "retransmissions without an event at {unmatched:?} µs"
         );
+        // One clock: the kernel's events (monotonic) and the capture (the wall clock,
+        // moved by the run's start) put the sender's retransmission within a
+        // millisecond or two of its arrival at the bottleneck.
+        let mut lags: Vec<i64> = seen
+            .iter()
+            .filter_map(|&t| {
+                // The latest event at or before it, else one just after (the clocks'
+                // error).
+                let before = events.iter().filter(|&&e| e <= t).max();
+                let after = || events.iter().filter(|&&e| e > t && e <= t + 1_000).min();
+                before.or_else(after).map(|&e| t - e)
+            })
+            .collect();
+        lags.sort_unstable();
+        let median = lags[lags.len() / 2];
+        println!(
+            "event to capture: median {median} µs over {} retransmissions",
+            lags.len()
+        );
+        assert!((-1_000..=5_000).contains(&median), "median lag {median} µs");
     }
 
     /// The sender's window as tcp_info read it against the kernel's next probe:
@@ -137,6 +157,32 @@ fn events_agree_with_the_capture_the_kernels_count_and_tcp_info() {
         .filter(|e| e.event == KernelEvent::Retransmit)
         .count();
     assert_eq!(stored, all);
+
+    // explain cites both: the kernel's episodes, and what each retransmission in the
+    // capture followed (here the path's random loss, its queue never full).
+    let said = tcplab()
+        .arg("explain")
+        .arg("--db")
+        .arg(&traced.db)
+        .output()
+        .unwrap();
+    assert_success(&said);
+    let said = String::from_utf8_lossy(&said.stdout);
+    // "14 of 14 retransmissions follow random loss (the capture at the bottleneck)"
+    let cited = said
+        .lines()
+        .find(|l| l.ends_with("retransmissions follow random loss (the capture at the bottleneck)"))
+        .unwrap_or_else(|| panic!("no retransmissions put down to random loss:\n{said}"));
+    let words: Vec<&str> = cited.trim_start_matches("  - ").split(' ').collect();
+    let (followed, of) = (
+        words[0].parse::<f64>().unwrap(),
+        words[2].parse::<f64>().unwrap(),
+    );
+    assert!(
+        followed == of && of >= 0.9 * kernel,
+        "{cited}; the kernel counted {kernel}"
+    );
+    assert!(said.contains("the kernel's events: cwnd cut"), "{said}");
 
     let text = tcplab()
         .args(["run", "--path", "rtt 2ms", "-t", "0.5s", "--trace-events"])

@@ -169,8 +169,20 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
     // Report intervals of 250 ms: a 1.5 s run's jitter and loss lines then cross their
     // chart (with 1 s intervals, one steep anti-aliased segment held as few as 214
     // pixels of the series colour).
+    // The two flows' packets captured: their run has a time-sequence graph.
+    let capture = dir.path().join("two-flows.pcapng");
+    let capture = capture.to_str().unwrap();
     for args in [
-        &["-t", "1.5", "-P", "2", "--label", "two flows"][..],
+        &[
+            "-t",
+            "1.5",
+            "-P",
+            "2",
+            "--label",
+            "two flows",
+            "--capture",
+            capture,
+        ][..],
         &[
             "-t", "1.5", "-i", "0.25", "-u", "-b", "5mbit", "--label", "udp",
         ][..],
@@ -187,6 +199,15 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
     let said = run_ok(tcplab().arg("report").arg(&db).arg("-o").arg(&out));
     assert!(said.starts_with("wrote "), "{said}");
     let page = out.join("index.html");
+    // The graph marks what the path's 0.5 % loss dropped, under its reason.
+    let html = std::fs::read_to_string(&page).unwrap();
+    let graph = &html[html
+        .find("time-sequence graph")
+        .expect("a time-sequence graph")..];
+    assert!(
+        graph.contains("dropped loss"),
+        "no drops marked in the time-sequence graph"
+    );
 
     let (charts, height) = boxes(&chromium(
         browser,
@@ -207,6 +228,7 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
         "queue",
         "udp-loss",
         "udp-jitter",
+        "tseq",
     ] {
         assert!(
             ids.iter().any(|id| id.ends_with(expected)),

@@ -27,6 +27,22 @@ pub enum Fate {
 }
 
 impl Fate {
+    pub const ALL: [Fate; 8] = [
+        Fate::Delivered,
+        Fate::Reordered,
+        Fate::Corrupted,
+        Fate::Duplicate,
+        Fate::Dropped(DropReason::Loss),
+        Fate::Dropped(DropReason::Queue),
+        Fate::Dropped(DropReason::Aqm),
+        Fate::Dropped(DropReason::Oversize),
+    ];
+
+    /// The fate a capture's comment names.
+    pub fn from_label(label: &str) -> Option<Fate> {
+        Fate::ALL.into_iter().find(|f| f.label() == label)
+    }
+
     /// The fate as the capture's comment names it.
     pub fn label(self) -> &'static str {
         match self {
@@ -76,6 +92,67 @@ impl CapturedPacket {
             None => format!("{dir} {}", self.fate.label()),
         }
     }
+}
+
+/// Why a capture file could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureReadError {
+    #[error("not a pcapng file: {0}")]
+    Format(#[from] pcap_file::PcapError),
+    #[error("packet {index} has no tcplab comment (a capture tcplab did not write?)")]
+    NoComment { index: usize },
+}
+
+/// Reads back a capture tcplab wrote: each packet with its direction, fate and queueing
+/// delay from its comment; `at_ns` is the file's timestamp (ns since the Unix epoch) and
+/// `entry` the packet's place in the file.
+pub fn read_pcapng(reader: impl std::io::Read) -> Result<Vec<CapturedPacket>, CaptureReadError> {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+    use pcap_file::pcapng::{Block, PcapNgReader};
+    let mut file = PcapNgReader::new(reader)?;
+    let mut packets = Vec::new();
+    while let Some(block) = file.next_block() {
+        let Block::EnhancedPacket(epb) = block? else {
+            continue;
+        };
+        let index = packets.len();
+        let (direction, fate, queue_delay_ns) = epb
+            .options
+            .iter()
+            .find_map(|o| match o {
+                EnhancedPacketOption::Comment(c) => parse_comment(c),
+                _ => None,
+            })
+            .ok_or(CaptureReadError::NoComment { index })?;
+        packets.push(CapturedPacket {
+            at_ns: epb.timestamp.as_nanos() as u64,
+            entry: index as u64,
+            direction,
+            fate,
+            queue_delay_ns,
+            len: epb.original_len,
+            head: epb.data.into_owned(),
+        });
+    }
+    Ok(packets)
+}
+
+/// The inverse of [`CapturedPacket::comment`].
+fn parse_comment(comment: &str) -> Option<(Direction, Fate, Option<u64>)> {
+    let (what, queued) = match comment.split_once(", queued ") {
+        Some((what, queued)) => {
+            let ms: f64 = queued.strip_suffix(" ms")?.parse().ok()?;
+            (what, Some((ms * 1e6).round() as u64))
+        }
+        None => (comment, None),
+    };
+    let (direction, fate) = what.split_once(' ')?;
+    let direction = match direction {
+        "up" => Direction::Up,
+        "down" => Direction::Down,
+        _ => return None,
+    };
+    Some((direction, Fate::from_label(fate)?, queued))
 }
 
 /// The first `snaplen` bytes of `packet`.
@@ -185,6 +262,56 @@ mod tests {
             len: 1500,
             head: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_written_capture_reads_back_with_each_fate() {
+        use pcap_file::pcapng::blocks::enhanced_packet::{
+            EnhancedPacketBlock, EnhancedPacketOption,
+        };
+        use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+        use pcap_file::pcapng::PcapNgWriter;
+        use std::borrow::Cow;
+        let mut out = PcapNgWriter::new(Vec::new()).unwrap();
+        out.write_pcapng_block(InterfaceDescriptionBlock {
+            linktype: pcap_file::DataLink::IPV4,
+            snaplen: 128,
+            options: Vec::new(),
+        })
+        .unwrap();
+        let written: Vec<CapturedPacket> = Fate::ALL
+            .into_iter()
+            .enumerate()
+            .map(|(i, fate)| CapturedPacket {
+                at_ns: 1_795_000_000_123_456_789 + i as u64,
+                entry: i as u64,
+                direction: if i % 2 == 0 {
+                    Direction::Up
+                } else {
+                    Direction::Down
+                },
+                fate,
+                queue_delay_ns: matches!(fate, Fate::Delivered).then_some(1_234_000),
+                len: 1500,
+                head: vec![0x45, i as u8],
+            })
+            .collect();
+        for p in &written {
+            out.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: std::time::Duration::from_nanos(p.at_ns),
+                original_len: p.len,
+                data: Cow::Borrowed(&p.head),
+                options: vec![EnhancedPacketOption::Comment(p.comment().into())],
+            })
+            .unwrap();
+        }
+        let bytes = out.into_inner();
+        assert_eq!(read_pcapng(&bytes[..]).unwrap(), written);
+        assert!(matches!(
+            read_pcapng(&b"not a capture"[..]),
+            Err(CaptureReadError::Format(_))
+        ));
     }
 
     #[test]

@@ -88,6 +88,21 @@ pub enum KernelEvent {
 }
 
 impl KernelEvent {
+    /// A probe that says only a sender's windows (the rest 0): what a constructed run
+    /// needs.
+    pub fn window_probe(snd_cwnd: u32, ssthresh: u32, snd_wnd: u32) -> KernelEvent {
+        KernelEvent::Probe {
+            data_len: 0,
+            snd_nxt: 0,
+            snd_una: 0,
+            snd_cwnd,
+            ssthresh,
+            snd_wnd,
+            srtt_us: 0,
+            rcv_wnd: 0,
+        }
+    }
+
     /// The event's kind as the JSON and the store name it.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -253,6 +268,102 @@ impl TestPorts {
     }
 }
 
+/// What the kernel's events say of the senders' congestion control.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelEpisodes {
+    /// tcp_retransmit_skb events (one skb each, perhaps several segments).
+    pub retransmit_events: u64,
+    /// Entries into the recovery state: fast retransmit, cwnd cut.
+    pub fast_recoveries: u64,
+    /// Entries into the loss state: a retransmission timeout, cwnd to its floor.
+    pub timeouts: u64,
+    /// Entries into the CWR state: cwnd cut for an ECN mark (or a local congestion).
+    pub ecn_reductions: u64,
+    /// The longest time a sender's peer advertised a zero window.
+    pub longest_zero_window: Option<ZeroWindow>,
+}
+
+impl KernelEpisodes {
+    /// Times a congestion control cut cwnd.
+    pub fn cwnd_cuts(&self) -> u64 {
+        self.fast_recoveries + self.timeouts + self.ecn_reductions
+    }
+}
+
+/// A span in which a sender could send nothing: its peer's window was 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ZeroWindow {
+    pub flow: u32,
+    /// When the window closed, µs since t0.
+    pub at_us: i64,
+    pub lasted_us: i64,
+}
+
+/// The episodes of the senders' sockets, each named by its flow and end. A probe shows
+/// the state before its segment is processed, so a window its probe shows closed was
+/// closed by the previous probe's segment, and opened again by the segment before the
+/// first probe that shows it open.
+pub fn kernel_episodes(events: &[EventRecord], senders: &[(u32, Host)]) -> KernelEpisodes {
+    let mut episodes = KernelEpisodes::default();
+    for &(flow, host) in senders {
+        let mine = || {
+            events
+                .iter()
+                .filter(move |e| e.flow == flow && e.host == host)
+        };
+        for e in mine() {
+            match e.event {
+                KernelEvent::Retransmit => episodes.retransmit_events += 1,
+                KernelEvent::CongState { state } => match state {
+                    CaState::Recovery => episodes.fast_recoveries += 1,
+                    CaState::Loss => episodes.timeouts += 1,
+                    CaState::Cwr => episodes.ecn_reductions += 1,
+                    CaState::Open | CaState::Disorder => {}
+                },
+                KernelEvent::Probe { .. } | KernelEvent::RcvbufGrow { .. } => {}
+            }
+        }
+        let windows: Vec<(i64, u32)> = mine()
+            .filter_map(|e| match e.event {
+                KernelEvent::Probe { snd_wnd, .. } => Some((e.t_us, snd_wnd)),
+                _ => None,
+            })
+            .collect();
+        let mut closed_at = None;
+        for pair in windows.windows(2) {
+            let [(before, _), (_, window)] = [pair[0], pair[1]];
+            match (closed_at, window) {
+                (None, 0) => closed_at = Some(before),
+                (Some(at), w) if w > 0 => {
+                    episodes.note_zero_window(flow, at, before);
+                    closed_at = None;
+                }
+                _ => {}
+            }
+        }
+        if let (Some(at), Some(&(end, _))) = (closed_at, windows.last()) {
+            episodes.note_zero_window(flow, at, end);
+        }
+    }
+    episodes
+}
+
+impl KernelEpisodes {
+    fn note_zero_window(&mut self, flow: u32, at_us: i64, until_us: i64) {
+        let span = ZeroWindow {
+            flow,
+            at_us,
+            lasted_us: until_us - at_us,
+        };
+        if self
+            .longest_zero_window
+            .is_none_or(|longest| span.lasted_us > longest.lasted_us)
+        {
+            self.longest_zero_window = Some(span);
+        }
+    }
+}
+
 /// How often tcp_info samples and the kernel's events agree on cwnd: for each sample of
 /// an end that has probe events, whether the first tcp_probe after it — which shows the
 /// state the sample read, the kernel having processed nothing in between — has the
@@ -404,6 +515,80 @@ mod tests {
         assert_eq!(serde_json::from_value::<EventRecord>(json).unwrap(), record);
     }
 
+    fn event(t_us: i64, event: KernelEvent) -> EventRecord {
+        EventRecord {
+            flow: 0,
+            host: Host::Client,
+            t_us,
+            event,
+        }
+    }
+
+    fn window_probe(t_us: i64, snd_wnd: u32) -> EventRecord {
+        event(t_us, KernelEvent::window_probe(10, 0, snd_wnd))
+    }
+
+    #[test]
+    fn episodes_count_each_entry_into_a_state_of_the_senders_only() {
+        let state = |t, state| event(t, KernelEvent::CongState { state });
+        let mut events = vec![
+            state(1, CaState::Disorder),
+            state(2, CaState::Recovery),
+            event(3, KernelEvent::Retransmit),
+            state(4, CaState::Open),
+            state(5, CaState::Recovery),
+            event(6, KernelEvent::Retransmit),
+            state(7, CaState::Loss),
+            event(8, KernelEvent::Retransmit),
+            state(9, CaState::Cwr),
+        ];
+        // The receiver's socket is no sender here.
+        let mut receiver = state(10, CaState::Recovery);
+        receiver.host = Host::Server;
+        events.push(receiver);
+        let e = kernel_episodes(&events, &[(0, Host::Client)]);
+        assert_eq!(
+            (
+                e.retransmit_events,
+                e.fast_recoveries,
+                e.timeouts,
+                e.ecn_reductions
+            ),
+            (3, 2, 1, 1)
+        );
+        assert_eq!(e.cwnd_cuts(), 4);
+        assert_eq!(e.longest_zero_window, None);
+    }
+
+    #[test]
+    fn a_zero_window_lasts_from_the_segment_that_closed_it_to_the_one_that_opened_it() {
+        // The probe at 200 shows the window the segment at 100 closed; the one at 900
+        // shows what the segment at 800 opened. A shorter stall later, and one open at
+        // the end of the trace.
+        let events = [
+            window_probe(0, 65_535),
+            window_probe(100, 4_096),
+            window_probe(200, 0),
+            window_probe(500, 0),
+            window_probe(800, 0),
+            window_probe(900, 8_192),
+            window_probe(1_000, 0),
+            window_probe(1_100, 65_535),
+            window_probe(1_900, 65_535),
+            window_probe(2_000, 0),
+            window_probe(2_050, 0),
+        ];
+        let e = kernel_episodes(&events, &[(0, Host::Client)]);
+        assert_eq!(
+            e.longest_zero_window,
+            Some(ZeroWindow {
+                flow: 0,
+                at_us: 100,
+                lasted_us: 700,
+            })
+        );
+    }
+
     #[test]
     fn cwnd_agreement_reads_the_first_probe_after_each_sample() {
         let mut sample = SampleRecord {
@@ -415,21 +600,7 @@ mod tests {
             skmem: None,
         };
         sample.info.snd_cwnd = 10;
-        let probe = |t_us, snd_cwnd| EventRecord {
-            flow: 0,
-            host: Host::Client,
-            t_us,
-            event: KernelEvent::Probe {
-                data_len: 0,
-                snd_nxt: 0,
-                snd_una: 0,
-                snd_cwnd,
-                ssthresh: 0,
-                snd_wnd: 0,
-                srtt_us: 0,
-                rcv_wnd: 0,
-            },
-        };
+        let probe = |t_us, snd_cwnd| event(t_us, KernelEvent::window_probe(snd_cwnd, 0, 0));
         let later = SampleRecord {
             t_us: 300,
             ..sample.clone()

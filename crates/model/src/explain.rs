@@ -13,13 +13,16 @@ use serde::Serialize;
 
 use crate::bounds;
 use crate::dumbbell::{Dumbbell, LinkRole};
+use crate::events::{kernel_episodes, KernelEpisodes};
+use crate::link::DropReason;
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
-    self, BufferSize, Direction, FlowRecord, LimitShares, PathRecord, RunRecord, SampleRecord,
+    self, BufferSize, Direction, FlowRecord, Host, LimitShares, PathRecord, RunRecord, SampleRecord,
 };
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
 use crate::throughput::{self, Counted};
+use crate::tseq::RetransmitCauses;
 use crate::units::{count, format_duration_us, format_rate, format_size};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
@@ -93,6 +96,12 @@ pub struct Explanation {
     /// Time shares under each limit, weighted over the TCP flows.
     pub limits: LimitShares,
     pub episodes: Episodes,
+    /// What the kernel's events say, where they were taken (`--trace-events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelEpisodes>,
+    /// What the retransmissions in the run's capture followed ([`Explanation::cite_capture`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retransmit_causes: Option<RetransmitCauses>,
     pub verdict: Verdict,
     pub findings: Vec<Finding>,
     pub recommendations: Vec<String>,
@@ -215,7 +224,8 @@ pub struct Verdict {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
     /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow,
-    /// unfair_streams, receiver_limited, application_limited, loss.
+    /// unfair_streams, receiver_limited, application_limited, loss, kernel_events,
+    /// zero_window, retransmit_causes.
     pub kind: &'static str,
     pub message: String,
 }
@@ -265,6 +275,12 @@ pub fn explain(run: &RunRecord) -> Explanation {
     let estimates = loss_estimates(&tcp, &samples);
     let limits = weighted_limits(&tcp);
     let episodes = episodes(&tcp, &samples);
+    let kernel =
+        (run.trace.as_ref().is_some_and(|t| t.taken) && !run.events.is_empty()).then(|| {
+            let senders: Vec<(u32, Host)> =
+                tcp.iter().map(|f| (f.id, f.direction.sender())).collect();
+            kernel_episodes(&run.events, &senders)
+        });
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
     let gap_pacer = spec
         .as_ref()
@@ -280,6 +296,8 @@ pub fn explain(run: &RunRecord) -> Explanation {
         estimates,
         limits,
         episodes,
+        kernel,
+        retransmit_causes: None,
         verdict,
         findings: Vec::new(),
         recommendations: Vec::new(),
@@ -767,6 +785,47 @@ fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: 
 }
 
 /// Runs every detector, adding findings and recommendations.
+impl Explanation {
+    /// Cites what the retransmissions in the run's capture followed: the drops of the
+    /// emulator by why, and those no drop explains.
+    pub fn cite_capture(&mut self, causes: RetransmitCauses) {
+        let mut parts: Vec<(u64, &str)> = causes
+            .after_drops
+            .iter()
+            .map(|&(reason, n)| {
+                let by = match reason {
+                    DropReason::Loss => "random loss",
+                    DropReason::Queue => "drops by the full bottleneck queue",
+                    DropReason::Aqm => "drops by the AQM",
+                    DropReason::Oversize => "drops of packets above the MTU",
+                };
+                (n, by)
+            })
+            .collect();
+        if causes.unexplained() > 0 {
+            parts.push((
+                causes.unexplained(),
+                "no drop of the emulator's (spurious, or lost before the bottleneck)",
+            ));
+        }
+        if let Some(((n, by), rest)) = parts.split_first() {
+            // "37 of 41 retransmissions follow drops by …; 4 follow random loss"
+            let total = count(causes.retransmits, "retransmission");
+            let (of, noun) = total.split_once(' ').unwrap_or((&total, ""));
+            let follow = |n: u64| if n == 1 { "follows" } else { "follow" };
+            let mut message = format!("{n} of {of} {noun} {} {by}", follow(*n));
+            for (n, by) in rest {
+                message += &format!("; {n} {} {by}", follow(*n));
+            }
+            self.findings.push(Finding {
+                kind: "retransmit_causes",
+                message: format!("{message} (the capture at the bottleneck)"),
+            });
+        }
+        self.retransmit_causes = Some(causes);
+    }
+}
+
 fn detect(
     run: &RunRecord,
     tcp: &[&FlowRecord],
@@ -776,12 +835,40 @@ fn detect(
 ) {
     let bdp = e.path.as_ref().and_then(|p| p.bdp_bytes);
     let t = &run.params.tuning;
+    let kernel = e.kernel;
     let mut find = |kind, message: String, recommendation: Option<String>| {
         e.findings.push(Finding { kind, message });
         if let Some(r) = recommendation {
             e.recommendations.push(r);
         }
     };
+    // The kernel's own account, where its events were taken.
+    if let Some(k) = kernel {
+        find(
+            "kernel_events",
+            format!(
+                "the kernel's events: cwnd cut {} ({}, {}, {}), {}",
+                count(k.cwnd_cuts(), "time"),
+                count(k.fast_recoveries, "fast recovery episode"),
+                count(k.timeouts, "retransmission timeout"),
+                count(k.ecn_reductions, "ECN reduction"),
+                count(k.retransmit_events, "retransmission"),
+            ),
+            None,
+        );
+        if let Some(z) = k.longest_zero_window.filter(|z| z.lasted_us > 0) {
+            find(
+                "zero_window",
+                format!(
+                    "the send window stalled for {} at {} while the receiver advertised 0 (flow {}, the kernel's tcp_probe events)",
+                    format_duration_us(z.lasted_us as u64),
+                    format_duration_us(z.at_us.max(0) as u64),
+                    z.flow
+                ),
+                Some("the receiving application did not read fast enough: read more often or in larger reads (--read-size), or give it more CPU".into()),
+            );
+        }
+    }
     // Buffers below the BDP, with the doubling spelled out.
     for (name, requested_flag, buffer, requested) in [
         ("send", "--sndbuf", e.tunings.sndbuf, t.sndbuf),
@@ -1132,6 +1219,94 @@ mod tests {
             trace: None,
             events: Vec::new(),
         }
+    }
+
+    /// A run whose kernel events show a receiver that stopped reading for 120 ms at
+    /// 2.1 s (a zero window), and a sender that went through three fast recoveries and
+    /// one timeout: explain cites both; without events it cites neither.
+    #[test]
+    fn the_kernels_events_are_cited_where_they_were_taken() {
+        use crate::events::{CaState, EventRecord, KernelEvent, TraceRecord};
+        let event = |t_us, event| EventRecord {
+            flow: 0,
+            host: record::Host::Client,
+            t_us,
+            event,
+        };
+        let probe = |t_us, snd_wnd| event(t_us, KernelEvent::window_probe(40, 20, snd_wnd));
+        let state = |t_us, state| event(t_us, KernelEvent::CongState { state });
+        let mut r = run(
+            "rtt 10ms rate 1gbit",
+            vec![held(record::Limit::Rwnd, flow(0, 50e6))],
+            steady_samples(65_160, 400 * MSS, 65_536, 1 << 20),
+        );
+        r.events = vec![
+            state(500_000, CaState::Recovery),
+            event(500_001, KernelEvent::Retransmit),
+            state(520_000, CaState::Open),
+            state(900_000, CaState::Recovery),
+            state(930_000, CaState::Open),
+            state(1_200_000, CaState::Recovery),
+            state(1_300_000, CaState::Loss),
+            event(1_300_001, KernelEvent::Retransmit),
+            state(1_500_000, CaState::Open),
+            probe(2_000_000, 65_536),
+            probe(2_100_000, 8_192),
+            probe(2_110_000, 0),
+            probe(2_200_000, 0),
+            probe(2_220_000, 0),
+            probe(2_230_000, 65_536),
+        ];
+        r.trace = Some(TraceRecord {
+            taken: true,
+            note: None,
+            events: r.events.len() as u64,
+            lost: 0,
+        });
+        let e = explain(&r);
+        let said = |kind| {
+            e.findings
+                .iter()
+                .find(|f| f.kind == kind)
+                .map(|f| f.message.clone())
+        };
+        assert_eq!(
+            said("kernel_events").unwrap(),
+            "the kernel's events: cwnd cut 4 times (3 fast recovery episodes, 1 retransmission timeout, 0 ECN reductions), 2 retransmissions"
+        );
+        let stall = said("zero_window").unwrap();
+        assert!(
+            stall.starts_with(
+                "the send window stalled for 120 ms at 2.10 s while the receiver advertised 0"
+            ),
+            "{stall}"
+        );
+        r.trace = None;
+        let e = explain(&r);
+        assert!(e.kernel.is_none() && e.findings.iter().all(|f| f.kind != "kernel_events"));
+    }
+
+    #[test]
+    fn a_capture_says_what_each_retransmission_followed() {
+        let mut e = explain(&run(
+            "rtt 10ms rate 1gbit",
+            vec![held(record::Limit::Cwnd, flow(0, 50e6))],
+            steady_samples(65_160, 40 * MSS, 1 << 20, 1 << 20),
+        ));
+        e.cite_capture(RetransmitCauses {
+            retransmits: 41,
+            after_drops: vec![(DropReason::Queue, 36), (DropReason::Loss, 4)],
+        });
+        let finding = e
+            .findings
+            .iter()
+            .find(|f| f.kind == "retransmit_causes")
+            .unwrap();
+        assert_eq!(
+            finding.message,
+            "36 of 41 retransmissions follow drops by the full bottleneck queue; 4 follow random loss; 1 follows no drop of the emulator's (spurious, or lost before the bottleneck) (the capture at the bottleneck)"
+        );
+        assert_eq!(e.retransmit_causes.unwrap().unexplained(), 1);
     }
 
     #[test]

@@ -19,5 +19,6 @@ pub mod record;
 pub mod stats;
 pub mod tcpinfo;
 pub mod throughput;
+pub mod tseq;
 pub mod udp;
 pub mod units;

@@ -337,6 +337,16 @@ impl fmt::Display for FlowKey {
 impl PacketInfo {
     /// Parses the IP header at the start of `packet` and the TCP/UDP header after it.
     pub fn parse(packet: &[u8]) -> Result<PacketInfo, PacketError> {
+        Self::parse_with(packet, false)
+    }
+
+    /// [`PacketInfo::parse`] of a packet's first bytes only, as a capture keeps them:
+    /// the IP length may exceed them (`ip_len` is then what is there).
+    pub fn parse_head(head: &[u8]) -> Result<PacketInfo, PacketError> {
+        Self::parse_with(head, true)
+    }
+
+    fn parse_with(packet: &[u8], truncated: bool) -> Result<PacketInfo, PacketError> {
         need("IP header", 1, packet.len())?;
         let (version, ip_header_len, ip_len, protocol, src, dst, fragment) = match packet[0] >> 4 {
             4 => {
@@ -349,7 +359,10 @@ impl PacketInfo {
                     });
                 }
                 need("IPv4 header", ihl, packet.len())?;
-                let total = usize::from(be16(packet, 2));
+                let mut total = usize::from(be16(packet, 2));
+                if truncated {
+                    total = total.min(packet.len());
+                }
                 if total < ihl || total > packet.len() {
                     return Err(PacketError::BadLength {
                         what: "IPv4 total",
@@ -371,7 +384,10 @@ impl PacketInfo {
             }
             6 => {
                 need("IPv6 header", IPV6_HEADER, packet.len())?;
-                let payload = usize::from(be16(packet, 4));
+                let mut payload = usize::from(be16(packet, 4));
+                if truncated {
+                    payload = payload.min(packet.len() - IPV6_HEADER);
+                }
                 // Payload length 0 is a jumbogram (hop-by-hop option): not supported.
                 if (payload == 0 && packet.len() > IPV6_HEADER)
                     || IPV6_HEADER + payload > packet.len()

@@ -48,6 +48,30 @@ pub enum Body {
         spans: Vec<(f64, f64)>,
         layers: Vec<Series>,
     },
+    /// Lines as in `Lines`, and marks: each point of a mark series drawn as its shape
+    /// (the time-sequence graph's segments and drops).
+    Marked {
+        x: XAxis,
+        y: YAxis,
+        series: Vec<Series>,
+        marks: Vec<Marks>,
+    },
+}
+
+/// Points drawn as one shape each, named in the legend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Marks {
+    pub name: String,
+    pub color: Rgb,
+    pub shape: Shape,
+    pub points: Vec<Pt>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A vertical bar over the point's interval (its value alone without one).
+    Bar,
+    Cross,
 }
 
 /// A numeric x axis. `ticks`: where to label it (an experiment's axis values); `None`
@@ -122,6 +146,10 @@ impl Chart {
             }
             Body::Heatmap { cells, .. } => cells.is_empty(),
             Body::Stacked { spans, .. } => spans.is_empty(),
+            Body::Marked { series, marks, .. } => {
+                series.iter().all(|s| s.points.is_empty())
+                    && marks.iter().all(|m| m.points.is_empty())
+            }
         }
     }
 
@@ -134,6 +162,11 @@ impl Chart {
                 series.iter().map(|s| s.name.as_str()).collect()
             }
             Body::Heatmap { .. } => Vec::new(),
+            Body::Marked { series, marks, .. } => series
+                .iter()
+                .map(|s| s.name.as_str())
+                .chain(marks.iter().map(|m| m.name.as_str()))
+                .collect(),
         }
     }
 }

@@ -13,7 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontTransform;
 
 use crate::axes::{short_number, Quantity, Scale};
-use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
+use crate::chart::{Body, Chart, Marks, Pt, Series, Shape, XAxis, YAxis};
 use crate::palette::{Rgb, TOTAL};
 
 /// Width and height of a chart without its caption, pixels.
@@ -180,6 +180,12 @@ fn draw_on<DB: DrawingBackend>(
             color_bar(&legend, z, &scale)?;
         }
         Body::Stacked { x, spans, layers } => stacked(&plot, x, spans, layers)?,
+        Body::Marked {
+            x,
+            y,
+            series,
+            marks,
+        } => marked(&plot, x, y, series, marks, true)?,
     }
     match &chart.body {
         Body::Heatmap { .. } => Ok(()),
@@ -187,6 +193,10 @@ fn draw_on<DB: DrawingBackend>(
             legend_entries(&legend, series, true)
         }
         Body::Lines { series, .. } => legend_entries(&legend, series, false),
+        Body::Marked { series, marks, .. } => {
+            legend_entries(&legend, series, false)?;
+            legend_marks(&legend, marks, series.len())
+        }
     }
 }
 
@@ -213,12 +223,44 @@ fn legend_width(chart: &Chart) -> u32 {
     (widest + 50).clamp(90, SIZE.0 / 3)
 }
 
+/// The marks' legend entries, below `after` entries of lines.
+fn legend_marks<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    marks: &[Marks],
+    after: usize,
+) -> Drawn {
+    for (i, m) in marks.iter().filter(|m| !m.points.is_empty()).enumerate() {
+        let y = 40 + 22 * (after + i) as i32;
+        let color = rgb(m.color);
+        match m.shape {
+            Shape::Bar => area.draw(&PathElement::new(
+                vec![(14, y - 7), (14, y + 7)],
+                color.stroke_width(3),
+            )),
+            Shape::Cross => area.draw(&Cross::new((14, y), 5, color.stroke_width(2))),
+        }
+        .map_err(text)?;
+        legend_label(area, &m.name, y)?;
+    }
+    Ok(())
+}
+
+/// A legend entry's name, right of its symbol at height `y`.
+fn legend_label<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, name: &str, y: i32) -> Drawn {
+    let style = (FONT, LEGEND_FONT_SIZE).into_text_style(area);
+    area.draw(&Text::new(
+        name.to_owned(),
+        (30, y),
+        style.pos(Pos::new(HPos::Left, VPos::Center)),
+    ))
+    .map_err(text)
+}
+
 fn legend_entries<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     series: &[Series],
     filled: bool,
 ) -> Drawn {
-    let style = (FONT, LEGEND_FONT_SIZE).into_text_style(area);
     for (i, s) in series.iter().filter(|s| !s.name.is_empty()).enumerate() {
         let y = 40 + 22 * i as i32;
         let color = rgb(s.color);
@@ -242,12 +284,7 @@ fn legend_entries<DB: DrawingBackend>(
             ))
         }
         .map_err(text)?;
-        area.draw(&Text::new(
-            s.name.clone(),
-            (30, y),
-            style.pos(Pos::new(HPos::Left, VPos::Center)),
-        ))
-        .map_err(text)?;
+        legend_label(area, &s.name, y)?;
     }
     Ok(())
 }
@@ -303,6 +340,29 @@ impl Coord {
         }
     }
 
+    /// A value axis around the values from `min` to `max`, with round ticks in its
+    /// display unit: where the interesting part lies far from 0 (a zoomed
+    /// time-sequence graph).
+    fn fitted(quantity: Quantity, min: f64, max: f64) -> Coord {
+        let pad = ((max - min) * 0.04).max(max.abs() * 1e-6).max(1.0);
+        Coord::linear(quantity, (min - pad).max(0.0), max + pad)
+    }
+
+    /// A linear axis from `lo` to `hi` with round ticks in the display unit of `hi`.
+    fn linear(quantity: Quantity, lo: f64, hi: f64) -> Coord {
+        let scale = quantity.scale(hi);
+        Coord {
+            lo,
+            hi,
+            log: false,
+            ticks: nice_ticks(lo / scale.factor, hi / scale.factor, 8)
+                .into_iter()
+                .map(|t| t * scale.factor)
+                .collect(),
+            labels: Labels::Scaled(scale),
+        }
+    }
+
     /// `n` categories at 0 … n − 1.
     fn categories(names: &[String]) -> Coord {
         Coord {
@@ -330,6 +390,8 @@ impl Coord {
         } else if axis.ticks.is_some() {
             let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.05).max(1e-9);
             (lo - pad, hi + pad)
+        } else if axis.span.is_some() {
+            (lo, if hi > lo { hi } else { lo + 1.0 })
         } else {
             (lo.min(0.0), if hi > lo { hi } else { lo + 1.0 })
         };
@@ -341,19 +403,7 @@ impl Coord {
                 ticks: ticks.clone(),
                 labels: Labels::WithUnit(axis.quantity),
             },
-            None => {
-                let scale = axis.quantity.scale(hi);
-                Coord {
-                    lo,
-                    hi,
-                    log: false,
-                    ticks: nice_ticks(lo / scale.factor, hi / scale.factor, 8)
-                        .into_iter()
-                        .map(|t| t * scale.factor)
-                        .collect(),
-                    labels: Labels::Scaled(scale),
-                }
-            }
+            None => Coord::linear(axis.quantity, lo, hi),
         }
     }
 
@@ -638,8 +688,36 @@ fn lines<DB: DrawingBackend>(
     y: &YAxis,
     series: &[Series],
 ) -> Drawn {
-    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.x));
-    let ycoord = Coord::values(y.quantity, max_of(series.iter()));
+    marked(area, x, y, series, &[], false)
+}
+
+/// Lines, then marks over them, in one frame that holds both; its value axis from 0,
+/// or `fitted` to the values.
+fn marked<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    x: &XAxis,
+    y: &YAxis,
+    series: &[Series],
+    marks: &[Marks],
+    fitted: bool,
+) -> Drawn {
+    let mark_points = || marks.iter().flat_map(|m| &m.points);
+    let xs = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.x))
+        .chain(mark_points().map(|p| p.x));
+    let top = mark_points()
+        .map(|p| p.interval.map_or(p.y, |(_, hi)| hi.max(p.y)))
+        .fold(max_of(series.iter()), f64::max);
+    let ycoord = if fitted {
+        let bottom = mark_points()
+            .chain(series.iter().flat_map(|s| &s.points))
+            .map(|p| p.interval.map_or(p.y, |(lo, _)| lo.min(p.y)))
+            .fold(top, f64::min);
+        Coord::fitted(y.quantity, bottom, top)
+    } else {
+        Coord::values(y.quantity, top)
+    };
     let desc = y_desc(y, &ycoord);
     let mut chart = frame(
         area,
@@ -679,6 +757,25 @@ fn lines<DB: DrawingBackend>(
         }
         error_bars(&mut chart, &s.points, color)?;
         notes(&mut chart, &s.points, color)?;
+    }
+    for m in marks {
+        let color = rgb(m.color);
+        match m.shape {
+            Shape::Bar => chart
+                .draw_series(m.points.iter().map(|p| {
+                    let (lo, hi) = p.interval.unwrap_or((p.y, p.y));
+                    PathElement::new(vec![(p.x, lo), (p.x, hi)], color.stroke_width(2))
+                }))
+                .map(drop),
+            Shape::Cross => chart
+                .draw_series(
+                    m.points
+                        .iter()
+                        .map(|p| Cross::new((p.x, p.y), 4, color.stroke_width(2))),
+                )
+                .map(drop),
+        }
+        .map_err(text)?;
     }
     Ok(())
 }

@@ -23,12 +23,14 @@ mod palette;
 pub mod rates;
 pub mod results;
 mod runs;
+mod sequence;
 pub mod table;
 #[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};
 
+use tcplab_model::capture::read_pcapng;
 use tcplab_model::explain::explain;
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
@@ -176,9 +178,23 @@ fn count_charts(s: &Section) -> usize {
     s.charts.len() + s.subsections.iter().map(count_charts).sum::<usize>()
 }
 
+/// Which flow's time-sequence graph to draw, and over what span.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SequenceView {
+    /// The flow: the first TCP flow unless given.
+    pub flow: Option<u32>,
+    /// From, to: seconds since t0; the whole transfer unless given.
+    pub zoom: Option<(f64, f64)>,
+}
+
 /// Chart `name` of `target` (default: the latest experiment, else the latest run), as
-/// the report draws it.
-pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<Chart, ReportError> {
+/// the report draws it; a run's time-sequence graph as `view` says.
+pub fn find_chart(
+    store: &Store,
+    target: Option<Target>,
+    name: &str,
+    view: SequenceView,
+) -> Result<Chart, ReportError> {
     let db = store.path().to_owned();
     let target = match target {
         Some(t) => t,
@@ -191,7 +207,7 @@ pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<C
             ),
         },
     };
-    let charts = charts(store, target)?;
+    let charts = charts(store, target, view)?;
     let available: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
     let available = if available.is_empty() {
         "none".to_owned()
@@ -210,12 +226,37 @@ pub fn find_chart(store: &Store, target: Option<Target>, name: &str) -> Result<C
         })
 }
 
-/// Every chart of `target`, as the report draws them.
-pub fn charts(store: &Store, target: Target) -> Result<Vec<Chart>, ReportError> {
+/// Every chart of `target`, as the report draws them (a run's time-sequence graph as
+/// `view` says).
+pub fn charts(
+    store: &Store,
+    target: Target,
+    view: SequenceView,
+) -> Result<Vec<Chart>, ReportError> {
     Ok(match target {
         Target::Experiment(id) => experiment_charts(store, id)?.2,
-        Target::Run(id) => runs::charts(id, &load_run(store, id)?, &mut Palette::new()),
+        Target::Run(id) => {
+            let run = load_run(store, id)?;
+            let evidence = evidence(&run, view);
+            runs::charts(id, &run, &evidence, &mut Palette::new())
+        }
     })
+}
+
+/// A run's packets, read back from its capture file where it has one that can still be
+/// read: a capture moved or deleted since leaves the run without its graph.
+fn evidence(run: &RunRecord, view: SequenceView) -> runs::Evidence {
+    let packets = run
+        .path
+        .as_ref()
+        .and_then(|p| p.capture_file.as_deref())
+        .and_then(|file| std::fs::File::open(file).ok())
+        .and_then(|f| read_pcapng(std::io::BufReader::new(f)).ok());
+    runs::Evidence {
+        packets,
+        flow: view.flow,
+        zoom: view.zoom,
+    }
 }
 
 fn load_experiment(store: &Store, id: i64) -> Result<ExperimentRuns, ReportError> {
@@ -382,7 +423,12 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         text,
         source: None,
         tables: Vec::new(),
-        charts: runs::charts(id, &run, &mut Palette::new()),
+        charts: runs::charts(
+            id,
+            &run,
+            &evidence(&run, SequenceView::default()),
+            &mut Palette::new(),
+        ),
         subsections: Vec::new(),
     })
 }

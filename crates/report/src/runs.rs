@@ -2,6 +2,7 @@
 //! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
 //! the bottleneck queue moved onto the run's time base.
 
+use tcplab_model::capture::CapturedPacket;
 use tcplab_model::events::KernelEvent;
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
@@ -15,6 +16,7 @@ use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::palette::{Palette, ALL_FLOWS, TOTAL};
 use crate::rates::{self, Cell, Rates, Source};
+use crate::sequence;
 
 /// Linux's "no threshold yet" ssthresh (TCP_INFINITE_SSTHRESH): not a value to plot.
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -35,10 +37,11 @@ pub enum RunChart {
     UdpLoss,
     UdpJitter,
     Queue,
+    Tseq,
 }
 
 impl RunChart {
-    pub const ALL: [RunChart; 8] = [
+    pub const ALL: [RunChart; 9] = [
         RunChart::Throughput,
         RunChart::Cwnd,
         RunChart::Rtt,
@@ -47,6 +50,7 @@ impl RunChart {
         RunChart::UdpLoss,
         RunChart::UdpJitter,
         RunChart::Queue,
+        RunChart::Tseq,
     ];
 
     /// Its name for `--chart`.
@@ -60,6 +64,7 @@ impl RunChart {
             RunChart::UdpLoss => "udp_loss",
             RunChart::UdpJitter => "udp_jitter",
             RunChart::Queue => "queue",
+            RunChart::Tseq => "tseq",
         }
     }
 
@@ -73,18 +78,31 @@ impl RunChart {
             RunChart::UdpLoss => "UDP loss",
             RunChart::UdpJitter => "UDP jitter",
             RunChart::Queue => "bottleneck queue",
+            RunChart::Tseq => "time-sequence graph",
         }
     }
 }
 
+/// What a run's charts may show beyond its record: the packets of its capture, read
+/// back, and how to draw its time-sequence graph.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    pub packets: Option<Vec<CapturedPacket>>,
+    /// The flow of the time-sequence graph: the first TCP flow unless given.
+    pub flow: Option<u32>,
+    /// The time-sequence graph's span, seconds since t0: the whole transfer unless given.
+    pub zoom: Option<(f64, f64)>,
+}
+
 /// The charts of run `id` that have something to show. `run` needs its samples for the
-/// tcp_info charts.
-pub fn charts(id: i64, run: &RunRecord, palette: &mut Palette) -> Vec<Chart> {
+/// tcp_info charts, `evidence` its packets for the time-sequence graph.
+pub fn charts(id: i64, run: &RunRecord, evidence: &Evidence, palette: &mut Palette) -> Vec<Chart> {
     let of = Run {
         run,
         time: XAxis::time(end_seconds(run)),
         tcp: run.flows.iter().filter(|f| f.udp.is_none()).collect(),
         udp: run.flows.iter().filter(|f| f.udp.is_some()).collect(),
+        evidence,
     };
     let context = context(id, run);
     RunChart::ALL
@@ -109,6 +127,7 @@ struct Run<'a> {
     time: XAxis,
     tcp: Vec<&'a FlowRecord>,
     udp: Vec<&'a FlowRecord>,
+    evidence: &'a Evidence,
 }
 
 impl Run<'_> {
@@ -186,6 +205,14 @@ impl Run<'_> {
                     "RFC 3550 interarrival jitter at the end of each report interval.".into(),
                     self.lines("jitter", Quantity::Duration, jitter),
                 )
+            }
+            RunChart::Tseq => {
+                let e = self.evidence;
+                let flow = match e.flow {
+                    Some(id) => self.tcp.iter().find(|f| f.id == id)?,
+                    None => self.tcp.first()?,
+                };
+                sequence::chart(run, flow, e.packets.as_deref()?, e.zoom, palette)?
             }
             RunChart::Queue => {
                 let end = self.time.span.map_or(0.0, |s| s.1);

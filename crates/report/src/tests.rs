@@ -11,7 +11,7 @@ use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_store::{Outcome, Store};
 
 use crate::chart::Body;
-use crate::{find_chart, png, svg, write_report, ReportError, Target};
+use crate::{find_chart, png, svg, write_report, ReportError, SequenceView, Target};
 
 const EXPERIMENT: &str = r#"
 name = "made-up"
@@ -37,7 +37,7 @@ values = [false, true]
 /// A 12 s run (longer than any example's warm-up) of `flows` TCP flows (plus a UDP
 /// one with `udp`) whose receivers read
 /// `mbit` Mbit/s each, with tcp_info samples every 10 ms and a bottleneck queue.
-fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
+pub(crate) fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
     let mut run: RunRecord =
         serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
     let template = run.flows[0].clone();
@@ -190,7 +190,13 @@ fn the_report_holds_every_chart_with_its_series() {
 fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
     let dir = tempfile::tempdir().unwrap();
     let store = database(dir.path());
-    let chart = find_chart(&store, Some(Target::Experiment(1)), "throughput").unwrap();
+    let chart = find_chart(
+        &store,
+        Some(Target::Experiment(1)),
+        "throughput",
+        SequenceView::default(),
+    )
+    .unwrap();
     let Body::Lines { x, series, .. } = &chart.body else {
         panic!("throughput against a numeric axis is lines: {chart:?}");
     };
@@ -237,7 +243,13 @@ fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
     let image = png(&chart).unwrap();
     assert_eq!(&image[..8], b"\x89PNG\r\n\x1a\n");
 
-    let cwnd = find_chart(&store, Some(Target::Run(13)), "cwnd").unwrap();
+    let cwnd = find_chart(
+        &store,
+        Some(Target::Run(13)),
+        "cwnd",
+        SequenceView::default(),
+    )
+    .unwrap();
     let Body::Lines { series, .. } = &cwnd.body else {
         panic!("cwnd is lines");
     };
@@ -247,10 +259,18 @@ fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
 
     // The latest experiment by default.
     assert_eq!(
-        find_chart(&store, None, "rtt").unwrap().title,
+        find_chart(&store, None, "rtt", SequenceView::default())
+            .unwrap()
+            .title,
         "Smoothed RTT vs buffer"
     );
-    let err = find_chart(&store, Some(Target::Run(13)), "speed").unwrap_err();
+    let err = find_chart(
+        &store,
+        Some(Target::Run(13)),
+        "speed",
+        SequenceView::default(),
+    )
+    .unwrap_err();
     assert!(matches!(err, ReportError::NoChart { .. }));
     let message = err.to_string();
     assert!(
@@ -260,9 +280,21 @@ fn plot_finds_charts_by_name_and_names_the_ones_there_are() {
     assert!(
         message.contains("throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue")
     );
-    let err = find_chart(&store, Some(Target::Run(99)), "cwnd").unwrap_err();
+    let err = find_chart(
+        &store,
+        Some(Target::Run(99)),
+        "cwnd",
+        SequenceView::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().ends_with("has no run 99"), "{err}");
-    let err = find_chart(&store, Some(Target::Experiment(5)), "rtt").unwrap_err();
+    let err = find_chart(
+        &store,
+        Some(Target::Experiment(5)),
+        "rtt",
+        SequenceView::default(),
+    )
+    .unwrap_err();
     assert!(
         err.to_string().ends_with("has no experiment 5 (it has: 1)"),
         "{err}"
@@ -274,7 +306,12 @@ fn a_tcp_run_has_no_udp_charts_and_empty_charts_are_left_out() {
     let mut record = run(50.0, 1, false);
     record.samples.clear();
     record.path = None;
-    let charts = crate::runs::charts(1, &record, &mut crate::palette::Palette::new());
+    let charts = crate::runs::charts(
+        1,
+        &record,
+        &Default::default(),
+        &mut crate::palette::Palette::new(),
+    );
     let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["throughput", "limits"]);
 }
@@ -289,22 +326,18 @@ fn the_cwnd_chart_follows_the_events_where_there_are_any() {
         flow: 0,
         host: Host::Client,
         t_us,
-        event: KernelEvent::Probe {
-            data_len: 0,
-            snd_nxt: 0,
-            snd_una: 0,
-            snd_cwnd,
-            ssthresh: 0x7fff_ffff,
-            snd_wnd: 0,
-            srtt_us: 0,
-            rcv_wnd: 0,
-        },
+        event: KernelEvent::window_probe(snd_cwnd, 0x7fff_ffff, 0),
     };
     record.events = [(0, 10), (1000, 10), (2000, 12), (3000, 12), (4000, 6)]
         .map(|(t, c)| probe(t, c))
         .to_vec();
     let cwnd_points = |record: &RunRecord| {
-        let charts = crate::runs::charts(1, record, &mut crate::palette::Palette::new());
+        let charts = crate::runs::charts(
+            1,
+            record,
+            &Default::default(),
+            &mut crate::palette::Palette::new(),
+        );
         let chart = charts.into_iter().find(|c| c.id == "cwnd").unwrap();
         let Body::Lines { series, .. } = chart.body else {
             panic!("cwnd is lines")
@@ -434,7 +467,12 @@ fn the_throughput_chart_draws_the_rates_and_the_bound() {
     record.intervals.push(drain);
     let rates = crate::rates::rates(&record).unwrap();
     assert_eq!(rates.span(), (0, 12_000_000));
-    let charts = crate::runs::charts(1, &record, &mut crate::palette::Palette::new());
+    let charts = crate::runs::charts(
+        1,
+        &record,
+        &Default::default(),
+        &mut crate::palette::Palette::new(),
+    );
     let chart = charts.iter().find(|c| c.id == "throughput").unwrap();
     let Body::Lines { series, .. } = &chart.body else {
         panic!("lines");

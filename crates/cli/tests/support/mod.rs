@@ -747,7 +747,13 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
                 ));
             }
         }
-        let chart = find_chart(&store, Some(Target::Run(id)), "throughput").unwrap();
+        let chart = find_chart(
+            &store,
+            Some(Target::Run(id)),
+            "throughput",
+            Default::default(),
+        )
+        .unwrap();
         let Body::Lines { series, .. } = &chart.body else {
             panic!("{what}: throughput over time is lines");
         };
@@ -762,7 +768,8 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
         }
     }
     for e in store.experiments().unwrap() {
-        let charts = tcplab_report::charts(&store, Target::Experiment(e.id)).unwrap();
+        let charts =
+            tcplab_report::charts(&store, Target::Experiment(e.id), Default::default()).unwrap();
         for chart in charts.iter().filter(|c| c.id.starts_with("throughput")) {
             let (Body::Lines { series, .. } | Body::Bars { series, .. }) = &chart.body else {
                 continue;

@@ -74,7 +74,8 @@ pub enum KernelEvent {
         srtt_us: u32,
         rcv_wnd: u32,
     },
-    /// A retransmission (tcp_retransmit_skb): one skb, perhaps several segments.
+    /// A retransmission (tcp_retransmit_skb that succeeded): one skb, perhaps several
+    /// segments.
     Retransmit,
     /// The congestion state changed to `state` (tcp_cong_state_set).
     CongState { state: CaState },
@@ -203,7 +204,11 @@ pub fn parse_line(line: &str) -> Option<TraceLine> {
                 rcv_wnd: int("rcv_wnd")?,
             },
         ),
-        "tcp_retransmit_skb" => (ports()?, KernelEvent::Retransmit),
+        // An attempt that failed (err ≠ 0: the skb still in the host's queue, no
+        // memory) sent nothing.
+        "tcp_retransmit_skb" if field("err").is_none_or(|err| err == "0") => {
+            (ports()?, KernelEvent::Retransmit)
+        }
         "tcp_cong_state_set" => (
             ports()?,
             KernelEvent::CongState {
@@ -470,6 +475,7 @@ mod tests {
             &PROBE
                 .replace("cong", "x")
                 .replace("tcp_probe", "tcp_cong_state_set"),
+            "  x-1 [000] ..s2. 10.000001: tcp_retransmit_skb: sport=1 dport=2 err=-16",
         ] {
             assert_eq!(parse_line(line), None, "{line}");
         }

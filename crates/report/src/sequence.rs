@@ -241,6 +241,59 @@ mod tests {
         }
     }
 
+    /// A long transfer is drawn at the chart's resolution: however many segments, a
+    /// bar per pixel column and kind, a cross per pixel and reason.
+    #[test]
+    fn a_long_transfer_keeps_a_bar_per_pixel_column() {
+        let (up, down) = ((40000, 5001), (5001, 40000));
+        let mut packets = vec![packet(0, up, 99, 0, 0x02, 0, Fate::Delivered)];
+        for i in 0..100_000u32 {
+            let fate = if i % 100 == 0 {
+                Fate::Dropped(DropReason::Loss)
+            } else {
+                Fate::Delivered
+            };
+            let at = 1 + u64::from(i) / 10;
+            packets.push(packet(at, up, 100 + i * 1000, 1, 0x10, 1000, fate));
+            packets.push(packet(
+                at,
+                down,
+                1,
+                100 + i * 1000,
+                0x10,
+                0,
+                Fate::Delivered,
+            ));
+        }
+        let mut run = crate::tests::run(50.0, 1, false);
+        run.started_unix_us = 1_001_000;
+        let f = FlowRecord {
+            client_addr: "10.77.1.1:40000".into(),
+            server_addr: "10.77.0.1:5001".into(),
+            direction: Direction::Up,
+            ..run.flows[0].clone()
+        };
+        let (_, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
+        let Body::Marked { series, marks, .. } = body else {
+            panic!("a marked chart")
+        };
+        for m in &marks {
+            // Bars: one per column; crosses: one per pixel of the drops' diagonal.
+            let most = match m.shape {
+                Shape::Bar => COLUMNS,
+                Shape::Cross => COLUMNS + ROWS,
+            };
+            assert!(
+                m.points.len() as f64 <= most,
+                "{}: {}",
+                m.name,
+                m.points.len()
+            );
+        }
+        assert!(marks.iter().any(|m| m.name == "dropped loss"));
+        assert!(series.iter().all(|s| s.points.len() <= 700));
+    }
+
     /// Sent, dropped by the queue, retransmitted and acknowledged: each drawn in its
     /// kind at its time and sequence number; a zoom keeps what lies inside it.
     #[test]

@@ -852,7 +852,7 @@ fn detect(
                 count(k.fast_recoveries, "fast recovery episode"),
                 count(k.timeouts, "retransmission timeout"),
                 count(k.ecn_reductions, "ECN reduction"),
-                count(k.retransmit_events, "retransmission"),
+                count(k.retransmit_events, "retransmission event"),
             ),
             None,
         );
@@ -1272,7 +1272,7 @@ mod tests {
         };
         assert_eq!(
             said("kernel_events").unwrap(),
-            "the kernel's events: cwnd cut 4 times (3 fast recovery episodes, 1 retransmission timeout, 0 ECN reductions), 2 retransmissions"
+            "the kernel's events: cwnd cut 4 times (3 fast recovery episodes, 1 retransmission timeout, 0 ECN reductions), 2 retransmission events"
         );
         let stall = said("zero_window").unwrap();
         assert!(

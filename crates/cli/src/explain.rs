@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use tcplab_model::capture::read_pcapng;
 use tcplab_model::explain::{explain, Explanation};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{BufferSize, RunRecord};
@@ -18,13 +17,7 @@ use crate::commands::open_existing_store;
 /// `explain`, citing the run's capture where it has one that can still be read.
 pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
     let mut explanation = explain(run);
-    let packets = run
-        .path
-        .as_ref()
-        .and_then(|p| p.capture_file.as_deref())
-        .and_then(|file| std::fs::File::open(file).ok())
-        .and_then(|f| read_pcapng(io::BufReader::new(f)).ok());
-    if let Some(packets) = packets {
+    if let Some(packets) = tcplab_report::run_capture(run) {
         explanation.cite_capture(run_retransmit_causes(&packets, run));
     }
     explanation

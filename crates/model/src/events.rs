@@ -374,17 +374,24 @@ impl KernelEpisodes {
 /// state the sample read, the kernel having processed nothing in between — has the
 /// sample's cwnd. `(agreeing, compared)`.
 pub fn cwnd_agreement(samples: &[SampleRecord], events: &[EventRecord]) -> (usize, usize) {
+    // Each socket's probes in time order (events are), found once.
+    let mut probes: std::collections::HashMap<(u32, Host), Vec<(i64, u32)>> = Default::default();
+    for e in events {
+        if let KernelEvent::Probe { snd_cwnd, .. } = e.event {
+            probes
+                .entry((e.flow, e.host))
+                .or_default()
+                .push((e.t_us, snd_cwnd));
+        }
+    }
     let mut agreeing = 0;
     let mut compared = 0;
     for sample in samples {
-        let next = events
-            .iter()
-            .filter(|e| e.flow == sample.flow && e.host == sample.host && e.t_us >= sample.t_us)
-            .find_map(|e| match e.event {
-                KernelEvent::Probe { snd_cwnd, .. } => Some(snd_cwnd),
-                _ => None,
-            });
-        if let Some(cwnd) = next {
+        let Some(mine) = probes.get(&(sample.flow, sample.host)) else {
+            continue;
+        };
+        let next = mine.partition_point(|&(t, _)| t < sample.t_us);
+        if let Some(&(_, cwnd)) = mine.get(next) {
             compared += 1;
             agreeing += usize::from(cwnd == sample.info.snd_cwnd);
         }

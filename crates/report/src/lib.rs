@@ -246,17 +246,19 @@ pub fn charts(
 /// A run's packets, read back from its capture file where it has one that can still be
 /// read: a capture moved or deleted since leaves the run without its graph.
 fn evidence(run: &RunRecord, view: SequenceView) -> runs::Evidence {
-    let packets = run
-        .path
-        .as_ref()
-        .and_then(|p| p.capture_file.as_deref())
-        .and_then(|file| std::fs::File::open(file).ok())
-        .and_then(|f| read_pcapng(std::io::BufReader::new(f)).ok());
     runs::Evidence {
-        packets,
+        packets: run_capture(run),
         flow: view.flow,
         zoom: view.zoom,
     }
+}
+
+/// The packets of a run's capture, read back; `None` for a run without one, or whose
+/// file was moved, deleted or cannot be read.
+pub fn run_capture(run: &RunRecord) -> Option<Vec<tcplab_model::capture::CapturedPacket>> {
+    let file = run.path.as_ref()?.capture_file.as_deref()?;
+    let reader = std::io::BufReader::new(std::fs::File::open(file).ok()?);
+    read_pcapng(reader).ok()
 }
 
 fn load_experiment(store: &Store, id: i64) -> Result<ExperimentRuns, ReportError> {

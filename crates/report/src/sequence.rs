@@ -241,6 +241,19 @@ mod tests {
         }
     }
 
+    /// A run whose t0 is 1 s after the packets' epoch, and its flow up from port 40000.
+    fn run_and_flow() -> (RunRecord, FlowRecord) {
+        let mut run = crate::tests::run(50.0, 1, false);
+        run.started_unix_us = 1_001_000;
+        let flow = FlowRecord {
+            client_addr: "10.77.1.1:40000".into(),
+            server_addr: "10.77.0.1:5001".into(),
+            direction: Direction::Up,
+            ..run.flows[0].clone()
+        };
+        (run, flow)
+    }
+
     /// A long transfer is drawn at the chart's resolution: however many segments, a
     /// bar per pixel column and kind, a cross per pixel and reason.
     #[test]
@@ -265,14 +278,7 @@ mod tests {
                 Fate::Delivered,
             ));
         }
-        let mut run = crate::tests::run(50.0, 1, false);
-        run.started_unix_us = 1_001_000;
-        let f = FlowRecord {
-            client_addr: "10.77.1.1:40000".into(),
-            server_addr: "10.77.0.1:5001".into(),
-            direction: Direction::Up,
-            ..run.flows[0].clone()
-        };
+        let (run, f) = run_and_flow();
         let (_, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
         let Body::Marked { series, marks, .. } = body else {
             panic!("a marked chart")
@@ -308,14 +314,7 @@ mod tests {
             packet(400, up, 1100, 1, 0x10, 1000, d),
             packet(500, down, 1, 2100, 0x10, 0, d),
         ];
-        let mut run = crate::tests::run(50.0, 1, false);
-        run.started_unix_us = 1_001_000;
-        let f = FlowRecord {
-            client_addr: "10.77.1.1:40000".into(),
-            server_addr: "10.77.0.1:5001".into(),
-            direction: Direction::Up,
-            ..run.flows[0].clone()
-        };
+        let (run, f) = run_and_flow();
         let (what, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
         assert!(what.starts_with("Flow 0's time-sequence graph"), "{what}");
         let Body::Marked {

@@ -25,9 +25,15 @@ use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
 pub const DEFAULT_PORT: u16 = 5201;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the client waits for each answer of the handshake.
+/// Five SYNs (at 0, 1, 3, 7 and 15 s): a lossy path drops three in a row often enough.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(16);
+/// How long the client waits for the server's hello.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the client waits for any later message of a server that has spoken (it
+/// bounds its handshake itself and reports every interval): a lossy path's
+/// retransmission backoff (3 s after a lost SYN, then 6 s …) can hold one message
+/// longer than 10 s.
+const SERVER_SILENCE: Duration = Duration::from_secs(60);
 /// Clock-offset exchanges before each test, one round trip each.
 pub const TIME_PROBES: usize = 8;
 /// How often a UDP flow repeats its hello until the server has them all.
@@ -112,6 +118,7 @@ pub fn run(
     control.set_nodelay(true)?;
     control.write_all(&protocol::client_hello())?;
     read_server_hello(&mut control, &request.target)?;
+    control.set_read_timeout(Some(SERVER_SILENCE))?;
     auth::answer_challenge(&mut control, request.key.as_ref())?;
     let offset = measure_clock_offset(&mut control)?;
 
@@ -168,7 +175,12 @@ pub fn run(
     };
     let t0_us = context.t0_us;
     let reader = control.try_clone()?;
-    protocol::send(&mut control, &Message::Go)?;
+    protocol::send(
+        &mut control,
+        &Message::Go {
+            client_t0_us: t0_us,
+        },
+    )?;
     let mut record = run_started(
         control,
         reader,
@@ -190,7 +202,13 @@ fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
 /// The server's next answer in the handshake; a refusal, which may come at any step
 /// until Go, is the error.
 pub(crate) fn answer(control: &mut impl Read) -> Result<Message, TrafficError> {
-    unless_refused(protocol::recv(control, protocol::MAX_MESSAGE)?)
+    match protocol::recv(control, protocol::MAX_MESSAGE) {
+        Ok(message) => unless_refused(message),
+        Err(ProtocolError::Io(e)) if engine::timed_out(&e) => Err(TrafficError::Silent {
+            waited_s: SERVER_SILENCE.as_secs(),
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn unless_refused(message: Message) -> Result<Message, TrafficError> {
@@ -386,7 +404,7 @@ fn await_ready_saying_hello(
             Err(e) => return Err(e.into()),
         }
     };
-    control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    control.set_read_timeout(Some(SERVER_SILENCE))?;
     ready(unless_refused(answer)?)
 }
 
@@ -438,7 +456,7 @@ fn run_started(
         });
     }
     // A live test has no natural silence bound; the server reports every interval.
-    let silence = Duration::from_micros(context.params.report_interval_us) + HANDSHAKE_TIMEOUT;
+    let silence = Duration::from_micros(context.params.report_interval_us) + SERVER_SILENCE;
     let _ = reader.set_read_timeout(Some(silence));
     thread::spawn(move || loop {
         let msg = recv(&mut reader);

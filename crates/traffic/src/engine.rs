@@ -357,7 +357,7 @@ struct Moved {
 type FlowResult = Result<Moved, (u64, io::Error)>;
 
 /// A blocked read or write that SO_RCVTIMEO/SO_SNDTIMEO or a signal cut short.
-fn timed_out(e: &io::Error) -> bool {
+pub(crate) fn timed_out(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted

@@ -37,6 +37,8 @@ pub enum TrafficError {
     Iperf3Server { target: String },
     #[error("no answer from {target} within {waited_s} s (is a tcplab server listening there?)")]
     NoAnswer { target: String, waited_s: u64 },
+    #[error("the server fell silent in the handshake: no answer for {waited_s} s")]
+    Silent { waited_s: u64 },
     #[error(transparent)]
     Protocol(#[from] protocol::ProtocolError),
     #[error(transparent)]

@@ -14,7 +14,7 @@
 //! 2. client → `TimeProbe` × n, server → `TimeReply` (clock offset, see `model::clock`);
 //! 3. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
 //! 4. client opens the data connections to `data_port`, server → `Ready` when all arrived;
-//! 5. client → `Go`: both ends start their flows; each end's report-interval records
+//! 5. client → `Go{client_t0}`: both ends start their flows, counting from that instant; each end's report-interval records
 //!    travel as they happen (`Interval`), so both ends' figures reach the client live;
 //! 6. server → `SideDone{report}`, then `Samples` chunks and `SamplesEnd`; client → `Bye`.
 //!
@@ -31,8 +31,8 @@ use tcplab_model::record::{
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
 /// 2: authentication before anything else. 3: the server's hello first, the client's
-/// control hello padded.
-pub const VERSION: u8 = 3;
+/// control hello padded. 4: `Go` carries the client's start.
+pub const VERSION: u8 = 4;
 /// A client's control hello is as long as iperf3's cookie, zeros after the 8 bytes: an
 /// iperf3 server answers it at once with a state byte, which the client names, where it
 /// would wait for the rest of its cookie.
@@ -232,7 +232,11 @@ pub enum Message {
         reason: String,
     },
     Ready,
-    Go,
+    /// The client's start on its own clock: both ends count the test, and its deadline,
+    /// from it, however long a lossy path held this message.
+    Go {
+        client_t0_us: i64,
+    },
     Interval {
         records: Vec<SideInterval>,
     },
@@ -397,10 +401,10 @@ mod tests {
     fn hello_round_trip_and_rejects() {
         let mut buf = Vec::new();
         write_hello(&mut buf, ConnKind::Data).unwrap();
-        assert_eq!(&buf, b"TCPLABD\x03");
+        assert_eq!(&buf, b"TCPLABD\x04");
         assert_eq!(read_hello(&mut &buf[..]).unwrap(), ConnKind::Data);
         let hello = client_hello();
-        assert_eq!(&hello[..8], b"TCPLABC\x03");
+        assert_eq!(&hello[..8], b"TCPLABC\x04");
         assert_eq!(hello[8..], [0; 29]);
         let mut r = &hello[..];
         read_client_hello(&mut r).unwrap();
@@ -436,10 +440,13 @@ mod tests {
     #[test]
     fn message_frames_round_trip() {
         let mut buf = Vec::new();
-        send(&mut buf, &Message::Go).unwrap();
+        send(&mut buf, &Message::Go { client_t0_us: 42 }).unwrap();
         send(&mut buf, &Message::Refused { reason: "x".into() }).unwrap();
         let mut r = &buf[..];
-        assert_eq!(recv(&mut r, MAX_MESSAGE).unwrap(), Message::Go);
+        assert_eq!(
+            recv(&mut r, MAX_MESSAGE).unwrap(),
+            Message::Go { client_t0_us: 42 }
+        );
         assert_eq!(
             recv(&mut r, MAX_MESSAGE).unwrap(),
             Message::Refused { reason: "x".into() }
@@ -459,7 +466,7 @@ mod tests {
         ));
         // A reader's own limit, far below the protocol's, is the one that counts.
         let mut go = Vec::new();
-        send(&mut go, &Message::Go).unwrap();
+        send(&mut go, &Message::Go { client_t0_us: 42 }).unwrap();
         let err = recv(&mut &go[..], 5).unwrap_err().to_string();
         assert!(err.contains("exceeds the limit of 5 bytes"), "{err}");
         let mut garbage = 5u32.to_be_bytes().to_vec();

@@ -486,11 +486,14 @@ fn run_test(
     };
     let mut conn = Deadlined::new(&control, limits.handshake_timeout);
     protocol::send(&mut conn, &Message::Ready)?;
-    match protocol::recv(&mut conn, limits.max_message)? {
-        Message::Go => {}
+    let client_t0_us = match protocol::recv(&mut conn, limits.max_message)? {
+        Message::Go { client_t0_us } => client_t0_us,
         other => return Err(unexpected(&other, "Go").into()),
-    }
-    let t0 = monotonic_us();
+    };
+    // The client's start on our clock: a `Go` that a lossy path held for seconds must
+    // not move this end's deadline past the client's (its sender's reset at the drain
+    // limit would then come before our deadline and read as a failure).
+    let t0 = (client_t0_us - peer_offset_ns / 1000).min(monotonic_us());
 
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));

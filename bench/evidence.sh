@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # What recording evidence costs: a run's throughput through a path with and without
-# --capture (EVIDENCE=capture, the default) or --trace-events (EVIDENCE=events), the two
-# interleaved so drift hits both alike. Every packet passes the link model (rate and
-# queue), so a capture records each one; the events are every ACK's tcp_probe and more.
+# --capture (EVIDENCE=capture, the default), --trace-events (EVIDENCE=events) or
+# round-trip probes every millisecond (EVIDENCE=probes), the two interleaved so drift
+# hits both alike. Every packet passes the link model (rate and queue), so a capture
+# records each one; the events are every ACK's tcp_probe and more; the probes share the
+# bottleneck with the load, and their send error (how late each left its schedule) is
+# printed with them.
 #
 # Prints each repetition, then the medians, their ratio and what was recorded.
 #
 #   bash bench/evidence.sh
 #   EVIDENCE=events CONGESTION=cubic REPS=7 DUR=5 bash bench/evidence.sh
+#   EVIDENCE=probes bash bench/evidence.sh
 #   PATH_SPEC="rtt 20ms rate 10gbit queue 1bdp" bash bench/evidence.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +28,8 @@ trap 'rm -rf "$DIR"' EXIT
 case "$EVIDENCE" in
 capture) FLAGS=(--capture "$DIR/run.pcapng") HELD="packets captured | lost to overflow" ;;
 events) FLAGS=(--trace-events) HELD="kernel events | lost in the ring buffer" ;;
-*) echo "EVIDENCE is capture or events, not '$EVIDENCE'" >&2 && exit 2 ;;
+probes) FLAGS=(--probe 1ms --probe-idle 0) HELD="probes sent | send error p99 (µs)" ;;
+*) echo "EVIDENCE is capture, events or probes, not '$EVIDENCE'" >&2 && exit 2 ;;
 esac
 
 # Received bit/s of one run, and what it recorded: how much, and how much was lost.
@@ -35,7 +40,10 @@ import json, sys
 v = json.load(sys.stdin)
 caps = [v["path"][d].get("capture") or {} for d in ("up", "down")]
 trace = v.get("trace") or {}
-if trace:
+latency = v["summary"].get("latency")
+if latency:
+    held, lost = latency["sent"], latency["send_error_us"]["p99"]
+elif trace:
     held, lost = trace["events"], trace["lost"]
 else:
     held, lost = sum(c.get("packets", 0) for c in caps), sum(c.get("overflow", 0) for c in caps)

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::path::PathSpec;
-use tcplab_model::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
+use tcplab_model::record::{Mode, ProbeParams, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
 use tcplab_model::stats::Metric;
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
@@ -123,7 +123,7 @@ pub struct PlotArgs {
     #[arg(long, value_name = "ID", conflicts_with = "experiment")]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
-    /// throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest experiment,
+    /// latency, rpm, throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest experiment,
     /// else the latest run].
     #[arg(long, value_name = "ID")]
     pub experiment: Option<i64>,
@@ -155,7 +155,8 @@ fn duration_seconds(text: &str) -> Result<f64, String> {
 pub struct ResultsArgs {
     /// The experiment's SQLite database.
     pub db: PathBuf,
-    /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter.
+    /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter,
+    /// latency, rpm.
     #[arg(long, default_value = "throughput", value_parser = parse_metric)]
     pub metric: Metric,
     /// Confidence level of the intervals [default: the experiment's, usually 0.95].
@@ -355,6 +356,14 @@ pub struct TestArgs {
     /// tcp_info sampling period on both ends; 0 turns sampling off.
     #[arg(long, default_value = "10ms", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
     pub sample_interval: u64,
+    /// Round-trip probes beside the test, one every DURATION (1ms..=10s): UDP requests
+    /// the server echoes with its own times, giving idle and loaded latency, one-way
+    /// delays, loss per direction and RPM (summary.latency).
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
+    pub probe: Option<u64>,
+    /// With --probe: how long to probe the idle path before the load starts.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION", requires = "probe")]
+    pub probe_idle: u64,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -529,6 +538,9 @@ pub struct OutputArgs {
     /// With --json, include every tcp_info sample.
     #[arg(long, requires = "json")]
     pub json_samples: bool,
+    /// With --json, include every round-trip probe (--probe).
+    #[arg(long, requires = "json")]
+    pub json_probes: bool,
     /// Record the kernel's events of the test's sockets, both ends where the server runs
     /// on this machine: tcp_probe on every segment received, retransmissions,
     /// congestion-state changes, receive-buffer growth (tracefs; needs root).
@@ -629,6 +641,18 @@ impl TestArgs {
                 burst: self.burst,
                 header: Default::default(),
             }),
+            probe: self
+                .probe
+                .map(|interval_us| ProbeParams {
+                    interval_us,
+                    idle_us: self.probe_idle,
+                })
+                .map(|p| {
+                    tcplab_model::probe::check(&p)
+                        .map(|()| p)
+                        .map_err(|e| format!("--probe: {e}"))
+                })
+                .transpose()?,
         })
         .and_then(|p| match &p.udp {
             Some(u) if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&u.datagram_size)

@@ -298,6 +298,9 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         if !out.json_events {
             record.events.clear();
         }
+        if !out.json_probes {
+            record.probes.clear();
+        }
         serde_json::to_writer_pretty(io::stdout().lock(), &record)?;
         println!();
     } else {

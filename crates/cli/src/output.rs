@@ -3,8 +3,8 @@
 use tcplab_model::events::{EventRecord, TraceRecord};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
-    BufferSize, ClockOffset, FlowRecord, IntervalRecord, LimitShares, RunRecord, RunStatus, Timed,
-    UdpStats, CLOCK_STEP_TOLERANCE_US,
+    BufferSize, ClockOffset, FlowRecord, IntervalRecord, LatencySummary, LimitShares, Quantiles,
+    RunRecord, RunStatus, Timed, UdpStats, CLOCK_STEP_TOLERANCE_US,
 };
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
@@ -191,6 +191,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
     if let Some(u) = &s.udp {
         lines.push(udp_line(u, &run.clock));
     }
+    if let Some(l) = &s.latency {
+        lines.extend(latency_lines(l, &run.clock));
+    }
     if s.rtt.max_us > 0 {
         lines.push(format!(
             "rtt:    min {} / mean {} / max {} (smoothed, sender)",
@@ -256,6 +259,46 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// The round-trip probes' figures: idle and loaded round trips, one-way delays, losses
+/// per direction, RPM and the probes' own timing error.
+fn latency_lines(l: &LatencySummary, clock: &ClockOffset) -> Vec<String> {
+    let ms = |us: f64| format!("{:.2}", us / 1000.0);
+    let quantiles = |q: &Option<Quantiles>| match q {
+        Some(q) => format!(
+            "p50 {} / p90 {} / p99 {} / max {} ms",
+            ms(q.p50),
+            ms(q.p90),
+            ms(q.p99),
+            ms(q.max)
+        ),
+        None => "no answer".into(),
+    };
+    let clock = if l.owd_exact {
+        "one clock".to_string()
+    } else {
+        format!("through the clock offset, ± {} µs", clock.uncertainty_us)
+    };
+    let rpm = l.rpm.map_or("—".into(), |r| format!("{r:.0}"));
+    vec![
+        format!(
+            "latency: probes every {}, {} sent, lost up {} / down {}   RPM {rpm}   send error p50 {:.0} µs, p99 {:.0} µs",
+            format_duration_us(l.interval_us),
+            l.sent,
+            l.lost_up,
+            l.lost_down,
+            l.send_error_us.p50,
+            l.send_error_us.p99,
+        ),
+        format!("  idle   rtt {}", quantiles(&l.idle_rtt_us)),
+        format!("  loaded rtt {}", quantiles(&l.loaded_rtt_us)),
+        format!(
+            "  loaded one-way up {}; down {} ({clock})",
+            quantiles(&l.up_owd_us),
+            quantiles(&l.down_owd_us)
+        ),
+    ]
 }
 
 /// Datagram counts, jitter and one-way delay of UDP flows.

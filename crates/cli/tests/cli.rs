@@ -65,6 +65,22 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
     );
     assert_one_line_error(&["run", "h", "-l", "8G"], 1, &["--length"]);
     assert_one_line_error(
+        &["run", "h", "--probe", "100us"],
+        1,
+        &["--probe", "100 µs", "1.00 ms"],
+    );
+    assert_one_line_error(
+        &["run", "h", "--probe", "1ms", "--probe-idle", "1h"],
+        1,
+        &["--probe", "idle", "30.0 s"],
+    );
+    assert_one_line_error(&["run", "h", "--probe-idle", "1s"], 2, &["--probe"]);
+    assert_one_line_error(
+        &["run", "h", "--iperf3", "--probe", "10ms"],
+        1,
+        &["--probe", "tcplab server"],
+    );
+    assert_one_line_error(
         &["run", "h", "-C", "no-such-cc"],
         1,
         &["'no-such-cc'", "available"],
@@ -312,6 +328,12 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         ("pacing", 192),
         ("parallel", 12),
         ("cross-traffic", 12),
+        ("rrul", 2),
+        ("rrul_be", 2),
+        ("tcp_nup", 4),
+        ("tcp_ndown", 4),
+        ("rtt_fair", 2),
+        ("voip", 2),
     ] {
         let out = tcplab(&["sweep", &format!("{examples}/{name}.toml"), "--dry-run"]);
         let text = String::from_utf8_lossy(&out.stdout);

@@ -40,7 +40,8 @@ use toml::{Spanned, Table, Value};
 
 use crate::dumbbell::{derive_seed, Dumbbell};
 use crate::path::{Pace, PathSpec};
-use crate::record::{Mode, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
+use crate::probe::DEFAULT_IDLE_US as DEFAULT_PROBE_IDLE_US;
+use crate::record::{Mode, ProbeParams, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
 use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use crate::units::{parse_duration, parse_rate, parse_size, UnitError};
 
@@ -430,6 +431,10 @@ struct FlowFile {
     pacing: Option<Pacing>,
     pacing_rate: Option<Bits>,
     send_method: Option<SendMethod>,
+    /// Round-trip probes beside this flow's test, one every this long.
+    probe: Option<Micros>,
+    /// How long the probes measure the idle path first (2 s when not given).
+    probe_idle: Option<Micros>,
 }
 
 #[derive(Clone, Copy, Deserialize, PartialEq)]
@@ -767,6 +772,18 @@ impl FlowFile {
                 })
             }
         };
+        let probe = match (self.probe, self.probe_idle) {
+            (None, Some(_)) => return Err(format!("flow '{name}': probe_idle needs probe")),
+            (None, None) => None,
+            (Some(interval), idle) => {
+                let probe = ProbeParams {
+                    interval_us: interval.0,
+                    idle_us: idle.map_or(DEFAULT_PROBE_IDLE_US, |d| d.0),
+                };
+                crate::probe::check(&probe).map_err(|e| format!("flow '{name}': {e}"))?;
+                Some(probe)
+            }
+        };
         Ok(FlowConfig {
             name,
             client,
@@ -779,6 +796,7 @@ impl FlowFile {
                 sample_interval_us,
                 report_interval_us,
                 udp,
+                probe,
             },
         })
     }

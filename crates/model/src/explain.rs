@@ -1218,6 +1218,7 @@ mod tests {
             samples,
             trace: None,
             events: Vec::new(),
+            probes: Vec::new(),
         }
     }
 

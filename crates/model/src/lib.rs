@@ -15,6 +15,7 @@ pub mod limits;
 pub mod link;
 pub mod packet;
 pub mod path;
+pub mod probe;
 pub mod record;
 pub mod stats;
 pub mod tcpinfo;

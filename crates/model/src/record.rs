@@ -146,6 +146,7 @@ impl Default for TestParams {
             sample_interval_us: 10_000,
             report_interval_us: 1_000_000,
             udp: None,
+            probe: None,
         }
     }
 }
@@ -165,6 +166,57 @@ pub struct TestParams {
     /// Set for UDP flows: what each one sends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpParams>,
+    /// Round-trip probes beside the test (`--probe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeParams>,
+}
+
+/// Round-trip probes: one small UDP request every `interval_us`, which the server
+/// echoes with its own receive and send times; `idle_us` of them before the load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeParams {
+    pub interval_us: u64,
+    pub idle_us: u64,
+}
+
+/// One round-trip probe, times µs relative to t0 on the client's clock (negative in the
+/// idle phase before the load).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeRecord {
+    pub seq: u64,
+    /// When the schedule wanted it sent.
+    pub scheduled_us: i64,
+    pub sent_us: i64,
+    /// `None` when no answer came back.
+    pub rtt_us: Option<i64>,
+    /// Client to server and back, offset-corrected across hosts.
+    pub up_owd_us: Option<i64>,
+    pub down_owd_us: Option<i64>,
+}
+
+/// What the round-trip probes measured ([`crate::probe::latency`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub interval_us: u64,
+    /// Probes sent, idle and loaded.
+    pub sent: u64,
+    /// Round trips before the load started; `None` without an answered idle probe.
+    pub idle_rtt_us: Option<Quantiles>,
+    /// Round trips while the load ran (from t0 to the test's deadline or last byte).
+    pub loaded_rtt_us: Option<Quantiles>,
+    /// One-way delays under load: exact when both ends share a clock (`owd_exact`),
+    /// else within the clock offset's uncertainty.
+    pub up_owd_us: Option<Quantiles>,
+    pub down_owd_us: Option<Quantiles>,
+    pub owd_exact: bool,
+    /// Probes the server never received, and answers that never came back.
+    pub lost_up: u64,
+    pub lost_down: u64,
+    /// Round trips per minute under load: 60 s over the mean of the loaded round trips
+    /// at or below their 90th percentile.
+    pub rpm: Option<f64>,
+    /// How late each probe left against its schedule (the sender's timer error).
+    pub send_error_us: Quantiles,
 }
 
 /// A UDP flow's sending pattern: `burst` datagrams of `datagram_size` bytes of payload
@@ -247,6 +299,8 @@ pub struct UdpStats {
 pub struct Quantiles {
     pub min: f64,
     pub p50: f64,
+    #[serde(default)]
+    pub p90: f64,
     pub p99: f64,
     pub max: f64,
 }
@@ -546,6 +600,9 @@ pub struct Summary {
     /// Over the UDP flows: counts summed, jitter and delay quantiles the worst flow's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpStats>,
+    /// The round-trip probes' figures, when the test had probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencySummary>,
 }
 
 /// The emulated path a run went through and what its links did.
@@ -695,6 +752,10 @@ pub struct RunRecord {
     /// out of `--json` unless asked for, always stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventRecord>,
+    /// Every round-trip probe; like the samples, left out of `--json` unless asked for,
+    /// always stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeRecord>,
 }
 
 #[cfg(test)]

@@ -112,16 +112,22 @@ pub enum Metric {
     UdpLoss,
     /// The UDP flows' RFC 3550 jitter at the end (µs; the worst flow's).
     Jitter,
+    /// The round-trip probes' median under load (µs), the whole load's.
+    Latency,
+    /// Round trips per minute under load, from the probes.
+    Rpm,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 8] = [
         Metric::Throughput,
         Metric::Retransmits,
         Metric::Rtt,
         Metric::Fairness,
         Metric::UdpLoss,
         Metric::Jitter,
+        Metric::Latency,
+        Metric::Rpm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,15 +138,20 @@ impl Metric {
             Metric::Fairness => "fairness",
             Metric::UdpLoss => "udp_loss",
             Metric::Jitter => "jitter",
+            Metric::Latency => "latency",
+            Metric::Rpm => "rpm",
         }
     }
 
     /// Every value [`Metric::of`] can take: none is negative, and a share is at most 1.
     pub fn range(self) -> (f64, f64) {
         match self {
-            Metric::Throughput | Metric::Retransmits | Metric::Rtt | Metric::Jitter => {
-                (0.0, f64::INFINITY)
-            }
+            Metric::Throughput
+            | Metric::Retransmits
+            | Metric::Rtt
+            | Metric::Jitter
+            | Metric::Latency
+            | Metric::Rpm => (0.0, f64::INFINITY),
             Metric::Fairness | Metric::UdpLoss => (0.0, 1.0),
         }
     }
@@ -150,7 +161,8 @@ impl Metric {
         match self {
             Metric::Throughput => "bit/s",
             Metric::Retransmits => "segments",
-            Metric::Rtt | Metric::Jitter => "µs",
+            Metric::Rtt | Metric::Jitter | Metric::Latency => "µs",
+            Metric::Rpm => "round trips/min",
             Metric::Fairness | Metric::UdpLoss => "",
         }
     }
@@ -179,6 +191,13 @@ impl Metric {
                 .filter(|u| u.sent > 0)
                 .map(|u| u.lost as f64 / u.sent as f64),
             Metric::Jitter => run.summary.udp.map(|u| u.jitter_us),
+            Metric::Latency => run
+                .summary
+                .latency
+                .as_ref()
+                .and_then(|l| l.loaded_rtt_us)
+                .map(|q| q.p50),
+            Metric::Rpm => run.summary.latency.as_ref().and_then(|l| l.rpm),
         }
     }
 }

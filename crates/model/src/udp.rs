@@ -276,16 +276,17 @@ impl Receiver {
     }
 }
 
-/// min, p50, p99, max of `values` (sorted in place), as f64; zeros for none.
-pub fn quantiles(values: &mut [u32]) -> Quantiles {
+/// min, p50, p90, p99, max of `values` (sorted in place), as f64; zeros for none.
+pub fn quantiles<T: Copy + Ord + Into<i64>>(values: &mut [T]) -> Quantiles {
     if values.is_empty() {
         return Quantiles::default();
     }
     values.sort_unstable();
-    let at = |q: f64| f64::from(values[((values.len() - 1) as f64 * q).round() as usize]);
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize].into() as f64;
     Quantiles {
         min: at(0.0),
         p50: at(0.5),
+        p90: at(0.9),
         p99: at(0.99),
         max: at(1.0),
     }
@@ -439,7 +440,10 @@ mod tests {
     fn quantiles_of_known_values() {
         let mut v: Vec<u32> = (1..=100).rev().collect();
         let q = quantiles(&mut v);
-        assert_eq!((q.min, q.p50, q.p99, q.max), (1.0, 51.0, 99.0, 100.0));
-        assert_eq!(quantiles(&mut []), Quantiles::default());
+        assert_eq!(
+            (q.min, q.p50, q.p90, q.p99, q.max),
+            (1.0, 51.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(quantiles::<u32>(&mut []), Quantiles::default());
     }
 }

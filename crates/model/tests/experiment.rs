@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
 use tcplab_model::path::Pace;
-use tcplab_model::record::{Mode, TestEnd};
+use tcplab_model::record::{Mode, ProbeParams, TestEnd};
 
 fn ok(text: &str) -> Experiment {
     parse(text, "test").unwrap_or_else(|e| panic!("{e}"))
@@ -255,6 +255,51 @@ fn udp_flows_take_a_rate_a_size_and_a_burst() {
         (
             "[[flow]]\nprotocol = \"udp\"\nrate = 1\nburst = 0\n",
             "burst",
+        ),
+    ] {
+        let e = err(text);
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn a_flow_takes_probes_beside_it() {
+    let e = ok(r#"
+        [[flow]]
+        name = "load"
+        streams = 4
+        direction = "bidir"
+        probe = "10ms"
+        [[flow]]
+        name = "quiet"
+        [[axis]]
+        key = "flow.load.probe_idle"
+        values = ["0s", "1s"]
+    "#);
+    let probe = |i: usize| e.points[i].config.flows[0].params.probe;
+    assert_eq!(
+        probe(1),
+        Some(ProbeParams {
+            interval_us: 10_000,
+            idle_us: 1_000_000
+        })
+    );
+    assert_eq!(probe(0).unwrap().idle_us, 0);
+    assert_eq!(e.points[0].config.flows[1].params.probe, None);
+    let default_idle = ok("[[flow]]\nprobe = \"5ms\"\n");
+    assert_eq!(
+        default_idle.points[0].config.flows[0].params.probe,
+        Some(ProbeParams {
+            interval_us: 5_000,
+            idle_us: 2_000_000
+        })
+    );
+    for (text, needle) in [
+        ("[[flow]]\nprobe_idle = \"1s\"\n", "probe_idle needs probe"),
+        ("[[flow]]\nprobe = \"100us\"\n", "probe interval 100 µs"),
+        (
+            "[[flow]]\nprobe = \"1ms\"\nprobe_idle = \"1m\"\n",
+            "idle probing",
         ),
     ] {
         let e = err(text);

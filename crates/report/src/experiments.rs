@@ -44,6 +44,9 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
     if udp {
         out.extend([Metric::UdpLoss, Metric::Jitter]);
     }
+    if flows().any(|f| f.params.probe.is_some()) {
+        out.extend([Metric::Latency, Metric::Rpm]);
+    }
     out
 }
 
@@ -90,6 +93,16 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
             y("jitter", Quantity::Duration),
             "Jitter: the UDP flows' RFC 3550 interarrival jitter at the end (the worst flow's)."
                 .into(),
+        ),
+        Metric::Latency => (
+            "Latency under load",
+            y("median round trip under load", Quantity::Duration),
+            "Latency: the median round trip of the probes sent while the load ran (its whole time, warm-up included).".into(),
+        ),
+        Metric::Rpm => (
+            "Responsiveness",
+            y("round trips per minute (RPM)", Quantity::Number),
+            "RPM: 60 s over the trimmed mean of the probes' round trips under load (the slowest 10 % left out).".into(),
         ),
     }
 }

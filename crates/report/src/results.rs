@@ -291,6 +291,8 @@ pub fn format_metric(metric: Metric, v: f64) -> String {
         Metric::Retransmits => format!("{v:.1}"),
         Metric::Rtt => format_duration_us(v.round().max(0.0) as u64),
         Metric::Jitter => format!("{v:.1} µs"),
+        Metric::Latency => format_duration_us(v.round().max(0.0) as u64),
+        Metric::Rpm => format!("{v:.0}"),
         Metric::Fairness => format!("{v:.3}"),
         Metric::UdpLoss => format!("{:.3} %", v * 100.0),
     }

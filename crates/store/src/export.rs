@@ -21,18 +21,20 @@ pub enum Table {
     Intervals,
     Samples,
     Events,
+    Probes,
     Experiments,
     Points,
     Plan,
 }
 
 impl Table {
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 9] = [
         Table::Runs,
         Table::Flows,
         Table::Intervals,
         Table::Samples,
         Table::Events,
+        Table::Probes,
         Table::Experiments,
         Table::Points,
         Table::Plan,
@@ -43,6 +45,7 @@ impl Table {
         "intervals",
         "samples",
         "events",
+        "probes",
         "experiments",
         "points",
         "plan",

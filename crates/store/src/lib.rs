@@ -19,6 +19,7 @@ mod events;
 mod experiments;
 mod export;
 mod kept;
+mod probes;
 mod rows;
 mod schema;
 #[cfg(test)]
@@ -325,6 +326,7 @@ impl Store {
         if with_samples {
             run.samples = load_samples(&tx, path, id)?;
             run.events = events::load(&tx, path, id)?;
+            run.probes = probes::load(&tx, path, id)?;
         }
         Ok(run)
     }
@@ -400,6 +402,8 @@ fn insert_run_in(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i
         .map_err(sqlite_err(path, "inserting a run (samples)"))?;
     events::insert(tx, run_id, &run.events)
         .map_err(sqlite_err(path, "inserting a run (events)"))?;
+    probes::insert(tx, run_id, &run.probes)
+        .map_err(sqlite_err(path, "inserting a run (probes)"))?;
     Ok(run_id)
 }
 
@@ -629,6 +633,7 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
     }
     cols.push(("udp_json", opt_json(s.udp.as_ref())));
     cols.push(("trace_json", opt_json(run.trace.as_ref())));
+    cols.push(("latency_json", opt_json(s.latency.as_ref())));
     Ok(cols)
 }
 
@@ -971,12 +976,14 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
             cpu_client: read_cpu(r, CPU_CLIENT)?,
             cpu_server: read_cpu(r, CPU_SERVER)?,
             udp: r.opt_json("udp_json")?,
+            latency: r.opt_json("latency_json")?,
         },
         flows: Vec::new(),
         intervals: Vec::new(),
         samples: Vec::new(),
         trace: r.opt_json("trace_json")?,
         events: Vec::new(),
+        probes: Vec::new(),
     })
 }
 

@@ -193,10 +193,11 @@ pub(crate) static MIGRATIONS: &[fn() -> String] = &[
     migration_5,
     migration_6,
     migration_7,
+    migration_8,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -329,6 +330,25 @@ CREATE TABLE events (
     window_clamp INTEGER
 );
 CREATE INDEX events_run_t ON events (run_id, t_us);
+"#
+    .to_string()
+}
+
+/// Migration 8: a run's round-trip probes (`--probe`) and their figures (JSON
+/// `LatencySummary`).
+fn migration_8() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN latency_json TEXT;
+CREATE TABLE probes (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    scheduled_us INTEGER NOT NULL,
+    sent_us INTEGER NOT NULL,
+    rtt_us INTEGER,
+    up_owd_us INTEGER,
+    down_owd_us INTEGER
+);
+CREATE INDEX probes_run_seq ON probes (run_id, seq);
 "#
     .to_string()
 }

@@ -7,9 +7,10 @@ use serde_json::{json, Value as Json};
 use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::events::{CaState, EventRecord, KernelEvent, TraceRecord};
 use tcplab_model::record::{
-    BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, Limit,
-    LimitShares, Mode, Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, SendMethod,
-    Summary, TestEnd, TestParams, Timed, Tuning, UdpInterval, UdpStats, SCHEMA,
+    BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord,
+    LatencySummary, Limit, LimitShares, Mode, ProbeParams, ProbeRecord, Quantiles, RttStats,
+    RunRecord, RunStatus, SampleRecord, SendMethod, Summary, TestEnd, TestParams, Timed, Tuning,
+    UdpInterval, UdpStats, SCHEMA,
 };
 use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
@@ -117,6 +118,7 @@ fn udp_stats() -> UdpStats {
         owd_us: Quantiles {
             min: 10_000.0,
             p50: 10_050.0,
+            p90: 10_200.0,
             p99: 10_400.0,
             max: 11_000.0,
         },
@@ -218,6 +220,10 @@ fn sample_record(n_samples: usize) -> RunRecord {
             sample_interval_us: 10_000,
             report_interval_us: 1_000_000,
             udp: None,
+            probe: Some(ProbeParams {
+                interval_us: 10_000,
+                idle_us: 2_000_000,
+            }),
         },
         client: HostMeta {
             hostname: "alpha".into(),
@@ -262,6 +268,25 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 total_pct: 47.0,
             },
             udp: Some(udp_stats()),
+            latency: Some(LatencySummary {
+                interval_us: 10_000,
+                sent: 3,
+                idle_rtt_us: Some(Quantiles {
+                    min: 20_100.0,
+                    p50: 20_100.0,
+                    p90: 20_100.0,
+                    p99: 20_100.0,
+                    max: 20_100.0,
+                }),
+                loaded_rtt_us: None,
+                up_owd_us: None,
+                down_owd_us: None,
+                owd_exact: true,
+                lost_up: 1,
+                lost_down: 1,
+                rpm: Some(2985.07),
+                send_error_us: udp_stats().owd_us,
+            }),
         },
         flows,
         intervals,
@@ -345,6 +370,29 @@ fn sample_record(n_samples: usize) -> RunRecord {
                     window_clamp: 196_608,
                     rcv_wnd: 131_072,
                 },
+            },
+        ],
+        // Idle and answered, loaded and lost on the way down, never answered.
+        probes: vec![
+            ProbeRecord {
+                seq: 0,
+                scheduled_us: -2_000_000,
+                sent_us: -1_999_950,
+                rtt_us: Some(20_100),
+                up_owd_us: Some(10_000),
+                down_owd_us: Some(10_100),
+            },
+            ProbeRecord {
+                seq: 1,
+                scheduled_us: 0,
+                sent_us: 12,
+                ..ProbeRecord::default()
+            },
+            ProbeRecord {
+                seq: 2,
+                scheduled_us: 10_000,
+                sent_us: 10_040,
+                ..ProbeRecord::default()
             },
         ],
     }
@@ -866,7 +914,8 @@ fn expected_columns(table: Table) -> Vec<String> {
              rtt_mean_us rtt_max_us limit_rwnd limit_sndbuf limit_cwnd limit_app \
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
-             experiment_id point repetition udp_json limit_pacing window_seconds trace_json",
+             experiment_id point repetition udp_json limit_pacing window_seconds trace_json \
+             latency_json",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -899,6 +948,7 @@ fn expected_columns(table: Table) -> Vec<String> {
             "run_id flow host t_us kind data_len snd_nxt snd_una snd_cwnd ssthresh snd_wnd \
              srtt_us rcv_wnd state rcvbuf rcv_ssthresh window_clamp",
         ),
+        Table::Probes => names("run_id seq scheduled_us sent_us rtt_us up_owd_us down_owd_us"),
         Table::Experiments => names(
             "id name file spec_text plan_hash seed repetitions confidence axes_json \
              created_unix_us",
@@ -1011,6 +1061,18 @@ fn expected_rows(table: Table, run: &RunRecord, failed: &RunRecord) -> Vec<Json>
             .iter()
             .map(|e| {
                 let Json::Object(mut m) = serde_json::to_value(e).unwrap() else {
+                    unreachable!()
+                };
+                m.insert("run_id".into(), json!(1));
+                Json::Object(m)
+            })
+            .collect(),
+        // The probe's JSON names its columns.
+        Table::Probes => run
+            .probes
+            .iter()
+            .map(|p| {
+                let Json::Object(mut m) = serde_json::to_value(p).unwrap() else {
                     unreachable!()
                 };
                 m.insert("run_id".into(), json!(1));

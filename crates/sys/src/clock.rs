@@ -40,6 +40,23 @@ pub fn realtime_minus_monotonic_ns() -> i64 {
     best.1
 }
 
+/// Sleeps until CLOCK_MONOTONIC reads `deadline_ns` (at once when it has passed).
+pub fn sleep_until_ns(deadline_ns: i64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec; an interrupted sleep just returns early.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
 fn read(clock: libc::clockid_t) -> i64 {
     read_ns(clock) / 1_000
 }

@@ -2,6 +2,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
 
 /// Room for the control data of one received datagram's timestamp.
@@ -11,6 +12,14 @@ pub type ControlBuf = [u64; 8];
 /// kernel's arrival time, ns since the Unix epoch; the socket needs
 /// [`crate::sockopt::set_timestamp_ns`].
 pub fn recv_stamped(fd: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<i64>)> {
+    recv_stamped_from(fd, buf).map(|(n, stamp, _)| (n, stamp))
+}
+
+/// [`recv_stamped`], with the address the datagram came from.
+pub fn recv_stamped_from(
+    fd: impl AsFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<i64>, Option<SocketAddr>)> {
     let mut control: ControlBuf = [0; 8];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
@@ -22,13 +31,23 @@ pub fn recv_stamped(fd: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<
     hdr.msg_iovlen = 1;
     hdr.msg_control = control.as_mut_ptr() as *mut libc::c_void;
     hdr.msg_controllen = std::mem::size_of::<ControlBuf>();
-    // SAFETY: hdr points at `iov`, `buf` and `control`, which outlive the call.
-    let n = unsafe { libc::recvmsg(fd.as_fd().as_raw_fd(), &mut hdr, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: try_init hands over room for any socket address and its length, which
+    // recvmsg fills; hdr points at `iov`, `buf` and `control`, which outlive the call.
+    let (n, from) = unsafe {
+        socket2::SockAddr::try_init(|name, len| {
+            hdr.msg_name = name.cast();
+            hdr.msg_namelen = *len;
+            let n = libc::recvmsg(fd.as_fd().as_raw_fd(), &mut hdr, 0);
+            *len = hdr.msg_namelen;
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        })?
+    };
     // SAFETY: the kernel filled hdr's control data just now.
-    Ok((n as usize, unsafe { arrival_ns(&hdr) }))
+    Ok((n, unsafe { arrival_ns(&hdr) }, from.as_socket()))
 }
 
 /// The SCM_TIMESTAMPNS arrival time in a received message's control data, ns since

@@ -17,6 +17,7 @@ use crate::auth::{self, PreSharedKey};
 use crate::engine::{self, End, FlowSocket, Flows, RateTarget};
 use crate::events::{self, TestTrace};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
+use crate::probe::{self, Prober};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
 };
@@ -133,13 +134,20 @@ pub fn run(
             },
         },
     )?;
-    let (data_port, cookie, server_meta, udp_ports) = match answer(&mut control)? {
+    let (data_port, cookie, server_meta, udp_ports, probe_port) = match answer(&mut control)? {
         Message::Accepted {
             data_port,
             cookie,
             meta,
             udp_ports,
-        } => (data_port, protocol::parse_hex(&cookie)?, meta, udp_ports),
+            probe_port,
+        } => (
+            data_port,
+            protocol::parse_hex(&cookie)?,
+            meta,
+            udp_ports,
+            probe_port,
+        ),
         other => {
             return Err(
                 ProtocolError::Malformed(format!("expected Accepted, got {other:?}")).into(),
@@ -161,6 +169,21 @@ pub fn run(
         ready(answer(&mut control)?)?;
         Flows::Tcp(flows)
     };
+    let prober = match (request.params.probe, probe_port) {
+        (Some(probe), Some(port)) => {
+            let prober = start_probes(&control, server_addr, port, &cookie, probe.interval_us)?;
+            // The idle phase: probes before the load, which Go starts.
+            sleep_unless_stopped(Duration::from_micros(probe.idle_us), &stop);
+            Some(prober)
+        }
+        (Some(_), None) => {
+            return Err(ProtocolError::Malformed(
+                "the server gave no port for the test's probes".into(),
+            )
+            .into())
+        }
+        (None, _) => None,
+    };
 
     let context = TestContext {
         target: request.target.clone(),
@@ -181,15 +204,12 @@ pub fn run(
             client_t0_us: t0_us,
         },
     )?;
-    let mut record = run_started(
-        control,
-        reader,
+    let side = ClientSide {
         flows,
-        context,
-        stop,
-        request.pacing.clone(),
-        on_interval,
-    );
+        pacing: request.pacing.clone(),
+        prober,
+    };
+    let mut record = run_started(control, reader, side, context, stop, on_interval);
     events::attach(&mut record, trace.flatten(), request.trace_events, t0_us);
     Ok(record)
 }
@@ -416,15 +436,34 @@ enum Event {
 
 /// Runs the client's side while following the server's messages, until both ends are
 /// done or the server is gone.
+/// What this end runs once the test has started.
+struct ClientSide {
+    flows: Flows,
+    /// Where the senders publish their window rate for a lab's dynamic pacer.
+    pacing: Option<RateTarget>,
+    prober: Option<Prober>,
+}
+
 fn run_started(
     mut control: TcpStream,
     mut reader: TcpStream,
-    flows: Flows,
+    side: ClientSide,
     context: TestContext,
     stop: Arc<AtomicBool>,
-    pacing: Option<RateTarget>,
     on_interval: &mut dyn FnMut(&[IntervalRecord]),
 ) -> RunRecord {
+    let ClientSide {
+        flows,
+        pacing,
+        prober,
+    } = side;
+    let t0_us = context.t0_us;
+    let deadline_us = context.params.end.deadline_us(t0_us);
+    if let (Some(prober), Some(deadline)) = (&prober, deadline_us) {
+        prober.stop_at(deadline);
+    }
+    let mut load_end_us = deadline_us.unwrap_or(i64::MAX);
+    let mut probes_echoed = None;
     let (events, inbox) = mpsc::channel::<Event>();
     let (local_tx, local_rx) = mpsc::channel::<Vec<SideInterval>>();
     let side = {
@@ -432,6 +471,8 @@ fn run_started(
         let end = End {
             host: Host::Client,
             t0_us: context.t0_us,
+            // The server starts when Go arrives, after us.
+            peer_t0_us: context.t0_us,
             // The server's clock against ours: server = client + offset.
             peer_offset_ns: if context.same_clock() {
                 0
@@ -485,13 +526,23 @@ fn run_started(
                 if stop.load(Ordering::Relaxed) {
                     let _ = protocol::send(&mut control, &Message::Bye);
                 }
+                // A byte count's load ends with this end's flows.
+                load_end_us = load_end_us.min(monotonic_us());
+                if let Some(prober) = &prober {
+                    prober.stop_at(load_end_us);
+                }
                 local = Some(outcome)
             }
             Event::Remote(Ok(Message::Interval { records })) => {
                 emit(merger.add(Host::Server, records), on_interval)
             }
-            Event::Remote(Ok(Message::SideDone { report, cut })) => {
+            Event::Remote(Ok(Message::SideDone {
+                report,
+                cut,
+                probes_echoed: echoed,
+            })) => {
                 remote_report = Some(report);
+                probes_echoed = echoed;
                 // The server's reason explains whatever broke on our side.
                 if let Some(cut) = cut {
                     error = Some(cut);
@@ -526,7 +577,7 @@ fn run_started(
         samples: remote_samples,
     });
     let intervals = merger.finish();
-    merge::merge(
+    let mut record = merge::merge(
         &context,
         EndReport {
             report: local.report,
@@ -535,7 +586,72 @@ fn run_started(
         server,
         intervals,
         error,
-    )
+    );
+    if let Some(prober) = prober {
+        attach_probes(&mut record, prober, &context, load_end_us, probes_echoed);
+    }
+    record
+}
+
+/// A socket for the test's probes, from the control connection's address to the
+/// server's probe port, and the probes started.
+fn start_probes(
+    control: &TcpStream,
+    server: SocketAddr,
+    port: u16,
+    cookie: &[u8],
+    interval_us: u64,
+) -> Result<Prober, TrafficError> {
+    let socket = UdpSocket::bind(SocketAddr::new(control.local_addr()?.ip(), 0))?;
+    socket.connect(SocketAddr::new(server.ip(), port))?;
+    Ok(Prober::start(socket, probe::token(cookie), interval_us)?)
+}
+
+fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
+    let end = std::time::Instant::now() + duration;
+    while !stop.load(Ordering::Relaxed) {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// Puts the probes and their figures into the record. The last probe left at the end
+/// of the load, before the server's last report: answers still on their way get
+/// 100 ms more.
+fn attach_probes(
+    record: &mut RunRecord,
+    prober: Prober,
+    context: &TestContext,
+    load_end_us: i64,
+    echoed: Option<u64>,
+) {
+    let Some(params) = context.params.probe else {
+        return;
+    };
+    let (sent, answers) = match prober.finish(Duration::from_millis(100)) {
+        Ok(got) => got,
+        Err(e) => {
+            record.error.get_or_insert(format!("probes: {e}"));
+            return;
+        }
+    };
+    let same_clock = context.same_clock();
+    let offset_us = if same_clock {
+        0
+    } else {
+        context.clock.offset_us
+    };
+    record.probes = tcplab_model::probe::records(&sent, &answers, context.t0_us, offset_us);
+    record.summary.latency = Some(tcplab_model::probe::latency(
+        &record.probes,
+        params.interval_us,
+        load_end_us - context.t0_us,
+        echoed.unwrap_or(0),
+        same_clock,
+    ));
 }
 
 fn emit(groups: Vec<Vec<IntervalRecord>>, on_interval: &mut dyn FnMut(&[IntervalRecord])) {

@@ -69,6 +69,11 @@ pub struct End {
     pub host: Host,
     /// The test's start on this end's monotonic clock, µs.
     pub t0_us: i64,
+    /// The peer's start on this end's clock, µs, when it may be earlier than ours (a
+    /// server starts when `Go` arrives, which a lossy path can hold for seconds): a
+    /// receiver takes a reset after the earlier start's deadline as its flow's end (the
+    /// peer's sender reset at its drain limit), not as a failure.
+    pub peer_t0_us: i64,
     /// The peer's monotonic clock minus ours, ns (0 on one machine), for UDP's one-way
     /// delays.
     pub peer_offset_ns: i64,
@@ -144,6 +149,7 @@ pub fn run_side(
     let End {
         host,
         t0_us,
+        peer_t0_us,
         peer_offset_ns: _,
         pacing,
         reset_cut_drains,
@@ -191,7 +197,7 @@ pub fn run_side(
                     // refusal only leaves the default policy.
                     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
                     let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
-                    let outcome = run_flow(&flow, &params, t0_us, &stop);
+                    let outcome = run_flow(&flow, &params, t0_us, peer_t0_us, &stop);
                     flow.done.store(true, Ordering::Release);
                     let cpu = cpu::thread_cpu_time().unwrap_or_default() - cpu_start;
                     (outcome, cpu)
@@ -320,7 +326,13 @@ struct FlowOutcome {
     error: Option<String>,
 }
 
-fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBool) -> FlowOutcome {
+fn run_flow(
+    flow: &FlowShared,
+    params: &TestParams,
+    t0_us: i64,
+    peer_t0_us: i64,
+    stop: &AtomicBool,
+) -> FlowOutcome {
     let fd = flow.stream.as_fd();
     let first = sockopt::tcp_info(fd).ok();
     let result = match flow.role {
@@ -328,7 +340,7 @@ fn run_flow(flow: &FlowShared, params: &TestParams, t0_us: i64, stop: &AtomicBoo
             let acked_base = first.as_ref().map_or(0, |i| i.bytes_acked);
             send_until_end(flow, params, t0_us, acked_base, stop)
         }
-        Role::Receive => receive_until_eof(flow, params, t0_us, stop),
+        Role::Receive => receive_until_eof(flow, params, t0_us.min(peer_t0_us), stop),
     };
     let end_us = monotonic_us();
     let last = sockopt::tcp_info(fd).ok();
@@ -493,10 +505,10 @@ fn wait_all_acked(
 fn receive_until_eof(
     flow: &FlowShared,
     params: &TestParams,
-    t0_us: i64,
+    earliest_t0_us: i64,
     stop: &AtomicBool,
 ) -> FlowResult {
-    let deadline = params.end.deadline_us(t0_us).unwrap_or(i64::MAX);
+    let deadline = params.end.deadline_us(earliest_t0_us).unwrap_or(i64::MAX);
     let done = |bytes| Ok(Moved { bytes, unacked: 0 });
     let mut buf = vec![0u8; params.tuning.read_size as usize];
     let mut stream = &flow.stream;

@@ -13,6 +13,7 @@ pub mod events;
 pub mod iperf3;
 pub mod limits;
 pub mod merge;
+pub mod probe;
 pub mod protocol;
 pub mod server;
 pub mod setup;

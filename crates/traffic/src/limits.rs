@@ -136,6 +136,9 @@ pub fn check_request(params: &TestParams, limits: &ServerLimits) -> Result<(), S
             return Err("UDP burst must be at least 1".into());
         }
     }
+    if let Some(probe) = &params.probe {
+        tcplab_model::probe::check(probe)?;
+    }
     if params.sample_interval_us != 0 && params.sample_interval_us < MIN_SAMPLE_INTERVAL_US {
         return Err(format!(
             "sampling interval must be 0 (off) or at least {MIN_SAMPLE_INTERVAL_US} µs"

@@ -258,6 +258,7 @@ pub fn merge(
         samples,
         trace: None,
         events: Vec::new(),
+        probes: Vec::new(),
     }
 }
 
@@ -375,6 +376,7 @@ fn udp_summary(flows: &[FlowRecord]) -> Option<UdpStats> {
         owd_us: Quantiles {
             min: a.owd_us.min.min(b.owd_us.min),
             p50: a.owd_us.p50.max(b.owd_us.p50),
+            p90: a.owd_us.p90.max(b.owd_us.p90),
             p99: a.owd_us.p99.max(b.owd_us.p99),
             max: a.owd_us.max.max(b.owd_us.max),
         },
@@ -404,6 +406,9 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
     let (mut flows, mut intervals, mut samples) = (Vec::new(), Vec::new(), Vec::new());
     let (mut events, mut traces) = (Vec::new(), Vec::new());
     let (mut cpu_client, mut cpu_server) = (Vec::new(), Vec::new());
+    // One group's probes: the first that has them (the probes measure the path, whose
+    // load is every group's).
+    let (mut latency, mut probes) = (None, Vec::new());
     for (host, run) in rest {
         let base = flows.len() as u32;
         let shift = run.started_unix_us - t0;
@@ -429,6 +434,18 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
             e
         }));
         traces.extend(run.trace);
+        if latency.is_none() && run.summary.latency.is_some() {
+            latency = run.summary.latency.clone();
+            probes = run
+                .probes
+                .into_iter()
+                .map(|mut p| {
+                    p.scheduled_us += shift;
+                    p.sent_us += shift;
+                    p
+                })
+                .collect();
+        }
         cpu_client.push(run.summary.cpu_client);
         cpu_server.push(run.summary.cpu_server);
         if run.status != RunStatus::Done && combined.status == RunStatus::Done {
@@ -442,6 +459,8 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
         total_pct: cpus.iter().map(|c| c.total_pct).sum(),
     };
     combined.summary = summarize(&flows, &intervals, sum(&cpu_client), sum(&cpu_server));
+    combined.summary.latency = latency;
+    combined.probes = probes;
     combined.flows = flows;
     combined.intervals = intervals;
     samples.sort_by_key(|s| (s.t_us, s.flow));
@@ -489,6 +508,7 @@ fn summarize(
         cpu_client,
         cpu_server,
         udp: udp_summary(flows),
+        latency: None,
     }
 }
 

@@ -14,7 +14,7 @@
 //! 2. client → `TimeProbe` × n, server → `TimeReply` (clock offset, see `model::clock`);
 //! 3. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
 //! 4. client opens the data connections to `data_port`, server → `Ready` when all arrived;
-//! 5. client → `Go{client_t0}`: both ends start their flows, counting from that instant; each end's report-interval records
+//! 5. client → `Go{client_t0}`: both ends start their flows; each end's report-interval records
 //!    travel as they happen (`Interval`), so both ends' figures reach the client live;
 //! 6. server → `SideDone{report}`, then `Samples` chunks and `SamplesEnd`; client → `Bye`.
 //!
@@ -227,13 +227,16 @@ pub enum Message {
         /// (magic, cookie, flow id) from its flow's socket.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         udp_ports: Vec<u16>,
+        /// Where the test's round-trip probes go, when it asked for them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probe_port: Option<u16>,
     },
     Refused {
         reason: String,
     },
     Ready,
-    /// The client's start on its own clock: both ends count the test, and its deadline,
-    /// from it, however long a lossy path held this message.
+    /// The client's start on its own clock: the server knows its flows' deadline however
+    /// long a lossy path held this message.
     Go {
         client_t0_us: i64,
     },
@@ -245,6 +248,9 @@ pub enum Message {
         /// Why the server ended the test before its end, when it did (a limit).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cut: Option<String>,
+        /// How many distinct probes the server answered, when the test had probes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probes_echoed: Option<u64>,
     },
     Samples {
         samples: Vec<SampleRecord>,

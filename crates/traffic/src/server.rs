@@ -29,6 +29,7 @@ use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 use crate::auth::{self, PreSharedKey};
 use crate::engine::{End, FlowSocket, Flows, RateTarget};
 use crate::limits::{self, Admission, ServerLimits, Slot, Source};
+use crate::probe::{self, Echo};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
 };
@@ -474,7 +475,7 @@ fn run_test(
     let limits = &server.config.limits;
     let params = &limits::server_params(asked, limits);
     let rate_cap_bps = limits::rate_cap_bps(asked, limits);
-    let flows = open_flows(&control, peer, params, limits, rate_cap_bps)?;
+    let (flows, echo) = open_flows(&control, peer, params, limits, rate_cap_bps)?;
     // The client's clock against ours, for one-way delays: server = client + offset.
     let peer_offset_ns = if clock
         .offset
@@ -484,16 +485,15 @@ fn run_test(
     } else {
         -clock.offset.offset_us * 1000
     };
-    let mut conn = Deadlined::new(&control, limits.handshake_timeout);
+    // The client's idle probes come between Ready and Go.
+    let idle = Duration::from_micros(params.probe.map_or(0, |p| p.idle_us));
+    let mut conn = Deadlined::new(&control, limits.handshake_timeout + idle);
     protocol::send(&mut conn, &Message::Ready)?;
     let client_t0_us = match protocol::recv(&mut conn, limits.max_message)? {
         Message::Go { client_t0_us } => client_t0_us,
         other => return Err(unexpected(&other, "Go").into()),
     };
-    // The client's start on our clock: a `Go` that a lossy path held for seconds must
-    // not move this end's deadline past the client's (its sender's reset at the drain
-    // limit would then come before our deadline and read as a failure).
-    let t0 = (client_t0_us - peer_offset_ns / 1000).min(monotonic_us());
+    let t0 = monotonic_us();
 
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));
@@ -521,6 +521,8 @@ fn run_test(
         let end = End {
             host: Host::Server,
             t0_us: t0,
+            // The client's start on our clock.
+            peer_t0_us: client_t0_us - peer_offset_ns / 1000,
             peer_offset_ns,
             pacing: server.pacing.clone(),
             reset_cut_drains: true,
@@ -549,6 +551,7 @@ fn run_test(
         &Message::SideDone {
             report: outcome.report,
             cut,
+            probes_echoed: echo.map(Echo::finish),
         },
     )?;
     for chunk in outcome.samples.chunks(SAMPLES_PER_CHUNK) {
@@ -611,8 +614,9 @@ impl Watch {
     }
 }
 
-/// Tells the client where its flows go, with a fresh random cookie, and takes its flows.
-/// Only the client's own address may open them; all must be there within one
+/// Tells the client where its flows (and probes) go, with a fresh random cookie, and
+/// takes its flows; the probes' echo answers from then on. Only the client's own
+/// address may open flows or be answered; all flows must be there within one
 /// --handshake-timeout.
 fn open_flows(
     control: &TcpStream,
@@ -620,7 +624,7 @@ fn open_flows(
     params: &TestParams,
     limits: &ServerLimits,
     rate_cap_bps: Option<u64>,
-) -> Result<Flows, TrafficError> {
+) -> Result<(Flows, Option<Echo>), TrafficError> {
     let roles: Vec<Role> = flow_roles(params)
         .iter()
         .map(|&(_, d)| Role::of(Host::Server, d))
@@ -628,6 +632,17 @@ fn open_flows(
     let mut cookie = [0u8; COOKIE_LEN];
     rand::rng().fill_bytes(&mut cookie);
     let local = control.local_addr()?;
+    let probe_socket = match params.probe {
+        Some(_) => Some(UdpSocket::bind(SocketAddr::new(local.ip(), 0))?),
+        None => None,
+    };
+    let probe_port = match &probe_socket {
+        Some(socket) => Some(socket.local_addr()?.port()),
+        None => None,
+    };
+    let echo = probe_socket
+        .map(|socket| Echo::start(socket, probe::token(&cookie), peer.ip().to_canonical()))
+        .transpose()?;
     let accepted = |data_port, udp_ports| Message::Accepted {
         data_port,
         cookie: protocol::to_hex(&cookie),
@@ -636,6 +651,7 @@ fn open_flows(
             ..sysctl::host_meta()
         },
         udp_ports,
+        probe_port,
     };
     let client = FlowsFrom {
         ip: peer.ip().to_canonical(),
@@ -653,7 +669,10 @@ fn open_flows(
             .map(|s| s.local_addr().map(|a| a.port()))
             .collect::<io::Result<Vec<_>>>()?;
         protocol::send(&mut conn, &accepted(0, udp_ports))?;
-        return Ok(Flows::Udp(client.accept_udp(sockets, &roles, params)?));
+        return Ok((
+            Flows::Udp(client.accept_udp(sockets, &roles, params)?),
+            echo,
+        ));
     }
     let receives = roles.contains(&Role::Receive);
     let listener = setup::data_listener(local, &params.tuning, receives)?;
@@ -668,12 +687,8 @@ fn open_flows(
         .map(|a| a.port())
         .ok_or_else(|| io::Error::other("data listener has no port"))?;
     protocol::send(&mut conn, &accepted(data_port, Vec::new()))?;
-    Ok(Flows::Tcp(client.accept_tcp(
-        &listener.into(),
-        &roles,
-        params,
-        receive_buffer,
-    )?))
+    let flows = client.accept_tcp(&listener.into(), &roles, params, receive_buffer)?;
+    Ok((Flows::Tcp(flows), echo))
 }
 
 /// Whose flows a test takes, and until when.

@@ -17,7 +17,7 @@ use tcplab_model::record::{
     BufferSize, LimitShares, RttStats, TestEnd, TestParams, UdpInterval, UdpParams, UdpStats,
 };
 use tcplab_model::udp::{Header, Receiver, Schedule, HEADER_LEN};
-use tcplab_sys::clock::{self, monotonic_ns, monotonic_us};
+use tcplab_sys::clock::{self, monotonic_ns, monotonic_us, sleep_until_ns};
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
@@ -305,22 +305,6 @@ fn send(
         },
         error,
     )
-}
-
-fn sleep_until_ns(deadline_ns: i64) {
-    let ts = libc::timespec {
-        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: a valid timespec; an interrupted sleep just returns early.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
 }
 
 /// Sends `buffers` (datagrams of `size` bytes each) with one sendmmsg; returns how

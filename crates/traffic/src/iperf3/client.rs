@@ -264,6 +264,9 @@ pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
     if params.mode == Mode::Bidir {
         return unsupported("--bidir is not supported; use -R or the default direction");
     }
+    if params.probe.is_some() {
+        return unsupported("--probe needs a tcplab server, which echoes the probes");
+    }
     if tuning.sndbuf != tuning.rcvbuf {
         return unsupported(
             "iperf3 sets one buffer size on both ends (-w), not --sndbuf/--rcvbuf apart",
@@ -406,6 +409,7 @@ fn run_flows(
     let end = End {
         host: Host::Client,
         t0_us: context.t0_us,
+        peer_t0_us: context.t0_us,
         peer_offset_ns: 0,
         pacing: request.pacing.clone(),
         // iperf3 fails its test on a reset; it ends the test itself.
@@ -608,6 +612,15 @@ mod tests {
         };
         refused(&|p| p.tuning.rcvbuf = None, "--sndbuf/--rcvbuf");
         refused(&|p| p.mode = Mode::Bidir, "--bidir");
+        refused(
+            &|p| {
+                p.probe = Some(tcplab_model::record::ProbeParams {
+                    interval_us: 10_000,
+                    idle_us: 0,
+                })
+            },
+            "--probe",
+        );
         refused(
             &|p| p.end = TestEnd::Duration { us: 1_500_000 },
             "whole seconds",

@@ -130,9 +130,11 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
         })
     };
     let (tx, _intervals) = mpsc::channel();
+    let t0_us = monotonic_us();
     let end = End {
         host: Host::Server,
-        t0_us: monotonic_us(),
+        t0_us,
+        peer_t0_us: t0_us,
         peer_offset_ns: 0,
         pacing: None,
         // iperf3 fails its test on a reset; it ends the test itself.

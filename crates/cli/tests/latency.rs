@@ -1,0 +1,281 @@
+//! Latency under load (`--probe`), checked against independent references: a ping
+//! running at the same time, the path's configured one-way delays and loss per
+//! direction (binomial statistics), and the bottleneck queue the emulator recorded.
+
+mod support;
+
+use serde_json::Value;
+use support::*;
+use tcplab_sys::netns::privileged_or_skip;
+
+/// `tcplab run --path SPEC ARGS… --json --json-probes`, asserting success.
+fn run_path(spec: &str, args: &[&str]) -> Value {
+    let out = tcplab()
+        .args(["run", "--path", spec])
+        .args(args)
+        .args(["--json", "--json-probes"])
+        .output()
+        .expect("running tcplab run --path");
+    parse_success(&out)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "no values");
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each answered probe's round trip, ms.
+fn probe_rtts_ms(run: &Value) -> Vec<f64> {
+    run["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter_map(|p| p["rtt_us"].as_f64())
+        .map(|us| us / 1e3)
+        .collect()
+}
+
+/// Each reply's "time=" of ping's output, ms.
+fn ping_times_ms(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Probes and ping side by side through one lab agree on the round trip, and the
+/// probes split it as the path does: 15 ms up, 5 ms down.
+#[test]
+fn probes_agree_with_ping_and_split_the_round_trip_as_the_path_does() {
+    if !privileged_or_skip("probes_and_ping") {
+        return;
+    }
+    let _serial = serial();
+    let lab = LabGuard::up(
+        &lab_name("lp", 0),
+        &["--path", "up.delay 15ms down.delay 5ms"],
+    );
+    let mut server = serve_in(&lab.server_ns(), &lab.client_ns());
+    one_of_three_tries("probes beside ping", || {
+        let ns = lab.client_ns();
+        let ping = std::thread::spawn(move || ping(&ns, &["-c", "350", "-i", "0.01"], "10.77.0.1"));
+        let out = tcplab()
+            .args(["--netns", &lab.client_ns(), "run", "10.77.0.1"])
+            .args(["-u", "-b", "100kbit", "-t", "3s"])
+            .args(["--probe", "10ms", "--probe-idle", "1s"])
+            .args(["--json", "--json-probes"])
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        let ping = ping.join().unwrap();
+        let latency = &run["summary"]["latency"];
+        // What load cannot explain, every time: one clock, nothing lost on a lossless
+        // path, a probe every 10 ms for 1 s idle and 3 s loaded.
+        assert_eq!(latency["owd_exact"], true, "{latency}");
+        assert_eq!(
+            (u64_at(latency, "/lost_up"), u64_at(latency, "/lost_down")),
+            (0, 0),
+            "{latency}"
+        );
+        let sent = u64_at(latency, "/sent");
+        assert!((398..=402).contains(&sent), "{sent} probes in 4 s at 10 ms");
+        for p in run["probes"].as_array().unwrap() {
+            assert_eq!(
+                u64_at(p, "/up_owd_us") + u64_at(p, "/down_owd_us"),
+                u64_at(p, "/rtt_us"),
+                "one way and the other make the round trip: {p}"
+            );
+        }
+        let probes = median(probe_rtts_ms(&run));
+        let pinged = median(ping_times_ms(&ping));
+        let up = f64_at(latency, "/up_owd_us/p50") / 1e3;
+        let down = f64_at(latency, "/down_owd_us/p50") / 1e3;
+        println!(
+            "probes p50 {probes:.3} ms, ping p50 {pinged:.3} ms; up {up:.3} ms, down {down:.3} ms; \
+             send error p99 {} µs",
+            latency["send_error_us"]["p99"]
+        );
+        if (probes - pinged).abs() > 0.100 {
+            return Err(format!("probes {probes:.3} ms, ping {pinged:.3} ms"));
+        }
+        if (up - 15.0).abs() > 0.2 || (down - 5.0).abs() > 0.2 {
+            return Err(format!("up {up:.3} ms, down {down:.3} ms"));
+        }
+        Ok(())
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// Loss on one direction is loss that way only: the other way loses nothing, and the
+/// lossy way loses what a binomial draw allows.
+#[test]
+fn loss_one_way_is_counted_that_way() {
+    if !privileged_or_skip("probe_loss") {
+        return;
+    }
+    let _serial = serial();
+    for (spec, lossy) in [
+        ("rtt 4ms up.loss 10%", "lost_up"),
+        ("rtt 4ms down.loss 10%", "lost_down"),
+    ] {
+        let run = run_path(
+            spec,
+            &[
+                "-u",
+                "-b",
+                "10kbit",
+                "-t",
+                "3s",
+                "--probe",
+                "2ms",
+                "--probe-idle",
+                "0",
+            ],
+        );
+        let latency = &run["summary"]["latency"];
+        let sent = u64_at(latency, "/sent");
+        let (lost_up, lost_down) = (u64_at(latency, "/lost_up"), u64_at(latency, "/lost_down"));
+        // Down-lossy: the server answered all that reached it.
+        let (lost, exposed, clean) = match lossy {
+            "lost_up" => (lost_up, sent, lost_down),
+            _ => (lost_down, sent - lost_up, lost_up),
+        };
+        assert_eq!(clean, 0, "{spec}: {latency}");
+        let (lo, hi) = binomial99(exposed, 0.1);
+        assert!(
+            (lo..=hi).contains(&(lost as f64)),
+            "{spec}: {lossy} {lost} of {exposed}, 99 % interval {lo:.0}..{hi:.0}"
+        );
+        let answered = run["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| !p["rtt_us"].is_null())
+            .count() as u64;
+        assert_eq!(answered, sent - lost_up - lost_down, "{spec}");
+    }
+}
+
+/// Four cubic flows each way fill a 300-packet queue at 20 Mbit/s: the probes' loaded round
+/// trip is the base round trip plus the queueing delay the emulator's queue series
+/// shows, and the idle one is the base.
+#[test]
+fn loaded_probes_see_the_bottleneck_queue() {
+    if !privileged_or_skip("probe_queue") {
+        return;
+    }
+    let _serial = serial();
+    one_of_three_tries("loaded probes against the queue", || {
+        let run = run_path(
+            "rtt 20ms rate 20mbit queue 300",
+            &[
+                "-P",
+                "4",
+                "--bidir",
+                "-C",
+                "cubic",
+                "-t",
+                "6s",
+                "--probe",
+                "10ms",
+                "--probe-idle",
+                "1s",
+            ],
+        );
+        let latency = &run["summary"]["latency"];
+        let idle = f64_at(latency, "/idle_rtt_us/p50") / 1e3;
+        let loaded = f64_at(latency, "/loaded_rtt_us/p50") / 1e3;
+        // The queue's delay from its bytes at 20 Mbit/s, over the last 4 s of the load
+        // (the first 2 s fill it), each direction's median.
+        let start = u64_at(&run, "/started_unix_us") - u64_at(&run, "/path/epoch_unix_us");
+        let window = (start + 2_000_000)..(start + 6_000_000);
+        let queue_ms = |dir: &str| {
+            median(
+                run["path"][dir]["queue"]
+                    .as_array()
+                    .expect("a queue series")
+                    .iter()
+                    .filter(|q| window.contains(&u64_at(q, "/t_us")))
+                    .map(|q| f64_at(q, "/bytes") * 8.0 / 20e6 * 1e3)
+                    .collect(),
+            )
+        };
+        let expected = 20.0 + queue_ms("up") + queue_ms("down");
+        let rpm = f64_at(latency, "/rpm");
+        println!(
+            "idle p50 {idle:.2} ms, loaded p50 {loaded:.2} ms against 20 ms + the queues' \
+             {expected:.2} ms; RPM {rpm:.0}"
+        );
+        if (idle - 20.0).abs() > 0.5 {
+            return Err(format!("idle p50 {idle:.2} ms"));
+        }
+        if (loaded - expected).abs() > 0.1 * expected {
+            return Err(format!(
+                "loaded p50 {loaded:.2} ms, queues say {expected:.2} ms"
+            ));
+        }
+        if loaded < 100.0 {
+            return Err(format!("loaded p50 {loaded:.2} ms: the queue did not fill"));
+        }
+        Ok(())
+    });
+}
+
+/// The quick RRUL and VoIP scenarios as sweeps: RRUL's eight flows bloat the 300-packet
+/// queue (loaded latency far above the idle 20 ms, RPM down with it, from `results`),
+/// and the call beside an upload waits in the queue the upload keeps full.
+#[test]
+fn quick_rrul_and_voip_show_latency_under_load() {
+    if !privileged_or_skip("quick_rrul") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let quick = |name: &str| {
+        let db = dir.path().join(format!("{name}.db"));
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../examples/quick/{name}.toml"));
+        assert_success(
+            &tcplab()
+                .arg("sweep")
+                .arg(&file)
+                .arg("--db")
+                .arg(&db)
+                .output()
+                .unwrap(),
+        );
+        db
+    };
+    let results = |db: &std::path::Path, metric: &str| -> f64 {
+        let out = tcplab()
+            .arg("results")
+            .arg(db)
+            .args(["--json", "--metric", metric])
+            .output()
+            .unwrap();
+        f64_at(&parse_success(&out), "/points/0/mean")
+    };
+    let rrul = quick("rrul");
+    let latency_ms = results(&rrul, "latency") / 1e3;
+    let rpm = results(&rrul, "rpm");
+    println!("rrul: loaded p50 {latency_ms:.1} ms, RPM {rpm:.0}");
+    assert!(latency_ms > 60.0, "rrul loaded p50 {latency_ms:.1} ms");
+    // 60 s over a trimmed mean of round trips at least the base 20 ms.
+    assert!(rpm < 60e3 / 20.0, "rrul RPM {rpm:.0}");
+    let voip = quick("voip");
+    let jitter = results(&voip, "jitter");
+    let call_loss = results(&voip, "udp_loss");
+    let latency_ms = results(&voip, "latency") / 1e3;
+    println!(
+        "voip: call jitter {jitter:.0} µs, loss {call_loss:.4}; loaded p50 {latency_ms:.1} ms"
+    );
+    assert!(latency_ms > 40.0, "voip loaded p50 {latency_ms:.1} ms");
+}

@@ -101,14 +101,8 @@ pub struct DirectionPlan {
     pub mtu: u32,
 }
 
-/// Gives the calling thread real-time priority (SCHED_FIFO); false without the privilege
-/// (CAP_SYS_NICE, or an RLIMIT_RTPRIO).
 fn set_realtime() -> bool {
-    let param = libc::sched_param {
-        sched_priority: RT_PRIORITY,
-    };
-    // SAFETY: pid 0 is the calling thread; `param` is valid for the call.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    tcplab_sys::cpu::set_realtime(RT_PRIORITY)
 }
 
 /// Whether the emulator's threads get real-time priority in this process, tried on a

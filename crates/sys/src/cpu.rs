@@ -83,6 +83,16 @@ pub fn usage(spent: CpuTime, wall_us: u64) -> CpuUse {
     }
 }
 
+/// Gives the calling thread real-time priority (SCHED_FIFO at `priority`, 1–99); false
+/// without the privilege (CAP_SYS_NICE, or an RLIMIT_RTPRIO).
+pub fn set_realtime(priority: i32) -> bool {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is valid for the call.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,10 @@ use crate::engine::timed_out;
 
 /// How long one read waits before it looks at the stop flag.
 const READ_TIMEOUT: Duration = Duration::from_millis(20);
+/// The sender's real-time priority where it may have one (root): a timer wakes a
+/// real-time thread sooner, and a probe's send error is that wake-up's lateness. The
+/// lab's emulator runs at the same priority.
+const SENDER_PRIORITY: i32 = 10;
 
 /// The test's secret as probes carry it: the first 8 bytes of its cookie.
 pub fn token(cookie: &[u8]) -> u64 {
@@ -64,7 +68,10 @@ impl Prober {
         };
         let sender = {
             let end_us = Arc::clone(&end_us);
-            thread::spawn(move || send_probes(&socket, token, interval_us, &end_us))
+            thread::spawn(move || {
+                tcplab_sys::cpu::set_realtime(SENDER_PRIORITY);
+                send_probes(&socket, token, interval_us, &end_us)
+            })
         };
         Ok(Prober {
             end_us,

@@ -230,8 +230,12 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         for (dir, stats) in [("up", &path.up), ("down", &path.down)] {
             for link in &stats.links {
                 let c = &link.counters;
+                let marked = match c.marked_ce {
+                    0 => String::new(),
+                    n => format!("; marked CE {n}"),
+                };
                 lines.push(format!(
-                    "  {dir:<4} {:<16} {} pkts in, {} delivered; dropped: loss {}, queue {}, aqm {}; queue peak {}; emulator lateness p50 {:.0} µs, p99 {:.0} µs",
+                    "  {dir:<4} {:<16} {} pkts in, {} delivered; dropped: loss {}, queue {}, aqm {}{marked}; queue peak {}; emulator lateness p50 {:.0} µs, p99 {:.0} µs",
                     link.name,
                     c.packets_in,
                     c.delivered_packets,

@@ -334,6 +334,7 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         ("tcp_ndown", 4),
         ("rtt_fair", 2),
         ("voip", 2),
+        ("bufferbloat", 96),
     ] {
         let out = tcplab(&["sweep", &format!("{examples}/{name}.toml"), "--dry-run"]);
         let text = String::from_utf8_lossy(&out.stdout);

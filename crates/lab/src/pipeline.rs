@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex};
 use hdrhistogram::Histogram;
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::capture::Fate;
-use tcplab_model::link::{Link, PushOutcome};
+use tcplab_model::link::{Link, PacketMeta, PushOutcome};
 use tcplab_model::packet::{
-    finish_checksum, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
+    finish_checksum, is_ect, set_ce, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
 };
 use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
@@ -157,6 +157,14 @@ pub fn run(
 /// The IP packet in a buffer that starts with its virtio-net header.
 fn ip_of(bytes: &[u8]) -> &[u8] {
     VirtioNetHdr::split(bytes).map_or(bytes, |(_, ip)| ip)
+}
+
+/// fq_codel's queue of a flow: a fixed hash of its 5-tuple, the same in every run.
+fn flow_hash(key: &tcplab_model::packet::FlowKey) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish() as u32
 }
 
 struct Direction {
@@ -343,22 +351,26 @@ impl Direction {
             Target::Hop(h) => {
                 let at = at.max(self.hop_clock[h]);
                 self.hop_clock[h] = at;
-                if let Some(meter) = &mut self.plan.hops[h].meter {
-                    let bytes = self.pool.get(id).bytes();
-                    if let Some(info) = VirtioNetHdr::split(bytes)
-                        .ok()
-                        .and_then(|(_, ip)| PacketInfo::parse(ip).ok())
-                    {
-                        meter.arrival(info.flow_key(), at, wire_len, self.lag_ns);
+                let mut meta = PacketMeta::len(wire_len);
+                let hop = &mut self.plan.hops[h];
+                if hop.meter.is_some() || hop.link.needs_packet_meta() {
+                    let ip = ip_of(self.pool.get(id).bytes());
+                    if let Ok(info) = PacketInfo::parse(ip) {
+                        let key = info.flow_key();
+                        if let Some(meter) = &mut hop.meter {
+                            meter.arrival(key, at, wire_len, self.lag_ns);
+                        }
+                        meta.flow = flow_hash(&key);
+                        meta.ect = is_ect(ip);
                     }
                 }
-                let outcome = self.plan.hops[h].link.push(at, id, wire_len);
+                let outcome = hop.link.push(at, id, meta);
                 let copy = match outcome {
                     PushOutcome::Duplicate => Some(self.pool.duplicate(id)),
                     _ => None,
                 };
                 let copy_outcome =
-                    copy.map(|copy| self.plan.hops[h].link.push_duplicate(at, copy, wire_len));
+                    copy.map(|copy| self.plan.hops[h].link.push_duplicate(at, copy, meta));
                 let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
                 if let Some(tap) = &mut hop.capture {
                     let mut take = |id: BufId, outcome: &PushOutcome<BufId>, copy: bool| {
@@ -421,15 +433,23 @@ impl Direction {
                 while let Some(d) = self.plan.hops[h].link.pop(now) {
                     moved = true;
                     if let Some(tap) = &mut self.plan.hops[h].capture {
-                        let fate = match (d.corrupt, d.reordered) {
-                            (true, _) => Fate::Corrupted,
-                            (false, true) => Fate::Reordered,
-                            (false, false) => Fate::Delivered,
+                        let fate = match (d.corrupt, d.ce, d.reordered) {
+                            (true, _, _) => Fate::Corrupted,
+                            (false, true, _) => Fate::MarkedCe,
+                            (false, false, true) => Fate::Reordered,
+                            (false, false, false) => Fate::Delivered,
                         };
                         tap.left(d.packet, fate, d.queue_delay);
                     }
                     if d.corrupt {
                         self.corrupt(d.packet);
+                    }
+                    if d.ce {
+                        let buf = self.pool.get_mut(d.packet);
+                        let len = buf.len;
+                        if len > VirtioNetHdr::LEN {
+                            set_ce(&mut buf.data[VirtioNetHdr::LEN..len]);
+                        }
                     }
                     let then = self.plan.hops[h].then;
                     self.dispatch(then, d.due, d.packet, d.wire_len);

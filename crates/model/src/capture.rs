@@ -23,15 +23,18 @@ pub enum Fate {
     Corrupted,
     /// The link's copy of a packet it duplicated, delivered.
     Duplicate,
+    /// Left the link marked Congestion Experienced by its AQM (ECN).
+    MarkedCe,
     Dropped(DropReason),
 }
 
 impl Fate {
-    pub const ALL: [Fate; 8] = [
+    pub const ALL: [Fate; 9] = [
         Fate::Delivered,
         Fate::Reordered,
         Fate::Corrupted,
         Fate::Duplicate,
+        Fate::MarkedCe,
         Fate::Dropped(DropReason::Loss),
         Fate::Dropped(DropReason::Queue),
         Fate::Dropped(DropReason::Aqm),
@@ -50,6 +53,7 @@ impl Fate {
             Fate::Reordered => "reordered",
             Fate::Corrupted => "corrupted",
             Fate::Duplicate => "duplicate",
+            Fate::MarkedCe => "marked ce",
             Fate::Dropped(DropReason::Loss) => "dropped loss",
             Fate::Dropped(DropReason::Queue) => "dropped queue",
             Fate::Dropped(DropReason::Aqm) => "dropped aqm",

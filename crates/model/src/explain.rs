@@ -223,9 +223,9 @@ pub struct Verdict {
 /// One thing a detector noticed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
-    /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow,
+    /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow, aqm,
     /// unfair_streams, receiver_limited, application_limited, loss, kernel_events,
-    /// zero_window, retransmit_causes.
+    /// zero_window, retransmit_causes, other_direction.
     pub kind: &'static str,
     pub message: String,
 }
@@ -242,10 +242,14 @@ struct Steady {
 }
 
 /// Explains `run`. UDP flows are left out; a run without TCP flows gets a verdict of
-/// `app` (a UDP sender sends what it is told).
+/// `app` (a UDP sender sends what it is told). A bidirectional run is explained in its
+/// first flow's direction, against that direction's bottleneck; a finding gives the
+/// other direction's throughput.
 pub fn explain(run: &RunRecord) -> Explanation {
-    let tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
-    let direction = tcp.first().map_or(Direction::Up, |f| f.direction);
+    let all_tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
+    let direction = all_tcp.first().map_or(Direction::Up, |f| f.direction);
+    let (tcp, other): (Vec<&FlowRecord>, Vec<&FlowRecord>) =
+        all_tcp.iter().partition(|f| f.direction == direction);
     let spec: Option<PathSpec> = run.path.as_ref().and_then(|p| p.spec.parse().ok());
     let facts = run
         .path
@@ -303,6 +307,23 @@ pub fn explain(run: &RunRecord) -> Explanation {
         recommendations: Vec::new(),
     };
     detect(run, &tcp, &steady, direction, &mut explanation);
+    if !other.is_empty() {
+        let back = throughput::bps(&run.intervals, Counted::Received, 0, |id| {
+            other.iter().any(|f| f.id == id)
+        })
+        .unwrap_or(0.0);
+        let name = |d: Direction| format!("{d:?}").to_lowercase();
+        explanation.findings.push(Finding {
+            kind: "other_direction",
+            message: format!(
+                "the run is bidirectional: these figures are its {} flows'; its {} flows ({}) carried {} through their own bottleneck",
+                name(direction),
+                name(other[0].direction),
+                other.len(),
+                format_rate(back)
+            ),
+        });
+    }
     explanation
 }
 
@@ -935,6 +956,9 @@ fn detect(
     {
         find("queue_overflow", message, pace);
     }
+    if let Some(message) = aqm_effect(run, direction) {
+        find("aqm", message, None);
+    }
     // Parallel streams sharing unevenly.
     if tcp.len() > 1 {
         let rates: Vec<f64> = tcp.iter().map(|f| f.received_bps).collect();
@@ -1013,6 +1037,49 @@ fn detect(
 /// senders) only when those trains overflow the queue: when 99 % of the flow's packets
 /// came in trains of at most half of it, the senders' window filled it, which pacing
 /// does not shrink; more in longer trains overflow it from half full on their own.
+/// What the bottleneck's AQM did in the data's direction: its drops and CE marks, and
+/// the queue delay it held (the median of the queue series over the bottleneck's rate).
+fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
+    let record = run.path.as_ref()?;
+    let spec = record.spec.parse::<PathSpec>().ok()?;
+    let (link, stats) = match direction {
+        Direction::Up => (&spec.up, &record.up),
+        Direction::Down => (&spec.down, &record.down),
+    };
+    let target_us = link.aqm.target_us()?;
+    let Bottleneck::Rate { bps, .. } = link.bottleneck else {
+        return None;
+    };
+    let bottleneck = stats.links.iter().find(|l| l.name == "bottleneck")?;
+    let c = &bottleneck.counters;
+    let mut queue: Vec<u64> = stats.queue.iter().map(|q| q.bytes).collect();
+    queue.sort_unstable();
+    let held = queue
+        .get(queue.len() / 2)
+        .map(|&bytes| {
+            format!(
+                "; its queue held a median {} of delay (target {})",
+                format_duration_us(bytes * 8 * 1_000_000 / bps.max(1)),
+                format_duration_us(target_us)
+            )
+        })
+        .unwrap_or_default();
+    let ecn = if link.aqm.ecn() {
+        format!(
+            ", marked {} Congestion Experienced",
+            count(c.marked_ce, "packet")
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "the bottleneck's {} dropped {} early{ecn} and {} on overflow{held}",
+        link.aqm.name(),
+        count(c.dropped_aqm, "packet"),
+        count(c.dropped_queue, "packet"),
+    ))
+}
+
 fn queue_overflow(
     run: &RunRecord,
     path: Option<&PathFacts>,

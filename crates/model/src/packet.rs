@@ -499,6 +499,48 @@ impl PacketInfo {
 }
 
 // ---------------------------------------------------------------------------------
+// ECN
+// ---------------------------------------------------------------------------------
+
+/// The ECN field of an IP packet (RFC 3168): 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE;
+/// `None` for anything but IPv4 or IPv6.
+pub fn ecn_field(ip: &[u8]) -> Option<u8> {
+    match ip.first()? >> 4 {
+        4 => Some(ip.get(1)? & 0x03),
+        6 => Some((ip.get(1)? >> 4) & 0x03),
+        _ => None,
+    }
+}
+
+/// Whether an IP packet is ECN-capable: ECT(0) or ECT(1) (a CE packet was marked already
+/// and stays so).
+pub fn is_ect(ip: &[u8]) -> bool {
+    matches!(ecn_field(ip), Some(1 | 2))
+}
+
+/// Marks an ECN-capable IP packet Congestion Experienced, keeping an IPv4 header's
+/// checksum right (the TCP and UDP checksums do not cover the field); returns whether
+/// it was marked.
+pub fn set_ce(ip: &mut [u8]) -> bool {
+    if !is_ect(ip) {
+        return false;
+    }
+    if ip[0] >> 4 == 6 {
+        ip[1] |= 0x30;
+        return true;
+    }
+    let header_len = usize::from(ip[0] & 0x0f) * 4;
+    if ip.len() < header_len.max(20) {
+        return false;
+    }
+    ip[1] |= 0x03;
+    ip[10..12].fill(0);
+    let checksum = internet_checksum(&ip[..header_len]);
+    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+    true
+}
+
+// ---------------------------------------------------------------------------------
 // Checksums
 // ---------------------------------------------------------------------------------
 
@@ -1895,5 +1937,36 @@ mod tests {
                 c.push(&p);
             }
         }
+    }
+
+    #[test]
+    fn ce_marks_only_ecn_capable_packets_and_keeps_the_ipv4_checksum() {
+        // An IPv4 header (20 bytes) with ECT(0), its checksum right.
+        let mut v4 = vec![
+            0x45, 0x02, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 77, 1, 1, 10, 77, 0, 1,
+        ];
+        v4.resize(40, 0);
+        let sum = internet_checksum(&v4[..20]);
+        v4[10..12].copy_from_slice(&sum.to_be_bytes());
+        assert!(is_ect(&v4));
+        assert!(set_ce(&mut v4));
+        assert_eq!(ecn_field(&v4), Some(3));
+        assert_eq!(
+            internet_checksum(&v4[..20]),
+            0,
+            "the header checksum still holds"
+        );
+        // Marked already, or never capable: left alone.
+        assert!(!set_ce(&mut v4));
+        let mut plain = v4.clone();
+        plain[1] = 0;
+        assert!(!set_ce(&mut plain));
+        assert_eq!(plain[1], 0);
+        // IPv6: the traffic class straddles bytes 0 and 1; ECT(1) becomes CE.
+        let mut v6 = vec![0x60, 0x10, 0, 0];
+        v6.resize(40, 0);
+        assert_eq!(ecn_field(&v6), Some(1));
+        assert!(set_ce(&mut v6));
+        assert_eq!((v6[0], v6[1]), (0x60, 0x30));
     }
 }

@@ -32,7 +32,9 @@
 //!                                              100 or 100p   packets (a bare number)
 //!                                              64KiB, 1500B  bytes (any size with a unit)
 //!                                              1bdp, 0.5bdp  times rate × path RTT (needs rate)
-//!   aqm droptail | aqm codel [target D] [interval D]
+//!   aqm droptail | aqm codel [target D] [interval D] [ecn]
+//!   aqm fq_codel [target D] [interval D] [quantum BYTES] [flows N] [noecn]
+//!   aqm pie [target D] [tupdate D] [alpha N] [beta N] [ecn]
 //!                                            CoDel defaults: target 5ms, interval 100ms
 //!   mtu BYTES                                whole path only, default 1500
 //!   seed N                                   whole path only: pins the randomness of
@@ -81,6 +83,14 @@ pub const DEFAULT_MTU: u32 = 1500;
 pub const DEFAULT_QUEUE_PACKETS: u64 = 1000;
 pub const CODEL_TARGET_US: u64 = 5_000;
 pub const CODEL_INTERVAL_US: u64 = 100_000;
+/// tc's fq_codel defaults: a quantum of one Ethernet frame, 1024 queues, ECN on.
+pub const FQ_CODEL_QUANTUM: u32 = 1514;
+pub const FQ_CODEL_FLOWS: u32 = 1024;
+/// tc's (and RFC 8033's) PIE defaults; alpha and beta in tc's units of 1/16 Hz.
+pub const PIE_TARGET_US: u64 = 15_000;
+pub const PIE_TUPDATE_US: u64 = 15_000;
+pub const PIE_ALPHA: u32 = 2;
+pub const PIE_BETA: u32 = 20;
 /// The IPv4 minimum and the IP maximum.
 pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 68..=65_535;
 
@@ -270,14 +280,64 @@ pub enum Limit {
     Bytes(u64),
 }
 
+/// The bottleneck queue's discipline, with its parameters as tc spells them. `ecn`:
+/// mark ECN-capable packets Congestion Experienced instead of dropping them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Aqm {
     #[default]
     DropTail,
+    /// RFC 8289.
     Codel {
         target_us: u64,
         interval_us: u64,
+        ecn: bool,
     },
+    /// RFC 8290: a CoDel per flow queue, served by deficit round robin.
+    FqCodel {
+        target_us: u64,
+        interval_us: u64,
+        quantum: u32,
+        flows: u32,
+        ecn: bool,
+    },
+    /// RFC 8033.
+    Pie {
+        target_us: u64,
+        tupdate_us: u64,
+        alpha: u32,
+        beta: u32,
+        ecn: bool,
+    },
+}
+
+impl Aqm {
+    /// Its name as the path spec and tc spell it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Aqm::DropTail => "droptail",
+            Aqm::Codel { .. } => "codel",
+            Aqm::FqCodel { .. } => "fq_codel",
+            Aqm::Pie { .. } => "pie",
+        }
+    }
+
+    /// Whether it marks instead of dropping (ECN).
+    pub fn ecn(&self) -> bool {
+        match *self {
+            Aqm::DropTail => false,
+            Aqm::Codel { ecn, .. } | Aqm::FqCodel { ecn, .. } | Aqm::Pie { ecn, .. } => ecn,
+        }
+    }
+
+    /// The queue delay it aims at, µs; none for drop-tail.
+    pub fn target_us(&self) -> Option<u64> {
+        match *self {
+            Aqm::DropTail => None,
+            Aqm::Codel { target_us, .. }
+            | Aqm::FqCodel { target_us, .. }
+            | Aqm::Pie { target_us, .. } => Some(target_us),
+        }
+    }
 }
 
 /// One direction of the path.
@@ -600,7 +660,28 @@ impl Key {
                 ("", "  64KiB, 1500B  bytes"),
                 ("", "  1bdp, 0.5bdp  times rate × end-to-end RTT"),
             ],
-            Key::Aqm => &[("aqm droptail | aqm codel [target D] [interval D]", "")],
+            Key::Aqm => &[
+                ("aqm droptail", "the default: a full queue drops arrivals"),
+                (
+                    "aqm codel [target D] [interval D] [ecn]",
+                    "RFC 8289; 5ms, 100ms, noecn",
+                ),
+                (
+                    "aqm fq_codel [target D] [interval D] [quantum BYTES] [flows N] [noecn]",
+                    "",
+                ),
+                ("", "RFC 8290: a CoDel per flow (5-tuple hash),"),
+                ("", "deficit round robin, new flows first;"),
+                ("", "5ms, 100ms, 1514, 1024, ecn"),
+                (
+                    "aqm pie [target D] [tupdate D] [alpha N] [beta N] [ecn]",
+                    "",
+                ),
+                ("", "RFC 8033; 15ms, 15ms, 2, 20 (1/16 Hz), noecn"),
+                ("", "ecn: mark ECN-capable packets CE instead of"),
+                ("", "dropping them (PIE drops above 10 %); the"),
+                ("", "limit is the link's queue"),
+            ],
             Key::Pace => &[
                 ("pace R", "a gap pacer (PSPacer) where the path enters"),
                 ("", "the bottleneck: packets leave it spaced as at"),
@@ -1071,31 +1152,72 @@ fn queue(t: &Token) -> Result<QueueLimit, PathError> {
 }
 
 fn aqm(cur: &mut Cursor<'_>) -> Result<Aqm, PathError> {
-    let t = cur.value("droptail or codel")?;
-    match t.text.as_str() {
-        "droptail" => Ok(Aqm::DropTail),
-        "codel" => {
-            let mut target = None;
-            let mut interval = None;
-            while let Some(t) = cur.peek() {
-                let slot = match t.text.as_str() {
-                    "target" => &mut target,
-                    "interval" => &mut interval,
-                    _ => break,
-                };
-                cur.bump();
-                if slot.is_some() {
-                    return Err(t.error("given twice"));
-                }
-                *slot = Some(positive_duration(cur.value(DURATION)?)?);
+    let t = cur.value("droptail, codel, fq_codel or pie")?;
+    let name = t.text.as_str();
+    let words: &[&str] = match name {
+        "droptail" => return Ok(Aqm::DropTail),
+        "codel" => &["target", "interval"],
+        "fq_codel" => &["target", "interval", "quantum", "flows"],
+        "pie" => &["target", "tupdate", "alpha", "beta"],
+        _ => return Err(t.error("unknown aqm; expected droptail, codel, fq_codel or pie")),
+    };
+    let mut values: [Option<u64>; 4] = [None; 4];
+    let mut ecn = None;
+    while let Some(t) = cur.peek() {
+        if let Some(on) = match t.text.as_str() {
+            "ecn" => Some(true),
+            "noecn" => Some(false),
+            _ => None,
+        } {
+            cur.bump();
+            if ecn.replace(on).is_some() {
+                return Err(t.error("ecn given twice"));
             }
-            Ok(Aqm::Codel {
-                target_us: target.unwrap_or(CODEL_TARGET_US),
-                interval_us: interval.unwrap_or(CODEL_INTERVAL_US),
-            })
+            continue;
         }
-        _ => Err(t.error("unknown aqm; expected droptail or codel")),
+        let Some(k) = words.iter().position(|w| *w == t.text) else {
+            break;
+        };
+        cur.bump();
+        if values[k].is_some() {
+            return Err(t.error("given twice"));
+        }
+        let v = cur.value("a value")?;
+        values[k] = Some(match words[k] {
+            "target" | "interval" | "tupdate" => positive_duration(v)?,
+            "quantum" => match parse_size(&v.text) {
+                Ok(b) if (1..=u64::from(u32::MAX)).contains(&b) => b,
+                _ => return Err(v.error("invalid quantum; expected bytes (1514, 3K)")),
+            },
+            _ => match v.text.parse::<u32>() {
+                Ok(n) if n >= 1 => u64::from(n),
+                _ => return Err(v.error("expected a whole number ≥ 1")),
+            },
+        });
     }
+    let [a, b, c, d] = values;
+    let int = |v: Option<u64>, default: u32| v.map_or(default, |v| v as u32);
+    Ok(match name {
+        "codel" => Aqm::Codel {
+            target_us: a.unwrap_or(CODEL_TARGET_US),
+            interval_us: b.unwrap_or(CODEL_INTERVAL_US),
+            ecn: ecn.unwrap_or(false),
+        },
+        "fq_codel" => Aqm::FqCodel {
+            target_us: a.unwrap_or(CODEL_TARGET_US),
+            interval_us: b.unwrap_or(CODEL_INTERVAL_US),
+            quantum: int(c, FQ_CODEL_QUANTUM),
+            flows: int(d, FQ_CODEL_FLOWS),
+            ecn: ecn.unwrap_or(true),
+        },
+        _ => Aqm::Pie {
+            target_us: a.unwrap_or(PIE_TARGET_US),
+            tupdate_us: b.unwrap_or(PIE_TUPDATE_US),
+            alpha: int(c, PIE_ALPHA),
+            beta: int(d, PIE_BETA),
+            ecn: ecn.unwrap_or(false),
+        },
+    })
 }
 
 /// The clauses of a whole spec into a [`PathSpec`]; order does not matter.
@@ -1352,22 +1474,80 @@ fn fmt_bottleneck(b: &Bottleneck) -> Option<(Key, String)> {
 }
 
 fn fmt_aqm(a: &Aqm) -> Option<String> {
-    match *a {
-        Aqm::DropTail => None,
+    let mut s = a.name().to_owned();
+    let mut put = |word: &str, value: String, default: bool| {
+        if !default {
+            s.push_str(&format!(" {word} {value}"));
+        }
+    };
+    let ecn_default = match *a {
+        Aqm::DropTail => return None,
         Aqm::Codel {
             target_us,
             interval_us,
+            ecn: _,
         } => {
-            let mut s = "codel".to_owned();
-            if target_us != CODEL_TARGET_US {
-                s.push_str(&format!(" target {}", fmt_duration(target_us)));
-            }
-            if interval_us != CODEL_INTERVAL_US {
-                s.push_str(&format!(" interval {}", fmt_duration(interval_us)));
-            }
-            Some(s)
+            put(
+                "target",
+                fmt_duration(target_us),
+                target_us == CODEL_TARGET_US,
+            );
+            put(
+                "interval",
+                fmt_duration(interval_us),
+                interval_us == CODEL_INTERVAL_US,
+            );
+            false
         }
+        Aqm::FqCodel {
+            target_us,
+            interval_us,
+            quantum,
+            flows,
+            ecn: _,
+        } => {
+            put(
+                "target",
+                fmt_duration(target_us),
+                target_us == CODEL_TARGET_US,
+            );
+            put(
+                "interval",
+                fmt_duration(interval_us),
+                interval_us == CODEL_INTERVAL_US,
+            );
+            put("quantum", quantum.to_string(), quantum == FQ_CODEL_QUANTUM);
+            put("flows", flows.to_string(), flows == FQ_CODEL_FLOWS);
+            true
+        }
+        Aqm::Pie {
+            target_us,
+            tupdate_us,
+            alpha,
+            beta,
+            ecn: _,
+        } => {
+            put(
+                "target",
+                fmt_duration(target_us),
+                target_us == PIE_TARGET_US,
+            );
+            put(
+                "tupdate",
+                fmt_duration(tupdate_us),
+                tupdate_us == PIE_TUPDATE_US,
+            );
+            put("alpha", alpha.to_string(), alpha == PIE_ALPHA);
+            put("beta", beta.to_string(), beta == PIE_BETA);
+            false
+        }
+    };
+    match (a.ecn(), ecn_default) {
+        (true, false) => s.push_str(" ecn"),
+        (false, true) => s.push_str(" noecn"),
+        _ => {}
     }
+    Some(s)
 }
 
 /// One printed clause.
@@ -1731,6 +1911,69 @@ mod tests {
         let p = parse("seed 1 loss 1%");
         assert_eq!(p.seed, Some(1));
         assert_eq!(p.to_string(), "loss 1% seed 1");
+    }
+
+    #[test]
+    fn aqms_take_tcs_parameters_and_defaults() {
+        let aqm = |spec: &str| parse(spec).up.aqm;
+        assert_eq!(
+            aqm("rate 10mbit aqm fq_codel"),
+            Aqm::FqCodel {
+                target_us: 5_000,
+                interval_us: 100_000,
+                quantum: 1514,
+                flows: 1024,
+                ecn: true
+            }
+        );
+        assert_eq!(
+            aqm("rate 10mbit aqm fq_codel noecn flows 16 quantum 3K target 2ms"),
+            Aqm::FqCodel {
+                target_us: 2_000,
+                interval_us: 100_000,
+                quantum: 3072,
+                flows: 16,
+                ecn: false
+            }
+        );
+        assert_eq!(
+            aqm("rate 10mbit aqm pie ecn target 20ms beta 10"),
+            Aqm::Pie {
+                target_us: 20_000,
+                tupdate_us: 15_000,
+                alpha: 2,
+                beta: 10,
+                ecn: true
+            }
+        );
+        assert!(aqm("rate 10mbit aqm codel ecn").ecn());
+        // Printed back with only what differs from tc's defaults.
+        for (spec, printed) in [
+            ("rate 10mbit aqm fq_codel", "rate 10mbit aqm fq_codel"),
+            (
+                "rate 10mbit aqm fq_codel noecn",
+                "rate 10mbit aqm fq_codel noecn",
+            ),
+            (
+                "rate 10mbit aqm pie ecn alpha 4",
+                "rate 10mbit aqm pie alpha 4 ecn",
+            ),
+            ("rate 10mbit aqm codel ecn", "rate 10mbit aqm codel ecn"),
+        ] {
+            assert_eq!(parse(spec).to_string(), printed);
+        }
+        for (spec, words) in [
+            (
+                "rate 1mbit aqm red",
+                "unknown aqm; expected droptail, codel, fq_codel or pie",
+            ),
+            ("rate 1mbit aqm fq_codel quantum 0", "invalid quantum"),
+            ("rate 1mbit aqm pie alpha x", "expected a whole number"),
+            ("rate 1mbit aqm codel ecn noecn", "ecn given twice"),
+            ("rate 1mbit aqm codel quantum 1514", "quantum"),
+        ] {
+            assert!(err(spec).contains(words), "{spec}: {}", err(spec));
+        }
     }
 
     #[test]

@@ -243,13 +243,29 @@ fn sojourns(sim: &Sim, from: u64) -> Vec<u64> {
     s
 }
 
-/// A Reno-like window sender through `spec` for `seconds`: +1/cwnd per ack, halved at
-/// most once per 40 ms on a drop (learned at once), acks back after 10 ms. Returns the
-/// sojourn of each packet dequeued after half the run.
+/// What [`aimd`] saw: the sojourn of each packet dequeued after half the run (sorted),
+/// and the link's counters.
+struct Aimd {
+    sojourns: Vec<u64>,
+    counters: tcplab_model::link::LinkCounters,
+}
+
 fn aimd_sojourns(spec: &str, seconds: u64) -> Vec<u64> {
+    aimd(spec, seconds, false).sojourns
+}
+
+/// A Reno-like window sender through `spec` for `seconds`: +1/cwnd per ack, halved at
+/// most once per 40 ms on a drop or a CE mark (learned at once), acks back after 10
+/// ms; its packets ECN-capable if `ect`.
+fn aimd(spec: &str, seconds: u64, ect: bool) -> Aimd {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    use tcplab_model::link::PushOutcome;
+    use tcplab_model::link::{PacketMeta, PushOutcome};
+    let meta = PacketMeta {
+        wire_len: 1500,
+        flow: 7,
+        ect,
+    };
     let mut l = link(spec);
     let (mut cwnd, mut inflight, mut next_id) = (10.0f64, 0u64, 0u64);
     let mut acks: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
@@ -258,9 +274,10 @@ fn aimd_sojourns(spec: &str, seconds: u64) -> Vec<u64> {
     let mut now = 0;
     let end = seconds * S;
     while now <= end {
-        let mut lost = 0;
+        let (mut lost, mut marked) = (0, false);
         while let Some(d) = l.pop(now) {
             acks.push(Reverse(d.due + 10 * MS));
+            marked |= d.ce;
             if d.pushed_at + d.queue_delay >= end / 2 {
                 out.push(d.queue_delay);
             }
@@ -276,14 +293,14 @@ fn aimd_sojourns(spec: &str, seconds: u64) -> Vec<u64> {
         while (inflight as f64) < cwnd {
             inflight += 1;
             next_id += 1;
-            if let PushOutcome::Dropped(_) = l.push(now, next_id, 1500) {
+            if let PushOutcome::Dropped(_) = l.push(now, next_id, meta) {
                 lost += 1;
             }
             while l.pop_dropped().is_some() {
                 lost += 1;
             }
         }
-        if lost > 0 {
+        if lost > 0 || marked {
             inflight -= lost;
             if now >= calm_until {
                 cwnd = (cwnd / 2.0).max(2.0);
@@ -297,7 +314,10 @@ fn aimd_sojourns(spec: &str, seconds: u64) -> Vec<u64> {
         };
     }
     out.sort_unstable();
-    out
+    Aimd {
+        sojourns: out,
+        counters: *l.counters(),
+    }
 }
 
 #[test]
@@ -544,7 +564,7 @@ fn the_links_of_a_lab_draw_independent_streams() {
     let fates = |role, dir, seed| -> Vec<bool> {
         let mut l = lab_link(&path, &access, role, dir, seed);
         (0..N)
-            .map(|i| matches!(l.push(i, i, 100), PushOutcome::Dropped(_)))
+            .map(|i| matches!(l.push(i, i, 100.into()), PushOutcome::Dropped(_)))
             .collect()
     };
     let streams = [
@@ -585,4 +605,127 @@ fn an_idle_link_always_takes_a_packet() {
     let ids: Vec<u64> = sim.delivered.iter().map(|d| d.packet).collect();
     assert_eq!(ids, [0, 2]);
     assert_eq!(l.counters().dropped_queue, 1);
+}
+
+/// Packets of `flows` flows: flow `f` sends `len`-byte packets every `gap` ns from 0 for
+/// `seconds`, merged in time order.
+fn flows_of(specs: &[(u32, u64, u32)], seconds: u64) -> Vec<(u64, tcplab_model::link::PacketMeta)> {
+    let mut all: Vec<(u64, tcplab_model::link::PacketMeta)> = specs
+        .iter()
+        .flat_map(|&(flow, gap, len)| {
+            (0..seconds * S / gap).map(move |k| {
+                (
+                    k * gap,
+                    tcplab_model::link::PacketMeta {
+                        wire_len: len,
+                        flow,
+                        ect: false,
+                    },
+                )
+            })
+        })
+        .collect();
+    all.sort_by_key(|&(t, m)| (t, m.flow));
+    all
+}
+
+/// RFC 8290's flow isolation: an unresponsive flow at twice the link's rate beside a
+/// sparse one (a 200-byte packet every 20 ms). The sparse flow's packets wait at most
+/// about one packet's transmission and one quantum, where a shared FIFO makes them wait
+/// behind the whole standing queue.
+#[test]
+fn fq_codel_keeps_a_sparse_flow_out_of_a_bulk_flows_queue() {
+    let arrivals = flows_of(&[(1, 600_000, 1500), (2, 20 * MS, 200)], 20);
+    let sparse_worst = |spec: &str| {
+        let mut l = link(spec);
+        let sim = simulate(&mut l, arrivals.iter().copied(), u64::MAX);
+        let waits: Vec<u64> = sim
+            .delivered
+            .iter()
+            .filter(|d| d.wire_len == 200 && d.pushed_at > 5 * S)
+            .map(|d| d.queue_delay)
+            .collect();
+        assert!(!waits.is_empty());
+        (waits.into_iter().max().unwrap(), *l.counters())
+    };
+    let (fq, c) = sparse_worst("rate 10mbit queue 1000p aqm fq_codel");
+    // 1500 B at 10 Mbit/s is 1.2 ms: one packet in service, one quantum ahead.
+    assert!(
+        fq <= 2 * 1_200_000 + 200_000,
+        "fq_codel: sparse flow waited {fq} ns"
+    );
+    assert!(c.dropped_aqm > 0, "the bulk flow's CoDel drops: {c:?}");
+    let (fifo, _) = sparse_worst("rate 10mbit queue 1000p aqm codel");
+    assert!(fifo > 5 * MS, "a shared CoDel queue: {fifo} ns");
+}
+
+/// Two backlogged flows of different packet sizes get equal bytes (deficit round robin
+/// by bytes, not packets).
+#[test]
+fn fq_codel_shares_the_link_by_bytes() {
+    let arrivals = flows_of(&[(1, 400_000, 1500), (2, 200_000, 300)], 10);
+    let mut l = link("rate 10mbit queue 10000p aqm fq_codel");
+    let sim = simulate(&mut l, arrivals, 10 * S);
+    let bytes = |len: u32| -> u64 {
+        sim.delivered
+            .iter()
+            .filter(|d| d.wire_len == len && d.due > 2 * S)
+            .map(|d| u64::from(d.wire_len))
+            .sum()
+    };
+    let (big, small) = (bytes(1500), bytes(300));
+    let share = big as f64 / (big + small) as f64;
+    assert!((0.48..=0.52).contains(&share), "{big} vs {small}");
+}
+
+/// fq_codel's CoDel holds a responsive flow near its 5 ms target, as CoDel does.
+#[test]
+fn fq_codel_holds_a_responsive_flow_near_target() {
+    let x = aimd_sojourns("delay 10ms rate 10mbit queue 1000p aqm fq_codel", 60);
+    let median = x[x.len() / 2];
+    assert!((2 * MS..=8 * MS).contains(&median), "median {median} ns");
+}
+
+/// PIE (RFC 8033) holds a responsive flow's queue delay near its 15 ms target where
+/// drop-tail lets it fill the buffer.
+#[test]
+fn pie_holds_the_queue_delay_near_its_target() {
+    let x = aimd_sojourns("delay 10ms rate 10mbit queue 1000p aqm pie", 60);
+    let (median, p90) = (x[x.len() / 2], x[x.len() * 9 / 10]);
+    println!("pie: median {median} ns, p90 {p90} ns");
+    assert!(
+        (5 * MS..=30 * MS).contains(&median) && p90 < 60 * MS,
+        "median {} ms, p90 {} ms",
+        median as f64 / 1e6,
+        p90 as f64 / 1e6
+    );
+}
+
+/// With ECN an AQM marks the responsive flow's ECN-capable packets instead of dropping
+/// them: the same control of the queue, with (almost) no loss.
+#[test]
+fn with_ecn_the_aqms_mark_instead_of_dropping() {
+    for aqm in ["codel ecn", "fq_codel", "pie ecn"] {
+        let spec = format!("delay 10ms rate 10mbit queue 1000p aqm {aqm}");
+        let marked = aimd(&spec, 60, true);
+        let plain = aimd(&spec, 60, false);
+        let (m, p) = (marked.counters, plain.counters);
+        println!(
+            "{aqm}: ECT marked {} dropped {}; not ECT dropped {}",
+            m.marked_ce, m.dropped_aqm, p.dropped_aqm
+        );
+        assert!(m.marked_ce > 0, "{aqm}: {m:?}");
+        assert_eq!(p.marked_ce, 0, "{aqm}: {p:?}");
+        assert!(
+            m.dropped() * 10 < p.dropped(),
+            "{aqm}: {} drops with ECN, {} without",
+            m.dropped(),
+            p.dropped()
+        );
+        let median = marked.sojourns[marked.sojourns.len() / 2];
+        assert!(
+            median < 30 * MS,
+            "{aqm}: median sojourn {median} ns with ECN"
+        );
+    }
 }

@@ -80,14 +80,55 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
     ];
     let aqm = prop_oneof![
         Just(Aqm::DropTail),
-        (1..1_000_000u64, 1..10_000_000u64).prop_map(|(target_us, interval_us)| Aqm::Codel {
-            target_us,
-            interval_us
-        }),
+        (1..1_000_000u64, 1..10_000_000u64, any::<bool>()).prop_map(
+            |(target_us, interval_us, ecn)| Aqm::Codel {
+                target_us,
+                interval_us,
+                ecn
+            }
+        ),
         Just(Aqm::Codel {
             target_us: CODEL_TARGET_US,
-            interval_us: CODEL_INTERVAL_US
+            interval_us: CODEL_INTERVAL_US,
+            ecn: false
         }),
+        (
+            1..1_000_000u64,
+            1..10_000_000u64,
+            1..100_000u32,
+            1..65_536u32,
+            any::<bool>()
+        )
+            .prop_map(
+                |(target_us, interval_us, quantum, flows, ecn)| Aqm::FqCodel {
+                    target_us,
+                    interval_us,
+                    quantum,
+                    flows,
+                    ecn
+                }
+            ),
+        Just(Aqm::FqCodel {
+            target_us: CODEL_TARGET_US,
+            interval_us: CODEL_INTERVAL_US,
+            quantum: FQ_CODEL_QUANTUM,
+            flows: FQ_CODEL_FLOWS,
+            ecn: true
+        }),
+        (
+            1..1_000_000u64,
+            1..1_000_000u64,
+            1..64u32,
+            1..64u32,
+            any::<bool>()
+        )
+            .prop_map(|(target_us, tupdate_us, alpha, beta, ecn)| Aqm::Pie {
+                target_us,
+                tupdate_us,
+                alpha,
+                beta,
+                ecn
+            }),
     ];
     (
         duration_us(),

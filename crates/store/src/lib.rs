@@ -287,7 +287,7 @@ impl Store {
         self.load_run_with(id, true)
     }
 
-    /// [`Store::load_run`] without the raw samples and events (most of a run's rows):
+    /// [`Store::load_run`] without the raw samples, events and probes (most of a run's rows):
     /// enough for summaries, intervals and statistics.
     pub fn load_run_without_samples(&self, id: i64) -> Result<RunRecord> {
         self.load_run_with(id, false)

@@ -405,7 +405,7 @@ fn failed_record() -> RunRecord {
     r.tags = Vec::new();
     r.status = RunStatus::Failed;
     r.error = Some("connect: connection refused".into());
-    (r.trace, r.events) = (None, Vec::new());
+    (r.trace, r.events, r.probes) = (None, Vec::new(), Vec::new());
     r.params.end = TestEnd::Bytes { bytes: 1 << 30 };
     r.params.mode = Mode::Up;
     r.summary = Summary::default();
@@ -1189,7 +1189,7 @@ fn names_parse_and_errors_list_the_valid_ones() {
     let e = "run".parse::<Table>().unwrap_err().to_string();
     assert_eq!(
         e,
-        "unknown table 'run' (valid: runs, flows, intervals, samples, events, experiments, points, plan)"
+        "unknown table 'run' (valid: runs, flows, intervals, samples, events, probes, experiments, points, plan)"
     );
     let e = "json".parse::<ExportFormat>().unwrap_err().to_string();
     assert_eq!(e, "unknown export format 'json' (valid: csv, jsonl)");
@@ -1291,6 +1291,7 @@ fn finishing_planned_runs_links_them_and_counts_attempts() {
     let mut without = run.clone();
     without.samples.clear();
     without.events.clear();
+    without.probes.clear();
     assert_eq!(store.load_run_without_samples(done).unwrap(), without);
 
     assert_eq!(store.retry_failed(id).unwrap(), 2);

@@ -84,10 +84,10 @@ pub enum NetemError {
     Unavailable,
     #[error("netem backend cannot play a trace (use the tcplab emulator)")]
     Trace,
-    #[error(
-        "netem backend has no CoDel AQM, its queue is drop-tail only (use the tcplab emulator)"
-    )]
-    Codel,
+    /// CoDel, fq_codel and PIE as child qdiscs of netem are not built: this kernel has
+    /// none of them to test against.
+    #[error("netem backend has no {0} AQM, its queue is drop-tail only (use the tcplab emulator)")]
+    Aqm(&'static str),
     #[error("netem backend: reorder needs a delay on this direction (netem reorders by sending some packets without it)")]
     ReorderWithoutDelay,
     #[error("netem backend: jittered packets overtake each other in netem unless the direction has a rate; write `jitter D reorder` to accept that, add a rate, or use the tcplab emulator")]
@@ -346,8 +346,8 @@ pub fn netem_options_in(
         Bottleneck::Unlimited => None,
         Bottleneck::Rate { bps, overhead } => {
             // The queue and its AQM only exist behind a rate, as in the spec.
-            if matches!(link.aqm, Aqm::Codel { .. }) {
-                return Err(NetemError::Codel);
+            if link.aqm != Aqm::DropTail {
+                return Err(NetemError::Aqm(link.aqm.name()));
             }
             let packet_overhead = i32::try_from(overhead).map_err(|_| {
                 NetemError::Unrepresentable(format!("a packet overhead of {overhead} bytes"))
@@ -1143,12 +1143,13 @@ mod tests {
             aqm: Aqm::Codel {
                 target_us: 5_000,
                 interval_us: 100_000,
+                ecn: false,
             },
             ..LinkSpec::default()
         };
         assert!(matches!(
             netem_options_in(&codel, 0, 1500, &no_dirs()),
-            Err(NetemError::Codel)
+            Err(NetemError::Aqm("codel"))
         ));
         // Without a rate the spec ignores the AQM, and so do we.
         let idle_codel = LinkSpec {

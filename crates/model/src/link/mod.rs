@@ -1,7 +1,8 @@
 //! One direction of the emulated path, without I/O.
 //!
 //! ```text
-//! push ─▶ loss / duplicate / corrupt ─▶ bottleneck queue (limit; drop-tail or CoDel)
+//! push ─▶ loss / duplicate / corrupt ─▶ bottleneck queue (limit; drop-tail, CoDel,
+//!      fq_codel or PIE, which may mark ECN-capable packets instead of dropping them)
 //!      ─▶ serialization at rate (+ overhead) or trace opportunities
 //!      ─▶ propagation delay + jitter, netem reorder ─▶ pop
 //! ```
@@ -14,7 +15,7 @@
 //! The runtime owns the payloads; the link moves handles `P` (buffer indices) and hands
 //! each one back exactly once: from [`Link::pop`] when delivered, in a
 //! [`PushOutcome::Dropped`] when refused at the door, or from [`Link::pop_dropped`] when
-//! CoDel drops it inside.
+//! the queue's discipline drops it inside.
 //!
 //! Without a rate or trace there is no bottleneck: packets go straight to the delay line.
 //! The queue holds packets waiting for the serializer, never the ones in flight on the
@@ -22,6 +23,7 @@
 //! never refused by the limit. All randomness comes from one ChaCha8 generator seeded by
 //! `seed`, so a seed fixes the whole schedule.
 
+mod aqm;
 mod dist;
 mod queue;
 mod trace;
@@ -35,8 +37,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::dumbbell::{link_seed, Dumbbell, LinkRole};
-use crate::path::{Aqm, Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob};
-use queue::{Codel, Fifo, Queued};
+use crate::path::{Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob};
+use aqm::Scheduler;
+use queue::Queued;
 use trace::TraceCursor;
 pub use trace::{Trace, TraceError, OPPORTUNITY_BYTES};
 
@@ -55,15 +58,43 @@ pub enum PushOutcome<P> {
     Dropped(Dropped<P>),
 }
 
+/// What the link needs to know of a packet besides its handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// The IP packet's bytes.
+    pub wire_len: u32,
+    /// A hash of its 5-tuple: fq_codel's queue.
+    pub flow: u32,
+    /// ECN-capable (ECT(0) or ECT(1)): an AQM with ECN may mark it instead of dropping it.
+    pub ect: bool,
+}
+
+impl PacketMeta {
+    /// A packet of `wire_len` bytes, of flow 0, not ECN-capable.
+    pub fn len(wire_len: u32) -> Self {
+        PacketMeta {
+            wire_len,
+            flow: 0,
+            ect: false,
+        }
+    }
+}
+
+impl From<u32> for PacketMeta {
+    fn from(wire_len: u32) -> Self {
+        PacketMeta::len(wire_len)
+    }
+}
+
 /// Why a packet did not get through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DropReason {
     /// Random or Gilbert–Elliott loss.
     Loss,
-    /// The queue was full (drop-tail).
+    /// The queue was full (drop-tail; fq_codel drops from its fattest flow).
     Queue,
-    /// CoDel dropped it at the head of the queue.
+    /// The AQM (CoDel, fq_codel's CoDel, PIE) dropped it.
     Aqm,
     /// Larger than the MTU: a super-packet that was not segmented.
     Oversize,
@@ -85,6 +116,8 @@ pub struct Delivered<P> {
     pub wire_len: u32,
     /// The runtime should flip a bit of it.
     pub corrupt: bool,
+    /// The runtime should mark it Congestion Experienced (an AQM with ECN).
+    pub ce: bool,
     /// It left after a packet that entered after it.
     pub reordered: bool,
     /// When it was pushed, ns.
@@ -114,6 +147,9 @@ pub struct LinkCounters {
     pub corrupted: u64,
     /// Packets delivered after one that left the bottleneck later.
     pub reordered: u64,
+    /// Packets an AQM marked Congestion Experienced instead of dropping them.
+    #[serde(default)]
+    pub marked_ce: u64,
     /// Now in the queue (not counting the one being serialized).
     pub queue_packets: u64,
     pub queue_bytes: u64,
@@ -239,12 +275,11 @@ pub struct Link<P> {
     reorder: Option<ReorderState>,
     server: Server,
     limit: Limit,
-    codel: Option<Codel>,
     mtu: u32,
     rng: ChaCha8Rng,
 
     now: u64,
-    queue: Fifo<P>,
+    queue: Scheduler<P>,
     in_service: Option<InService<P>>,
     wire: BinaryHeap<InFlight<P>>,
     dropped: VecDeque<Dropped<P>>,
@@ -313,17 +348,6 @@ impl<P> Link<P> {
             counter: 0,
             last: rng.random(),
         });
-        let codel = match spec.aqm {
-            Aqm::DropTail => None,
-            Aqm::Codel {
-                target_us,
-                interval_us,
-            } => Some(Codel::new(
-                target_us * NS_PER_US,
-                interval_us * NS_PER_US,
-                mtu,
-            )),
-        };
         Ok(Link {
             delay_ns: spec.delay_us * NS_PER_US,
             jitter: spec.jitter,
@@ -333,11 +357,10 @@ impl<P> Link<P> {
             reorder,
             server,
             limit,
-            codel,
             mtu,
             rng,
             now: 0,
-            queue: Fifo::new(),
+            queue: Scheduler::new(&spec.aqm, mtu),
             in_service: None,
             wire: BinaryHeap::with_capacity(64),
             dropped: VecDeque::new(),
@@ -384,15 +407,22 @@ impl<P> Link<P> {
         self.limit
     }
 
+    /// Whether [`push`](Self::push) needs each packet's flow hash and ECN field (fq_codel,
+    /// an AQM with ECN); otherwise [`PacketMeta::len`] is enough.
+    pub fn needs_packet_meta(&self) -> bool {
+        self.queue.needs_packet_meta()
+    }
+
     /// Packets inside: queued, being serialized or on the wire.
     pub fn inside(&self) -> usize {
         self.queue.len() + usize::from(self.in_service.is_some()) + self.wire.len()
     }
 
-    /// A packet arrives at `now` with `wire_len` bytes (the IP packet). Call
+    /// A packet arrives at `now` (`meta`: its IP length, flow and ECN). Call
     /// [`pop_dropped`](Self::pop_dropped) afterwards too: time moving on may have let
-    /// CoDel drop queued packets.
-    pub fn push(&mut self, now: u64, packet: P, wire_len: u32) -> PushOutcome<P> {
+    /// the AQM drop queued packets.
+    pub fn push(&mut self, now: u64, packet: P, meta: PacketMeta) -> PushOutcome<P> {
+        let wire_len = meta.wire_len;
         self.advance(now);
         self.count_in(wire_len);
         if wire_len > self.mtu {
@@ -408,12 +438,12 @@ impl<P> Link<P> {
             self.count_in(wire_len);
             self.counters.duplicated += 1;
             self.counters.dropped_loss += 1;
-            return match self.admit(packet, wire_len) {
+            return match self.admit(packet, meta) {
                 Ok(()) => PushOutcome::Accepted,
                 Err(d) => PushOutcome::Dropped(d),
             };
         }
-        match self.admit(packet, wire_len) {
+        match self.admit(packet, meta) {
             Ok(()) if duplicate => PushOutcome::Duplicate,
             Ok(()) => PushOutcome::Accepted,
             Err(d) => {
@@ -430,7 +460,8 @@ impl<P> Link<P> {
 
     /// The copy asked for by [`PushOutcome::Duplicate`]. It faces loss again, as netem
     /// re-enqueues its clone, but is never duplicated itself.
-    pub fn push_duplicate(&mut self, now: u64, packet: P, wire_len: u32) -> PushOutcome<P> {
+    pub fn push_duplicate(&mut self, now: u64, packet: P, meta: PacketMeta) -> PushOutcome<P> {
+        let wire_len = meta.wire_len;
         self.advance(now);
         self.count_in(wire_len);
         self.counters.duplicated += 1;
@@ -440,7 +471,7 @@ impl<P> Link<P> {
         if self.loss_event() {
             return self.refuse(packet, DropReason::Loss);
         }
-        match self.admit(packet, wire_len) {
+        match self.admit(packet, meta) {
             Ok(()) => PushOutcome::Accepted,
             Err(d) => PushOutcome::Dropped(d),
         }
@@ -454,6 +485,7 @@ impl<P> Link<P> {
         }
         let f = self.wire.pop()?;
         self.counters.delivered_packets += 1;
+        self.counters.marked_ce += u64::from(f.q.ce);
         self.counters.delivered_bytes += u64::from(f.q.wire_len);
         let reordered = self.max_delivered.is_some_and(|max| f.seq < max);
         if reordered {
@@ -465,6 +497,7 @@ impl<P> Link<P> {
             packet: f.q.packet,
             wire_len: f.q.wire_len,
             corrupt: f.q.corrupt,
+            ce: f.q.ce,
             reordered,
             pushed_at: f.q.pushed_at,
             queue_delay: f.queue_delay,
@@ -472,8 +505,8 @@ impl<P> Link<P> {
         })
     }
 
-    /// A packet CoDel dropped inside the link, to be freed; call until `None` after
-    /// each push or pop.
+    /// A packet the queue's discipline dropped inside the link, to be freed; call until
+    /// `None` after each push or pop.
     pub fn pop_dropped(&mut self) -> Option<Dropped<P>> {
         self.dropped.pop_front()
     }
@@ -494,12 +527,7 @@ impl<P> Link<P> {
     }
 
     fn refuse(&mut self, packet: P, reason: DropReason) -> PushOutcome<P> {
-        match reason {
-            DropReason::Loss => self.counters.dropped_loss += 1,
-            DropReason::Queue => self.counters.dropped_queue += 1,
-            DropReason::Aqm => self.counters.dropped_aqm += 1,
-            DropReason::Oversize => self.counters.dropped_oversize += 1,
-        }
+        Self::count_drop(&mut self.counters, reason);
         PushOutcome::Dropped(Dropped {
             packet,
             reason,
@@ -537,7 +565,7 @@ impl<P> Link<P> {
     }
 
     /// Corruption, then the queue (or straight to the wire without a bottleneck).
-    fn admit(&mut self, packet: P, wire_len: u32) -> Result<(), Dropped<P>> {
+    fn admit(&mut self, packet: P, meta: PacketMeta) -> Result<(), Dropped<P>> {
         let corrupt = roll(&mut self.rng, self.corrupt);
         if corrupt {
             self.counters.corrupted += 1;
@@ -545,24 +573,44 @@ impl<P> Link<P> {
         let now = self.now;
         let q = Queued {
             packet,
-            wire_len,
+            wire_len: meta.wire_len,
             corrupt,
             pushed_at: now,
+            flow: meta.flow,
+            ect: meta.ect,
+            ce: false,
         };
         if matches!(self.server, Server::Unlimited) {
             self.transmitted(q, 0, now);
             return Ok(());
         }
         let idle = self.in_service.is_none() && self.queue.is_empty();
-        if !idle && !self.queue.fits(self.limit, wire_len) {
-            self.counters.dropped_queue += 1;
+        // A packet that finds the link idle is never refused by the limit.
+        let limit = if idle {
+            Limit::Packets(u64::MAX)
+        } else {
+            self.limit
+        };
+        let (dropped, counters) = (&mut self.dropped, &mut self.counters);
+        let refused = self
+            .queue
+            .enqueue(now, q, limit, &mut self.rng, &mut |(q, reason)| {
+                Self::count_drop(counters, reason);
+                dropped.push_back(Dropped {
+                    packet: q.packet,
+                    reason,
+                    at: now,
+                });
+            });
+        if let Err((q, reason)) = refused {
+            Self::count_drop(&mut self.counters, reason);
+            self.sync_queue_counters();
             return Err(Dropped {
                 packet: q.packet,
-                reason: DropReason::Queue,
+                reason,
                 at: now,
             });
         }
-        self.queue.push(q);
         if idle {
             match &mut self.server {
                 Server::Rate { .. } => self.start_rate(now),
@@ -574,6 +622,15 @@ impl<P> Link<P> {
         Ok(())
     }
 
+    fn count_drop(counters: &mut LinkCounters, reason: DropReason) {
+        match reason {
+            DropReason::Loss => counters.dropped_loss += 1,
+            DropReason::Queue => counters.dropped_queue += 1,
+            DropReason::Aqm => counters.dropped_aqm += 1,
+            DropReason::Oversize => counters.dropped_oversize += 1,
+        }
+    }
+
     fn sync_queue_counters(&mut self) {
         let c = &mut self.counters;
         c.queue_packets = self.queue.len() as u64;
@@ -581,22 +638,17 @@ impl<P> Link<P> {
         c.max_queue_bytes = c.max_queue_bytes.max(c.queue_bytes);
     }
 
-    /// The head of the queue at `now`, through CoDel if configured.
+    /// The next packet to serialize at `now`, through the queue's discipline.
     fn dequeue(&mut self, now: u64) -> Option<Queued<P>> {
-        let q = match &mut self.codel {
-            None => self.queue.pop(),
-            Some(codel) => {
-                let (dropped, counters) = (&mut self.dropped, &mut self.counters);
-                codel.dequeue(now, &mut self.queue, |q| {
-                    counters.dropped_aqm += 1;
-                    dropped.push_back(Dropped {
-                        packet: q.packet,
-                        reason: DropReason::Aqm,
-                        at: now,
-                    });
-                })
-            }
-        };
+        let (dropped, counters) = (&mut self.dropped, &mut self.counters);
+        let q = self.queue.dequeue(now, &mut |(q, reason)| {
+            Self::count_drop(counters, reason);
+            dropped.push_back(Dropped {
+                packet: q.packet,
+                reason,
+                at: now,
+            });
+        });
         self.sync_queue_counters();
         q
     }

@@ -1,5 +1,5 @@
 //! The bottleneck buffer: a FIFO with a packet or byte limit, and CoDel (RFC 8289) at its
-//! head.
+//! head, which may mark ECN-capable packets instead of dropping them.
 
 use std::collections::VecDeque;
 
@@ -12,6 +12,11 @@ pub(crate) struct Queued<P> {
     pub wire_len: u32,
     pub corrupt: bool,
     pub pushed_at: u64,
+    /// The flow's hash (fq_codel's queue) and whether the packet is ECN-capable.
+    pub flow: u32,
+    pub ect: bool,
+    /// An AQM marked it Congestion Experienced instead of dropping it.
+    pub ce: bool,
 }
 
 #[derive(Debug)]
@@ -60,11 +65,20 @@ impl<P> Fifo<P> {
     }
 }
 
+/// What an AQM does with a packet it would drop.
+pub(crate) enum Verdict<P> {
+    /// ECN-capable and the AQM marks: it goes on, Congestion Experienced.
+    Marked(Queued<P>),
+    Dropped,
+}
+
 /// CoDel's state, as RFC 8289's pseudocode; times in ns.
 #[derive(Debug)]
 pub(crate) struct Codel {
     target: u64,
     interval: u64,
+    /// Mark ECN-capable packets instead of dropping them.
+    ecn: bool,
     /// Below this backlog (one MTU) CoDel never drops: the link is not congested.
     max_packet: u64,
     first_above_time: Option<u64>,
@@ -75,10 +89,11 @@ pub(crate) struct Codel {
 }
 
 impl Codel {
-    pub fn new(target_ns: u64, interval_ns: u64, mtu: u32) -> Self {
+    pub fn new(target_ns: u64, interval_ns: u64, ecn: bool, mtu: u32) -> Self {
         Codel {
             target: target_ns,
             interval: interval_ns,
+            ecn,
             max_packet: u64::from(mtu),
             first_above_time: None,
             drop_next: 0,
@@ -86,6 +101,11 @@ impl Codel {
             last_count: 0,
             dropping: false,
         }
+    }
+
+    /// Whether it marks ECN-capable packets instead of dropping them.
+    pub fn marks(&self) -> bool {
+        self.ecn
     }
 
     fn control_law(&self, t: u64) -> u64 {
@@ -115,7 +135,20 @@ impl Codel {
         Some((q, ok_to_drop))
     }
 
-    /// The next packet to send at `now`; each packet CoDel drops goes to `drop`.
+    /// Marks `q` if it may (ECN on, the packet ECN-capable), else hands it to `drop`.
+    fn drop_or_mark<P>(&self, mut q: Queued<P>, drop: &mut impl FnMut(Queued<P>)) -> Verdict<P> {
+        if self.ecn && q.ect {
+            q.ce = true;
+            Verdict::Marked(q)
+        } else {
+            drop(q);
+            Verdict::Dropped
+        }
+    }
+
+    /// The next packet to send at `now`; each packet CoDel drops goes to `drop`. With
+    /// ECN, a packet CoDel would drop and may mark goes out marked, counted as a drop
+    /// in CoDel's schedule (Linux's codel_dequeue).
     pub fn dequeue<P>(
         &mut self,
         now: u64,
@@ -132,8 +165,12 @@ impl Codel {
                 self.dropping = false;
             }
             while self.dropping && now >= self.drop_next {
-                drop(packet.take().expect("a packet while dropping"));
                 self.count += 1;
+                let head = packet.take().expect("a packet while dropping");
+                if let Verdict::Marked(marked) = self.drop_or_mark(head, &mut drop) {
+                    self.drop_next = self.control_law(self.drop_next);
+                    return Some(marked);
+                }
                 match self.do_dequeue(now, fifo) {
                     Some((next, true)) => {
                         packet = Some(next);
@@ -147,8 +184,11 @@ impl Codel {
                 }
             }
         } else if ok_to_drop {
-            drop(packet.take().expect("just dequeued"));
-            packet = self.do_dequeue(now, fifo).map(|(p, _)| p);
+            let head = packet.take().expect("just dequeued");
+            packet = match self.drop_or_mark(head, &mut drop) {
+                Verdict::Marked(marked) => Some(marked),
+                Verdict::Dropped => self.do_dequeue(now, fifo).map(|(p, _)| p),
+            };
             self.dropping = true;
             // Resume near the old drop rate if we were dropping recently.
             let delta = self.count.wrapping_sub(self.last_count);

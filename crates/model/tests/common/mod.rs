@@ -2,7 +2,7 @@
 //! quinn-proto's tests do.
 #![allow(dead_code)]
 
-use tcplab_model::link::{Delivered, Dropped, Link, PushOutcome};
+use tcplab_model::link::{Delivered, Dropped, Link, PacketMeta, PushOutcome};
 use tcplab_model::path::PathSpec;
 
 /// Marks the id of a duplicate copy.
@@ -19,11 +19,11 @@ pub struct Sim {
     pub pushed: u64,
 }
 
-/// Pushes `arrivals` (time ns, wire bytes; sorted) and runs until `until` or until the
-/// link is empty; `check` sees the link after every step.
-pub fn simulate_with(
+/// Pushes `arrivals` (time ns, wire bytes or a whole [`PacketMeta`]; sorted) and runs
+/// until `until` or until the link is empty; `check` sees the link after every step.
+pub fn simulate_with<M: Into<PacketMeta> + Copy>(
     link: &mut Link<u64>,
-    arrivals: impl IntoIterator<Item = (u64, u32)>,
+    arrivals: impl IntoIterator<Item = (u64, M)>,
     until: u64,
     mut check: impl FnMut(&Link<u64>, u64),
 ) -> Sim {
@@ -44,17 +44,18 @@ pub fn simulate_with(
         while let Some(d) = link.pop_dropped() {
             sim.dropped.push(d);
         }
-        while let Some(&(t, len)) = arrivals.peek() {
+        while let Some(&(t, meta)) = arrivals.peek() {
             if t > now {
                 break;
             }
             arrivals.next();
             let id = sim.pushed;
             sim.pushed += 1;
-            match link.push(now, id, len) {
+            let meta = meta.into();
+            match link.push(now, id, meta) {
                 PushOutcome::Accepted => {}
                 PushOutcome::Duplicate => {
-                    if let PushOutcome::Dropped(d) = link.push_duplicate(now, id | DUP, len) {
+                    if let PushOutcome::Dropped(d) = link.push_duplicate(now, id | DUP, meta) {
                         sim.dropped.push(d);
                     }
                 }
@@ -69,9 +70,9 @@ pub fn simulate_with(
     sim
 }
 
-pub fn simulate(
+pub fn simulate<M: Into<PacketMeta> + Copy>(
     link: &mut Link<u64>,
-    arrivals: impl IntoIterator<Item = (u64, u32)>,
+    arrivals: impl IntoIterator<Item = (u64, M)>,
     until: u64,
 ) -> Sim {
     simulate_with(link, arrivals, until, |_, _| {})

@@ -1,0 +1,181 @@
+//! AQMs and ECN at the emulator's bottleneck, through real kernel TCP: the kernel's own
+//! counters (tcp_info's delivered_ce, its retransmissions) against the link's, and the
+//! bufferbloat study's quick variant against the latency each discipline promises.
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::Value;
+use support::*;
+use tcplab_sys::netns::privileged_or_skip;
+
+fn bottleneck<'a>(run: &'a Value, dir: &str) -> &'a Value {
+    run["path"][dir]["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .find(|l| l["name"] == "bottleneck")
+        .expect("a bottleneck")
+}
+
+/// CoDel with ECN, cubic senders with and without `tcp_ecn`: with it the AQM marks
+/// instead of dropping, the senders' kernels count the marks (tcp_info's delivered_ce)
+/// and retransmit (almost) nothing; without it the same AQM drops and the senders
+/// retransmit what it dropped. explain names the AQM and what it did.
+#[test]
+fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
+    if !privileged_or_skip("aqm_ecn") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |ecn: u8| -> Value {
+        let db = dir.path().join(format!("ecn{ecn}.db"));
+        let out = tcplab()
+            .args([
+                "run",
+                "--path",
+                "rtt 20ms rate 20mbit queue 300 aqm codel ecn",
+            ])
+            .args(["-P", "4", "-C", "cubic", "-t", "6s"])
+            .args(["--sysctl", &format!("net.ipv4.tcp_ecn={ecn}")])
+            .args(["--json", "--json-samples", "--db"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        parse_success(&out)
+    };
+    let plain = run(0);
+    let marked = run(1);
+    let link = |v: &Value| {
+        let l = bottleneck(v, "up");
+        (
+            u64_at(l, "/marked_ce"),
+            u64_at(l, "/dropped_aqm") + u64_at(l, "/dropped_queue"),
+        )
+    };
+    let delivered_ce = |v: &Value| {
+        v["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["host"] == "client")
+            .filter_map(|s| s["info"]["delivered_ce"].as_u64())
+            .max()
+            .unwrap_or(0)
+    };
+    let ((m0, d0), (m1, d1)) = (link(&plain), link(&marked));
+    println!(
+        "tcp_ecn 0: marked {m0}, dropped {d0}, retransmits {}; tcp_ecn 1: marked {m1}, dropped {d1}, retransmits {}, delivered_ce {}",
+        plain["summary"]["retransmits"],
+        marked["summary"]["retransmits"],
+        delivered_ce(&marked)
+    );
+    assert_eq!(m0, 0, "no ECN-capable packet to mark");
+    assert!(d0 > 0, "CoDel drops a standing queue of cubic flows");
+    assert!(
+        m1 > 0 && delivered_ce(&marked) > 0,
+        "the marks reach the senders"
+    );
+    assert_eq!(delivered_ce(&plain), 0);
+    assert!(d1 * 10 < d0, "with ECN {d1} drops, without {d0}");
+    // The kernel retransmits what the link dropped, and no more than it dropped.
+    assert!(u64_at(&plain, "/summary/retransmits") >= d0 * 9 / 10);
+    assert!(u64_at(&marked, "/summary/retransmits") <= d1 + 2);
+    let explained = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(dir.path().join("ecn1.db"))
+        .output()
+        .unwrap();
+    let e = parse_success(&explained);
+    let aqm = e["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "aqm")
+        .unwrap_or_else(|| panic!("no aqm finding: {e:#}"));
+    let message = aqm["message"].as_str().unwrap();
+    assert!(
+        message.contains("codel") && message.contains(&format!("marked {m1} packets")),
+        "{message}"
+    );
+}
+
+/// The quick bufferbloat study: RRUL through a 4-BDP queue (80 ms each way when full) at
+/// 20 Mbit/s. Drop-tail lets the probes wait behind both queues; fq_codel keeps them
+/// near the base 20 ms (a sparse flow, served first) at the same throughput; PIE holds
+/// each queue near its 15 ms target. (The bar's 300-packet queue, 180 ms each way, is
+/// latency.rs's `loaded_probes_see_the_bottleneck_queue`.)
+#[test]
+fn the_quick_bufferbloat_study_shows_each_aqms_latency() {
+    if !privileged_or_skip("bufferbloat") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("bufferbloat.db");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quick/bufferbloat.toml");
+    one_of_three_tries("the bufferbloat study's shapes", || {
+        let _ = std::fs::remove_file(&db);
+        assert_success(
+            &tcplab()
+                .arg("sweep")
+                .arg(&file)
+                .arg("--db")
+                .arg(&db)
+                .output()
+                .unwrap(),
+        );
+        let metric = |m: &str| -> Vec<(String, f64)> {
+            let out = tcplab()
+                .arg("results")
+                .arg(&db)
+                .args(["--json", "--metric", m])
+                .output()
+                .unwrap();
+            parse_success(&out)["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    (
+                        p["values"]["aqm"].as_str().unwrap().to_owned(),
+                        f64_at(p, "/mean"),
+                    )
+                })
+                .collect()
+        };
+        let of = |v: &[(String, f64)], aqm: &str| {
+            v.iter()
+                .find(|(a, _)| a == aqm)
+                .unwrap_or_else(|| panic!("no {aqm} in {v:?}"))
+                .1
+        };
+        let latency = metric("latency");
+        let throughput = metric("throughput");
+        let ms = |aqm| of(&latency, aqm) / 1e3;
+        println!(
+            "loaded p50: droptail {:.1} ms, fq_codel {:.1} ms, pie {:.1} ms; throughput fq_codel / droptail {:.3}",
+            ms("droptail"),
+            ms("fq_codel"),
+            ms("pie ecn"),
+            of(&throughput, "fq_codel") / of(&throughput, "droptail")
+        );
+        // Both queues at least a quarter full on the median (80 ms each when full).
+        if ms("droptail") < 60.0 {
+            return Err(format!("drop-tail's loaded p50 {:.1} ms", ms("droptail")));
+        }
+        if ms("fq_codel") > 30.0 {
+            return Err(format!("fq_codel's loaded p50 {:.1} ms", ms("fq_codel")));
+        }
+        // Each way near 15 ms of queue: 20 + 2 × 15 ms, with room for PIE's swings.
+        if ms("pie ecn") > 70.0 {
+            return Err(format!("PIE's loaded p50 {:.1} ms", ms("pie ecn")));
+        }
+        if of(&throughput, "fq_codel") < 0.9 * of(&throughput, "droptail") {
+            return Err(format!("fq_codel's throughput {throughput:?}"));
+        }
+        Ok(())
+    });
+}

@@ -1,10 +1,8 @@
 //! AQMs and ECN at the emulator's bottleneck, through real kernel TCP: the kernel's own
-//! counters (tcp_info's delivered_ce, its retransmissions) against the link's, and the
-//! bufferbloat study's quick variant against the latency each discipline promises.
+//! counters (tcp_info's delivered_ce, its retransmissions) against the link's. The
+//! bufferbloat study's quick variant is in sweeps.rs.
 
 mod support;
-
-use std::path::Path;
 
 use serde_json::Value;
 use support::*;
@@ -100,82 +98,4 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
         message.contains("codel") && message.contains(&format!("marked {m1} packets")),
         "{message}"
     );
-}
-
-/// The quick bufferbloat study: RRUL through a 4-BDP queue (80 ms each way when full) at
-/// 20 Mbit/s. Drop-tail lets the probes wait behind both queues; fq_codel keeps them
-/// near the base 20 ms (a sparse flow, served first) at the same throughput; PIE holds
-/// each queue near its 15 ms target. (The bar's 300-packet queue, 180 ms each way, is
-/// latency.rs's `loaded_probes_see_the_bottleneck_queue`.)
-#[test]
-fn the_quick_bufferbloat_study_shows_each_aqms_latency() {
-    if !privileged_or_skip("bufferbloat") {
-        return;
-    }
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("bufferbloat.db");
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quick/bufferbloat.toml");
-    one_of_three_tries("the bufferbloat study's shapes", || {
-        let _ = std::fs::remove_file(&db);
-        assert_success(
-            &tcplab()
-                .arg("sweep")
-                .arg(&file)
-                .arg("--db")
-                .arg(&db)
-                .output()
-                .unwrap(),
-        );
-        let metric = |m: &str| -> Vec<(String, f64)> {
-            let out = tcplab()
-                .arg("results")
-                .arg(&db)
-                .args(["--json", "--metric", m])
-                .output()
-                .unwrap();
-            parse_success(&out)["points"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| {
-                    (
-                        p["values"]["aqm"].as_str().unwrap().to_owned(),
-                        f64_at(p, "/mean"),
-                    )
-                })
-                .collect()
-        };
-        let of = |v: &[(String, f64)], aqm: &str| {
-            v.iter()
-                .find(|(a, _)| a == aqm)
-                .unwrap_or_else(|| panic!("no {aqm} in {v:?}"))
-                .1
-        };
-        let latency = metric("latency");
-        let throughput = metric("throughput");
-        let ms = |aqm| of(&latency, aqm) / 1e3;
-        println!(
-            "loaded p50: droptail {:.1} ms, fq_codel {:.1} ms, pie {:.1} ms; throughput fq_codel / droptail {:.3}",
-            ms("droptail"),
-            ms("fq_codel"),
-            ms("pie ecn"),
-            of(&throughput, "fq_codel") / of(&throughput, "droptail")
-        );
-        // Both queues at least a quarter full on the median (80 ms each when full).
-        if ms("droptail") < 60.0 {
-            return Err(format!("drop-tail's loaded p50 {:.1} ms", ms("droptail")));
-        }
-        if ms("fq_codel") > 30.0 {
-            return Err(format!("fq_codel's loaded p50 {:.1} ms", ms("fq_codel")));
-        }
-        // Each way near 15 ms of queue: 20 + 2 × 15 ms, with room for PIE's swings.
-        if ms("pie ecn") > 70.0 {
-            return Err(format!("PIE's loaded p50 {:.1} ms", ms("pie ecn")));
-        }
-        if of(&throughput, "fq_codel") < 0.9 * of(&throughput, "droptail") {
-            return Err(format!("fq_codel's throughput {throughput:?}"));
-        }
-        Ok(())
-    });
 }

@@ -118,7 +118,8 @@ impl Traced {
 }
 
 /// The bar, on the capture's path: the sender's tcp_retransmit_skb events count what the
-/// kernel counts within 2 % (cubic at 1 % loss retransmits one segment at a time); each
+/// kernel counts within 2 %, or one skb on a small count (cubic at 1 % loss retransmits
+/// one segment at a time, nearly always); each
 /// retransmission the capture shows follows one; the first tcp_probe after each
 /// tcp_info sample has the sample's cwnd in 95 % of the samples or more; the events are
 /// stored and exported, and the text summary counts them.
@@ -134,8 +135,11 @@ fn events_agree_with_the_capture_the_kernels_count_and_tcp_info() {
     let events = traced.retransmit_events().len() as f64;
     println!("retransmissions: events {events}, the kernel {kernel}");
     assert!(kernel >= 5.0, "a 1 % loss retransmits: {kernel}");
+    // An skb holds one segment here almost always; now and then one holds two (a CI
+    // run counted 37 events for 38 segments), so on a run of a few dozen the bar's 2 %
+    // is one skb. An event never stands for less than a segment.
     assert!(
-        (events - kernel).abs() <= 0.02 * kernel,
+        events <= kernel && kernel - events <= (0.02 * kernel).max(1.0),
         "tcp_retransmit_skb events {events}, the kernel counted {kernel}"
     );
     traced.assert_captured_retransmissions_follow_events();

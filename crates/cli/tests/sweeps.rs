@@ -67,6 +67,98 @@ fn run_quick(name: &str, dir: &Path) -> PathBuf {
     db
 }
 
+/// Each point's mean of `metric`, by the value of `axis`.
+fn means_by(db: &Path, metric: &str, axis: &str) -> Vec<(String, f64)> {
+    results(db, metric)["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let value = &p["values"][axis];
+            let name = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            (name, f64_at(p, "/mean"))
+        })
+        .collect()
+}
+
+/// The quick RRUL and VoIP scenarios: RRUL's eight flows bloat the 300-packet queue
+/// (loaded latency far above the idle 20 ms, RPM down with it), and the call beside an
+/// upload waits in the queue the upload keeps full.
+#[test]
+fn quick_rrul_and_voip_show_latency_under_load() {
+    if !privileged_or_skip("quick_rrul") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let rrul = run_quick("rrul", dir.path());
+    let latency_ms = f64_at(&results(&rrul, "latency"), "/points/0/mean") / 1e3;
+    let rpm = f64_at(&results(&rrul, "rpm"), "/points/0/mean");
+    println!("rrul: loaded p50 {latency_ms:.1} ms, RPM {rpm:.0}");
+    assert!(latency_ms > 60.0, "rrul loaded p50 {latency_ms:.1} ms");
+    // 60 s over a trimmed mean of round trips at least the base 20 ms.
+    assert!(rpm < 60e3 / 20.0, "rrul RPM {rpm:.0}");
+    let voip = run_quick("voip", dir.path());
+    let latency_ms = f64_at(&results(&voip, "latency"), "/points/0/mean") / 1e3;
+    let jitter = f64_at(&results(&voip, "jitter"), "/points/0/mean");
+    println!("voip: call jitter {jitter:.0} µs; loaded p50 {latency_ms:.1} ms");
+    assert!(latency_ms > 40.0, "voip loaded p50 {latency_ms:.1} ms");
+}
+
+/// The quick bufferbloat study: RRUL through a 4-BDP queue (80 ms each way when full) at
+/// 20 Mbit/s. Drop-tail lets the probes wait behind both queues; fq_codel keeps them
+/// near the base 20 ms (a sparse flow, served first) at the same throughput; PIE holds
+/// each queue near its 15 ms target. (The bar's 300-packet queue, 180 ms each way, is
+/// latency.rs's `loaded_probes_see_the_bottleneck_queue`.)
+#[test]
+fn the_quick_bufferbloat_study_shows_each_aqms_latency() {
+    if !privileged_or_skip("bufferbloat") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut tries = 0;
+    one_of_three_tries("the bufferbloat study's shapes", || {
+        tries += 1;
+        let try_dir = dir.path().join(tries.to_string());
+        std::fs::create_dir(&try_dir).unwrap();
+        let db = run_quick("bufferbloat", &try_dir);
+        let latency = means_by(&db, "latency", "aqm");
+        let throughput = means_by(&db, "throughput", "aqm");
+        let of = |v: &[(String, f64)], aqm: &str| {
+            v.iter()
+                .find(|(a, _)| a == aqm)
+                .unwrap_or_else(|| panic!("no {aqm} in {v:?}"))
+                .1
+        };
+        let ms = |aqm| of(&latency, aqm) / 1e3;
+        println!(
+            "loaded p50: droptail {:.1} ms, fq_codel {:.1} ms, pie {:.1} ms; throughput fq_codel / droptail {:.3}",
+            ms("droptail"),
+            ms("fq_codel"),
+            ms("pie ecn"),
+            of(&throughput, "fq_codel") / of(&throughput, "droptail")
+        );
+        // Both queues at least a quarter full on the median (80 ms each when full).
+        if ms("droptail") < 60.0 {
+            return Err(format!("drop-tail's loaded p50 {:.1} ms", ms("droptail")));
+        }
+        if ms("fq_codel") > 30.0 {
+            return Err(format!("fq_codel's loaded p50 {:.1} ms", ms("fq_codel")));
+        }
+        // Each way near 15 ms of queue: 20 + 2 × 15 ms, with room for PIE's swings.
+        if ms("pie ecn") > 70.0 {
+            return Err(format!("PIE's loaded p50 {:.1} ms", ms("pie ecn")));
+        }
+        if of(&throughput, "fq_codel") < 0.9 * of(&throughput, "droptail") {
+            return Err(format!("fq_codel's throughput {throughput:?}"));
+        }
+        Ok(())
+    });
+}
+
 #[test]
 fn quick_scenarios_show_the_classic_shapes() {
     if !privileged_or_skip("quick_scenarios") {

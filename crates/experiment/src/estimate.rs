@@ -86,7 +86,9 @@ fn test_time_us(flow: &FlowConfig, path: &PathSpec, access: Option<&PathSpec>, r
         (false, false) => rtt_us,
         (false, true) => drain_us(rtt_us, lossy(path) || access.is_some_and(lossy)),
     };
-    flow.start_us + control_us + sending_us + after_us
+    // Probes measure the idle path before the load starts.
+    let idle_us = p.probe.map_or(0, |probe| probe.idle_us);
+    flow.start_us + control_us + idle_us + sending_us + after_us
 }
 
 /// What a timed TCP test's senders take after the deadline, µs. Loss holds the window

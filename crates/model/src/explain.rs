@@ -246,8 +246,30 @@ struct Steady {
 /// first flow's direction, against that direction's bottleneck; a finding gives the
 /// other direction's throughput.
 pub fn explain(run: &RunRecord) -> Explanation {
+    let first = run.flows.iter().find(|f| f.udp.is_none());
+    explain_in(run, first.map_or(Direction::Up, |f| f.direction))
+}
+
+/// The bound that binds the run's TCP flows as a whole: in a bidirectional run, each
+/// direction's against its own bottleneck, added (named by the first direction's).
+pub fn binding_bound(run: &RunRecord) -> Option<(&'static str, f64)> {
+    let mut directions: Vec<Direction> = Vec::new();
+    for f in run.flows.iter().filter(|f| f.udp.is_none()) {
+        if !directions.contains(&f.direction) {
+            directions.push(f.direction);
+        }
+    }
+    let bounds: Vec<(&'static str, f64)> = directions
+        .into_iter()
+        .map(|d| explain_in(run, d).bounds.binding())
+        .collect::<Option<_>>()?;
+    let (name, _) = *bounds.first()?;
+    Some((name, bounds.iter().map(|b| b.1).sum()))
+}
+
+/// [`explain`] for the TCP flows going `direction`.
+fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let all_tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
-    let direction = all_tcp.first().map_or(Direction::Up, |f| f.direction);
     let (tcp, other): (Vec<&FlowRecord>, Vec<&FlowRecord>) =
         all_tcp.iter().partition(|f| f.direction == direction);
     let spec: Option<PathSpec> = run.path.as_ref().and_then(|p| p.spec.parse().ok());

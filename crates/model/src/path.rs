@@ -1474,31 +1474,28 @@ fn fmt_bottleneck(b: &Bottleneck) -> Option<(Key, String)> {
 }
 
 fn fmt_aqm(a: &Aqm) -> Option<String> {
-    let mut s = a.name().to_owned();
-    let mut put = |word: &str, value: String, default: bool| {
-        if !default {
-            s.push_str(&format!(" {word} {value}"));
-        }
+    // (word, value, whether it is tc's default and so left out)
+    let codel = |target_us: u64, interval_us: u64| {
+        [
+            (
+                "target",
+                fmt_duration(target_us),
+                target_us == CODEL_TARGET_US,
+            ),
+            (
+                "interval",
+                fmt_duration(interval_us),
+                interval_us == CODEL_INTERVAL_US,
+            ),
+        ]
     };
-    let ecn_default = match *a {
+    let (params, ecn_default): (Vec<(&str, String, bool)>, bool) = match *a {
         Aqm::DropTail => return None,
         Aqm::Codel {
             target_us,
             interval_us,
             ecn: _,
-        } => {
-            put(
-                "target",
-                fmt_duration(target_us),
-                target_us == CODEL_TARGET_US,
-            );
-            put(
-                "interval",
-                fmt_duration(interval_us),
-                interval_us == CODEL_INTERVAL_US,
-            );
-            false
-        }
+        } => (codel(target_us, interval_us).to_vec(), false),
         Aqm::FqCodel {
             target_us,
             interval_us,
@@ -1506,19 +1503,10 @@ fn fmt_aqm(a: &Aqm) -> Option<String> {
             flows,
             ecn: _,
         } => {
-            put(
-                "target",
-                fmt_duration(target_us),
-                target_us == CODEL_TARGET_US,
-            );
-            put(
-                "interval",
-                fmt_duration(interval_us),
-                interval_us == CODEL_INTERVAL_US,
-            );
-            put("quantum", quantum.to_string(), quantum == FQ_CODEL_QUANTUM);
-            put("flows", flows.to_string(), flows == FQ_CODEL_FLOWS);
-            true
+            let mut params = codel(target_us, interval_us).to_vec();
+            params.push(("quantum", quantum.to_string(), quantum == FQ_CODEL_QUANTUM));
+            params.push(("flows", flows.to_string(), flows == FQ_CODEL_FLOWS));
+            (params, true)
         }
         Aqm::Pie {
             target_us,
@@ -1526,22 +1514,30 @@ fn fmt_aqm(a: &Aqm) -> Option<String> {
             alpha,
             beta,
             ecn: _,
-        } => {
-            put(
-                "target",
-                fmt_duration(target_us),
-                target_us == PIE_TARGET_US,
-            );
-            put(
-                "tupdate",
-                fmt_duration(tupdate_us),
-                tupdate_us == PIE_TUPDATE_US,
-            );
-            put("alpha", alpha.to_string(), alpha == PIE_ALPHA);
-            put("beta", beta.to_string(), beta == PIE_BETA);
-            false
-        }
+        } => (
+            vec![
+                (
+                    "target",
+                    fmt_duration(target_us),
+                    target_us == PIE_TARGET_US,
+                ),
+                (
+                    "tupdate",
+                    fmt_duration(tupdate_us),
+                    tupdate_us == PIE_TUPDATE_US,
+                ),
+                ("alpha", alpha.to_string(), alpha == PIE_ALPHA),
+                ("beta", beta.to_string(), beta == PIE_BETA),
+            ],
+            false,
+        ),
     };
+    let mut s = a.name().to_owned();
+    for (word, value, default) in params {
+        if !default {
+            s.push_str(&format!(" {word} {value}"));
+        }
+    }
     match (a.ecn(), ecn_default) {
         (true, false) => s.push_str(" ecn"),
         (false, true) => s.push_str(" noecn"),

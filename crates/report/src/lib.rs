@@ -31,7 +31,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 use tcplab_model::capture::read_pcapng;
-use tcplab_model::explain::explain;
+use tcplab_model::explain::binding_bound;
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
@@ -320,7 +320,7 @@ fn experiment_charts(
 fn run_bounds(store: &Store, data: &ExperimentRuns) -> Result<RunBounds, ReportError> {
     let mut bounds = RunBounds::new();
     for &id in data.runs.keys() {
-        if let Some(b) = explain(&store.load_run(id)?).bounds.binding() {
+        if let Some(b) = binding_bound(&store.load_run(id)?) {
             bounds.insert(id, b);
         }
     }

@@ -27,7 +27,7 @@
 //!   the sum is what the path carried in it.
 
 use tcplab_model::explain::{min_rtt_us, sender_samples};
-use tcplab_model::record::{FlowRecord, Host, IntervalRecord, RunRecord};
+use tcplab_model::record::{Direction, FlowRecord, Host, IntervalRecord, RunRecord};
 use tcplab_model::tcpinfo::{Field, TcpInfo};
 use tcplab_model::throughput::{counter, Counted};
 
@@ -87,6 +87,9 @@ pub struct Rates {
     pub flows: Vec<FlowRates>,
     /// Every flow's bytes per bin of the run's grid.
     pub total: Vec<Cell>,
+    /// A run with flows both ways: each direction's flows' bytes per bin (each
+    /// direction crosses a bottleneck of its own); empty otherwise.
+    pub by_direction: Vec<(Direction, Vec<Cell>)>,
 }
 
 impl Rates {
@@ -135,19 +138,38 @@ pub fn rates(run: &RunRecord) -> Option<Rates> {
             }
         })
         .collect();
-    let total = grid
-        .iter()
-        .map(|&(a, b)| Cell {
-            start_us: a,
-            end_us: b,
-            bytes: flows.iter().map(|f| f.cell(a, b).bytes).sum(),
-        })
+    let sum_of = |counts: &dyn Fn(u32) -> bool| -> Vec<Cell> {
+        grid.iter()
+            .map(|&(a, b)| Cell {
+                start_us: a,
+                end_us: b,
+                bytes: flows
+                    .iter()
+                    .filter(|f| counts(f.id))
+                    .map(|f| f.cell(a, b).bytes)
+                    .sum(),
+            })
+            .collect()
+    };
+    let direction_of = |id: u32| run.flows.iter().find(|f| f.id == id).map(|f| f.direction);
+    let directions: Vec<Direction> = [Direction::Up, Direction::Down]
+        .into_iter()
+        .filter(|&d| flows.iter().any(|f| direction_of(f.id) == Some(d)))
         .collect();
+    let by_direction = if directions.len() == 2 {
+        directions
+            .into_iter()
+            .map(|d| (d, sum_of(&|id| direction_of(id) == Some(d))))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Some(Rates {
         bin_us,
         rtt_us,
         flows: per_flow,
-        total,
+        total: sum_of(&|_| true),
+        by_direction,
     })
 }
 

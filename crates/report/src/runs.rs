@@ -7,7 +7,7 @@ use tcplab_model::events::KernelEvent;
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
-    Direction, FlowRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
+    Direction, FlowRecord, ProbeRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
 };
 use tcplab_model::units::{format_duration_us, format_size};
 
@@ -37,11 +37,12 @@ pub enum RunChart {
     UdpLoss,
     UdpJitter,
     Queue,
+    Latency,
     Tseq,
 }
 
 impl RunChart {
-    pub const ALL: [RunChart; 9] = [
+    pub const ALL: [RunChart; 10] = [
         RunChart::Throughput,
         RunChart::Cwnd,
         RunChart::Rtt,
@@ -50,6 +51,7 @@ impl RunChart {
         RunChart::UdpLoss,
         RunChart::UdpJitter,
         RunChart::Queue,
+        RunChart::Latency,
         RunChart::Tseq,
     ];
 
@@ -64,6 +66,7 @@ impl RunChart {
             RunChart::UdpLoss => "udp_loss",
             RunChart::UdpJitter => "udp_jitter",
             RunChart::Queue => "queue",
+            RunChart::Latency => "latency",
             RunChart::Tseq => "tseq",
         }
     }
@@ -78,6 +81,7 @@ impl RunChart {
             RunChart::UdpLoss => "UDP loss",
             RunChart::UdpJitter => "UDP jitter",
             RunChart::Queue => "bottleneck queue",
+            RunChart::Latency => "latency under load",
             RunChart::Tseq => "time-sequence graph",
         }
     }
@@ -213,6 +217,22 @@ impl Run<'_> {
                     None => self.tcp.first()?,
                 };
                 sequence::chart(run, flow, e.packets.as_deref()?, e.zoom, palette)?
+            }
+            RunChart::Latency => {
+                let latency = run.summary.latency.as_ref()?;
+                let idle = latency
+                    .idle_rtt_us
+                    .map(|q| {
+                        format!(
+                            " The idle path's median, before the load: {}.",
+                            format_duration_us(q.p50 as u64)
+                        )
+                    })
+                    .unwrap_or_default();
+                (
+                    format!("Each round-trip probe's round trip (solid) and one-way delays up and down (dashed; they add up to it), at the time it was sent, one every {}.{idle}", format_duration_us(latency.interval_us)),
+                    self.lines("delay", Quantity::Duration, probe_series(run, palette)),
+                )
             }
             RunChart::Queue => {
                 let end = self.time.span.map_or(0.0, |s| s.1);
@@ -476,7 +496,19 @@ fn throughput(
             })
         })
         .collect();
-    if rates.flows.len() > 1 {
+    // Both ways, each direction's total, since each crosses its own bottleneck (the
+    // bound below is one direction's).
+    if !rates.by_direction.is_empty() {
+        for (direction, cells) in &rates.by_direction {
+            let name = format!("{ALL_FLOWS} {}", format!("{direction:?}").to_lowercase());
+            series.push(Series {
+                color: palette.color(&name),
+                name,
+                dashed: false,
+                points: steps(cells),
+            });
+        }
+    } else if rates.flows.len() > 1 {
         series.push(Series {
             name: ALL_FLOWS.into(),
             color: palette.color(ALL_FLOWS),
@@ -597,6 +629,32 @@ fn limits(run: &RunRecord, tcp: &[&FlowRecord], x: XAxis, palette: &mut Palette)
 
 /// The bottleneck queue of each direction that held anything, on the run's time base up
 /// to `end` (seconds).
+/// The probes' round trip and one-way delays over the load's time (from t0 on).
+fn probe_series(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+    type Delay = fn(&ProbeRecord) -> Option<i64>;
+    let delays: [(&str, bool, Delay); 3] = [
+        ("probe round trip", false, |p| p.rtt_us),
+        ("one way up", true, |p| p.up_owd_us),
+        ("one way down", true, |p| p.down_owd_us),
+    ];
+    delays
+        .into_iter()
+        .map(|(name, dashed, delay)| Series {
+            color: palette.color(name),
+            name: name.to_owned(),
+            dashed,
+            points: thin(
+                run.probes
+                    .iter()
+                    .filter(|p| p.sent_us >= 0)
+                    .filter_map(|p| Some(Pt::at(seconds(p.sent_us as f64), delay(p)? as f64)))
+                    .collect(),
+                MAX_TRACE_POINTS,
+            ),
+        })
+        .collect()
+}
+
 fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {
     let Some(path) = &run.path else {
         return Vec::new();

@@ -688,6 +688,13 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
         let id = row.id;
         let run = store.load_run(id).unwrap();
         let what = format!("run {id} of {}", db.display());
+        // Both ways, a sender's ACKs wait behind the other direction's data: its bytes
+        // move between bins by as much as that queue holds them.
+        let stall_us = if run.params.mode == tcplab_model::record::Mode::Bidir {
+            stall_us.max(longest_queue_us(&run))
+        } else {
+            stall_us
+        };
         let Some(r) = rates::rates(&run) else {
             errors.push(format!("{what}: no throughput over time"));
             continue;
@@ -718,12 +725,18 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
             .filter(|f| f.udp.is_some())
             .map(|f| f.id)
             .collect();
+        // Both ways, each direction's total against its own (equal) bottleneck.
+        let totals: Vec<&[rates::Cell]> = if r.by_direction.is_empty() {
+            vec![r.total.as_slice()]
+        } else {
+            r.by_direction.iter().map(|(_, c)| c.as_slice()).collect()
+        };
         let tcp_cells: Vec<&[rates::Cell]> = r
             .flows
             .iter()
             .filter(|f| !udp.contains(&f.flow))
             .map(|f| f.cells.as_slice())
-            .chain(udp.is_empty().then_some(r.total.as_slice()))
+            .chain(totals.iter().copied().filter(|_| udp.is_empty()))
             .collect();
         // Bytes beyond `bps` over any span, less what a stall of `stall_us` holds back.
         let beyond = |cells: &[&[rates::Cell]], bps: f64| {
@@ -738,7 +751,7 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
                 .flows
                 .iter()
                 .map(|f| f.cells.as_slice())
-                .chain([r.total.as_slice()])
+                .chain(totals)
                 .collect();
             let over = beyond(&all, 1.03 * goodput);
             if over > 0.0 {
@@ -796,6 +809,27 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
         }
     }
     errors
+}
+
+/// The longest a packet waited in either bottleneck queue of the run, µs: its largest
+/// queue over the direction's rate.
+fn longest_queue_us(run: &tcplab_model::record::RunRecord) -> u64 {
+    use tcplab_model::path::{Bottleneck, Direction, PathSpec};
+    let Some(path) = &run.path else { return 0 };
+    let Ok(spec) = path.spec.parse::<PathSpec>() else {
+        return 0;
+    };
+    [(Direction::Up, &path.up), (Direction::Down, &path.down)]
+        .into_iter()
+        .filter_map(|(dir, stats)| {
+            let Bottleneck::Rate { bps, .. } = spec.link(dir).bottleneck else {
+                return None;
+            };
+            let bytes = stats.queue.iter().map(|q| q.bytes).max()?;
+            Some(bytes * 8_000_000 / bps.max(1))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// A host kept off the CPU on a loaded machine (a receiver descheduled, its

@@ -1,6 +1,6 @@
 //! What a peer sends a server or a client: the hello, control messages, a data
-//! connection's intro, a UDP flow's hello, a datagram's header, the hex of a cookie or
-//! a nonce. Any bytes are read or refused, never a panic, and no message claims more
+//! connection's intro, a UDP flow's hello, a datagram's header, a round-trip probe, the
+//! hex of a cookie or a nonce. Any bytes are read or refused, never a panic, and no message claims more
 //! than the limit.
 #![no_main]
 
@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = read_data_intro(&mut &data[..]);
     let _ = read_udp_hello(data);
     let _ = Header::read(data);
+    let _ = tcplab_model::probe::Probe::read(data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = protocol::parse_hex::<COOKIE_LEN>(text);
         let _ = protocol::parse_hex::<NONCE_LEN>(text);

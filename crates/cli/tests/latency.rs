@@ -86,13 +86,6 @@ fn probes_agree_with_ping_and_split_the_round_trip_as_the_path_does() {
         );
         let sent = u64_at(latency, "/sent");
         assert!((398..=402).contains(&sent), "{sent} probes in 4 s at 10 ms");
-        for p in run["probes"].as_array().unwrap() {
-            assert_eq!(
-                u64_at(p, "/up_owd_us") + u64_at(p, "/down_owd_us"),
-                u64_at(p, "/rtt_us"),
-                "one way and the other make the round trip: {p}"
-            );
-        }
         let probes = median(probe_rtts_ms(&run));
         let pinged = median(ping_times_ms(&ping));
         let up = f64_at(latency, "/up_owd_us/p50") / 1e3;

@@ -8,7 +8,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::path::PathSpec;
-use tcplab_model::record::{Mode, ProbeParams, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
+use tcplab_model::record::{
+    Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
+};
 use tcplab_model::stats::Metric;
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
@@ -364,6 +366,24 @@ pub struct TestArgs {
     /// With --probe: how long to probe the idle path before the load starts.
     #[arg(long, default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION", requires = "probe")]
     pub probe_idle: u64,
+    /// Request/response transactions instead of a bulk transfer (netperf's TCP_RR -r):
+    /// each connection writes a request of REQUEST bytes, the server answers with
+    /// RESPONSE bytes (REQUEST when not given), and the next request waits for it.
+    #[arg(long, value_parser = parse_request_response, value_name = "REQUEST[,RESPONSE]", conflicts_with_all = ["udp", "reverse", "bidir"])]
+    pub rr: Option<(u64, u64)>,
+    /// With --rr: split each request into N writes (2 meets Nagle's algorithm and the
+    /// peer's delayed ACK; see -N).
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "rr")]
+    pub rr_writes: u32,
+}
+
+/// `REQUEST[,RESPONSE]` sizes, as netperf's `-r`: "100", "100,1K".
+fn parse_request_response(text: &str) -> Result<(u64, u64), String> {
+    let size = |t: &str| parse_size(t.trim()).map_err(|e| e.to_string());
+    match text.split_once(',') {
+        Some((request, response)) => Ok((size(request)?, size(response)?)),
+        None => size(text).map(|request| (request, request)),
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -653,6 +673,21 @@ impl TestArgs {
                         .map_err(|e| format!("--probe: {e}"))
                 })
                 .transpose()?,
+            transactions: self
+                .rr
+                .map(|(request, response)| -> Result<_, String> {
+                    Ok(TransactionParams {
+                        request_size: size_u32("--rr's request", request)?,
+                        response_size: size_u32("--rr's response", response)?,
+                        request_writes: self.rr_writes,
+                    })
+                })
+                .transpose()?,
+        })
+        .and_then(|p| {
+            tcplab_model::transaction::check(&p)
+                .map(|()| p)
+                .map_err(|e| format!("--rr: {e}"))
         })
         .and_then(|p| match &p.udp {
             Some(u) if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&u.datagram_size)

@@ -98,12 +98,20 @@ pub fn render(e: &Explanation) -> String {
     }
     let t = &e.tunings;
     s += &format!(
-        "tunings:   {}, MSS {}, send buffer {}, receive buffer {}, writes of {}, Nagle {}, pacing {}\n",
+        "tunings:   {}, MSS {}, send buffer {}, receive buffer {}, {}, Nagle {}, pacing {}\n",
         if t.cc.is_empty() { "-" } else { &t.cc },
         unless_zero(u64::from(t.mss), |m| format!("{m} B")),
         buffer(&t.sndbuf),
         buffer(&t.rcvbuf),
-        format_size(u64::from(t.write_size)),
+        match t.transactions {
+            None => format!("writes of {}", format_size(u64::from(t.write_size))),
+            Some(rr) => format!(
+                "requests of {} in {}, responses of {}",
+                format_size(u64::from(rr.request_size)),
+                count(u64::from(rr.request_writes), "write"),
+                format_size(u64::from(rr.response_size))
+            ),
+        },
         if t.nodelay { "off" } else { "on" },
         t.pacing
     );

@@ -4,7 +4,8 @@ use tcplab_model::events::{EventRecord, TraceRecord};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
     BufferSize, ClockOffset, FlowRecord, IntervalRecord, LatencySummary, LimitShares, Quantiles,
-    RunRecord, RunStatus, Timed, UdpStats, CLOCK_STEP_TOLERANCE_US,
+    RunRecord, RunStatus, Timed, TransactionParams, TransactionStats, UdpStats,
+    CLOCK_STEP_TOLERANCE_US,
 };
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
@@ -194,6 +195,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
     if let Some(l) = &s.latency {
         lines.extend(latency_lines(l, &run.clock));
     }
+    if let (Some(t), Some(rr)) = (&s.transactions, &run.params.transactions) {
+        lines.push(transactions_line(t, rr));
+    }
     if s.rtt.max_us > 0 {
         lines.push(format!(
             "rtt:    min {} / mean {} / max {} (smoothed, sender)",
@@ -303,6 +307,26 @@ fn latency_lines(l: &LatencySummary, clock: &ClockOffset) -> Vec<String> {
             quantiles(&l.down_owd_us)
         ),
     ]
+}
+
+/// The transactions' rate and times, with what each one moved.
+fn transactions_line(t: &TransactionStats, rr: &TransactionParams) -> String {
+    let ms = |us: f64| format!("{:.2}", us / 1000.0);
+    let writes = match rr.request_writes {
+        1 => String::new(),
+        n => format!(" in {n} writes"),
+    };
+    format!(
+        "transactions: {} ({:.1}/s), request {}{writes}, response {}   time p50 {} / p90 {} / p99 {} / max {} ms",
+        t.count,
+        t.per_second,
+        format_size(u64::from(rr.request_size)),
+        format_size(u64::from(rr.response_size)),
+        ms(t.latency_us.p50),
+        ms(t.latency_us.p90),
+        ms(t.latency_us.p99),
+        ms(t.latency_us.max),
+    )
 }
 
 /// Datagram counts, jitter and one-way delay of UDP flows.

@@ -41,7 +41,9 @@ use toml::{Spanned, Table, Value};
 use crate::dumbbell::{derive_seed, Dumbbell};
 use crate::path::{Pace, PathSpec};
 use crate::probe::DEFAULT_IDLE_US as DEFAULT_PROBE_IDLE_US;
-use crate::record::{Mode, ProbeParams, SendMethod, TestEnd, TestParams, Tuning, UdpParams};
+use crate::record::{
+    Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
+};
 use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use crate::units::{parse_duration, parse_rate, parse_size, UnitError};
 
@@ -414,6 +416,11 @@ struct FlowFile {
     datagram_size: Option<Bytes>,
     /// A UDP flow's datagrams per burst.
     burst: Option<u32>,
+    /// A request/response flow's request and response sizes.
+    request: Option<Bytes>,
+    response: Option<Bytes>,
+    /// Writes each request is split into (1 when not given).
+    request_writes: Option<u32>,
     client: Option<u16>,
     direction: Option<Mode>,
     streams: Option<u16>,
@@ -442,6 +449,8 @@ struct FlowFile {
 enum Protocol {
     Tcp,
     Udp,
+    /// Request/response transactions over TCP (netperf's TCP_RR).
+    Rr,
 }
 
 /// A UDP flow's payload per datagram unless the file says otherwise.
@@ -738,8 +747,16 @@ impl FlowFile {
             },
             send_method: self.send_method.unwrap_or(defaults.send_method),
         };
-        let udp = match self.protocol.unwrap_or(Protocol::Tcp) {
-            Protocol::Tcp => {
+        let protocol = self.protocol.unwrap_or(Protocol::Tcp);
+        if protocol != Protocol::Rr
+            && (self.request.is_some() || self.response.is_some() || self.request_writes.is_some())
+        {
+            return Err(format!(
+                "flow '{name}': request, response and request_writes are for protocol = \"rr\""
+            ));
+        }
+        let udp = match protocol {
+            Protocol::Tcp | Protocol::Rr => {
                 if self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some() {
                     return Err(format!(
                         "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
@@ -784,20 +801,34 @@ impl FlowFile {
                 Some(probe)
             }
         };
+        let transactions = match protocol {
+            Protocol::Rr => {
+                let request = u32_size("request", self.request, 1)?;
+                Some(TransactionParams {
+                    request_size: request,
+                    response_size: u32_size("response", self.response, request)?,
+                    request_writes: self.request_writes.unwrap_or(1),
+                })
+            }
+            Protocol::Tcp | Protocol::Udp => None,
+        };
+        let params = TestParams {
+            streams,
+            end,
+            mode: self.direction.unwrap_or(Mode::Up),
+            tuning,
+            sample_interval_us,
+            report_interval_us,
+            udp,
+            probe,
+            transactions,
+        };
+        crate::transaction::check(&params).map_err(|e| format!("flow '{name}': {e}"))?;
         Ok(FlowConfig {
             name,
             client,
             start_us,
-            params: TestParams {
-                streams,
-                end,
-                mode: self.direction.unwrap_or(Mode::Up),
-                tuning,
-                sample_interval_us,
-                report_interval_us,
-                udp,
-                probe,
-            },
+            params,
         })
     }
 }

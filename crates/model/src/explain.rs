@@ -40,6 +40,11 @@ const STEADY_FROM: f64 = 0.2;
 /// The loss models describe a steady state of repeated loss; fewer loss events than
 /// this (a slow-start overshoot, say) are not one.
 const MIN_LOSS_EVENTS: u64 = 4;
+/// A transaction held this much longer than a round trip, and at least
+/// `STALL_ROUND_TRIPS` of them, waited for a delayed ACK (Linux delays one 40 ms at
+/// least, TCP_DELACK_MIN).
+const NAGLE_STALL_US: f64 = 10_000.0;
+const STALL_ROUND_TRIPS: f64 = 3.0;
 /// Below this Jain index parallel streams count as unfair.
 const UNFAIR_BELOW: f64 = 0.9;
 /// A flow's 99th-percentile train at least this share of the bottleneck queue
@@ -147,6 +152,9 @@ pub struct TuningFacts {
     pub sndbuf: BufferSize,
     pub rcvbuf: BufferSize,
     pub write_size: u32,
+    /// A request/response run's requests and responses, in place of bulk writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<record::TransactionParams>,
     pub nodelay: bool,
     /// "none", "kernel 90 Mbit/s", "app 20 Mbit/s", "gap 93 Mbit/s", "gap cwnd".
     pub pacing: String,
@@ -450,6 +458,7 @@ fn tuning_facts(
         sndbuf: first.map(|f| f.sndbuf).unwrap_or_default(),
         rcvbuf: first.map(|f| f.rcvbuf).unwrap_or_default(),
         write_size: t.write_size,
+        transactions: run.params.transactions,
         nodelay: t.nodelay,
         pacing,
     }
@@ -457,7 +466,11 @@ fn tuning_facts(
 
 /// The sending end's samples of `flow`, in time order.
 pub fn sender_samples<'a>(run: &'a RunRecord, flow: &FlowRecord) -> Vec<&'a SampleRecord> {
-    let host = flow.direction.sender();
+    end_samples(run, flow, flow.direction.sender())
+}
+
+/// `host`'s samples of `flow`, in time order.
+fn end_samples<'a>(run: &'a RunRecord, flow: &FlowRecord, host: Host) -> Vec<&'a SampleRecord> {
     let mut samples: Vec<&SampleRecord> = run
         .samples
         .iter()
@@ -973,6 +986,12 @@ fn detect(
             );
         }
     }
+    if let Some((message, advice)) = transactions(run, tcp) {
+        find("transactions", message, None);
+        if let Some(stall) = advice {
+            find("nagle_stall", stall.0, Some(stall.1));
+        }
+    }
     if let Some((message, pace)) =
         queue_overflow(run, e.path.as_ref(), &e.tunings, direction, tcp.len())
     {
@@ -1052,6 +1071,68 @@ fn detect(
             None,
         );
     }
+}
+
+/// A request/response run's transactions: their rate and median time in round trips;
+/// and, when each request was split into writes with Nagle on and the median
+/// transaction took a delayed ACK's time more than the round trip, the stall named
+/// from its evidence, with what to change.
+fn transactions(
+    run: &RunRecord,
+    tcp: &[&FlowRecord],
+) -> Option<(String, Option<(String, String)>)> {
+    let (rr, stats) = (run.params.transactions?, run.summary.transactions?);
+    let rtt_us = tcp
+        .iter()
+        .filter_map(|f| min_rtt_us(f, &sender_samples(run, f)))
+        .min();
+    let median_us = stats.latency_us.p50;
+    let round_trips = rtt_us
+        .map(|r| {
+            format!(
+                " ({:.1} round trips of {})",
+                median_us / r as f64,
+                format_duration_us(r)
+            )
+        })
+        .unwrap_or_default();
+    let message = format!(
+        "{} transactions, {:.1} a second: a request of {} in {}, a response of {}; median time {}{round_trips}",
+        stats.count,
+        stats.per_second,
+        format_size(u64::from(rr.request_size)),
+        count(u64::from(rr.request_writes), "write"),
+        format_size(u64::from(rr.response_size)),
+        format_duration_us(median_us.round() as u64),
+    );
+    let held_us = median_us - rtt_us.unwrap_or(0) as f64;
+    let stalled = !run.params.tuning.nodelay
+        && rr.request_writes > 1
+        && held_us >= NAGLE_STALL_US
+        && rtt_us.is_some_and(|r| median_us >= STALL_ROUND_TRIPS * r as f64);
+    if !stalled {
+        return Some((message, None));
+    }
+    // The responder's ACK timeout while it waited for the rest of each request.
+    let ato = median(tcp.iter().flat_map(|f| {
+        end_samples(run, f, f.direction.receiver())
+            .into_iter()
+            .map(|s| f64::from(s.info.ato))
+            .filter(|&a| a > 0.0)
+    }))
+    .map(|a| {
+        format!(
+            " (its ACK timeout, tcpi_ato, was {})",
+            format_duration_us(a as u64)
+        )
+    })
+    .unwrap_or_default();
+    let stall = format!(
+        "Nagle's algorithm and the delayed ACK stalled each transaction: the request's later write (below the MSS) waited for the ACK of its first, which the server delayed{ato}, since it answers only a whole request; the median transaction took {} more than a round trip",
+        format_duration_us(held_us.round() as u64)
+    );
+    let advice = "turn Nagle off (-N, TCP_NODELAY) or write each request in one write (--rr-writes 1, as netperf's TCP_RR does)".to_string();
+    Some((message, Some((stall, advice))))
 }
 
 /// The bottleneck queue dropped packets: how many, and the trains (`crate::burst`) of
@@ -1216,6 +1297,7 @@ mod tests {
             },
             udp: None,
             timed: None,
+            transactions: None,
         }
     }
 
@@ -1728,6 +1810,79 @@ mod tests {
             .find(|f| f.kind == "unfair_streams")
             .unwrap();
         assert!(unfair.message.contains("0.61"), "{}", unfair.message);
+    }
+
+    #[test]
+    fn split_requests_under_nagle_are_named_a_stall_from_the_servers_ack_timeout() {
+        // A 1 ms path; the client's samples saw its round trip, the server's its ACK
+        // timeout of 40 ms.
+        let mut samples: Vec<SampleRecord> =
+            (0..10).map(|k| sample(k, |i| i.min_rtt = 1_000)).collect();
+        samples.extend((0..10).map(|k| SampleRecord {
+            host: Host::Server,
+            ..sample(k, |i| i.ato = 40_000)
+        }));
+        let mut r = run(
+            "rtt 1ms",
+            vec![held(record::Limit::App, flow(0, 20e3))],
+            samples,
+        );
+        r.params.transactions = Some(record::TransactionParams {
+            request_size: 100,
+            response_size: 100,
+            request_writes: 2,
+        });
+        let took = |p50: f64| record::TransactionStats {
+            count: 200,
+            per_second: 20.0,
+            latency_us: record::Quantiles {
+                p50,
+                ..record::Quantiles::default()
+            },
+        };
+        r.summary.transactions = Some(took(44_000.0));
+        let kinds = |r: &RunRecord| -> Vec<&'static str> {
+            explain(r).findings.iter().map(|f| f.kind).collect()
+        };
+        let e = explain(&r);
+        let stall = e.findings.iter().find(|f| f.kind == "nagle_stall").unwrap();
+        assert!(
+            stall.message.contains("tcpi_ato, was 40.0 ms"),
+            "{}",
+            stall.message
+        );
+        assert!(
+            stall.message.contains("43.0 ms more than a round trip"),
+            "{}",
+            stall.message
+        );
+        assert!(e.recommendations.iter().any(|r| r.contains("-N")));
+        let summary = e
+            .findings
+            .iter()
+            .find(|f| f.kind == "transactions")
+            .unwrap();
+        assert!(
+            summary.message.contains("44.0 round trips of 1.00 ms"),
+            "{}",
+            summary.message
+        );
+        // Nagle off, one write, or a time a round trip explains: no stall.
+        let mut nodelay = r.clone();
+        nodelay.params.tuning.nodelay = true;
+        assert!(!kinds(&nodelay).contains(&"nagle_stall"));
+        let mut whole = r.clone();
+        whole.params.transactions.as_mut().unwrap().request_writes = 1;
+        assert!(!kinds(&whole).contains(&"nagle_stall"));
+        let mut quick = r.clone();
+        quick.summary.transactions = Some(took(1_100.0));
+        assert_eq!(
+            kinds(&quick)
+                .iter()
+                .filter(|k| k.starts_with("trans") || **k == "nagle_stall")
+                .collect::<Vec<_>>(),
+            [&"transactions"]
+        );
     }
 
     /// `run` across `spec` whose bottleneck dropped `dropped` packets up, the data flow

@@ -20,6 +20,7 @@ pub mod record;
 pub mod stats;
 pub mod tcpinfo;
 pub mod throughput;
+pub mod transaction;
 pub mod tseq;
 pub mod udp;
 pub mod units;

@@ -147,6 +147,7 @@ impl Default for TestParams {
             report_interval_us: 1_000_000,
             udp: None,
             probe: None,
+            transactions: None,
         }
     }
 }
@@ -169,6 +170,41 @@ pub struct TestParams {
     /// Round-trip probes beside the test (`--probe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeParams>,
+    /// Set for request/response flows (`--rr`): what each transaction sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<TransactionParams>,
+}
+
+/// Request/response transactions on each data connection, as netperf's TCP_RR: the
+/// client writes a request of `request_size` bytes in `request_writes` writes, the
+/// server reads all of it and answers with one write of `response_size` bytes, and the
+/// client reads the whole response before the next request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionParams {
+    pub request_size: u32,
+    pub response_size: u32,
+    /// Writes each request is split into (2: the pattern that meets Nagle's algorithm
+    /// and the peer's delayed ACK).
+    pub request_writes: u32,
+}
+
+/// One transaction as its client timed it: from its request's first write to its
+/// response's last byte read, µs; `start_us` relative to t0 on the client's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    pub start_us: i64,
+    pub latency_us: i64,
+}
+
+/// What a flow's (or a run's) transactions did ([`crate::transaction::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransactionStats {
+    /// Transactions completed within the run's window.
+    pub count: u64,
+    /// `count` over the window's length.
+    pub per_second: f64,
+    /// Each transaction's time, request to whole response, µs.
+    pub latency_us: Quantiles,
 }
 
 /// Round-trip probes: one small UDP request every `interval_us`, which the server
@@ -485,6 +521,9 @@ pub struct FlowRecord {
     /// A timed TCP flow's part up to its deadline, and the drain after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed: Option<Timed>,
+    /// A request/response flow's transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<TransactionStats>,
 }
 
 /// What a TCP flow that ran for a duration delivered by its deadline (the part its rates
@@ -603,6 +642,9 @@ pub struct Summary {
     /// The round-trip probes' figures, when the test had probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<LatencySummary>,
+    /// Over the request/response flows' transactions together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<TransactionStats>,
 }
 
 /// The emulated path a run went through and what its links did.

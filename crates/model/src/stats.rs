@@ -116,10 +116,14 @@ pub enum Metric {
     Latency,
     /// Round trips per minute under load, from the probes.
     Rpm,
+    /// Request/response transactions per second, all flows (over the whole run).
+    Transactions,
+    /// The transactions' median time, request to whole response (µs).
+    TransactionTime,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 10] = [
         Metric::Throughput,
         Metric::Retransmits,
         Metric::Rtt,
@@ -128,6 +132,8 @@ impl Metric {
         Metric::Jitter,
         Metric::Latency,
         Metric::Rpm,
+        Metric::Transactions,
+        Metric::TransactionTime,
     ];
 
     pub fn name(self) -> &'static str {
@@ -140,6 +146,8 @@ impl Metric {
             Metric::Jitter => "jitter",
             Metric::Latency => "latency",
             Metric::Rpm => "rpm",
+            Metric::Transactions => "transactions",
+            Metric::TransactionTime => "transaction_time",
         }
     }
 
@@ -151,7 +159,9 @@ impl Metric {
             | Metric::Rtt
             | Metric::Jitter
             | Metric::Latency
-            | Metric::Rpm => (0.0, f64::INFINITY),
+            | Metric::Rpm
+            | Metric::Transactions
+            | Metric::TransactionTime => (0.0, f64::INFINITY),
             Metric::Fairness | Metric::UdpLoss => (0.0, 1.0),
         }
     }
@@ -161,8 +171,9 @@ impl Metric {
         match self {
             Metric::Throughput => "bit/s",
             Metric::Retransmits => "segments",
-            Metric::Rtt | Metric::Jitter | Metric::Latency => "µs",
+            Metric::Rtt | Metric::Jitter | Metric::Latency | Metric::TransactionTime => "µs",
             Metric::Rpm => "round trips/min",
+            Metric::Transactions => "transactions/s",
             Metric::Fairness | Metric::UdpLoss => "",
         }
     }
@@ -198,6 +209,8 @@ impl Metric {
                 .and_then(|l| l.loaded_rtt_us)
                 .map(|q| q.p50),
             Metric::Rpm => run.summary.latency.as_ref().and_then(|l| l.rpm),
+            Metric::Transactions => run.summary.transactions.map(|t| t.per_second),
+            Metric::TransactionTime => run.summary.transactions.map(|t| t.latency_us.p50),
         }
     }
 }

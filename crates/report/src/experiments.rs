@@ -17,7 +17,8 @@ use crate::results::{summarize, ExperimentRuns, PointResult, ResultTable};
 
 /// The metrics worth a chart for this experiment's flows: throughput always;
 /// retransmits and RTT with TCP flows; fairness with two TCP flows or more; UDP loss
-/// and jitter with UDP flows.
+/// and jitter with UDP flows; latency and RPM with probes; transactions with
+/// request/response flows.
 pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
     let flows = || data.points.iter().flat_map(|p| &p.config.flows);
     let tcp_streams = |p: &Point| -> u32 {
@@ -46,6 +47,9 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
     }
     if flows().any(|f| f.params.probe.is_some()) {
         out.extend([Metric::Latency, Metric::Rpm]);
+    }
+    if flows().any(|f| f.params.transactions.is_some()) {
+        out.extend([Metric::Transactions, Metric::TransactionTime]);
     }
     out
 }
@@ -103,6 +107,16 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
             "Responsiveness",
             y("round trips per minute (RPM)", Quantity::Number),
             "RPM: 60 s over the trimmed mean of the probes' round trips under load (the slowest 10 % left out).".into(),
+        ),
+        Metric::Transactions => (
+            "Transactions",
+            y("transactions per second", Quantity::Number),
+            "Transactions: request/response exchanges completed per second, all connections together (the whole run, warm-up included).".into(),
+        ),
+        Metric::TransactionTime => (
+            "Transaction time",
+            y("median transaction time", Quantity::Duration),
+            "Transaction time: the median time from a request's first write to its response's last byte read.".into(),
         ),
     }
 }

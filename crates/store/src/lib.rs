@@ -634,6 +634,7 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
     cols.push(("udp_json", opt_json(s.udp.as_ref())));
     cols.push(("trace_json", opt_json(run.trace.as_ref())));
     cols.push(("latency_json", opt_json(s.latency.as_ref())));
+    cols.push(("transactions_json", opt_json(s.transactions.as_ref())));
     Ok(cols)
 }
 
@@ -678,6 +679,7 @@ fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
     cols.extend(rtt_values(&f.rtt));
     cols.push(("udp_json", opt_json(f.udp.as_ref())));
     cols.push(("timed_json", opt_json(f.timed.as_ref())));
+    cols.push(("transactions_json", opt_json(f.transactions.as_ref())));
     cols
 }
 
@@ -977,6 +979,7 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
             cpu_server: read_cpu(r, CPU_SERVER)?,
             udp: r.opt_json("udp_json")?,
             latency: r.opt_json("latency_json")?,
+            transactions: r.opt_json("transactions_json")?,
         },
         flows: Vec::new(),
         intervals: Vec::new(),
@@ -1024,6 +1027,7 @@ fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
         rtt: read_rtt(r)?,
         udp: r.opt_json("udp_json")?,
         timed: r.opt_json("timed_json")?,
+        transactions: r.opt_json("transactions_json")?,
     })
 }
 

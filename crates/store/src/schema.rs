@@ -194,10 +194,11 @@ pub(crate) static MIGRATIONS: &[fn() -> String] = &[
     migration_6,
     migration_7,
     migration_8,
+    migration_9,
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -349,6 +350,16 @@ CREATE TABLE probes (
     down_owd_us INTEGER
 );
 CREATE INDEX probes_run_seq ON probes (run_id, seq);
+"#
+    .to_string()
+}
+
+/// Migration 9: request/response transactions (`--rr`): a run's and each flow's figures
+/// (JSON `TransactionStats`).
+fn migration_9() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN transactions_json TEXT;
+ALTER TABLE flows ADD COLUMN transactions_json TEXT;
 "#
     .to_string()
 }

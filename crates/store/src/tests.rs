@@ -9,8 +9,8 @@ use tcplab_model::events::{CaState, EventRecord, KernelEvent, TraceRecord};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord,
     LatencySummary, Limit, LimitShares, Mode, ProbeParams, ProbeRecord, Quantiles, RttStats,
-    RunRecord, RunStatus, SampleRecord, SendMethod, Summary, TestEnd, TestParams, Timed, Tuning,
-    UdpInterval, UdpStats, SCHEMA,
+    RunRecord, RunStatus, SampleRecord, SendMethod, Summary, TestEnd, TestParams, Timed,
+    TransactionStats, Tuning, UdpInterval, UdpStats, SCHEMA,
 };
 use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
@@ -103,6 +103,11 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
             received_bytes: 1_199_000_000,
             drain_seconds: 0.0625,
             unacked_bytes: 1448,
+        }),
+        transactions: Some(TransactionStats {
+            count: 410,
+            per_second: 41.0,
+            latency_us: udp_stats().owd_us,
         }),
     }
 }
@@ -224,6 +229,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 interval_us: 10_000,
                 idle_us: 2_000_000,
             }),
+            transactions: None,
         },
         client: HostMeta {
             hostname: "alpha".into(),
@@ -286,6 +292,11 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 lost_down: 1,
                 rpm: Some(2985.07),
                 send_error_us: udp_stats().owd_us,
+            }),
+            transactions: Some(TransactionStats {
+                count: 820,
+                per_second: 82.0,
+                latency_us: udp_stats().owd_us,
             }),
         },
         flows,
@@ -915,7 +926,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
              experiment_id point repetition udp_json limit_pacing window_seconds trace_json \
-             latency_json",
+             latency_json transactions_json",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -924,7 +935,8 @@ fn expected_columns(table: Table) -> Vec<String> {
              sent_bps received_bps sender_seconds receiver_seconds retransmits samples \
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
              rtt_mean_us rtt_max_us host udp_json limit_pacing kernel_limit_rwnd \
-             kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app timed_json",
+             kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app timed_json \
+             transactions_json",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \

@@ -17,6 +17,7 @@ use std::time::Duration;
 use tcplab_model::limits::{self, LimitTally, Writer};
 use tcplab_model::record::{
     BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
+    Transaction,
 };
 use tcplab_model::tcpinfo::{SkMemInfo, TcpInfo};
 use tcplab_model::throughput;
@@ -25,6 +26,7 @@ use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
 use crate::protocol::{DeadlineCount, Role, SideFlow, SideInterval, SideReport};
+use crate::transact;
 
 /// How long the sender of a byte count waits, after its last write, for the receiver to
 /// acknowledge everything (a timed test's drain is bounded by
@@ -116,20 +118,20 @@ pub struct SideOutcome {
 }
 
 /// Shared between a flow's thread and the monitor.
-struct FlowShared {
+pub(crate) struct FlowShared {
     id: u32,
     role: Role,
-    stream: TcpStream,
+    pub(crate) stream: TcpStream,
     /// Taken at setup: a socket closed by its peer no longer knows them.
     local_addr: String,
     peer_addr: String,
     /// Bytes written (sender) or read (receiver) so far.
-    bytes: AtomicU64,
+    pub(crate) bytes: AtomicU64,
     /// A sender is still writing: after its last write it only waits for the
     /// acknowledgements, which no limit describes.
-    writing: AtomicBool,
+    pub(crate) writing: AtomicBool,
     /// A sender is inside a write call (blocked on its buffer, or copying).
-    in_write: AtomicBool,
+    pub(crate) in_write: AtomicBool,
     done: AtomicBool,
     /// Set by a sender that the drain limit stopped, when its end resets such
     /// connections: the monitor resets it once it has counted its last interval.
@@ -307,6 +309,7 @@ fn side_flow(
         udp: None,
         at_deadline: watched.at_deadline,
         unacked: outcome.unacked,
+        transactions: outcome.transactions,
     }
 }
 
@@ -324,6 +327,8 @@ struct FlowOutcome {
     first: Option<TcpInfo>,
     last: Option<TcpInfo>,
     error: Option<String>,
+    /// A request/response flow's transactions, as its requester timed them.
+    transactions: Vec<Transaction>,
 }
 
 fn run_flow(
@@ -335,12 +340,19 @@ fn run_flow(
 ) -> FlowOutcome {
     let fd = flow.stream.as_fd();
     let first = sockopt::tcp_info(fd).ok();
-    let result = match flow.role {
-        Role::Send => {
+    let mut transactions = Vec::new();
+    let result = match (flow.role, params.transactions) {
+        (Role::Send, None) => {
             let acked_base = first.as_ref().map_or(0, |i| i.bytes_acked);
             send_until_end(flow, params, t0_us, acked_base, stop)
         }
-        Role::Receive => receive_until_eof(flow, params, t0_us.min(peer_t0_us), stop),
+        (Role::Receive, None) => receive_until_eof(flow, params, t0_us.min(peer_t0_us), stop),
+        (Role::Send, Some(rr)) => {
+            transact::request_until_end(flow, params, rr, t0_us, &mut transactions, stop)
+        }
+        (Role::Receive, Some(rr)) => {
+            transact::respond_until_eof(flow, params, rr, t0_us.min(peer_t0_us), stop)
+        }
     };
     let end_us = monotonic_us();
     let last = sockopt::tcp_info(fd).ok();
@@ -356,17 +368,18 @@ fn run_flow(
         first,
         last,
         error,
+        transactions,
     }
 }
 
 /// What a flow's thread moved: bytes written (sender) or read (receiver), and a sender's
 /// bytes left unacknowledged when the drain limit ended its connection.
-struct Moved {
-    bytes: u64,
-    unacked: u64,
+pub(crate) struct Moved {
+    pub(crate) bytes: u64,
+    pub(crate) unacked: u64,
 }
 
-type FlowResult = Result<Moved, (u64, io::Error)>;
+pub(crate) type FlowResult = Result<Moved, (u64, io::Error)>;
 
 /// A blocked read or write that SO_RCVTIMEO/SO_SNDTIMEO or a signal cut short.
 pub(crate) fn timed_out(e: &io::Error) -> bool {

@@ -139,6 +139,7 @@ pub fn check_request(params: &TestParams, limits: &ServerLimits) -> Result<(), S
     if let Some(probe) = &params.probe {
         tcplab_model::probe::check(probe)?;
     }
+    tcplab_model::transaction::check(params)?;
     if params.sample_interval_us != 0 && params.sample_interval_us < MIN_SAMPLE_INTERVAL_US {
         return Err(format!(
             "sampling interval must be 0 (off) or at least {MIN_SAMPLE_INTERVAL_US} µs"

@@ -12,9 +12,10 @@ use tcplab_model::events::TraceRecord;
 use tcplab_model::record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
     Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams, Timed,
-    UdpInterval, UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
+    Transaction, UdpInterval, UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
 };
 use tcplab_model::throughput::{self, Counted};
+use tcplab_model::transaction;
 
 use crate::flow_roles;
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
@@ -233,6 +234,30 @@ pub fn merge(
         .collect();
     samples.sort_by_key(|s| (s.t_us, s.flow));
 
+    // Over every requester's transactions at once, not flow by flow.
+    let requesters: Vec<&SideFlow> = client
+        .report
+        .flows
+        .iter()
+        .filter(|f| !f.transactions.is_empty())
+        .collect();
+    let transactions = requesters.first().and_then(|first| {
+        let all: Vec<Transaction> = requesters
+            .iter()
+            .flat_map(|f| f.transactions.iter().copied())
+            .collect();
+        let (end_us, seconds) = transaction_window(&context.params, first);
+        transaction::stats(&all, end_us, seconds)
+    });
+
+    let mut summary = summarize(
+        &flows,
+        &intervals,
+        client.report.cpu,
+        server.as_ref().map(|s| s.report.cpu).unwrap_or_default(),
+    );
+    summary.transactions = transactions;
+
     RunRecord {
         schema: SCHEMA.to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -246,12 +271,7 @@ pub fn merge(
         client: context.client_meta.clone(),
         server: context.server_meta.clone(),
         clock: context.clock,
-        summary: summarize(
-            &flows,
-            &intervals,
-            client.report.cpu,
-            server.as_ref().map(|s| s.report.cpu).unwrap_or_default(),
-        ),
+        summary,
         flows,
         intervals,
         path: None,
@@ -316,7 +336,21 @@ fn flow_record(
         rtt: sender.map(|f| f.rtt).unwrap_or_default(),
         udp: udp_stats(sender, receiver, same_clock),
         timed,
+        transactions: sender.and_then(|f| {
+            let (end_us, seconds) = transaction_window(params, f);
+            transaction::stats(&f.transactions, end_us, seconds)
+        }),
     }
+}
+
+/// Where a requester's transactions count: to a timed test's deadline, else to its
+/// last; as the end relative to t0 and the window's length in seconds.
+fn transaction_window(params: &TestParams, requester: &SideFlow) -> (i64, f64) {
+    let end_us = match params.end {
+        TestEnd::Duration { us } => us as i64,
+        TestEnd::Bytes { .. } => requester.end_us - requester.start_us,
+    };
+    (end_us, end_us.max(0) as f64 / 1e6)
 }
 
 /// A timed TCP flow's part up to its deadline, when both ends counted their bytes there.
@@ -509,6 +543,7 @@ fn summarize(
         cpu_server,
         udp: udp_summary(flows),
         latency: None,
+        transactions: transaction::combine(flows.iter().filter_map(|f| f.transactions)),
     }
 }
 
@@ -600,6 +635,7 @@ mod tests {
             udp: None,
             at_deadline: None,
             unacked: 0,
+            transactions: Vec::new(),
         }
     }
 

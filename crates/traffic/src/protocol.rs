@@ -26,7 +26,7 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, Host, HostMeta, LimitShares, RttStats,
-    SampleRecord, TestParams, UdpInterval, UdpStats,
+    SampleRecord, TestParams, Transaction, UdpInterval, UdpStats,
 };
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
@@ -363,6 +363,10 @@ pub struct SideFlow {
     /// A sender's bytes not acknowledged when the drain limit ended the connection.
     #[serde(default)]
     pub unacked: u64,
+    /// A request/response flow's transactions, timed by the client that made them
+    /// (relative to its t0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transactions: Vec<Transaction>,
 }
 
 /// A flow's bytes counted when the test's deadline passed: acknowledged (sender) or read

@@ -461,6 +461,7 @@ fn side_flow(
         udp: Some(udp),
         at_deadline: None,
         unacked: 0,
+        transactions: Vec::new(),
     }
 }
 

@@ -267,6 +267,9 @@ pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
     if params.probe.is_some() {
         return unsupported("--probe needs a tcplab server, which echoes the probes");
     }
+    if params.transactions.is_some() {
+        return unsupported("--rr needs a tcplab server, which answers the requests");
+    }
     if tuning.sndbuf != tuning.rcvbuf {
         return unsupported(
             "iperf3 sets one buffer size on both ends (-w), not --sndbuf/--rcvbuf apart",
@@ -510,6 +513,7 @@ fn server_report(
                 // iperf3 reports its totals only.
                 at_deadline: None,
                 unacked: 0,
+                transactions: Vec::new(),
             })
         })
         .collect::<Result<_, String>>()?;
@@ -620,6 +624,16 @@ mod tests {
                 })
             },
             "--probe",
+        );
+        refused(
+            &|p| {
+                p.transactions = Some(tcplab_model::record::TransactionParams {
+                    request_size: 100,
+                    response_size: 100,
+                    request_writes: 2,
+                })
+            },
+            "--rr",
         );
         refused(
             &|p| p.end = TestEnd::Duration { us: 1_500_000 },

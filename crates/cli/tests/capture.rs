@@ -4,39 +4,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
 use support::*;
-use tcplab_sys::netns::{in_ci, privileged_or_skip};
-
-/// Whether tshark is here: in CI it must be, elsewhere the test skips.
-fn tshark_or_skip(test: &str) -> bool {
-    let found = Command::new("tshark").arg("-v").output().is_ok();
-    match (found, in_ci()) {
-        (true, _) => true,
-        (false, true) => panic!("{test}: CI must have tshark"),
-        (false, false) => {
-            eprintln!("SKIP {test}: no tshark");
-            false
-        }
-    }
-}
-
-/// tshark's fields of every packet that `filter` selects, tab-separated.
-fn tshark(file: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
-    let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(file).args(["-Y", filter, "-T", "fields"]);
-    for field in fields {
-        cmd.args(["-e", field]);
-    }
-    let out = cmd.output().expect("running tshark");
-    assert!(out.status.success(), "tshark: {out:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
+use tcplab_sys::netns::privileged_or_skip;
 
 /// The bar: each direction's packets per fate, as tshark reads the file's comments,
 /// equal the link's counters; the retransmissions tshark finds in the up direction

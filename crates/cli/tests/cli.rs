@@ -80,6 +80,29 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
         1,
         &["--probe", "tcplab server"],
     );
+    assert_one_line_error(&["run", "h", "--rr", "0"], 1, &["--rr", "request"]);
+    assert_one_line_error(&["run", "h", "--rr", "1x"], 2, &["--rr"]);
+    assert_one_line_error(
+        &["run", "h", "--rr", "100,20M"],
+        1,
+        &["--rr", "response size 20 MiB", "16 MiB"],
+    );
+    assert_one_line_error(
+        &["run", "h", "--rr", "10", "--rr-writes", "11"],
+        1,
+        &["--rr", "11 writes"],
+    );
+    assert_one_line_error(&["run", "h", "--rr-writes", "2"], 2, &["--rr"]);
+    assert_one_line_error(
+        &["run", "h", "--rr", "100", "-R"],
+        2,
+        &["--rr", "--reverse"],
+    );
+    assert_one_line_error(
+        &["run", "h", "--iperf3", "--rr", "100"],
+        1,
+        &["--rr", "tcplab server"],
+    );
     assert_one_line_error(
         &["run", "h", "-C", "no-such-cc"],
         1,

@@ -107,6 +107,43 @@ fn quick_rrul_and_voip_show_latency_under_load() {
     assert!(latency_ms > 40.0, "voip loaded p50 {latency_ms:.1} ms");
 }
 
+/// The quick Nagle study: beside a bulk upload, transactions whose requests go in two
+/// writes with Nagle on wait a delayed ACK (≥ 35 ms) more than any other pattern; one
+/// write, or -N, removes the stall. Load only adds queueing to every pattern alike.
+#[test]
+fn the_quick_nagle_study_shows_the_stall_and_its_cures() {
+    if !privileged_or_skip("nagle") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = run_quick("nagle", dir.path());
+    let times = results(&db, "transaction_time");
+    let time_ms = |nodelay: bool, writes: u64| {
+        let label = format!("nodelay={nodelay} writes={writes}");
+        times["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["label"] == label.as_str())
+            .map(|p| f64_at(p, "/mean") / 1e3)
+            .unwrap_or_else(|| panic!("no point nodelay {nodelay} writes {writes}: {times}"))
+    };
+    let stalled = time_ms(false, 2);
+    println!(
+        "median transaction beside the upload: Nagle, 2 writes {stalled:.1} ms; 1 write {:.2} ms; -N {:.2} / {:.2} ms",
+        time_ms(false, 1),
+        time_ms(true, 1),
+        time_ms(true, 2)
+    );
+    for (nodelay, writes) in [(false, 1), (true, 1), (true, 2)] {
+        let quick = time_ms(nodelay, writes);
+        assert!(
+            stalled >= quick + 35.0,
+            "Nagle with 2 writes {stalled:.1} ms against {quick:.1} ms (nodelay {nodelay}, {writes} writes)"
+        );
+    }
+}
 /// The quick bufferbloat study: RRUL through a 4-BDP queue (80 ms each way when full) at
 /// 20 Mbit/s. Drop-tail lets the probes wait behind both queues; fq_codel keeps them
 /// near the base 20 ms (a sparse flow, served first) at the same throughput; PIE holds

@@ -4,6 +4,7 @@
 
 use crate::record::{Mode, TestParams, Transaction, TransactionParams, TransactionStats};
 use crate::udp::quantiles;
+use crate::units::format_size;
 
 /// The largest request or response: a transaction is a message, not a transfer.
 pub const MAX_MESSAGE: u32 = 16 << 20;
@@ -23,7 +24,9 @@ pub fn check(params: &TestParams) -> Result<(), String> {
     for (what, size) in [("request", request_size), ("response", response_size)] {
         if !(1..=MAX_MESSAGE).contains(&size) {
             return Err(format!(
-                "{what} size {size} is outside 1..={MAX_MESSAGE} bytes"
+                "{what} size {} is outside 1 B..={}",
+                format_size(u64::from(size)),
+                format_size(u64::from(MAX_MESSAGE))
             ));
         }
     }
@@ -118,7 +121,7 @@ mod tests {
         assert!(check(&rr(100, 100, 2)).is_ok());
         assert!(check(&TestParams::default()).is_ok());
         let err = |p: TestParams| check(&p).unwrap_err();
-        assert!(err(rr(0, 1, 1)).contains("request size 0"));
+        assert!(err(rr(0, 1, 1)).contains("request size 0 B"));
         assert!(err(rr(1, MAX_MESSAGE + 1, 1)).contains("response size"));
         assert!(err(rr(1, 1, 2)).contains("split into 2 writes"));
         assert!(err(rr(100, 1, 0)).contains("into 0 writes"));

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
 use tcplab_model::path::Pace;
-use tcplab_model::record::{Mode, ProbeParams, TestEnd};
+use tcplab_model::record::{Mode, ProbeParams, TestEnd, TransactionParams};
 
 fn ok(text: &str) -> Experiment {
     parse(text, "test").unwrap_or_else(|e| panic!("{e}"))
@@ -255,6 +255,56 @@ fn udp_flows_take_a_rate_a_size_and_a_burst() {
         (
             "[[flow]]\nprotocol = \"udp\"\nrate = 1\nburst = 0\n",
             "burst",
+        ),
+    ] {
+        let e = err(text);
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn request_response_flows_take_sizes_and_writes() {
+    let e = ok(r#"
+        [[flow]]
+        name = "rr"
+        protocol = "rr"
+        request = "1K"
+        [[axis]]
+        key = "flow.rr.request_writes"
+        values = [1, 2]
+    "#);
+    let rr = |i: usize| e.points[i].config.flows[0].params.transactions.unwrap();
+    assert_eq!(
+        rr(1),
+        TransactionParams {
+            request_size: 1024,
+            response_size: 1024,
+            request_writes: 2
+        }
+    );
+    assert_eq!(rr(0).request_writes, 1);
+    let netperfs = ok("[[flow]]\nprotocol = \"rr\"\n");
+    assert_eq!(
+        netperfs.points[0].config.flows[0].params.transactions,
+        Some(TransactionParams {
+            request_size: 1,
+            response_size: 1,
+            request_writes: 1
+        })
+    );
+    for (text, needle) in [
+        ("[[flow]]\nrequest = 100\n", "for protocol = \"rr\""),
+        (
+            "[[flow]]\nprotocol = \"rr\"\nrequest = 10\nrequest_writes = 11\n",
+            "11 writes",
+        ),
+        (
+            "[[flow]]\nprotocol = \"rr\"\ndirection = \"down\"\n",
+            "-R and --bidir",
+        ),
+        (
+            "[[flow]]\nprotocol = \"rr\"\nresponse = 0\n",
+            "response must be above 0",
         ),
     ] {
         let e = err(text);

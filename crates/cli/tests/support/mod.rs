@@ -844,3 +844,31 @@ pub fn assert_charts_hold(db: &std::path::Path) {
     let errors = chart_errors(db, STALL_US);
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
+
+/// Whether tshark is here: in CI it must be, elsewhere the test skips.
+pub fn tshark_or_skip(test: &str) -> bool {
+    let found = Command::new("tshark").arg("-v").output().is_ok();
+    match (found, tcplab_sys::netns::in_ci()) {
+        (true, _) => true,
+        (false, true) => panic!("{test}: CI must have tshark"),
+        (false, false) => {
+            eprintln!("SKIP {test}: no tshark");
+            false
+        }
+    }
+}
+
+/// tshark's fields of every packet that `filter` selects, tab-separated.
+pub fn tshark(file: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<String> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r").arg(file).args(["-Y", filter, "-T", "fields"]);
+    for field in fields {
+        cmd.args(["-e", field]);
+    }
+    let out = cmd.output().expect("running tshark");
+    assert!(out.status.success(), "tshark: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}

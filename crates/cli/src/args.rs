@@ -295,8 +295,8 @@ pub struct TestArgs {
     /// Send this many bytes per stream instead of running for a time (e.g. 100M).
     #[arg(long, short = 'n', value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub bytes: Option<u64>,
-    /// Parallel streams (per direction).
-    #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=128))]
+    /// Parallel streams (per direction); 0 with --probe: the probes alone, no load.
+    #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=128))]
     pub parallel: u16,
     /// Reverse: the server sends, the client receives.
     #[arg(long, short = 'R', conflicts_with = "bidir")]
@@ -688,6 +688,11 @@ impl TestArgs {
             tcplab_model::transaction::check(&p)
                 .map(|()| p)
                 .map_err(|e| format!("--rr: {e}"))
+        })
+        .and_then(|p| {
+            tcplab_model::probe::check_alone(&p)
+                .map(|()| p)
+                .map_err(|e| format!("-P 0: {e}"))
         })
         .and_then(|p| match &p.udp {
             Some(u) if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&u.datagram_size)

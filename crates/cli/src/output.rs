@@ -124,6 +124,9 @@ pub fn server_cap_line(cap_bps: u64) -> String {
 
 /// The tunings each flow got, requested against effective.
 pub fn flow_setup(run: &RunRecord) -> Vec<String> {
+    if run.flows.is_empty() {
+        return Vec::new();
+    }
     let mut lines = vec![format!(
         "{:<7} {:<5} {:<8} {:>5}  {:<36} {}",
         "[flow]", "dir", "cc", "mss", "sndbuf (sender)", "rcvbuf (receiver)"
@@ -181,7 +184,9 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
     } else {
         String::new()
     };
-    lines.push(format!(
+    // Probes alone move no data.
+    if !run.flows.is_empty() {
+        lines.push(format!(
         "total:  {} over the run's {:.2} s (sender's count {})   sent {}, received {}{retransmits}",
         format_rate(s.received_bps),
         s.window_seconds,
@@ -189,6 +194,7 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         format_size(s.sent_bytes),
         format_size(s.received_bytes),
     ));
+    }
     if let Some(u) = &s.udp {
         lines.push(udp_line(u, &run.clock));
     }

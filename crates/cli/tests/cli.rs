@@ -80,6 +80,12 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
         1,
         &["--probe", "tcplab server"],
     );
+    assert_one_line_error(&["run", "h", "-P", "0"], 1, &["-P 0", "probes alone"]);
+    assert_one_line_error(
+        &["run", "h", "-P", "0", "--probe", "10ms", "-n", "1M"],
+        1,
+        &["-P 0", "a duration"],
+    );
     assert_one_line_error(&["run", "h", "--rr", "0"], 1, &["--rr", "request"]);
     assert_one_line_error(&["run", "h", "--rr", "1x"], 2, &["--rr"]);
     assert_one_line_error(

@@ -108,7 +108,8 @@ fn probes_agree_with_ping_and_split_the_round_trip_as_the_path_does() {
 }
 
 /// Loss on one direction is loss that way only: the other way loses nothing, and the
-/// lossy way loses what a binomial draw allows.
+/// lossy way loses what a binomial draw allows. The probes run alone (`-P 0`): the run
+/// has no flow and lasts its duration, a probe every 2 ms.
 #[test]
 fn loss_one_way_is_counted_that_way() {
     if !privileged_or_skip("probe_loss") {
@@ -121,20 +122,15 @@ fn loss_one_way_is_counted_that_way() {
     ] {
         let run = run_path(
             spec,
-            &[
-                "-u",
-                "-b",
-                "10kbit",
-                "-t",
-                "3s",
-                "--probe",
-                "2ms",
-                "--probe-idle",
-                "0",
-            ],
+            &["-P", "0", "-t", "3s", "--probe", "2ms", "--probe-idle", "0"],
         );
         let latency = &run["summary"]["latency"];
         let sent = u64_at(latency, "/sent");
+        assert_eq!(flows(&run).len(), 0, "{spec}: probes alone");
+        assert!(
+            (1485..=1515).contains(&sent),
+            "{spec}: {sent} probes in 3 s at 2 ms"
+        );
         let (lost_up, lost_down) = (u64_at(latency, "/lost_up"), u64_at(latency, "/lost_down"));
         // Down-lossy: the server answered all that reached it.
         let (lost, exposed, clean) = match lossy {

@@ -451,7 +451,12 @@ enum Protocol {
     Udp,
     /// Request/response transactions over TCP (netperf's TCP_RR).
     Rr,
+    /// Round-trip probes alone, no load (`probe`, 10 ms when not given).
+    Probe,
 }
+
+/// A probe flow's interval unless the file says otherwise (flent samples every 200 ms).
+const DEFAULT_PROBE_INTERVAL_US: u64 = 10_000;
 
 /// A UDP flow's payload per datagram unless the file says otherwise.
 const DEFAULT_DATAGRAM: u32 = 1448;
@@ -680,8 +685,17 @@ impl FlowFile {
                 crate::units::count(clients, "client")
             ));
         }
-        let streams = self.streams.unwrap_or(1);
-        if !(1..=MAX_STREAMS).contains(&streams) {
+        let protocol = self.protocol.unwrap_or(Protocol::Tcp);
+        let streams = match (protocol, self.streams) {
+            (Protocol::Probe, Some(_)) => {
+                return Err(format!(
+                    "flow '{name}': protocol = \"probe\" is probes alone: it has no streams"
+                ))
+            }
+            (Protocol::Probe, None) => 0,
+            (_, streams) => streams.unwrap_or(1),
+        };
+        if protocol != Protocol::Probe && !(1..=MAX_STREAMS).contains(&streams) {
             return Err(format!(
                 "flow '{name}': streams {streams} is not in 1..={MAX_STREAMS}"
             ));
@@ -747,7 +761,6 @@ impl FlowFile {
             },
             send_method: self.send_method.unwrap_or(defaults.send_method),
         };
-        let protocol = self.protocol.unwrap_or(Protocol::Tcp);
         if protocol != Protocol::Rr
             && (self.request.is_some() || self.response.is_some() || self.request_writes.is_some())
         {
@@ -756,7 +769,7 @@ impl FlowFile {
             ));
         }
         let udp = match protocol {
-            Protocol::Tcp | Protocol::Rr => {
+            Protocol::Tcp | Protocol::Rr | Protocol::Probe => {
                 if self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some() {
                     return Err(format!(
                         "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
@@ -789,7 +802,11 @@ impl FlowFile {
                 })
             }
         };
-        let probe = match (self.probe, self.probe_idle) {
+        let probe_interval = match protocol {
+            Protocol::Probe => self.probe.or(Some(Micros(DEFAULT_PROBE_INTERVAL_US))),
+            Protocol::Tcp | Protocol::Udp | Protocol::Rr => self.probe,
+        };
+        let probe = match (probe_interval, self.probe_idle) {
             (None, Some(_)) => return Err(format!("flow '{name}': probe_idle needs probe")),
             (None, None) => None,
             (Some(interval), idle) => {
@@ -810,7 +827,7 @@ impl FlowFile {
                     request_writes: self.request_writes.unwrap_or(1),
                 })
             }
-            Protocol::Tcp | Protocol::Udp => None,
+            Protocol::Tcp | Protocol::Udp | Protocol::Probe => None,
         };
         let params = TestParams {
             streams,
@@ -823,7 +840,9 @@ impl FlowFile {
             probe,
             transactions,
         };
-        crate::transaction::check(&params).map_err(|e| format!("flow '{name}': {e}"))?;
+        crate::transaction::check(&params)
+            .and_then(|()| crate::probe::check_alone(&params))
+            .map_err(|e| format!("flow '{name}': {e}"))?;
         Ok(FlowConfig {
             name,
             client,

@@ -718,7 +718,7 @@ fn verdict(
     if tcp.is_empty() {
         return v(
             Limit::App,
-            "no TCP flows: UDP senders send at the rate they are given".into(),
+            "no TCP flows: nothing adapts its rate to the path (UDP flows send at the rate they are given, probes at their interval)".into(),
         );
     }
     let link_full = bounds.link_bps.filter(|l| measured >= LINK_FULL * l);
@@ -1028,7 +1028,7 @@ fn detect(
             bdp.map(|b| format!("let the receiver advertise ≥ the BDP of {}: a larger --rcvbuf, or leave it to autotuning (tcp_rmem's maximum)", format_size(b))),
         );
     }
-    if e.limits.app >= SHARE_NOTED {
+    if !tcp.is_empty() && e.limits.app >= SHARE_NOTED {
         find(
             "application_limited",
             format!(

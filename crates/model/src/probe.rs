@@ -8,7 +8,7 @@
 //! t2 − offset − t1 and the way down t4 − (t3 − offset): the two add up to the round
 //! trip whatever the offset, and each is exact when both ends read one clock.
 
-use crate::record::{LatencySummary, ProbeParams, ProbeRecord};
+use crate::record::{LatencySummary, ProbeParams, ProbeRecord, TestEnd, TestParams};
 use crate::udp::quantiles;
 use crate::units::format_duration_us;
 
@@ -36,6 +36,22 @@ pub fn check(params: &ProbeParams) -> Result<(), String> {
             format_duration_us(params.idle_us),
             format_duration_us(MAX_IDLE_US)
         ));
+    }
+    Ok(())
+}
+
+/// A test of no streams is probes alone (`protocol = "probe"`, `-P 0`): it needs probes
+/// and a duration, and carries nothing else. Checked by the client and the server.
+pub fn check_alone(params: &TestParams) -> Result<(), String> {
+    if params.streams > 0 {
+        return Ok(());
+    }
+    let timed = matches!(params.end, TestEnd::Duration { .. });
+    if params.probe.is_none() || !timed || params.udp.is_some() || params.transactions.is_some() {
+        return Err(
+            "a test of 0 streams is probes alone: it needs probes and a duration, and no UDP or transactions"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -194,6 +210,27 @@ mod tests {
             server_recv_us: t2,
             server_send_us: t3,
         }
+    }
+
+    #[test]
+    fn probes_alone_need_probes_and_a_duration() {
+        let alone = TestParams {
+            streams: 0,
+            probe: Some(ProbeParams {
+                interval_us: 10_000,
+                idle_us: 0,
+            }),
+            ..TestParams::default()
+        };
+        assert_eq!(check_alone(&alone), Ok(()));
+        assert_eq!(check_alone(&TestParams::default()), Ok(()));
+        let refused = |change: fn(&mut TestParams)| {
+            let mut p = alone.clone();
+            change(&mut p);
+            assert!(check_alone(&p).unwrap_err().contains("probes alone"));
+        };
+        refused(|p| p.probe = None);
+        refused(|p| p.end = TestEnd::Bytes { bytes: 1 });
     }
 
     #[test]

@@ -313,6 +313,45 @@ fn request_response_flows_take_sizes_and_writes() {
 }
 
 #[test]
+fn a_probe_flow_is_probes_alone() {
+    let e = ok(r#"
+        [[flow]]
+        name = "load"
+        start = "2s"
+        [[flow]]
+        name = "ping"
+        protocol = "probe"
+        probe_idle = "1s"
+    "#);
+    let ping = &e.points[0].config.flows[1].params;
+    assert_eq!(ping.streams, 0);
+    assert_eq!(
+        ping.probe,
+        Some(ProbeParams {
+            interval_us: 10_000,
+            idle_us: 1_000_000
+        })
+    );
+    for (text, needle) in [
+        (
+            "[[flow]]\nprotocol = \"probe\"\nstreams = 2\n",
+            "no streams",
+        ),
+        (
+            "[[flow]]\nprotocol = \"probe\"\nbytes = \"1M\"\n",
+            "a duration",
+        ),
+        (
+            "[[flow]]\nprotocol = \"probe\"\nrate = \"1mbit\"\n",
+            "for protocol = \"udp\"",
+        ),
+    ] {
+        let e = err(text);
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+    }
+}
+
+#[test]
 fn a_flow_takes_probes_beside_it() {
     let e = ok(r#"
         [[flow]]

@@ -156,6 +156,10 @@ pub fn run_side(
         pacing,
         reset_cut_drains,
     } = end;
+    if flows.is_empty() {
+        // Probes alone: this end has nothing to move, but the test lasts its duration.
+        return idle_until_deadline(params, t0_us, &stop);
+    }
     let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
     let shared: Vec<Arc<FlowShared>> = flows
         .into_iter()
@@ -263,6 +267,22 @@ pub fn run_side(
             cpu: cpu::usage(cpu_spent, (end_us - t0_us).max(1) as u64),
         },
         samples: watch.samples,
+    }
+}
+
+/// An end without flows (probes alone) waits out the test's time.
+fn idle_until_deadline(params: &TestParams, t0_us: i64, stop: &AtomicBool) -> SideOutcome {
+    let deadline = params.end.deadline_us(t0_us).unwrap_or(t0_us);
+    while !stop.load(Ordering::Relaxed) && monotonic_us() < deadline {
+        let left = (deadline - monotonic_us()).max(0) as u64;
+        thread::sleep(Duration::from_micros(left).min(STOP_POLL));
+    }
+    SideOutcome {
+        report: SideReport {
+            flows: Vec::new(),
+            cpu: cpu::usage(CpuTime::default(), (monotonic_us() - t0_us).max(1) as u64),
+        },
+        samples: Vec::new(),
     }
 }
 

@@ -89,9 +89,7 @@ pub const MIN_SAMPLE_INTERVAL_US: u64 = 100;
 
 /// Checks a test request against the limits, before any resource is spent on it.
 pub fn check_request(params: &TestParams, limits: &ServerLimits) -> Result<(), String> {
-    if params.streams == 0 {
-        return Err("streams must be at least 1".into());
-    }
+    tcplab_model::probe::check_alone(params)?;
     if params.streams > limits.max_streams {
         return Err(format!(
             "{} streams exceed --max-streams {}",

@@ -192,8 +192,40 @@ fn the_quick_bufferbloat_study_shows_each_aqms_latency() {
         if of(&throughput, "fq_codel") < 0.9 * of(&throughput, "droptail") {
             return Err(format!("fq_codel's throughput {throughput:?}"));
         }
+        assert_cdf_medians_are_the_points(&db, &latency);
         Ok(())
     });
+}
+
+/// The latency CDF chart: per point a line rising from 0 to 100 % of the probes, its
+/// 50 % step at the point's loaded median (one run per point: the same probes).
+fn assert_cdf_medians_are_the_points(db: &Path, medians: &[(String, f64)]) {
+    let store = tcplab_store::Store::open(db).unwrap();
+    let chart = tcplab_report::find_chart(&store, None, "latency_cdf", Default::default())
+        .expect("the latency CDF chart");
+    let tcplab_report::Body::Lines { series, .. } = &chart.body else {
+        panic!("the CDF is lines: {chart:?}");
+    };
+    assert_eq!(series.len(), medians.len(), "one line per point");
+    for s in series {
+        let (first, last) = (s.points.first().unwrap(), s.points.last().unwrap());
+        assert_eq!((first.y, last.y), (0.0, 1.0), "{}", s.name);
+        assert!(
+            s.points
+                .windows(2)
+                .all(|w| w[0].x <= w[1].x && w[0].y < w[1].y),
+            "{}",
+            s.name
+        );
+        let half = s.points.iter().find(|p| p.y == 0.5).unwrap();
+        let aqm = s.name.trim_start_matches("aqm=");
+        let median = medians.iter().find(|(a, _)| a == aqm).unwrap().1;
+        assert_eq!(
+            half.x, median,
+            "{}: the CDF's 50 % against the point's median",
+            s.name
+        );
+    }
 }
 
 #[test]

@@ -149,9 +149,104 @@ pub fn charts(
         if table.metric == Metric::Throughput {
             charts.extend(heatmaps(data, &plan, table));
         }
+        if table.metric == Metric::Latency {
+            charts.extend(latency_cdfs(data, &plan, table, palette));
+        }
     }
     charts.retain(|c| !c.is_empty());
     (tables, charts)
+}
+
+/// Steps of a CDF drawn: its value at every 0.5 % of the probes.
+const CDF_STEPS: usize = 200;
+
+/// Per facet, the distribution of the loaded probes' round trips: one line per point,
+/// its runs' probes pooled (flent's latency CDF per series).
+fn latency_cdfs(
+    data: &ExperimentRuns,
+    plan: &Layout,
+    table: &ResultTable,
+    palette: &mut Palette,
+) -> Vec<Chart> {
+    let mut out = Vec::new();
+    let every: Vec<usize> = (0..data.experiment.axes.len()).collect();
+    for (facet, points) in groups(data, &plan.facets, data.points.iter()) {
+        let series: Vec<Series> = points
+            .iter()
+            .filter_map(|p| {
+                let mut rtts: Vec<f64> = data
+                    .plan
+                    .iter()
+                    .filter(|r| r.run.point == p.index)
+                    .filter_map(|r| data.runs.get(&r.run_id?))
+                    .flat_map(|run| &run.probes)
+                    .filter(|probe| probe.sent_us >= 0)
+                    .filter_map(|probe| probe.rtt_us)
+                    .map(|us| us as f64)
+                    .collect();
+                if rtts.is_empty() {
+                    return None;
+                }
+                rtts.sort_by(f64::total_cmp);
+                let last = rtts.len() - 1;
+                let points = (0..=CDF_STEPS)
+                    .map(|i| {
+                        let share = i as f64 / CDF_STEPS as f64;
+                        Pt {
+                            x: rtts[(share * last as f64).round() as usize],
+                            y: share,
+                            interval: None,
+                            note: None,
+                        }
+                    })
+                    .collect();
+                let label = match label_of(data, &every, p) {
+                    l if l.is_empty() => MEAN.to_owned(),
+                    l => l,
+                };
+                Some(Series {
+                    color: palette.color(&label),
+                    name: label,
+                    dashed: false,
+                    points,
+                })
+            })
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let (id, suffix) = if facet.is_empty() {
+            ("latency_cdf".to_owned(), String::new())
+        } else {
+            (
+                format!("latency_cdf[{}]", facet.replace(' ', ",")),
+                format!(" — {facet}"),
+            )
+        };
+        out.push(Chart {
+            id,
+            title: format!("Latency under load, distribution{suffix}"),
+            caption: format!(
+                "The share of the probes sent while the load ran whose round trip was at most x, one line per point, its runs' probes together. {}",
+                points_caption(data, table, &points)
+            ),
+            body: Body::Lines {
+                x: XAxis {
+                    label: "round trip under load".into(),
+                    quantity: Quantity::Duration,
+                    log: false,
+                    ticks: None,
+                    span: None,
+                },
+                y: YAxis {
+                    label: "share of the probes".into(),
+                    quantity: Quantity::Percent,
+                },
+                series,
+            },
+        });
+    }
+    out
 }
 
 /// `a=x b=y` for the given axes of a point.

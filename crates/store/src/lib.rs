@@ -323,10 +323,11 @@ impl Store {
 
         run.flows = load_rows(&tx, path, id, "flows", read_flow)?;
         run.intervals = load_rows(&tx, path, id, "intervals", read_interval)?;
+        // Probes are few (one per millisecond at most) and the latency charts need them.
+        run.probes = probes::load(&tx, path, id)?;
         if with_samples {
             run.samples = load_samples(&tx, path, id)?;
             run.events = events::load(&tx, path, id)?;
-            run.probes = probes::load(&tx, path, id)?;
         }
         Ok(run)
     }

@@ -375,6 +375,10 @@ pub struct TestArgs {
     /// peer's delayed ACK; see -N).
     #[arg(long, default_value_t = 1, value_name = "N", requires = "rr")]
     pub rr_writes: u32,
+    /// With --rr: a new connection for each transaction (netperf's TCP_CRR): its time
+    /// includes the handshake; one stream.
+    #[arg(long, requires = "rr")]
+    pub crr: bool,
 }
 
 /// `REQUEST[,RESPONSE]` sizes, as netperf's `-r`: "100", "100,1K".
@@ -680,6 +684,7 @@ impl TestArgs {
                         request_size: size_u32("--rr's request", request)?,
                         response_size: size_u32("--rr's response", response)?,
                         request_writes: self.rr_writes,
+                        new_connection: self.crr,
                     })
                 })
                 .transpose()?,

@@ -106,10 +106,15 @@ pub fn render(e: &Explanation) -> String {
         match t.transactions {
             None => format!("writes of {}", format_size(u64::from(t.write_size))),
             Some(rr) => format!(
-                "requests of {} in {}, responses of {}",
+                "requests of {} in {}, responses of {}{}",
                 format_size(u64::from(rr.request_size)),
                 count(u64::from(rr.request_writes), "write"),
-                format_size(u64::from(rr.response_size))
+                format_size(u64::from(rr.response_size)),
+                if rr.new_connection {
+                    ", a connection each"
+                } else {
+                    ""
+                }
             ),
         },
         if t.nodelay { "off" } else { "on" },

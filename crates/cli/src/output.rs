@@ -322,8 +322,13 @@ fn transactions_line(t: &TransactionStats, rr: &TransactionParams) -> String {
         1 => String::new(),
         n => format!(" in {n} writes"),
     };
+    let connection = if rr.new_connection {
+        ", a new connection each"
+    } else {
+        ""
+    };
     format!(
-        "transactions: {} ({:.1}/s), request {}{writes}, response {}   time p50 {} / p90 {} / p99 {} / max {} ms",
+        "transactions: {} ({:.1}/s), request {}{writes}, response {}{connection}   time p50 {} / p90 {} / p99 {} / max {} ms",
         t.count,
         t.per_second,
         format_size(u64::from(rr.request_size)),

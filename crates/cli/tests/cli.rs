@@ -99,6 +99,12 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
         &["--rr", "11 writes"],
     );
     assert_one_line_error(&["run", "h", "--rr-writes", "2"], 2, &["--rr"]);
+    assert_one_line_error(&["run", "h", "--crr"], 2, &["--rr"]);
+    assert_one_line_error(
+        &["run", "h", "--rr", "1", "--crr", "-P", "2"],
+        1,
+        &["--rr", "TCP_CRR", "one stream"],
+    );
     assert_one_line_error(
         &["run", "h", "--rr", "100", "-R"],
         2,

@@ -174,3 +174,80 @@ fn split_requests_stall_on_nagle_and_the_delayed_ack_as_the_capture_shows() {
         Ok(())
     });
 }
+
+/// TCP_CRR: each transaction opens its own connection, which the capture's SYNs count;
+/// its time is the handshake's round trip plus the request's and the response's, which
+/// the capture shows from each SYN to its response, plus the way back.
+#[test]
+fn a_connection_per_transaction_shows_in_the_capture_as_one_handshake_each() {
+    if !privileged_or_skip("crr") || !tshark_or_skip("crr") {
+        return;
+    }
+    let _serial = serial();
+    one_of_three_tries("TCP_CRR against the capture", || {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("crr.pcapng");
+        let out = tcplab()
+            // Each request in two writes (-N sends both at once): the server reads the
+            // introduction and the request as they come, in pieces.
+            .args([
+                "run",
+                "--path",
+                PATH,
+                "--rr",
+                "100",
+                "--rr-writes",
+                "2",
+                "-N",
+            ])
+            .args(["--crr", "-t", "2s"])
+            .args(["--json", "--capture"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        let count = u64_at(&run, "/summary/transactions/count");
+        let requests = u64_at(&run, "/summary/received_bytes") / 100;
+        // Each transaction's client port: its SYN, then the server's 100-byte answer.
+        let mut opened: std::collections::BTreeMap<u64, (f64, Option<f64>)> = Default::default();
+        for line in tshark(
+            &file,
+            "tcp.srcport != 5201 && tcp.dstport != 5201 && ((tcp.flags.syn == 1 && tcp.flags.ack == 0) || tcp.len == 100)",
+            &["frame.time_relative", "tcp.srcport", "tcp.dstport", "tcp.len"],
+        ) {
+            let f: Vec<&str> = line.split('\t').collect();
+            let t: f64 = f[0].parse().unwrap();
+            match f[3] {
+                "0" => {
+                    opened.insert(f[1].parse().unwrap(), (t, None));
+                }
+                _ => {
+                    if let Some(c) = opened.get_mut(&f[2].parse().unwrap()) {
+                        c.1.get_or_insert(t);
+                    }
+                }
+            }
+        }
+        // The anchor's connection has no answer; every other has one, but perhaps the
+        // last the drain cut.
+        let answered: Vec<f64> = opened
+            .values()
+            .filter_map(|&(syn, answer)| Some((answer? - syn) * 1e3 + ONE_WAY_MS))
+            .collect();
+        let connections = opened.len() as u64 - 1;
+        assert!(
+            (requests == connections || requests + 1 == connections)
+                && (count == requests || count + 1 == requests),
+            "{connections} connections in the capture, {requests} requests read, {count} transactions"
+        );
+        let tcplab_ms = f64_at(&run, "/summary/transactions/latency_us/p50") / 1e3;
+        let captured_ms = median(answered);
+        eprintln!("TCP_CRR: {count} transactions, median {tcplab_ms:.2} ms; the capture's {captured_ms:.2} ms");
+        if (tcplab_ms - captured_ms).abs() > 0.5 {
+            return Err(format!(
+                "tcplab's median {tcplab_ms:.2} ms, the capture's {captured_ms:.2} ms"
+            ));
+        }
+        Ok(())
+    });
+}

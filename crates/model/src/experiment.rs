@@ -451,6 +451,8 @@ enum Protocol {
     Udp,
     /// Request/response transactions over TCP (netperf's TCP_RR).
     Rr,
+    /// The same, a new connection for each (netperf's TCP_CRR).
+    Crr,
     /// Round-trip probes alone, no load (`probe`, 10 ms when not given).
     Probe,
 }
@@ -761,15 +763,16 @@ impl FlowFile {
             },
             send_method: self.send_method.unwrap_or(defaults.send_method),
         };
-        if protocol != Protocol::Rr
+        let transacts = matches!(protocol, Protocol::Rr | Protocol::Crr);
+        if !transacts
             && (self.request.is_some() || self.response.is_some() || self.request_writes.is_some())
         {
             return Err(format!(
-                "flow '{name}': request, response and request_writes are for protocol = \"rr\""
+                "flow '{name}': request, response and request_writes are for protocol = \"rr\" or \"crr\""
             ));
         }
         let udp = match protocol {
-            Protocol::Tcp | Protocol::Rr | Protocol::Probe => {
+            Protocol::Tcp | Protocol::Rr | Protocol::Crr | Protocol::Probe => {
                 if self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some() {
                     return Err(format!(
                         "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
@@ -804,7 +807,7 @@ impl FlowFile {
         };
         let probe_interval = match protocol {
             Protocol::Probe => self.probe.or(Some(Micros(DEFAULT_PROBE_INTERVAL_US))),
-            Protocol::Tcp | Protocol::Udp | Protocol::Rr => self.probe,
+            Protocol::Tcp | Protocol::Udp | Protocol::Rr | Protocol::Crr => self.probe,
         };
         let probe = match (probe_interval, self.probe_idle) {
             (None, Some(_)) => return Err(format!("flow '{name}': probe_idle needs probe")),
@@ -819,12 +822,13 @@ impl FlowFile {
             }
         };
         let transactions = match protocol {
-            Protocol::Rr => {
+            Protocol::Rr | Protocol::Crr => {
                 let request = u32_size("request", self.request, 1)?;
                 Some(TransactionParams {
                     request_size: request,
                     response_size: u32_size("response", self.response, request)?,
                     request_writes: self.request_writes.unwrap_or(1),
+                    new_connection: protocol == Protocol::Crr,
                 })
             }
             Protocol::Tcp | Protocol::Udp | Protocol::Probe => None,

@@ -1097,12 +1097,17 @@ fn transactions(
         })
         .unwrap_or_default();
     let message = format!(
-        "{} transactions, {:.1} a second: a request of {} in {}, a response of {}; median time {}{round_trips}",
+        "{} transactions, {:.1} a second: a request of {} in {}, a response of {}{}; median time {}{round_trips}",
         stats.count,
         stats.per_second,
         format_size(u64::from(rr.request_size)),
         count(u64::from(rr.request_writes), "write"),
         format_size(u64::from(rr.response_size)),
+        if rr.new_connection {
+            ", a new connection each (the handshake's round trip included)"
+        } else {
+            ""
+        },
         format_duration_us(median_us.round() as u64),
     );
     let held_us = median_us - rtt_us.unwrap_or(0) as f64;
@@ -1831,6 +1836,7 @@ mod tests {
             request_size: 100,
             response_size: 100,
             request_writes: 2,
+            new_connection: false,
         });
         let took = |p50: f64| record::TransactionStats {
             count: 200,

@@ -186,6 +186,10 @@ pub struct TransactionParams {
     /// Writes each request is split into (2: the pattern that meets Nagle's algorithm
     /// and the peer's delayed ACK).
     pub request_writes: u32,
+    /// A new connection for each transaction (netperf's TCP_CRR): its time includes the
+    /// handshake; the server closes it after the response.
+    #[serde(default)]
+    pub new_connection: bool,
 }
 
 /// One transaction as its client timed it: from its request's first write to its

@@ -17,6 +17,7 @@ pub fn check(params: &TestParams) -> Result<(), String> {
         request_size,
         response_size,
         request_writes,
+        new_connection,
     }) = params.transactions
     else {
         return Ok(());
@@ -46,6 +47,12 @@ pub fn check(params: &TestParams) -> Result<(), String> {
     }
     if params.udp.is_some() {
         return Err("transactions run over TCP: -u does not apply".into());
+    }
+    if new_connection && params.streams != 1 {
+        return Err(
+            "a connection per transaction (TCP_CRR) runs one stream, as netperf's: -P does not apply"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -100,6 +107,7 @@ mod tests {
                 request_size,
                 response_size,
                 request_writes,
+                new_connection: false,
             }),
             ..TestParams::default()
         }
@@ -130,6 +138,11 @@ mod tests {
             ..rr(1, 1, 1)
         };
         assert!(err(down).contains("-R"));
+        let mut crr = rr(1, 1, 1);
+        crr.transactions.as_mut().unwrap().new_connection = true;
+        assert!(check(&crr).is_ok());
+        crr.streams = 2;
+        assert!(err(crr).contains("TCP_CRR"));
     }
 
     #[test]

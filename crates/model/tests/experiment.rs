@@ -279,7 +279,8 @@ fn request_response_flows_take_sizes_and_writes() {
         TransactionParams {
             request_size: 1024,
             response_size: 1024,
-            request_writes: 2
+            request_writes: 2,
+            new_connection: false
         }
     );
     assert_eq!(rr(0).request_writes, 1);
@@ -289,11 +290,20 @@ fn request_response_flows_take_sizes_and_writes() {
         Some(TransactionParams {
             request_size: 1,
             response_size: 1,
-            request_writes: 1
+            request_writes: 1,
+            new_connection: false
         })
     );
+    let crr = ok("[[flow]]\nprotocol = \"crr\"\nrequest = 200\nresponse = 10\n");
+    let crr = crr.points[0].config.flows[0].params.transactions.unwrap();
+    assert!(crr.new_connection);
+    assert_eq!((crr.request_size, crr.response_size), (200, 10));
     for (text, needle) in [
-        ("[[flow]]\nrequest = 100\n", "for protocol = \"rr\""),
+        (
+            "[[flow]]\nrequest = 100\n",
+            "for protocol = \"rr\" or \"crr\"",
+        ),
+        ("[[flow]]\nprotocol = \"crr\"\nstreams = 2\n", "TCP_CRR"),
         (
             "[[flow]]\nprotocol = \"rr\"\nrequest = 10\nrequest_writes = 11\n",
             "11 writes",

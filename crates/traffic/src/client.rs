@@ -22,6 +22,7 @@ use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
 };
 use crate::setup;
+use crate::transact::Renew;
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
@@ -341,11 +342,16 @@ fn open_flows(
             let mut stream: TcpStream = socket.into();
             protocol::write_hello(&mut stream, ConnKind::Data)?;
             protocol::write_data_intro(&mut stream, cookie, id)?;
+            let per_transaction = params.transactions.is_some_and(|t| t.new_connection);
             Ok(FlowSocket {
                 id,
                 role,
                 stream,
                 buffer,
+                renew: per_transaction.then(|| Renew::Connect {
+                    addr: data_addr,
+                    cookie: *cookie,
+                }),
             })
         })
         .collect()

@@ -26,7 +26,7 @@ use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
 use crate::protocol::{DeadlineCount, Role, SideFlow, SideInterval, SideReport};
-use crate::transact;
+use crate::transact::{self, Renew};
 
 /// How long the sender of a byte count waits, after its last write, for the receiver to
 /// acknowledge everything (a timed test's drain is bounded by
@@ -54,6 +54,9 @@ pub struct FlowSocket {
     pub stream: TcpStream,
     /// The role's buffer as set up (SO_SNDBUF when sending, SO_RCVBUF when receiving).
     pub buffer: BufferSize,
+    /// Where a flow of a connection per transaction gets each one (`stream` is then the
+    /// idle anchor).
+    pub renew: Option<Renew>,
 }
 
 /// Where an end's TCP senders publish their combined cwnd × MSS / smoothed RTT (bit/s)
@@ -119,7 +122,7 @@ pub struct SideOutcome {
 
 /// Shared between a flow's thread and the monitor.
 pub(crate) struct FlowShared {
-    id: u32,
+    pub(crate) id: u32,
     role: Role,
     pub(crate) stream: TcpStream,
     /// Taken at setup: a socket closed by its peer no longer knows them.
@@ -137,6 +140,7 @@ pub(crate) struct FlowShared {
     /// connections: the monitor resets it once it has counted its last interval.
     reset: AtomicBool,
     reset_cut_drains: bool,
+    pub(crate) renew: Option<Renew>,
 }
 
 /// Runs this end's flows from `t0_us` (this end's monotonic clock) to their end.
@@ -176,6 +180,7 @@ pub fn run_side(
                 done: AtomicBool::new(false),
                 reset: AtomicBool::new(false),
                 reset_cut_drains,
+                renew: f.renew,
             })
         })
         .collect();
@@ -367,6 +372,10 @@ fn run_flow(
             send_until_end(flow, params, t0_us, acked_base, stop)
         }
         (Role::Receive, None) => receive_until_eof(flow, params, t0_us.min(peer_t0_us), stop),
+        (Role::Send, Some(rr)) if rr.new_connection => {
+            transact::connect_each(flow, params, rr, t0_us, &mut transactions, stop)
+        }
+        (Role::Receive, Some(rr)) if rr.new_connection => transact::accept_each(flow, rr, stop),
         (Role::Send, Some(rr)) => {
             transact::request_until_end(flow, params, rr, t0_us, &mut transactions, stop)
         }

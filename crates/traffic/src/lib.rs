@@ -17,7 +17,7 @@ pub mod probe;
 pub mod protocol;
 pub mod server;
 pub mod setup;
-mod transact;
+pub mod transact;
 pub mod udp;
 
 use tcplab_model::record::{Direction, Mode, TestParams};

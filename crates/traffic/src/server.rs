@@ -34,6 +34,7 @@ use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
 };
 use crate::setup;
+use crate::transact::Renew;
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
@@ -687,7 +688,18 @@ fn open_flows(
         .map(|a| a.port())
         .ok_or_else(|| io::Error::other("data listener has no port"))?;
     protocol::send(&mut conn, &accepted(data_port, Vec::new()))?;
-    let flows = client.accept_tcp(&listener.into(), &roles, params, receive_buffer)?;
+    let listener: TcpListener = listener.into();
+    let mut flows = client.accept_tcp(&listener, &roles, params, receive_buffer)?;
+    // A connection per transaction: the one flow accepts them on, the test's listener.
+    if params.transactions.is_some_and(|t| t.new_connection) {
+        if let Some(flow) = flows.first_mut() {
+            flow.renew = Some(Renew::Accept {
+                listener,
+                cookie: client.cookie,
+                client: client.ip,
+            });
+        }
+    }
     Ok((Flows::Tcp(flows), echo))
 }
 
@@ -819,6 +831,7 @@ impl FlowsFrom {
                 role,
                 stream,
                 buffer,
+                renew: None,
             });
         }
         Ok(flows.into_iter().map(|f| f.expect("all filled")).collect())

@@ -4,9 +4,15 @@
 //!
 //! Both run on the data connection's thread in place of the bulk sender and receiver,
 //! so the monitor samples them alike. Requests are what the flow's byte counts count.
+//!
+//! With a connection per transaction (TCP_CRR) the data connection stays idle as the
+//! flow's anchor: the client opens a new one for each transaction, introduced by the
+//! test's cookie in the same write as the request's first part, and the server accepts
+//! them on the test's data listener, answers, and closes each. The client's closing
+//! the anchor ends the server's accepting.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,9 +21,33 @@ use tcplab_model::record::{TestEnd, TestParams, Transaction, TransactionParams};
 use tcplab_model::throughput;
 use tcplab_model::transaction::write_sizes;
 use tcplab_sys::clock::monotonic_us;
+use tcplab_sys::poll::wait_for;
 use tcplab_sys::sockopt;
 
 use crate::engine::{timed_out, FlowResult, FlowShared, Moved};
+use crate::protocol::{self, ConnKind, Role, COOKIE_LEN};
+use crate::setup;
+
+/// Where a flow of a connection per transaction (TCP_CRR) gets each new connection.
+pub enum Renew {
+    /// The client connects to the test's data port.
+    Connect {
+        addr: SocketAddr,
+        cookie: [u8; COOKIE_LEN],
+    },
+    /// The server accepts on the test's data listener, from the client's address, the
+    /// connections that present the test's cookie and this flow's id.
+    Accept {
+        listener: TcpListener,
+        cookie: [u8; COOKIE_LEN],
+        client: IpAddr,
+    },
+}
+
+/// The hello and introduction that start each data connection.
+const INTRO_LEN: usize = 8 + COOKIE_LEN + 4;
+/// How long a connect may take: five SYNs, as the client's first data connections.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(16);
 
 /// How long one blocked read or write waits before the flow looks at the clock and the
 /// stop flag again.
@@ -170,8 +200,8 @@ fn write_all(
     Ok(true)
 }
 
-/// Reads `len` bytes through `buf` (reused); `Ok(false)` when stopped, past
-/// `give_up_us`, or at the end of the stream first.
+/// Reads `len` bytes into `buf` when it holds them, else through it (each read from its
+/// start); `Ok(false)` when stopped, past `give_up_us`, or at the end of the stream first.
 fn read_exact(
     stream: &TcpStream,
     buf: &mut [u8],
@@ -184,8 +214,9 @@ fn read_exact(
         if stop.load(Ordering::Relaxed) || monotonic_us() > give_up_us {
             return Ok(false);
         }
-        let want = left.min(buf.len());
-        match (&*stream).read(&mut buf[..want]) {
+        let at = if buf.len() >= len { len - left } else { 0 };
+        let want = left.min(buf.len() - at);
+        match (&*stream).read(&mut buf[at..at + want]) {
             Ok(0) => return Ok(false),
             Ok(n) => left -= n,
             Err(e) if timed_out(&e) => {}
@@ -193,4 +224,163 @@ fn read_exact(
         }
     }
     Ok(true)
+}
+
+/// The client's side of TCP_CRR: for each transaction a new connection, tuned as the
+/// flow's, its introduction and the request's first part in one write, the response
+/// read whole, and the connection closed (after the server's close). Each is timed from
+/// the connect to the response's last byte.
+pub(crate) fn connect_each(
+    flow: &FlowShared,
+    params: &TestParams,
+    rr: TransactionParams,
+    t0_us: i64,
+    done: &mut Vec<Transaction>,
+    stop: &AtomicBool,
+) -> FlowResult {
+    let Some(Renew::Connect { addr, cookie }) = &flow.renew else {
+        return Err((0, io::Error::other("no data address to connect to")));
+    };
+    let deadline = params.end.deadline_us(t0_us);
+    let mut budget = match params.end {
+        TestEnd::Duration { .. } => u64::MAX,
+        TestEnd::Bytes { bytes } => bytes,
+    };
+    let mut intro = Vec::with_capacity(INTRO_LEN);
+    protocol::write_hello(&mut intro, ConnKind::Data).map_err(|e| (0, e))?;
+    protocol::write_data_intro(&mut intro, cookie, flow.id).map_err(|e| (0, e))?;
+    let request = vec![b'q'; rr.request_size as usize];
+    let mut response = vec![0u8; (rr.response_size.min(params.tuning.read_size)) as usize];
+    let mut sent = 0u64;
+    'transactions: while budget > 0 && !stop.load(Ordering::Relaxed) {
+        let start_us = monotonic_us();
+        if deadline.is_some_and(|d| start_us >= d) {
+            break;
+        }
+        let give_up_us = deadline.map_or(i64::MAX, |d| d + throughput::drain_limit_us(0) as i64);
+        let stream = connect(addr, params).map_err(|e| (sent, e))?;
+        let mut offset = 0;
+        for (i, size) in write_sizes(rr.request_size, rr.request_writes).enumerate() {
+            let part = &request[offset..offset + size];
+            let first;
+            let buf = if i == 0 {
+                first = [intro.as_slice(), part].concat();
+                &first
+            } else {
+                part
+            };
+            flow.in_write.store(true, Ordering::Relaxed);
+            let wrote = write_all(&stream, buf, give_up_us, stop);
+            flow.in_write.store(false, Ordering::Relaxed);
+            if !wrote.map_err(|e| (sent, e))? {
+                break 'transactions;
+            }
+            offset += size;
+            sent += size as u64;
+            flow.bytes.store(sent, Ordering::Relaxed);
+        }
+        match read_exact(
+            &stream,
+            &mut response,
+            rr.response_size as usize,
+            give_up_us,
+            stop,
+        ) {
+            Ok(true) => done.push(Transaction {
+                start_us: start_us - t0_us,
+                latency_us: monotonic_us() - start_us,
+            }),
+            Ok(false) => break 'transactions,
+            Err(e) => return Err((sent, e)),
+        }
+        budget = budget.saturating_sub(u64::from(rr.request_size));
+    }
+    flow.writing.store(false, Ordering::Release);
+    // Closing the anchor ends the server's accepting.
+    flow.stream
+        .shutdown(Shutdown::Write)
+        .map_err(|e| (sent, e))?;
+    Ok(Moved {
+        bytes: sent,
+        unacked: 0,
+    })
+}
+
+/// A new data connection to `addr`, tuned as the test's sending side.
+fn connect(addr: &SocketAddr, params: &TestParams) -> io::Result<TcpStream> {
+    let socket = setup::tcp_socket(addr)?;
+    setup::apply(&socket, &params.tuning, Role::Send)?;
+    socket.connect_timeout(&(*addr).into(), CONNECT_TIMEOUT)?;
+    let stream: TcpStream = socket.into();
+    stream.set_write_timeout(Some(WAIT))?;
+    stream.set_read_timeout(Some(WAIT))?;
+    Ok(stream)
+}
+
+/// The server's side of TCP_CRR: accepts each transaction's connection, checks its
+/// introduction, reads the request, answers it and closes the connection, until the
+/// client closes the anchor.
+pub(crate) fn accept_each(
+    flow: &FlowShared,
+    rr: TransactionParams,
+    stop: &AtomicBool,
+) -> FlowResult {
+    let Some(Renew::Accept {
+        listener,
+        cookie,
+        client,
+    }) = &flow.renew
+    else {
+        return Err((0, io::Error::other("no data listener to accept on")));
+    };
+    let finished = |bytes| Ok(Moved { bytes, unacked: 0 });
+    let mut read = 0u64;
+    let mut request = vec![0u8; INTRO_LEN + rr.request_size as usize];
+    let response = vec![b'r'; rr.response_size as usize];
+    let mut anchor = [0u8; 1];
+    while !stop.load(Ordering::Relaxed) {
+        if wait_for(&flow.stream, libc::POLLIN, 0).map_err(|e| (read, e))? {
+            // The client is done: its anchor's end of stream.
+            match (&flow.stream).read(&mut anchor) {
+                Ok(0) | Err(_) => return finished(read),
+                Ok(_) => {}
+            }
+        }
+        if !wait_for(listener, libc::POLLIN, WAIT.as_millis() as i32).map_err(|e| (read, e))? {
+            continue;
+        }
+        let stream = match listener.accept() {
+            Ok((stream, from)) if from.ip().to_canonical() == *client => stream,
+            Ok(_) => continue,
+            Err(e) if timed_out(&e) => continue,
+            Err(e) => return Err((read, e)),
+        };
+        let setup = stream
+            .set_nonblocking(false)
+            .and_then(|()| stream.set_read_timeout(Some(WAIT)))
+            .and_then(|()| stream.set_write_timeout(Some(WAIT)));
+        setup.map_err(|e| (read, e))?;
+        // A connection that breaks off or is not this test's is dropped; the next may
+        // come.
+        let len = request.len();
+        if !matches!(
+            read_exact(&stream, &mut request, len, i64::MAX, stop),
+            Ok(true)
+        ) {
+            continue;
+        }
+        let mut intro = &request[..INTRO_LEN];
+        let ours = protocol::read_hello(&mut intro).ok() == Some(ConnKind::Data)
+            && protocol::read_data_intro(&mut intro)
+                .is_ok_and(|(presented, id)| presented == *cookie && id == flow.id);
+        if !ours {
+            continue;
+        }
+        read += u64::from(rr.request_size);
+        flow.bytes.store(read, Ordering::Relaxed);
+        // A client gone at its drain limit leaves this one unanswered: the next accept
+        // or the anchor says what follows.
+        let _ = write_all(&stream, &response, i64::MAX, stop);
+    }
+    finished(read)
 }

@@ -326,6 +326,7 @@ fn open_flows(
                 role,
                 stream,
                 buffer,
+                renew: None,
             })
         })
         .collect()
@@ -631,6 +632,7 @@ mod tests {
                     request_size: 100,
                     response_size: 100,
                     request_writes: 2,
+                    new_connection: false,
                 })
             },
             "--rr",

@@ -281,6 +281,7 @@ fn accept_flows(
                 role,
                 stream,
                 buffer,
+                renew: None,
             })
         })
         .collect()

@@ -375,6 +375,10 @@ pub struct TestArgs {
     /// peer's delayed ACK; see -N).
     #[arg(long, default_value_t = 1, value_name = "N", requires = "rr")]
     pub rr_writes: u32,
+    /// Ask for ECN: the lab's client host gets net.ipv4.tcp_ecn = 1, so its connections
+    /// negotiate ECN (Linux has no per-socket switch); needs --path.
+    #[arg(long)]
+    pub ecn: bool,
     /// With --rr: a new connection for each transaction (netperf's TCP_CRR): its time
     /// includes the handshake; one stream.
     #[arg(long, requires = "rr")]
@@ -656,6 +660,7 @@ impl TestArgs {
                     (true, _) | (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
                     (false, SendMethodArg::Write) => SendMethod::Write,
                 },
+                ecn: self.ecn,
             },
             sample_interval_us: self.sample_interval,
             report_interval_us: self.interval,

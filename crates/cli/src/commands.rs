@@ -80,6 +80,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.target,
         lab::config(&args.lab, &format!("run{}", std::process::id()))?,
     ) {
+        (Some(_), None) if params.tuning.ecn => bail!(
+            "--ecn sets a lab client's net.ipv4.tcp_ecn and needs --path; against a real host set it on this machine (sysctl -w net.ipv4.tcp_ecn=1)"
+        ),
         (Some(target), None) => run_client(target, args.iperf3, &params, key, &args.output, stop)?,
         (None, Some(config)) => run_in_lab(&config, &params, &args.output, stop)?,
         _ => bail!("give either a server TARGET or --path, not both"),

@@ -17,9 +17,11 @@ fn bottleneck<'a>(run: &'a Value, dir: &str) -> &'a Value {
         .expect("a bottleneck")
 }
 
-/// CoDel with ECN, cubic senders with and without `tcp_ecn`: with it the AQM marks
-/// instead of dropping, the senders' kernels count the marks (tcp_info's delivered_ce)
-/// and retransmit (almost) nothing; without it the same AQM drops and the senders
+/// CoDel with ECN, cubic senders with and without ECN: asked for by the flows (`--ecn`,
+/// which sets the client host's tcp_ecn; the server accepts by default) the
+/// connections negotiate it (tcp_info's options) and the AQM marks instead of dropping,
+/// the senders' kernels count the marks (tcp_info's delivered_ce) and retransmit
+/// (almost) nothing; with `tcp_ecn=0` on every host the same AQM drops and the senders
 /// retransmit what it dropped. explain names the AQM and what it did.
 #[test]
 fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
@@ -30,6 +32,10 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
     let dir = tempfile::tempdir().unwrap();
     let run = |ecn: u8| -> Value {
         let db = dir.path().join(format!("ecn{ecn}.db"));
+        let asked: &[&str] = match ecn {
+            0 => &["--sysctl", "net.ipv4.tcp_ecn=0"],
+            _ => &["--ecn"],
+        };
         let out = tcplab()
             .args([
                 "run",
@@ -37,7 +43,7 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
                 "rtt 20ms rate 20mbit queue 300 aqm codel ecn",
             ])
             .args(["-P", "4", "-C", "cubic", "-t", "6s"])
-            .args(["--sysctl", &format!("net.ipv4.tcp_ecn={ecn}")])
+            .args(asked)
             .args(["--json", "--json-samples", "--db"])
             .arg(&db)
             .output()
@@ -63,6 +69,20 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
             .max()
             .unwrap_or(0)
     };
+    // TCPI_OPT_ECN: the connection negotiated ECN, in every client sample.
+    let negotiated = |v: &Value| {
+        v["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["host"] == "client")
+            .all(|s| s["info"]["options"].as_u64().unwrap() & 8 != 0)
+    };
+    assert!(
+        negotiated(&marked),
+        "--ecn: every connection negotiated ECN"
+    );
+    assert!(!negotiated(&plain), "tcp_ecn=0: none did");
     let ((m0, d0), (m1, d1)) = (link(&plain), link(&marked));
     println!(
         "tcp_ecn 0: marked {m0}, dropped {d0}, retransmits {}; tcp_ecn 1: marked {m1}, dropped {d1}, retransmits {}, delivered_ce {}",

@@ -86,6 +86,7 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
         1,
         &["-P 0", "a duration"],
     );
+    assert_one_line_error(&["run", "h", "--ecn"], 1, &["--ecn", "--path", "sysctl -w"]);
     assert_one_line_error(&["run", "h", "--rr", "0"], 1, &["--rr", "request"]);
     assert_one_line_error(&["run", "h", "--rr", "1x"], 2, &["--rr"]);
     assert_one_line_error(

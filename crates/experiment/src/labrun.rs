@@ -194,6 +194,15 @@ fn run_groups(
     live: Option<IntervalSink>,
 ) -> Result<RunRecord> {
     let iperf3 = matches!(reach, Reach::Host(host) if host.iperf3);
+    // A flow asks for ECN through its client host, which opens the connections: Linux
+    // negotiates ECN per host (net.ipv4.tcp_ecn), not per socket.
+    if let Reach::Lab(lab, _) = &reach {
+        for group in groups.iter().filter(|g| g.params.tuning.ecn) {
+            let ns = &lab.clients[group.client].ns;
+            tcplab_sys::netns::write_sysctl_in(ns, "net.ipv4.tcp_ecn", "1")
+                .with_context(|| format!("asking for ECN in client{}", group.client + 1))?;
+        }
+    }
     let threads = groups
         .iter()
         .map(|group| {

@@ -442,6 +442,8 @@ struct FlowFile {
     probe: Option<Micros>,
     /// How long the probes measure the idle path first (2 s when not given).
     probe_idle: Option<Micros>,
+    /// Ask for ECN: net.ipv4.tcp_ecn = 1 on the flow's client host.
+    ecn: Option<bool>,
 }
 
 #[derive(Clone, Copy, Deserialize, PartialEq)]
@@ -540,6 +542,20 @@ impl File {
         if let Some(dup) = flows.iter().find(|f| !names.insert(&f.name)) {
             return Err(format!("two flows are named '{}'", dup.name));
         }
+        // ECN is the client host's: its flows ask for it together or not at all.
+        for (i, a) in flows.iter().enumerate() {
+            if let Some(b) = flows[..i]
+                .iter()
+                .find(|b| b.client == a.client && b.params.tuning.ecn != a.params.tuning.ecn)
+            {
+                return Err(format!(
+                    "flows '{}' and '{}' run from client {} but only one asks for ecn: it is the host's (net.ipv4.tcp_ecn), so give both the same",
+                    b.name,
+                    a.name,
+                    a.client
+                ));
+            }
+        }
         let mut path = self.path.as_ref().map(|p| p.0.clone()).unwrap_or_default();
         Dumbbell::new(&path, &access)
             .check()
@@ -637,6 +653,12 @@ impl File {
             if matches!(flow.pacing, Some(Pacing::Gap | Pacing::GapCwnd)) {
                 return Err(format!(
                     "flow '{}': the gap pacer is an element of the lab's emulator; against real host '{name}' use pacing = \"kernel\" or \"app\"",
+                    flow.name(i)
+                ));
+            }
+            if flow.ecn == Some(true) {
+                return Err(format!(
+                    "flow '{}': ecn sets a lab client's net.ipv4.tcp_ecn; against real host '{name}' set it on this machine (sysctl -w net.ipv4.tcp_ecn=1)",
                     flow.name(i)
                 ));
             }
@@ -762,6 +784,7 @@ impl FlowFile {
                 _ => None,
             },
             send_method: self.send_method.unwrap_or(defaults.send_method),
+            ecn: self.ecn.unwrap_or(defaults.ecn),
         };
         let transacts = matches!(protocol, Protocol::Rr | Protocol::Crr);
         if !transacts

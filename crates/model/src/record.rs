@@ -113,6 +113,11 @@ pub struct Tuning {
     /// whole, when its bytes fall due).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_rate: Option<u64>,
+    /// Ask for ECN: the client host, which opens the connections, has
+    /// net.ipv4.tcp_ecn = 1 (Linux has no per-socket switch; a lab sets it in the
+    /// flow's client namespace).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ecn: bool,
 }
 
 /// `tcplab run`'s defaults: autotuned buffers, 128 KiB writes and reads, Nagle on,
@@ -130,6 +135,7 @@ impl Default for Tuning {
             pacing_rate: None,
             send_method: SendMethod::Write,
             app_rate: None,
+            ecn: false,
         }
     }
 }

@@ -362,6 +362,27 @@ fn a_probe_flow_is_probes_alone() {
 }
 
 #[test]
+fn ecn_is_asked_per_flow_and_held_per_client_host() {
+    let e = ok(r#"
+        access = ["", ""]
+        [[flow]]
+        name = "marked"
+        ecn = true
+        [[flow]]
+        name = "plain"
+        client = 2
+    "#);
+    let ecn = |i: usize| e.points[0].config.flows[i].params.tuning.ecn;
+    assert!(ecn(0) && !ecn(1));
+    let e = err("[[flow]]\nname = \"a\"\necn = true\n[[flow]]\nname = \"b\"\n");
+    assert!(
+        e.message
+            .contains("flows 'a' and 'b' run from client 1 but only one asks for ecn"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_flow_takes_probes_beside_it() {
     let e = ok(r#"
         [[flow]]
@@ -588,6 +609,10 @@ fn what_needs_a_lab_is_refused_against_a_real_host() {
         (
             "server = \"near\"\n[[flow]]\npacing = \"gap\"\npacing_rate = \"10mbit\"\n",
             "the gap pacer is an element of the lab's emulator",
+        ),
+        (
+            "server = \"near\"\n[[flow]]\necn = true\n",
+            "ecn sets a lab client's net.ipv4.tcp_ecn",
         ),
         (
             "server = \"old\"\n[[flow]]\n[[flow]]\n",

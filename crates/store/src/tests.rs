@@ -221,6 +221,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 pacing_rate: Some(u64::MAX),
                 send_method: SendMethod::Sendfile,
                 app_rate: Some(500_000_000),
+                ecn: true,
             },
             sample_interval_us: 10_000,
             report_interval_us: 1_000_000,

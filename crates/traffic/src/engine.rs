@@ -372,9 +372,6 @@ fn run_flow(
             send_until_end(flow, params, t0_us, acked_base, stop)
         }
         (Role::Receive, None) => receive_until_eof(flow, params, t0_us.min(peer_t0_us), stop),
-        (Role::Send, Some(rr)) if rr.new_connection => {
-            transact::connect_each(flow, params, rr, t0_us, &mut transactions, stop)
-        }
         (Role::Receive, Some(rr)) if rr.new_connection => transact::accept_each(flow, rr, stop),
         (Role::Send, Some(rr)) => {
             transact::request_until_end(flow, params, rr, t0_us, &mut transactions, stop)

@@ -55,7 +55,12 @@ const WAIT: Duration = Duration::from_millis(10);
 
 /// Makes transactions until the duration or the byte budget (of requests) is spent, each
 /// timed into `done`; the one in flight at a timed test's deadline may finish within the
-/// drain limit. Then closes the write side, which ends the server's responder.
+/// drain limit. Then closes the data connection's write side, which ends the server's
+/// responder (or, with a connection per transaction, its accepting).
+///
+/// With a connection per transaction (TCP_CRR) each one is new, tuned as the flow's,
+/// its introduction sent in one write with the request's first part, and closed after
+/// the response (the server closes first); its time starts at the connect.
 pub(crate) fn request_until_end(
     flow: &FlowShared,
     params: &TestParams,
@@ -64,7 +69,17 @@ pub(crate) fn request_until_end(
     done: &mut Vec<Transaction>,
     stop: &AtomicBool,
 ) -> FlowResult {
-    let stream = &flow.stream;
+    let anchor = &flow.stream;
+    let connect_to = match (&flow.renew, rr.new_connection) {
+        (_, false) => None,
+        (Some(Renew::Connect { addr, cookie }), true) => Some((addr, cookie)),
+        (_, true) => return Err((0, io::Error::other("no data address to connect to"))),
+    };
+    let mut intro = Vec::with_capacity(INTRO_LEN);
+    if let Some((_, cookie)) = connect_to {
+        protocol::write_hello(&mut intro, ConnKind::Data).map_err(|e| (0, e))?;
+        protocol::write_data_intro(&mut intro, cookie, flow.id).map_err(|e| (0, e))?;
+    }
     let deadline = params.end.deadline_us(t0_us);
     let mut budget = match params.end {
         TestEnd::Duration { .. } => u64::MAX,
@@ -73,10 +88,7 @@ pub(crate) fn request_until_end(
     let request = vec![b'q'; rr.request_size as usize];
     let mut response = vec![0u8; (rr.response_size.min(params.tuning.read_size)) as usize];
     let mut sent = 0u64;
-    let setup = stream
-        .set_write_timeout(Some(WAIT))
-        .and_then(|()| stream.set_read_timeout(Some(WAIT)));
-    setup.map_err(|e| (0, e))?;
+    set_waits(anchor).map_err(|e| (0, e))?;
     'transactions: while budget > 0 && !stop.load(Ordering::Relaxed) {
         let start_us = monotonic_us();
         if deadline.is_some_and(|d| start_us >= d) {
@@ -84,13 +96,26 @@ pub(crate) fn request_until_end(
         }
         // The last transaction may finish after the deadline, within the drain limit.
         let give_up_us = deadline.map_or(i64::MAX, |d| {
-            let srtt_us = sockopt::tcp_info(stream.as_fd()).map_or(0, |i| i.rtt);
+            let srtt_us = sockopt::tcp_info(anchor.as_fd()).map_or(0, |i| i.rtt);
             d + throughput::drain_limit_us(srtt_us) as i64
         });
+        let fresh = match connect_to {
+            Some((addr, _)) => Some(connect(addr, params).map_err(|e| (sent, e))?),
+            None => None,
+        };
+        let stream = fresh.as_ref().unwrap_or(anchor);
         let mut offset = 0;
-        for size in write_sizes(rr.request_size, rr.request_writes) {
+        for (i, size) in write_sizes(rr.request_size, rr.request_writes).enumerate() {
+            let part = &request[offset..offset + size];
+            let first;
+            let buf = if i == 0 && !intro.is_empty() {
+                first = [intro.as_slice(), part].concat();
+                &first
+            } else {
+                part
+            };
             flow.in_write.store(true, Ordering::Relaxed);
-            let wrote = write_all(stream, &request[offset..offset + size], give_up_us, stop);
+            let wrote = write_all(stream, buf, give_up_us, stop);
             flow.in_write.store(false, Ordering::Relaxed);
             if !wrote.map_err(|e| (sent, e))? {
                 break 'transactions;
@@ -99,13 +124,8 @@ pub(crate) fn request_until_end(
             sent += size as u64;
             flow.bytes.store(sent, Ordering::Relaxed);
         }
-        match read_exact(
-            stream,
-            &mut response,
-            rr.response_size as usize,
-            give_up_us,
-            stop,
-        ) {
+        let len = rr.response_size as usize;
+        match read_exact(stream, &mut response, len, give_up_us, stop) {
             Ok(true) => done.push(Transaction {
                 start_us: start_us - t0_us,
                 latency_us: monotonic_us() - start_us,
@@ -117,11 +137,17 @@ pub(crate) fn request_until_end(
         budget = budget.saturating_sub(u64::from(rr.request_size));
     }
     flow.writing.store(false, Ordering::Release);
-    stream.shutdown(Shutdown::Write).map_err(|e| (sent, e))?;
+    anchor.shutdown(Shutdown::Write).map_err(|e| (sent, e))?;
     Ok(Moved {
         bytes: sent,
         unacked: 0,
     })
+}
+
+/// Blocked reads and writes wait at most [`WAIT`].
+fn set_waits(stream: &TcpStream) -> io::Result<()> {
+    stream.set_write_timeout(Some(WAIT))?;
+    stream.set_read_timeout(Some(WAIT))
 }
 
 /// Answers each whole request with one write of the response, until the client closes
@@ -138,10 +164,7 @@ pub(crate) fn respond_until_eof(
     let response = vec![b'r'; rr.response_size as usize];
     let mut request = vec![0u8; (rr.request_size.min(params.tuning.read_size)) as usize];
     let mut read = 0u64;
-    let setup = stream
-        .set_write_timeout(Some(WAIT))
-        .and_then(|()| stream.set_read_timeout(Some(WAIT)));
-    setup.map_err(|e| (0, e))?;
+    set_waits(stream).map_err(|e| (0, e))?;
     let ended = |e: &io::Error| {
         matches!(
             e.kind(),
@@ -226,94 +249,13 @@ fn read_exact(
     Ok(true)
 }
 
-/// The client's side of TCP_CRR: for each transaction a new connection, tuned as the
-/// flow's, its introduction and the request's first part in one write, the response
-/// read whole, and the connection closed (after the server's close). Each is timed from
-/// the connect to the response's last byte.
-pub(crate) fn connect_each(
-    flow: &FlowShared,
-    params: &TestParams,
-    rr: TransactionParams,
-    t0_us: i64,
-    done: &mut Vec<Transaction>,
-    stop: &AtomicBool,
-) -> FlowResult {
-    let Some(Renew::Connect { addr, cookie }) = &flow.renew else {
-        return Err((0, io::Error::other("no data address to connect to")));
-    };
-    let deadline = params.end.deadline_us(t0_us);
-    let mut budget = match params.end {
-        TestEnd::Duration { .. } => u64::MAX,
-        TestEnd::Bytes { bytes } => bytes,
-    };
-    let mut intro = Vec::with_capacity(INTRO_LEN);
-    protocol::write_hello(&mut intro, ConnKind::Data).map_err(|e| (0, e))?;
-    protocol::write_data_intro(&mut intro, cookie, flow.id).map_err(|e| (0, e))?;
-    let request = vec![b'q'; rr.request_size as usize];
-    let mut response = vec![0u8; (rr.response_size.min(params.tuning.read_size)) as usize];
-    let mut sent = 0u64;
-    'transactions: while budget > 0 && !stop.load(Ordering::Relaxed) {
-        let start_us = monotonic_us();
-        if deadline.is_some_and(|d| start_us >= d) {
-            break;
-        }
-        let give_up_us = deadline.map_or(i64::MAX, |d| d + throughput::drain_limit_us(0) as i64);
-        let stream = connect(addr, params).map_err(|e| (sent, e))?;
-        let mut offset = 0;
-        for (i, size) in write_sizes(rr.request_size, rr.request_writes).enumerate() {
-            let part = &request[offset..offset + size];
-            let first;
-            let buf = if i == 0 {
-                first = [intro.as_slice(), part].concat();
-                &first
-            } else {
-                part
-            };
-            flow.in_write.store(true, Ordering::Relaxed);
-            let wrote = write_all(&stream, buf, give_up_us, stop);
-            flow.in_write.store(false, Ordering::Relaxed);
-            if !wrote.map_err(|e| (sent, e))? {
-                break 'transactions;
-            }
-            offset += size;
-            sent += size as u64;
-            flow.bytes.store(sent, Ordering::Relaxed);
-        }
-        match read_exact(
-            &stream,
-            &mut response,
-            rr.response_size as usize,
-            give_up_us,
-            stop,
-        ) {
-            Ok(true) => done.push(Transaction {
-                start_us: start_us - t0_us,
-                latency_us: monotonic_us() - start_us,
-            }),
-            Ok(false) => break 'transactions,
-            Err(e) => return Err((sent, e)),
-        }
-        budget = budget.saturating_sub(u64::from(rr.request_size));
-    }
-    flow.writing.store(false, Ordering::Release);
-    // Closing the anchor ends the server's accepting.
-    flow.stream
-        .shutdown(Shutdown::Write)
-        .map_err(|e| (sent, e))?;
-    Ok(Moved {
-        bytes: sent,
-        unacked: 0,
-    })
-}
-
 /// A new data connection to `addr`, tuned as the test's sending side.
 fn connect(addr: &SocketAddr, params: &TestParams) -> io::Result<TcpStream> {
     let socket = setup::tcp_socket(addr)?;
     setup::apply(&socket, &params.tuning, Role::Send)?;
     socket.connect_timeout(&(*addr).into(), CONNECT_TIMEOUT)?;
     let stream: TcpStream = socket.into();
-    stream.set_write_timeout(Some(WAIT))?;
-    stream.set_read_timeout(Some(WAIT))?;
+    set_waits(&stream)?;
     Ok(stream)
 }
 
@@ -357,8 +299,7 @@ pub(crate) fn accept_each(
         };
         let setup = stream
             .set_nonblocking(false)
-            .and_then(|()| stream.set_read_timeout(Some(WAIT)))
-            .and_then(|()| stream.set_write_timeout(Some(WAIT)));
+            .and_then(|()| set_waits(&stream));
         setup.map_err(|e| (read, e))?;
         // A connection that breaks off or is not this test's is dropped; the next may
         // come.

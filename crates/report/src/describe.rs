@@ -1,7 +1,7 @@
 //! Captions' words: what a test's flows were asked to do, in the units people type.
 
 use tcplab_model::experiment::FlowConfig;
-use tcplab_model::record::{Mode, TestEnd, TestParams, Tuning};
+use tcplab_model::record::{Mode, TestEnd, TestParams, TransactionParams, Tuning};
 use tcplab_model::units::{format_duration_us, format_rate, format_size};
 
 /// "1 TCP stream up for 2.00 s, cubic, window 64 KiB, 128 KiB writes, Nagle on".
@@ -10,6 +10,16 @@ pub fn params(p: &TestParams) -> String {
 }
 
 fn parts(p: &TestParams) -> Vec<String> {
+    let probes = p
+        .probe
+        .map(|probe| format!("probes every {}", format_duration_us(probe.interval_us)));
+    if p.streams == 0 {
+        let end = match p.end {
+            TestEnd::Duration { us } => format!(" for {}", format_duration_us(us)),
+            TestEnd::Bytes { .. } => String::new(),
+        };
+        return vec![format!("{} alone{end}", probes.unwrap_or_default())];
+    }
     let mut parts = vec![format!(
         "{} {} {} {}",
         p.streams,
@@ -37,12 +47,13 @@ fn parts(p: &TestParams) -> Vec<String> {
                 parts.push(format!("bursts of {}", u.burst));
             }
         }
-        None => parts.extend(tuning(&p.tuning)),
+        None => parts.extend(tuning(&p.tuning, p.transactions)),
     }
+    parts.extend(probes);
     parts
 }
 
-fn tuning(t: &Tuning) -> Vec<String> {
+fn tuning(t: &Tuning, transactions: Option<TransactionParams>) -> Vec<String> {
     let mut parts = vec![t.cc.clone().unwrap_or_else(|| "default cc".into())];
     parts.push(match (t.sndbuf, t.rcvbuf) {
         (None, None) => "autotuned buffers".into(),
@@ -52,7 +63,23 @@ fn tuning(t: &Tuning) -> Vec<String> {
             format!("sndbuf {}, rcvbuf {}", size(s), size(r))
         }
     });
-    parts.push(format!("{} writes", format_size(u64::from(t.write_size))));
+    parts.push(match transactions {
+        None => format!("{} writes", format_size(u64::from(t.write_size))),
+        Some(rr) => format!(
+            "transactions of {} requests{} and {} responses{}",
+            format_size(u64::from(rr.request_size)),
+            match rr.request_writes {
+                1 => String::new(),
+                n => format!(" in {n} writes"),
+            },
+            format_size(u64::from(rr.response_size)),
+            if rr.new_connection {
+                ", a connection each"
+            } else {
+                ""
+            }
+        ),
+    });
     parts.push(if t.nodelay { "Nagle off" } else { "Nagle on" }.into());
     if let Some(mss) = t.mss {
         parts.push(format!("MSS {mss}"));
@@ -65,6 +92,9 @@ fn tuning(t: &Tuning) -> Vec<String> {
             "application pacing at {}",
             format_rate(rate as f64)
         ));
+    }
+    if t.ecn {
+        parts.push("ECN".into());
     }
     parts
 }
@@ -139,6 +169,31 @@ mod tests {
             params(&p),
             "1 UDP stream up for 10.0 s, at 2.00 Mbit/s, 1000 B datagrams"
         );
+    }
+
+    #[test]
+    fn transactions_probes_and_ecn_in_words() {
+        let mut p = TestParams {
+            transactions: Some(TransactionParams {
+                request_size: 100,
+                response_size: 1024,
+                request_writes: 2,
+                new_connection: true,
+            }),
+            probe: Some(tcplab_model::record::ProbeParams {
+                interval_us: 10_000,
+                idle_us: 0,
+            }),
+            ..TestParams::default()
+        };
+        p.tuning.ecn = true;
+        assert_eq!(
+            params(&p),
+            "1 TCP stream up for 10.0 s, default cc, autotuned buffers, transactions of 100 B requests in 2 writes and 1 KiB responses, a connection each, Nagle on, ECN, probes every 10.0 ms"
+        );
+        p.streams = 0;
+        p.transactions = None;
+        assert_eq!(params(&p), "probes every 10.0 ms alone for 10.0 s");
     }
 
     #[test]

@@ -190,12 +190,12 @@ fn draw_on<DB: DrawingBackend>(
     match &chart.body {
         Body::Heatmap { .. } => Ok(()),
         Body::Stacked { layers: series, .. } | Body::Bars { series, .. } => {
-            legend_entries(&legend, series, true)
+            legend_entries(&legend, series, true).map(|_| ())
         }
-        Body::Lines { series, .. } => legend_entries(&legend, series, false),
+        Body::Lines { series, .. } => legend_entries(&legend, series, false).map(|_| ()),
         Body::Marked { series, marks, .. } => {
-            legend_entries(&legend, series, false)?;
-            legend_marks(&legend, marks, series.len())
+            let below = legend_entries(&legend, series, false)?;
+            legend_marks(&legend, marks, below)
         }
     }
 }
@@ -223,14 +223,13 @@ fn legend_width(chart: &Chart) -> u32 {
     (widest + 50).clamp(90, SIZE.0 / 3)
 }
 
-/// The marks' legend entries, below `after` entries of lines.
+/// The marks' legend entries, from height `y` (below the lines' entries).
 fn legend_marks<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     marks: &[Marks],
-    after: usize,
+    mut y: i32,
 ) -> Drawn {
-    for (i, m) in marks.iter().filter(|m| !m.points.is_empty()).enumerate() {
-        let y = 40 + 22 * (after + i) as i32;
+    for m in marks.iter().filter(|m| !m.points.is_empty()) {
         let color = rgb(m.color);
         match m.shape {
             Shape::Bar => area.draw(&PathElement::new(
@@ -240,29 +239,55 @@ fn legend_marks<DB: DrawingBackend>(
             Shape::Cross => area.draw(&Cross::new((14, y), 5, color.stroke_width(2))),
         }
         .map_err(text)?;
-        legend_label(area, &m.name, y)?;
+        y = legend_label(area, &m.name, y)?;
     }
     Ok(())
 }
 
-/// A legend entry's name, right of its symbol at height `y`.
-fn legend_label<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, name: &str, y: i32) -> Drawn {
+/// Where the first legend entry goes, and the height of each entry's line.
+const LEGEND_TOP: i32 = 40;
+const LEGEND_ENTRY: i32 = 22;
+const LEGEND_LINE: i32 = 16;
+/// Left of a legend entry's name: its symbol.
+const LEGEND_TEXT_X: i32 = 30;
+
+/// A legend entry's name, right of its symbol at height `y`, wrapped onto more lines
+/// where it is wider than the legend; the height of the next entry.
+fn legend_label<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    name: &str,
+    y: i32,
+) -> Result<i32, String> {
     let style = (FONT, LEGEND_FONT_SIZE).into_text_style(area);
-    area.draw(&Text::new(
-        name.to_owned(),
-        (30, y),
-        style.pos(Pos::new(HPos::Left, VPos::Center)),
-    ))
-    .map_err(text)
+    let room = area
+        .dim_in_pixel()
+        .0
+        .saturating_sub(LEGEND_TEXT_X as u32 + 4);
+    let font = (FONT, LEGEND_FONT_SIZE).into_font();
+    let width = |t: &str| font.box_size(t).map_or(t.len() as u32 * 7, |(w, _)| w);
+    let mut lines = wrap(name, room, width);
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    for (i, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (LEGEND_TEXT_X, y + LEGEND_LINE * i as i32),
+            style.pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(text)?;
+    }
+    Ok(y + LEGEND_ENTRY + LEGEND_LINE * (lines.len() as i32 - 1))
 }
 
+/// The lines' legend entries; the height below them.
 fn legend_entries<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     series: &[Series],
     filled: bool,
-) -> Drawn {
-    for (i, s) in series.iter().filter(|s| !s.name.is_empty()).enumerate() {
-        let y = 40 + 22 * i as i32;
+) -> Result<i32, String> {
+    let mut y = LEGEND_TOP;
+    for s in series.iter().filter(|s| !s.name.is_empty()) {
         let color = rgb(s.color);
         if filled && !s.dashed {
             area.draw(&Rectangle::new([(4, y - 6), (24, y + 6)], color.filled()))
@@ -284,9 +309,9 @@ fn legend_entries<DB: DrawingBackend>(
             ))
         }
         .map_err(text)?;
-        legend_label(area, &s.name, y)?;
+        y = legend_label(area, &s.name, y)?;
     }
-    Ok(())
+    Ok(y)
 }
 
 /// A numeric coordinate, linear or logarithmic, labelled at chosen ticks.

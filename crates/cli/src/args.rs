@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_model::capture::DEFAULT_SNAPLEN;
+use tcplab_model::compare::FailOn;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
@@ -55,6 +56,10 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Per-point statistics of an experiment's runs.
     Results(ResultsArgs),
+    /// Each point's metrics from one experiment to another (two databases, or two
+    /// experiments in one), with Welch's interval and t-test; a regression past
+    /// --fail-on exits 3.
+    Compare(CompareArgs),
     /// Why a stored run got its throughput: the bounds, what limited it, what to change.
     Explain(ExplainArgs),
     /// An HTML report of a database's experiments and runs (DIR/index.html, self-contained).
@@ -170,6 +175,39 @@ pub struct ResultsArgs {
     /// Print JSON instead of a table.
     #[arg(long, short = 'J')]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The base experiment's SQLite database.
+    pub base: PathBuf,
+    /// The new experiment's database (the base's again for two experiments in one).
+    pub new: PathBuf,
+    /// Which experiment of the base database, by id [default: the latest].
+    #[arg(long, value_name = "ID")]
+    pub base_experiment: Option<i64>,
+    /// Which experiment of the new database, by id [default: the latest].
+    #[arg(long, value_name = "ID")]
+    pub new_experiment: Option<i64>,
+    /// A metric to compare (repeatable) [default: throughput, retransmits, rtt and those
+    /// the experiments' flows have: fairness, udp_loss, jitter, latency, rpm,
+    /// transactions, transaction_time].
+    #[arg(long = "metric", value_parser = parse_metric, value_name = "METRIC")]
+    pub metrics: Vec<Metric>,
+    /// Exit 3 when a point's METRIC changed significantly by CHANGE or further in its
+    /// direction: `throughput:-5%` (a drop of 5 % or more), `latency:+10%` (repeatable).
+    #[arg(long = "fail-on", value_parser = parse_fail_on, value_name = "METRIC:CHANGE%")]
+    pub fail_on: Vec<FailOn>,
+    /// Confidence level of the intervals and tests [default: the base experiment's].
+    #[arg(long, value_parser = parse_confidence, value_name = "LEVEL")]
+    pub confidence: Option<f64>,
+    /// Print JSON instead of a table.
+    #[arg(long, short = 'J')]
+    pub json: bool,
+}
+
+fn parse_fail_on(s: &str) -> Result<FailOn, String> {
+    s.parse()
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {

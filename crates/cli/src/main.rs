@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         Command::Export(args) => commands::export(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Results(args) => sweep::results(args),
+        Command::Compare(args) => sweep::compare(args),
         Command::Explain(args) => explain::run(args),
         Command::Report(args) => report::report(args),
         Command::Plot(args) => report::plot(args),
@@ -89,6 +90,7 @@ fn prints_only(command: &Command) -> bool {
         Command::Runs { .. }
         | Command::Export(_)
         | Command::Results(_)
+        | Command::Compare(_)
         | Command::Explain(_)
         | Command::Report(_)
         | Command::Plot(_)

@@ -6,17 +6,18 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tcplab_experiment::estimate;
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
 use tcplab_model::experiment::{self, Experiment};
 use tcplab_model::stats::Metric;
 use tcplab_model::units::{count, format_duration_us, format_rate};
-use tcplab_report::results::{summarize, ExperimentRuns, ResultTable};
+use tcplab_report::experiments;
+use tcplab_report::results::{self, summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};
 
-use crate::args::{ResultsArgs, SweepArgs};
+use crate::args::{CompareArgs, ResultsArgs, SweepArgs};
 use crate::commands::{interrupt_flag, open_existing_store, open_store};
 
 pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
@@ -321,8 +322,89 @@ fn status_name(status: PlanStatus) -> &'static str {
 
 pub fn results(args: ResultsArgs) -> Result<ExitCode> {
     let store = open_existing_store(&args.db)?;
+    let id = experiment_id(&store, &args.db, args.experiment)?;
+    let table = summary(&store, id, args.metric, args.confidence)?;
+    if args.json {
+        serde_json::to_writer_pretty(std::io::stdout().lock(), &table)?;
+        println!();
+    } else {
+        print!("{}", table.text());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `compare` exits with when a threshold of --fail-on was crossed (1 is an error,
+/// 2 a usage error).
+const REGRESSED: u8 = 3;
+
+pub fn compare(args: CompareArgs) -> Result<ExitCode> {
+    let load = |db: &Path, id: Option<i64>| -> Result<ExperimentRuns> {
+        let store = open_existing_store(db)?;
+        let id = experiment_id(&store, db, id)?;
+        ExperimentRuns::load(&store, id)?
+            .ok_or_else(|| anyhow!("{} has no experiment {id}", db.display()))
+    };
+    let base = load(&args.base, args.base_experiment)?;
+    let new = load(&args.new, args.new_experiment)?;
+    let mut metrics = if args.metrics.is_empty() {
+        let mut both = experiments::metrics(&base);
+        both.retain(|m| experiments::metrics(&new).contains(m));
+        both
+    } else {
+        args.metrics.clone()
+    };
+    for f in &args.fail_on {
+        if !metrics.contains(&f.metric) {
+            metrics.push(f.metric);
+        }
+    }
+    let comparison = results::compare(&base, &new, &metrics, args.confidence);
+    if comparison.changes.is_empty() {
+        bail!(
+            "{} and {} share no point (by their axes' values): nothing to compare",
+            args.base.display(),
+            args.new.display()
+        );
+    }
+    if args.json {
+        serde_json::to_writer_pretty(std::io::stdout().lock(), &comparison)?;
+        println!();
+    } else {
+        print!("{}", comparison.text());
+    }
+    let crossed: Vec<String> = args
+        .fail_on
+        .iter()
+        .flat_map(|f| {
+            comparison
+                .changes
+                .iter()
+                .filter(move |c| c.metric == f.metric && f.crossed_by(&c.change))
+                .map(move |c| {
+                    format!(
+                        "{} {} {:+.1} % (p {:.3}) crosses {:+.0} %",
+                        c.label,
+                        c.metric.name(),
+                        c.change.relative.unwrap_or(0.0) * 100.0,
+                        c.change.p_value.unwrap_or(1.0),
+                        f.relative * 100.0
+                    )
+                })
+        })
+        .collect();
+    if crossed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for line in &crossed {
+        eprintln!("tcplab: regressed: {line}");
+    }
+    Ok(ExitCode::from(REGRESSED))
+}
+
+/// Experiment `id` of the database, or its latest, named in the error when missing.
+fn experiment_id(store: &Store, db: &Path, id: Option<i64>) -> Result<i64> {
     let experiments = store.experiments()?;
-    let id = match args.experiment {
+    Ok(match id {
         Some(id) => experiments
             .iter()
             .find(|e| e.id == id)
@@ -331,7 +413,7 @@ pub fn results(args: ResultsArgs) -> Result<ExitCode> {
                 let ids: Vec<String> = experiments.iter().map(|e| e.id.to_string()).collect();
                 anyhow!(
                     "{} has no experiment {id} (it has: {})",
-                    args.db.display(),
+                    db.display(),
                     if ids.is_empty() {
                         "none".into()
                     } else {
@@ -342,18 +424,10 @@ pub fn results(args: ResultsArgs) -> Result<ExitCode> {
         None => experiments.last().map(|e| e.id).ok_or_else(|| {
             anyhow!(
                 "{} holds no experiment (single runs are listed by `tcplab runs`)",
-                args.db.display()
+                db.display()
             )
         })?,
-    };
-    let table = summary(&store, id, args.metric, args.confidence)?;
-    if args.json {
-        serde_json::to_writer_pretty(std::io::stdout().lock(), &table)?;
-        println!();
-    } else {
-        print!("{}", table.text());
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// `metric` per point of experiment `id` (an id the store listed).

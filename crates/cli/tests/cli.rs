@@ -44,7 +44,7 @@ fn bad_units_name_the_token_and_exit_2() {
         &["'fast'", "--fq-rate"],
     );
     assert_one_line_error(&["run", "h", "-w", "1.5.5M"], 2, &["'1.5.5M'"]);
-    assert_one_line_error(&["run", "h", "-P", "0"], 2, &["'0'", "--parallel"]);
+    assert_one_line_error(&["run", "h", "-P", "129"], 2, &["'129'", "--parallel"]);
 }
 
 #[test]
@@ -283,6 +283,15 @@ fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
         2,
         &["'1.5' is not between 0 and 1"],
     );
+    let empty = empty_db.to_string_lossy();
+    assert_one_line_error(&["compare", &empty, "x.db"], 1, &["no database at", "none.db"]);
+    for (bad, needle) in [
+        ("speed:-5%", "unknown metric 'speed'"),
+        ("throughput-5%", "is not METRIC:CHANGE%"),
+        ("throughput:0%", "a signed percentage other than 0"),
+    ] {
+        assert_one_line_error(&["compare", "a.db", "b.db", "--fail-on", bad], 2, &[needle]);
+    }
 }
 
 #[test]

@@ -767,3 +767,69 @@ fn a_sweep_with_capture_and_events_writes_one_file_per_run_and_stores_the_events
         assert!(stored > 100, "{stored} events");
     }
 }
+
+/// `compare` on two real sweeps each against a base: the same settings again show no
+/// regression (exit 0 with `--fail-on throughput:-5%`), half the socket buffer on a
+/// window-limited path halves the throughput, a significant drop that exits 3 and names
+/// the point.
+#[test]
+fn compare_gates_a_halved_buffer_and_passes_a_rerun() {
+    if !privileged_or_skip("compare") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let study = |name: &str, window: &str| {
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "name = \"window\"\nrepetitions = 3\nduration = \"2s\"\nwarmup = \"0.5s\"\n\
+                 path = \"rtt 20ms rate 100mbit queue 1bdp\"\n[[flow]]\ncc = \"cubic\"\nwindow = \"{window}\"\n"
+            ),
+        )
+        .unwrap();
+        let db = dir.path().join(format!("{name}.db"));
+        assert_success(&sweep(&file, &db, &[]));
+        db
+    };
+    let base = study("base", "64K");
+    let rerun = study("rerun", "64K");
+    let halved = study("halved", "32K");
+    let compare = |new: &Path| {
+        tcplab()
+            .arg("compare")
+            .arg(&base)
+            .arg(new)
+            .args(["--fail-on", "throughput:-5%"])
+            .output()
+            .unwrap()
+    };
+    let same = compare(&rerun);
+    println!("{}", String::from_utf8_lossy(&same.stdout));
+    assert_success(&same);
+    let dropped = compare(&halved);
+    let stdout = String::from_utf8_lossy(&dropped.stdout);
+    let stderr = String::from_utf8_lossy(&dropped.stderr);
+    println!("{stdout}{stderr}");
+    assert_eq!(dropped.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(
+        stderr.starts_with("tcplab: regressed: ") && stderr.contains("throughput"),
+        "{stderr}"
+    );
+    let json = tcplab()
+        .arg("compare")
+        .arg(&base)
+        .arg(&halved)
+        .args(["--metric", "throughput", "--json"])
+        .output()
+        .unwrap();
+    let json = parse_success(&json);
+    let change = &json["changes"][0];
+    assert_eq!(change["significant"], true, "{json}");
+    let relative = f64_at(change, "/relative");
+    assert!(
+        (-0.6..=-0.4).contains(&relative),
+        "halved buffer: {relative}"
+    );
+}

@@ -7,6 +7,7 @@ pub mod burst;
 pub mod calibration;
 pub mod capture;
 pub mod clock;
+pub mod compare;
 pub mod dumbbell;
 pub mod events;
 pub mod experiment;

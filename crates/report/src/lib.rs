@@ -16,7 +16,7 @@ mod axes;
 mod chart;
 mod describe;
 mod draw;
-mod experiments;
+pub mod experiments;
 mod html;
 mod layout;
 mod palette;

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
+use tcplab_model::compare::{welch, Change};
 use tcplab_model::experiment::{point_label, Axis, Point};
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::{Metric, Stats};
@@ -47,6 +48,13 @@ impl ExperimentRuns {
     /// The plan rows of point `index`.
     pub fn rows_of(&self, index: u32) -> impl Iterator<Item = &PlanRow> {
         self.plan.iter().filter(move |r| r.run.point == index)
+    }
+
+    /// `metric` of each done run of `point`, after the point's warm-up.
+    pub fn values_of(&self, point: &Point, metric: Metric) -> Vec<f64> {
+        self.runs_of(point.index)
+            .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
+            .collect()
     }
 
     /// The done runs of point `index`, with their ids, in plan order.
@@ -110,10 +118,7 @@ pub fn summarize(data: &ExperimentRuns, metric: Metric, confidence: Option<f64>)
     for point in &data.points {
         let rows: Vec<&PlanRow> = data.rows_of(point.index).collect();
         let runs: Vec<(i64, &RunRecord)> = data.runs_of(point.index).collect();
-        let values: Vec<f64> = runs
-            .iter()
-            .filter_map(|(_, run)| metric.of(run, point.config.warmup_us))
-            .collect();
+        let values = data.values_of(point, metric);
         let stats = Stats::of(&values, confidence, metric.range());
         let first_flow = runs.first().and_then(|(_, r)| r.flows.first());
         let tuning = point.config.flows.first().map(|f| &f.params.tuning);
@@ -140,24 +145,30 @@ pub fn summarize(data: &ExperimentRuns, metric: Metric, confidence: Option<f64>)
             run_ids: runs.iter().map(|(id, _)| *id).collect(),
         });
     }
-    let all: Vec<&PlanRow> = data.plan.iter().collect();
     ResultTable {
-        experiment: ExperimentInfo {
-            id: exp.id,
-            name: exp.name.clone(),
-            file: exp.file.clone(),
-            seed: exp.seed,
-            repetitions: exp.repetitions,
-            axes: exp.axes.clone(),
-            runs: data.plan.len(),
-            done: count(PlanStatus::Done, &all),
-            failed: count(PlanStatus::Failed, &all),
-            pending: count(PlanStatus::Pending, &all),
-        },
+        experiment: info(data),
         metric,
         unit: metric.unit(),
         confidence,
         points: results,
+    }
+}
+
+/// The experiment and its plan's counts.
+fn info(data: &ExperimentRuns) -> ExperimentInfo {
+    let exp = &data.experiment;
+    let count = |s: PlanStatus| data.plan.iter().filter(|r| r.status == s).count();
+    ExperimentInfo {
+        id: exp.id,
+        name: exp.name.clone(),
+        file: exp.file.clone(),
+        seed: exp.seed,
+        repetitions: exp.repetitions,
+        axes: exp.axes.clone(),
+        runs: data.plan.len(),
+        done: count(PlanStatus::Done),
+        failed: count(PlanStatus::Failed),
+        pending: count(PlanStatus::Pending),
     }
 }
 
@@ -264,23 +275,7 @@ impl ResultTable {
 
     /// The heading and the table as text, columns aligned: what `tcplab results` prints.
     pub fn text(&self) -> String {
-        let rows = self.cells();
-        let columns = rows[0].len();
-        let axes = self.experiment.axes.len();
-        let mut out = self.heading() + "\n";
-        // Axis values and notes read left to right; numbers line up on the right.
-        let align = |c| {
-            if c < axes || c == columns - 1 {
-                Align::Left
-            } else {
-                Align::Right
-            }
-        };
-        for line in aligned(&rows, align) {
-            out += &line;
-            out += "\n";
-        }
-        out
+        text_table(self.heading(), &self.cells(), self.experiment.axes.len())
     }
 }
 
@@ -296,5 +291,154 @@ pub fn format_metric(metric: Metric, v: f64) -> String {
         Metric::Rpm => format!("{v:.0}"),
         Metric::Fairness => format!("{v:.3}"),
         Metric::UdpLoss => format!("{:.3} %", v * 100.0),
+    }
+}
+
+/// `tcplab compare --json`: each metric of each point the two experiments share, from
+/// the base's runs to the new one's.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub base: ExperimentInfo,
+    pub new: ExperimentInfo,
+    pub confidence: f64,
+    pub changes: Vec<PointChange>,
+    /// Points of one experiment that the other lacks, by label.
+    pub only_base: Vec<String>,
+    pub only_new: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PointChange {
+    pub label: String,
+    pub metric: Metric,
+    pub unit: &'static str,
+    #[serde(flatten)]
+    pub change: Change,
+    pub significant: bool,
+}
+
+/// Each of `metrics` per point from `base` to `new`, points matched by their axis
+/// values (their label); at `confidence` (default: the base experiment's).
+pub fn compare(
+    base: &ExperimentRuns,
+    new: &ExperimentRuns,
+    metrics: &[Metric],
+    confidence: Option<f64>,
+) -> Comparison {
+    let confidence = confidence.unwrap_or(base.experiment.confidence);
+    // An experiment without axes has one point, named here.
+    let label =
+        |data: &ExperimentRuns, p: &Point| match point_label(&data.experiment.axes, &p.values) {
+            l if l.is_empty() => "(the one point)".to_string(),
+            l => l,
+        };
+    let mut changes = Vec::new();
+    let mut only_base = Vec::new();
+    for b in &base.points {
+        let name = label(base, b);
+        let Some(n) = new.points.iter().find(|n| label(new, n) == name) else {
+            only_base.push(name);
+            continue;
+        };
+        for &metric in metrics {
+            let change = welch(
+                &base.values_of(b, metric),
+                &new.values_of(n, metric),
+                confidence,
+            );
+            changes.extend(change.map(|change| PointChange {
+                label: name.clone(),
+                metric,
+                unit: metric.unit(),
+                significant: change.significant(),
+                change,
+            }));
+        }
+    }
+    let only_new = new
+        .points
+        .iter()
+        .map(|n| label(new, n))
+        .filter(|name| !base.points.iter().any(|b| label(base, b) == *name))
+        .collect();
+    Comparison {
+        base: info(base),
+        new: info(new),
+        confidence,
+        changes,
+        only_base,
+        only_new,
+    }
+}
+
+/// `heading`, then `rows` aligned: the first `names` columns and the last (notes) read
+/// left to right, the numbers between line up on the right.
+fn text_table(heading: String, rows: &[Vec<String>], names: usize) -> String {
+    let columns = rows[0].len();
+    let align = |c| {
+        if c < names || c == columns - 1 {
+            Align::Left
+        } else {
+            Align::Right
+        }
+    };
+    let mut out = heading + "\n";
+    for line in aligned(rows, align) {
+        out += &line;
+        out += "\n";
+    }
+    out
+}
+
+impl Comparison {
+    pub fn text(&self) -> String {
+        text_table(self.heading(), &self.cells(), 2)
+    }
+
+    /// The line above the table: the two experiments and the interval.
+    pub fn heading(&self) -> String {
+        let side = |e: &ExperimentInfo| format!("{} ({}, {} done)", e.name, e.file, e.done);
+        format!(
+            "base {} → new {}: change of each point's mean, Welch's {:.0} % interval and t-test",
+            side(&self.base),
+            side(&self.new),
+            self.confidence * 100.0
+        )
+    }
+
+    /// A header row, then one row per point and metric: the means, the change, its
+    /// interval and p-value, and whether it is significant.
+    pub fn cells(&self) -> Vec<Vec<String>> {
+        let mut rows = vec![[
+            "point", "metric", "n", "base", "new", "change", "interval", "p", "",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for c in &self.changes {
+            let fmt = |v: f64| format_metric(c.metric, v);
+            let signed = |v: f64| {
+                if v < 0.0 {
+                    format!("-{}", fmt(-v))
+                } else {
+                    format!("+{}", fmt(v))
+                }
+            };
+            let x = &c.change;
+            rows.push(vec![
+                c.label.clone(),
+                c.metric.name().to_string(),
+                format!("{}/{}", x.base_n, x.new_n),
+                fmt(x.base_mean),
+                fmt(x.new_mean),
+                x.relative
+                    .map_or_else(|| signed(x.delta), |r| format!("{:+.1} %", r * 100.0)),
+                x.ci.map_or("-".into(), |(lo, hi)| {
+                    format!("{} – {}", signed(lo), signed(hi))
+                }),
+                x.p_value.map_or("-".into(), |p| format!("{p:.3}")),
+                if c.significant { "significant" } else { "" }.into(),
+            ]);
+        }
+        rows
     }
 }

@@ -513,6 +513,15 @@ fn the_throughput_chart_draws_the_rates_and_the_bound() {
 
 /// `results`' table of an experiment with one point whose runs read `mbits` Mbit/s.
 fn results_of(mbits: &[f64]) -> crate::results::ResultTable {
+    crate::results::summarize(
+        &experiment_of(mbits),
+        tcplab_model::stats::Metric::Throughput,
+        None,
+    )
+}
+
+/// An experiment with one point whose runs read `mbits` Mbit/s, loaded.
+fn experiment_of(mbits: &[f64]) -> crate::results::ExperimentRuns {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path().join("spread.db")).unwrap();
     let text = format!(
@@ -530,10 +539,48 @@ fn results_of(mbits: &[f64]) -> crate::results::ResultTable {
             .finish_planned_run(id, seq as u32, Outcome::Done(&record))
             .unwrap();
     }
-    let data = crate::results::ExperimentRuns::load(&store, id)
+    crate::results::ExperimentRuns::load(&store, id)
         .unwrap()
-        .unwrap();
-    crate::results::summarize(&data, tcplab_model::stats::Metric::Throughput, None)
+        .unwrap()
+}
+
+/// `compare` on constructed experiments whose answer is known: a halved throughput is a
+/// significant drop of 50 % that crosses `throughput:-5%`; the same runs again change
+/// nothing; a shift inside the runs' spread is not significant.
+#[test]
+fn compare_flags_a_halved_throughput_and_not_the_same_runs() {
+    use tcplab_model::compare::FailOn;
+    use tcplab_model::stats::Metric;
+    let base = experiment_of(&[50.0, 51.0, 49.0, 50.0]);
+    let fail_on: FailOn = "throughput:-5%".parse().unwrap();
+    let change = |new: &[f64]| {
+        let c = crate::results::compare(&base, &experiment_of(new), &[Metric::Throughput], None);
+        assert_eq!((c.only_base.len(), c.only_new.len()), (0, 0));
+        assert_eq!(c.changes.len(), 1);
+        c.changes[0].clone()
+    };
+    let halved = change(&[25.0, 26.0, 24.0, 25.0]);
+    assert!(halved.significant && fail_on.crossed_by(&halved.change));
+    assert!(
+        (halved.change.relative.unwrap() + 0.5).abs() < 1e-9,
+        "{halved:?}"
+    );
+    let again = change(&[50.0, 51.0, 49.0, 50.0]);
+    assert!(!again.significant && !fail_on.crossed_by(&again.change));
+    assert_eq!(again.change.p_value, Some(1.0));
+    let noisy = change(&[40.0, 60.0, 45.0, 52.0]);
+    assert!(!noisy.significant, "{noisy:?}");
+    let text = crate::results::compare(
+        &base,
+        &experiment_of(&[25.0, 26.0, 24.0, 25.0]),
+        &[Metric::Throughput],
+        None,
+    )
+    .text();
+    assert!(
+        text.contains("-50.0 %") && text.contains("significant"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::compare::FailOn;
+use tcplab_model::experiment::Shard;
 use tcplab_model::path::PathSpec;
 use tcplab_model::record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
@@ -56,6 +57,8 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Per-point statistics of an experiment's runs.
     Results(ResultsArgs),
+    /// Put the databases of a study's shards (`sweep --shard K/N`) into one.
+    Merge(MergeArgs),
     /// Each point's metrics from one experiment to another (two databases, or two
     /// experiments in one), with Welch's interval and t-test; a regression past
     /// --fail-on exits 3.
@@ -106,6 +109,15 @@ pub struct SweepArgs {
     /// The file changed since the database's plan: plan it as a new experiment beside it.
     #[arg(long)]
     pub new_experiment: bool,
+    /// Run only the K-th of N disjoint parts of the plan (1 ≤ K ≤ N), e.g. one task of a
+    /// Slurm job array (`--shard $SLURM_ARRAY_TASK_ID/4` with `--array=1-4`); `tcplab
+    /// merge` puts the parts' databases together.
+    #[arg(long, value_parser = parse_shard, value_name = "K/N")]
+    pub shard: Option<Shard>,
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    s.parse()
 }
 
 #[derive(Args, Debug)]
@@ -175,6 +187,16 @@ pub struct ResultsArgs {
     /// Print JSON instead of a table.
     #[arg(long, short = 'J')]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shards' databases: the same plans (one file swept with --shard K/N).
+    #[arg(required = true, num_args = 1.., value_name = "DB")]
+    pub inputs: Vec<PathBuf>,
+    /// The merged database (must not exist).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 #[derive(Args, Debug)]

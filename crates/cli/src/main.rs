@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::sweep(args),
         Command::Results(args) => sweep::results(args),
         Command::Compare(args) => sweep::compare(args),
+        Command::Merge(args) => sweep::merge(args),
         Command::Explain(args) => explain::run(args),
         Command::Report(args) => report::report(args),
         Command::Plot(args) => report::plot(args),
@@ -91,6 +92,7 @@ fn prints_only(command: &Command) -> bool {
         | Command::Export(_)
         | Command::Results(_)
         | Command::Compare(_)
+        | Command::Merge(_)
         | Command::Explain(_)
         | Command::Report(_)
         | Command::Plot(_)

@@ -17,7 +17,7 @@ use tcplab_report::experiments;
 use tcplab_report::results::{self, summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};
 
-use crate::args::{CompareArgs, ResultsArgs, SweepArgs};
+use crate::args::{CompareArgs, MergeArgs, ResultsArgs, SweepArgs};
 use crate::commands::{interrupt_flag, open_existing_store, open_store};
 
 pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
@@ -50,16 +50,23 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
             text: &text,
             new_experiment: args.new_experiment,
             retry_failed: args.retry_failed,
+            shard: args.shard,
         },
     )?;
     for line in crate::lab::gc_lines(&sweep::remove_leftovers()?) {
         println!("{line}");
     }
     let pending = prepared.count(PlanStatus::Pending);
+    let shard = args.shard.map_or(String::new(), |s| {
+        format!(" (shard {s}: {} of them)", prepared.plan.len())
+    });
     println!(
-        "experiment {}: {}, order shuffled with seed {}; {} in {}",
+        "experiment {}: {}{shard}, order shuffled with seed {}; {} in {}",
         experiment.name,
-        plan_size(&experiment, prepared.plan.len()),
+        plan_size(
+            &experiment,
+            experiment.points.len() * experiment.repetitions as usize
+        ),
         prepared.seed,
         if prepared.resumed {
             format!(
@@ -119,7 +126,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
             count(overheads.len(), "run")
         );
     }
-    let plan = store.plan(prepared.id)?;
+    let plan = sweep::shard_rows(store.plan(prepared.id)?, args.shard);
     let left = plan
         .iter()
         .filter(|r| r.status == PlanStatus::Pending)
@@ -330,6 +337,33 @@ pub fn results(args: ResultsArgs) -> Result<ExitCode> {
     } else {
         print!("{}", table.text());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn merge(args: MergeArgs) -> Result<ExitCode> {
+    for input in &args.inputs {
+        if !input.exists() {
+            bail!("no database at {}", input.display());
+        }
+    }
+    let m = tcplab_experiment::merge::merge(&args.inputs, &args.output)?;
+    println!(
+        "merged {} into {}: {}, their planned runs {} done, {} failed, {} to run{}{}",
+        count(args.inputs.len(), "database"),
+        args.output.display(),
+        count(m.experiments, "experiment"),
+        m.done,
+        m.failed,
+        m.pending,
+        match m.duplicates {
+            0 => String::new(),
+            n => format!("; {} done twice, the first kept", count(n, "run")),
+        },
+        match m.single_runs {
+            0 => String::new(),
+            n => format!("; {} outside experiments", count(n, "run")),
+        },
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -284,7 +284,11 @@ fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
         &["'1.5' is not between 0 and 1"],
     );
     let empty = empty_db.to_string_lossy();
-    assert_one_line_error(&["compare", &empty, "x.db"], 1, &["no database at", "none.db"]);
+    assert_one_line_error(
+        &["compare", &empty, "x.db"],
+        1,
+        &["no database at", "none.db"],
+    );
     for (bad, needle) in [
         ("speed:-5%", "unknown metric 'speed'"),
         ("throughput-5%", "is not METRIC:CHANGE%"),

@@ -833,3 +833,84 @@ fn compare_gates_a_halved_buffer_and_passes_a_rerun() {
         "halved buffer: {relative}"
     );
 }
+
+/// A study as 3 shards — the first alone, the other two at once — merged: exactly the
+/// plan's runs, each once, and the same `results` table as the study swept whole.
+#[test]
+fn three_shards_merged_are_the_study_swept_whole() {
+    if !privileged_or_skip("shards") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("study.toml");
+    std::fs::write(
+        &file,
+        "name = \"sharded\"\nrepetitions = 2\nduration = \"1s\"\npath = \"rtt 5ms rate 50mbit queue 1bdp\"\n\
+         [[flow]]\ncc = \"cubic\"\n[[axis]]\nkey = \"flow.window\"\nvalues = [\"16K\", \"64K\", \"256K\"]\n",
+    )
+    .unwrap();
+    let shard_db = |k: u32| dir.path().join(format!("shard{k}.db"));
+    let shard = |k: u32| {
+        tcplab()
+            .arg("sweep")
+            .arg(&file)
+            .arg("--db")
+            .arg(shard_db(k))
+            .args(["--shard", &format!("{k}/3")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    assert_success(&shard(1).wait_with_output().unwrap());
+    let (two, three) = (shard(2), shard(3));
+    for out in [two.wait_with_output().unwrap(), three.wait_with_output().unwrap()] {
+        assert_success(&out);
+    }
+    let merged = dir.path().join("merged.db");
+    let out = tcplab()
+        .arg("merge")
+        .args((1..=3).map(shard_db))
+        .arg("-o")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("6 done, 0 failed, 0 to run"), "{said}");
+    assert!(!said.contains("twice"), "{said}");
+    let whole = dir.path().join("whole.db");
+    assert_success(&sweep(&file, &whole, &[]));
+    let layout = |db: &Path| {
+        let r = results(db, "throughput");
+        let points: Vec<(String, u64)> = r["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["label"].as_str().unwrap().to_owned(), u64_at(p, "/n")))
+            .collect();
+        (r["experiment"]["axes"].clone(), r["experiment"]["runs"].clone(), points)
+    };
+    assert_eq!(layout(&merged), layout(&whole));
+    let (_, runs, points) = layout(&merged);
+    assert_eq!(runs, 6);
+    assert!(points.iter().all(|(_, n)| *n == 2), "{points:?}");
+    // Each planned run's record once: 6 stored runs, 6 distinct plan rows done.
+    let store = tcplab_store::Store::open(&merged).unwrap();
+    assert_eq!(store.list_runs().unwrap().len(), 6);
+    // Merging a shard with another study's database is refused, nothing written.
+    let other = dir.path().join("other.db");
+    let refused = tcplab()
+        .arg("merge")
+        .arg(shard_db(1))
+        .arg(&whole)
+        .arg("-o")
+        .arg(&other)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("different plans"), "{err}");
+    assert!(!other.exists());
+}

@@ -4,4 +4,5 @@
 
 pub mod estimate;
 pub mod labrun;
+pub mod merge;
 pub mod sweep;

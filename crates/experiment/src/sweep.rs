@@ -15,7 +15,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
 use tcplab_model::capture::DEFAULT_SNAPLEN;
-use tcplab_model::experiment::{Experiment, Point, RemoteHost};
+use tcplab_model::experiment::{Experiment, Point, RemoteHost, Shard};
 use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
 use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
@@ -34,6 +34,9 @@ pub struct SweepRequest<'a> {
     pub new_experiment: bool,
     /// Run the failed runs again.
     pub retry_failed: bool,
+    /// Run only this part of the plan (the plan itself is the whole one, ordered by
+    /// [`Experiment::shard_seed`] when the file gives no seed).
+    pub shard: Option<Shard>,
 }
 
 /// The stored experiment a sweep works on.
@@ -45,6 +48,7 @@ pub struct Prepared {
     /// Failed runs made pending again by `retry_failed`.
     pub retried: usize,
     pub points: Vec<Point>,
+    /// The plan's rows this sweep runs: all of them, or its shard's.
     pub plan: Vec<PlanRow>,
 }
 
@@ -75,10 +79,13 @@ pub fn prepare(store: &mut Store, req: &SweepRequest) -> Result<Prepared> {
                     &hash[..12]
                 );
             }
-            let seed = req
-                .experiment
-                .seed
-                .unwrap_or_else(|| u64::from(rand::random::<u32>()));
+            let seed = match req.shard {
+                Some(_) => req.experiment.shard_seed(),
+                None => req
+                    .experiment
+                    .seed
+                    .unwrap_or_else(|| u64::from(rand::random::<u32>())),
+            };
             let schedule = req.experiment.schedule(seed);
             let id =
                 store.create_experiment(req.experiment, req.file, req.text, seed, &schedule)?;
@@ -96,8 +103,15 @@ pub fn prepare(store: &mut Store, req: &SweepRequest) -> Result<Prepared> {
         resumed,
         retried,
         points: store.points(id)?,
-        plan: store.plan(id)?,
+        plan: shard_rows(store.plan(id)?, req.shard),
     })
+}
+
+/// The rows of `plan` that `shard` holds (all without one).
+pub fn shard_rows(plan: Vec<PlanRow>, shard: Option<Shard>) -> Vec<PlanRow> {
+    plan.into_iter()
+        .filter(|r| shard.is_none_or(|s| s.holds(r.seq)))
+        .collect()
 }
 
 /// Refuses a plan naming a congestion control this kernel lacks, before any run. A real

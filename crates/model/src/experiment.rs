@@ -192,6 +192,45 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+/// One of `count` disjoint parts of a plan (`sweep --shard K/N`): the planned runs whose
+/// place in the shuffled plan is K − 1 modulo N. The parts together are the plan, each
+/// run in one, and every part mixes the points as the whole plan does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 1-based.
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    /// Whether planned run `seq` (its place in the plan, from 0) is this part's.
+    pub fn holds(&self, seq: u32) -> bool {
+        seq % self.count == self.index - 1
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Shard, String> {
+        let bad = || format!("'{text}' is not K/N with 1 ≤ K ≤ N (e.g. 2/4)");
+        let (k, n) = text.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u32, u32) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 impl Experiment {
     /// All runs, points × repetitions, in the order `seed` shuffles them to: so that a
     /// drift of the machine over the sweep does not line up with any axis.
@@ -208,6 +247,14 @@ impl Experiment {
             .collect();
         runs.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
         runs
+    }
+
+    /// The seed that orders the plan: the file's, or for a sharded sweep without one the
+    /// plan hash's first 32 bits, so that every shard, on any machine, plans the same
+    /// order (a sweep of its own draws one).
+    pub fn shard_seed(&self) -> u64 {
+        self.seed
+            .unwrap_or_else(|| u64::from_str_radix(&self.plan_hash()[..8], 16).expect("hex"))
     }
 
     /// A digest of everything that decides what the runs do and measure: the points'

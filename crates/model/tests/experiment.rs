@@ -689,3 +689,37 @@ fn a_bdp_queue_needs_a_delay_somewhere_in_the_lab() {
     let e = err("path = \"rtt 5ms\"\naccess = [\"loss 1% seed 3\"]\n");
     assert!(e.message.contains("client1's access link sets seed"), "{e}");
 }
+
+#[test]
+fn shards_split_the_plan_into_disjoint_parts_that_make_it_whole() {
+    use tcplab_model::experiment::Shard;
+    let e = ok(r#"
+        repetitions = 3
+        [[flow]]
+        [[axis]]
+        key = "flow.window"
+        values = ["8K", "16K", "32K", "64K"]
+    "#);
+    let seed = e.shard_seed();
+    assert_eq!(seed, e.shard_seed(), "one seed for every shard");
+    let plan = e.schedule(seed);
+    let shards: Vec<Shard> = (1..=5).map(|k| format!("{k}/5").parse().unwrap()).collect();
+    let mut seen = vec![0; plan.len()];
+    for shard in &shards {
+        let mine: Vec<usize> = (0..plan.len()).filter(|&s| shard.holds(s as u32)).collect();
+        // 12 runs in 5 parts: 3, 3, 2, 2, 2.
+        assert!((2..=3).contains(&mine.len()), "{shard}: {mine:?}");
+        for s in mine {
+            seen[s] += 1;
+        }
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "each run in exactly one shard: {seen:?}"
+    );
+    for bad in ["0/3", "4/3", "3", "a/b", "1/0"] {
+        assert!(bad.parse::<Shard>().unwrap_err().contains("K/N"), "{bad}");
+    }
+    let seeded = ok("seed = 42\n[[flow]]\n");
+    assert_eq!(seeded.shard_seed(), 42);
+}

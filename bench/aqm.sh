@@ -8,14 +8,15 @@
 #   AQMS="droptail codel fq_codel pie" STREAMS=16 REPS=5 bash bench/aqm.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SHORT=1: the smallest run, as CI makes it (bench/build.sh).
+if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; STREAMS=2; fi
 RATE=${RATE:-1gbit}
 AQMS=${AQMS:-"droptail fq_codel"}
 STREAMS=${STREAMS:-8}
 REPS=${REPS:-3}
 DUR=${DUR:-4}
 CONGESTION=${CONGESTION:-cubic}
-cargo build --release -q
-BIN=$PWD/target/release/tcplab
+source bench/build.sh
 
 echo "| rep | aqm | received (Mbit/s) | / link goodput | dropped aqm | dropped queue | lateness p99 (µs) |"
 echo "|---|---|---|---|---|---|---|"

@@ -21,6 +21,8 @@
 #   SECTIONS=2 bash bench/emulator.sh            # only the listed sections (default 1234)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SHORT=1: the smallest run, as CI makes it (bench/build.sh).
+if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; CYCLES=1; PINGS=20; fi
 REPS=${REPS:-3}
 DUR=${DUR:-5}
 CYCLES=${CYCLES:-10}
@@ -28,10 +30,9 @@ PINGS=${PINGS:-300}
 KEEP=${KEEP:-0}
 SECTIONS=${SECTIONS:-1234}
 command -v iperf3 >/dev/null || apt-get install -y -qq iperf3 >/dev/null
-cargo build --release -q
-cargo build --release -q --example tun_forward -p tcplab-sys
-BIN=$PWD/target/release/tcplab
-FWD=$PWD/target/release/examples/tun_forward
+source bench/build.sh
+source bench/build.sh --example tun_forward -p tcplab-sys
+FWD=$PWD/target/$PROFILE/examples/tun_forward
 PY="python3 $PWD/bench/emulator_report.py"
 OUT=$(mktemp -d)
 RES=$OUT/results.jsonl

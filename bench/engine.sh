@@ -7,11 +7,12 @@
 #   REPS=5 DUR=10 bash bench/engine.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SHORT=1: the smallest run, as CI makes it (bench/build.sh).
+if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; fi
 REPS=${REPS:-3}
 DUR=${DUR:-5}
 command -v iperf3 >/dev/null || apt-get install -y -qq iperf3 >/dev/null
-cargo build --release -q
-BIN=$PWD/target/release/tcplab
+source bench/build.sh
 A=tlbench-a B=tlbench-b ADDR=10.250.0.2
 
 remove_lab() {

@@ -15,13 +15,14 @@
 #   PATH_SPEC="rtt 20ms rate 10gbit queue 1bdp" bash bench/evidence.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SHORT=1: the smallest run, as CI makes it (bench/build.sh).
+if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; fi
 PATH_SPEC=${PATH_SPEC:-"rtt 20ms rate 1gbit queue 1bdp"}
 REPS=${REPS:-5}
 DUR=${DUR:-4}
 CONGESTION=${CONGESTION:-bbr}
 EVIDENCE=${EVIDENCE:-capture}
-cargo build --release -q
-BIN=$PWD/target/release/tcplab
+source bench/build.sh
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
 

@@ -11,6 +11,8 @@
 #   REPS=3 DUR=10 TCPLAB=target/release/tcplab bash bench/iperf3_interop.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SHORT=1: the smallest run, as CI makes it (bench/build.sh).
+if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; fi
 REPS=${REPS:-2}
 DUR=${DUR:-5}
 TCPLAB=${TCPLAB:-target/debug/tcplab}

@@ -865,7 +865,10 @@ fn three_shards_merged_are_the_study_swept_whole() {
     };
     assert_success(&shard(1).wait_with_output().unwrap());
     let (two, three) = (shard(2), shard(3));
-    for out in [two.wait_with_output().unwrap(), three.wait_with_output().unwrap()] {
+    for out in [
+        two.wait_with_output().unwrap(),
+        three.wait_with_output().unwrap(),
+    ] {
         assert_success(&out);
     }
     let merged = dir.path().join("merged.db");
@@ -890,7 +893,11 @@ fn three_shards_merged_are_the_study_swept_whole() {
             .iter()
             .map(|p| (p["label"].as_str().unwrap().to_owned(), u64_at(p, "/n")))
             .collect();
-        (r["experiment"]["axes"].clone(), r["experiment"]["runs"].clone(), points)
+        (
+            r["experiment"]["axes"].clone(),
+            r["experiment"]["runs"].clone(),
+            points,
+        )
     };
     assert_eq!(layout(&merged), layout(&whole));
     let (_, runs, points) = layout(&merged);

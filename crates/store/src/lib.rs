@@ -287,8 +287,8 @@ impl Store {
         self.load_run_with(id, true)
     }
 
-    /// [`Store::load_run`] without the raw samples, events and probes (most of a run's rows):
-    /// enough for summaries, intervals and statistics.
+    /// [`Store::load_run`] without the raw samples and kernel events (most of a run's
+    /// rows): enough for summaries, intervals, statistics and the probes' charts.
     pub fn load_run_without_samples(&self, id: i64) -> Result<RunRecord> {
         self.load_run_with(id, false)
     }

@@ -211,6 +211,13 @@ pub struct CompareArgs {
     /// Which experiment of the new database, by id [default: the latest].
     #[arg(long, value_name = "ID")]
     pub new_experiment: Option<i64>,
+    /// Compare single runs instead: the base's done runs whose label or a tag is LABEL
+    /// (`run --db … --label/--tag`); needs --new-label.
+    #[arg(long, value_name = "LABEL", requires = "new_label", conflicts_with_all = ["base_experiment", "new_experiment"])]
+    pub base_label: Option<String>,
+    /// The new database's done runs whose label or a tag is LABEL.
+    #[arg(long, value_name = "LABEL", requires = "base_label")]
+    pub new_label: Option<String>,
     /// A metric to compare (repeatable) [default: throughput, retransmits, rtt and those
     /// the experiments' flows have: fairness, udp_loss, jitter, latency, rpm,
     /// transactions, transaction_time].

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tcplab_experiment::estimate;
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
 use tcplab_model::experiment::{self, Experiment};
+use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
 use tcplab_model::units::{count, format_duration_us, format_rate};
 use tcplab_report::experiments;
@@ -367,32 +368,83 @@ pub fn merge(args: MergeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The done runs of `db` whose label or a tag is `label`, named for a comparison.
+fn labelled_runs(db: &Path, label: &str) -> Result<(results::Side, Vec<RunRecord>)> {
+    let store = open_existing_store(db)?;
+    let mut runs = Vec::new();
+    for row in store.list_runs()? {
+        if row.status != "done" {
+            continue;
+        }
+        let run = store.load_run_without_samples(row.id)?;
+        if run.label.as_deref() == Some(label) || run.tags.iter().any(|t| t == label) {
+            runs.push(run);
+        }
+    }
+    if runs.is_empty() {
+        bail!(
+            "{} holds no done run labelled or tagged '{label}'",
+            db.display()
+        );
+    }
+    let side = results::Side {
+        name: label.to_owned(),
+        source: db.display().to_string(),
+        runs: runs.len(),
+    };
+    Ok((side, runs))
+}
+
 /// What `compare` exits with when a threshold of --fail-on was crossed (1 is an error,
 /// 2 a usage error).
 const REGRESSED: u8 = 3;
 
 pub fn compare(args: CompareArgs) -> Result<ExitCode> {
-    let load = |db: &Path, id: Option<i64>| -> Result<ExperimentRuns> {
-        let store = open_existing_store(db)?;
-        let id = experiment_id(&store, db, id)?;
-        ExperimentRuns::load(&store, id)?
-            .ok_or_else(|| anyhow!("{} has no experiment {id}", db.display()))
-    };
-    let base = load(&args.base, args.base_experiment)?;
-    let new = load(&args.new, args.new_experiment)?;
-    let mut metrics = if args.metrics.is_empty() {
-        let mut both = experiments::metrics(&base);
-        both.retain(|m| experiments::metrics(&new).contains(m));
-        both
-    } else {
-        args.metrics.clone()
-    };
-    for f in &args.fail_on {
-        if !metrics.contains(&f.metric) {
-            metrics.push(f.metric);
+    let with_thresholds = |mut metrics: Vec<Metric>| {
+        for f in &args.fail_on {
+            if !metrics.contains(&f.metric) {
+                metrics.push(f.metric);
+            }
         }
-    }
-    let comparison = results::compare(&base, &new, &metrics, args.confidence);
+        metrics
+    };
+    let comparison = match (&args.base_label, &args.new_label) {
+        (Some(base_label), Some(new_label)) => {
+            let base = labelled_runs(&args.base, base_label)?;
+            let new = labelled_runs(&args.new, new_label)?;
+            let metrics = if args.metrics.is_empty() {
+                vec![Metric::Throughput, Metric::Retransmits, Metric::Rtt]
+            } else {
+                args.metrics.clone()
+            };
+            // No experiment sets it: an experiment file's default.
+            let confidence = args.confidence.unwrap_or(experiment::DEFAULT_CONFIDENCE);
+            results::compare_runs(
+                (base.0, &base.1),
+                (new.0, &new.1),
+                &with_thresholds(metrics),
+                confidence,
+            )
+        }
+        _ => {
+            let load = |db: &Path, id: Option<i64>| -> Result<ExperimentRuns> {
+                let store = open_existing_store(db)?;
+                let id = experiment_id(&store, db, id)?;
+                ExperimentRuns::load(&store, id)?
+                    .ok_or_else(|| anyhow!("{} has no experiment {id}", db.display()))
+            };
+            let base = load(&args.base, args.base_experiment)?;
+            let new = load(&args.new, args.new_experiment)?;
+            let metrics = if args.metrics.is_empty() {
+                let mut both = experiments::metrics(&base);
+                both.retain(|m| experiments::metrics(&new).contains(m));
+                both
+            } else {
+                args.metrics.clone()
+            };
+            results::compare(&base, &new, &with_thresholds(metrics), args.confidence)
+        }
+    };
     if comparison.changes.is_empty() {
         bail!(
             "{} and {} share no point (by their axes' values): nothing to compare",

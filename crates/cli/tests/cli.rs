@@ -289,6 +289,11 @@ fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
         1,
         &["no database at", "none.db"],
     );
+    assert_one_line_error(
+        &["compare", "a.db", "b.db", "--base-label", "x"],
+        2,
+        &["--new-label"],
+    );
     for (bad, needle) in [
         ("speed:-5%", "unknown metric 'speed'"),
         ("throughput-5%", "is not METRIC:CHANGE%"),

@@ -298,13 +298,34 @@ pub fn format_metric(metric: Metric, v: f64) -> String {
 /// the base's runs to the new one's.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
-    pub base: ExperimentInfo,
-    pub new: ExperimentInfo,
+    pub base: Side,
+    pub new: Side,
     pub confidence: f64,
     pub changes: Vec<PointChange>,
     /// Points of one experiment that the other lacks, by label.
     pub only_base: Vec<String>,
     pub only_new: Vec<String>,
+}
+
+/// One side of a comparison: an experiment (its name and file) or the runs of a label
+/// (the label and the database).
+#[derive(Clone, Debug, Serialize)]
+pub struct Side {
+    pub name: String,
+    pub source: String,
+    /// Its done runs.
+    pub runs: usize,
+}
+
+impl Side {
+    fn of(data: &ExperimentRuns) -> Side {
+        let e = info(data);
+        Side {
+            name: e.name,
+            source: e.file,
+            runs: e.done,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -340,20 +361,9 @@ pub fn compare(
             only_base.push(name);
             continue;
         };
-        for &metric in metrics {
-            let change = welch(
-                &base.values_of(b, metric),
-                &new.values_of(n, metric),
-                confidence,
-            );
-            changes.extend(change.map(|change| PointChange {
-                label: name.clone(),
-                metric,
-                unit: metric.unit(),
-                significant: change.significant(),
-                change,
-            }));
-        }
+        changes.extend(point_changes(&name, metrics, confidence, |metric| {
+            (base.values_of(b, metric), new.values_of(n, metric))
+        }));
     }
     let only_new = new
         .points
@@ -362,13 +372,61 @@ pub fn compare(
         .filter(|name| !base.points.iter().any(|b| label(base, b) == *name))
         .collect();
     Comparison {
-        base: info(base),
-        new: info(new),
+        base: Side::of(base),
+        new: Side::of(new),
         confidence,
         changes,
         only_base,
         only_new,
     }
+}
+
+/// Each of `metrics` from one set of single runs to another (each side named, say by its
+/// label and database), over each whole run.
+pub fn compare_runs(
+    base: (Side, &[RunRecord]),
+    new: (Side, &[RunRecord]),
+    metrics: &[Metric],
+    confidence: f64,
+) -> Comparison {
+    let values = |runs: &[RunRecord], metric: Metric| -> Vec<f64> {
+        runs.iter().filter_map(|r| metric.of(r, 0)).collect()
+    };
+    let name = format!("{} → {}", base.0.name, new.0.name);
+    let changes = point_changes(&name, metrics, confidence, |metric| {
+        (values(base.1, metric), values(new.1, metric))
+    });
+    Comparison {
+        base: base.0,
+        new: new.0,
+        confidence,
+        changes,
+        only_base: Vec::new(),
+        only_new: Vec::new(),
+    }
+}
+
+/// Each metric's change at one point, from the base's and the new values `values`
+/// gives; none for a metric a side has no value of.
+fn point_changes(
+    label: &str,
+    metrics: &[Metric],
+    confidence: f64,
+    values: impl Fn(Metric) -> (Vec<f64>, Vec<f64>),
+) -> Vec<PointChange> {
+    metrics
+        .iter()
+        .filter_map(|&metric| {
+            let (base, new) = values(metric);
+            welch(&base, &new, confidence).map(|change| PointChange {
+                label: label.to_owned(),
+                metric,
+                unit: metric.unit(),
+                significant: change.significant(),
+                change,
+            })
+        })
+        .collect()
 }
 
 /// `heading`, then `rows` aligned: the first `names` columns and the last (notes) read
@@ -397,7 +455,7 @@ impl Comparison {
 
     /// The line above the table: the two experiments and the interval.
     pub fn heading(&self) -> String {
-        let side = |e: &ExperimentInfo| format!("{} ({}, {} done)", e.name, e.file, e.done);
+        let side = |e: &Side| format!("{} ({}, {} done)", e.name, e.source, e.runs);
         format!(
             "base {} → new {}: change of each point's mean, Welch's {:.0} % interval and t-test",
             side(&self.base),

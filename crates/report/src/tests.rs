@@ -602,3 +602,41 @@ fn one_run_has_no_spread_and_no_interval_reaches_below_zero() {
     let row = &table.cells()[1];
     assert!(row[column("CI")].starts_with("0 bit/s – "), "{row:?}");
 }
+
+/// Single runs by label: their whole runs' throughput, a side each.
+#[test]
+fn compare_runs_sets_two_labels_runs_against_each_other() {
+    use crate::results::{compare_runs, Side};
+    use tcplab_model::stats::Metric;
+    let side = |name: &str, runs: usize| Side {
+        name: name.into(),
+        source: "runs.db".into(),
+        runs,
+    };
+    let base: Vec<RunRecord> = [20.0, 21.0, 19.0]
+        .iter()
+        .map(|&m| run(m, 1, false))
+        .collect();
+    let new: Vec<RunRecord> = [10.0, 10.5, 9.5]
+        .iter()
+        .map(|&m| run(m, 1, false))
+        .collect();
+    let c = compare_runs(
+        (side("before", 3), &base),
+        (side("after", 3), &new),
+        &[Metric::Throughput],
+        0.95,
+    );
+    assert_eq!(c.changes.len(), 1);
+    let x = &c.changes[0];
+    assert_eq!(x.label, "before → after");
+    assert!(
+        x.significant && (x.change.relative.unwrap() + 0.5).abs() < 1e-6,
+        "{x:?}"
+    );
+    assert!(
+        c.heading().contains("base before (runs.db, 3 done)"),
+        "{}",
+        c.heading()
+    );
+}

@@ -69,8 +69,9 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<Merged> {
         let id = out.create_experiment(&exp, &row.file, &row.spec_text, row.seed, &schedule)?;
         merged.experiments += 1;
         let mut filled = vec![false; schedule.len()];
-        // Done runs first from every input, then failures where no input finished it.
-        for wanted in [PlanStatus::Done, PlanStatus::Failed] {
+        // Done runs first from every input, then failures where no input finished it,
+        // then what an interrupted run measured (it stays to be run).
+        for wanted in [PlanStatus::Done, PlanStatus::Failed, PlanStatus::Pending] {
             for (i, store) in stores.iter().enumerate() {
                 let input = store
                     .experiments()?
@@ -79,7 +80,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<Merged> {
                     .expect("the plans were checked equal");
                 for r in store.plan(input.id)? {
                     planned_runs[i].extend(r.run_id);
-                    if r.status != wanted {
+                    if r.status != wanted || (wanted == PlanStatus::Pending && r.run_id.is_none()) {
                         continue;
                     }
                     let seq = r.seq as usize;
@@ -90,6 +91,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<Merged> {
                     let run = r.run_id.map(|id| store.load_run(id)).transpose()?;
                     let outcome = match (wanted, &run) {
                         (PlanStatus::Done, Some(run)) => Outcome::Done(run),
+                        (PlanStatus::Pending, Some(run)) => Outcome::Interrupted(run),
                         _ => Outcome::Failed(run.as_ref(), r.error.as_deref().unwrap_or("failed")),
                     };
                     out.finish_planned_run(id, r.seq, outcome)
@@ -117,4 +119,96 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<Merged> {
         }
     }
     Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcplab_model::record::RunRecord;
+
+    const STUDY: &str = "name = \"m\"\nrepetitions = 2\n[[flow]]\n[[axis]]\nkey = \"flow.window\"\nvalues = [\"8K\", \"64K\"]\n";
+
+    fn record(label: &str) -> RunRecord {
+        let mut run: RunRecord =
+            serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
+        run.label = Some(label.into());
+        run
+    }
+
+    /// A shard's database: the study planned, `outcomes` recorded by plan place.
+    fn shard(dir: &Path, name: &str, text: &str, outcomes: &[(u32, &str)]) -> PathBuf {
+        let path = dir.join(format!("{name}.db"));
+        let mut store = Store::open(&path).unwrap();
+        let exp = experiment::parse(text, "m").unwrap();
+        let seed = exp.shard_seed();
+        let id = store
+            .create_experiment(&exp, "m.toml", text, seed, &exp.schedule(seed))
+            .unwrap();
+        for &(seq, how) in outcomes {
+            let run = record(&format!("{name} {seq}"));
+            let outcome = match how {
+                "done" => Outcome::Done(&run),
+                "failed" => Outcome::Failed(None, "broke"),
+                _ => Outcome::Interrupted(&run),
+            };
+            store.finish_planned_run(id, seq, outcome).unwrap();
+        }
+        path
+    }
+
+    #[test]
+    fn shards_merge_into_one_plan_each_run_once_and_nothing_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = shard(dir.path(), "a", STUDY, &[(0, "done"), (2, "failed")]);
+        let b = shard(
+            dir.path(),
+            "b",
+            STUDY,
+            &[(1, "done"), (2, "done"), (3, "interrupted")],
+        );
+        Store::open(&a)
+            .unwrap()
+            .insert_run(&record("single"))
+            .unwrap();
+        let out = dir.path().join("all.db");
+        let merged = merge(&[a.clone(), b.clone()], &out).unwrap();
+        assert_eq!(
+            merged,
+            Merged {
+                experiments: 1,
+                done: 3,
+                failed: 0,
+                pending: 1,
+                duplicates: 0,
+                single_runs: 1,
+            }
+        );
+        let store = Store::open_to_read(&out).unwrap();
+        let plan = store.plan(store.experiments().unwrap()[0].id).unwrap();
+        let label = |seq: usize| {
+            let id = plan[seq].run_id.unwrap();
+            store.load_run(id).unwrap().label.unwrap()
+        };
+        // Each from the shard that ran it; the interrupted run's record kept.
+        assert_eq!(
+            [label(0), label(1), label(2), label(3)],
+            ["a 0", "b 1", "b 2", "b 3"]
+        );
+        assert_eq!(store.list_runs().unwrap().len(), 5);
+        // The same shard twice: its done run once, counted.
+        let twice = merge(&[b.clone(), b.clone()], &dir.path().join("twice.db")).unwrap();
+        assert_eq!((twice.done, twice.duplicates), (2, 2));
+        // Another plan, or an existing output, is refused and nothing written.
+        let other = shard(dir.path(), "c", &STUDY.replace("8K", "16K"), &[]);
+        let refused = dir.path().join("refused.db");
+        let err = merge(&[a.clone(), other], &refused)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("different plans"), "{err}");
+        assert!(!refused.exists());
+        assert!(merge(&[a], &out)
+            .unwrap_err()
+            .to_string()
+            .contains("exists"));
+    }
 }

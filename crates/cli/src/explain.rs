@@ -105,17 +105,7 @@ pub fn render(e: &Explanation) -> String {
         buffer(&t.rcvbuf),
         match t.transactions {
             None => format!("writes of {}", format_size(u64::from(t.write_size))),
-            Some(rr) => format!(
-                "requests of {} in {}, responses of {}{}",
-                format_size(u64::from(rr.request_size)),
-                count(u64::from(rr.request_writes), "write"),
-                format_size(u64::from(rr.response_size)),
-                if rr.new_connection {
-                    ", a connection each"
-                } else {
-                    ""
-                }
-            ),
+            Some(rr) => rr.describe(),
         },
         if t.nodelay { "off" } else { "on" },
         t.pacing

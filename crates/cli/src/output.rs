@@ -318,21 +318,11 @@ fn latency_lines(l: &LatencySummary, clock: &ClockOffset) -> Vec<String> {
 /// The transactions' rate and times, with what each one moved.
 fn transactions_line(t: &TransactionStats, rr: &TransactionParams) -> String {
     let ms = |us: f64| format!("{:.2}", us / 1000.0);
-    let writes = match rr.request_writes {
-        1 => String::new(),
-        n => format!(" in {n} writes"),
-    };
-    let connection = if rr.new_connection {
-        ", a new connection each"
-    } else {
-        ""
-    };
     format!(
-        "transactions: {} ({:.1}/s), request {}{writes}, response {}{connection}   time p50 {} / p90 {} / p99 {} / max {} ms",
+        "transactions: {} ({:.1}/s), {}   time p50 {} / p90 {} / p99 {} / max {} ms",
         t.count,
         t.per_second,
-        format_size(u64::from(rr.request_size)),
-        format_size(u64::from(rr.response_size)),
+        rr.describe(),
         ms(t.latency_us.p50),
         ms(t.latency_us.p90),
         ms(t.latency_us.p99),

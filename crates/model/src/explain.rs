@@ -1097,14 +1097,12 @@ fn transactions(
         })
         .unwrap_or_default();
     let message = format!(
-        "{} transactions, {:.1} a second: a request of {} in {}, a response of {}{}; median time {}{round_trips}",
+        "{} transactions, {:.1} a second: {}{}; median time {}{round_trips}",
         stats.count,
         stats.per_second,
-        format_size(u64::from(rr.request_size)),
-        count(u64::from(rr.request_writes), "write"),
-        format_size(u64::from(rr.response_size)),
+        rr.describe(),
         if rr.new_connection {
-            ", a new connection each (the handshake's round trip included)"
+            " (the handshake's round trip included)"
         } else {
             ""
         },

@@ -57,6 +57,27 @@ pub fn check(params: &TestParams) -> Result<(), String> {
     Ok(())
 }
 
+impl TransactionParams {
+    /// "requests of 100 B in 2 writes, responses of 1 KiB, a new connection each": the
+    /// words every output uses for a request/response flow.
+    pub fn describe(&self) -> String {
+        format!(
+            "requests of {}{}, responses of {}{}",
+            format_size(u64::from(self.request_size)),
+            match self.request_writes {
+                1 => String::new(),
+                n => format!(" in {n} writes"),
+            },
+            format_size(u64::from(self.response_size)),
+            if self.new_connection {
+                ", a new connection each"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// The sizes of a request's writes: `writes` parts as even as whole bytes allow, the
 /// larger ones first.
 pub fn write_sizes(request_size: u32, writes: u32) -> impl Iterator<Item = usize> {

@@ -65,20 +65,7 @@ fn tuning(t: &Tuning, transactions: Option<TransactionParams>) -> Vec<String> {
     });
     parts.push(match transactions {
         None => format!("{} writes", format_size(u64::from(t.write_size))),
-        Some(rr) => format!(
-            "transactions of {} requests{} and {} responses{}",
-            format_size(u64::from(rr.request_size)),
-            match rr.request_writes {
-                1 => String::new(),
-                n => format!(" in {n} writes"),
-            },
-            format_size(u64::from(rr.response_size)),
-            if rr.new_connection {
-                ", a connection each"
-            } else {
-                ""
-            }
-        ),
+        Some(rr) => format!("transactions: {}", rr.describe()),
     });
     parts.push(if t.nodelay { "Nagle off" } else { "Nagle on" }.into());
     if let Some(mss) = t.mss {
@@ -189,7 +176,7 @@ mod tests {
         p.tuning.ecn = true;
         assert_eq!(
             params(&p),
-            "1 TCP stream up for 10.0 s, default cc, autotuned buffers, transactions of 100 B requests in 2 writes and 1 KiB responses, a connection each, Nagle on, ECN, probes every 10.0 ms"
+            "1 TCP stream up for 10.0 s, default cc, autotuned buffers, transactions: requests of 100 B in 2 writes, responses of 1 KiB, a new connection each, Nagle on, ECN, probes every 10.0 ms"
         );
         p.streams = 0;
         p.transactions = None;

@@ -401,10 +401,18 @@ pub fn serve_in_with(server_ns: &str, client_ns: &str, args: &[&str]) -> Child {
 /// z of a two-sided 99 % normal interval.
 pub const Z99: f64 = 2.576;
 
+/// z of a two-sided 99.9 % normal interval.
+pub const Z999: f64 = 3.291;
+
 /// The 99 % normal-approximation interval of a binomial count (n trials, p).
 pub fn binomial99(n: u64, p: f64) -> (f64, f64) {
+    binomial(n, p, Z99)
+}
+
+/// The normal-approximation interval of a binomial count (n trials, p) at `z`.
+pub fn binomial(n: u64, p: f64, z: f64) -> (f64, f64) {
     let mean = n as f64 * p;
-    let half = Z99 * (n as f64 * p * (1.0 - p)).sqrt();
+    let half = z * (n as f64 * p * (1.0 - p)).sqrt();
     (mean - half, mean + half)
 }
 
@@ -834,10 +842,11 @@ fn longest_queue_us(run: &tcplab_model::record::RunRecord) -> u64 {
 
 /// A host kept off the CPU on a loaded machine (a receiver descheduled, its
 /// acknowledgements then sent at once) moves bytes from one bin into a later one: at
-/// 1 Gbit/s, 754 then 1184 Mbit/s were seen in bins of 100 ms. This much of a stall the
-/// checks of [`assert_charts_hold`] allow; they hold per bin in
+/// 1 Gbit/s, 754 then 1184 Mbit/s were seen in bins of 100 ms, and a CI run moved 66 ms
+/// of 1 Gbit/s into the next bin. This much of a stall the checks of
+/// [`assert_charts_hold`] allow; they hold per bin in
 /// `throughput_over_time_holds_per_bin`.
-pub const STALL_US: u64 = 50_000;
+pub const STALL_US: u64 = 100_000;
 
 /// [`chart_errors`] with a [`STALL_US`] stall allowed, which load does not exceed: none.
 pub fn assert_charts_hold(db: &std::path::Path) {

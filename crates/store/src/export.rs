@@ -11,7 +11,8 @@ use std::str::FromStr;
 use rusqlite::types::ValueRef;
 
 use crate::error::{ParseNameError, Result, StoreError};
-use crate::{sqlite_err, Store};
+use crate::schema::sample_columns;
+use crate::{sample_blocks, sqlite_err, Store};
 
 /// A table of the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -167,70 +168,151 @@ fn export_rows(
     format: ExportFormat,
     out: &mut dyn Write,
 ) -> Result<(), Failure> {
+    if table == Table::Samples {
+        return export_samples(conn, format, out);
+    }
     // rowid order is insertion order: each run is inserted in one transaction after all
     // earlier runs, so this is (run, position in the record) without a sort.
     let sql = format!("SELECT * FROM {} ORDER BY rowid", table.name());
     let mut stmt = conn.prepare(&sql)?;
     let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+    let mut sink = Sink::new(format, out, names)?;
     let mut rows = stmt.query([])?;
-    match format {
-        ExportFormat::Csv => {
-            let mut w = csv::Writer::from_writer(out);
-            w.write_record(&names)?;
-            let mut field = String::new();
-            while let Some(row) = rows.next()? {
-                for i in 0..names.len() {
+    while let Some(row) = rows.next()? {
+        let values = (0..sink.names.len())
+            .map(|i| row.get_ref(i))
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        sink.row(&values)?;
+    }
+    sink.finish()
+}
+
+/// The samples, decoded from their blocks one run at a time, as the rows of a table
+/// with one INTEGER column per field (NULL where a sample has no BBR or socket-memory
+/// fields).
+fn export_samples(
+    conn: &rusqlite::Connection,
+    format: ExportFormat,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let names = sample_columns().map(String::from).collect();
+    let mut sink = Sink::new(format, out, names)?;
+    let mut stmt =
+        conn.prepare("SELECT run_id, block, data FROM sample_blocks ORDER BY run_id, block")?;
+    let mut rows = stmt.query([])?;
+    let mut values: Vec<ValueRef<'static>> = Vec::new();
+    while let Some(row) = rows.next()? {
+        let run_id: i64 = row.get(0)?;
+        let block: i64 = row.get(1)?;
+        let samples =
+            sample_blocks::decode(row.get_ref(2)?.as_blob().map_err(rusqlite::Error::from)?)
+                .map_err(|e| {
+                    Failure::Db(rusqlite::Error::FromSqlConversionFailure(
+                        2,
+                        rusqlite::types::Type::Blob,
+                        format!("run {run_id}, sample block {block}: {e}").into(),
+                    ))
+                })?;
+        for s in &samples {
+            values.clear();
+            sample_blocks::values(run_id, s, |v| values.push(v));
+            sink.row(&values)?;
+        }
+    }
+    sink.finish()
+}
+
+/// Writes rows in one format, header first.
+struct Sink<'a> {
+    names: Vec<String>,
+    out: SinkKind<'a>,
+    field: String,
+}
+
+enum SinkKind<'a> {
+    Csv(Box<csv::Writer<&'a mut dyn Write>>),
+    Jsonl(BufWriter<&'a mut dyn Write>),
+}
+
+impl<'a> Sink<'a> {
+    fn new(
+        format: ExportFormat,
+        out: &'a mut dyn Write,
+        names: Vec<String>,
+    ) -> Result<Self, Failure> {
+        let out = match format {
+            ExportFormat::Csv => {
+                let mut w = csv::Writer::from_writer(out);
+                w.write_record(&names)?;
+                SinkKind::Csv(Box::new(w))
+            }
+            ExportFormat::Jsonl => SinkKind::Jsonl(BufWriter::new(out)),
+        };
+        Ok(Sink {
+            names,
+            out,
+            field: String::new(),
+        })
+    }
+
+    fn row(&mut self, values: &[ValueRef<'_>]) -> Result<(), Failure> {
+        let field = &mut self.field;
+        match &mut self.out {
+            SinkKind::Csv(w) => {
+                for v in values {
                     field.clear();
-                    match row.get_ref(i)? {
+                    match *v {
                         ValueRef::Null => {}
                         ValueRef::Integer(v) => write!(field, "{v}").expect("write to String"),
                         ValueRef::Real(v) => write!(field, "{v:?}").expect("write to String"),
                         ValueRef::Text(t) => field.push_str(&String::from_utf8_lossy(t)),
-                        ValueRef::Blob(b) => hex(&mut field, b),
+                        ValueRef::Blob(b) => hex(field, b),
                     }
                     w.write_field(&field)?;
                 }
                 w.write_record(None::<&[u8]>)?;
             }
-            w.flush()?;
-        }
-        ExportFormat::Jsonl => {
-            let mut w = BufWriter::new(out);
-            let mut blob = String::new();
-            while let Some(row) = rows.next()? {
+            SinkKind::Jsonl(w) => {
                 w.write_all(b"{")?;
-                for (i, name) in names.iter().enumerate() {
+                for (i, (name, v)) in self.names.iter().zip(values).enumerate() {
                     if i > 0 {
                         w.write_all(b",")?;
                     }
-                    serde_json::to_writer(&mut w, name).map_err(io::Error::from)?;
+                    serde_json::to_writer(&mut *w, name).map_err(io::Error::from)?;
                     w.write_all(b":")?;
-                    match row.get_ref(i)? {
+                    match *v {
                         ValueRef::Null => w.write_all(b"null")?,
                         ValueRef::Integer(v) => write!(w, "{v}")?,
                         ValueRef::Real(v) => {
-                            serde_json::to_writer(&mut w, &v).map_err(io::Error::from)?
+                            serde_json::to_writer(&mut *w, &v).map_err(io::Error::from)?
                         }
                         ValueRef::Text(t) => {
-                            serde_json::to_writer(&mut w, &String::from_utf8_lossy(t))
+                            serde_json::to_writer(&mut *w, &String::from_utf8_lossy(t))
                                 .map_err(io::Error::from)?
                         }
                         ValueRef::Blob(b) => {
-                            blob.clear();
-                            hex(&mut blob, b);
-                            serde_json::to_writer(&mut w, &blob).map_err(io::Error::from)?
+                            field.clear();
+                            hex(field, b);
+                            serde_json::to_writer(&mut *w, &field).map_err(io::Error::from)?
                         }
                     }
                 }
                 w.write_all(b"}\n")?;
             }
-            w.flush()?;
         }
+        Ok(())
     }
-    Ok(())
+
+    fn finish(self) -> Result<(), Failure> {
+        match self.out {
+            SinkKind::Csv(mut w) => w.flush()?,
+            SinkKind::Jsonl(mut w) => w.flush()?,
+        }
+        Ok(())
+    }
 }
 
-/// BLOBs (none in the current schema) are written as lowercase hex.
+/// BLOBs (none in the exported tables) are written as lowercase hex.
 fn hex(out: &mut String, bytes: &[u8]) {
     for b in bytes {
         write!(out, "{b:02x}").expect("write to String");

@@ -19,14 +19,15 @@ mod events;
 mod experiments;
 mod export;
 mod kept;
+mod legacy_samples;
 mod probes;
 mod rows;
+mod sample_blocks;
 mod schema;
 #[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use rusqlite::{
@@ -34,10 +35,9 @@ use rusqlite::{
 };
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
-    BufferSize, ClockOffset, CpuUse, FlowRecord, Host, IntervalRecord, LimitShares, Mode, RttStats,
-    RunRecord, SampleRecord, Summary, TestEnd,
+    BufferSize, ClockOffset, CpuUse, FlowRecord, IntervalRecord, LimitShares, Mode, RttStats,
+    RunRecord, Summary, TestEnd,
 };
-use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
 
 pub use error::{ParseNameError, Result, StoreError};
 pub use experiments::{ExperimentRow, Outcome, PlanRow, PlanStatus};
@@ -45,13 +45,8 @@ pub use export::{ExportFormat, Table};
 pub use kept::{keep_beside, NotStored};
 pub use schema::SCHEMA_VERSION;
 
-use rows::{
-    enum_name, enum_value, int, opt_enum_value, opt_int, opt_json, opt_text, real, text, RowReader,
-};
-use schema::{
-    sample_columns, SqlInt, MIGRATIONS, SAMPLE_BBR_COLUMNS, SAMPLE_KEY_COLUMNS,
-    SAMPLE_SKMEM_COLUMNS, TCP_INFO_COLUMNS,
-};
+use rows::{enum_value, int, opt_enum_value, opt_int, opt_json, opt_text, real, text, RowReader};
+use schema::{Migration, MIGRATIONS};
 
 /// How long a statement waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -219,7 +214,6 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", true)
             .map_err(sqlite_err(&path, "enabling foreign keys"))?;
         migrate(&mut conn, &path)?;
-        check_sample_columns(&conn, &path)?;
         // The write lock, taken and given back: its journal files can be written too.
         conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK")
             .map_err(sqlite_err(&path, "taking the write lock"))?;
@@ -235,10 +229,7 @@ impl Store {
         let conn = read_only_connection(&path)?;
         let found = user_version(&conn).map_err(sqlite_err(&path, "reading the schema version"))?;
         match found.cmp(&SCHEMA_VERSION) {
-            std::cmp::Ordering::Equal => {
-                check_sample_columns(&conn, &path)?;
-                Ok(Store { conn, path })
-            }
+            std::cmp::Ordering::Equal => Ok(Store { conn, path }),
             std::cmp::Ordering::Greater => Err(StoreError::TooNew {
                 path,
                 found,
@@ -326,7 +317,7 @@ impl Store {
         // Probes are few (one per millisecond at most) and the latency charts need them.
         run.probes = probes::load(&tx, path, id)?;
         if with_samples {
-            run.samples = load_samples(&tx, path, id)?;
+            run.samples = sample_blocks::load(&tx, path, id)?;
             run.events = events::load(&tx, path, id)?;
         }
         Ok(run)
@@ -399,7 +390,7 @@ fn insert_run_in(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i
         insert_named(tx, "intervals", &interval_values(run_id, interval))
             .map_err(sqlite_err(path, "inserting a run (intervals)"))?;
     }
-    insert_samples(tx, run_id, &run.samples)
+    sample_blocks::insert(tx, run_id, &run.samples)
         .map_err(sqlite_err(path, "inserting a run (samples)"))?;
     events::insert(tx, run_id, &run.events)
         .map_err(sqlite_err(path, "inserting a run (events)"))?;
@@ -448,48 +439,14 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
         if user_version(&tx).map_err(migrate_err)? != current {
             continue;
         }
-        tx.execute_batch(&MIGRATIONS[current as usize]())
-            .map_err(migrate_err)?;
+        match &MIGRATIONS[current as usize] {
+            Migration::Sql(sql) => tx.execute_batch(&sql()).map_err(migrate_err)?,
+            Migration::Code(run) => run(&tx, path)?,
+        }
         tx.pragma_update(None, "user_version", next)
             .map_err(migrate_err)?;
         tx.commit().map_err(migrate_err)?;
     }
-}
-
-/// Refuses a database whose `samples` table does not have exactly the columns this build
-/// reads and writes (a `TcpInfo` field added without a migration).
-fn check_sample_columns(conn: &Connection, path: &Path) -> Result<()> {
-    let err = sqlite_err(path, "reading the samples columns");
-    let mut stmt = conn
-        .prepare("SELECT name FROM pragma_table_info('samples')")
-        .map_err(err)?;
-    let have: Vec<String> = stmt
-        .query_map([], |r| r.get(0))
-        .and_then(|rows| rows.collect())
-        .map_err(sqlite_err(path, "reading the samples columns"))?;
-    let want: Vec<&str> = sample_columns().collect();
-    // Compared as sets: a column added by a later migration sits at the table's end,
-    // and every statement names its columns.
-    let missing: Vec<&str> = want
-        .iter()
-        .filter(|w| !have.iter().any(|h| h == *w))
-        .copied()
-        .collect();
-    let extra: Vec<&str> = have
-        .iter()
-        .filter(|h| !want.contains(&h.as_str()))
-        .map(String::as_str)
-        .collect();
-    if !missing.is_empty() || !extra.is_empty() {
-        return Err(StoreError::Schema {
-            path: path.to_owned(),
-            detail: format!(
-                "table samples: missing columns {missing:?}, unexpected columns {extra:?} \
-                 (a tcp_info field needs a migration)"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Column names shared by the writers and readers below.
@@ -703,82 +660,6 @@ fn interval_values(run_id: i64, i: &IntervalRecord) -> Columns {
     cols
 }
 
-/// The positional INSERT for `samples`, built once from the column table.
-fn samples_insert_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| {
-        let names: Vec<String> = sample_columns().map(|c| format!("\"{c}\"")).collect();
-        let marks: Vec<String> = (1..=names.len()).map(|i| format!("?{i}")).collect();
-        format!(
-            "INSERT INTO samples ({}) VALUES ({})",
-            names.join(", "),
-            marks.join(", ")
-        )
-    })
-}
-
-/// The SELECT for one run's samples, columns in table order after `run_id`.
-fn samples_select_sql() -> &'static str {
-    static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| {
-        let names: Vec<String> = sample_columns()
-            .skip(1)
-            .map(|c| format!("\"{c}\""))
-            .collect();
-        // A run's samples are inserted in one transaction, so their rowids form one
-        // range holding no other run's rows: scanning that range of the table returns
-        // them in insertion order without sorting (the run_id test keeps it correct
-        // even if the range were not exclusive).
-        format!(
-            "SELECT {} FROM samples NOT INDEXED \
-             WHERE rowid BETWEEN ?2 AND ?3 AND run_id = ?1 ORDER BY rowid",
-            names.join(", ")
-        )
-    })
-}
-
-fn insert_samples(
-    tx: &Transaction<'_>,
-    run_id: i64,
-    samples: &[SampleRecord],
-) -> rusqlite::Result<()> {
-    let mut stmt = tx.prepare_cached(samples_insert_sql())?;
-    let client = enum_name(&Host::Client);
-    let server = enum_name(&Host::Server);
-    let info_at = SAMPLE_KEY_COLUMNS.len() + 1;
-    let bbr_at = info_at + TCP_INFO_COLUMNS.len();
-    for s in samples {
-        stmt.raw_bind_parameter(1, run_id)?;
-        stmt.raw_bind_parameter(2, s.flow)?;
-        let host = match s.host {
-            Host::Client => &client,
-            Host::Server => &server,
-        };
-        stmt.raw_bind_parameter(3, host)?;
-        stmt.raw_bind_parameter(4, s.t_us)?;
-        for (i, c) in TCP_INFO_COLUMNS.iter().enumerate() {
-            stmt.raw_bind_parameter(info_at + i, (c.get)(&s.info))?;
-        }
-        let bbr = s.bbr.as_ref();
-        let bbr_values = [
-            bbr.map(|b| b.bw.to_sql()),
-            bbr.map(|b| b.min_rtt.to_sql()),
-            bbr.map(|b| b.pacing_gain.to_sql()),
-            bbr.map(|b| b.cwnd_gain.to_sql()),
-        ];
-        for (i, v) in bbr_values.into_iter().enumerate() {
-            stmt.raw_bind_parameter(bbr_at + i, v)?;
-        }
-        let skmem_at = bbr_at + SAMPLE_BBR_COLUMNS.len();
-        let skmem = s.skmem.map(|m| m.words().map(i64::from));
-        for i in 0..SK_MEMINFO_WORDS {
-            stmt.raw_bind_parameter(skmem_at + i, skmem.map(|w| w[i]))?;
-        }
-        stmt.raw_execute()?;
-    }
-    Ok(())
-}
-
 /// One run's rows of a child table (`flows`, `intervals`) in insertion order.
 fn load_rows<T>(
     tx: &Transaction<'_>,
@@ -799,102 +680,6 @@ fn load_rows<T>(
             path,
             run_id,
         })?);
-    }
-    Ok(out)
-}
-
-fn load_samples(tx: &Transaction<'_>, path: &Path, run_id: i64) -> Result<Vec<SampleRecord>> {
-    let err = |op| sqlite_err(path, op);
-    let mut stmt = tx
-        .prepare_cached(samples_select_sql())
-        .map_err(err("loading a run (samples)"))?;
-    let (first, last): (Option<i64>, Option<i64>) = tx
-        .query_row(
-            "SELECT min(rowid), max(rowid) FROM samples WHERE run_id = ?1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(err("loading a run (samples)"))?;
-    let (Some(first), Some(last)) = (first, last) else {
-        return Ok(Vec::new());
-    };
-    let mut rows = stmt
-        .query([run_id, first, last])
-        .map_err(err("loading a run (samples)"))?;
-    // Positions in the SELECT, which is sample_columns() without run_id.
-    debug_assert_eq!(SAMPLE_KEY_COLUMNS[1..], ["flow", "host", "t_us"]);
-    let info_at = SAMPLE_KEY_COLUMNS.len() - 1;
-    let bbr_at = info_at + TCP_INFO_COLUMNS.len();
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().map_err(err("loading a run (samples)"))? {
-        let r = RowReader {
-            row,
-            table: "samples",
-            path,
-            run_id,
-        };
-        let mut info = TcpInfo::default();
-        for (i, c) in TCP_INFO_COLUMNS.iter().enumerate() {
-            let v = row
-                .get_ref(info_at + i)
-                .map_err(err("loading a run (samples)"))?;
-            match v {
-                rusqlite::types::ValueRef::Integer(n) if (c.set)(&mut info, n) => {}
-                other => {
-                    return Err(r.bad(
-                        (info_at + i, c.name),
-                        other,
-                        "not an integer of the field's type",
-                    ))
-                }
-            }
-        }
-        let bbr_col = |i: usize| (bbr_at + i, SAMPLE_BBR_COLUMNS[i]);
-        let bbr = match (
-            r.opt_int(bbr_col(0))?,
-            r.opt_int(bbr_col(1))?,
-            r.opt_int(bbr_col(2))?,
-            r.opt_int(bbr_col(3))?,
-        ) {
-            (Some(bw), Some(min_rtt), Some(pacing_gain), Some(cwnd_gain)) => Some(BbrInfo {
-                bw,
-                min_rtt,
-                pacing_gain,
-                cwnd_gain,
-            }),
-            (None, None, None, None) => None,
-            _ => {
-                return Err(r.bad(
-                    bbr_col(0),
-                    "partial",
-                    "bbr_* columns must be all NULL or all set",
-                ))
-            }
-        };
-        let skmem_at = bbr_at + SAMPLE_BBR_COLUMNS.len();
-        let mut words = [None; SK_MEMINFO_WORDS];
-        for (i, word) in words.iter_mut().enumerate() {
-            *word = r.opt_int((skmem_at + i, SAMPLE_SKMEM_COLUMNS[i]))?;
-        }
-        let skmem = if words.iter().all(Option::is_some) {
-            Some(SkMemInfo::from_words(words.map(|w| w.expect("checked"))))
-        } else if words.iter().all(Option::is_none) {
-            None
-        } else {
-            return Err(r.bad(
-                (skmem_at, SAMPLE_SKMEM_COLUMNS[0]),
-                "partial",
-                "skmem_* columns must be all NULL or all set",
-            ));
-        };
-        out.push(SampleRecord {
-            flow: r.int((0, "flow"))?,
-            host: r.enum_((1, "host"))?,
-            t_us: r.int((2, "t_us"))?,
-            info,
-            bbr,
-            skmem,
-        });
     }
     Ok(out)
 }

@@ -1,11 +1,17 @@
 //! The schema: the ordered list of migrations, the one definition of the `samples`
-//! columns that mirror [`TcpInfo`], and how Rust numbers map onto SQLite integers.
+//! columns that mirror [`TcpInfo`] (stored in `sample_blocks`, exported as `samples`),
+//! and how Rust numbers map onto SQLite integers.
 //!
 //! Migration `n` (1-based) brings a database from `user_version = n - 1` to `n`. A
 //! migration's SQL is history: once released it must never change, because databases
 //! already at that version will not run it again. Change the schema by appending a step.
 
+use std::path::Path;
+
+use rusqlite::Transaction;
 use tcplab_model::tcpinfo::{TcpInfo, SK_MEMINFO_WORDS};
+
+use crate::error::Result;
 
 /// A Rust integer stored in an SQLite INTEGER (i64).
 ///
@@ -184,21 +190,30 @@ pub(crate) fn sample_columns() -> impl Iterator<Item = &'static str> {
         .chain(SAMPLE_SKMEM_COLUMNS)
 }
 
-/// The migrations in order: `MIGRATIONS[n - 1]` produces the SQL of migration `n`.
-pub(crate) static MIGRATIONS: &[fn() -> String] = &[
-    migration_1,
-    migration_2,
-    migration_3,
-    migration_4,
-    migration_5,
-    migration_6,
-    migration_7,
-    migration_8,
-    migration_9,
+/// One migration: SQL, or code where SQL cannot express the change.
+pub(crate) enum Migration {
+    /// Produces the SQL, run as one batch.
+    Sql(fn() -> String),
+    /// Runs inside the migration's transaction.
+    Code(fn(&Transaction<'_>, &Path) -> Result<()>),
+}
+
+/// The migrations in order: `MIGRATIONS[n - 1]` is migration `n`.
+pub(crate) static MIGRATIONS: &[Migration] = &[
+    Migration::Sql(migration_1),
+    Migration::Sql(migration_2),
+    Migration::Sql(migration_3),
+    Migration::Sql(migration_4),
+    Migration::Sql(migration_5),
+    Migration::Sql(migration_6),
+    Migration::Sql(migration_7),
+    Migration::Sql(migration_8),
+    Migration::Sql(migration_9),
+    Migration::Code(crate::legacy_samples::migration_10),
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {

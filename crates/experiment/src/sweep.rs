@@ -286,7 +286,11 @@ pub fn execute(
             point,
         });
         let started = Instant::now();
-        let label = Some(format!("{} {}", experiment.name, experiment.label(point)));
+        let label = Some(
+            format!("{} {}", experiment.name, experiment.label(point))
+                .trim_end()
+                .to_owned(),
+        );
         let lab_seed = point.config.lab_seed(prepared.seed, row.run.repetition);
         let capture = point
             .config

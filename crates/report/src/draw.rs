@@ -287,7 +287,13 @@ fn legend_entries<DB: DrawingBackend>(
     filled: bool,
 ) -> Result<i32, String> {
     let mut y = LEGEND_TOP;
-    for s in series.iter().filter(|s| !s.name.is_empty()) {
+    let named: Vec<&Series> = series.iter().filter(|s| !s.name.is_empty()).collect();
+    // Room for one more entry and a last line saying how many did not fit.
+    let last = area.dim_in_pixel().1 as i32 - 2 * LEGEND_ENTRY;
+    for (i, s) in named.iter().enumerate() {
+        if y > last && i + 1 < named.len() {
+            return legend_label(area, &format!("… {} more", named.len() - i), y);
+        }
         let color = rgb(s.color);
         if filled && !s.dashed {
             area.draw(&Rectangle::new([(4, y - 6), (24, y + 6)], color.filled()))

@@ -310,21 +310,30 @@ fn context(id: i64, run: &RunRecord) -> String {
         || format!("no emulated path (server {})", run.target),
         |p| format!("path \"{}\"", p.spec),
     );
-    let ccs: Vec<String> = run
-        .flows
-        .iter()
-        .map(|f| {
-            if f.udp.is_some() {
-                "udp".to_owned()
-            } else {
-                format!("{} mss {}", f.cc, f.mss)
-            }
+    // Equal flows once, counted: a dumbbell of 64 flows is one phrase, not 64.
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for f in &run.flows {
+        let kind = if f.udp.is_some() {
+            "udp".to_owned()
+        } else {
+            format!("{} mss {}", f.cc, f.mss)
+        };
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((kind, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds
+        .into_iter()
+        .map(|(kind, n)| match n {
+            1 => kind,
+            n => format!("{n} × {kind}"),
         })
         .collect();
     format!(
         "Run {id}{label}: {path}; {}; flows as run: {}.",
         describe::params(&run.params),
-        ccs.join(", ")
+        kinds.join(", ")
     )
 }
 

@@ -5,7 +5,9 @@
 #
 #   1. iperf3 single-stream throughput over a raw veth pair, the plain TUN forwarder
 #      (crates/sys/examples/tun_forward.rs, pass-through with offloads), a lab
-#      `rtt 20ms` (bar ≥ 8 Gbit/s) and, for reference, a lab `rtt 20ms rate 1gbit queue 1bdp`.
+#      `rtt 20ms` (delay only: super-packets pass whole), and per packet (segmented,
+#      re-coalesced): `rtt 20ms rate 1gbit queue 1bdp`, `rtt 20ms rate 10gbit queue 1bdp`
+#      and `rtt 20ms loss 0.01%` (TPUT_VARIANTS="lab_10g lab_loss" runs some).
 #   2. Delay error under load: the emulator's own lateness histogram (`lab show --json`)
 #      in a rated lab under a full 1 Gbit/s iperf3 load (bar p99 ≤ 50 µs), plus an
 #      independent ICMP echo check (see the comment at section 2).
@@ -158,9 +160,14 @@ tput_run() { # variant rep
             stop_pid "$SRV"
             fwd_down
             ;;
-        lab_rtt | lab_rate)
-            local spec="rtt 20ms"
-            [[ $v == lab_rate ]] && spec="rtt 20ms rate 1gbit queue 1bdp"
+        lab_rtt | lab_rate | lab_10g | lab_loss)
+            local spec
+            case $v in
+                lab_rtt) spec="rtt 20ms" ;;
+                lab_rate) spec="rtt 20ms rate 1gbit queue 1bdp" ;;
+                lab_10g) spec="rtt 20ms rate 10gbit queue 1bdp" ;;
+                lab_loss) spec="rtt 20ms loss 0.01%" ;;
+            esac
             lab_up embtp "$spec"
             start_server embtp-server
             client embtp-client 10.77.0.1 "$f" -t "$DUR"
@@ -296,7 +303,7 @@ T0=$(date +%s)
 load
 for rep in $(seq "$REPS"); do
     if section 1; then
-        for v in veth tun lab_rtt lab_rate; do tput_run "$v" "$rep"; sleep 0.3; done
+        for v in ${TPUT_VARIANTS:-veth tun lab_rtt lab_rate lab_10g lab_loss}; do tput_run "$v" "$rep"; sleep 0.3; done
     fi
     if section 2; then delay_run "$rep"; fi
     if section 3; then

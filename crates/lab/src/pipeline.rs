@@ -167,6 +167,28 @@ fn flow_hash(key: &tcplab_model::packet::FlowKey) -> u32 {
     h.finish() as u32
 }
 
+/// What the links ask of a packet's headers: its flow and whether it is ECN-capable.
+#[derive(Clone, Copy)]
+struct Headers {
+    key: tcplab_model::packet::FlowKey,
+    ect: bool,
+}
+
+impl Headers {
+    /// Of the IP packet in a buffer that starts with its virtio-net header.
+    fn of(bytes: &[u8]) -> Option<Headers> {
+        Headers::of_ip(ip_of(bytes))
+    }
+
+    fn of_ip(ip: &[u8]) -> Option<Headers> {
+        let info = PacketInfo::parse(ip).ok()?;
+        Some(Headers {
+            key: info.flow_key(),
+            ect: is_ect(ip),
+        })
+    }
+}
+
 struct Direction {
     plan: DirectionPlan,
     epoch_ns: u64,
@@ -176,6 +198,9 @@ struct Direction {
     /// Due times of the packets waiting in each coalescer: their lateness is taken when
     /// the coalesced packet is written.
     coalesced_due: Vec<Vec<u64>>,
+    /// The packets waiting in each coalescer, whose payloads the coalesced write
+    /// gathers from their buffers (the coalescers hold headers only).
+    held: Vec<Vec<BufId>>,
     /// Each hop's clock (its last push or pop): a link's time never goes backwards, so
     /// a packet reaching a hop that was already advanced to `now` enters it at `now`.
     hop_clock: Vec<u64>,
@@ -236,8 +261,9 @@ impl Direction {
         Direction {
             pool: Pool::new(small, MAX_PACKET),
             scratch: vec![0u8; MAX_PACKET],
-            coalescers: plan.egress.iter().map(|_| Coalescer::new()).collect(),
+            coalescers: plan.egress.iter().map(|_| Coalescer::holding()).collect(),
             coalesced_due: plan.egress.iter().map(|_| Vec::new()).collect(),
+            held: plan.egress.iter().map(|_| Vec::new()).collect(),
             hop_clock: vec![0; plan.hops.len()],
             lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                 .expect("valid histogram bounds"),
@@ -287,7 +313,13 @@ impl Direction {
                             self.pool.get_mut(id).len = n;
                             // Most packets are small (ACKs): keep the large buffer free.
                             let id = self.pool.shrink(id);
-                            self.dispatch(target, now, id, (n - VirtioNetHdr::LEN.min(n)) as u32);
+                            self.dispatch(
+                                target,
+                                now,
+                                id,
+                                (n - VirtioNetHdr::LEN.min(n)) as u32,
+                                None,
+                            );
                             Ok(())
                         }
                         Err(e) => {
@@ -328,6 +360,8 @@ impl Direction {
             self.malformed += 1;
             return;
         };
+        // Every segment has the super-packet's addresses, ports and ECN field.
+        let headers = Headers::of_ip(ip);
         for i in 0..segments.len() {
             let id = self.pool.alloc_small();
             let buf = self.pool.get_mut(id);
@@ -335,7 +369,7 @@ impl Direction {
                 Ok(len) => {
                     buf.len = len;
                     let wire = segments.wire_len(i) as u32;
-                    self.dispatch(target, now, id, wire);
+                    self.dispatch(target, now, id, wire, headers);
                 }
                 Err(_) => {
                     self.pool.release(id);
@@ -345,23 +379,34 @@ impl Direction {
         }
     }
 
-    /// Hands a packet to its next stage at time `at`.
-    fn dispatch(&mut self, target: Target, at: u64, id: BufId, wire_len: u32) {
+    /// Hands a packet to its next stage at time `at`; `headers` where they were read
+    /// already (a segment's are its super-packet's), else they are read here if needed.
+    fn dispatch(
+        &mut self,
+        target: Target,
+        at: u64,
+        id: BufId,
+        wire_len: u32,
+        headers: Option<Headers>,
+    ) {
         match target {
             Target::Hop(h) => {
                 let at = at.max(self.hop_clock[h]);
                 self.hop_clock[h] = at;
                 let mut meta = PacketMeta::len(wire_len);
                 let hop = &mut self.plan.hops[h];
-                if hop.meter.is_some() || hop.link.needs_packet_meta() {
-                    let ip = ip_of(self.pool.get(id).bytes());
-                    if let Ok(info) = PacketInfo::parse(ip) {
-                        let key = info.flow_key();
+                let needs_meta = hop.link.needs_packet_meta();
+                if hop.meter.is_some() || needs_meta {
+                    if let Some(headers) =
+                        headers.or_else(|| Headers::of(self.pool.get(id).bytes()))
+                    {
                         if let Some(meter) = &mut hop.meter {
-                            meter.arrival(key, at, wire_len, self.lag_ns);
+                            meter.arrival(headers.key, at, wire_len, self.lag_ns);
                         }
-                        meta.flow = flow_hash(&key);
-                        meta.ect = is_ect(ip);
+                        if needs_meta {
+                            meta.flow = flow_hash(&headers.key);
+                        }
+                        meta.ect = headers.ect;
                     }
                 }
                 let outcome = hop.link.push(at, id, meta);
@@ -392,8 +437,8 @@ impl Direction {
                 }
             }
             Target::Egress(e) => self.write(e, id, at),
-            Target::Route => match self.route(id) {
-                Some(next) => self.dispatch(next, at, id, wire_len),
+            Target::Route => match self.route(id, headers) {
+                Some(next) => self.dispatch(next, at, id, wire_len, headers),
                 None => {
                     self.unroutable += 1;
                     self.pool.release(id);
@@ -402,9 +447,11 @@ impl Direction {
         }
     }
 
-    fn route(&self, id: BufId) -> Option<Target> {
-        let (_, ip) = VirtioNetHdr::split(self.pool.get(id).bytes()).ok()?;
-        let dst = PacketInfo::parse(ip).ok()?.dst;
+    fn route(&self, id: BufId, headers: Option<Headers>) -> Option<Target> {
+        let dst = headers
+            .or_else(|| Headers::of(self.pool.get(id).bytes()))?
+            .key
+            .dst;
         self.plan
             .routes
             .iter()
@@ -452,7 +499,7 @@ impl Direction {
                         }
                     }
                     let then = self.plan.hops[h].then;
-                    self.dispatch(then, d.due, d.packet, d.wire_len);
+                    self.dispatch(then, d.due, d.packet, d.wire_len, None);
                 }
             }
             if !moved {
@@ -484,43 +531,57 @@ impl Direction {
     fn write(&mut self, egress: usize, id: BufId, due: u64) {
         let now = self.now();
         let tun = &self.plan.egress[egress];
-        let bytes = self.pool.get(id).bytes();
         let lateness = &mut self.lateness;
         let mut result = Ok(0);
         if self.plan.per_packet {
-            let (coalescer, dues) = (
+            let (coalescer, dues, held) = (
                 &mut self.coalescers[egress],
                 &mut self.coalesced_due[egress],
+                &mut self.held[egress],
             );
-            if !coalescer.push(bytes) {
-                result = flush_one(coalescer, dues, tun, lateness, now);
-                if !coalescer.push(bytes) {
-                    record_lateness(lateness, now, &[due]);
-                    result = result.and(tun.writev(&[IoSlice::new(bytes)]));
-                }
-            }
-            if !coalescer.is_empty() {
+            let joined = coalescer.push(self.pool.get(id).bytes()) || {
+                result = flush_one(coalescer, dues, held, &mut self.pool, tun, lateness, now);
+                coalescer.push(self.pool.get(id).bytes())
+            };
+            if joined {
                 dues.push(due);
+                held.push(id);
+            } else {
+                record_lateness(lateness, now, &[due]);
+                let alone = tun.writev(&[IoSlice::new(self.pool.get(id).bytes())]);
+                result = result.and(alone);
+                self.pool.release(id);
             }
         } else {
             record_lateness(lateness, now, &[due]);
-            result = tun.write(bytes);
+            result = tun.write(self.pool.get(id).bytes());
+            self.pool.release(id);
         }
         if result.is_err() {
             self.write_errors += 1;
         }
-        self.pool.release(id);
     }
 
     fn flush(&mut self) {
         let now = self.now();
-        for ((coalescer, dues), tun) in self
+        for (((coalescer, dues), held), tun) in self
             .coalescers
             .iter_mut()
             .zip(&mut self.coalesced_due)
+            .zip(&mut self.held)
             .zip(&self.plan.egress)
         {
-            if flush_one(coalescer, dues, tun, &mut self.lateness, now).is_err() {
+            if flush_one(
+                coalescer,
+                dues,
+                held,
+                &mut self.pool,
+                tun,
+                &mut self.lateness,
+                now,
+            )
+            .is_err()
+            {
                 self.write_errors += 1;
             }
         }
@@ -645,20 +706,36 @@ impl Direction {
     }
 }
 
-/// Writes what a coalescer holds, if anything, recording the lateness of its packets.
+/// Writes what a coalescer holds, if anything, in one gathering write of its headers
+/// and the held packets' payloads, recording their lateness, and frees their buffers.
 fn flush_one(
     coalescer: &mut Coalescer,
     dues: &mut Vec<u64>,
+    held: &mut Vec<BufId>,
+    pool: &mut Pool,
     tun: &Tun,
     lateness: &mut Histogram<u64>,
     now: u64,
 ) -> io::Result<usize> {
     record_lateness(lateness, now, dues);
     dues.clear();
-    match coalescer.finish() {
-        Some(pending) => tun.write(pending),
+    let offset = coalescer.payload_offset();
+    let result = match coalescer.finish() {
+        Some(headers) => {
+            let mut parts = Vec::with_capacity(held.len() + 1);
+            parts.push(IoSlice::new(headers));
+            parts.extend(
+                held.iter()
+                    .map(|&id| IoSlice::new(&pool.get(id).bytes()[offset..])),
+            );
+            tun.writev(&parts)
+        }
         None => Ok(0),
+    };
+    for id in held.drain(..) {
+        pool.release(id);
     }
+    result
 }
 
 /// Lateness of deliveries written at `now` (ns; `due` is when each was due).

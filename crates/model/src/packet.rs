@@ -1006,10 +1006,17 @@ pub const MAX_COALESCE_SEGMENTS: usize = 64;
 /// shorter payload or PSH closes the super-packet. Pure ACKs, SYN/FIN/RST/URG, UDP
 /// and anything else are refused.
 ///
-/// The buffer is allocated once, in `new`.
+/// The buffer is allocated once, in `new`. A [`Coalescer::holding`] one keeps the
+/// headers only: the caller keeps the segments it pushed and writes each one's payload
+/// (from [`Coalescer::payload_offset`]) after the headers `finish` returns, with one
+/// gathering write — a copy of every byte saved.
 #[derive(Debug, Clone)]
 pub struct Coalescer {
     buf: Vec<u8>,
+    /// Payloads are left to the caller (`holding`).
+    holds: bool,
+    /// Payload bytes of the pending super-packet, copied or held.
+    payload_len: usize,
     /// Segments in `buf`; 0 when empty.
     count: usize,
     /// Set by `finish`: the next push starts over.
@@ -1036,6 +1043,8 @@ impl Coalescer {
     pub fn new() -> Coalescer {
         Coalescer {
             buf: Vec::with_capacity(VirtioNetHdr::LEN + IPV6_HEADER + 65535),
+            holds: false,
+            payload_len: 0,
             count: 0,
             finished: false,
             closed: false,
@@ -1048,6 +1057,20 @@ impl Coalescer {
             psh: false,
             cwr: false,
         }
+    }
+
+    /// A coalescer that keeps the headers only (see [`Coalescer`]).
+    pub fn holding() -> Coalescer {
+        Coalescer {
+            holds: true,
+            ..Coalescer::new()
+        }
+    }
+
+    /// Where the payload of each packet pushed into the pending super-packet begins
+    /// (virtio header included): all of them have the same headers.
+    pub fn payload_offset(&self) -> usize {
+        VirtioNetHdr::LEN + self.headers
     }
 
     /// Segments in the pending super-packet.
@@ -1068,35 +1091,31 @@ impl Coalescer {
     /// one and push it again; if that fails too, it cannot be coalesced at all and is
     /// to be sent on its own.
     pub fn push(&mut self, pkt: &[u8]) -> bool {
-        let Ok((_, ip)) = VirtioNetHdr::split(pkt) else {
+        let Ok((vnet, ip)) = VirtioNetHdr::split(pkt) else {
             return false;
         };
+        // One parse of the whole packet: its headers and its length at once.
         let Ok(info) = PacketInfo::parse(ip) else {
             return false;
         };
-        let split = VirtioNetHdr::LEN + info.ip_header_len + info.l4_header_len();
-        self.push_split(&pkt[..split], &pkt[split..])
+        let headers = info.ip_header_len + info.l4_header_len();
+        if info.ip_len != ip.len() || headers > ip.len() {
+            return false;
+        }
+        let split = VirtioNetHdr::LEN + headers;
+        self.join(&vnet, &pkt[..split], &pkt[split..], &info)
     }
 
     /// [`Coalescer::push`] for a packet in two parts, as [`Segmenter::head`] and
     /// [`Segmenter::payload`] give it: `head` holds the virtio header and all of the
     /// IP and TCP headers, `payload` the rest.
     pub fn push_split(&mut self, head: &[u8], payload: &[u8]) -> bool {
-        if self.finished {
-            self.count = 0;
-            self.finished = false;
-        }
         let Ok((vnet, ip)) = VirtioNetHdr::split(head) else {
             return false;
         };
-        if vnet.is_gso()
-            || vnet.flags & (VirtioNetHdr::F_NEEDS_CSUM | VirtioNetHdr::F_DATA_VALID) == 0
-        {
-            return false;
-        }
         // Parse the headers only: the IP length covers the payload that follows.
         let mut hdrs = [0u8; MAX_IPV4_HEADER + MAX_TCP_HEADER];
-        if ip.len() > hdrs.len() || payload.is_empty() {
+        if ip.len() > hdrs.len() {
             return false;
         }
         hdrs[..ip.len()].copy_from_slice(ip);
@@ -1123,6 +1142,29 @@ impl Coalescer {
         let Ok(info) = info else {
             return false;
         };
+        self.join(&vnet, head, payload, &info)
+    }
+
+    /// Joins a packet whose headers (`head`, virtio header first) were parsed into
+    /// `info` to the pending super-packet, or refuses it.
+    fn join(
+        &mut self,
+        vnet: &VirtioNetHdr,
+        head: &[u8],
+        payload: &[u8],
+        info: &PacketInfo,
+    ) -> bool {
+        if self.finished {
+            self.count = 0;
+            self.finished = false;
+        }
+        if vnet.is_gso()
+            || vnet.flags & (VirtioNetHdr::F_NEEDS_CSUM | VirtioNetHdr::F_DATA_VALID) == 0
+            || payload.is_empty()
+        {
+            return false;
+        }
+        let ip = &head[VirtioNetHdr::LEN..];
         let Transport::Tcp {
             seq,
             flags,
@@ -1145,7 +1187,10 @@ impl Coalescer {
         if self.count == 0 {
             self.buf.clear();
             self.buf.extend_from_slice(head);
-            self.buf.extend_from_slice(payload);
+            if !self.holds {
+                self.buf.extend_from_slice(payload);
+            }
+            self.payload_len = payload.len();
             self.count = 1;
             self.closed = flags & TCP_PSH != 0;
             self.version = info.version;
@@ -1176,7 +1221,7 @@ impl Coalescer {
             && (ip[t + 13] & !TCP_PSH) == (first[t + 13] & !(TCP_PSH | TCP_CWR)) // no CWR here
             && same(t + 14, t + 16) // window
             && same(t + 18, self.headers); // urgent pointer, options
-        let total = self.buf.len() - VirtioNetHdr::LEN + payload.len();
+        let total = self.headers + self.payload_len + payload.len();
         if self.closed
             || info.version != self.version
             || l3 != self.l3
@@ -1196,7 +1241,10 @@ impl Coalescer {
         {
             return false;
         }
-        self.buf.extend_from_slice(payload);
+        if !self.holds {
+            self.buf.extend_from_slice(payload);
+        }
+        self.payload_len += payload.len();
         self.count += 1;
         self.next_seq = seq.wrapping_add(payload.len() as u32);
         self.next_id = self.next_id.wrapping_add(1);
@@ -1207,7 +1255,8 @@ impl Coalescer {
 
     /// Completes the pending packet and returns it (virtio header first), or `None`
     /// when empty. A single segment comes back unchanged; more become a GSO
-    /// super-packet with a `NEEDS_CSUM` header. The next push starts a new one.
+    /// super-packet with a `NEEDS_CSUM` header. The next push starts a new one. A
+    /// holding coalescer returns the headers, to be followed by the held payloads.
     pub fn finish(&mut self) -> Option<&[u8]> {
         if self.is_empty() {
             return None;
@@ -1217,11 +1266,12 @@ impl Coalescer {
             return Some(&self.buf);
         }
         let l3 = self.l3;
+        let ip_len = self.headers + self.payload_len;
         let (vnet, ip) = self.buf.split_at_mut(VirtioNetHdr::LEN);
-        let l4_len = ip.len() - l3;
+        let l4_len = ip_len - l3;
         let gso_type = match self.version {
             IpVersion::V4 => {
-                put16(ip, 2, ip.len() as u16);
+                put16(ip, 2, ip_len as u16);
                 put16(ip, 10, 0);
                 let c = internet_checksum(&ip[..l3]);
                 put16(ip, 10, c);
@@ -1843,6 +1893,41 @@ mod tests {
             assert_eq!(ip, &pkt[..], "the original super-packet comes back");
             assert_eq!(vh, hdr);
             assert!(c.is_empty() && c.finish().is_none());
+        }
+    }
+
+    /// A holding coalescer's headers followed by the payloads it held are the bytes a
+    /// copying one writes, for one segment, several, and a packet that cannot join.
+    #[test]
+    fn a_holding_coalescer_writes_what_a_copying_one_does() {
+        let mut buf = vec![0u8; 65536];
+        let payload = payload_bytes(5 * 1448 + 100);
+        let tcp = tcp_header(0x1000, TCP_ACK, 12);
+        for (hdr, pkt) in [
+            v4_super(&tcp, &payload, PROTO_TCP, VirtioNetHdr::GSO_TCPV4, 1448),
+            v6_super(&tcp, &payload, PROTO_TCP, VirtioNetHdr::GSO_TCPV6, 1448),
+        ] {
+            let seg = Segmenter::new(&hdr, &pkt).unwrap();
+            let segments: Vec<Vec<u8>> = (0..seg.len())
+                .map(|i| {
+                    let n = seg
+                        .write_segment(i, CsumMode::Partial, true, &mut buf)
+                        .unwrap();
+                    buf[..n].to_vec()
+                })
+                .collect();
+            for take in [1, 3, segments.len()] {
+                let (mut copying, mut holding) = (Coalescer::new(), Coalescer::holding());
+                for s in &segments[..take] {
+                    assert!(copying.push(s) && holding.push(s));
+                }
+                let offset = holding.payload_offset();
+                let mut written = holding.finish().unwrap().to_vec();
+                for s in &segments[..take] {
+                    written.extend_from_slice(&s[offset..]);
+                }
+                assert_eq!(written, copying.finish().unwrap(), "{take} segments");
+            }
         }
     }
 

@@ -264,6 +264,57 @@ impl<P> Ord for InFlight<P> {
     }
 }
 
+/// The packets on the wire, popped in (due, seq) order. Without reordering they are
+/// pushed in that order (dues never go backwards), so a FIFO gives the heap's order
+/// at O(1): at 10 Gbit/s and 20 ms some 17 000 packets are on the wire, and the heap's
+/// pops were 8 % of the emulator's time.
+#[derive(Debug)]
+enum Wire<P> {
+    Fifo(VecDeque<InFlight<P>>),
+    Heap(BinaryHeap<InFlight<P>>),
+}
+
+impl<P> Wire<P> {
+    fn new(reorders: bool) -> Self {
+        if reorders {
+            Wire::Heap(BinaryHeap::with_capacity(64))
+        } else {
+            Wire::Fifo(VecDeque::with_capacity(64))
+        }
+    }
+
+    fn push(&mut self, f: InFlight<P>) {
+        match self {
+            Wire::Fifo(q) => {
+                debug_assert!(q.back().is_none_or(|b| (b.due, b.seq) < (f.due, f.seq)));
+                q.push_back(f)
+            }
+            Wire::Heap(h) => h.push(f),
+        }
+    }
+
+    fn peek(&self) -> Option<&InFlight<P>> {
+        match self {
+            Wire::Fifo(q) => q.front(),
+            Wire::Heap(h) => h.peek(),
+        }
+    }
+
+    fn pop(&mut self) -> Option<InFlight<P>> {
+        match self {
+            Wire::Fifo(q) => q.pop_front(),
+            Wire::Heap(h) => h.pop(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Wire::Fifo(q) => q.len(),
+            Wire::Heap(h) => h.len(),
+        }
+    }
+}
+
 /// One direction of the path; see the [module docs](self).
 #[derive(Debug)]
 pub struct Link<P> {
@@ -281,7 +332,7 @@ pub struct Link<P> {
     now: u64,
     queue: Scheduler<P>,
     in_service: Option<InService<P>>,
-    wire: BinaryHeap<InFlight<P>>,
+    wire: Wire<P>,
     dropped: VecDeque<Dropped<P>>,
     next_seq: u64,
     /// The highest seq delivered, to count reordering.
@@ -362,7 +413,7 @@ impl<P> Link<P> {
             now: 0,
             queue: Scheduler::new(&spec.aqm, mtu),
             in_service: None,
-            wire: BinaryHeap::with_capacity(64),
+            wire: Wire::new(spec.reorder.is_some() || spec.jitter.is_some_and(|j| j.reorder)),
             dropped: VecDeque::new(),
             next_seq: 0,
             max_delivered: None,
@@ -810,5 +861,82 @@ impl<P> Link<P> {
         let u: f64 = self.rng.random();
         let offset = dist::offset(j.dist, u) * (j.jitter_us * NS_PER_US) as f64;
         (self.delay_ns as f64 + offset).max(0.0).round() as u64
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+    use crate::path::PathSpec;
+
+    /// A delivered packet: its id, due time, queue delay and whether it was reordered.
+    type Out = (u64, u64, u64, bool);
+
+    /// What a link delivers and drops for the same arrivals and pop times.
+    fn run(mut link: Link<u64>, seed: u64) -> (Vec<Out>, Vec<u64>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (mut delivered, mut dropped) = (Vec::new(), Vec::new());
+        let mut now = 0;
+        for id in 0..20_000u64 {
+            // Bursts and gaps: GSO-like trains of up to 44 packets, then a pause.
+            now += if rng.random_range(0..44) == 0 {
+                rng.random_range(0..2_000_000)
+            } else {
+                rng.random_range(0..300)
+            };
+            while let Some(d) = link.pop(now) {
+                delivered.push((d.packet, d.due, d.queue_delay, d.reordered));
+            }
+            let len = [64, 1500, 1514][rng.random_range(0..3)];
+            match link.push(now, id, PacketMeta::len(len)) {
+                PushOutcome::Dropped(d) => dropped.push(d.packet),
+                PushOutcome::Duplicate => {
+                    if let PushOutcome::Dropped(d) =
+                        link.push_duplicate(now, id | 1 << 40, PacketMeta::len(len))
+                    {
+                        dropped.push(d.packet);
+                    }
+                }
+                PushOutcome::Accepted => {}
+            }
+            while let Some(d) = link.pop_dropped() {
+                dropped.push(d.packet);
+            }
+        }
+        while let Some(due) = link.next_deadline() {
+            while let Some(d) = link.pop(due) {
+                delivered.push((d.packet, d.due, d.queue_delay, d.reordered));
+            }
+            while let Some(d) = link.pop_dropped() {
+                dropped.push(d.packet);
+            }
+        }
+        (delivered, dropped)
+    }
+
+    /// The FIFO wire of a link that does not reorder delivers exactly what the heap
+    /// delivers, packet for packet and nanosecond for nanosecond.
+    #[test]
+    fn a_fifo_wire_delivers_what_the_heap_does() {
+        for spec in [
+            "rtt 20ms rate 10gbit queue 1bdp",
+            "rtt 20ms loss 0.01%",
+            "rtt 2ms rate 1gbit queue 100 loss 1% duplicate 1% corrupt 1%",
+            "delay 5ms jitter 1ms rate 100mbit queue 30",
+            "rtt 10ms rate 100mbit queue 1bdp aqm fq_codel",
+        ] {
+            let path: PathSpec = spec.parse().unwrap();
+            let make = || Link::<u64>::new(&path.up, path.rtt_us(), path.mtu, 7, None).unwrap();
+            let fifo = make();
+            assert!(matches!(fifo.wire, Wire::Fifo(_)), "{spec}");
+            let mut heap = make();
+            heap.wire = Wire::Heap(BinaryHeap::new());
+            let (a, b) = (run(fifo, 3), run(heap, 3));
+            assert!(a.0.len() > 1000, "{spec}: {} delivered", a.0.len());
+            assert_eq!(a, b, "{spec}");
+        }
+        let reordering: PathSpec = "delay 5ms jitter 1ms reorder".parse().unwrap();
+        let link = Link::<u64>::new(&reordering.up, reordering.rtt_us(), 1500, 7, None).unwrap();
+        assert!(matches!(link.wire, Wire::Heap(_)));
     }
 }

@@ -351,6 +351,20 @@ pub struct Quantiles {
     pub max: f64,
 }
 
+impl Quantiles {
+    /// The worse of two flows' figures at each quantile (the lower minimum, the higher
+    /// rest): what a summary of several flows can say without their values.
+    pub fn worst(self, other: Quantiles) -> Quantiles {
+        Quantiles {
+            min: self.min.min(other.min),
+            p50: self.p50.max(other.p50),
+            p90: self.p90.max(other.p90),
+            p99: self.p99.max(other.p99),
+            max: self.max.max(other.max),
+        }
+    }
+}
+
 /// Outcome of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

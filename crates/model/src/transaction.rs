@@ -108,13 +108,7 @@ pub fn combine(parts: impl IntoIterator<Item = TransactionStats>) -> Option<Tran
     parts.into_iter().reduce(|a, b| TransactionStats {
         count: a.count + b.count,
         per_second: a.per_second + b.per_second,
-        latency_us: crate::record::Quantiles {
-            min: a.latency_us.min.min(b.latency_us.min),
-            p50: a.latency_us.p50.max(b.latency_us.p50),
-            p90: a.latency_us.p90.max(b.latency_us.p90),
-            p99: a.latency_us.p99.max(b.latency_us.p99),
-            max: a.latency_us.max.max(b.latency_us.max),
-        },
+        latency_us: a.latency_us.worst(b.latency_us),
     })
 }
 

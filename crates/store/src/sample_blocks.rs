@@ -3,7 +3,7 @@
 //!
 //! Consecutive samples of one socket differ in few fields and by little, so a block is
 //! written column by column, each value as the zigzag varint of its difference from the
-//! same socket's previous value, and then deflated: about 10 bytes a sample where a
+//! same socket's previous value, and then deflated: about 16 bytes a sample where a
 //! row of 80 INTEGER columns took about 500. Every value round-trips exactly (the
 //! differences wrap), and the samples come back in the order they were stored.
 //!

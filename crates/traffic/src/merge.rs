@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use tcplab_model::events::TraceRecord;
 use tcplab_model::record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
-    Quantiles, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams, Timed,
-    Transaction, UdpInterval, UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
+    RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams, Timed, Transaction,
+    UdpInterval, UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
 };
 use tcplab_model::throughput::{self, Counted};
 use tcplab_model::transaction;
@@ -407,13 +407,7 @@ fn udp_summary(flows: &[FlowRecord]) -> Option<UdpStats> {
         duplicates: a.duplicates + b.duplicates,
         out_of_order: a.out_of_order + b.out_of_order,
         jitter_us: a.jitter_us.max(b.jitter_us),
-        owd_us: Quantiles {
-            min: a.owd_us.min.min(b.owd_us.min),
-            p50: a.owd_us.p50.max(b.owd_us.p50),
-            p90: a.owd_us.p90.max(b.owd_us.p90),
-            p99: a.owd_us.p99.max(b.owd_us.p99),
-            max: a.owd_us.max.max(b.owd_us.max),
-        },
+        owd_us: a.owd_us.worst(b.owd_us),
         owd_exact: a.owd_exact && b.owd_exact,
         clock_step_us: a.clock_step_us.max(b.clock_step_us),
         send_errors: a.send_errors + b.send_errors,

@@ -30,7 +30,7 @@ use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
 use crate::capture::Tap;
-use crate::pool::{BufId, Pool};
+use crate::pool::{BufId, Pool, Tail};
 
 /// Packets read from one device before looking at the links again.
 const READ_BATCH: usize = 64;
@@ -181,7 +181,8 @@ impl Headers {
     }
 
     fn of_ip(ip: &[u8]) -> Option<Headers> {
-        let info = PacketInfo::parse(ip).ok()?;
+        // The headers alone where a segment's payload is elsewhere (its tail).
+        let info = PacketInfo::parse_head(ip).ok()?;
         Some(Headers {
             key: info.flow_key(),
             ect: is_ect(ip),
@@ -193,7 +194,8 @@ struct Direction {
     plan: DirectionPlan,
     epoch_ns: u64,
     pool: Pool,
-    scratch: Vec<u8>,
+    /// Segments cut from one packet, waiting to be dispatched (kept for its capacity).
+    segments: Vec<(BufId, u32)>,
     coalescers: Vec<Coalescer>,
     /// Due times of the packets waiting in each coalescer: their lateness is taken when
     /// the coalesced packet is written.
@@ -260,7 +262,7 @@ impl Direction {
             .collect();
         Direction {
             pool: Pool::new(small, MAX_PACKET),
-            scratch: vec![0u8; MAX_PACKET],
+            segments: Vec::new(),
             coalescers: plan.egress.iter().map(|_| Coalescer::holding()).collect(),
             coalesced_due: plan.egress.iter().map(|_| Vec::new()).collect(),
             held: plan.egress.iter().map(|_| Vec::new()).collect(),
@@ -299,11 +301,20 @@ impl Direction {
                 let tun = Arc::clone(&self.plan.ingress[i].0);
                 let target = self.plan.ingress[i].1;
                 let read = if self.plan.per_packet {
-                    tun.read(&mut self.scratch).map(|n| {
-                        let now = self.now();
-                        self.lag_ns = *batch_lag.get_or_insert(self.watch.lag(i, now));
-                        self.segment_scratch(n, target, now)
-                    })
+                    let id = self.pool.alloc_large();
+                    match tun.read(&mut self.pool.get_mut(id).data) {
+                        Ok(n) => {
+                            let now = self.now();
+                            self.lag_ns = *batch_lag.get_or_insert(self.watch.lag(i, now));
+                            self.pool.get_mut(id).len = n;
+                            self.segment(id, target, now);
+                            Ok(())
+                        }
+                        Err(e) => {
+                            self.pool.release(id);
+                            Err(e)
+                        }
+                    }
                 } else {
                     let id = self.pool.alloc_large();
                     match tun.read(&mut self.pool.get_mut(id).data) {
@@ -343,40 +354,68 @@ impl Direction {
         Ok(())
     }
 
-    /// Splits the packet in `scratch` into wire-size segments, each in its own buffer.
-    fn segment_scratch(&mut self, n: usize, target: Target, now: u64) {
-        // Taken out while its segments are dispatched through `self`; a move, no copy.
-        let scratch = std::mem::take(&mut self.scratch);
-        self.segment(&scratch[..n], target, now);
-        self.scratch = scratch;
+    /// Splits the packet read into large buffer `packet` into wire-size segments, each
+    /// a small buffer: the segments of a GSO super-packet hold their headers, and their
+    /// payloads where they lie in `packet` (a tail, no copy); a packet that is one
+    /// segment is copied whole. Dispatches them, and lets go of `packet`.
+    fn segment(&mut self, packet: BufId, target: Target, now: u64) {
+        // Taken out while the segments are cut (a move, no copy), and put back before
+        // they are dispatched: their tails are read from it from then on.
+        let data = std::mem::take(&mut self.pool.get_mut(packet).data);
+        let n = self.pool.get(packet).len;
+        let mut cut = std::mem::take(&mut self.segments);
+        let headers = self.cut(packet, &data[..n], &mut cut);
+        self.pool.get_mut(packet).data = data;
+        for (id, wire_len) in cut.drain(..) {
+            self.dispatch(target, now, id, wire_len, headers);
+        }
+        self.segments = cut;
+        self.pool.release(packet);
     }
 
-    fn segment(&mut self, packet: &[u8], target: Target, now: u64) {
-        let Ok((hdr, ip)) = VirtioNetHdr::split(packet) else {
+    /// Cuts `bytes` (large buffer `packet`'s) into segments, each with its wire length
+    /// in `cut`; the headers they share, where they parse.
+    fn cut(&mut self, packet: BufId, bytes: &[u8], cut: &mut Vec<(BufId, u32)>) -> Option<Headers> {
+        let Ok((hdr, ip)) = VirtioNetHdr::split(bytes) else {
             self.malformed += 1;
-            return;
+            return None;
         };
         let Ok(segments) = Segmenter::new(&hdr, ip) else {
             self.malformed += 1;
-            return;
+            return None;
         };
-        // Every segment has the super-packet's addresses, ports and ECN field.
-        let headers = Headers::of_ip(ip);
+        let shared = segments.len() > 1;
         for i in 0..segments.len() {
             let id = self.pool.alloc_small();
             let buf = self.pool.get_mut(id);
-            match segments.write_segment(i, CsumMode::Partial, true, &mut buf.data) {
-                Ok(len) => {
-                    buf.len = len;
-                    let wire = segments.wire_len(i) as u32;
-                    self.dispatch(target, now, id, wire, headers);
-                }
-                Err(_) => {
-                    self.pool.release(id);
-                    self.malformed += 1;
-                }
+            let written = if shared {
+                buf.len = segments.head(i, CsumMode::Partial, true, &mut buf.data);
+                let range = segments.payload_range(i);
+                let at = VirtioNetHdr::LEN;
+                self.pool.set_tail(
+                    id,
+                    Tail {
+                        buf: packet,
+                        start: at + range.start,
+                        end: at + range.end,
+                    },
+                );
+                true
+            } else {
+                segments
+                    .write_segment(i, CsumMode::Partial, true, &mut buf.data)
+                    .map(|len| buf.len = len)
+                    .is_ok()
+            };
+            if written {
+                cut.push((id, segments.wire_len(i) as u32));
+            } else {
+                self.pool.release(id);
+                self.malformed += 1;
             }
         }
+        // Every segment has the super-packet's addresses, ports and ECN field.
+        Headers::of_ip(ip)
     }
 
     /// Hands a packet to its next stage at time `at`; `headers` where they were read
@@ -419,7 +458,14 @@ impl Direction {
                 let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
                 if let Some(tap) = &mut hop.capture {
                     let mut take = |id: BufId, outcome: &PushOutcome<BufId>, copy: bool| {
-                        let ip = ip_of(pool.get(id).bytes());
+                        let whole;
+                        let ip = match pool.tail(id) {
+                            [] => ip_of(pool.get(id).bytes()),
+                            tail => {
+                                whole = [ip_of(pool.get(id).bytes()), tail].concat();
+                                &whole
+                            }
+                        };
                         match outcome {
                             PushOutcome::Dropped(d) => tap.refused(at, ip, Fate::Dropped(d.reason)),
                             _ => tap.entered(id, at, ip, copy),
@@ -511,6 +557,7 @@ impl Direction {
     /// Flips one bit of a packet so the receiver's checksum catches it: the checksum
     /// the kernel left to us is completed first, or the receiver would trust it.
     fn corrupt(&mut self, id: BufId) {
+        self.pool.flatten(id);
         let buf = self.pool.get_mut(id);
         let len = buf.len;
         let (head, ip) = buf.data[..len].split_at_mut(VirtioNetHdr::LEN);
@@ -539,16 +586,23 @@ impl Direction {
                 &mut self.coalesced_due[egress],
                 &mut self.held[egress],
             );
-            let joined = coalescer.push(self.pool.get(id).bytes()) || {
+            let push = |coalescer: &mut Coalescer, pool: &Pool| match pool.tail(id) {
+                [] => coalescer.push(pool.get(id).bytes()),
+                tail => coalescer.push_split(pool.get(id).bytes(), tail),
+            };
+            let joined = push(coalescer, &self.pool) || {
                 result = flush_one(coalescer, dues, held, &mut self.pool, tun, lateness, now);
-                coalescer.push(self.pool.get(id).bytes())
+                push(coalescer, &self.pool)
             };
             if joined {
                 dues.push(due);
                 held.push(id);
             } else {
                 record_lateness(lateness, now, &[due]);
-                let alone = tun.writev(&[IoSlice::new(self.pool.get(id).bytes())]);
+                let alone = tun.writev(&[
+                    IoSlice::new(self.pool.get(id).bytes()),
+                    IoSlice::new(self.pool.tail(id)),
+                ]);
                 result = result.and(alone);
                 self.pool.release(id);
             }
@@ -726,7 +780,7 @@ fn flush_one(
             parts.push(IoSlice::new(headers));
             parts.extend(
                 held.iter()
-                    .map(|&id| IoSlice::new(&pool.get(id).bytes()[offset..])),
+                    .map(|&id| IoSlice::new(pool.payload(id, offset))),
             );
             tun.writev(&parts)
         }

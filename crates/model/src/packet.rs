@@ -785,7 +785,8 @@ impl<'a> Segmenter<'a> {
         self.wire_len(0)
     }
 
-    fn payload_range(&self, i: usize) -> std::ops::Range<usize> {
+    /// Where segment `i`'s payload lies in the packet given to [`Segmenter::new`].
+    pub fn payload_range(&self, i: usize) -> std::ops::Range<usize> {
         match self.kind {
             Kind::Single => {
                 let split = self.single_split();
@@ -1893,6 +1894,30 @@ mod tests {
             assert_eq!(ip, &pkt[..], "the original super-packet comes back");
             assert_eq!(vh, hdr);
             assert!(c.is_empty() && c.finish().is_none());
+        }
+    }
+
+    /// A segment's head followed by its payload, where it lies in the super-packet, is
+    /// the segment `write_segment` writes.
+    #[test]
+    fn a_segments_head_and_payload_range_make_the_segment() {
+        let mut whole = vec![0u8; 65536];
+        let mut head = [0u8; MAX_SEGMENT_HEAD];
+        let payload = payload_bytes(5 * 1448 + 100);
+        let tcp = tcp_header(0x1000, TCP_ACK | TCP_PSH, 12);
+        for (hdr, pkt) in [
+            v4_super(&tcp, &payload, PROTO_TCP, VirtioNetHdr::GSO_TCPV4, 1448),
+            v6_super(&tcp, &payload, PROTO_TCP, VirtioNetHdr::GSO_TCPV6, 1448),
+        ] {
+            let seg = Segmenter::new(&hdr, &pkt).unwrap();
+            for i in 0..seg.len() {
+                let n = seg
+                    .write_segment(i, CsumMode::Partial, true, &mut whole)
+                    .unwrap();
+                let h = seg.head(i, CsumMode::Partial, true, &mut head);
+                let joined = [&head[..h], &pkt[seg.payload_range(i)]].concat();
+                assert_eq!(joined, &whole[..n], "segment {i}");
+            }
         }
     }
 

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 use support::{
-    await_listening, export_jsonl, iperf3_or_skip, key_file, lab_name, serial, tcplab, LabGuard,
-    IPERF3,
+    await_listening, export_jsonl, iperf3_or_skip, key_file, lab_name, report_html, serial, tcplab,
+    LabGuard, IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -279,18 +279,7 @@ values = ["64K", "1M"]
             "{server}: {stdout}"
         );
     }
-    let report = dir.path().join("report");
-    let out = tcplab()
-        .arg("report")
-        .arg(&db)
-        .arg("-o")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert!(std::fs::read_to_string(report.join("index.html"))
-        .unwrap()
-        .contains("<svg"));
+    assert!(report_html(&db, dir.path()).contains("<svg"));
     // explain knows the path only as TCP measured it: the emulator's 20 ms, no BDP.
     let explain = |json: bool| {
         let mut command = tcplab();

@@ -155,16 +155,7 @@ fn a_dumbbell_of_16_clients_and_64_flows_runs_and_is_reported() {
     if let Some(line) = text.lines().find(|l| l.contains("shared unevenly")) {
         assert!(line.contains("median"), "64 rates summarised: {line}");
     }
-    let report = dir.join("report");
-    let out = tcplab()
-        .arg("report")
-        .arg(&db)
-        .arg("-o")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert_success(&out);
-    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    let html = report_html(&db, dir);
     assert!(
         html.contains("flows as run: 64 × cubic mss"),
         "one phrase for 64 flows"

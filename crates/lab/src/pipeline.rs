@@ -300,43 +300,25 @@ impl Direction {
             for _ in 0..READ_BATCH {
                 let tun = Arc::clone(&self.plan.ingress[i].0);
                 let target = self.plan.ingress[i].1;
-                let read = if self.plan.per_packet {
-                    let id = self.pool.alloc_large();
-                    match tun.read(&mut self.pool.get_mut(id).data) {
-                        Ok(n) => {
-                            let now = self.now();
-                            self.lag_ns = *batch_lag.get_or_insert(self.watch.lag(i, now));
-                            self.pool.get_mut(id).len = n;
+                let id = self.pool.alloc_large();
+                let read = match tun.read(&mut self.pool.get_mut(id).data) {
+                    Ok(n) => {
+                        let now = self.now();
+                        self.lag_ns = *batch_lag.get_or_insert(self.watch.lag(i, now));
+                        self.pool.get_mut(id).len = n;
+                        if self.plan.per_packet {
                             self.segment(id, target, now);
-                            Ok(())
-                        }
-                        Err(e) => {
-                            self.pool.release(id);
-                            Err(e)
-                        }
-                    }
-                } else {
-                    let id = self.pool.alloc_large();
-                    match tun.read(&mut self.pool.get_mut(id).data) {
-                        Ok(n) => {
-                            let now = self.now();
-                            self.lag_ns = *batch_lag.get_or_insert(self.watch.lag(i, now));
-                            self.pool.get_mut(id).len = n;
+                        } else {
                             // Most packets are small (ACKs): keep the large buffer free.
                             let id = self.pool.shrink(id);
-                            self.dispatch(
-                                target,
-                                now,
-                                id,
-                                (n - VirtioNetHdr::LEN.min(n)) as u32,
-                                None,
-                            );
-                            Ok(())
+                            let wire_len = (n - VirtioNetHdr::LEN.min(n)) as u32;
+                            self.dispatch(target, now, id, wire_len, None);
                         }
-                        Err(e) => {
-                            self.pool.release(id);
-                            Err(e)
-                        }
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.pool.release(id);
+                        Err(e)
                     }
                 };
                 match read {

@@ -881,3 +881,17 @@ pub fn tshark(file: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Stri
         .map(str::to_owned)
         .collect()
 }
+
+/// `tcplab report DB -o DIR/report`, which must succeed; the page's HTML.
+pub fn report_html(db: &std::path::Path, dir: &std::path::Path) -> String {
+    let report = dir.join("report");
+    let out = tcplab()
+        .arg("report")
+        .arg(db)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .expect("running tcplab report");
+    assert_success(&out);
+    std::fs::read_to_string(report.join("index.html")).expect("the report's page")
+}

@@ -286,11 +286,13 @@ pub fn execute(
             point,
         });
         let started = Instant::now();
-        let label = Some(
-            format!("{} {}", experiment.name, experiment.label(point))
-                .trim_end()
-                .to_owned(),
-        );
+        // "NAME AXIS=VALUE …", or the name alone for a file without axes.
+        let axes = experiment.label(point);
+        let label = Some(if axes.is_empty() {
+            experiment.name.clone()
+        } else {
+            format!("{} {axes}", experiment.name)
+        });
         let lab_seed = point.config.lab_seed(prepared.seed, row.run.repetition);
         let capture = point
             .config

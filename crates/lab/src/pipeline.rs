@@ -24,6 +24,7 @@ use tcplab_model::capture::Fate;
 use tcplab_model::link::{Link, PacketMeta, PushOutcome};
 use tcplab_model::packet::{
     finish_checksum, is_ect, set_ce, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
+    MAX_COALESCE_SEGMENTS,
 };
 use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
@@ -197,12 +198,10 @@ struct Direction {
     /// Segments cut from one packet, waiting to be dispatched (kept for its capacity).
     segments: Vec<(BufId, u32)>,
     coalescers: Vec<Coalescer>,
-    /// Due times of the packets waiting in each coalescer: their lateness is taken when
-    /// the coalesced packet is written.
-    coalesced_due: Vec<Vec<u64>>,
-    /// The packets waiting in each coalescer, whose payloads the coalesced write
-    /// gathers from their buffers (the coalescers hold headers only).
-    held: Vec<Vec<BufId>>,
+    /// The packets waiting in each coalescer and when each was due: the coalesced write
+    /// gathers their payloads from their buffers (the coalescers hold headers only),
+    /// and their lateness is taken then.
+    held: Vec<Vec<(BufId, u64)>>,
     /// Each hop's clock (its last push or pop): a link's time never goes backwards, so
     /// a packet reaching a hop that was already advanced to `now` enters it at `now`.
     hop_clock: Vec<u64>,
@@ -264,7 +263,6 @@ impl Direction {
             pool: Pool::new(small, MAX_PACKET),
             segments: Vec::new(),
             coalescers: plan.egress.iter().map(|_| Coalescer::holding()).collect(),
-            coalesced_due: plan.egress.iter().map(|_| Vec::new()).collect(),
             held: plan.egress.iter().map(|_| Vec::new()).collect(),
             hop_clock: vec![0; plan.hops.len()],
             lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
@@ -563,24 +561,19 @@ impl Direction {
         let lateness = &mut self.lateness;
         let mut result = Ok(0);
         if self.plan.per_packet {
-            let (coalescer, dues, held) = (
-                &mut self.coalescers[egress],
-                &mut self.coalesced_due[egress],
-                &mut self.held[egress],
-            );
+            let (coalescer, held) = (&mut self.coalescers[egress], &mut self.held[egress]);
             let push = |coalescer: &mut Coalescer, pool: &Pool| match pool.tail(id) {
                 [] => coalescer.push(pool.get(id).bytes()),
                 tail => coalescer.push_split(pool.get(id).bytes(), tail),
             };
             let joined = push(coalescer, &self.pool) || {
-                result = flush_one(coalescer, dues, held, &mut self.pool, tun, lateness, now);
+                result = flush_one(coalescer, held, &mut self.pool, tun, lateness, now);
                 push(coalescer, &self.pool)
             };
             if joined {
-                dues.push(due);
-                held.push(id);
+                held.push((id, due));
             } else {
-                record_lateness(lateness, now, &[due]);
+                record_lateness(lateness, now, due);
                 let alone = tun.writev(&[
                     IoSlice::new(self.pool.get(id).bytes()),
                     IoSlice::new(self.pool.tail(id)),
@@ -589,7 +582,7 @@ impl Direction {
                 self.pool.release(id);
             }
         } else {
-            record_lateness(lateness, now, &[due]);
+            record_lateness(lateness, now, due);
             result = tun.write(self.pool.get(id).bytes());
             self.pool.release(id);
         }
@@ -600,16 +593,14 @@ impl Direction {
 
     fn flush(&mut self) {
         let now = self.now();
-        for (((coalescer, dues), held), tun) in self
+        for ((coalescer, held), tun) in self
             .coalescers
             .iter_mut()
-            .zip(&mut self.coalesced_due)
             .zip(&mut self.held)
             .zip(&self.plan.egress)
         {
             if flush_one(
                 coalescer,
-                dues,
                 held,
                 &mut self.pool,
                 tun,
@@ -746,37 +737,33 @@ impl Direction {
 /// and the held packets' payloads, recording their lateness, and frees their buffers.
 fn flush_one(
     coalescer: &mut Coalescer,
-    dues: &mut Vec<u64>,
-    held: &mut Vec<BufId>,
+    held: &mut Vec<(BufId, u64)>,
     pool: &mut Pool,
     tun: &Tun,
     lateness: &mut Histogram<u64>,
     now: u64,
 ) -> io::Result<usize> {
-    record_lateness(lateness, now, dues);
-    dues.clear();
     let offset = coalescer.payload_offset();
     let result = match coalescer.finish() {
         Some(headers) => {
-            let mut parts = Vec::with_capacity(held.len() + 1);
-            parts.push(IoSlice::new(headers));
-            parts.extend(
-                held.iter()
-                    .map(|&id| IoSlice::new(pool.payload(id, offset))),
-            );
-            tun.writev(&parts)
+            // On the stack: this runs for every coalesced write.
+            let mut parts = [IoSlice::new(&[]); MAX_COALESCE_SEGMENTS + 1];
+            parts[0] = IoSlice::new(headers);
+            for (part, &(id, _)) in parts[1..].iter_mut().zip(held.iter()) {
+                *part = IoSlice::new(pool.payload(id, offset));
+            }
+            tun.writev(&parts[..held.len() + 1])
         }
         None => Ok(0),
     };
-    for id in held.drain(..) {
+    for (id, due) in held.drain(..) {
+        record_lateness(lateness, now, due);
         pool.release(id);
     }
     result
 }
 
-/// Lateness of deliveries written at `now` (ns; `due` is when each was due).
-fn record_lateness(lateness: &mut Histogram<u64>, now: u64, due: &[u64]) {
-    for &at in due {
-        let _ = lateness.record(now.saturating_sub(at).max(1));
-    }
+/// Lateness of a delivery written at `now` (ns) that was due at `due`.
+fn record_lateness(lateness: &mut Histogram<u64>, now: u64, due: u64) {
+    let _ = lateness.record(now.saturating_sub(due).max(1));
 }

@@ -158,9 +158,9 @@ impl Pool {
     pub fn payload(&self, id: BufId, offset: usize) -> &[u8] {
         let buf = self.get(id);
         match buf.tail {
-            Some(t) => {
+            Some(_) => {
                 debug_assert_eq!(buf.len, offset);
-                &self.get(t.buf).data[t.start..t.end]
+                self.tail(id)
             }
             None => &buf.bytes()[offset..],
         }

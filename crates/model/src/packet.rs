@@ -1922,7 +1922,7 @@ mod tests {
     }
 
     /// A holding coalescer's headers followed by the payloads it held are the bytes a
-    /// copying one writes, for one segment, several, and a packet that cannot join.
+    /// copying one writes, for one segment, three, and all of a super-packet's.
     #[test]
     fn a_holding_coalescer_writes_what_a_copying_one_does() {
         let mut buf = vec![0u8; 65536];

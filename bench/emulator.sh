@@ -7,7 +7,10 @@
 #      (crates/sys/examples/tun_forward.rs, pass-through with offloads), a lab
 #      `rtt 20ms` (delay only: super-packets pass whole), and per packet (segmented,
 #      re-coalesced): `rtt 20ms rate 1gbit queue 1bdp`, `rtt 20ms rate 10gbit queue 1bdp`
-#      and `rtt 20ms loss 0.01%` (TPUT_VARIANTS="lab_10g lab_loss" runs some).
+#      and `rtt 20ms loss 0.01%` (TPUT_VARIANTS="lab_10g lab_loss" runs some). Not by
+#      default: `tun_seg` (the forwarder segmenting and re-coalescing, no delay line),
+#      `lab_rtt5` (`rtt 5ms`), `lab_10g_5ms` and `lab_10g_1ms` (rate 10gbit at 5 and 1
+#      ms: what is in flight then fits the CPU's cache).
 #   2. Delay error under load: the emulator's own lateness histogram (`lab show --json`)
 #      in a rated lab under a full 1 Gbit/s iperf3 load (bar p99 ≤ 50 µs), plus an
 #      independent ICMP echo check (see the comment at section 2).
@@ -126,8 +129,8 @@ veth_down() {
     ip netns del "$VA"
     ip netns del "$VB"
 }
-fwd_up() { # tun_forward: client ns TA 10.77.0.1, server ns TB 10.77.0.2
-    "$FWD" --client-ns "$TA" --server-ns "$TB" >"$OUT/fwd.log" 2>&1 &
+fwd_up() { # [tun_forward flags]: client ns TA 10.77.0.1, server ns TB 10.77.0.2
+    "$FWD" --client-ns "$TA" --server-ns "$TB" "$@" >"$OUT/fwd.log" 2>&1 &
     FWDPID=$!
     PIDS+=("$FWDPID")
     local i
@@ -153,17 +156,20 @@ tput_run() { # variant rep
             stop_pid "$SRV"
             veth_down
             ;;
-        tun)
-            fwd_up
+        tun | tun_seg)
+            if [[ $v == tun ]]; then fwd_up; else fwd_up --segment-coalesce; fi
             start_server "$TB"
             client "$TA" 10.77.0.2 "$f" -t "$DUR"
             stop_pid "$SRV"
             fwd_down
             ;;
-        lab_rtt | lab_rate | lab_10g | lab_loss)
+        lab_*)
             local spec
             case $v in
                 lab_rtt) spec="rtt 20ms" ;;
+                lab_rtt5) spec="rtt 5ms" ;;
+                lab_10g_1ms) spec="rtt 1ms rate 10gbit queue 1bdp" ;;
+                lab_10g_5ms) spec="rtt 5ms rate 10gbit queue 1bdp" ;;
                 lab_rate) spec="rtt 20ms rate 1gbit queue 1bdp" ;;
                 lab_10g) spec="rtt 20ms rate 10gbit queue 1bdp" ;;
                 lab_loss) spec="rtt 20ms loss 0.01%" ;;

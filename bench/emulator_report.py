@@ -238,8 +238,12 @@ def cmd_report(results, reps, dur, sections="1234"):
         names = [
             ("veth", "raw veth pair"),
             ("tun", "tun_forward pass-through, offloads"),
+            ("tun_seg", "tun_forward segmenting and re-coalescing, no delay"),
             ("lab_rtt", "lab `rtt 20ms` (MTU 1500)"),
+            ("lab_rtt5", "lab `rtt 5ms`"),
             ("lab_rate", "lab `rtt 20ms rate 1gbit queue 1bdp` (per-packet)"),
+            ("lab_10g_1ms", "lab `rtt 1ms rate 10gbit queue 1bdp` (per-packet)"),
+            ("lab_10g_5ms", "lab `rtt 5ms rate 10gbit queue 1bdp` (per-packet)"),
             ("lab_10g", "lab `rtt 20ms rate 10gbit queue 1bdp` (per-packet)"),
             ("lab_loss", "lab `rtt 20ms loss 0.01%` (per-packet)"),
         ]
@@ -255,12 +259,13 @@ def cmd_report(results, reps, dur, sections="1234"):
             cpu = med([r.get("daemon_cores", float("nan")) for r in by("tputshow", variant=key)])
             cpus = f"{cpu:.2f}" if cpu == cpu else "-"
             print(f"| {label} | {tput[key]:.2f} | {fmt(vals)} | {rt:.0f} | {cpus} |")
-        ok = tput["lab_rtt"] >= 8.0
+        ratio = tput["lab_rtt"] / tput["tun"]
         summary.append(
-            f"- throughput: lab rtt 20ms {tput['lab_rtt']:.2f} Gbit/s (bar ≥ 8: {'PASS' if ok else 'MISS'}); "
-            f"= {tput['lab_rtt'] / tput['tun']:.2f} × the TUN forwarder, {tput['lab_rtt'] / tput['veth']:.2f} × veth; "
-            f"per-packet 1gbit lab {tput['lab_rate']:.3f} Gbit/s; per packet at 10gbit "
-            f"{tput['lab_10g']:.2f} and with 0.01 % loss {tput['lab_loss']:.2f} Gbit/s (bar ≥ 8)")
+            f"- throughput: lab rtt 20ms (delay only) {tput['lab_rtt']:.2f} Gbit/s "
+            f"= {ratio:.2f} × the TUN forwarder (bar ≥ 0.9: {'PASS' if ratio >= 0.9 else 'MISS'}), "
+            f"{tput['lab_rtt'] / tput['veth']:.2f} × veth; per-packet 1gbit lab {tput['lab_rate']:.3f} Gbit/s; "
+            f"per packet at 10gbit {tput['lab_10g']:.2f} and with 0.01 % loss {tput['lab_loss']:.2f} Gbit/s "
+            f"(bar ≥ 8: {'PASS' if min(tput['lab_10g'], tput['lab_loss']) >= 8 else 'MISS'})")
 
     # 2. delay error
     if "2" in sections:

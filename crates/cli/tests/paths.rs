@@ -842,3 +842,45 @@ fn a_bidirectional_run_whose_drains_both_stop_ends() {
             .ok_or(format!("{stopped} of 2 drains had a backlog to stop"))
     });
 }
+
+/// Corrupted and duplicated TCP segments, cut from the kernel's super-packets, reach
+/// the receiver as such: the receiver's checksum catches every corrupted one, so the
+/// sender sends each again (a delay-only path drops nothing else, so nothing else is
+/// retransmitted), and duplicates lose no byte.
+#[test]
+fn corrupted_segments_fail_the_receivers_checksum_and_duplicates_lose_nothing() {
+    if !privileged_or_skip("corrupt_duplicate") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rtt 10ms up.corrupt 1% up.duplicate 1% seed 7",
+        ])
+        .args(["-t", "1s", "--json", "--db"])
+        .arg(dir.path().join("runs.db"))
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    let up = &run["path"]["up"];
+    let link = &up["links"][0];
+    let (corrupted, duplicated) = (u64_at(link, "/corrupted"), u64_at(link, "/duplicated"));
+    assert_eq!(up["per_packet"], true, "{up}");
+    assert!(corrupted > 20 && duplicated > 20, "{link}");
+    assert_eq!(
+        u64_at(link, "/dropped_queue") + u64_at(up, "/malformed"),
+        0,
+        "{up}"
+    );
+    let flow = &flows(&run)[0];
+    let retransmits = u64_at(flow, "/retransmits");
+    // A retransmission can carry more than one corrupted segment, rarely.
+    assert!(
+        retransmits * 2 >= corrupted,
+        "{retransmits} retransmits for {corrupted} corrupted segments"
+    );
+    assert_eq!(u64_at(flow, "/sent_bytes"), u64_at(flow, "/received_bytes"));
+}

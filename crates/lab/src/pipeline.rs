@@ -14,6 +14,7 @@
 
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,14 +25,14 @@ use tcplab_model::capture::Fate;
 use tcplab_model::link::{Link, PacketMeta, PushOutcome};
 use tcplab_model::packet::{
     finish_checksum, is_ect, set_ce, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
-    MAX_COALESCE_SEGMENTS,
+    MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
 };
 use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
 use crate::capture::Tap;
-use crate::pool::{BufId, Pool, Tail};
+use crate::pool::{segmenter, BufId, Bytes, Pool};
 
 /// Packets read from one device before looking at the links again.
 const READ_BATCH: usize = 64;
@@ -198,10 +199,10 @@ struct Direction {
     /// Segments cut from one packet, waiting to be dispatched (kept for its capacity).
     segments: Vec<(BufId, u32)>,
     coalescers: Vec<Coalescer>,
-    /// The packets waiting in each coalescer and when each was due: the coalesced write
-    /// gathers their payloads from their buffers (the coalescers hold headers only),
-    /// and their lateness is taken then.
-    held: Vec<Vec<(BufId, u64)>>,
+    /// The packets waiting in each coalescer: the coalesced write gathers their payloads
+    /// from their buffers (the coalescers hold headers only), and their lateness is
+    /// taken then.
+    held: Vec<Vec<Held>>,
     /// Each hop's clock (its last push or pop): a link's time never goes backwards, so
     /// a packet reaching a hop that was already advanced to `now` enters it at `now`.
     hop_clock: Vec<u64>,
@@ -334,10 +335,10 @@ impl Direction {
         Ok(())
     }
 
-    /// Splits the packet read into large buffer `packet` into wire-size segments, each
-    /// a small buffer: the segments of a GSO super-packet hold their headers, and their
-    /// payloads where they lie in `packet` (a tail, no copy); a packet that is one
-    /// segment is copied whole. Dispatches them, and lets go of `packet`.
+    /// Splits the packet read into large buffer `packet` into wire-size segments: those
+    /// of a GSO super-packet are ids naming it and their place in it (no copy); a
+    /// packet that is one segment is copied whole into a small buffer. Dispatches them,
+    /// and lets go of `packet`.
     fn segment(&mut self, packet: BufId, target: Target, now: u64) {
         // Taken out while the segments are cut (a move, no copy), and put back before
         // they are dispatched: their tails are read from it from then on.
@@ -366,33 +367,23 @@ impl Direction {
         };
         let shared = segments.len() > 1;
         for i in 0..segments.len() {
-            let id = self.pool.alloc_small();
-            let buf = self.pool.get_mut(id);
-            let written = if shared {
-                buf.len = segments.head(i, CsumMode::Partial, true, &mut buf.data);
-                let range = segments.payload_range(i);
-                let at = VirtioNetHdr::LEN;
-                self.pool.set_tail(
-                    id,
-                    Tail {
-                        buf: packet,
-                        start: at + range.start,
-                        end: at + range.end,
-                    },
-                );
-                true
-            } else {
-                segments
-                    .write_segment(i, CsumMode::Partial, true, &mut buf.data)
-                    .map(|len| buf.len = len)
-                    .is_ok()
+            let id = match shared.then(|| self.pool.segment(packet, i)).flatten() {
+                Some(id) => id,
+                None => {
+                    let id = self.pool.alloc_small();
+                    let buf = self.pool.get_mut(id);
+                    match segments.write_segment(i, CsumMode::Partial, true, &mut buf.data) {
+                        Ok(len) => buf.len = len,
+                        Err(_) => {
+                            self.pool.release(id);
+                            self.malformed += 1;
+                            continue;
+                        }
+                    }
+                    id
+                }
             };
-            if written {
-                cut.push((id, segments.wire_len(i) as u32));
-            } else {
-                self.pool.release(id);
-                self.malformed += 1;
-            }
+            cut.push((id, segments.wire_len(i) as u32));
         }
         // Every segment has the super-packet's addresses, ports and ECN field.
         Headers::of_ip(ip)
@@ -417,7 +408,7 @@ impl Direction {
                 let needs_meta = hop.link.needs_packet_meta();
                 if hop.meter.is_some() || needs_meta {
                     if let Some(headers) =
-                        headers.or_else(|| Headers::of(self.pool.get(id).bytes()))
+                        headers.or_else(|| Headers::of(self.pool.bytes(id).headers_from()))
                     {
                         if let Some(meter) = &mut hop.meter {
                             meter.arrival(headers.key, at, wire_len, self.lag_ns);
@@ -430,7 +421,7 @@ impl Direction {
                 }
                 let outcome = hop.link.push(at, id, meta);
                 let copy = match outcome {
-                    PushOutcome::Duplicate => Some(self.pool.duplicate(id)),
+                    PushOutcome::Duplicate => self.pool.duplicate(id),
                     _ => None,
                 };
                 let copy_outcome =
@@ -439,11 +430,11 @@ impl Direction {
                 if let Some(tap) = &mut hop.capture {
                     let mut take = |id: BufId, outcome: &PushOutcome<BufId>, copy: bool| {
                         let whole;
-                        let ip = match pool.tail(id) {
-                            [] => ip_of(pool.get(id).bytes()),
-                            tail => {
-                                whole = [ip_of(pool.get(id).bytes()), tail].concat();
-                                &whole
+                        let ip = match pool.bytes(id) {
+                            Bytes::Whole(bytes) => ip_of(bytes),
+                            Bytes::Segment { packet, index } => {
+                                whole = segment_bytes(packet, index);
+                                ip_of(&whole)
                             }
                         };
                         match outcome {
@@ -475,7 +466,7 @@ impl Direction {
 
     fn route(&self, id: BufId, headers: Option<Headers>) -> Option<Target> {
         let dst = headers
-            .or_else(|| Headers::of(self.pool.get(id).bytes()))?
+            .or_else(|| Headers::of(self.pool.bytes(id).headers_from()))?
             .key
             .dst;
         self.plan
@@ -514,18 +505,30 @@ impl Direction {
                         };
                         tap.left(d.packet, fate, d.queue_delay);
                     }
+                    let packet = if d.corrupt || d.ce {
+                        // Changed in place: a segment gets a buffer of its own.
+                        match self.pool.own(d.packet) {
+                            Some(packet) => packet,
+                            None => {
+                                self.malformed += 1;
+                                continue;
+                            }
+                        }
+                    } else {
+                        d.packet
+                    };
                     if d.corrupt {
-                        self.corrupt(d.packet);
+                        self.corrupt(packet);
                     }
                     if d.ce {
-                        let buf = self.pool.get_mut(d.packet);
+                        let buf = self.pool.get_mut(packet);
                         let len = buf.len;
                         if len > VirtioNetHdr::LEN {
                             set_ce(&mut buf.data[VirtioNetHdr::LEN..len]);
                         }
                     }
                     let then = self.plan.hops[h].then;
-                    self.dispatch(then, d.due, d.packet, d.wire_len, None);
+                    self.dispatch(then, d.due, packet, d.wire_len, None);
                 }
             }
             if !moved {
@@ -537,7 +540,6 @@ impl Direction {
     /// Flips one bit of a packet so the receiver's checksum catches it: the checksum
     /// the kernel left to us is completed first, or the receiver would trust it.
     fn corrupt(&mut self, id: BufId) {
-        self.pool.flatten(id);
         let buf = self.pool.get_mut(id);
         let len = buf.len;
         let (head, ip) = buf.data[..len].split_at_mut(VirtioNetHdr::LEN);
@@ -562,23 +564,39 @@ impl Direction {
         let mut result = Ok(0);
         if self.plan.per_packet {
             let (coalescer, held) = (&mut self.coalescers[egress], &mut self.held[egress]);
-            let push = |coalescer: &mut Coalescer, pool: &Pool| match pool.tail(id) {
-                [] => coalescer.push(pool.get(id).bytes()),
-                tail => coalescer.push_split(pool.get(id).bytes(), tail),
+            let mut scratch = [0u8; MAX_SEGMENT_HEAD];
+            let Some(parts) = Parts::of(&self.pool, id, &mut scratch) else {
+                self.malformed += 1;
+                self.pool.release(id);
+                return;
             };
-            let joined = push(coalescer, &self.pool) || {
-                result = flush_one(coalescer, held, &mut self.pool, tun, lateness, now);
-                push(coalescer, &self.pool)
+            let push = |coalescer: &mut Coalescer| match parts.head {
+                [] => coalescer.push(parts.payload),
+                head => coalescer.push_split(head, parts.payload),
+            };
+            // Written but still to be released: the packet's bytes are borrowed here.
+            let mut written = 0;
+            let joined = push(coalescer) || {
+                result = write_held(coalescer, held, &self.pool, tun, lateness, now);
+                written = held.len();
+                push(coalescer)
             };
             if joined {
-                held.push((id, due));
+                let payload = if parts.head.is_empty() {
+                    coalescer.payload_offset()..parts.payload.len()
+                } else {
+                    parts.at..parts.at + parts.payload.len()
+                };
+                held.push(Held { id, due, payload });
             } else {
                 record_lateness(lateness, now, due);
-                let alone = tun.writev(&[
-                    IoSlice::new(self.pool.get(id).bytes()),
-                    IoSlice::new(self.pool.tail(id)),
-                ]);
+                let alone = tun.writev(&[IoSlice::new(parts.head), IoSlice::new(parts.payload)]);
                 result = result.and(alone);
+            }
+            for old in held.drain(..written) {
+                self.pool.release(old.id);
+            }
+            if !joined {
                 self.pool.release(id);
             }
         } else {
@@ -599,17 +617,11 @@ impl Direction {
             .zip(&mut self.held)
             .zip(&self.plan.egress)
         {
-            if flush_one(
-                coalescer,
-                held,
-                &mut self.pool,
-                tun,
-                &mut self.lateness,
-                now,
-            )
-            .is_err()
-            {
+            if write_held(coalescer, held, &self.pool, tun, &mut self.lateness, now).is_err() {
                 self.write_errors += 1;
+            }
+            for old in held.drain(..) {
+                self.pool.release(old.id);
             }
         }
     }
@@ -733,32 +745,85 @@ impl Direction {
     }
 }
 
+/// A packet waiting in a coalescer: when it was due, and where its payload lies in its
+/// buffer ([`Pool::buffer`]).
+struct Held {
+    id: BufId,
+    due: u64,
+    payload: Range<usize>,
+}
+
+/// A packet as a coalescer takes it: its head (virtio header first; empty when the
+/// packet is whole in `payload`) and its payload, which starts at `at` in its buffer.
+/// A segment's head is written here, from its super-packet's headers.
+struct Parts<'a> {
+    head: &'a [u8],
+    payload: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Parts<'a> {
+    fn of(pool: &'a Pool, id: BufId, scratch: &'a mut [u8; MAX_SEGMENT_HEAD]) -> Option<Parts<'a>> {
+        match pool.bytes(id) {
+            Bytes::Whole(bytes) => Some(Parts {
+                head: &[],
+                payload: bytes,
+                at: 0,
+            }),
+            Bytes::Segment { packet, index } => {
+                let segments = segmenter(packet)?;
+                let n = segments.head(index, CsumMode::Partial, true, scratch);
+                let range = segments.payload_range(index);
+                let at = VirtioNetHdr::LEN + range.start;
+                Some(Parts {
+                    head: &scratch[..n],
+                    payload: &packet[at..at + range.len()],
+                    at,
+                })
+            }
+        }
+    }
+}
+
+/// Segment `index` of the super-packet `packet`, whole (virtio header first); empty if
+/// it does not parse.
+fn segment_bytes(packet: &[u8], index: usize) -> Vec<u8> {
+    let Some(segments) = segmenter(packet) else {
+        return Vec::new();
+    };
+    let mut whole = vec![0u8; VirtioNetHdr::LEN + segments.wire_len(index)];
+    let n = segments
+        .write_segment(index, CsumMode::Partial, true, &mut whole)
+        .unwrap_or(0);
+    whole.truncate(n);
+    whole
+}
+
 /// Writes what a coalescer holds, if anything, in one gathering write of its headers
-/// and the held packets' payloads, recording their lateness, and frees their buffers.
-fn flush_one(
+/// and the held packets' payloads, and records their lateness; the caller releases
+/// them.
+fn write_held(
     coalescer: &mut Coalescer,
-    held: &mut Vec<(BufId, u64)>,
-    pool: &mut Pool,
+    held: &[Held],
+    pool: &Pool,
     tun: &Tun,
     lateness: &mut Histogram<u64>,
     now: u64,
 ) -> io::Result<usize> {
-    let offset = coalescer.payload_offset();
     let result = match coalescer.finish() {
         Some(headers) => {
             // On the stack: this runs for every coalesced write.
             let mut parts = [IoSlice::new(&[]); MAX_COALESCE_SEGMENTS + 1];
             parts[0] = IoSlice::new(headers);
-            for (part, &(id, _)) in parts[1..].iter_mut().zip(held.iter()) {
-                *part = IoSlice::new(pool.payload(id, offset));
+            for (part, h) in parts[1..].iter_mut().zip(held) {
+                *part = IoSlice::new(&pool.buffer(h.id)[h.payload.clone()]);
             }
             tun.writev(&parts[..held.len() + 1])
         }
         None => Ok(0),
     };
-    for (id, due) in held.drain(..) {
-        record_lateness(lateness, now, due);
-        pool.release(id);
+    for h in held {
+        record_lateness(lateness, now, h.due);
     }
     result
 }

@@ -2,16 +2,29 @@
 //! packets inside the links and then allocates nothing. Two size classes, so a 66-byte
 //! ACK does not hold a 64 KiB buffer for the whole delay line.
 //!
-//! A segment of a GSO super-packet is a small buffer holding its headers and a
-//! [`Tail`]: its payload where it lies in the super-packet's large buffer, which
-//! counts the segments that refer to it and is freed with the last one. Segmenting
-//! then copies headers, not payloads.
+//! A segment of a GSO super-packet has no buffer of its own: its id names the large
+//! buffer the super-packet was read into and the segment's index, and holds that
+//! buffer until it leaves. Its headers are written when it is written out, from the
+//! super-packet's, which are in the cache then for all its segments. Segmenting then
+//! touches no memory per segment: at 10 Gbit/s and 20 ms, a small buffer per segment
+//! came back out of memory cold and its misses were a quarter of the emulator's time.
+//! A segment the links change (ECN mark, corruption) or duplicate is first copied into
+//! a small buffer of its own.
 
-/// A buffer of a [`Pool`]; what the link model carries as its packet handle. The top
-/// bit says which class it belongs to.
+use tcplab_model::packet::{CsumMode, Segmenter, VirtioNetHdr};
+
+/// A packet of a [`Pool`]; what the link model carries as its packet handle: a small or
+/// large buffer, or a segment of a large one.
 pub type BufId = u32;
 
 const LARGE: BufId = 1 << 31;
+const SEGMENT: BufId = 1 << 30;
+const SEGMENT_INDEX_BITS: u32 = 10;
+/// Segments of one super-packet that get an id (64 KiB of 88-byte segments, the
+/// smallest MSS, are 745); the rest are copied into small buffers.
+pub const MAX_SEGMENT_IDS: usize = 1 << SEGMENT_INDEX_BITS;
+/// Large buffers a segment id can name.
+const MAX_SEGMENTED_BUFFERS: usize = 1 << (30 - SEGMENT_INDEX_BITS);
 
 pub struct Pool {
     small: Class,
@@ -20,7 +33,7 @@ pub struct Pool {
 
 struct Class {
     bufs: Vec<Buf>,
-    /// Holders of each buffer: 1 from `alloc`, one more for each tail that refers to it.
+    /// Holders of each buffer: 1 from `alloc`, one more for each segment id naming it.
     refs: Vec<u32>,
     free: Vec<BufId>,
     capacity: usize,
@@ -29,23 +42,35 @@ struct Class {
 pub struct Buf {
     pub data: Box<[u8]>,
     pub len: usize,
-    /// The packet's payload in another (large) buffer: the packet is `bytes()` then
-    /// this.
-    pub tail: Option<Tail>,
-}
-
-/// Bytes `start..end` of buffer `buf`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tail {
-    pub buf: BufId,
-    pub start: usize,
-    pub end: usize,
 }
 
 impl Buf {
     pub fn bytes(&self) -> &[u8] {
         &self.data[..self.len]
     }
+}
+
+/// A packet's bytes, virtio header first.
+pub enum Bytes<'a> {
+    /// In its own buffer.
+    Whole(&'a [u8]),
+    /// Segment `index` of the GSO super-packet `packet`.
+    Segment { packet: &'a [u8], index: usize },
+}
+
+impl<'a> Bytes<'a> {
+    /// The packet whose headers give this one's flow: a segment's super-packet.
+    pub fn headers_from(&self) -> &'a [u8] {
+        match *self {
+            Bytes::Whole(bytes) | Bytes::Segment { packet: bytes, .. } => bytes,
+        }
+    }
+}
+
+/// The segmentation of a super-packet in a buffer (virtio header first).
+pub fn segmenter(packet: &[u8]) -> Option<Segmenter<'_>> {
+    let (hdr, ip) = VirtioNetHdr::split(packet).ok()?;
+    Segmenter::new(&hdr, ip).ok()
 }
 
 impl Class {
@@ -58,7 +83,6 @@ impl Class {
         self.bufs.push(Buf {
             data: vec![0u8; self.capacity].into_boxed_slice(),
             len: 0,
-            tail: None,
         });
         self.refs.push(1);
         (self.bufs.len() - 1) as BufId
@@ -86,6 +110,106 @@ impl Pool {
 
     pub fn alloc_large(&mut self) -> BufId {
         self.large.alloc() | LARGE
+    }
+
+    /// The id of segment `index` of the super-packet in large buffer `packet`, which it
+    /// holds until released; `None` where ids run out (then copy the segment).
+    pub fn segment(&mut self, packet: BufId, index: usize) -> Option<BufId> {
+        debug_assert!(packet & LARGE != 0 && packet & SEGMENT == 0);
+        let buffer = (packet & !LARGE) as usize;
+        if index >= MAX_SEGMENT_IDS || buffer >= MAX_SEGMENTED_BUFFERS {
+            return None;
+        }
+        self.large.refs[buffer] += 1;
+        Some(SEGMENT | (buffer << SEGMENT_INDEX_BITS) as BufId | index as BufId)
+    }
+
+    /// The large buffer a segment id names, and the segment's index.
+    fn segment_of(id: BufId) -> Option<(BufId, usize)> {
+        (id & SEGMENT != 0).then(|| {
+            let buffer = (id & !SEGMENT) >> SEGMENT_INDEX_BITS;
+            (
+                buffer | LARGE,
+                (id & (MAX_SEGMENT_IDS as BufId - 1)) as usize,
+            )
+        })
+    }
+
+    /// Where packet `id`'s bytes are.
+    pub fn bytes(&self, id: BufId) -> Bytes<'_> {
+        match Self::segment_of(id) {
+            Some((packet, index)) => Bytes::Segment {
+                packet: self.get(packet).bytes(),
+                index,
+            },
+            None => Bytes::Whole(self.get(id).bytes()),
+        }
+    }
+
+    /// The bytes of the buffer behind `id`: a segment's are its super-packet's.
+    pub fn buffer(&self, id: BufId) -> &[u8] {
+        self.get(Self::segment_of(id).map_or(id, |(packet, _)| packet))
+            .bytes()
+    }
+
+    /// Packet `id` in a buffer of its own, to be changed in place: a segment is copied
+    /// into a small buffer and its id released; others are returned as they are.
+    /// `None` (and `id` released) if the segment no longer parses.
+    pub fn own(&mut self, id: BufId) -> Option<BufId> {
+        if id & SEGMENT == 0 {
+            return Some(id);
+        }
+        let own = self.copy_segment(id);
+        self.release(id);
+        own
+    }
+
+    /// A new buffer holding a copy of packet `id` (a segment: in a small buffer).
+    pub fn duplicate(&mut self, id: BufId) -> Option<BufId> {
+        if id & SEGMENT != 0 {
+            return self.copy_segment(id);
+        }
+        let copy = if id & LARGE != 0 {
+            self.alloc_large()
+        } else {
+            self.alloc_small()
+        };
+        let len = self.get(id).len;
+        let class = self.class_mut(id);
+        let (from, to) = ((id & !LARGE) as usize, (copy & !LARGE) as usize);
+        let (a, b) = if to > from {
+            let (lo, hi) = class.bufs.split_at_mut(to);
+            (&lo[from], &mut hi[0])
+        } else {
+            let (lo, hi) = class.bufs.split_at_mut(from);
+            (&hi[0], &mut lo[to])
+        };
+        b.data[..len].copy_from_slice(&a.data[..len]);
+        b.len = len;
+        Some(copy)
+    }
+
+    /// Segment `id` written whole into a new small buffer.
+    fn copy_segment(&mut self, id: BufId) -> Option<BufId> {
+        let (packet, index) = Self::segment_of(id)?;
+        let small = self.small.alloc();
+        let (large, smalls) = (&self.large, &mut self.small);
+        let from = large.bufs[(packet & !LARGE) as usize].bytes();
+        let to = &mut smalls.bufs[small as usize];
+        let written = segmenter(from).and_then(|s| {
+            s.write_segment(index, CsumMode::Partial, true, &mut to.data)
+                .ok()
+        });
+        match written {
+            Some(len) => {
+                to.len = len;
+                Some(small)
+            }
+            None => {
+                self.release(small);
+                None
+            }
+        }
     }
 
     fn class(&self, id: BufId) -> &Class {
@@ -120,79 +244,9 @@ impl Pool {
         small
     }
 
-    /// A new buffer of the same class holding a copy of `id`'s bytes.
-    pub fn duplicate(&mut self, id: BufId) -> BufId {
-        let copy = if id & LARGE != 0 {
-            self.alloc_large()
-        } else {
-            self.alloc_small()
-        };
-        let len = self.get(id).len;
-        let tail = self.get(id).tail;
-        let class = self.class_mut(id);
-        let (from, to) = ((id & !LARGE) as usize, (copy & !LARGE) as usize);
-        let (a, b) = if to > from {
-            let (lo, hi) = class.bufs.split_at_mut(to);
-            (&lo[from], &mut hi[0])
-        } else {
-            let (lo, hi) = class.bufs.split_at_mut(from);
-            (&hi[0], &mut lo[to])
-        };
-        b.data[..len].copy_from_slice(&a.data[..len]);
-        b.len = len;
-        if let Some(t) = tail {
-            self.set_tail(copy, t);
-        }
-        copy
-    }
-
-    /// Makes `tail` the payload of small buffer `id`: one more holder of its buffer.
-    pub fn set_tail(&mut self, id: BufId, tail: Tail) {
-        debug_assert!(id & LARGE == 0 && tail.buf & LARGE != 0);
-        self.large.refs[(tail.buf & !LARGE) as usize] += 1;
-        self.get_mut(id).tail = Some(tail);
-    }
-
-    /// The packet's bytes after its first `offset`: its tail where it has one (its
-    /// buffer then holds exactly its first `offset` bytes), else the rest of its buffer.
-    pub fn payload(&self, id: BufId, offset: usize) -> &[u8] {
-        let buf = self.get(id);
-        match buf.tail {
-            Some(_) => {
-                debug_assert_eq!(buf.len, offset);
-                self.tail(id)
-            }
-            None => &buf.bytes()[offset..],
-        }
-    }
-
-    /// The packet's tail, if any (empty otherwise).
-    pub fn tail(&self, id: BufId) -> &[u8] {
-        match self.get(id).tail {
-            Some(t) => &self.get(t.buf).data[t.start..t.end],
-            None => &[],
-        }
-    }
-
-    /// The whole packet in its own buffer: the tail copied after the head and let go.
-    /// The small class holds a segment whole.
-    pub fn flatten(&mut self, id: BufId) {
-        let Some(t) = self.get_mut(id).tail.take() else {
-            return;
-        };
-        let len = self.get(id).len;
-        let n = t.end - t.start;
-        let (small, large) = (&mut self.small, &self.large);
-        let from = &large.bufs[(t.buf & !LARGE) as usize].data[t.start..t.end];
-        let to = &mut small.bufs[id as usize];
-        to.data[len..len + n].copy_from_slice(from);
-        to.len = len + n;
-        self.release(t.buf);
-    }
-
     /// Lets go of `id`; a buffer is free again when its last holder lets go.
     pub fn release(&mut self, id: BufId) {
-        let tail = self.get_mut(id).tail.take();
+        let id = Self::segment_of(id).map_or(id, |(packet, _)| packet);
         let class = self.class_mut(id);
         let index = (id & !LARGE) as usize;
         debug_assert!(class.refs[index] > 0, "buffer {id} released twice");
@@ -200,16 +254,16 @@ impl Pool {
         if class.refs[index] == 0 {
             class.free.push(id & !LARGE);
         }
-        if let Some(t) = tail {
-            self.release(t.buf);
-        }
     }
 
+    /// Buffer `id` (not a segment).
     pub fn get(&self, id: BufId) -> &Buf {
+        debug_assert!(id & SEGMENT == 0, "segment {id} has no buffer");
         &self.class(id).bufs[(id & !LARGE) as usize]
     }
 
     pub fn get_mut(&mut self, id: BufId) -> &mut Buf {
+        debug_assert!(id & SEGMENT == 0, "segment {id} has no buffer");
         &mut self.class_mut(id).bufs[(id & !LARGE) as usize]
     }
 
@@ -229,7 +283,7 @@ mod tests {
         let a = pool.alloc_small();
         pool.get_mut(a).data[..3].copy_from_slice(b"abc");
         pool.get_mut(a).len = 3;
-        let b = pool.duplicate(a);
+        let b = pool.duplicate(a).unwrap();
         assert_ne!(a, b);
         assert_eq!(pool.get(b).bytes(), b"abc");
         pool.release(a);
@@ -238,7 +292,7 @@ mod tests {
         assert_eq!(pool.get(c).len, 0);
         // Duplicating into a lower index works too.
         pool.release(c);
-        let d = pool.duplicate(b);
+        let d = pool.duplicate(b).unwrap();
         assert_eq!(d, a);
         assert_eq!(pool.get(d).bytes(), b"abc");
         assert_eq!(pool.allocated(), 2);
@@ -252,7 +306,7 @@ mod tests {
         assert_eq!(pool.get(small).data.len(), 16);
         assert_eq!(pool.get(large).data.len(), 64);
         pool.get_mut(large).len = 2;
-        let copy = pool.duplicate(large);
+        let copy = pool.duplicate(large).unwrap();
         assert_eq!(pool.get(copy).data.len(), 64);
         pool.release(large);
         assert_eq!(pool.alloc_large(), large);
@@ -266,48 +320,83 @@ mod tests {
         assert_eq!(pool.alloc_large(), large);
     }
 
-    /// Segments that keep their payloads in their super-packet's buffer: it is freed
-    /// with the last of them, a duplicate holds it too, and a flattened segment holds
-    /// its own bytes.
-    #[test]
-    fn tails_hold_their_buffer_until_the_last_lets_go() {
-        let mut pool = Pool::new(32, 64);
-        let packet = pool.alloc_large();
-        pool.get_mut(packet).data[..12].copy_from_slice(b"hhAAAABBBBCC");
-        pool.get_mut(packet).len = 12;
-        let segment = |pool: &mut Pool, start, end| {
-            let id = pool.alloc_small();
-            pool.get_mut(id).data[..2].copy_from_slice(b"hd");
-            pool.get_mut(id).len = 2;
-            pool.set_tail(
-                id,
-                Tail {
-                    buf: packet,
-                    start,
-                    end,
-                },
-            );
-            id
+    /// A TCP/IPv4 GSO super-packet (virtio header first) of `payload` in segments of
+    /// `mss` bytes, as a kernel with TSO writes it.
+    fn super_packet(payload: &[u8], mss: u16) -> Vec<u8> {
+        use tcplab_model::packet::{internet_checksum, pseudo_header_sum};
+        let total = 20 + 20 + payload.len();
+        let mut ip = vec![0u8; 40];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        let c = internet_checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        ip[20..24].copy_from_slice(&[0x30, 0x39, 0x14, 0x51]); // ports
+        ip[32] = 5 << 4;
+        ip[33] = 0x18; // ACK | PSH
+        let seed = pseudo_header_sum(&ip[12..16], &ip[16..20], 6, (total - 20) as u32);
+        ip[36..38].copy_from_slice(&seed.to_be_bytes());
+        ip.extend_from_slice(payload);
+        let hdr = VirtioNetHdr {
+            flags: VirtioNetHdr::F_NEEDS_CSUM,
+            gso_type: VirtioNetHdr::GSO_TCPV4,
+            hdr_len: 40,
+            gso_size: mss,
+            csum_start: 20,
+            csum_offset: 16,
         };
-        let a = segment(&mut pool, 2, 6);
-        let b = segment(&mut pool, 6, 10);
+        [&hdr.to_bytes()[..], &ip].concat()
+    }
+
+    /// Segment ids hold their super-packet's buffer until the last lets go, give its
+    /// bytes and their index, and a segment that is owned or duplicated gets a small
+    /// buffer of its own with exactly the segment's bytes, holding nothing else.
+    #[test]
+    fn segments_hold_their_super_packet_until_the_last_lets_go() {
+        let bytes = super_packet(b"AAAABBBBCC", 4);
+        let mut pool = Pool::new(128, 256);
+        let packet = pool.alloc_large();
+        pool.get_mut(packet).data[..bytes.len()].copy_from_slice(&bytes);
+        pool.get_mut(packet).len = bytes.len();
+        let segments = segmenter(&bytes).unwrap();
+        assert_eq!(segments.len(), 3);
+        let ids: Vec<BufId> = (0..3).map(|i| pool.segment(packet, i).unwrap()).collect();
         pool.release(packet);
-        assert_eq!(
-            (pool.get(a).bytes(), pool.tail(a)),
-            (&b"hd"[..], &b"AAAA"[..])
-        );
-        assert_eq!(pool.payload(b, 2), b"BBBB");
-        let copy = pool.duplicate(b);
-        assert_eq!(pool.tail(copy), b"BBBB");
-        pool.flatten(a);
-        assert_eq!(
-            (pool.get(a).bytes(), pool.tail(a)),
-            (&b"hdAAAA"[..], &b""[..])
-        );
-        pool.release(b);
-        assert_ne!(pool.alloc_large(), packet, "the duplicate still holds it");
+        let expected = |i: usize| {
+            let mut out = vec![0u8; 128];
+            let n = segments
+                .write_segment(i, CsumMode::Partial, true, &mut out)
+                .unwrap();
+            out.truncate(n);
+            out
+        };
+        for (i, &id) in ids.iter().enumerate() {
+            match pool.bytes(id) {
+                Bytes::Segment { packet: p, index } => {
+                    assert_eq!((p, index), (&bytes[..], i));
+                }
+                Bytes::Whole(_) => panic!("segment {i} has a buffer"),
+            }
+            assert_eq!(pool.buffer(id), &bytes[..]);
+        }
+        let copy = pool.duplicate(ids[1]).unwrap();
+        assert_eq!(pool.get(copy).bytes(), &expected(1)[..]);
+        let owned = pool.own(ids[0]).unwrap();
+        assert_eq!(pool.get(owned).bytes(), &expected(0)[..]);
+        assert_eq!(pool.own(owned), Some(owned), "a buffer is its own already");
+        pool.release(ids[1]);
+        assert_ne!(pool.alloc_large(), packet, "segment 2 still holds it");
+        pool.release(ids[2]);
+        assert_eq!(pool.alloc_large(), packet, "free with the last segment");
         pool.release(copy);
-        assert_eq!(pool.alloc_large(), packet, "free with the last holder");
-        pool.release(a);
+        pool.release(owned);
+        assert_eq!(
+            pool.segment(packet, MAX_SEGMENT_IDS),
+            None,
+            "out of ids: copy"
+        );
     }
 }

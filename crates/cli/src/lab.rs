@@ -156,8 +156,12 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let Some(path) = &args.path else {
         bail!("lab up needs --path SPEC (an empty spec \"\" is an ideal path)");
     };
-    if [path.up.pace, path.down.pace].contains(&Some(Pace::Cwnd)) {
-        bail!("pace cwnd follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate");
+    if let Some(Pace::Window(rtt)) = [path.up.pace, path.down.pace]
+        .into_iter()
+        .flatten()
+        .find(|p| matches!(p, Pace::Window(_)))
+    {
+        bail!("pace {} follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate", rtt.name());
     }
     config(args, name)?;
     if let Some(old) = registry::remove_leftover(name)

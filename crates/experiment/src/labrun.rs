@@ -15,6 +15,7 @@ use tcplab_model::path::Direction;
 use tcplab_model::record::{IntervalRecord, RunRecord, TestParams};
 use tcplab_traffic::auth::PreSharedKey;
 use tcplab_traffic::client::{self, Request};
+use tcplab_traffic::engine::RateTarget;
 use tcplab_traffic::iperf3;
 use tcplab_traffic::limits::ServerLimits;
 use tcplab_traffic::merge;
@@ -76,7 +77,7 @@ pub fn run_in_lab(
     let server_stop = Arc::new(AtomicBool::new(false));
     // Senders feed a dynamic gap pacer (`pace cwnd`) their window rate: the clients
     // send up, the server down.
-    let down_pacing = lab.pacing_target(Direction::Down);
+    let down_pacing = rate_target(&lab, Direction::Down);
     let serving = {
         let server_stop = Arc::clone(&server_stop);
         lab.server
@@ -147,13 +148,20 @@ enum Reach<'a> {
     Host(&'a RealHost),
 }
 
+/// Where direction `dir`'s senders publish their window rate, if its gap pacer follows
+/// them.
+fn rate_target(lab: &Lab, dir: Direction) -> Option<RateTarget> {
+    lab.pacing_target(dir)
+        .map(|(rate, rtt)| RateTarget { rate, rtt })
+}
+
 type GroupResult = std::result::Result<Option<RunRecord>, String>;
 type Joiner = Box<dyn FnOnce() -> std::thread::Result<GroupResult>>;
 
 impl Reach<'_> {
     fn request(&self, group: &FlowGroup) -> Request {
         let (target, pacing, key) = match self {
-            Reach::Lab(lab, addr) => (addr.to_string(), lab.pacing_target(Direction::Up), None),
+            Reach::Lab(lab, addr) => (addr.to_string(), rate_target(lab, Direction::Up), None),
             Reach::Host(host) => (host.address.clone(), None, host.key.clone()),
         };
         Request {

@@ -17,7 +17,11 @@ use tcplab_model::burst::BurstMeter;
 use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
-use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PathSpec, QueueLimit};
+use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
+
+/// Where a direction's senders publish the rate its window-following gap pacer
+/// follows (bit/s), and the round trip that rate is over.
+pub type PacingTarget = (Arc<AtomicU64>, PaceRtt);
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
@@ -268,7 +272,7 @@ struct LinkPlan<'a> {
     /// What to take off each direction's delay line, ns (the lab's own latency).
     credit_ns: [u64; 2],
     /// A dynamic pacer's target rate, per direction.
-    pacing_targets: &'a [Option<Arc<AtomicU64>>; 2],
+    pacing_targets: &'a [Option<PacingTarget>; 2],
     /// What to capture at the bottlenecks' entry.
     capture: Option<&'a CaptureSpec>,
 }
@@ -390,7 +394,7 @@ pub struct Lab {
     /// emulator (netem).
     calibration: Option<Calibration>,
     /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
-    pacing_targets: [Option<Arc<AtomicU64>>; 2],
+    pacing_targets: [Option<PacingTarget>; 2],
     /// Until torn down: what Drop still has to do.
     alive: bool,
 }
@@ -440,7 +444,7 @@ const UNPACED_BPS: u64 = 1_000_000_000_000;
 fn pacer_hop(pace: Pace, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop, LabError> {
     let bps = match pace {
         Pace::Rate(bps) => bps,
-        Pace::Cwnd => UNPACED_BPS,
+        Pace::Window(_) => UNPACED_BPS,
     };
     let spec = LinkSpec {
         bottleneck: Bottleneck::Rate { bps, overhead: 0 },
@@ -593,9 +597,11 @@ impl Lab {
         let per_packet = per_packet(&config.path, &config.clients);
         let calibration = Self::calibrate(config, &devices, &server, &clients)?;
         // A dynamic pacer's target rate, published by the direction's senders.
-        let pacing_targets = [Direction::Up, Direction::Down].map(|dir| {
-            (config.path.link(dir).pace == Some(Pace::Cwnd)).then(|| Arc::new(AtomicU64::new(0)))
-        });
+        let pacing_targets =
+            [Direction::Up, Direction::Down].map(|dir| match config.path.link(dir).pace {
+                Some(Pace::Window(rtt)) => Some((Arc::new(AtomicU64::new(0)), rtt)),
+                _ => None,
+            });
         let links = LinkPlan {
             config,
             per_packet,
@@ -777,7 +783,13 @@ impl Lab {
             .path
             .link(dir)
             .pace
-            .map(|pace| pacer_hop(pace, config.path.mtu, pacing_targets[dir as usize].clone()))
+            .map(|pace| {
+                pacer_hop(
+                    pace,
+                    config.path.mtu,
+                    pacing_targets[dir as usize].clone().map(|(rate, _)| rate),
+                )
+            })
             .transpose()?;
         let entry = match dir {
             Direction::Up => access.len(),
@@ -878,8 +890,9 @@ impl Lab {
     }
 
     /// Where the senders of direction `dir` publish the rate a dynamic gap pacer
-    /// (`pace cwnd`) follows, bit/s; `None` when that direction has none.
-    pub fn pacing_target(&self, dir: Direction) -> Option<Arc<AtomicU64>> {
+    /// (`pace cwnd`, `pace cwnd/minrtt`) follows, bit/s, and the round trip it is
+    /// over; `None` when that direction has none.
+    pub fn pacing_target(&self, dir: Direction) -> Option<PacingTarget> {
         self.pacing_targets[dir as usize].clone()
     }
 

@@ -39,7 +39,7 @@ use sha2::{Digest, Sha256};
 use toml::{Spanned, Table, Value};
 
 use crate::dumbbell::{derive_seed, Dumbbell};
-use crate::path::{Pace, PathSpec};
+use crate::path::{Pace, PaceRtt, PathSpec};
 use crate::probe::DEFAULT_IDLE_US as DEFAULT_PROBE_IDLE_US;
 use crate::record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
@@ -525,8 +525,10 @@ enum Pacing {
     /// A gap pacer (PSPacer) at `pacing_rate` on the sending host's egress: the path's
     /// `pace` in the flow's direction (it spaces every flow of that direction).
     Gap,
-    /// The gap pacer following the senders' cwnd × MSS / RTT (`pace cwnd`).
+    /// The gap pacer following the senders' cwnd × MSS / smoothed RTT (`pace cwnd`).
     GapCwnd,
+    /// The gap pacer following the senders' cwnd × MSS / min RTT (`pace cwnd/minrtt`).
+    GapCwndMinrtt,
 }
 
 impl File {
@@ -616,7 +618,8 @@ impl File {
                         })?
                         .0,
                 )),
-                Some(Pacing::GapCwnd) => Some(Pace::Cwnd),
+                Some(Pacing::GapCwnd) => Some(Pace::Window(PaceRtt::Smoothed)),
+                Some(Pacing::GapCwndMinrtt) => Some(Pace::Window(PaceRtt::Min)),
                 _ => None,
             };
             if pace.is_some() {
@@ -697,7 +700,10 @@ impl File {
                     flow.name(i)
                 ));
             }
-            if matches!(flow.pacing, Some(Pacing::Gap | Pacing::GapCwnd)) {
+            if matches!(
+                flow.pacing,
+                Some(Pacing::Gap | Pacing::GapCwnd | Pacing::GapCwndMinrtt)
+            ) {
                 return Err(format!(
                     "flow '{}': the gap pacer is an element of the lab's emulator; against real host '{name}' use pacing = \"kernel\" or \"app\"",
                     flow.name(i)
@@ -813,7 +819,16 @@ impl FlowFile {
             mss: self.mss.map(|m| u32_size("mss", Some(m), 0)).transpose()?,
             cc: self.cc.clone(),
             pacing_rate: match (self.pacing, self.pacing_rate) {
-                (Some(Pacing::None | Pacing::App | Pacing::Gap | Pacing::GapCwnd), _) => None,
+                (
+                    Some(
+                        Pacing::None
+                        | Pacing::App
+                        | Pacing::Gap
+                        | Pacing::GapCwnd
+                        | Pacing::GapCwndMinrtt,
+                    ),
+                    _,
+                ) => None,
                 (Some(Pacing::Kernel), None) => {
                     return Err(format!(
                         "flow '{name}': pacing = \"kernel\" needs a pacing_rate"

@@ -445,7 +445,7 @@ fn tuning_facts(
         t.app_rate,
         spec.and_then(|s| s.link(path_direction(direction)).pace),
     ) {
-        (_, _, Some(Pace::Cwnd)) => "gap cwnd".to_string(),
+        (_, _, Some(Pace::Window(rtt))) => format!("gap {}", rtt.name()),
         (_, _, Some(Pace::Rate(bps))) => format!("gap {}", format_rate(bps as f64)),
         (Some(bps), _, _) => format!("kernel {}", format_rate(bps as f64)),
         (_, Some(bps), _) => format!("app {}", format_rate(bps as f64)),

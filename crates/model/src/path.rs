@@ -362,8 +362,42 @@ pub struct LinkSpec {
 pub enum Pace {
     /// Fixed, bit/s.
     Rate(u64),
-    /// The sending flows' cwnd × MSS / smoothed RTT, from their live tcp_info.
-    Cwnd,
+    /// The sending flows' cwnd × MSS over a round trip, from their live tcp_info.
+    Window(PaceRtt),
+}
+
+/// The round trip a window-following gap pacer divides the senders' windows by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PaceRtt {
+    /// The smoothed RTT (`pace cwnd`), PSPacer's dynamic mode. It includes the queue
+    /// the pacer itself holds, so the rate it follows falls as that queue grows.
+    Smoothed,
+    /// The minimum RTT (`pace cwnd/minrtt`): the path's round trip without queues, so
+    /// the pacer spaces a window over the time the path needs for it.
+    Min,
+}
+
+impl PaceRtt {
+    /// Its spelling after `pace`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PaceRtt::Smoothed => "cwnd",
+            PaceRtt::Min => "cwnd/minrtt",
+        }
+    }
+
+    /// A sender's window rate, bit/s: cwnd × MSS over this round trip (0 before the
+    /// kernel has one).
+    pub fn window_rate_bps(self, info: &crate::tcpinfo::TcpInfo) -> f64 {
+        let rtt_us = match self {
+            PaceRtt::Smoothed => info.rtt,
+            PaceRtt::Min => info.min_rtt,
+        };
+        if rtt_us == 0 {
+            return 0.0;
+        }
+        f64::from(info.snd_cwnd) * f64::from(info.snd_mss) * 8e6 / f64::from(rtt_us)
+    }
 }
 
 impl LinkSpec {
@@ -688,6 +722,11 @@ impl Key {
                 ("", "rate R, none dropped (`up.pace 900mbit`)"),
                 ("pace cwnd", "the same, following the senders' cwnd ×"),
                 ("", "MSS / smoothed RTT (run --path and sweeps)"),
+                (
+                    "pace cwnd/minrtt",
+                    "the same over their min RTT: the pacer's",
+                ),
+                ("", "own queue does not slow it"),
             ],
             Key::Mtu => &[("mtu BYTES", "whole path only, default 1500")],
             Key::Seed => &[
@@ -964,11 +1003,18 @@ fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
         Key::Queue => Setting::Queue(queue(cur.value("a queue size such as 100p, 256K, 1bdp")?)?),
         Key::Aqm => Setting::Aqm(aqm(cur)?),
         Key::Pace => {
-            let t = cur.value("a rate such as 900mbit, or cwnd")?;
-            if t.text == "cwnd" {
-                Setting::Pace(Pace::Cwnd)
+            let t = cur.value("a rate such as 900mbit, or cwnd, or cwnd/minrtt")?;
+            if let Some(rtt) = [PaceRtt::Smoothed, PaceRtt::Min]
+                .into_iter()
+                .find(|r| r.name() == t.text)
+            {
+                Setting::Pace(Pace::Window(rtt))
             } else {
-                let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
+                let bps = parse_rate(&t.text).map_err(|e| {
+                    t.error(format!(
+                        "{e}, or cwnd or cwnd/minrtt (the senders' windows)"
+                    ))
+                })?;
                 if bps == 0 {
                     return Err(
                         t.error("a pacing rate must be above zero; leave out pace for none")
@@ -1592,7 +1638,7 @@ impl PathSpec {
             |l| {
                 l.pace.map(|p| match p {
                     Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
-                    Pace::Cwnd => (Key::Pace, "cwnd".to_owned()),
+                    Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
                 })
             },
         ];

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
-use tcplab_model::path::Pace;
+use tcplab_model::path::{Pace, PaceRtt};
 use tcplab_model::record::{Mode, ProbeParams, TestEnd, TransactionParams};
 
 fn ok(text: &str) -> Experiment {
@@ -435,7 +435,7 @@ fn pacing_none_kernel_app_or_a_gap_pacer_at_a_rate() {
         pacing_rate = "90mbit"
         [[axis]]
         key = "flow.pacing"
-        values = ["none", "kernel", "app", "gap"]
+        values = ["none", "kernel", "app", "gap", "gap_cwnd", "gap_cwnd_minrtt"]
     "#);
     let tuning = |i: usize| e.points[i].config.flows[0].params.tuning.clone();
     let pace = |i: usize| e.points[i].config.path.up.pace;
@@ -453,6 +453,9 @@ fn pacing_none_kernel_app_or_a_gap_pacer_at_a_rate() {
         (None, Some(Pace::Rate(90_000_000)))
     );
     assert_eq!(e.points[3].config.path.down.pace, None);
+    assert_eq!(pace(4), Some(Pace::Window(PaceRtt::Smoothed)));
+    assert_eq!(pace(5), Some(Pace::Window(PaceRtt::Min)));
+    assert_eq!(tuning(5).pacing_rate, None, "the gap pacer alone paces");
     for mode in ["kernel", "app", "gap"] {
         let e = err(&format!("[[flow]]\npacing = \"{mode}\"\n"));
         assert!(e.message.contains("needs a pacing_rate"), "{mode}: {e}");

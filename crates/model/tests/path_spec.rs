@@ -142,7 +142,8 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
         (
             aqm,
             proptest::option::of(prop_oneof![
-                Just(Pace::Cwnd),
+                Just(Pace::Window(PaceRtt::Smoothed)),
+                Just(Pace::Window(PaceRtt::Min)),
                 (1..100_000_000_000u64).prop_map(Pace::Rate)
             ]),
         ),
@@ -290,8 +291,18 @@ fn a_gap_pacer_is_a_rate_per_direction() {
     let dynamic: PathSpec = "pace cwnd".parse().unwrap();
     assert_eq!(
         (dynamic.up.pace, dynamic.to_string().as_str()),
-        (Some(Pace::Cwnd), "pace cwnd")
+        (Some(Pace::Window(PaceRtt::Smoothed)), "pace cwnd")
     );
+    let min: PathSpec = "up.pace cwnd/minrtt".parse().unwrap();
+    assert_eq!(
+        (min.up.pace, min.to_string().as_str()),
+        (Some(Pace::Window(PaceRtt::Min)), "up.pace cwnd/minrtt")
+    );
+    let unknown = "pace cwnd/srtt"
+        .parse::<PathSpec>()
+        .unwrap_err()
+        .to_string();
+    assert!(unknown.contains("cwnd/minrtt"), "{unknown}");
     let zero = "pace 0".parse::<PathSpec>().unwrap_err().to_string();
     assert!(zero.contains("above zero"), "{zero}");
 }

@@ -15,6 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use tcplab_model::limits::{self, LimitTally, Writer};
+use tcplab_model::path::PaceRtt;
 use tcplab_model::record::{
     BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
     Transaction,
@@ -59,9 +60,14 @@ pub struct FlowSocket {
     pub renew: Option<Renew>,
 }
 
-/// Where an end's TCP senders publish their combined cwnd × MSS / smoothed RTT (bit/s)
-/// at every sample: the rate a dynamic gap pacer in a lab follows (`pace cwnd`).
-pub type RateTarget = Arc<AtomicU64>;
+/// Where an end's TCP senders publish their combined window rate at every sample: cwnd
+/// × MSS over the round trip `rtt` names, bit/s, the rate a dynamic gap pacer in a lab
+/// follows (`pace cwnd`, `pace cwnd/minrtt`).
+#[derive(Clone, Debug)]
+pub struct RateTarget {
+    pub rate: Arc<AtomicU64>,
+    pub rtt: PaceRtt,
+}
 
 /// One end's data sockets, ready to run.
 pub enum Flows {
@@ -236,7 +242,7 @@ pub fn run_side(
                     host,
                     t0_us,
                     &intervals,
-                    pacing.as_deref(),
+                    pacing.as_ref(),
                 );
                 (
                     result,
@@ -758,7 +764,7 @@ fn monitor(
     host: Host,
     t0_us: i64,
     intervals: &Sender<Vec<SideInterval>>,
-    pacing: Option<&AtomicU64>,
+    pacing: Option<&RateTarget>,
 ) -> Watch {
     let sample_every = params.sample_interval_us as i64;
     let sampled = sample_every > 0;
@@ -817,9 +823,8 @@ fn monitor(
                 if flow.role == Role::Send {
                     cursor.book(flow, w, now, &info, skmem.as_ref(), app_paced);
                     w.rtt.add(info.rtt);
-                    if info.rtt > 0 {
-                        window_rate_bps += f64::from(info.snd_cwnd) * f64::from(info.snd_mss) * 8e6
-                            / f64::from(info.rtt);
+                    if let Some(target) = pacing {
+                        window_rate_bps += target.rtt.window_rate_bps(&info);
                     }
                 }
                 w.samples += 1;
@@ -833,7 +838,7 @@ fn monitor(
                 });
             }
             if let Some(target) = pacing.filter(|_| window_rate_bps > 0.0) {
-                target.store(window_rate_bps as u64, Ordering::Relaxed);
+                target.rate.store(window_rate_bps as u64, Ordering::Relaxed);
             }
             // Skip ticks we overslept instead of bursting to catch up.
             next_sample += sample_every * ((now - next_sample) / sample_every + 1);

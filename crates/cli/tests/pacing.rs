@@ -6,9 +6,8 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
 use support::*;
@@ -218,69 +217,6 @@ fn a_pacer_over_the_min_rtt_keeps_the_throughput_the_smoothed_rtt_costs() {
     });
 }
 
-/// A capture of one direction's traffic where it enters the emulator: dumpcap on a
-/// namespace's TUN device sees each packet as the kernel hands it over, GSO packets
-/// whole, stamped by the kernel (the packet socket's clock) before the emulator reads it.
-struct Capture {
-    dumpcap: Child,
-    pcap: PathBuf,
-    log: PathBuf,
-}
-
-impl Capture {
-    /// Starts dumpcap in namespace `ns` on `tcplab0` (the first 128 bytes of each
-    /// packet, a 64 MiB buffer so a 1 Gbit/s flow loses none) and waits until it runs.
-    fn start(ns: &str, dir: &Path) -> Capture {
-        let (pcap, log) = (dir.join("entry.pcapng"), dir.join("dumpcap.log"));
-        let dumpcap = Command::new("ip")
-            .args(["netns", "exec", ns, "dumpcap", "-i", "tcplab0", "-s", "128"])
-            .args(["-B", "64", "-q", "-w"])
-            .arg(&pcap)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting dumpcap (from tshark's package)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !std::fs::read_to_string(&log).unwrap().contains("File:") {
-            assert!(Instant::now() < deadline, "dumpcap did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Capture { dumpcap, pcap, log }
-    }
-
-    /// Stops the capture once dumpcap has written what it was sent (its file stopped
-    /// growing: a busy dumpcap lags, and what it has not read when signalled is lost
-    /// uncounted); the packets the kernel dropped before dumpcap read them.
-    fn stop(mut self) -> (PathBuf, u64) {
-        let size = || std::fs::metadata(&self.pcap).map_or(0, |m| m.len());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut last = size();
-        loop {
-            std::thread::sleep(Duration::from_millis(300));
-            let now = size();
-            if now == last || Instant::now() > deadline {
-                break;
-            }
-            last = now;
-        }
-        // SAFETY: signalling our own child (`ip netns exec` execs dumpcap in place).
-        unsafe { libc::kill(self.dumpcap.id() as libc::pid_t, libc::SIGINT) };
-        self.dumpcap.wait().unwrap();
-        let log = std::fs::read_to_string(&self.log).unwrap();
-        // "Packets received/dropped on interface 'tcplab0': 65222/0 (…)"
-        let dropped = log
-            .lines()
-            .find_map(|l| {
-                l.split_once("received/dropped on interface")?
-                    .1
-                    .split_once(": ")
-            })
-            .and_then(|(_, counts)| counts.split_once('/')?.1.split(' ').next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no drop count in dumpcap's log: {log}"));
-        (self.pcap, dropped)
-    }
-}
-
 /// The trains of `flow` ("tcp A:p > B:q") in a capture, by the meter's own rule at a
 /// bottleneck of `rate_bps`, on the capture's times (exact: the kernel stamped each
 /// packet as it was sent). tshark reads the packets; each GSO packet is cut into the
@@ -363,7 +299,7 @@ fn trains_and_capture(
     })
     .expect("building the lab");
     let (server_ns, client_ns) = (format!("{name}-server"), format!("{name}-client"));
-    let capture = Capture::start(&client_ns, dir.path());
+    let capture = Capture::start(&client_ns, &dir.path().join("entry.pcapng"));
     let mut server = serve_in(&server_ns, &client_ns);
     let out = tcplab()
         .args([

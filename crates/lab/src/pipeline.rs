@@ -22,10 +22,11 @@ use std::sync::{Arc, Mutex};
 use hdrhistogram::Histogram;
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::capture::Fate;
+use tcplab_model::delay::DelayMeter;
 use tcplab_model::link::{Link, PacketMeta, PushOutcome};
 use tcplab_model::packet::{
-    finish_checksum, is_ect, set_ce, Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr,
-    MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
+    finish_checksum, is_ect, set_ce, Coalescer, CsumMode, FlowKey, PacketInfo, Segmenter,
+    Transport, VirtioNetHdr, MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
 };
 use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
@@ -206,7 +207,8 @@ struct Direction {
     /// Each hop's clock (its last push or pop): a link's time never goes backwards, so
     /// a packet reaching a hop that was already advanced to `now` enters it at `now`.
     hop_clock: Vec<u64>,
-    lateness: Histogram<u64>,
+    /// How the packets written fared: lateness and one-way delay.
+    written: Written,
     /// The quantiles last computed, and when.
     lateness_published: (Lateness, u64),
     malformed: u64,
@@ -266,8 +268,11 @@ impl Direction {
             coalescers: plan.egress.iter().map(|_| Coalescer::holding()).collect(),
             held: plan.egress.iter().map(|_| Vec::new()).collect(),
             hop_clock: vec![0; plan.hops.len()],
-            lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
-                .expect("valid histogram bounds"),
+            written: Written {
+                lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                    .expect("valid histogram bounds"),
+                delays: DelayMeter::default(),
+            },
             lateness_published: (Lateness::default(), 0),
             malformed: 0,
             unroutable: 0,
@@ -304,7 +309,9 @@ impl Direction {
                     Ok(n) => {
                         let now = self.now();
                         self.lag_ns = *batch_lag.get_or_insert(self.watch.lag(i, now));
-                        self.pool.get_mut(id).len = n;
+                        let buf = self.pool.get_mut(id);
+                        buf.len = n;
+                        buf.arrived = now;
                         if self.plan.per_packet {
                             self.segment(id, target, now);
                         } else {
@@ -370,8 +377,10 @@ impl Direction {
             let id = match shared.then(|| self.pool.segment(packet, i)).flatten() {
                 Some(id) => id,
                 None => {
+                    let arrived = self.pool.get(packet).arrived;
                     let id = self.pool.alloc_small();
                     let buf = self.pool.get_mut(id);
+                    buf.arrived = arrived;
                     match segments.write_segment(i, CsumMode::Partial, true, &mut buf.data) {
                         Ok(len) => buf.len = len,
                         Err(_) => {
@@ -560,7 +569,7 @@ impl Direction {
     fn write(&mut self, egress: usize, id: BufId, due: u64) {
         let now = self.now();
         let tun = &self.plan.egress[egress];
-        let lateness = &mut self.lateness;
+        let written = &mut self.written;
         let mut result = Ok(0);
         if self.plan.per_packet {
             let (coalescer, held) = (&mut self.coalescers[egress], &mut self.held[egress]);
@@ -575,10 +584,10 @@ impl Direction {
                 head => coalescer.push_split(head, parts.payload),
             };
             // Written but still to be released: the packet's bytes are borrowed here.
-            let mut written = 0;
+            let mut flushed = 0;
             let joined = push(coalescer) || {
-                result = write_held(coalescer, held, &self.pool, tun, lateness, now);
-                written = held.len();
+                result = write_held(coalescer, held, &self.pool, tun, written, now);
+                flushed = held.len();
                 push(coalescer)
             };
             if joined {
@@ -589,18 +598,18 @@ impl Direction {
                 };
                 held.push(Held { id, due, payload });
             } else {
-                record_lateness(lateness, now, due);
+                written.record(&self.pool, id, due, now);
                 let alone = tun.writev(&[IoSlice::new(parts.head), IoSlice::new(parts.payload)]);
                 result = result.and(alone);
             }
-            for old in held.drain(..written) {
+            for old in held.drain(..flushed) {
                 self.pool.release(old.id);
             }
             if !joined {
                 self.pool.release(id);
             }
         } else {
-            record_lateness(lateness, now, due);
+            written.record(&self.pool, id, due, now);
             result = tun.write(self.pool.get(id).bytes());
             self.pool.release(id);
         }
@@ -617,7 +626,7 @@ impl Direction {
             .zip(&mut self.held)
             .zip(&self.plan.egress)
         {
-            if write_held(coalescer, held, &self.pool, tun, &mut self.lateness, now).is_err() {
+            if write_held(coalescer, held, &self.pool, tun, &mut self.written, now).is_err() {
                 self.write_errors += 1;
             }
             for old in held.drain(..) {
@@ -699,12 +708,13 @@ impl Direction {
     fn stats(&mut self, now: u64, last: bool) -> DirectionStats {
         let (published, at) = &mut self.lateness_published;
         if last || now >= *at + LATENESS_EVERY_NS {
-            let q = |q: f64| self.lateness.value_at_quantile(q) as f64 / 1000.0;
+            let lateness = &self.written.lateness;
+            let q = |q: f64| lateness.value_at_quantile(q) as f64 / 1000.0;
             *published = Lateness {
-                packets: self.lateness.len(),
+                packets: lateness.len(),
                 p50_us: q(0.5),
                 p99_us: q(0.99),
-                max_us: self.lateness.max() as f64 / 1000.0,
+                max_us: lateness.max() as f64 / 1000.0,
             };
             *at = now;
         }
@@ -716,6 +726,11 @@ impl Direction {
             .find_map(|h| h.meter.as_ref())
             .map(BurstMeter::report)
             .unwrap_or_default();
+        let (delay, flow_delays) = if last {
+            self.written.delays.report()
+        } else {
+            Default::default()
+        };
         DirectionStats {
             per_packet: self.plan.per_packet,
             realtime: self.realtime,
@@ -735,6 +750,8 @@ impl Direction {
             buffers: self.pool.allocated(),
             bursts,
             queue,
+            delay,
+            flow_delays,
             capture: self
                 .plan
                 .hops
@@ -800,14 +817,14 @@ fn segment_bytes(packet: &[u8], index: usize) -> Vec<u8> {
 }
 
 /// Writes what a coalescer holds, if anything, in one gathering write of its headers
-/// and the held packets' payloads, and records their lateness; the caller releases
+/// and the held packets' payloads, and records how they fared; the caller releases
 /// them.
 fn write_held(
     coalescer: &mut Coalescer,
     held: &[Held],
     pool: &Pool,
     tun: &Tun,
-    lateness: &mut Histogram<u64>,
+    written: &mut Written,
     now: u64,
 ) -> io::Result<usize> {
     let result = match coalescer.finish() {
@@ -823,12 +840,42 @@ fn write_held(
         None => Ok(0),
     };
     for h in held {
-        record_lateness(lateness, now, h.due);
+        written.record(pool, h.id, h.due, now);
     }
     result
 }
 
-/// Lateness of a delivery written at `now` (ns) that was due at `due`.
-fn record_lateness(lateness: &mut Histogram<u64>, now: u64, due: u64) {
-    let _ = lateness.record(now.saturating_sub(due).max(1));
+/// How the packets written fared.
+struct Written {
+    /// Write time − due time.
+    lateness: Histogram<u64>,
+    /// Write time − read time, per flow, of the packets with a payload.
+    delays: DelayMeter,
+}
+
+impl Written {
+    /// Packet `id`, due at `due`, written at `now`.
+    fn record(&mut self, pool: &Pool, id: BufId, due: u64, now: u64) {
+        let _ = self.lateness.record(now.saturating_sub(due).max(1));
+        if let Some(flow) = data_flow(&pool.bytes(id)) {
+            self.delays
+                .record(flow, now.saturating_sub(pool.arrived(id)));
+        }
+    }
+}
+
+/// The flow of a packet with a TCP or UDP payload (a segment of a GSO packet always has
+/// one), from its headers.
+fn data_flow(bytes: &Bytes) -> Option<FlowKey> {
+    let info = PacketInfo::parse_head(ip_of(bytes.headers_from())).ok()?;
+    let carries = match bytes {
+        Bytes::Segment { .. } => true,
+        Bytes::Whole(_) => info.ip_len > info.ip_header_len + info.l4_header_len(),
+    };
+    (carries
+        && matches!(
+            info.transport,
+            Transport::Tcp { .. } | Transport::Udp { .. }
+        ))
+    .then(|| info.flow_key())
 }

@@ -42,6 +42,8 @@ struct Class {
 pub struct Buf {
     pub data: Box<[u8]>,
     pub len: usize,
+    /// When the packet was read, ns on the emulator's clock.
+    pub arrived: u64,
 }
 
 impl Buf {
@@ -83,6 +85,7 @@ impl Class {
         self.bufs.push(Buf {
             data: vec![0u8; self.capacity].into_boxed_slice(),
             len: 0,
+            arrived: 0,
         });
         self.refs.push(1);
         (self.bufs.len() - 1) as BufId
@@ -146,6 +149,12 @@ impl Pool {
         }
     }
 
+    /// When packet `id` was read (a segment: its super-packet).
+    pub fn arrived(&self, id: BufId) -> u64 {
+        self.get(Self::segment_of(id).map_or(id, |(packet, _)| packet))
+            .arrived
+    }
+
     /// The bytes of the buffer behind `id`: a segment's are its super-packet's.
     pub fn buffer(&self, id: BufId) -> &[u8] {
         self.get(Self::segment_of(id).map_or(id, |(packet, _)| packet))
@@ -186,6 +195,7 @@ impl Pool {
         };
         b.data[..len].copy_from_slice(&a.data[..len]);
         b.len = len;
+        b.arrived = a.arrived;
         Some(copy)
     }
 
@@ -194,8 +204,10 @@ impl Pool {
         let (packet, index) = Self::segment_of(id)?;
         let small = self.small.alloc();
         let (large, smalls) = (&self.large, &mut self.small);
-        let from = large.bufs[(packet & !LARGE) as usize].bytes();
+        let from = &large.bufs[(packet & !LARGE) as usize];
         let to = &mut smalls.bufs[small as usize];
+        to.arrived = from.arrived;
+        let from = from.bytes();
         let written = segmenter(from).and_then(|s| {
             s.write_segment(index, CsumMode::Partial, true, &mut to.data)
                 .ok()
@@ -240,6 +252,7 @@ impl Pool {
         let to = &mut self.small.bufs[small as usize];
         to.data[..len].copy_from_slice(&from.data[..len]);
         to.len = len;
+        to.arrived = from.arrived;
         self.release(id);
         small
     }

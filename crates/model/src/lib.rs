@@ -8,6 +8,7 @@ pub mod calibration;
 pub mod capture;
 pub mod clock;
 pub mod compare;
+pub mod delay;
 pub mod dumbbell;
 pub mod events;
 pub mod experiment;

@@ -734,6 +734,13 @@ pub struct DirectionStats {
     /// The bottleneck queue's occupancy over time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueSample>,
+    /// One-way delay of the data packets (with a TCP or UDP payload) across the
+    /// emulator, all together (`crate::delay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelayQuantiles>,
+    /// The same per flow, busiest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flow_delays: Vec<FlowDelay>,
     /// What a capture at the bottleneck's entry recorded (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<crate::capture::CaptureCounts>,
@@ -758,6 +765,27 @@ pub struct BurstStats {
     pub unresolved: u64,
     /// Time between consecutive packets of the flow, µs.
     pub gap_us: Quantiles,
+}
+
+/// One-way delays across the emulator, µs: from the packet's read on the sender's side
+/// to its write on the receiver's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DelayQuantiles {
+    pub packets: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// One flow's one-way delays.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowDelay {
+    /// "tcp 10.77.1.1:40000 > 10.77.0.1:5201".
+    pub flow: String,
+    #[serde(flatten)]
+    pub delay: DelayQuantiles,
 }
 
 /// The bottleneck queue at one moment.

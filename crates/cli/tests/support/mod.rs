@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part of the bed
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -894,4 +894,68 @@ pub fn report_html(db: &std::path::Path, dir: &std::path::Path) -> String {
         .expect("running tcplab report");
     assert_success(&out);
     std::fs::read_to_string(report.join("index.html")).expect("the report's page")
+}
+
+/// A capture of one direction's traffic where it enters the emulator: dumpcap on a
+/// namespace's TUN device sees each packet as the kernel hands it over, GSO packets
+/// whole, stamped by the kernel (the packet socket's clock) before the emulator reads it.
+pub struct Capture {
+    dumpcap: Child,
+    pcap: PathBuf,
+    log: PathBuf,
+}
+
+impl Capture {
+    /// Starts dumpcap in namespace `ns` on `tcplab0` into `pcap` (the first 128 bytes
+    /// of each packet, a 64 MiB buffer so a 1 Gbit/s flow loses none) and waits until
+    /// it runs.
+    pub fn start(ns: &str, pcap: &Path) -> Capture {
+        let (pcap, log) = (pcap.to_path_buf(), pcap.with_extension("log"));
+        let dumpcap = Command::new("ip")
+            .args(["netns", "exec", ns, "dumpcap", "-i", "tcplab0", "-s", "128"])
+            .args(["-B", "64", "-q", "-w"])
+            .arg(&pcap)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting dumpcap (from tshark's package)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log).unwrap().contains("File:") {
+            assert!(Instant::now() < deadline, "dumpcap did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Capture { dumpcap, pcap, log }
+    }
+
+    /// Stops the capture once dumpcap has written what it was sent (its file stopped
+    /// growing: a busy dumpcap lags, and what it has not read when signalled is lost
+    /// uncounted); the packets the kernel dropped before dumpcap read them.
+    pub fn stop(mut self) -> (PathBuf, u64) {
+        let size = || std::fs::metadata(&self.pcap).map_or(0, |m| m.len());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = size();
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = size();
+            if now == last || Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
+        // SAFETY: signalling our own child (`ip netns exec` execs dumpcap in place).
+        unsafe { libc::kill(self.dumpcap.id() as libc::pid_t, libc::SIGINT) };
+        self.dumpcap.wait().unwrap();
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        // "Packets received/dropped on interface 'tcplab0': 65222/0 (…)"
+        let dropped = log
+            .lines()
+            .find_map(|l| {
+                l.split_once("received/dropped on interface")?
+                    .1
+                    .split_once(": ")
+            })
+            .and_then(|(_, counts)| counts.split_once('/')?.1.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no drop count in dumpcap's log: {log}"));
+        (self.pcap, dropped)
+    }
 }

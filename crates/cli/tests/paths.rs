@@ -15,7 +15,7 @@ use tcplab_sys::netns::privileged_or_skip;
 const HEADERS: f64 = 20.0 + 20.0 + 12.0;
 
 fn traces() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/traces")
 }
 
 /// `tcplab run --path SPEC ARGS… --json`, asserting success.

@@ -120,10 +120,13 @@ pub enum Metric {
     Transactions,
     /// The transactions' median time, request to whole response (µs).
     TransactionTime,
+    /// The 95th percentile of the one-way delay of the data packets across the lab's
+    /// emulator (µs), in the direction that carried more of them; the whole run's.
+    Delay,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 11] = [
         Metric::Throughput,
         Metric::Retransmits,
         Metric::Rtt,
@@ -134,6 +137,7 @@ impl Metric {
         Metric::Rpm,
         Metric::Transactions,
         Metric::TransactionTime,
+        Metric::Delay,
     ];
 
     pub fn name(self) -> &'static str {
@@ -148,6 +152,7 @@ impl Metric {
             Metric::Rpm => "rpm",
             Metric::Transactions => "transactions",
             Metric::TransactionTime => "transaction_time",
+            Metric::Delay => "delay",
         }
     }
 
@@ -161,7 +166,8 @@ impl Metric {
             | Metric::Latency
             | Metric::Rpm
             | Metric::Transactions
-            | Metric::TransactionTime => (0.0, f64::INFINITY),
+            | Metric::TransactionTime
+            | Metric::Delay => (0.0, f64::INFINITY),
             Metric::Fairness | Metric::UdpLoss => (0.0, 1.0),
         }
     }
@@ -171,7 +177,11 @@ impl Metric {
         match self {
             Metric::Throughput => "bit/s",
             Metric::Retransmits => "segments",
-            Metric::Rtt | Metric::Jitter | Metric::Latency | Metric::TransactionTime => "µs",
+            Metric::Rtt
+            | Metric::Jitter
+            | Metric::Latency
+            | Metric::TransactionTime
+            | Metric::Delay => "µs",
             Metric::Rpm => "round trips/min",
             Metric::Transactions => "transactions/s",
             Metric::Fairness | Metric::UdpLoss => "",
@@ -211,6 +221,14 @@ impl Metric {
             Metric::Rpm => run.summary.latency.as_ref().and_then(|l| l.rpm),
             Metric::Transactions => run.summary.transactions.map(|t| t.per_second),
             Metric::TransactionTime => run.summary.transactions.map(|t| t.latency_us.p50),
+            Metric::Delay => {
+                let path = run.path.as_ref()?;
+                [path.up.delay, path.down.delay]
+                    .into_iter()
+                    .flatten()
+                    .max_by_key(|d| d.packets)
+                    .map(|d| d.p95_us)
+            }
         }
     }
 }

@@ -158,18 +158,13 @@ fn queue_limit_in_bdp_is_bytes() {
     assert_eq!(l.limit(), tcplab_model::path::Limit::Bytes(30_000));
 }
 
-/// Traces live in shared/ beside the repository; `TCPLAB_TRACES` overrides.
-fn trace_text(name: &str) -> Option<String> {
-    let dir = std::env::var("TCPLAB_TRACES")
-        .unwrap_or_else(|_| format!("{}/../../../shared/traces", env!("CARGO_MANIFEST_DIR")));
-    let path = format!("{dir}/{name}");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Some(text),
-        Err(e) => {
-            println!("skipping {name}: {path}: {e}");
-            None
-        }
-    }
+/// A trace of examples/traces.
+fn trace_text(name: &str) -> String {
+    let path = format!(
+        "{}/../../examples/traces/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// Saturated over one period, a trace link carries one 1500-byte packet per line.
@@ -183,9 +178,7 @@ fn trace_capacity_over_one_period() {
         "ATT-LTE-driving-2016.up",
         "ATT-LTE-driving-2016.down",
     ] {
-        let Some(text) = trace_text(name) else {
-            continue;
-        };
+        let text = trace_text(name);
         let trace = Trace::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let lines = text.lines().filter(|l| !l.trim().is_empty()).count() as u64;
         assert_eq!(trace.opportunities() as u64, lines);

@@ -113,6 +113,11 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
             y("transactions per second", Quantity::Number),
             "Transactions: request/response exchanges completed per second, all connections together (the whole run, warm-up included).".into(),
         ),
+        Metric::Delay => (
+            "One-way delay",
+            y("95th percentile one-way delay", Quantity::Duration),
+            "Delay: the 95th percentile of the one-way delay of the data packets across the emulator, read to write, in the direction that carried more of them (the whole run, warm-up included).".into(),
+        ),
         Metric::TransactionTime => (
             "Transaction time",
             y("median transaction time", Quantity::Duration),

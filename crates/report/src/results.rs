@@ -286,7 +286,9 @@ pub fn format_metric(metric: Metric, v: f64) -> String {
         Metric::Retransmits => format!("{v:.1}"),
         Metric::Rtt => format_duration_us(v.round().max(0.0) as u64),
         Metric::Jitter => format!("{v:.1} µs"),
-        Metric::Latency | Metric::TransactionTime => format_duration_us(v.round().max(0.0) as u64),
+        Metric::Latency | Metric::TransactionTime | Metric::Delay => {
+            format_duration_us(v.round().max(0.0) as u64)
+        }
         Metric::Transactions => format!("{v:.1}/s"),
         Metric::Rpm => format!("{v:.0}"),
         Metric::Fairness => format!("{v:.3}"),

@@ -142,8 +142,9 @@ pub struct PlotArgs {
     #[arg(long, value_name = "ID", conflicts_with = "experiment")]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
-    /// latency, rpm, latency_cdf, transactions, transaction_time, throughput-heatmap (with
-    /// [AXIS=VALUE,…] when split) [default: the latest experiment, else the latest run].
+    /// latency, rpm, latency_cdf, transactions, transaction_time, delay, arena,
+    /// throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest
+    /// experiment, else the latest run].
     #[arg(long, value_name = "ID")]
     pub experiment: Option<i64>,
     /// The chart's name; a wrong one lists those there are.

@@ -48,6 +48,14 @@ pub enum Body {
         spans: Vec<(f64, f64)>,
         layers: Vec<Series>,
     },
+    /// Each series' points as dots named beside them, with a cross of their spread (`x_interval`
+    /// across, `interval` up and down), on an x axis that grows to the left: delay, as
+    /// Pantheon draws throughput against delay so that better is up and to the right.
+    Scatter {
+        x: XAxis,
+        y: YAxis,
+        series: Vec<Series>,
+    },
     /// Lines as in `Lines`, and marks: each point of a mark series drawn as its shape
     /// (the time-sequence graph's segments and drops).
     Marked {
@@ -116,13 +124,15 @@ pub struct Series {
     pub points: Vec<Pt>,
 }
 
-/// One value; `interval` is its confidence interval (low, high), drawn as an error bar;
-/// `note` is written beside it (which bound binds there).
+/// One value; `interval` is its confidence interval (low, high), drawn as an error bar,
+/// and `x_interval` its x's (a scatter's); `note` is written beside it (which bound
+/// binds there).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pt {
     pub x: f64,
     pub y: f64,
     pub interval: Option<(f64, f64)>,
+    pub x_interval: Option<(f64, f64)>,
     pub note: Option<&'static str>,
 }
 
@@ -132,6 +142,7 @@ impl Pt {
             x,
             y,
             interval: None,
+            x_interval: None,
             note: None,
         }
     }
@@ -141,9 +152,9 @@ impl Chart {
     /// Whether there is nothing to draw: such a chart is left out, not drawn empty.
     pub fn is_empty(&self) -> bool {
         match &self.body {
-            Body::Lines { series, .. } | Body::Bars { series, .. } => {
-                series.iter().all(|s| s.points.is_empty())
-            }
+            Body::Lines { series, .. }
+            | Body::Bars { series, .. }
+            | Body::Scatter { series, .. } => series.iter().all(|s| s.points.is_empty()),
             Body::Heatmap { cells, .. } => cells.is_empty(),
             Body::Stacked { spans, .. } => spans.is_empty(),
             Body::Marked { series, marks, .. } => {
@@ -158,6 +169,7 @@ impl Chart {
         match &self.body {
             Body::Lines { series, .. }
             | Body::Bars { series, .. }
+            | Body::Scatter { series, .. }
             | Body::Stacked { layers: series, .. } => {
                 series.iter().map(|s| s.name.as_str()).collect()
             }

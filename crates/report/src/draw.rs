@@ -180,6 +180,7 @@ fn draw_on<DB: DrawingBackend>(
             color_bar(&legend, z, &scale)?;
         }
         Body::Stacked { x, spans, layers } => stacked(&plot, x, spans, layers)?,
+        Body::Scatter { x, y, series } => scatter(&plot, x, y, series)?,
         Body::Marked {
             x,
             y,
@@ -192,7 +193,9 @@ fn draw_on<DB: DrawingBackend>(
         Body::Stacked { layers: series, .. } | Body::Bars { series, .. } => {
             legend_entries(&legend, series, true).map(|_| ())
         }
-        Body::Lines { series, .. } => legend_entries(&legend, series, false).map(|_| ()),
+        Body::Lines { series, .. } | Body::Scatter { series, .. } => {
+            legend_entries(&legend, series, false).map(|_| ())
+        }
         Body::Marked { series, marks, .. } => {
             let below = legend_entries(&legend, series, false)?;
             legend_marks(&legend, marks, below)
@@ -326,6 +329,8 @@ struct Coord {
     lo: f64,
     hi: f64,
     log: bool,
+    /// `hi` on the left (or at the bottom).
+    reversed: bool,
     ticks: Vec<f64>,
     labels: Labels,
 }
@@ -366,6 +371,7 @@ impl Coord {
             lo: 0.0,
             hi: top,
             log: false,
+            reversed: false,
             ticks,
             labels: Labels::Scaled(scale),
         }
@@ -386,6 +392,7 @@ impl Coord {
             lo,
             hi,
             log: false,
+            reversed: false,
             ticks: nice_ticks(lo / scale.factor, hi / scale.factor, 8)
                 .into_iter()
                 .map(|t| t * scale.factor)
@@ -400,6 +407,7 @@ impl Coord {
             lo: -0.5,
             hi: names.len() as f64 - 0.5,
             log: false,
+            reversed: false,
             ticks: (0..names.len()).map(|i| i as f64).collect(),
             labels: Labels::Names(names.to_vec()),
         }
@@ -431,6 +439,7 @@ impl Coord {
                 lo,
                 hi,
                 log: axis.log,
+                reversed: false,
                 ticks: ticks.clone(),
                 labels: Labels::WithUnit(axis.quantity),
             },
@@ -456,6 +465,7 @@ impl Ranged for Coord {
 
     fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
         let t = (self.pos(*v) - self.pos(self.lo)) / (self.pos(self.hi) - self.pos(self.lo));
+        let t = if self.reversed { 1.0 - t } else { t };
         limit.0 + (t * f64::from(limit.1 - limit.0)).round() as i32
     }
 
@@ -827,6 +837,67 @@ fn notes<DB: DrawingBackend>(chart: &mut Plot<DB>, points: &[Pt], color: RGBColo
 }
 
 /// A vertical bar over each point's interval, with caps.
+/// Each series' points as filled dots, named beside them, with a cross of their spread;
+/// the x axis reversed (see [`Body::Scatter`]), the y axis from 0.
+fn scatter<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    x: &XAxis,
+    y: &YAxis,
+    series: &[Series],
+) -> Drawn {
+    let points = || series.iter().flat_map(|s| &s.points);
+    let (lo, hi) = points()
+        .flat_map(|p| {
+            let (a, b) = p.x_interval.unwrap_or((p.x, p.x));
+            [a.min(p.x), b.max(p.x)]
+        })
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(v), h.max(v))
+        });
+    let pad = ((hi - lo) * 0.15).max(hi.abs() * 0.05).max(1.0);
+    let mut xcoord = Coord::linear(x.quantity, (lo - pad).max(0.0), hi + pad);
+    xcoord.reversed = true;
+    let x_desc = y_desc(
+        &YAxis {
+            label: x.label.clone(),
+            quantity: x.quantity,
+        },
+        &xcoord,
+    );
+    let top = points()
+        .map(|p| p.interval.map_or(p.y, |(_, hi)| hi.max(p.y)))
+        .fold(0.0, f64::max);
+    let ycoord = Coord::values(y.quantity, top);
+    let desc = y_desc(y, &ycoord);
+    let mut chart = frame(area, (xcoord, &x_desc, XLabels::Ticks), ycoord, &desc)?;
+    for s in series {
+        let color = rgb(s.color);
+        let style = color.stroke_width(2);
+        for p in &s.points {
+            let (x0, x1) = p.x_interval.unwrap_or((p.x, p.x));
+            let (y0, y1) = p.interval.unwrap_or((p.y, p.y));
+            chart
+                .draw_series([
+                    PathElement::new(vec![(x0, p.y), (x1, p.y)], style),
+                    PathElement::new(vec![(p.x, y0.max(0.0)), (p.x, y1)], style),
+                ])
+                .map_err(text)?;
+        }
+        chart
+            .draw_series(s.points.iter().map(|p| {
+                EmptyElement::at((p.x, p.y))
+                    + Circle::new((0, 0), 8, color.filled())
+                    + Text::new(
+                        s.name.clone(),
+                        (11, -20),
+                        (FONT, LABEL_FONT_SIZE).into_font().color(&color),
+                    )
+            }))
+            .map_err(text)?;
+    }
+    Ok(())
+}
+
 fn error_bars<DB: DrawingBackend>(chart: &mut Plot<DB>, points: &[Pt], color: RGBColor) -> Drawn {
     let style = color.stroke_width(1);
     for p in points {
@@ -930,6 +1001,7 @@ fn stacked<DB: DrawingBackend>(
         lo: 0.0,
         hi: 1.0,
         log: false,
+        reversed: false,
         ticks: (0..=5).map(|i| f64::from(i) * 0.2).collect(),
         labels: Labels::Scaled(Quantity::Percent.scale(1.0)),
     };
@@ -1188,15 +1260,23 @@ mod tests {
 
     #[test]
     fn a_log_coordinate_spaces_factors_evenly() {
-        let c = Coord {
+        let mut c = Coord {
             lo: 1.0,
             hi: 100.0,
             log: true,
+            reversed: false,
             ticks: vec![1.0, 10.0, 100.0],
             labels: Labels::WithUnit(Quantity::Size),
         };
         assert_eq!(c.map(&10.0, (0, 200)), 100);
         assert_eq!(c.map(&100.0, (0, 200)), 200);
+        c.reversed = true;
+        assert_eq!(
+            (c.map(&1.0, (0, 200)), c.map(&100.0, (0, 200))),
+            (200, 0),
+            "reversed: the high end first"
+        );
+        c.reversed = false;
         assert_eq!(c.key_points(2usize), vec![1.0, 100.0]);
         assert_eq!(c.format_ext(&10.0), "10 B");
     }

@@ -51,6 +51,14 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
     if flows().any(|f| f.params.transactions.is_some()) {
         out.extend([Metric::Transactions, Metric::TransactionTime]);
     }
+    let delays = |p: &tcplab_model::record::PathRecord| p.up.delay.or(p.down.delay).is_some();
+    if data
+        .runs
+        .values()
+        .any(|r| r.path.as_ref().is_some_and(delays))
+    {
+        out.push(Metric::Delay);
+    }
     out
 }
 
@@ -158,6 +166,10 @@ pub fn charts(
             charts.extend(latency_cdfs(data, &plan, table, palette));
         }
     }
+    let table = |metric| tables.iter().find(|t| t.metric == metric);
+    if let (Some(throughput), Some(delay)) = (table(Metric::Throughput), table(Metric::Delay)) {
+        charts.extend(arena(data, throughput, delay, palette));
+    }
     charts.retain(|c| !c.is_empty());
     (tables, charts)
 }
@@ -201,6 +213,7 @@ fn latency_cdfs(
                             x: rtts[(share * last as f64).round() as usize],
                             y: share,
                             interval: None,
+                            x_interval: None,
                             note: None,
                         }
                     })
@@ -252,6 +265,100 @@ fn latency_cdfs(
         });
     }
     out
+}
+
+/// The axes that make a point's scheme in the arena: its congestion control and pacing.
+const SCHEME_KEYS: [&str; 2] = ["flow.cc", "flow.pacing"];
+
+/// Pantheon's chart, one per combination of the other axes (a path, a direction): each
+/// scheme a dot of its mean throughput against its mean 95th-percentile one-way delay,
+/// with a cross of both intervals over its runs, the delay axis reversed.
+fn arena(
+    data: &ExperimentRuns,
+    throughput: &ResultTable,
+    delay: &ResultTable,
+    palette: &mut Palette,
+) -> Vec<Chart> {
+    let axes = &data.experiment.axes;
+    let (scheme, others): (Vec<usize>, Vec<usize>) = (0..axes.len()).partition(|&a| {
+        axes[a]
+            .key
+            .as_deref()
+            .is_some_and(|k| SCHEME_KEYS.contains(&k))
+    });
+    if scheme.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (facet, points) in groups(data, &others, data.points.iter()) {
+        let series: Vec<Series> = points
+            .iter()
+            .filter_map(|p| {
+                let (t, d) = (
+                    result_of(throughput, p)?.stats?,
+                    result_of(delay, p)?.stats?,
+                );
+                let name = label_of(data, &scheme, p);
+                Some(Series {
+                    color: palette.color(&name),
+                    name,
+                    dashed: false,
+                    points: vec![Pt {
+                        x: d.mean,
+                        y: t.mean,
+                        interval: t.ci,
+                        x_interval: d.ci,
+                        note: None,
+                    }],
+                })
+            })
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let (id, suffix) = if facet.is_empty() {
+            ("arena".to_owned(), String::new())
+        } else {
+            (
+                format!("arena[{}]", facet.replace(' ', ",")),
+                format!(" — {}", file_names(&facet)),
+            )
+        };
+        let scheme_names: Vec<&str> = scheme.iter().map(|&a| axes[a].name.as_str()).collect();
+        out.push(Chart {
+            id,
+            title: format!("Throughput against delay{suffix}"),
+            caption: format!(
+                "Each scheme (its {}) at its mean throughput after the warm-up and its mean 95th-percentile one-way delay of the data packets across the emulator, the cross spanning both confidence intervals over its runs; delay grows to the left, as Pantheon draws it, so better is up and to the right. {}",
+                scheme_names.join(" and "),
+                points_caption(data, throughput, &points)
+            ),
+            body: Body::Scatter {
+                x: XAxis {
+                    label: "95th-percentile one-way delay".into(),
+                    quantity: Quantity::Duration,
+                    log: false,
+                    ticks: None,
+                    span: None,
+                },
+                y: YAxis {
+                    label: "throughput".into(),
+                    quantity: Quantity::Rate,
+                },
+                series,
+            },
+        });
+    }
+    out
+}
+
+/// `text` with each file path cut to its file's name (a trace's, in a path spec): short
+/// enough for a title; the caption gives the path whole.
+fn file_names(text: &str) -> String {
+    text.split(' ')
+        .map(|word| word.rsplit('/').next().unwrap_or(word))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `a=x b=y` for the given axes of a point.
@@ -327,6 +434,7 @@ fn mean_of(table: &ResultTable, point: &Point, x: f64) -> Option<Pt> {
         x,
         y: stats.mean,
         interval: stats.ci,
+        x_interval: None,
         note: None,
     })
 }

@@ -919,6 +919,9 @@ fn detect(
     if let Some(message) = emulator_behind(run) {
         find("emulator_late", message, None);
     }
+    if let Some(message) = own_delay(run, direction) {
+        find("delay", message, None);
+    }
     // The kernel's own account, where its events were taken.
     if let Some(k) = kernel {
         find(
@@ -1191,6 +1194,41 @@ fn emulator_behind(run: &RunRecord) -> Option<String> {
             late.join("; ")
         )
     })
+}
+
+/// Where the run lands in delay (Pantheon's chart): its data packets' one-way delay
+/// across the emulator, how much of it beyond the path's own delay they spent queued
+/// (with their serialization), and what the bottleneck queue held.
+fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
+    let record = run.path.as_ref()?;
+    let spec = record.spec.parse::<PathSpec>().ok()?;
+    let (link, stats) = match direction {
+        Direction::Up => (&spec.up, &record.up),
+        Direction::Down => (&spec.down, &record.down),
+    };
+    let delay = stats.delay?;
+    let ms = |us: f64| format_duration_us(us.max(0.0).round() as u64);
+    let mut message = format!(
+        "its data packets crossed the emulator in {} at the median and {} at p95 (the path's own delay {} one way): up to {} of it at p95 queued and serialized",
+        ms(delay.p50_us),
+        ms(delay.p95_us),
+        ms(link.delay_us as f64),
+        ms(delay.p95_us - link.delay_us as f64),
+    );
+    let mut queue: Vec<u64> = stats.queue.iter().map(|s| s.bytes).collect();
+    if let (Some(&most), Bottleneck::Rate { bps, .. }) = (queue.iter().max(), &link.bottleneck) {
+        queue.sort_unstable();
+        let median = queue[queue.len() / 2];
+        let drain_us = |bytes: u64| bytes as f64 * 8e6 / *bps as f64;
+        message += &format!(
+            "; the bottleneck queue held {} at the median and {} at most ({} and {} at its rate)",
+            format_size(median),
+            format_size(most),
+            ms(drain_us(median)),
+            ms(drain_us(most)),
+        );
+    }
+    Some(message)
 }
 
 fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
@@ -2010,6 +2048,50 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("down"), "{message}");
+    }
+
+    /// A run with its data packets' one-way delays and the queue's samples: explain
+    /// says how long they took, how much of it the queue made, and what it held.
+    #[test]
+    fn the_data_packets_delay_and_the_queue_behind_it_are_named() {
+        let mut r = run(
+            "rtt 20ms rate 100mbit queue 1bdp",
+            vec![flow(0, 90e6)],
+            steady_samples(65_160, 400 * MSS, 65_536, 1 << 20),
+        );
+        let said = |e: &Explanation| {
+            e.findings
+                .iter()
+                .find(|f| f.kind == "delay")
+                .map(|f| f.message.clone())
+        };
+        assert_eq!(said(&explain(&r)), None, "no delays recorded, nothing said");
+        let path = r.path.as_mut().unwrap();
+        path.up.delay = Some(record::DelayQuantiles {
+            packets: 10_000,
+            mean_us: 22_000.0,
+            p50_us: 21_500.0,
+            p95_us: 29_800.0,
+            p99_us: 29_900.0,
+            max_us: 30_100.0,
+        });
+        path.up.queue = [0, 100_000, 125_000, 240_000]
+            .into_iter()
+            .enumerate()
+            .map(|(i, bytes)| record::QueueSample {
+                t_us: i as u64 * 1000,
+                bytes,
+            })
+            .collect();
+        let message = said(&explain(&r)).expect("a finding");
+        for part in [
+            "21.5 ms at the median and 29.8 ms at p95",
+            "the path's own delay 10.0 ms one way",
+            "up to 19.8 ms of it at p95 queued",
+            "held 122 KiB at the median and 234 KiB at most (10.0 ms and 19.2 ms at its rate)",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
     }
 
     fn overflow_finding(e: &Explanation) -> Option<&str> {

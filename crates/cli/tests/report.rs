@@ -379,6 +379,19 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
     let out = dir.path().join("report");
     run_ok(tcplab().arg("report").arg(&db).arg("-o").arg(&out));
     let page = out.join("index.html");
+    // A leaderboard per link: each scheme's throughput, delay, drops and fairness.
+    let html = std::fs::read_to_string(&page).unwrap();
+    let boards: Vec<&str> = html.split("<summary>Leaderboard — ").skip(1).collect();
+    assert_eq!(boards.len(), 2, "one leaderboard per link");
+    for board in boards {
+        let board = &board[..board.find("</table>").unwrap()];
+        assert!(
+            board.contains("<th>p95 one-way delay</th>")
+                && board.contains("<td>cc=cubic</td>")
+                && board.contains("<td>cc=bbr</td>"),
+            "{board}"
+        );
+    }
     let (boxes, height) = boxes(&chromium(
         browser,
         &page,

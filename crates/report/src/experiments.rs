@@ -13,7 +13,7 @@ use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
 use crate::describe;
 use crate::layout::{distinct_values, layout, Layout, Main};
 use crate::palette::{Palette, BOUND};
-use crate::results::{summarize, ExperimentRuns, PointResult, ResultTable};
+use crate::results::{format_metric, summarize, ExperimentRuns, PointResult, ResultTable};
 
 /// The metrics worth a chart for this experiment's flows: throughput always;
 /// retransmits and RTT with TCP flows; fairness with two TCP flows or more; UDP loss
@@ -270,6 +270,19 @@ fn latency_cdfs(
 /// The axes that make a point's scheme in the arena: its congestion control and pacing.
 const SCHEME_KEYS: [&str; 2] = ["flow.cc", "flow.pacing"];
 
+/// The experiment's scheme axes and the others (which split its arena into charts);
+/// `None` without a scheme axis.
+fn scheme_axes(data: &ExperimentRuns) -> Option<(Vec<usize>, Vec<usize>)> {
+    let axes = &data.experiment.axes;
+    let (scheme, others): (Vec<usize>, Vec<usize>) = (0..axes.len()).partition(|&a| {
+        axes[a]
+            .key
+            .as_deref()
+            .is_some_and(|k| SCHEME_KEYS.contains(&k))
+    });
+    (!scheme.is_empty()).then_some((scheme, others))
+}
+
 /// Pantheon's chart, one per combination of the other axes (a path, a direction): each
 /// scheme a dot of its mean throughput against its mean 95th-percentile one-way delay,
 /// with a cross of both intervals over its runs, the delay axis reversed.
@@ -279,16 +292,9 @@ fn arena(
     delay: &ResultTable,
     palette: &mut Palette,
 ) -> Vec<Chart> {
-    let axes = &data.experiment.axes;
-    let (scheme, others): (Vec<usize>, Vec<usize>) = (0..axes.len()).partition(|&a| {
-        axes[a]
-            .key
-            .as_deref()
-            .is_some_and(|k| SCHEME_KEYS.contains(&k))
-    });
-    if scheme.is_empty() {
+    let Some((scheme, others)) = scheme_axes(data) else {
         return Vec::new();
-    }
+    };
     let mut out = Vec::new();
     for (facet, points) in groups(data, &others, data.points.iter()) {
         let series: Vec<Series> = points
@@ -324,7 +330,10 @@ fn arena(
                 format!(" — {}", file_names(&facet)),
             )
         };
-        let scheme_names: Vec<&str> = scheme.iter().map(|&a| axes[a].name.as_str()).collect();
+        let scheme_names: Vec<&str> = scheme
+            .iter()
+            .map(|&a| data.experiment.axes[a].name.as_str())
+            .collect();
         out.push(Chart {
             id,
             title: format!("Throughput against delay{suffix}"),
@@ -350,6 +359,88 @@ fn arena(
         });
     }
     out
+}
+
+/// The arena's leaderboards, one per chart of [`arena`]: each scheme's mean throughput,
+/// p95 one-way delay, the share of the data packets the emulator dropped, and with
+/// several flows their fairness, best throughput first.
+pub fn leaderboards(
+    data: &ExperimentRuns,
+    tables: &[ResultTable],
+) -> Vec<(String, Vec<Vec<String>>)> {
+    let table = |metric| tables.iter().find(|t| t.metric == metric);
+    let (Some(throughput), Some(delay)) = (table(Metric::Throughput), table(Metric::Delay)) else {
+        return Vec::new();
+    };
+    let fairness = table(Metric::Fairness);
+    let Some((scheme, others)) = scheme_axes(data) else {
+        return Vec::new();
+    };
+    let mean = |t: Option<&ResultTable>, p: &Point| Some(result_of(t?, p)?.stats?.mean);
+    let mut out = Vec::new();
+    for (facet, points) in groups(data, &others, data.points.iter()) {
+        let mut rows: Vec<(f64, Vec<String>)> = points
+            .iter()
+            .filter_map(|p| {
+                let bps = mean(Some(throughput), p)?;
+                let cells = vec![
+                    label_of(data, &scheme, p),
+                    format_metric(Metric::Throughput, bps),
+                    mean(Some(delay), p).map_or("—".into(), |d| format_metric(Metric::Delay, d)),
+                    dropped_share(data, p).map_or("—".into(), |s| format!("{:.2} %", s * 100.0)),
+                    mean(fairness, p).map_or("—".into(), |f| format_metric(Metric::Fairness, f)),
+                ];
+                Some((bps, cells))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let header = [
+            "scheme",
+            "throughput",
+            "p95 one-way delay",
+            "dropped",
+            "fairness",
+        ];
+        let heading = if facet.is_empty() {
+            "Leaderboard".to_owned()
+        } else {
+            format!("Leaderboard — {}", file_names(&facet))
+        };
+        out.push((
+            heading,
+            std::iter::once(header.iter().map(|h| h.to_string()).collect())
+                .chain(rows.into_iter().map(|(_, r)| r))
+                .collect(),
+        ));
+    }
+    out
+}
+
+/// The mean over a point's runs of the share of the packets entering the emulator's
+/// data direction (the one with more data packets) that its links dropped.
+fn dropped_share(data: &ExperimentRuns, point: &Point) -> Option<f64> {
+    let shares: Vec<f64> = data
+        .plan
+        .iter()
+        .filter(|r| r.run.point == point.index)
+        .filter_map(|r| data.runs.get(&r.run_id?)?.path.as_ref())
+        .filter_map(|path| {
+            let packets =
+                |d: &tcplab_model::record::DirectionStats| d.delay.map_or(0, |q| q.packets);
+            let dir = if packets(&path.down) > packets(&path.up) {
+                &path.down
+            } else {
+                &path.up
+            };
+            let entered = dir.links.first()?.counters.packets_in;
+            let dropped: u64 = dir.links.iter().map(|l| l.counters.dropped()).sum();
+            (entered > 0).then(|| dropped as f64 / entered as f64)
+        })
+        .collect();
+    (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
 }
 
 /// `text` with each file path cut to its file's name (a trace's, in a path spec): short

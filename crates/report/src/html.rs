@@ -17,6 +17,8 @@ pub struct Section {
     /// Shown folded, preformatted (an experiment's file).
     pub source: Option<(String, String)>,
     pub tables: Vec<ResultTable>,
+    /// Tables of their own shape, shown open: a heading and rows, the first the header.
+    pub boards: Vec<(String, Vec<Vec<String>>)>,
     pub charts: Vec<Chart>,
     pub subsections: Vec<Section>,
 }
@@ -148,7 +150,12 @@ fn section(out: &mut String, s: &Section, level: u8) -> Result<(), DrawError> {
             if i == 0 { " open" } else { "" },
             escape(&t.heading())
         );
-        table(out, t);
+        rows(out, &t.cells());
+        out.push_str("</details>\n");
+    }
+    for (heading, cells) in &s.boards {
+        let _ = writeln!(out, "<details open><summary>{}</summary>", escape(heading));
+        rows(out, cells);
         out.push_str("</details>\n");
     }
     if !s.charts.is_empty() {
@@ -172,8 +179,8 @@ fn section(out: &mut String, s: &Section, level: u8) -> Result<(), DrawError> {
     Ok(())
 }
 
-fn table(out: &mut String, t: &ResultTable) {
-    let rows = t.cells();
+/// An HTML table of `rows`, the first its header.
+fn rows(out: &mut String, rows: &[Vec<String>]) {
     out.push_str("<table>\n");
     for (i, row) in rows.iter().enumerate() {
         let cell = if i == 0 { "th" } else { "td" };

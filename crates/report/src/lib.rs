@@ -137,6 +137,7 @@ pub fn write_report(
                 ],
                 source: None,
                 tables: Vec::new(),
+                boards: Vec::new(),
                 charts: Vec::new(),
                 subsections: runs,
             });
@@ -362,6 +363,7 @@ fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         title: format!("Experiment {id}: {}", e.name),
         text,
         source: Some(("experiment file".into(), e.spec_text.clone())),
+        boards: experiments::leaderboards(&data, &tables),
         tables,
         charts,
         subsections,
@@ -425,6 +427,7 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         text,
         source: None,
         tables: Vec::new(),
+        boards: Vec::new(),
         charts: runs::charts(
             id,
             &run,

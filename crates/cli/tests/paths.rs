@@ -569,6 +569,42 @@ fn a_trace_link_delivers_the_traces_capacity() {
     );
 }
 
+/// A trace bottleneck's recorded capacity (`path.down.capacity`, what the trace offered
+/// per 100 ms, drawn over the run's throughput) against the trace file itself: the
+/// emulator's clock starts the trace, so each sample's opportunities can be counted in
+/// the file, to within one at each end of a sample (the sample's time is kept in µs).
+#[test]
+fn a_trace_links_recorded_capacity_is_the_traces() {
+    if !privileged_or_skip("trace_capacity_record") {
+        return;
+    }
+    let _serial = serial();
+    let trace = traces().join("Verizon-LTE-short.down");
+    let text = std::fs::read_to_string(&trace).expect("reading the trace");
+    let ops: Vec<f64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let spec = format!("rtt 40ms down.trace {} queue 100p", trace.display());
+    let v = run_path(&spec, &["-R", "-t", "2s"]);
+    let samples = v["path"]["down"]["capacity"]
+        .as_array()
+        .expect("capacity samples");
+    assert!(samples.len() >= 15, "{} samples", samples.len());
+    let mut from_ms = 0.0;
+    for s in samples {
+        let to_ms = f64_at(s, "/t_us") / 1000.0;
+        let offered = ops
+            .iter()
+            .filter(|&&ms| ms > from_ms && ms <= to_ms)
+            .count() as f64;
+        let recorded = f64_at(s, "/bps") * (to_ms - from_ms) / 1000.0 / 8.0 / 1500.0;
+        assert!(
+            (recorded - offered).abs() <= 2.0,
+            "{from_ms}–{to_ms} ms: the trace offers {offered} packets, recorded {recorded:.2}"
+        );
+        from_ms = to_ms;
+    }
+    assert!(v["path"]["up"].get("capacity").is_none(), "no trace up");
+}
+
 /// A small send buffer over 20 ms, and what this kernel (6.18) really does with it.
 ///
 /// The textbook: a 16 KiB SO_SNDBUF (32 KiB effective) bounds the flow to ~32 KiB per

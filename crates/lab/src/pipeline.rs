@@ -28,7 +28,7 @@ use tcplab_model::packet::{
     finish_checksum, is_ect, set_ce, Coalescer, CsumMode, FlowKey, PacketInfo, Segmenter,
     Transport, VirtioNetHdr, MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
 };
-use tcplab_model::record::{DirectionStats, Lateness, NamedCounters};
+use tcplab_model::record::{CapacitySample, DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
@@ -91,6 +91,9 @@ pub struct Hop {
 
 /// How often a metered link's queue occupancy is recorded.
 pub const QUEUE_SAMPLE_NS: u64 = 1_000_000;
+/// How often a trace bottleneck's capacity is sampled: the trace's own resolution is a
+/// millisecond, far finer than a throughput chart's.
+const CAPACITY_SAMPLE_NS: u64 = 100_000_000;
 
 /// Everything one direction's thread owns.
 pub struct DirectionPlan {
@@ -220,6 +223,9 @@ struct Direction {
     /// How much earlier than their times the packets being dispatched may have
     /// arrived: read from a device in the current batch, or 0, delivered by a link.
     lag_ns: u64,
+    /// A trace bottleneck's capacity so far, and where its next sample starts.
+    capacity: Vec<CapacitySample>,
+    capacity_from: u64,
 }
 
 /// When the loop last watched its devices, so the burst meter knows how long a packet
@@ -284,6 +290,8 @@ impl Direction {
                 slept_ns: 0,
             },
             lag_ns: 0,
+            capacity: Vec::new(),
+            capacity_from: 0,
             plan,
             epoch_ns,
         }
@@ -700,6 +708,21 @@ impl Direction {
                 meter.queue(now, hop.link.counters().queue_bytes);
             }
         }
+        let from = self.capacity_from;
+        if now >= from + CAPACITY_SAMPLE_NS {
+            let offered = self
+                .plan
+                .hops
+                .iter()
+                .find_map(|h| h.link.offered_bytes(from, now));
+            if let Some(bytes) = offered {
+                self.capacity.push(CapacitySample {
+                    t_us: now / 1000,
+                    bps: bytes as f64 * 8e9 / (now - from) as f64,
+                });
+            }
+            self.capacity_from = now;
+        }
     }
 
     /// What the loop publishes: the counters, and the lateness quantiles as last
@@ -752,6 +775,11 @@ impl Direction {
             queue,
             delay,
             flow_delays,
+            capacity: if last {
+                self.capacity.clone()
+            } else {
+                Vec::new()
+            },
             capture: self
                 .plan
                 .hops

@@ -734,6 +734,9 @@ pub struct DirectionStats {
     /// The bottleneck queue's occupancy over time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueSample>,
+    /// A trace bottleneck's capacity over time: what its trace offered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity: Vec<CapacitySample>,
     /// One-way delay of the data packets (with a TCP or UDP payload) across the
     /// emulator, all together (`crate::delay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -786,6 +789,14 @@ pub struct FlowDelay {
     pub flow: String,
     #[serde(flatten)]
     pub delay: DelayQuantiles,
+}
+
+/// What a trace bottleneck offered over the interval that ends at `t_us` (µs on the
+/// emulator's clock, as a [`QueueSample`]'s), bit/s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapacitySample {
+    pub t_us: u64,
+    pub bps: f64,
 }
 
 /// The bottleneck queue at one moment.

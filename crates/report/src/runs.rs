@@ -142,7 +142,12 @@ impl Run<'_> {
         Some(match which {
             RunChart::Throughput => {
                 let rates = rates::rates(run)?;
-                let (series, what) = throughput(run, &rates, &self.tcp, palette);
+                let (mut series, mut what) = throughput(run, &rates, &self.tcp, palette);
+                let offered = capacity(run, palette);
+                if !offered.is_empty() {
+                    what += " Dashed: what the trace bottleneck offered, per 100 ms (its packet opportunities, used or not, as IP bytes).";
+                }
+                series.extend(offered);
                 (what, self.lines("throughput", Quantity::Rate, series))
             }
             RunChart::Cwnd => {
@@ -662,6 +667,40 @@ fn probe_series(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
             ),
         })
         .collect()
+}
+
+/// A trace bottleneck's capacity in each direction that has one and carries a flow's
+/// data, dashed, on the run's time base.
+fn capacity(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+    use tcplab_model::record::Direction;
+    let Some(path) = &run.path else {
+        return Vec::new();
+    };
+    let shift = run.started_unix_us - path.epoch_unix_us;
+    let carries = |d: Direction| run.flows.iter().any(|f| f.direction == d);
+    [
+        ("up", &path.up.capacity, carries(Direction::Up)),
+        ("down", &path.down.capacity, carries(Direction::Down)),
+    ]
+    .into_iter()
+    .filter(|(_, c, data)| *data && !c.is_empty())
+    .map(|(direction, c, _)| (direction, c))
+    .map(|(direction, c)| {
+        let name = format!("trace capacity {direction}");
+        Series {
+            color: palette.color(&name),
+            name,
+            dashed: true,
+            points: c
+                .iter()
+                .filter_map(|s| {
+                    let t = s.t_us as i64 - shift;
+                    (t >= 0).then(|| Pt::at(seconds(t as f64), s.bps))
+                })
+                .collect(),
+        }
+    })
+    .collect()
 }
 
 fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {

@@ -704,6 +704,15 @@ impl<P> Link<P> {
         q
     }
 
+    /// What a trace link's trace offers after `from_ns` up to `to_ns`, bytes, used or
+    /// not; `None` for other links.
+    pub fn offered_bytes(&self, from_ns: u64, to_ns: u64) -> Option<u64> {
+        match &self.server {
+            Server::Trace { trace, .. } => Some(trace.offered_bytes(from_ns, to_ns)),
+            _ => None,
+        }
+    }
+
     fn server_deadline(&self) -> Option<u64> {
         match &self.server {
             Server::Unlimited => None,

@@ -110,6 +110,17 @@ impl Trace {
         bits / (self.period_ms as f64 / 1000.0)
     }
 
+    /// The bytes the trace offers after `from_ns` up to and including `to_ns`: its
+    /// opportunities then, used or not.
+    pub fn offered_bytes(&self, from_ns: u64, to_ns: u64) -> u64 {
+        let ordinal = |c: TraceCursor| c.cycle * self.opportunities() as u64 + c.index as u64;
+        let (a, b) = (
+            self.first_after(from_ns),
+            self.first_after(to_ns.max(from_ns)),
+        );
+        (ordinal(b) - ordinal(a)) * u64::from(OPPORTUNITY_BYTES)
+    }
+
     /// The time (ns) of an opportunity.
     pub(crate) fn time_ns(&self, at: TraceCursor) -> u64 {
         at.cycle
@@ -184,6 +195,22 @@ mod tests {
             t.time_ns(t.first_after(1_000 * NS_PER_MS + 7)),
             1_005 * NS_PER_MS
         );
+    }
+
+    /// Opportunities counted over any window, across the trace's loops: those strictly
+    /// after its start up to and including its end.
+    #[test]
+    fn offered_bytes_count_the_opportunities_in_a_window() {
+        let t = Trace::parse("0\n5\n5\n10\n").unwrap();
+        let ms = |m: u64| m * NS_PER_MS;
+        let opportunities = |a, b| t.offered_bytes(ms(a), ms(b)) / u64::from(OPPORTUNITY_BYTES);
+        // Opportunities at 5, 5, 10, 10 (the next loop's 0), 15, 15, 20, 20, …
+        assert_eq!(opportunities(0, 5), 2);
+        assert_eq!(opportunities(0, 10), 4);
+        assert_eq!(opportunities(5, 10), 2);
+        assert_eq!(opportunities(0, 1000), 400, "4 per 10 ms period");
+        assert_eq!(opportunities(7, 7), 0);
+        assert_eq!(opportunities(9, 3), 0, "an empty window");
     }
 
     #[test]

@@ -10,9 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::*;
-use tcplab_lab::{Backend, Lab, LabConfig};
-use tcplab_model::path::PathSpec;
-use tcplab_model::record::{DelayQuantiles, RunRecord};
+use tcplab_model::record::DelayQuantiles;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// 20 Mbit/s and a 1-BDP queue (50 KB, 20 ms at the link's rate): cubic fills it, so the
@@ -60,24 +58,20 @@ fn data_packets(pcap: &Path, port: u16) -> Vec<(f64, u32, u32)> {
 /// to the (coalesced) packet that carried it on the receiver's, µs, sorted. Segments
 /// sent twice (retransmitted) are left out: which copy arrived is not known.
 fn captured_delays(sent: &[(f64, u32, u32)], received: &[(f64, u32, u32)], mss: u32) -> Vec<f64> {
-    let mut first_sent: BTreeMap<u32, Option<f64>> = BTreeMap::new();
-    for &(t, seq, len) in sent {
-        for k in 0..len.div_ceil(mss) {
-            first_sent
-                .entry(seq.wrapping_add(k * mss))
-                .and_modify(|e| *e = None)
-                .or_insert(Some(t));
+    // Each segment's time in a capture, `None` where it was there twice.
+    let times = |packets: &[(f64, u32, u32)]| {
+        let mut times: BTreeMap<u32, Option<f64>> = BTreeMap::new();
+        for &(t, seq, len) in packets {
+            for k in 0..len.div_ceil(mss) {
+                times
+                    .entry(seq.wrapping_add(k * mss))
+                    .and_modify(|e| *e = None)
+                    .or_insert(Some(t));
+            }
         }
-    }
-    let mut arrived: BTreeMap<u32, Option<f64>> = BTreeMap::new();
-    for &(t, seq, len) in received {
-        for k in 0..len.div_ceil(mss) {
-            arrived
-                .entry(seq.wrapping_add(k * mss))
-                .and_modify(|e| *e = None)
-                .or_insert(Some(t));
-        }
-    }
+        times
+    };
+    let (first_sent, arrived) = (times(sent), times(received));
     let mut delays: Vec<f64> = first_sent
         .iter()
         .filter_map(|(seq, sent)| Some((arrived.get(seq)?.as_ref()? - sent.as_ref()?) * 1e6))
@@ -107,15 +101,7 @@ fn one_way_delays_agree_with_captures_of_both_ends() {
         n += 1;
         let name = lab_name("owd", n);
         let dir = tempfile::tempdir().unwrap();
-        let lab = Lab::up(&LabConfig {
-            name: name.clone(),
-            path: PATH.parse::<PathSpec>().unwrap(),
-            clients: vec![PathSpec::default()],
-            backend: Backend::Emulator,
-            sysctls: Default::default(),
-            capture: None,
-        })
-        .expect("building the lab");
+        let lab = emulator_lab(&name, PATH);
         let (server_ns, client_ns) = (format!("{name}-server"), format!("{name}-client"));
         let sender = Capture::start(&client_ns, &dir.path().join("sent.pcapng"));
         let receiver = Capture::start(&server_ns, &dir.path().join("received.pcapng"));
@@ -129,11 +115,7 @@ fn one_way_delays_agree_with_captures_of_both_ends() {
         let _ = server.wait();
         let (sent_pcap, sent_lost) = sender.stop();
         let (received_pcap, received_lost) = receiver.stop();
-        let entry = lab.entry.clone();
-        let stats = lab.down().expect("taking the lab down");
-        assert_success(&out);
-        let mut run: RunRecord = serde_json::from_slice(&out.stdout).unwrap();
-        run.path = Some(stats.record(&entry));
+        let run = run_through(lab, &out);
         let up = &run.path.as_ref().unwrap().up;
         let flow = &run.flows[0];
         let port: u16 = flow

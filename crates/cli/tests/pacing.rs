@@ -11,12 +11,11 @@ use std::process::Command;
 
 use serde_json::Value;
 use support::*;
-use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::explain::{explain, Explanation};
 use tcplab_model::packet::FlowKey;
 use tcplab_model::path::{Bottleneck, Direction, PathSpec};
-use tcplab_model::record::{BurstStats, RunRecord};
+use tcplab_model::record::BurstStats;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The path: 100 Mbit/s, 10 ms, a 1-BDP queue (125 KB); cubic fills it in slow start.
@@ -289,15 +288,7 @@ fn trains_and_capture(
 ) -> (BurstStats, BurstStats, Explanation, u64) {
     let dir = tempfile::tempdir().unwrap();
     let spec: PathSpec = path.parse().unwrap();
-    let lab = Lab::up(&LabConfig {
-        name: name.into(),
-        path: spec.clone(),
-        clients: vec![PathSpec::default()],
-        backend: Backend::Emulator,
-        sysctls: Default::default(),
-        capture: None,
-    })
-    .expect("building the lab");
+    let lab = emulator_lab(name, path);
     let (server_ns, client_ns) = (format!("{name}-server"), format!("{name}-client"));
     let capture = Capture::start(&client_ns, &dir.path().join("entry.pcapng"));
     let mut server = serve_in(&server_ns, &client_ns);
@@ -317,11 +308,7 @@ fn trains_and_capture(
     let _ = server.kill();
     let _ = server.wait();
     let (pcap, lost) = capture.stop();
-    let entry = lab.entry.clone();
-    let stats = lab.down().expect("taking the lab down");
-    assert_success(&out);
-    let mut run: RunRecord = serde_json::from_slice(&out.stdout).unwrap();
-    run.path = Some(stats.record(&entry));
+    let run = run_through(lab, &out);
     let up = &run.path.as_ref().unwrap().up;
     let measured = up.bursts[0].clone();
     let rate = match spec.link(Direction::Up).bottleneck {

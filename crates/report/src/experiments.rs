@@ -233,14 +233,7 @@ fn latency_cdfs(
         if series.is_empty() {
             continue;
         }
-        let (id, suffix) = if facet.is_empty() {
-            ("latency_cdf".to_owned(), String::new())
-        } else {
-            (
-                format!("latency_cdf[{}]", facet.replace(' ', ",")),
-                format!(" — {facet}"),
-            )
-        };
+        let (id, suffix) = (facet_id("latency_cdf", &facet), facet_suffix(&facet));
         out.push(Chart {
             id,
             title: format!("Latency under load, distribution{suffix}"),
@@ -322,14 +315,7 @@ fn arena(
         if series.is_empty() {
             continue;
         }
-        let (id, suffix) = if facet.is_empty() {
-            ("arena".to_owned(), String::new())
-        } else {
-            (
-                format!("arena[{}]", facet.replace(' ', ",")),
-                format!(" — {}", file_names(&facet)),
-            )
-        };
+        let (id, suffix) = (facet_id("arena", &facet), facet_suffix(&file_names(&facet)));
         let scheme_names: Vec<&str> = scheme
             .iter()
             .map(|&a| data.experiment.axes[a].name.as_str())
@@ -441,6 +427,24 @@ fn dropped_share(data: &ExperimentRuns, point: &Point) -> Option<f64> {
         })
         .collect();
     (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+}
+
+/// A chart's id: `name`, with its facet (`a=x b=y`) as `name[a=x,b=y]`.
+fn facet_id(name: &str, facet: &str) -> String {
+    if facet.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}[{}]", facet.replace(' ', ","))
+    }
+}
+
+/// What a chart's title adds for its facet: ` — a=x b=y`, or nothing.
+fn facet_suffix(facet: &str) -> String {
+    if facet.is_empty() {
+        String::new()
+    } else {
+        format!(" — {facet}")
+    }
 }
 
 /// `text` with each file path cut to its file's name (a trace's, in a path spec): short
@@ -653,11 +657,7 @@ fn metric_charts(
             }
             out
         };
-        let id = if facet.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{name}[{}]", facet.replace(' ', ","))
-        };
+        let id = facet_id(name, &facet);
         let chart = match &plan.main {
             Main::None => continue,
             Main::Lines { x, log } => {
@@ -789,14 +789,10 @@ fn heatmaps(data: &ExperimentRuns, plan: &Layout, table: &ResultTable) -> Vec<Ch
                     Some((i, j, result_of(table, p)?.stats?.mean))
                 })
                 .collect();
-            let (suffix, id) = if facet.is_empty() {
-                (String::new(), format!("{}-heatmap", table.metric.name()))
-            } else {
-                (
-                    format!(" — {facet}"),
-                    format!("{}-heatmap[{}]", table.metric.name(), facet.replace(' ', ",")),
-                )
-            };
+            let (suffix, id) = (
+                facet_suffix(&facet),
+                facet_id(&format!("{}-heatmap", table.metric.name()), &facet),
+            );
             Chart {
                 id,
                 title: format!(

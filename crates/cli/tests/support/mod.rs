@@ -959,3 +959,29 @@ impl Capture {
         (self.pcap, dropped)
     }
 }
+
+/// A lab of `path` with one client and the emulator, built in this process (so its
+/// final counters come back from `Lab::down`).
+pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
+    tcplab_lab::Lab::up(&tcplab_lab::LabConfig {
+        name: name.into(),
+        path: path.parse().expect("a path spec"),
+        clients: vec![tcplab_model::path::PathSpec::default()],
+        backend: tcplab_lab::Backend::Emulator,
+        sysctls: Default::default(),
+        capture: None,
+    })
+    .expect("building the lab")
+}
+
+/// The run `tcplab run --json` printed in `out`, through `lab`: the lab taken down and
+/// its final counters (the run's `path`) put in the record, as `run --path` would.
+pub fn run_through(lab: tcplab_lab::Lab, out: &Output) -> tcplab_model::record::RunRecord {
+    let entry = lab.entry.clone();
+    let stats = lab.down().expect("taking the lab down");
+    assert_success(out);
+    let mut run: tcplab_model::record::RunRecord =
+        serde_json::from_slice(&out.stdout).expect("the run's JSON");
+    run.path = Some(stats.record(&entry));
+    run
+}

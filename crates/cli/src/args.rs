@@ -138,7 +138,7 @@ pub struct PlotArgs {
     /// The SQLite database.
     pub db: PathBuf,
     /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue,
-    /// latency, tseq.
+    /// latency, delay, tseq.
     #[arg(long, value_name = "ID", conflicts_with = "experiment")]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,

@@ -137,6 +137,14 @@ fn one_way_delays_agree_with_captures_of_both_ends() {
             &data_packets(&received_pcap, port),
             flow.mss,
         );
+        // The delay over time holds the same packets: its largest is the largest.
+        let all = up.delay.expect("the direction's delays");
+        let largest = up.delay_series.iter().map(|s| s.max_us).fold(0.0, f64::max);
+        assert!(
+            (largest - all.max_us).abs() <= all.max_us * 2e-3,
+            "over time {largest} µs, all {} µs",
+            all.max_us
+        );
         let (p50, p95) = (quantile(&captured, 0.5), quantile(&captured, 0.95));
         let seen = format!(
             "emulator p50 {:.0} p95 {:.0} µs over {} packets; captures p50 {p50:.0} p95 \

@@ -228,6 +228,7 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
         "queue",
         "udp-loss",
         "udp-jitter",
+        "delay",
         "tseq",
     ] {
         assert!(

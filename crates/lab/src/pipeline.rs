@@ -775,6 +775,11 @@ impl Direction {
             queue,
             delay,
             flow_delays,
+            delay_series: if last {
+                self.written.delays.series()
+            } else {
+                Vec::new()
+            },
             capacity: if last {
                 self.capacity.clone()
             } else {
@@ -887,7 +892,7 @@ impl Written {
         let _ = self.lateness.record(now.saturating_sub(due).max(1));
         if let Some(flow) = data_flow(&pool.bytes(id)) {
             self.delays
-                .record(flow, now.saturating_sub(pool.arrived(id)));
+                .record(flow, now.saturating_sub(pool.arrived(id)), now);
         }
     }
 }

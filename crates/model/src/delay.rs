@@ -9,17 +9,23 @@ use std::collections::HashMap;
 use hdrhistogram::Histogram;
 
 use crate::packet::FlowKey;
-use crate::record::{DelayQuantiles, FlowDelay};
+use crate::record::{DelayQuantiles, DelaySample, FlowDelay};
 
 /// Flows kept apart at most (the first seen); later ones count in the direction's
 /// total only, so a flood of one-packet flows cannot grow the emulator's memory.
 const MAX_FLOWS: usize = 1024;
 /// The longest delay recorded exactly, ns; longer ones are clamped to it.
 const MAX_DELAY_NS: u64 = 60_000_000_000;
+/// The span of each point of the delay over time.
+pub const DELAY_SAMPLE_NS: u64 = 100_000_000;
 
 pub struct DelayMeter {
     all: Histogram<u64>,
     flows: HashMap<FlowKey, Histogram<u64>>,
+    /// The delay over time: a point per span that saw packets.
+    series: Vec<DelaySample>,
+    /// The span being summed: its end, and the delays' count, sum and largest.
+    span: (u64, u64, u64, u64),
 }
 
 impl Default for DelayMeter {
@@ -27,6 +33,8 @@ impl Default for DelayMeter {
         DelayMeter {
             all: histogram(),
             flows: HashMap::new(),
+            series: Vec::new(),
+            span: (0, 0, 0, 0),
         }
     }
 }
@@ -37,9 +45,25 @@ fn histogram() -> Histogram<u64> {
 }
 
 impl DelayMeter {
-    /// A data packet of `flow` took `delay_ns` across the path.
-    pub fn record(&mut self, flow: FlowKey, delay_ns: u64) {
+    /// A data packet of `flow` took `delay_ns` across the path, arriving at `at_ns`
+    /// (the emulator's clock, never decreasing).
+    pub fn record(&mut self, flow: FlowKey, delay_ns: u64, at_ns: u64) {
         let delay_ns = delay_ns.clamp(1, MAX_DELAY_NS);
+        let (end, count, sum, max) = &mut self.span;
+        if at_ns >= *end {
+            if *count > 0 {
+                self.series.push(DelaySample {
+                    t_us: *end / 1000,
+                    mean_us: *sum as f64 / *count as f64 / 1000.0,
+                    max_us: *max as f64 / 1000.0,
+                });
+            }
+            *end = (at_ns / DELAY_SAMPLE_NS + 1) * DELAY_SAMPLE_NS;
+            (*count, *sum, *max) = (0, 0, 0);
+        }
+        *count += 1;
+        *sum += delay_ns;
+        *max = (*max).max(delay_ns);
         self.all.saturating_record(delay_ns);
         if let Some(h) = self.flows.get_mut(&flow) {
             h.saturating_record(delay_ns);
@@ -48,6 +72,21 @@ impl DelayMeter {
             h.saturating_record(delay_ns);
             self.flows.insert(flow, h);
         }
+    }
+
+    /// The delay over time: per span of [`DELAY_SAMPLE_NS`] that saw data packets,
+    /// their mean and largest delay, the span in progress included.
+    pub fn series(&self) -> Vec<DelaySample> {
+        let (end, count, sum, max) = self.span;
+        let mut series = self.series.clone();
+        if count > 0 {
+            series.push(DelaySample {
+                t_us: end / 1000,
+                mean_us: sum as f64 / count as f64 / 1000.0,
+                max_us: max as f64 / 1000.0,
+            });
+        }
+        series
     }
 
     /// The direction's data packets together (`None` before the first), and each flow
@@ -101,10 +140,10 @@ mod tests {
         assert_eq!(meter.report(), (None, vec![]));
         // Flow 1: 10.000 … 10.999 ms, 1000 packets; flow 2: 30 ms, 100 packets.
         for i in 0..1000 {
-            meter.record(flow(1), 10_000_000 + i * 1000);
+            meter.record(flow(1), 10_000_000 + i * 1000, i);
         }
         for _ in 0..100 {
-            meter.record(flow(2), 30_000_000);
+            meter.record(flow(2), 30_000_000, 1000);
         }
         let (all, flows) = meter.report();
         let close = |got: f64, want: f64| (got - want).abs() <= want * 1e-3;
@@ -131,13 +170,38 @@ mod tests {
         );
     }
 
+    /// A point per 100 ms span that saw packets, at the span's end: their mean and
+    /// largest delay; a span without packets has none.
+    #[test]
+    fn the_delay_over_time_has_a_point_per_busy_span() {
+        let mut meter = DelayMeter::default();
+        let ms = 1_000_000;
+        meter.record(flow(1), 10 * ms, 5 * ms);
+        meter.record(flow(1), 20 * ms, 99 * ms);
+        meter.record(flow(1), 40 * ms, 100 * ms);
+        meter.record(flow(2), 7 * ms, 350 * ms);
+        let point = |t_us, mean_us, max_us| DelaySample {
+            t_us,
+            mean_us,
+            max_us,
+        };
+        assert_eq!(
+            meter.series(),
+            [
+                point(100_000, 15_000.0, 20_000.0),
+                point(200_000, 40_000.0, 40_000.0),
+                point(400_000, 7_000.0, 7_000.0),
+            ]
+        );
+    }
+
     #[test]
     fn flows_beyond_the_limit_count_together_only() {
         let mut meter = DelayMeter::default();
         for port in 0..(MAX_FLOWS as u16 + 10) {
-            meter.record(flow(port), 1000);
+            meter.record(flow(port), 1000, 0);
         }
-        meter.record(flow(0), u64::MAX);
+        meter.record(flow(0), u64::MAX, 0);
         let (all, flows) = meter.report();
         assert_eq!(flows.len(), MAX_FLOWS);
         assert_eq!(all.unwrap().packets, MAX_FLOWS as u64 + 11);

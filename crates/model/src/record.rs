@@ -744,6 +744,9 @@ pub struct DirectionStats {
     /// The same per flow, busiest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flow_delays: Vec<FlowDelay>,
+    /// The same over time, all flows: per 100 ms that saw data packets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delay_series: Vec<DelaySample>,
     /// What a capture at the bottleneck's entry recorded (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<crate::capture::CaptureCounts>,
@@ -779,6 +782,15 @@ pub struct DelayQuantiles {
     pub p50_us: f64,
     pub p95_us: f64,
     pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// The one-way delays of the data packets written in the 100 ms up to `t_us` (µs on
+/// the emulator's clock, as a [`QueueSample`]'s): their mean and largest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DelaySample {
+    pub t_us: u64,
+    pub mean_us: f64,
     pub max_us: f64,
 }
 

@@ -7,7 +7,8 @@ use tcplab_model::events::KernelEvent;
 use tcplab_model::explain::explain;
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{
-    Direction, FlowRecord, ProbeRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
+    DelaySample, Direction, DirectionStats, FlowRecord, ProbeRecord, QueueSample, RunRecord,
+    SampleRecord, UdpInterval,
 };
 use tcplab_model::units::{format_duration_us, format_size};
 
@@ -38,11 +39,12 @@ pub enum RunChart {
     UdpJitter,
     Queue,
     Latency,
+    Delay,
     Tseq,
 }
 
 impl RunChart {
-    pub const ALL: [RunChart; 10] = [
+    pub const ALL: [RunChart; 11] = [
         RunChart::Throughput,
         RunChart::Cwnd,
         RunChart::Rtt,
@@ -52,6 +54,7 @@ impl RunChart {
         RunChart::UdpJitter,
         RunChart::Queue,
         RunChart::Latency,
+        RunChart::Delay,
         RunChart::Tseq,
     ];
 
@@ -67,6 +70,7 @@ impl RunChart {
             RunChart::UdpJitter => "udp_jitter",
             RunChart::Queue => "queue",
             RunChart::Latency => "latency",
+            RunChart::Delay => "delay",
             RunChart::Tseq => "tseq",
         }
     }
@@ -82,6 +86,7 @@ impl RunChart {
             RunChart::UdpJitter => "UDP jitter",
             RunChart::Queue => "bottleneck queue",
             RunChart::Latency => "latency under load",
+            RunChart::Delay => "one-way delay",
             RunChart::Tseq => "time-sequence graph",
         }
     }
@@ -239,6 +244,10 @@ impl Run<'_> {
                     self.lines("delay", Quantity::Duration, probe_series(run, palette)),
                 )
             }
+            RunChart::Delay => (
+                "The one-way delay of the data packets across the emulator (read on the sender's side to written on the receiver's), per 100 ms in each direction carrying data: their mean (solid) and the largest (dashed), moved onto the test's time base.".into(),
+                self.lines("one-way delay", Quantity::Duration, delay(run, palette)),
+            ),
             RunChart::Queue => {
                 let end = self.time.span.map_or(0.0, |s| s.1);
                 (
@@ -669,38 +678,79 @@ fn probe_series(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
         .collect()
 }
 
-/// A trace bottleneck's capacity in each direction that has one and carries a flow's
-/// data, dashed, on the run's time base.
-fn capacity(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
-    use tcplab_model::record::Direction;
+/// The emulator's directions that carry a flow's data: ("up", its stats) and so on.
+fn data_directions(run: &RunRecord) -> Vec<(&'static str, &DirectionStats)> {
     let Some(path) = &run.path else {
         return Vec::new();
     };
-    let shift = run.started_unix_us - path.epoch_unix_us;
     let carries = |d: Direction| run.flows.iter().any(|f| f.direction == d);
     [
-        ("up", &path.up.capacity, carries(Direction::Up)),
-        ("down", &path.down.capacity, carries(Direction::Down)),
+        ("up", &path.up, carries(Direction::Up)),
+        ("down", &path.down, carries(Direction::Down)),
     ]
     .into_iter()
-    .filter(|(_, c, data)| *data && !c.is_empty())
-    .map(|(direction, c, _)| (direction, c))
-    .map(|(direction, c)| {
-        let name = format!("trace capacity {direction}");
-        Series {
-            color: palette.color(&name),
-            name,
-            dashed: true,
-            points: c
-                .iter()
-                .filter_map(|s| {
-                    let t = s.t_us as i64 - shift;
-                    (t >= 0).then(|| Pt::at(seconds(t as f64), s.bps))
-                })
-                .collect(),
-        }
-    })
+    .filter(|(_, _, data)| *data)
+    .map(|(name, stats, _)| (name, stats))
     .collect()
+}
+
+/// Seconds since the run's t0 of a time on its lab's emulator clock (µs), if after t0.
+fn emulator_seconds(run: &RunRecord, t_us: u64) -> Option<f64> {
+    let path = run.path.as_ref()?;
+    let t = t_us as i64 - (run.started_unix_us - path.epoch_unix_us);
+    (t >= 0).then(|| seconds(t as f64))
+}
+
+/// The data packets' one-way delay over time in each direction carrying data: the
+/// mean per 100 ms solid, the largest dashed.
+fn delay(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+    let mut out = Vec::new();
+    for (direction, stats) in data_directions(run) {
+        if stats.delay_series.is_empty() {
+            continue;
+        }
+        type Value = fn(&DelaySample) -> f64;
+        let values: [(&str, bool, Value); 2] = [
+            ("mean", false, |s| s.mean_us),
+            ("largest", true, |s| s.max_us),
+        ];
+        for (what, dashed, value) in values {
+            let name = format!("{what} one way {direction}");
+            out.push(Series {
+                color: palette.color(&format!("one way {direction}")),
+                name,
+                dashed,
+                points: stats
+                    .delay_series
+                    .iter()
+                    .filter_map(|s| Some(Pt::at(emulator_seconds(run, s.t_us)?, value(s))))
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
+/// A trace bottleneck's capacity in each direction that has one and carries a flow's
+/// data, dashed, on the run's time base.
+fn capacity(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
+    data_directions(run)
+        .into_iter()
+        .filter(|(_, stats)| !stats.capacity.is_empty())
+        .map(|(direction, stats)| {
+            let name = format!("trace capacity {direction}");
+            Series {
+                color: palette.color(&name),
+                name,
+                dashed: true,
+                points: stats
+                    .capacity
+                    .iter()
+                    .filter_map(|s| Some(Pt::at(emulator_seconds(run, s.t_us)?, s.bps)))
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {

@@ -478,10 +478,10 @@ fn run_test(
     let rate_cap_bps = limits::rate_cap_bps(asked, limits);
     let (flows, echo) = open_flows(&control, peer, params, limits, rate_cap_bps)?;
     // The client's clock against ours, for one-way delays: server = client + offset.
-    let peer_offset_ns = if clock
+    let same_clock = clock
         .offset
-        .same_clock(&clock.boot_id, &sysctl::host_meta().boot_id)
-    {
+        .same_clock(&clock.boot_id, &sysctl::host_meta().boot_id);
+    let peer_offset_ns = if same_clock {
         0
     } else {
         -clock.offset.offset_us * 1000
@@ -494,7 +494,14 @@ fn run_test(
         Message::Go { client_t0_us } => client_t0_us,
         other => return Err(unexpected(&other, "Go").into()),
     };
-    let t0 = monotonic_us();
+    // On one clock the client's start is exact: this end's intervals are cut when the
+    // client's are, however late `Go` arrived (a server busy with 16 clients' tests was
+    // seen to start its receivers' intervals hundreds of ms after their senders').
+    let t0 = if same_clock {
+        client_t0_us.min(monotonic_us())
+    } else {
+        monotonic_us()
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));

@@ -735,8 +735,8 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
                 > bin_bytes + stalled_bytes.max(one_write)
             {
                 errors.push(format!(
-                    "{what}: flow {}'s bins hold {cells} bytes ({} behind a hole), its receiver read {received} by the deadline; one bin holds {bin_bytes}, a stall {stalled_bytes}",
-                    f.flow, f.out_of_order_bytes
+                    "{what}: flow {} ({:?})'s bins hold {cells} bytes ({} behind a hole), its receiver read {received} by the deadline; one bin holds {bin_bytes}, a stall {stalled_bytes}",
+                    f.flow, f.source, f.out_of_order_bytes
                 ));
             }
         }

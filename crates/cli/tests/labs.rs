@@ -740,10 +740,12 @@ fn interrupt_a_run(path: &str, after_first_line: Duration, stop_within: Duration
     let run = exported("runs");
     assert_eq!(run["status"], "incomplete", "{run}");
     assert_eq!(run["error"], "interrupted", "{run}");
-    // Something arrived and is kept (a 20 %-loss path may have delivered little).
+    // Something arrived and is kept. A 20 %-loss path at 50 ms delivers tens of KB a
+    // second between its timeouts (Mathis's bound is 79 KB/s; a CI run had read 95 568
+    // bytes in 5 s): a few segments' worth is what it reliably has.
     let flow = exported("flows");
     assert!(
-        flow["received_bytes"].as_u64().unwrap() > 100_000,
+        flow["received_bytes"].as_u64().unwrap() > 10_000,
         "{path}: first live line {first_interval:?}; {flow}"
     );
     assert!(

@@ -33,7 +33,7 @@ use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
 use crate::capture::Tap;
-use crate::pool::{segmenter, BufId, Bytes, Pool};
+use crate::pool::{segmenter, write_segment, BufId, Bytes, Pool};
 
 /// Packets read from one device before looking at the links again.
 const READ_BATCH: usize = 64;
@@ -278,6 +278,7 @@ impl Direction {
                 lateness: Histogram::new_with_bounds(1, 60_000_000_000, 3)
                     .expect("valid histogram bounds"),
                 delays: DelayMeter::default(),
+                last: None,
             },
             lateness_published: (Lateness::default(), 0),
             malformed: 0,
@@ -838,13 +839,9 @@ impl<'a> Parts<'a> {
 /// Segment `index` of the super-packet `packet`, whole (virtio header first); empty if
 /// it does not parse.
 fn segment_bytes(packet: &[u8], index: usize) -> Vec<u8> {
-    let Some(segments) = segmenter(packet) else {
-        return Vec::new();
-    };
-    let mut whole = vec![0u8; VirtioNetHdr::LEN + segments.wire_len(index)];
-    let n = segments
-        .write_segment(index, CsumMode::Partial, true, &mut whole)
-        .unwrap_or(0);
+    // A segment is never longer than its super-packet.
+    let mut whole = vec![0u8; packet.len()];
+    let n = write_segment(packet, index, &mut whole).unwrap_or(0);
     whole.truncate(n);
     whole
 }
@@ -884,15 +881,26 @@ struct Written {
     lateness: Histogram<u64>,
     /// Write time − read time, per flow, of the packets with a payload.
     delays: DelayMeter,
+    /// The last packet's buffer, when it was read and its flow: the segments of one
+    /// super-packet leave together, and their headers are parsed once.
+    last: Option<((BufId, u64), Option<FlowKey>)>,
 }
 
 impl Written {
     /// Packet `id`, due at `due`, written at `now`.
     fn record(&mut self, pool: &Pool, id: BufId, due: u64, now: u64) {
         let _ = self.lateness.record(now.saturating_sub(due).max(1));
-        if let Some(flow) = data_flow(&pool.bytes(id)) {
-            self.delays
-                .record(flow, now.saturating_sub(pool.arrived(id)), now);
+        let arrived = pool.arrived(id);
+        // A buffer is read again only after its last segment left: with its read
+        // time, it names one packet.
+        let source = (Pool::holder(id), arrived);
+        let flow = match self.last {
+            Some((last, flow)) if last == source => flow,
+            _ => data_flow(&pool.bytes(id)),
+        };
+        self.last = Some((source, flow));
+        if let Some(flow) = flow {
+            self.delays.record(flow, now.saturating_sub(arrived), now);
         }
     }
 }

@@ -75,6 +75,14 @@ pub fn segmenter(packet: &[u8]) -> Option<Segmenter<'_>> {
     Segmenter::new(&hdr, ip).ok()
 }
 
+/// Segment `index` of the super-packet `packet` written whole into `out` (virtio header
+/// first, its checksum left to the receiver); its length.
+pub fn write_segment(packet: &[u8], index: usize, out: &mut [u8]) -> Option<usize> {
+    segmenter(packet)?
+        .write_segment(index, CsumMode::Partial, true, out)
+        .ok()
+}
+
 impl Class {
     fn alloc(&mut self) -> BufId {
         if let Some(index) = self.free.pop() {
@@ -149,16 +157,19 @@ impl Pool {
         }
     }
 
+    /// The buffer behind packet `id`: its own, or a segment's super-packet's.
+    pub fn holder(id: BufId) -> BufId {
+        Self::segment_of(id).map_or(id, |(packet, _)| packet)
+    }
+
     /// When packet `id` was read (a segment: its super-packet).
     pub fn arrived(&self, id: BufId) -> u64 {
-        self.get(Self::segment_of(id).map_or(id, |(packet, _)| packet))
-            .arrived
+        self.get(Self::holder(id)).arrived
     }
 
     /// The bytes of the buffer behind `id`: a segment's are its super-packet's.
     pub fn buffer(&self, id: BufId) -> &[u8] {
-        self.get(Self::segment_of(id).map_or(id, |(packet, _)| packet))
-            .bytes()
+        self.get(Self::holder(id)).bytes()
     }
 
     /// Packet `id` in a buffer of its own, to be changed in place: a segment is copied
@@ -207,12 +218,7 @@ impl Pool {
         let from = &large.bufs[(packet & !LARGE) as usize];
         let to = &mut smalls.bufs[small as usize];
         to.arrived = from.arrived;
-        let from = from.bytes();
-        let written = segmenter(from).and_then(|s| {
-            s.write_segment(index, CsumMode::Partial, true, &mut to.data)
-                .ok()
-        });
-        match written {
+        match write_segment(from.bytes(), index, &mut to.data) {
             Some(len) => {
                 to.len = len;
                 Some(small)
@@ -259,7 +265,7 @@ impl Pool {
 
     /// Lets go of `id`; a buffer is free again when its last holder lets go.
     pub fn release(&mut self, id: BufId) {
-        let id = Self::segment_of(id).map_or(id, |(packet, _)| packet);
+        let id = Self::holder(id);
         let class = self.class_mut(id);
         let index = (id & !LARGE) as usize;
         debug_assert!(class.refs[index] > 0, "buffer {id} released twice");

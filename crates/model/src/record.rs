@@ -696,6 +696,19 @@ pub struct PathRecord {
     pub capture_file: Option<String>,
 }
 
+impl PathRecord {
+    /// The direction that carried more data packets: the one whose delay and drops are
+    /// the run's.
+    pub fn data_direction(&self) -> &DirectionStats {
+        let packets = |d: &DirectionStats| d.delay.map_or(0, |q| q.packets);
+        if packets(&self.down) > packets(&self.up) {
+            &self.down
+        } else {
+            &self.up
+        }
+    }
+}
+
 /// A bottleneck queue given as a multiple of the BDP, as the lab sized it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BdpSizing {

@@ -221,14 +221,7 @@ impl Metric {
             Metric::Rpm => run.summary.latency.as_ref().and_then(|l| l.rpm),
             Metric::Transactions => run.summary.transactions.map(|t| t.per_second),
             Metric::TransactionTime => run.summary.transactions.map(|t| t.latency_us.p50),
-            Metric::Delay => {
-                let path = run.path.as_ref()?;
-                [path.up.delay, path.down.delay]
-                    .into_iter()
-                    .flatten()
-                    .max_by_key(|d| d.packets)
-                    .map(|d| d.p95_us)
-            }
+            Metric::Delay => run.path.as_ref()?.data_direction().delay.map(|d| d.p95_us),
         }
     }
 }

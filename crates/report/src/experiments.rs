@@ -390,11 +390,7 @@ pub fn leaderboards(
             "dropped",
             "fairness",
         ];
-        let heading = if facet.is_empty() {
-            "Leaderboard".to_owned()
-        } else {
-            format!("Leaderboard — {}", file_names(&facet))
-        };
+        let heading = format!("Leaderboard{}", facet_suffix(&file_names(&facet)));
         out.push((
             heading,
             std::iter::once(header.iter().map(|h| h.to_string()).collect())
@@ -414,13 +410,7 @@ fn dropped_share(data: &ExperimentRuns, point: &Point) -> Option<f64> {
         .filter(|r| r.run.point == point.index)
         .filter_map(|r| data.runs.get(&r.run_id?)?.path.as_ref())
         .filter_map(|path| {
-            let packets =
-                |d: &tcplab_model::record::DirectionStats| d.delay.map_or(0, |q| q.packets);
-            let dir = if packets(&path.down) > packets(&path.up) {
-                &path.down
-            } else {
-                &path.up
-            };
+            let dir = path.data_direction();
             let entered = dir.links.first()?.counters.packets_in;
             let dropped: u64 = dir.links.iter().map(|l| l.counters.dropped()).sum();
             (entered > 0).then(|| dropped as f64 / entered as f64)

@@ -696,8 +696,13 @@ fn data_directions(run: &RunRecord) -> Vec<(&'static str, &DirectionStats)> {
 
 /// Seconds since the run's t0 of a time on its lab's emulator clock (µs), if after t0.
 fn emulator_seconds(run: &RunRecord, t_us: u64) -> Option<f64> {
-    let path = run.path.as_ref()?;
-    let t = t_us as i64 - (run.started_unix_us - path.epoch_unix_us);
+    run_seconds(t_us, run.started_unix_us, run.path.as_ref()?.epoch_unix_us)
+}
+
+/// A time on the emulator's clock (µs since `epoch_unix_us` on the wall clock) as
+/// seconds since the run's t0 at `started_unix_us`; `None` before t0.
+fn run_seconds(t_us: u64, started_unix_us: i64, epoch_unix_us: i64) -> Option<f64> {
+    let t = t_us as i64 - (started_unix_us - epoch_unix_us);
     (t >= 0).then(|| seconds(t as f64))
 }
 
@@ -782,12 +787,11 @@ fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {
 /// clock) as (seconds since the run's t0 at `started_unix_us`, bytes); samples from
 /// before t0 are left out.
 pub fn on_run_time(queue: &[QueueSample], started_unix_us: i64, epoch_unix_us: i64) -> Vec<Pt> {
-    let shift = started_unix_us - epoch_unix_us;
     queue
         .iter()
         .filter_map(|s| {
-            let t = s.t_us as i64 - shift;
-            (t >= 0).then(|| Pt::at(seconds(t as f64), s.bytes as f64))
+            let t = run_seconds(s.t_us, started_unix_us, epoch_unix_us)?;
+            Some(Pt::at(t, s.bytes as f64))
         })
         .collect()
 }

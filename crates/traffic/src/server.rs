@@ -494,13 +494,16 @@ fn run_test(
         Message::Go { client_t0_us } => client_t0_us,
         other => return Err(unexpected(&other, "Go").into()),
     };
-    // On one clock the client's start is exact: this end's intervals are cut when the
-    // client's are, however late `Go` arrived (a server busy with 16 clients' tests was
-    // seen to start its receivers' intervals hundreds of ms after their senders').
+    // This end starts when the client's first bytes can arrive: `Go`'s arrival, or on
+    // one clock the client's start plus the path's one way (half the best exchange's
+    // round trip), however late a busy server reads `Go` (one serving 16 clients' tests
+    // started its receivers' intervals hundreds of ms after their senders'). A
+    // receiver's intervals then hold what the sender's sent in theirs.
+    let now = monotonic_us();
     let t0 = if same_clock {
-        client_t0_us.min(monotonic_us())
+        now.min(client_t0_us + clock.offset.uncertainty_us)
     } else {
-        monotonic_us()
+        now
     };
 
     let stop = Arc::new(AtomicBool::new(false));

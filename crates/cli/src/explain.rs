@@ -79,10 +79,14 @@ pub fn render(e: &Explanation) -> String {
             .client
             .map(|k| format!(" (client{k}'s, end to end)"))
             .unwrap_or_default();
+        let bottleneck = match (p.bottleneck_bps, p.trace_bps) {
+            (Some(r), _) => format_rate(r as f64),
+            (None, Some(r)) => format!("a trace offering {} over the run", format_rate(r)),
+            (None, None) => "—".into(),
+        };
         s += &format!(
-            "path:      {}\n           bottleneck {}, base RTT {}{whose}, BDP {}, queue {}\n",
+            "path:      {}\n           bottleneck {bottleneck}, base RTT {}{whose}, BDP {}, queue {}\n",
             p.spec,
-            opt(p.bottleneck_bps, |r| format_rate(r as f64)),
             format_duration_us(p.base_rtt_us),
             opt(p.bdp_bytes, format_size),
             opt(p.queue_bytes, format_size),

@@ -118,6 +118,11 @@ pub struct PathFacts {
     pub spec: String,
     /// The data direction's bottleneck rate, bit/s; `None` without a fixed rate.
     pub bottleneck_bps: Option<u64>,
+    /// A trace bottleneck's mean capacity over the measured window, bit/s: what its
+    /// packet opportunities offered, used or not, as IP bytes (the emulator's samples
+    /// of 100 ms that meet the window, whole: never less than the trace offered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_bps: Option<f64>,
     /// The round trip of the flows' client without queueing, µs: its access link's and
     /// the bottleneck's delays, both directions, or what the lab really gave where that
     /// was more (a round trip below the lab's own latency).
@@ -281,23 +286,28 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let (tcp, other): (Vec<&FlowRecord>, Vec<&FlowRecord>) =
         all_tcp.iter().partition(|f| f.direction == direction);
     let spec: Option<PathSpec> = run.path.as_ref().and_then(|p| p.spec.parse().ok());
+    let window = throughput::window(&run.intervals, Counted::Received, 0, |id| {
+        tcp.iter().any(|f| f.id == id)
+    });
     let facts = run
         .path
         .as_ref()
         .zip(spec.as_ref())
-        .map(|(p, s)| path_facts(p, s, &tcp, direction));
+        .map(|(p, s)| PathFacts {
+            trace_bps: window
+                .as_ref()
+                .and_then(|w| trace_capacity_bps(run, p, direction, w)),
+            ..path_facts(p, s, &tcp, direction)
+        });
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
-    let measured_bps = throughput::bps(&run.intervals, Counted::Received, 0, |id| {
-        tcp.iter().any(|f| f.id == id)
-    })
-    .unwrap_or(0.0);
+    let measured_bps = window.and_then(|w| w.bps()).unwrap_or(0.0);
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
     let mss = tcp.first().map_or(0, |f| f.mss);
     let pacing = pacing_cap(run, spec.as_ref(), direction, tcp.len(), mss);
     let bounds = Bounds {
         link_bps: facts
             .as_ref()
-            .and_then(|p| p.bottleneck_bps)
+            .and_then(|p| p.bottleneck_bps.or(p.trace_bps.map(|r| r.ceil() as u64)))
             .filter(|_| mss > 0)
             .map(|r| bounds::link_goodput_bps(r, mss, 0)),
         window_bps: sum_over_flows(&tcp, &samples, &|f, s| {
@@ -319,7 +329,19 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let gap_pacer = spec
         .as_ref()
         .is_some_and(|s| matches!(s.link(path_direction(direction)).pace, Some(Pace::Rate(_))));
-    let verdict = verdict(&tcp, &steady, limits, measured_bps, &bounds, gap_pacer);
+    let link = match facts.as_ref().and_then(|p| p.trace_bps) {
+        Some(_) => "the trace's mean",
+        None => "the bottleneck's",
+    };
+    let verdict = verdict(
+        &tcp,
+        &steady,
+        limits,
+        measured_bps,
+        &bounds,
+        gap_pacer,
+        link,
+    );
     let real_path = facts.is_none().then(|| real_path(run, &tcp)).flatten();
     let mut explanation = Explanation {
         path: facts,
@@ -387,14 +409,38 @@ fn path_facts(
     PathFacts {
         spec: record.spec.clone(),
         bottleneck_bps,
+        trace_bps: None,
         base_rtt_us,
         client: access
             .iter()
             .any(|a| a.rtt_us() > 0)
             .then_some(client as u32 + 1),
         bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
-        queue_bytes: queue_bytes.filter(|_| bottleneck_bps.is_some()),
+        queue_bytes: queue_bytes.filter(|_| spec.link(dir).bottleneck != Bottleneck::Unlimited),
     }
+}
+
+/// What the trace bottleneck carrying `direction`'s data offered over the measured
+/// `window`, bit/s; `None` without a trace there. The run's times move to the
+/// emulator's clock by the wall-clock anchors of both (the bytes read in the window
+/// crossed the bottleneck in it: none was sent before t0).
+fn trace_capacity_bps(
+    run: &RunRecord,
+    path: &PathRecord,
+    direction: Direction,
+    window: &throughput::Window,
+) -> Option<f64> {
+    let stats = match path_direction(direction) {
+        path::Direction::Up => &path.up,
+        path::Direction::Down => &path.down,
+    };
+    let shift = u64::try_from(run.started_unix_us - path.epoch_unix_us).ok()?;
+    let span = window
+        .end_us
+        .checked_sub(window.start_us)
+        .filter(|s| *s > 0)?;
+    let bytes = stats.offered_bytes(window.start_us + shift, window.end_us + shift)?;
+    Some(bytes * 8e6 / span as f64)
 }
 
 /// The client (from 0) the TCP flows ran from, the one with the longest end-to-end
@@ -730,6 +776,7 @@ fn verdict(
     measured: f64,
     bounds: &Bounds,
     gap_pacer: bool,
+    link_name: &str,
 ) -> Verdict {
     let rate = |bps: f64| format_rate(bps);
     let v = |limit, reason: String| Verdict { limit, reason };
@@ -744,7 +791,7 @@ fn verdict(
         v(
             Limit::Link,
             format!(
-                "{} measured carries the bottleneck's {} of goodput at {:.0} %",
+                "{} measured carries {link_name} {} of goodput at {:.0} %",
                 rate(measured),
                 rate(l),
                 100.0 * measured / l
@@ -1343,8 +1390,8 @@ mod tests {
     use crate::calibration::{Calibration, Intrinsic};
     use crate::link::LinkCounters;
     use crate::record::{
-        BurstStats, ClockOffset, HostMeta, IntervalRecord, NamedCounters, PathRecord, RttStats,
-        RunStatus, Summary, TestParams,
+        BurstStats, CapacitySample, ClockOffset, HostMeta, IntervalRecord, NamedCounters,
+        PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
 
     const MSS: u32 = 1448;
@@ -1680,6 +1727,53 @@ mod tests {
             finding.message
         );
         assert!(e.recommendations[0].starts_with("set the send buffer to ≥ 244 KiB"));
+    }
+
+    /// On a trace path the link bound is what the trace offered over the measured
+    /// window (the emulator's samples that meet it, whole), as goodput: a flow that
+    /// carried most of it is link-limited.
+    #[test]
+    fn a_trace_paths_link_bound_is_what_it_offered_in_the_window() {
+        let mut r = run(
+            "rtt 40ms up.trace a.up down.trace a.down",
+            vec![flow(0, 5.6e6)],
+            Vec::new(),
+        );
+        // The emulator started 2 s before the run; its trace offered 8 Mbit/s for
+        // 7 s, then 4: the run's 10 s are its 2nd to 12th.
+        r.started_unix_us = 1_002_000_000;
+        let path = r.path.as_mut().unwrap();
+        path.epoch_unix_us = 1_000_000_000;
+        path.up.capacity = (1..=140)
+            .map(|k| CapacitySample {
+                t_us: k * 100_000,
+                bps: if k <= 70 { 8e6 } else { 4e6 },
+            })
+            .collect();
+        // Samples are whole: 2.05–2.15 s meets the ones ending at 2.1 and 2.2 s.
+        assert_eq!(path.up.offered_bytes(2_050_000, 2_150_000), Some(200_000.0));
+        assert_eq!(path.down.offered_bytes(0, 1_000_000), None);
+        let e = explain(&r);
+        let trace_bps = e.path.as_ref().and_then(|p| p.trace_bps).unwrap();
+        // 5 s at 8 Mbit/s and 5 s at 4 over 10 s.
+        assert!((trace_bps - 6e6).abs() < 1e-3, "{trace_bps}");
+        assert_eq!(
+            e.bounds.link_bps,
+            Some(bounds::link_goodput_bps(6_000_000, MSS, 0))
+        );
+        assert_eq!(e.verdict.limit, Limit::Link, "{}", e.verdict.reason);
+        assert!(
+            e.verdict.reason.contains("the trace's mean 5.79 Mbit/s"),
+            "{}",
+            e.verdict.reason
+        );
+        // A fixed rate has no trace's.
+        let fixed = explain(&run(
+            "rtt 40ms rate 6mbit",
+            vec![flow(0, 5.6e6)],
+            Vec::new(),
+        ));
+        assert_eq!(fixed.path.unwrap().trace_bps, None);
     }
 
     #[test]

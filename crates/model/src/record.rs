@@ -765,6 +765,24 @@ pub struct DirectionStats {
     pub capture: Option<crate::capture::CaptureCounts>,
 }
 
+impl DirectionStats {
+    /// What a trace bottleneck offered from `from_us` to `to_us` (the emulator's clock),
+    /// bytes: each capacity sample's whole interval that meets that span, so never less
+    /// than the trace offered in it. The samples follow one another from the
+    /// emulator's start. `None` without samples.
+    pub fn offered_bytes(&self, from_us: u64, to_us: u64) -> Option<f64> {
+        let mut interval_start = 0;
+        let mut bytes = None;
+        for s in &self.capacity {
+            if s.t_us > from_us && interval_start < to_us {
+                *bytes.get_or_insert(0.0) += s.bps * (s.t_us - interval_start) as f64 / 8e6;
+            }
+            interval_start = s.t_us;
+        }
+        bytes
+    }
+}
+
 /// How one flow arrived at the bottleneck, in trains: runs of packets arriving back to
 /// back (`crate::burst`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -539,9 +539,15 @@ fn throughput(
             points: steps(&rates.total),
         });
     }
+    // A trace's link bound is its mean: its capacity per 100 ms, drawn dashed beside
+    // (see `capacity`), is the bound over time, which a flow's bin may not exceed.
+    let traced = data_directions(run)
+        .iter()
+        .any(|(_, stats)| !stats.capacity.is_empty());
     let bound = (!tcp.is_empty())
         .then(|| explain(run).bounds.binding())
-        .flatten();
+        .flatten()
+        .filter(|(name, _)| !(traced && *name == "link"));
     if let Some((name, bps)) = bound {
         let (start, end) = rates.span();
         series.push(Series {

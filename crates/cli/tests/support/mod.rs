@@ -767,19 +767,32 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
                 .map(|c| excess_bytes(c, bps) - held)
                 .fold(0.0, f64::max)
         };
-        if let Some(goodput) = tcplab_model::explain::explain(&run).bounds.link_bps {
-            let all: Vec<&[rates::Cell]> = r
-                .flows
-                .iter()
-                .map(|f| f.cells.as_slice())
-                .chain(totals)
-                .collect();
-            let over = beyond(&all, 1.03 * goodput);
-            if over > 0.0 {
-                errors.push(format!(
-                    "{what}: {over} bytes beyond 103 % of the link's goodput {goodput}: {all:?}"
-                ));
+        let explained = tcplab_model::explain::explain(&run);
+        let all: Vec<&[rates::Cell]> = r
+            .flows
+            .iter()
+            .map(|f| f.cells.as_slice())
+            .chain(totals)
+            .collect();
+        match (&explained.path, explained.bounds.link_bps) {
+            (Some(path), Some(goodput)) if path.trace_bps.is_some() => {
+                // A trace's rate varies: each bin against what it offered then, from a
+                // round trip and a stall before (a sender's samples count bytes an RTT
+                // after they crossed it).
+                let trace_bps = path.trace_bps.unwrap();
+                let lead_us = path.base_rtt_us + stall_us;
+                let over = trace_bin_errors(&run, &all, goodput / trace_bps, lead_us);
+                errors.extend(over.into_iter().map(|e| format!("{what}: {e}")));
             }
+            (_, Some(goodput)) => {
+                let over = beyond(&all, 1.03 * goodput);
+                if over > 0.0 {
+                    errors.push(format!(
+                        "{what}: {over} bytes beyond 103 % of the link's goodput {goodput}: {all:?}"
+                    ));
+                }
+            }
+            _ => {}
         }
         let chart = find_chart(
             &store,
@@ -791,7 +804,7 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
         let Body::Lines { series, .. } = &chart.body else {
             panic!("{what}: throughput over time is lines");
         };
-        if let Some(bound) = series.iter().find(|s| s.dashed) {
+        if let Some(bound) = series.iter().find(|s| s.name.starts_with("bound: ")) {
             let over = beyond(&tcp_cells, bound.points[0].y / 0.95);
             if over > 0.0 {
                 errors.push(format!(
@@ -851,6 +864,31 @@ fn longest_queue_us(run: &tcplab_model::record::RunRecord) -> u64 {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// The bins of `cells` that hold more than `goodput_share` of what the run's trace
+/// bottleneck offered from `lead_us` before them to their end.
+fn trace_bin_errors(
+    run: &tcplab_model::record::RunRecord,
+    cells: &[&[tcplab_report::rates::Cell]],
+    goodput_share: f64,
+    lead_us: u64,
+) -> Vec<String> {
+    let path = run.path.as_ref().expect("a trace path");
+    let shift = (run.started_unix_us - path.epoch_unix_us) as u64;
+    let stats = path.data_direction();
+    let mut errors = Vec::new();
+    for c in cells.iter().flat_map(|c| c.iter()) {
+        let from = (c.start_us + shift).saturating_sub(lead_us);
+        let offered = stats.offered_bytes(from, c.end_us + shift).unwrap_or(0.0);
+        if c.bytes > goodput_share * offered {
+            errors.push(format!(
+                "{} bytes in {}–{} µs of the run, beyond the trace's {offered} offered from {lead_us} µs before",
+                c.bytes, c.start_us, c.end_us
+            ));
+        }
+    }
+    errors
 }
 
 /// A host kept off the CPU on a loaded machine (a receiver descheduled, its

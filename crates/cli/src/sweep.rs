@@ -40,6 +40,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     let hosts =
         sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_congestion(&experiment.points)?;
+    sweep::check_traces(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_labs(&experiment.points)?;
     let _lock = sweep::lock(&db)?;
     let mut store = open_store(&db)?;

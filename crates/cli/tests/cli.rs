@@ -260,6 +260,17 @@ fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
         1,
         &["line 3, column 19", "axis 'path.rtt' value \"fast\""],
     );
+    // A relative trace file is the experiment file's, not the working directory's.
+    let trace = file(
+        "trace.toml",
+        "path = \"rtt 40ms up.trace lte.up down.trace lte.down\"\n[[flow]]\n",
+    );
+    let in_dir = dir.path().join("lte.up").display().to_string();
+    assert_one_line_error(
+        &["sweep", &trace],
+        1,
+        &["trace.toml: trace file 'lte.up' not found as ", &in_dir],
+    );
     let syntax = file("syntax.toml", "duration = \n");
     assert_one_line_error(&["sweep", &syntax], 1, &["syntax.toml: line 1"]);
     assert_one_line_error(

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +50,8 @@ pub struct Prepared {
     pub points: Vec<Point>,
     /// The plan's rows this sweep runs: all of them, or its shard's.
     pub plan: Vec<PlanRow>,
+    /// Where the points' relative trace files are: the experiment file's directory.
+    pub file_dir: PathBuf,
 }
 
 impl Prepared {
@@ -104,6 +106,7 @@ pub fn prepare(store: &mut Store, req: &SweepRequest) -> Result<Prepared> {
         retried,
         points: store.points(id)?,
         plan: shard_rows(store.plan(id)?, req.shard),
+        file_dir: file_dir(Path::new(req.file)).to_path_buf(),
     })
 }
 
@@ -165,12 +168,36 @@ pub fn real_hosts(points: &[Point], experiment_file: &Path) -> Result<BTreeMap<S
 /// A real host's key, if it has one. A relative key path is taken from the experiment
 /// file's directory, so a study and its keys move together.
 pub fn host_key(host: &RemoteHost, experiment_file: &Path) -> Result<Option<PreSharedKey>> {
-    let base = experiment_file.parent().unwrap_or(Path::new("."));
     host.key_file
         .as_ref()
-        .map(|file| auth::read_key_file(&base.join(file)))
+        .map(|file| auth::read_key_file(&file_dir(experiment_file).join(file)))
         .transpose()
         .with_context(|| format!("host '{}'", host.name))
+}
+
+/// The directory a relative path in `experiment_file` is taken from: the file's, so a
+/// study moves together with its keys and traces.
+fn file_dir(experiment_file: &Path) -> &Path {
+    experiment_file.parent().unwrap_or(Path::new("."))
+}
+
+/// Refuses a plan whose lab points name a trace file that is not there, before any run.
+pub fn check_traces(points: &[Point], experiment_file: &Path) -> Result<()> {
+    let dir = file_dir(experiment_file);
+    let specs = points
+        .iter()
+        .filter(|p| p.config.server.is_none())
+        .flat_map(|p| std::iter::once(&p.config.path).chain(&p.config.access));
+    for trace in specs.flat_map(|s| s.trace_files()) {
+        let found = dir.join(trace);
+        if !found.is_file() {
+            bail!(
+                "trace file '{trace}' not found as {} (a relative trace is taken from the experiment file's directory)",
+                found.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Holds the database's sweep lock: two sweeps on one database would run the same
@@ -299,7 +326,9 @@ pub fn execute(
             .capture
             .then(|| capture_spec(store.path(), &experiment.name, row.seq))
             .transpose()?;
-        let result = run_point(&lab_name, hosts, point, lab_seed, label, capture, &stop);
+        let result = run_point(
+            &lab_name, hosts, point, prepared, lab_seed, label, capture, &stop,
+        );
         let stopped = stop.load(Ordering::Relaxed);
         let (outcome, test_time, throughput_bps) = match &result {
             Ok((run, test)) => {
@@ -382,10 +411,12 @@ fn capture_spec(db: &Path, experiment: &str, seq: u32) -> Result<CaptureSpec> {
 
 /// One run of a point in a fresh lab whose links draw from `lab_seed`, or against its
 /// real host.
+#[allow(clippy::too_many_arguments)]
 fn run_point(
     lab_name: &str,
     hosts: &BTreeMap<String, RealHost>,
     point: &Point,
+    prepared: &Prepared,
     lab_seed: u64,
     label: Option<String>,
     capture: Option<CaptureSpec>,
@@ -414,12 +445,16 @@ fn run_point(
             run_against(host, &groups, Arc::clone(stop))
         }
         None => {
-            let mut path = c.path.clone();
+            let mut path = c.path.traces_under(&prepared.file_dir);
             path.seed = Some(lab_seed);
             let config = LabConfig {
                 name: lab_name.to_owned(),
                 path,
-                clients: c.access.clone(),
+                clients: c
+                    .access
+                    .iter()
+                    .map(|a| a.traces_under(&prepared.file_dir))
+                    .collect(),
                 backend: Backend::Emulator,
                 sysctls: c.sysctl.clone(),
                 capture,

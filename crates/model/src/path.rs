@@ -504,6 +504,28 @@ impl PathSpec {
         }
     }
 
+    /// The trace files its links read, as written.
+    pub fn trace_files(&self) -> impl Iterator<Item = &str> {
+        [&self.up, &self.down]
+            .into_iter()
+            .filter_map(|l| match &l.bottleneck {
+                Bottleneck::Trace { path } => Some(path.as_str()),
+                _ => None,
+            })
+    }
+
+    /// The spec with its relative trace files taken from `dir` (an experiment file's
+    /// directory) instead of the working directory.
+    pub fn traces_under(&self, dir: &std::path::Path) -> PathSpec {
+        let mut spec = self.clone();
+        for link in [&mut spec.up, &mut spec.down] {
+            if let Bottleneck::Trace { path } = &mut link.bottleneck {
+                *path = dir.join(&*path).to_string_lossy().into_owned();
+            }
+        }
+        spec
+    }
+
     /// Both directions' [`LinkSpec::delay_part`], on the same MTU.
     pub fn delay_part(&self) -> PathSpec {
         PathSpec {
@@ -1840,6 +1862,18 @@ mod tests {
 
     fn err(s: &str) -> String {
         s.parse::<PathSpec>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn relative_trace_files_move_under_a_directory_and_absolute_ones_stay() {
+        let spec = parse("rtt 40ms up.trace a.up down.trace /abs/b.down");
+        let moved = spec.traces_under(std::path::Path::new("/x/examples"));
+        assert_eq!(
+            moved.trace_files().collect::<Vec<_>>(),
+            ["/x/examples/a.up", "/abs/b.down"]
+        );
+        assert_eq!(moved.rtt_us(), spec.rtt_us());
+        assert_eq!(parse("rtt 40ms rate 10mbit").trace_files().count(), 0);
     }
 
     #[test]

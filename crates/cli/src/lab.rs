@@ -22,7 +22,7 @@ use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
-use tcplab_model::units::count;
+use tcplab_model::units::{count, format_duration_us};
 use tcplab_report::table::{aligned, Align};
 use tcplab_sys::{netns, poll};
 
@@ -387,6 +387,16 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
             count(s.lateness.packets, "packet"),
             if s.realtime { "" } else { " (normal priority)" }
         );
+        if let Some(d) = &s.delay {
+            println!(
+                "  {dir:<4} one-way delay of the data packets p50 {}, p95 {}, p99 {}, max {} over {}",
+                format_duration_us(d.p50_us.round() as u64),
+                format_duration_us(d.p95_us.round() as u64),
+                format_duration_us(d.p99_us.round() as u64),
+                format_duration_us(d.max_us.round() as u64),
+                count(d.packets, "packet"),
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -157,6 +157,33 @@ fn lab_up_show_list_down_round_trip() {
         "{text}"
     );
     assert!(text.contains("down lateness p50"), "{text}");
+    // Data packets (ping's carry no TCP or UDP payload) show their one-way delay
+    // across the path, at least its 1 ms less what the lab took off for its own
+    // latency: five datagrams to a closed port.
+    let sent = Command::new("ip")
+        .args(["netns", "exec", &guard.client_ns(), "bash", "-c"])
+        .arg("for k in 1 2 3 4 5; do echo $k > /dev/udp/10.77.0.1/9; done")
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (delay, credit_us) = loop {
+        let show = guard.show();
+        let credit_us = show["calibration"]["up_credit_us"].as_f64().unwrap_or(0.0);
+        let packets = show["up"]["delay"]["packets"].as_u64().unwrap_or(0);
+        if packets >= 5 || Instant::now() > deadline {
+            break (show["up"]["delay"].clone(), credit_us);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(delay["packets"], 5, "{delay}");
+    assert!(f64_at(&delay, "/p50_us") >= 999.0 - credit_us, "{delay}");
+    let text = String::from_utf8_lossy(&lab(&["show", &name]).stdout).into_owned();
+    assert!(
+        text.contains("up   one-way delay of the data packets p50 ")
+            && text.contains("over 5 packets"),
+        "{text}"
+    );
 
     let listed = list_json();
     let entry = listed

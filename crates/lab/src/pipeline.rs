@@ -28,7 +28,9 @@ use tcplab_model::packet::{
     finish_checksum, is_ect, set_ce, Coalescer, CsumMode, FlowKey, PacketInfo, Segmenter,
     Transport, VirtioNetHdr, MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
 };
-use tcplab_model::record::{CapacitySample, DirectionStats, Lateness, NamedCounters};
+use tcplab_model::record::{
+    CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters,
+};
 use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
@@ -214,6 +216,8 @@ struct Direction {
     written: Written,
     /// The quantiles last computed, and when.
     lateness_published: (Lateness, u64),
+    /// The data packets' one-way delay as last published with the lateness.
+    delay_published: Option<DelayQuantiles>,
     malformed: u64,
     unroutable: u64,
     write_errors: u64,
@@ -281,6 +285,7 @@ impl Direction {
                 last: None,
             },
             lateness_published: (Lateness::default(), 0),
+            delay_published: None,
             malformed: 0,
             unroutable: 0,
             write_errors: 0,
@@ -726,9 +731,10 @@ impl Direction {
         }
     }
 
-    /// What the loop publishes: the counters, and the lateness quantiles as last
-    /// computed (afresh once a second). `last` (the final stats) adds fresh quantiles
-    /// and the metered link's bursts and queue samples, too costly to sort every time.
+    /// What the loop publishes: the counters, and the lateness and one-way delay
+    /// quantiles as last computed (afresh once a second). `last` (the final stats) adds
+    /// fresh quantiles, each flow's delays, the metered link's bursts and queue samples
+    /// and the series over time, too costly to build every time.
     fn stats(&mut self, now: u64, last: bool) -> DirectionStats {
         let (published, at) = &mut self.lateness_published;
         if last || now >= *at + LATENESS_EVERY_NS {
@@ -740,6 +746,7 @@ impl Direction {
                 p99_us: q(0.99),
                 max_us: lateness.max() as f64 / 1000.0,
             };
+            self.delay_published = self.written.delays.overall();
             *at = now;
         }
         let (bursts, queue) = self
@@ -753,7 +760,7 @@ impl Direction {
         let (delay, flow_delays) = if last {
             self.written.delays.report()
         } else {
-            Default::default()
+            (self.delay_published, Vec::new())
         };
         DirectionStats {
             per_packet: self.plan.per_packet,

@@ -101,7 +101,12 @@ impl DelayMeter {
             })
             .collect();
         flows.sort_by(|a, b| (b.delay.packets, &a.flow).cmp(&(a.delay.packets, &b.flow)));
-        ((!self.all.is_empty()).then(|| quantiles(&self.all)), flows)
+        (self.overall(), flows)
+    }
+
+    /// The direction's data packets together; `None` before the first.
+    pub fn overall(&self) -> Option<DelayQuantiles> {
+        (!self.all.is_empty()).then(|| quantiles(&self.all))
     }
 }
 

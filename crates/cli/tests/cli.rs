@@ -400,6 +400,9 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         ("rtt_fair", 2),
         ("voip", 2),
         ("bufferbloat", 96),
+        ("arena", 594),
+        ("arena-3flows", 594),
+        ("arena-uplink", 198),
     ] {
         let out = tcplab(&["sweep", &format!("{examples}/{name}.toml"), "--dry-run"]);
         let text = String::from_utf8_lossy(&out.stdout);

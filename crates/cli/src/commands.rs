@@ -20,6 +20,7 @@ use tcplab_traffic::client::{self, Request};
 use tcplab_traffic::server::{self, Access, ServerConfig};
 
 use crate::args::{ExportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs};
+use crate::stdio::{errln, out, outln, Stdout};
 use crate::{lab, output};
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
@@ -36,9 +37,9 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    eprintln!("tcplab: serving on {}, {who}", listener.local_addr()?);
+    errln!("tcplab: serving on {}, {who}", listener.local_addr()?);
     if args.iperf3 {
-        let log = |line| eprintln!("tcplab serve: {line}");
+        let log = |line| errln!("tcplab serve: {line}");
         let open = args.insecure_open;
         tcplab_traffic::iperf3::server::serve(listener, open, log, &AtomicBool::new(false))?;
         return Ok(ExitCode::SUCCESS);
@@ -50,7 +51,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     server::serve(
         listener,
         config,
-        |line| eprintln!("tcplab serve: {line}"),
+        |line| errln!("tcplab serve: {line}"),
         &AtomicBool::new(false),
         None,
     )?;
@@ -62,7 +63,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
 fn read_key(path: &Path) -> Result<PreSharedKey> {
     let key = auth::read_key_file(path)?;
     if auth::readable_by_others(path)? {
-        eprintln!(
+        errln!(
             "tcplab: warning: key file {} is readable by other users (chmod 600 it)",
             path.display()
         );
@@ -124,7 +125,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
             "# tcplab quickstart's report: regenerated output\n*\n",
         )
         .with_context(|| format!("cannot write {}", ignore.display()))?;
-        println!(
+        outln!(
             "report: {} ({}; open it in a browser)",
             written.path.display(),
             count(written.charts, "chart")
@@ -161,7 +162,7 @@ fn run_in_lab(
             if show {
                 describe_lab(lab)
             } else if let Some(c) = lab.calibration().filter(|c| c.below_floor()) {
-                eprintln!("tcplab: {}", c.describe());
+                errln!("tcplab: {}", c.describe());
             }
         },
         live,
@@ -171,7 +172,7 @@ fn run_in_lab(
 
 fn describe_lab(lab: &Lab) {
     for line in lab_lines(lab) {
-        println!("{line}");
+        outln!("{line}");
     }
 }
 
@@ -211,10 +212,10 @@ fn live_lines() -> IntervalSink {
     let header_shown = AtomicBool::new(false);
     Arc::new(move |group: &[IntervalRecord]| {
         if !header_shown.swap(true, Ordering::Relaxed) {
-            println!("{}", output::interval_header(group));
+            outln!("{}", output::interval_header(group));
         }
         for line in output::interval_lines(group) {
-            println!("{line}");
+            outln!("{line}");
         }
     })
 }
@@ -271,7 +272,7 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
     let mut not_stored = None;
     if let Some(mut store) = store {
         match store.insert_run(&record) {
-            Ok(id) if !out.json => println!("stored as run {id} in {}", store.path().display()),
+            Ok(id) if !out.json => outln!("stored as run {id} in {}", store.path().display()),
             Ok(_) => {}
             Err(e) => not_stored = Some(NotStored::keeping(store.path(), e, Some(&record))),
         }
@@ -288,7 +289,7 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
 fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
     if out.json {
         if let Some(cap) = record.server.rate_cap_bps {
-            eprintln!(
+            errln!(
                 "tcplab: {}",
                 output::server_cap_line(cap)
                     .trim_start_matches("cap:")
@@ -304,18 +305,18 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         if !out.json_probes {
             record.probes.clear();
         }
-        serde_json::to_writer_pretty(io::stdout().lock(), &record)?;
-        println!();
+        serde_json::to_writer_pretty(Stdout, &record)?;
+        outln!();
     } else {
         for line in output::flow_setup(record)
             .into_iter()
             .chain(output::summary(record))
         {
-            println!("{line}");
+            outln!("{line}");
         }
         if record.flows.iter().any(|f| f.udp.is_none()) && !record.samples.is_empty() {
-            println!("\nwhy (tcplab explain):");
-            print!(
+            outln!("\nwhy (tcplab explain):");
+            out!(
                 "{}",
                 crate::explain::render(&crate::explain::explain_with_evidence(record))
             );
@@ -372,14 +373,17 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 
 pub fn list_runs(db: &Path) -> Result<ExitCode> {
     let store = open_existing_store(db)?;
-    let mut out = io::stdout().lock();
-    writeln!(
-        out,
+    outln!(
         "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  target / label",
-        "id", "started (UTC)", "status", "mode", "sent", "received"
-    )?;
+        "id",
+        "started (UTC)",
+        "status",
+        "mode",
+        "sent",
+        "received"
+    );
     for run in store.list_runs()? {
-        writeln!(out, "{}", output::run_row(&run))?;
+        outln!("{}", output::run_row(&run));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -403,7 +407,11 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
             store.export(table, format, &mut file)?;
             file.flush()?;
         }
-        None => store.export(table, format, &mut io::stdout().lock())?,
+        None => {
+            let mut out = io::BufWriter::new(Stdout);
+            store.export(table, format, &mut out)?;
+            out.flush()?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,15 @@
 //! `tcplab`: a TCP performance lab in one binary.
 
+// Output goes through `stdio`, which a closed pipe cannot make panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod args;
 mod commands;
 mod explain;
 mod lab;
 mod output;
 mod report;
+mod stdio;
 mod sweep;
 
 use std::process::ExitCode;
@@ -13,6 +17,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 use args::{Cli, Command};
+use stdio::{errln, out, Stdout};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -23,18 +28,12 @@ fn main() -> ExitCode {
     // only, and a user namespace admits single-threaded processes only.
     if let Some(ns) = &cli.netns {
         if let Err(e) = tcplab_sys::netns::enter_current_thread(ns) {
-            eprintln!("tcplab: cannot enter netns '{ns}': {e}");
+            errln!("tcplab: cannot enter netns '{ns}': {e}");
             return ExitCode::FAILURE;
         }
     }
     if builds_labs(&cli.command) {
         tcplab_sys::netns::prepare();
-    }
-    if prints_only(&cli.command) {
-        // Like other Unix filters, end quietly when the reader goes away (`| head`)
-        // instead of panicking on EPIPE. Commands that use sockets keep SIGPIPE ignored.
-        // SAFETY: restores the default disposition before any thread exists.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     let result = match cli.command {
         Command::Serve(args) => commands::serve(args),
@@ -52,26 +51,26 @@ fn main() -> ExitCode {
         Command::Report(args) => report::report(args),
         Command::Plot(args) => report::plot(args),
         Command::PathSpec => {
-            print!("{}", tcplab_model::path::grammar());
+            out!("{}", tcplab_model::path::grammar());
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {
             let mut cli = Cli::command();
-            clap_complete::generate(shell, &mut cli, "tcplab", &mut std::io::stdout());
+            clap_complete::generate(shell, &mut cli, "tcplab", &mut Stdout);
             Ok(ExitCode::SUCCESS)
         }
         Command::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
+            .render(&mut Stdout)
             .map(|()| ExitCode::SUCCESS)
             .map_err(anyhow::Error::from),
     };
-    match result {
+    stdio::finish(match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tcplab: {e:#}");
+            errln!("tcplab: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    })
 }
 
 /// Commands that may build a lab in this process.
@@ -81,29 +80,6 @@ fn builds_labs(command: &Command) -> bool {
         Command::Quickstart(_) | Command::Shell(_) => true,
         Command::Sweep(args) => !args.dry_run,
         Command::Lab(cmd) => matches!(cmd, args::LabCommand::Daemon { .. }),
-        _ => false,
-    }
-}
-
-/// Commands that only read files and print.
-fn prints_only(command: &Command) -> bool {
-    match command {
-        Command::Runs { .. }
-        | Command::Export(_)
-        | Command::Results(_)
-        | Command::Compare(_)
-        | Command::Merge(_)
-        | Command::Explain(_)
-        | Command::Report(_)
-        | Command::Plot(_)
-        | Command::PathSpec
-        | Command::Completions { .. }
-        | Command::Man => true,
-        Command::Sweep(args) => args.dry_run,
-        Command::Lab(cmd) => matches!(
-            cmd,
-            args::LabCommand::List { .. } | args::LabCommand::Show { .. }
-        ),
         _ => false,
     }
 }
@@ -123,7 +99,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
-    eprintln!(
+    errln!(
         "tcplab: {}",
         message.join(" ").trim_start_matches("error: ")
     );

@@ -10,6 +10,7 @@ use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::compare::FailOn;
 use tcplab_model::experiment::Shard;
 use tcplab_model::path::PathSpec;
+use tcplab_model::ranges;
 use tcplab_model::record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
 };
@@ -701,12 +702,21 @@ impl TestArgs {
                 "--sample-interval must be 0 (off) or at least {min}us"
             ));
         }
+        let end = match self.bytes {
+            Some(bytes) => TestEnd::Bytes { bytes },
+            None => TestEnd::Duration { us: self.time },
+        };
+        ranges::check_end(&end).map_err(|e| match end {
+            TestEnd::Bytes { .. } => format!("-n/--bytes: {e}"),
+            TestEnd::Duration { .. } => format!("-t/--time: {e}"),
+        })?;
+        let mss = self
+            .mss
+            .map(|m| ranges::check_mss(m).map_err(|e| format!("-M/--set-mss {m}: {e}")))
+            .transpose()?;
         Ok(TestParams {
             streams: self.parallel,
-            end: match self.bytes {
-                Some(bytes) => TestEnd::Bytes { bytes },
-                None => TestEnd::Duration { us: self.time },
-            },
+            end,
             mode: if self.bidir {
                 Mode::Bidir
             } else if self.reverse {
@@ -720,7 +730,7 @@ impl TestArgs {
                 write_size: size_u32("--length", self.length.unwrap_or(128 << 10))?,
                 read_size: size_u32("--read-size", self.read_size)?,
                 nodelay: self.no_delay,
-                mss: self.mss.map(|m| size_u32("--set-mss", m)).transpose()?,
+                mss,
                 cc: self.congestion.clone(),
                 pacing_rate: self.pacing_rate,
                 app_rate: self.app_rate,

@@ -141,6 +141,69 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
     );
 }
 
+/// A value out of its range is refused before a lab is built (nothing on stdout, where
+/// the lab's first line would be), with the range, and the experiment file's front end
+/// gives the same message as the flags'.
+#[test]
+fn ranges_are_checked_before_the_lab_and_read_alike_from_flags_and_files() {
+    const MSS: &str = ": an MSS must be 88..=32767 bytes (what Linux's TCP_MAXSEG takes)";
+    const DURATION: &str = ": a test must last longer than 0 s";
+    for mss in ["10", "87", "32768", "100000"] {
+        let flag = format!("-M/--set-mss {mss}{MSS}");
+        assert_one_line_error(&["run", "--path", "rtt 1ms", "-M", mss], 1, &[&flag]);
+        assert_one_line_error(&["run", "h", "--set-mss", mss], 1, &[&flag]);
+    }
+    let flag = format!("-t/--time{DURATION}");
+    assert_one_line_error(&["run", "--path", "rtt 1ms", "-t", "0"], 1, &[&flag]);
+    assert_one_line_error(
+        &["run", "--path", "rtt 1ms", "-n", "0"],
+        1,
+        &["-n/--bytes: a test must send more than 0 bytes"],
+    );
+    // The lab's server's own limits, checked before its lab exists.
+    assert_one_line_error(
+        &["run", "--path", "rtt 1ms", "-l", "32M"],
+        1,
+        &["write size must be 1 B..=16 MiB"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let mss = file("mss.toml", "path = \"rtt 1ms\"\n[[flow]]\nmss = 10\n");
+    assert_one_line_error(
+        &["sweep", &mss, "--dry-run"],
+        1,
+        &[&format!("mss.toml: flow 'flow1': mss 10{MSS}")],
+    );
+    let axis = file(
+        "axis.toml",
+        "path = \"rtt 1ms\"\n[[flow]]\n[[axis]]\nkey = \"flow.mss\"\nvalues = [\"1448\", \"32768\"]\n",
+    );
+    assert_one_line_error(
+        &["sweep", &axis, "--dry-run"],
+        1,
+        &[&format!(
+            "at point flow.mss=32768: flow 'flow1': mss 32768{MSS}"
+        )],
+    );
+    let run = file("run.toml", "duration = \"0s\"\n[[flow]]\n");
+    assert_one_line_error(
+        &["sweep", &run, "--dry-run"],
+        1,
+        &[&format!("run.toml: duration{DURATION}")],
+    );
+    let flow = file("flow.toml", "[[flow]]\nduration = \"0s\"\n");
+    assert_one_line_error(
+        &["sweep", &flow, "--dry-run"],
+        1,
+        &[&format!("flow.toml: flow 'flow1': duration{DURATION}")],
+    );
+}
+
 #[test]
 fn unreachable_peers_and_bad_files_get_a_clear_error() {
     assert_one_line_error(

@@ -54,6 +54,9 @@ pub enum Command {
     },
     /// Export one table of a database as CSV or JSON lines.
     Export(ExportArgs),
+    /// Store runs kept as JSON in a database: the DB.run-….json a database that refused
+    /// a run leaves beside it, or what `run --json` printed.
+    Import(ImportArgs),
     /// Run an experiment file: every point × repetition, shuffled, stored, resumable.
     Sweep(SweepArgs),
     /// Per-point statistics of an experiment's runs.
@@ -668,6 +671,16 @@ pub struct QuickstartArgs {
     pub test: TestArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// The runs' JSON files (schema tcplab.run/1).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The SQLite database to store them in (created if missing).
+    #[arg(long, value_name = "FILE")]
+    pub db: PathBuf,
 }
 
 #[derive(Args, Debug)]

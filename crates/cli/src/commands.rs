@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
 use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::path::PathSpec;
-use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
+use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams, SCHEMA};
 use tcplab_model::units::count;
 use tcplab_store::{ExportFormat, NotStored, Store, Table};
 use tcplab_sys::sockopt;
@@ -19,7 +19,9 @@ use tcplab_traffic::auth::{self, PreSharedKey};
 use tcplab_traffic::client::{self, Request};
 use tcplab_traffic::server::{self, Access, ServerConfig};
 
-use crate::args::{ExportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs};
+use crate::args::{
+    ExportArgs, ImportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs,
+};
 use crate::stdio::{errln, out, outln, Stdout};
 use crate::{lab, output};
 
@@ -93,7 +95,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// Where `quickstart` stores its runs unless told otherwise.
 const QUICKSTART_DB: &str = "tcplab-quickstart.db";
-/// Where `quickstart` writes the report of its database.
+/// Where `quickstart` writes the report of its database, beside it.
 const QUICKSTART_REPORT: &str = "tcplab-quickstart-report";
 
 /// A test across an emulated path in a lab built for it: the whole pipeline on any
@@ -101,9 +103,18 @@ const QUICKSTART_REPORT: &str = "tcplab-quickstart-report";
 pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let params = checked_params(&args.test)?;
     let mut output = args.output;
+    let default_db = output.db.is_none();
     output.db.get_or_insert_with(|| QUICKSTART_DB.into());
     output.label.get_or_insert_with(|| "quickstart".into());
-    let store = open_output_store(&output)?;
+    let store = open_output_store(&output).map_err(|e| {
+        if default_db {
+            anyhow::anyhow!(
+                "{e:#}; quickstart stores its run in the current directory unless given --db FILE somewhere you may write"
+            )
+        } else {
+            e
+        }
+    })?;
     let config = LabConfig {
         name: format!("qs{}", std::process::id()),
         path: args.path,
@@ -115,7 +126,8 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;
     if let (Some(db), false) = (&output.db, output.json) {
-        let dir = Path::new(QUICKSTART_REPORT);
+        // Beside the database, which is somewhere this user may write.
+        let dir = &db.with_file_name(QUICKSTART_REPORT);
         let written = tcplab_report::write_report(&open_existing_store(db)?, &[], dir)?;
         // Regenerated output, never source: git leaves the folder alone in any checkout
         // it lands in, as it does pytest's cache. The database is data and stays visible.
@@ -414,4 +426,53 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tcplab import`: runs kept as JSON into a database. Every file is read before any is
+/// stored, and a run the database holds already (the same start and target) is not
+/// stored twice.
+pub fn import(args: ImportArgs) -> Result<ExitCode> {
+    tcplab_store::check_path(&args.db)?;
+    let runs = args
+        .files
+        .iter()
+        .map(|file| read_run(file).map(|run| (file, run)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut store = open_store(&args.db)?;
+    let db = args.db.display();
+    for (file, run) in runs {
+        let held = store
+            .list_runs()?
+            .into_iter()
+            .find(|r| r.started_unix_us == run.started_unix_us && r.target == run.target);
+        match held {
+            Some(held) => outln!(
+                "{}: {db} holds this run already (run {}); not stored again",
+                file.display(),
+                held.id
+            ),
+            None => {
+                let id = store.insert_run(&run)?;
+                outln!("stored {} as run {id} in {db}", file.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A run's JSON document, as `run --json` prints it and a refused run is kept.
+fn read_run(file: &Path) -> Result<RunRecord> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let run: RunRecord = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!("{}: not a tcplab run ({SCHEMA} JSON): {e}", file.display())
+    })?;
+    if run.schema != SCHEMA {
+        bail!(
+            "{}: schema '{}' is not {SCHEMA}, the one this tcplab reads",
+            file.display(),
+            run.schema
+        );
+    }
+    Ok(run)
 }

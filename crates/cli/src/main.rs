@@ -43,6 +43,7 @@ fn main() -> ExitCode {
         Command::Shell(args) => lab::shell(args),
         Command::Runs { db } => commands::list_runs(&db),
         Command::Export(args) => commands::export(args),
+        Command::Import(args) => commands::import(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Results(args) => sweep::results(args),
         Command::Compare(args) => sweep::compare(args),

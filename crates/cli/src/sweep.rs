@@ -43,6 +43,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     sweep::check_congestion(&experiment.points)?;
     sweep::check_traces(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_labs(&experiment.points)?;
+    // Its lock file goes beside it: a missing directory is named as the database's.
+    tcplab_store::check_path(&db)?;
     let _lock = sweep::lock(&db)?;
     let mut store = open_store(&db)?;
     let prepared = sweep::prepare(

@@ -1,7 +1,7 @@
 //! The command line. Flag names follow iperf3 where iperf3 has one.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -49,8 +49,8 @@ pub enum Command {
     Shell(ShellArgs),
     /// List the runs stored in a database.
     Runs {
-        /// The SQLite database.
-        db: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
     },
     /// Export one table of a database as CSV or JSON lines.
     Export(ExportArgs),
@@ -81,10 +81,47 @@ pub enum Command {
     Man,
 }
 
+/// A database to read, named as an argument (`tcplab runs X.db`) or with `--db`, as
+/// `run`, `sweep`, `quickstart` and `explain` name it: either works everywhere.
+#[derive(Args, Debug)]
+pub struct DbArg {
+    /// The SQLite database.
+    #[arg(id = "db_file", value_name = "DB", required_unless_present = "db")]
+    file: Option<PathBuf>,
+    /// The SQLite database (instead of DB, as `run` and `explain` take it).
+    #[arg(
+        long = "db",
+        id = "db",
+        value_name = "FILE",
+        conflicts_with = "db_file"
+    )]
+    flag: Option<PathBuf>,
+}
+
+impl DbArg {
+    pub fn path(&self) -> &Path {
+        self.flag
+            .as_deref()
+            .or(self.file.as_deref())
+            .expect("clap requires DB or --db")
+    }
+}
+
+/// A run's id; a file name there gets the flag that names a database.
+fn parse_run_id(text: &str) -> Result<i64, String> {
+    text.parse().map_err(|_| {
+        if text.contains(['.', '/']) {
+            format!("a run id is a number; to name a database, write --db {text}")
+        } else {
+            "a run id is a number (tcplab runs DB lists them)".into()
+        }
+    })
+}
+
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
     /// The run's id [default: the latest run].
-    #[arg(conflicts_with = "last")]
+    #[arg(conflicts_with = "last", value_parser = parse_run_id)]
     pub run: Option<i64>,
     /// Explain the latest run (the default without a run id).
     #[arg(long)]
@@ -126,8 +163,8 @@ fn parse_shard(s: &str) -> Result<Shard, String> {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// The SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// The directory to write index.html into (created if missing).
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
@@ -139,11 +176,11 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug)]
 pub struct PlotArgs {
-    /// The SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue,
     /// latency, delay, tseq.
-    #[arg(long, value_name = "ID", conflicts_with = "experiment")]
+    #[arg(long, value_name = "ID", conflicts_with = "experiment", value_parser = parse_run_id)]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
     /// latency, rpm, latency_cdf, transactions, transaction_time, delay, arena,
@@ -177,8 +214,8 @@ fn duration_seconds(text: &str) -> Result<f64, String> {
 
 #[derive(Args, Debug)]
 pub struct ResultsArgs {
-    /// The experiment's SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter,
     /// latency, rpm.
     #[arg(long, default_value = "throughput", value_parser = parse_metric)]
@@ -685,8 +722,8 @@ pub struct ImportArgs {
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
-    /// The SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// Table: runs, flows, intervals, samples, events, experiments, points or plan.
     #[arg(long, default_value = "runs")]
     pub table: String,

@@ -409,7 +409,7 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
         .format
         .parse()
         .map_err(|e| anyhow::anyhow!("--format: {e}"))?;
-    let store = open_existing_store(&args.db)?;
+    let store = open_existing_store(args.db.path())?;
     match &args.output {
         Some(path) => {
             let mut file = io::BufWriter::new(

@@ -22,7 +22,7 @@ use stdio::{errln, out, Stdout};
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(e) => return usage_error(e, &std::env::args().collect::<Vec<_>>()),
     };
     // Namespaces before any thread exists: setns and unshare move the calling thread
     // only, and a user namespace admits single-threaded processes only.
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
         Command::Quickstart(args) => commands::quickstart(args),
         Command::Lab(cmd) => lab::command(cmd),
         Command::Shell(args) => lab::shell(args),
-        Command::Runs { db } => commands::list_runs(&db),
+        Command::Runs { db } => commands::list_runs(db.path()),
         Command::Export(args) => commands::export(args),
         Command::Import(args) => commands::import(args),
         Command::Sweep(args) => sweep::sweep(args),
@@ -86,9 +86,10 @@ fn builds_labs(command: &Command) -> bool {
 }
 
 /// Help and version print as clap renders them; every other parse error becomes one
-/// line naming the bad token, with exit status 2.
-fn usage_error(e: clap::Error) -> ExitCode {
-    use clap::error::ErrorKind;
+/// line naming the bad token, with exit status 2, and a hint where the token is an
+/// iperf3 habit.
+fn usage_error(e: clap::Error, argv: &[String]) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return ExitCode::SUCCESS;
@@ -100,9 +101,52 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
+    let hint = match (e.kind(), e.get(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(ContextValue::String(flag))) => {
+            iperf3_habit(subcommand(argv), flag)
+                .map(|hint| format!(" ({hint})"))
+                .unwrap_or_default()
+        }
+        _ => String::new(),
+    };
     errln!(
-        "tcplab: {}",
+        "tcplab: {}{hint}",
         message.join(" ").trim_start_matches("error: ")
     );
     ExitCode::from(2)
+}
+
+/// The subcommand in `argv`: its first word that names one, past the global options.
+fn subcommand(argv: &[String]) -> Option<&str> {
+    let cli = Cli::command();
+    let mut words = argv.iter().skip(1);
+    while let Some(word) = words.next() {
+        if word == "--netns" {
+            words.next();
+        } else if !word.starts_with('-') {
+            return cli
+                .get_subcommands()
+                .any(|c| c.get_name() == word)
+                .then_some(word.as_str());
+        }
+    }
+    None
+}
+
+/// What a flag from iperf3 is in tcplab, where it has no such flag.
+fn iperf3_habit(subcommand: Option<&str>, flag: &str) -> Option<&'static str> {
+    Some(match (subcommand?, flag) {
+        ("run", "-c" | "--client") => {
+            "tcplab run takes the server as its argument: tcplab run HOST, or HOST:PORT"
+        }
+        ("run", "-p" | "--port") => {
+            "the port goes with the server: tcplab run HOST:PORT; -P is parallel streams"
+        }
+        ("run", "-s" | "--server") => "the server is its own command: tcplab serve",
+        ("serve", "-s" | "--server") => "tcplab serve is the server already: leave out -s",
+        ("serve", "-p" | "--port") => {
+            "tcplab serve takes its address and port as --listen ADDR:PORT, e.g. --listen [::]:5202"
+        }
+        _ => return None,
+    })
 }

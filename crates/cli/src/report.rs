@@ -14,7 +14,7 @@ use crate::stdio::outln;
 
 pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let store = open_existing_store(&args.db)?;
+    let store = open_existing_store(args.db.path())?;
     let written = write_report(&store, &args.experiments, &args.output)?;
     outln!(
         "wrote {}: {}, {} over time, {}, {:.1} MB in {:.1} s",
@@ -40,7 +40,7 @@ pub fn plot(args: PlotArgs) -> Result<ExitCode> {
             out.display()
         );
     }
-    let store = open_existing_store(&args.db)?;
+    let store = open_existing_store(args.db.path())?;
     let target = args
         .run
         .map(Target::Run)

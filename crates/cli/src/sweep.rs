@@ -24,8 +24,15 @@ use crate::stdio::{errln, out, outln, Stdout};
 
 pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     let file = args.file.display().to_string();
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read experiment file {file}"))?;
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("cannot read experiment file {file}"))?;
+    if bytes.starts_with(b"SQLite format 3\0") {
+        bail!(
+            "{file} is a database; sweep takes an experiment file (TOML) and names its database with --db: tcplab sweep FILE.toml --db {file}"
+        );
+    }
+    let text =
+        String::from_utf8(bytes).with_context(|| format!("cannot read experiment file {file}"))?;
     let stem = args
         .file
         .file_stem()
@@ -336,8 +343,8 @@ fn status_name(status: PlanStatus) -> &'static str {
 }
 
 pub fn results(args: ResultsArgs) -> Result<ExitCode> {
-    let store = open_existing_store(&args.db)?;
-    let id = experiment_id(&store, &args.db, args.experiment)?;
+    let store = open_existing_store(args.db.path())?;
+    let id = experiment_id(&store, args.db.path(), args.experiment)?;
     let table = summary(&store, id, args.metric, args.confidence)?;
     if args.json {
         serde_json::to_writer_pretty(Stdout, &table)?;

@@ -200,3 +200,70 @@ fn a_lab_brought_up_into_a_closed_pipe_is_up() {
     assert!(show.status.success(), "{}", stderr(&show));
     assert!(down.status.success(), "{}", stderr(&down));
 }
+
+/// Whether SIGPIPE is ignored in the process `pid`, from its SigIgn mask.
+fn sigpipe_ignored(status: &str) -> bool {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .expect("a SigIgn line");
+    mask & (1 << (libc::SIGPIPE - 1)) != 0
+}
+
+/// The lab daemon ignores SIGPIPE (a client that hangs up is an EPIPE it survives),
+/// while the commands tcplab starts get the default back, as from any shell.
+#[test]
+fn the_daemon_ignores_sigpipe_and_the_commands_it_runs_do_not() {
+    if !tcplab_sys::netns::privileged_or_skip("SIGPIPE's disposition") {
+        return;
+    }
+    let name = format!("tlsig{}", std::process::id() % 100_000);
+    let up = tcplab()
+        .args(["lab", "up", &name, "--path", "rtt 1ms"])
+        .output()
+        .unwrap();
+    let list = tcplab().args(["lab", "list", "--json"]).output().unwrap();
+    let exec = tcplab()
+        .args([
+            "lab",
+            "exec",
+            &name,
+            "client",
+            "--",
+            "cat",
+            "/proc/self/status",
+        ])
+        .output()
+        .unwrap();
+    let labs: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap_or_default();
+    let daemon = labs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["lab"]["name"] == name.as_str())
+        .and_then(|l| l["lab"]["pid"].as_u64());
+    let daemon_status = daemon.map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")));
+    let down = tcplab().args(["lab", "down", &name]).output().unwrap();
+    assert!(up.status.success(), "{}", stderr(&up));
+    assert!(down.status.success(), "{}", stderr(&down));
+    assert!(sigpipe_ignored(
+        &daemon_status.expect("the lab's daemon").unwrap()
+    ));
+    assert!(exec.status.success(), "{}", stderr(&exec));
+    assert!(!sigpipe_ignored(&String::from_utf8_lossy(&exec.stdout)));
+
+    let shell = tcplab()
+        .args([
+            "shell",
+            "--path",
+            "rtt 1ms",
+            "--",
+            "cat",
+            "/proc/self/status",
+        ])
+        .output()
+        .unwrap();
+    assert!(shell.status.success(), "{}", stderr(&shell));
+    assert!(!sigpipe_ignored(&String::from_utf8_lossy(&shell.stdout)));
+}

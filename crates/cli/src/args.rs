@@ -1,7 +1,7 @@
 //! The command line. Flag names follow iperf3 where iperf3 has one.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -10,6 +10,7 @@ use tcplab_model::capture::DEFAULT_SNAPLEN;
 use tcplab_model::compare::FailOn;
 use tcplab_model::experiment::Shard;
 use tcplab_model::path::PathSpec;
+use tcplab_model::ranges;
 use tcplab_model::record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
 };
@@ -48,11 +49,14 @@ pub enum Command {
     Shell(ShellArgs),
     /// List the runs stored in a database.
     Runs {
-        /// The SQLite database.
-        db: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
     },
     /// Export one table of a database as CSV or JSON lines.
     Export(ExportArgs),
+    /// Store runs kept as JSON in a database: the DB.run-….json a database that refused
+    /// a run leaves beside it, or what `run --json` printed.
+    Import(ImportArgs),
     /// Run an experiment file: every point × repetition, shuffled, stored, resumable.
     Sweep(SweepArgs),
     /// Per-point statistics of an experiment's runs.
@@ -77,10 +81,47 @@ pub enum Command {
     Man,
 }
 
+/// A database to read, named as an argument (`tcplab runs X.db`) or with `--db`, as
+/// `run`, `sweep`, `quickstart` and `explain` name it: either works everywhere.
+#[derive(Args, Debug)]
+pub struct DbArg {
+    /// The SQLite database.
+    #[arg(id = "db_file", value_name = "DB", required_unless_present = "db")]
+    file: Option<PathBuf>,
+    /// The SQLite database (instead of DB, as `run` and `explain` take it).
+    #[arg(
+        long = "db",
+        id = "db",
+        value_name = "FILE",
+        conflicts_with = "db_file"
+    )]
+    flag: Option<PathBuf>,
+}
+
+impl DbArg {
+    pub fn path(&self) -> &Path {
+        self.flag
+            .as_deref()
+            .or(self.file.as_deref())
+            .expect("clap requires DB or --db")
+    }
+}
+
+/// A run's id; a file name there gets the flag that names a database.
+fn parse_run_id(text: &str) -> Result<i64, String> {
+    text.parse().map_err(|_| {
+        if text.contains(['.', '/']) {
+            format!("a run id is a number; to name a database, write --db {text}")
+        } else {
+            "a run id is a number (tcplab runs DB lists them)".into()
+        }
+    })
+}
+
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
     /// The run's id [default: the latest run].
-    #[arg(conflicts_with = "last")]
+    #[arg(conflicts_with = "last", value_parser = parse_run_id)]
     pub run: Option<i64>,
     /// Explain the latest run (the default without a run id).
     #[arg(long)]
@@ -122,8 +163,8 @@ fn parse_shard(s: &str) -> Result<Shard, String> {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// The SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// The directory to write index.html into (created if missing).
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
@@ -135,11 +176,11 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug)]
 pub struct PlotArgs {
-    /// The SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue,
     /// latency, delay, tseq.
-    #[arg(long, value_name = "ID", conflicts_with = "experiment")]
+    #[arg(long, value_name = "ID", conflicts_with = "experiment", value_parser = parse_run_id)]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
     /// latency, rpm, latency_cdf, transactions, transaction_time, delay, arena,
@@ -173,8 +214,8 @@ fn duration_seconds(text: &str) -> Result<f64, String> {
 
 #[derive(Args, Debug)]
 pub struct ResultsArgs {
-    /// The experiment's SQLite database.
-    pub db: PathBuf,
+    #[command(flatten)]
+    pub db: DbArg,
     /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter,
     /// latency, rpm.
     #[arg(long, default_value = "throughput", value_parser = parse_metric)]
@@ -670,9 +711,19 @@ pub struct QuickstartArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct ExportArgs {
-    /// The SQLite database.
+pub struct ImportArgs {
+    /// The runs' JSON files (schema tcplab.run/1).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The SQLite database to store them in (created if missing).
+    #[arg(long, value_name = "FILE")]
     pub db: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub db: DbArg,
     /// Table: runs, flows, intervals, samples, events, experiments, points or plan.
     #[arg(long, default_value = "runs")]
     pub table: String,
@@ -701,12 +752,21 @@ impl TestArgs {
                 "--sample-interval must be 0 (off) or at least {min}us"
             ));
         }
+        let end = match self.bytes {
+            Some(bytes) => TestEnd::Bytes { bytes },
+            None => TestEnd::Duration { us: self.time },
+        };
+        ranges::check_end(&end).map_err(|e| match end {
+            TestEnd::Bytes { .. } => format!("-n/--bytes: {e}"),
+            TestEnd::Duration { .. } => format!("-t/--time: {e}"),
+        })?;
+        let mss = self
+            .mss
+            .map(|m| ranges::check_mss(m).map_err(|e| format!("-M/--set-mss {m}: {e}")))
+            .transpose()?;
         Ok(TestParams {
             streams: self.parallel,
-            end: match self.bytes {
-                Some(bytes) => TestEnd::Bytes { bytes },
-                None => TestEnd::Duration { us: self.time },
-            },
+            end,
             mode: if self.bidir {
                 Mode::Bidir
             } else if self.reverse {
@@ -720,7 +780,7 @@ impl TestArgs {
                 write_size: size_u32("--length", self.length.unwrap_or(128 << 10))?,
                 read_size: size_u32("--read-size", self.read_size)?,
                 nodelay: self.no_delay,
-                mss: self.mss.map(|m| size_u32("--set-mss", m)).transpose()?,
+                mss,
                 cc: self.congestion.clone(),
                 pacing_rate: self.pacing_rate,
                 app_rate: self.app_rate,

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
 use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::path::PathSpec;
-use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams};
+use tcplab_model::record::{IntervalRecord, RunRecord, RunStatus, TestParams, SCHEMA};
 use tcplab_model::units::count;
 use tcplab_store::{ExportFormat, NotStored, Store, Table};
 use tcplab_sys::sockopt;
@@ -19,7 +19,10 @@ use tcplab_traffic::auth::{self, PreSharedKey};
 use tcplab_traffic::client::{self, Request};
 use tcplab_traffic::server::{self, Access, ServerConfig};
 
-use crate::args::{ExportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs};
+use crate::args::{
+    ExportArgs, ImportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs,
+};
+use crate::stdio::{errln, out, outln, Stdout};
 use crate::{lab, output};
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
@@ -36,9 +39,9 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    eprintln!("tcplab: serving on {}, {who}", listener.local_addr()?);
+    errln!("tcplab: serving on {}, {who}", listener.local_addr()?);
     if args.iperf3 {
-        let log = |line| eprintln!("tcplab serve: {line}");
+        let log = |line| errln!("tcplab serve: {line}");
         let open = args.insecure_open;
         tcplab_traffic::iperf3::server::serve(listener, open, log, &AtomicBool::new(false))?;
         return Ok(ExitCode::SUCCESS);
@@ -50,7 +53,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     server::serve(
         listener,
         config,
-        |line| eprintln!("tcplab serve: {line}"),
+        |line| errln!("tcplab serve: {line}"),
         &AtomicBool::new(false),
         None,
     )?;
@@ -62,7 +65,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
 fn read_key(path: &Path) -> Result<PreSharedKey> {
     let key = auth::read_key_file(path)?;
     if auth::readable_by_others(path)? {
-        eprintln!(
+        errln!(
             "tcplab: warning: key file {} is readable by other users (chmod 600 it)",
             path.display()
         );
@@ -92,7 +95,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// Where `quickstart` stores its runs unless told otherwise.
 const QUICKSTART_DB: &str = "tcplab-quickstart.db";
-/// Where `quickstart` writes the report of its database.
+/// Where `quickstart` writes the report of its database, beside it.
 const QUICKSTART_REPORT: &str = "tcplab-quickstart-report";
 
 /// A test across an emulated path in a lab built for it: the whole pipeline on any
@@ -100,9 +103,18 @@ const QUICKSTART_REPORT: &str = "tcplab-quickstart-report";
 pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let params = checked_params(&args.test)?;
     let mut output = args.output;
+    let default_db = output.db.is_none();
     output.db.get_or_insert_with(|| QUICKSTART_DB.into());
     output.label.get_or_insert_with(|| "quickstart".into());
-    let store = open_output_store(&output)?;
+    let store = open_output_store(&output).map_err(|e| {
+        if default_db {
+            anyhow::anyhow!(
+                "{e:#}; quickstart stores its run in the current directory unless given --db FILE somewhere you may write"
+            )
+        } else {
+            e
+        }
+    })?;
     let config = LabConfig {
         name: format!("qs{}", std::process::id()),
         path: args.path,
@@ -114,7 +126,8 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;
     if let (Some(db), false) = (&output.db, output.json) {
-        let dir = Path::new(QUICKSTART_REPORT);
+        // Beside the database, which is somewhere this user may write.
+        let dir = &db.with_file_name(QUICKSTART_REPORT);
         let written = tcplab_report::write_report(&open_existing_store(db)?, &[], dir)?;
         // Regenerated output, never source: git leaves the folder alone in any checkout
         // it lands in, as it does pytest's cache. The database is data and stays visible.
@@ -124,7 +137,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
             "# tcplab quickstart's report: regenerated output\n*\n",
         )
         .with_context(|| format!("cannot write {}", ignore.display()))?;
-        println!(
+        outln!(
             "report: {} ({}; open it in a browser)",
             written.path.display(),
             count(written.charts, "chart")
@@ -161,7 +174,7 @@ fn run_in_lab(
             if show {
                 describe_lab(lab)
             } else if let Some(c) = lab.calibration().filter(|c| c.below_floor()) {
-                eprintln!("tcplab: {}", c.describe());
+                errln!("tcplab: {}", c.describe());
             }
         },
         live,
@@ -171,7 +184,7 @@ fn run_in_lab(
 
 fn describe_lab(lab: &Lab) {
     for line in lab_lines(lab) {
-        println!("{line}");
+        outln!("{line}");
     }
 }
 
@@ -211,10 +224,10 @@ fn live_lines() -> IntervalSink {
     let header_shown = AtomicBool::new(false);
     Arc::new(move |group: &[IntervalRecord]| {
         if !header_shown.swap(true, Ordering::Relaxed) {
-            println!("{}", output::interval_header(group));
+            outln!("{}", output::interval_header(group));
         }
         for line in output::interval_lines(group) {
-            println!("{line}");
+            outln!("{line}");
         }
     })
 }
@@ -271,7 +284,7 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
     let mut not_stored = None;
     if let Some(mut store) = store {
         match store.insert_run(&record) {
-            Ok(id) if !out.json => println!("stored as run {id} in {}", store.path().display()),
+            Ok(id) if !out.json => outln!("stored as run {id} in {}", store.path().display()),
             Ok(_) => {}
             Err(e) => not_stored = Some(NotStored::keeping(store.path(), e, Some(&record))),
         }
@@ -288,7 +301,7 @@ fn report(mut record: RunRecord, out: &OutputArgs, store: Option<Store>) -> Resu
 fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
     if out.json {
         if let Some(cap) = record.server.rate_cap_bps {
-            eprintln!(
+            errln!(
                 "tcplab: {}",
                 output::server_cap_line(cap)
                     .trim_start_matches("cap:")
@@ -304,18 +317,18 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         if !out.json_probes {
             record.probes.clear();
         }
-        serde_json::to_writer_pretty(io::stdout().lock(), &record)?;
-        println!();
+        serde_json::to_writer_pretty(Stdout, &record)?;
+        outln!();
     } else {
         for line in output::flow_setup(record)
             .into_iter()
             .chain(output::summary(record))
         {
-            println!("{line}");
+            outln!("{line}");
         }
         if record.flows.iter().any(|f| f.udp.is_none()) && !record.samples.is_empty() {
-            println!("\nwhy (tcplab explain):");
-            print!(
+            outln!("\nwhy (tcplab explain):");
+            out!(
                 "{}",
                 crate::explain::render(&crate::explain::explain_with_evidence(record))
             );
@@ -372,14 +385,17 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 
 pub fn list_runs(db: &Path) -> Result<ExitCode> {
     let store = open_existing_store(db)?;
-    let mut out = io::stdout().lock();
-    writeln!(
-        out,
+    outln!(
         "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  target / label",
-        "id", "started (UTC)", "status", "mode", "sent", "received"
-    )?;
+        "id",
+        "started (UTC)",
+        "status",
+        "mode",
+        "sent",
+        "received"
+    );
     for run in store.list_runs()? {
-        writeln!(out, "{}", output::run_row(&run))?;
+        outln!("{}", output::run_row(&run));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -393,7 +409,7 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
         .format
         .parse()
         .map_err(|e| anyhow::anyhow!("--format: {e}"))?;
-    let store = open_existing_store(&args.db)?;
+    let store = open_existing_store(args.db.path())?;
     match &args.output {
         Some(path) => {
             let mut file = io::BufWriter::new(
@@ -403,7 +419,60 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
             store.export(table, format, &mut file)?;
             file.flush()?;
         }
-        None => store.export(table, format, &mut io::stdout().lock())?,
+        None => {
+            let mut out = io::BufWriter::new(Stdout);
+            store.export(table, format, &mut out)?;
+            out.flush()?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tcplab import`: runs kept as JSON into a database. Every file is read before any is
+/// stored, and a run the database holds already (the same start and target) is not
+/// stored twice.
+pub fn import(args: ImportArgs) -> Result<ExitCode> {
+    tcplab_store::check_path(&args.db)?;
+    let runs = args
+        .files
+        .iter()
+        .map(|file| read_run(file).map(|run| (file, run)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut store = open_store(&args.db)?;
+    let db = args.db.display();
+    for (file, run) in runs {
+        let held = store
+            .list_runs()?
+            .into_iter()
+            .find(|r| r.started_unix_us == run.started_unix_us && r.target == run.target);
+        match held {
+            Some(held) => outln!(
+                "{}: {db} holds this run already (run {}); not stored again",
+                file.display(),
+                held.id
+            ),
+            None => {
+                let id = store.insert_run(&run)?;
+                outln!("stored {} as run {id} in {db}", file.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A run's JSON document, as `run --json` prints it and a refused run is kept.
+fn read_run(file: &Path) -> Result<RunRecord> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let run: RunRecord = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!("{}: not a tcplab run ({SCHEMA} JSON): {e}", file.display())
+    })?;
+    if run.schema != SCHEMA {
+        bail!(
+            "{}: schema '{}' is not {SCHEMA}, the one this tcplab reads",
+            file.display(),
+            run.schema
+        );
+    }
+    Ok(run)
 }

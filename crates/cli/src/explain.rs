@@ -1,6 +1,6 @@
 //! `tcplab explain`: why a stored run got its throughput, in words or as JSON.
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
@@ -13,6 +13,7 @@ use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
 use crate::commands::open_existing_store;
+use crate::stdio::Stdout;
 
 /// `explain`, citing the run's capture where it has one that can still be read.
 pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
@@ -42,7 +43,7 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
     };
     let run = store.load_run(id)?;
     let explanation = explain_with_evidence(&run);
-    let mut out = io::stdout().lock();
+    let mut out = Stdout;
     if args.json {
         let doc = ExplainedRun {
             run_id: id,

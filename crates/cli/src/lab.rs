@@ -28,6 +28,7 @@ use tcplab_sys::{netns, poll};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
 use crate::commands::{interrupt_flag, lab_lines};
+use crate::stdio::{errln, outln, Stdout};
 
 /// How long `show` and `down` wait for a daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,10 +84,10 @@ pub fn command(cmd: LabCommand) -> Result<ExitCode> {
         LabCommand::Gc => {
             let lines = gc_lines(&registry::gc().context("removing leftover labs")?);
             if lines.is_empty() {
-                println!("nothing to remove");
+                outln!("nothing to remove");
             }
             for line in lines {
-                println!("{line}");
+                outln!("{line}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -167,7 +168,7 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     if let Some(old) = registry::remove_leftover(name)
         .with_context(|| format!("removing the leftover lab {name}"))?
     {
-        println!("removed leftover lab {name} (its process {} died)", old.pid);
+        outln!("removed leftover lab {name} (its process {} died)", old.pid);
     }
     // Every flag the daemon needs: a field added to PathArgs must be passed on here.
     let PathArgs {
@@ -218,13 +219,13 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     print_entry(&entry);
     print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
     if let Some(spec) = capture.spec()? {
-        println!(
+        outln!(
             "  capturing both directions at the bottleneck's entry, with each packet's fate, into {} until lab down",
             spec.file.display()
         );
     }
     if let Some(note) = priority_note() {
-        println!("  {note}");
+        outln!("  {note}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -234,22 +235,26 @@ fn print_calibration(doc: &serde_json::Value) -> Result<()> {
     let calibration: Option<Calibration> = serde_json::from_value(doc["calibration"].clone())
         .context("reading the lab's calibration")?;
     if let Some(c) = calibration {
-        println!("  {}", c.describe());
+        outln!("  {}", c.describe());
     }
     Ok(())
 }
 
 fn print_entry(entry: &LabEntry) {
-    println!(
+    outln!(
         "lab {} up (pid {}): path \"{}\"",
-        entry.name, entry.pid, entry.path
+        entry.name,
+        entry.pid,
+        entry.path
     );
     for line in entry.bdp_lines() {
-        println!("  {line}");
+        outln!("  {line}");
     }
-    println!(
+    outln!(
         "  server {:<12} {} {}",
-        entry.server.ns, entry.server.addr, entry.server.addr6
+        entry.server.ns,
+        entry.server.addr,
+        entry.server.addr6
     );
     for c in &entry.clients {
         let access = c
@@ -257,7 +262,7 @@ fn print_entry(entry: &LabEntry) {
             .as_deref()
             .map(|a| format!("  access \"{a}\""))
             .unwrap_or_default();
-        println!("  client {:<12} {} {}{access}", c.ns, c.addr, c.addr6);
+        outln!("  client {:<12} {} {}{access}", c.ns, c.addr, c.addr6);
     }
 }
 
@@ -284,14 +289,14 @@ fn down(name: &str) -> Result<ExitCode> {
     match registry::get(name)? {
         Some(entry) if !registry::pid_alive(entry.pid) => {
             registry::remove(&entry).context("removing the leftover lab")?;
-            println!("lab {name} was a leftover of a dead process; removed");
+            outln!("lab {name} was a leftover of a dead process; removed");
         }
         Some(_) => {
             let answer = ask(name, "down")?;
             if answer.trim() != "ok" {
                 bail!("lab {name}: {}", answer.trim());
             }
-            println!("lab {name} down");
+            outln!("lab {name} down");
         }
         None => bail!("no lab named {name} (see tcplab lab list)"),
     }
@@ -305,7 +310,7 @@ fn list(json: bool) -> Result<ExitCode> {
             .iter()
             .map(|e| json!({"lab": e, "alive": registry::pid_alive(e.pid)}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     let header = ["name", "pid", "state", "server", "clients", "path"];
@@ -331,13 +336,13 @@ fn list(json: bool) -> Result<ExitCode> {
         _ => Align::Left,
     };
     for line in aligned(&rows, align) {
-        println!("{line}");
+        outln!("{line}");
     }
     for ns in registry::unregistered_leftovers()? {
         let by = ns
             .pid
             .map_or("an unknown process".into(), |pid| format!("process {pid}"));
-        println!(
+        outln!(
             "leftover netns {} of {by}, which died (tcplab lab gc removes it)",
             ns.name
         );
@@ -351,7 +356,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
     let doc: serde_json::Value =
         serde_json::from_str(&answer).context("reading the lab's answer")?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
     let entry: LabEntry = serde_json::from_value(doc["lab"].clone())?;
@@ -365,7 +370,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
     for (dir, s) in [("up", &up), ("down", &down)] {
         for link in &s.links {
             let c = &link.counters;
-            println!(
+            outln!(
                 "  {dir:<4} {:<16} in {} pkts / {} B, delivered {}, dropped loss {} queue {} aqm {}, queue {} pkts / {} B (max {} B)",
                 link.name,
                 c.packets_in,
@@ -379,7 +384,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
                 c.max_queue_bytes
             );
         }
-        println!(
+        outln!(
             "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",
             s.lateness.p50_us,
             s.lateness.p99_us,
@@ -388,7 +393,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
             if s.realtime { "" } else { " (normal priority)" }
         );
         if let Some(d) = &s.delay {
-            println!(
+            outln!(
                 "  {dir:<4} one-way delay of the data packets p50 {}, p95 {}, p99 {}, max {} over {}",
                 format_duration_us(d.p50_us.round() as u64),
                 format_duration_us(d.p95_us.round() as u64),
@@ -430,10 +435,10 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     };
     // On stderr, leaving stdout to the command: the seed its links draw from, above all.
     for line in lab_lines(&lab) {
-        eprintln!("{line}");
+        errln!("{line}");
     }
     if let Some(far) = &far {
-        eprintln!(
+        errln!(
             "  far side: this namespace, at {} from behind the path (TCPLAB_HOST)",
             far.host_addr
         );
@@ -488,12 +493,12 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let (lab, listener) = match started {
         Ok(started) => started,
         Err(e) => {
-            println!("error: {e:#}");
+            outln!("error: {e:#}");
             return Ok(ExitCode::FAILURE);
         }
     };
-    println!("ready");
-    let _ = std::io::stdout().flush();
+    outln!("ready");
+    let _ = Stdout.flush();
     listener.set_nonblocking(true)?;
     while !stop.load(Ordering::Relaxed) && lab.is_running() {
         let mut stream = match listener.accept() {

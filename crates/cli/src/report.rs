@@ -10,12 +10,13 @@ use tcplab_report::{find_chart, write_report, SequenceView, Target};
 
 use crate::args::{PlotArgs, ReportArgs};
 use crate::commands::open_existing_store;
+use crate::stdio::outln;
 
 pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let store = open_existing_store(&args.db)?;
+    let store = open_existing_store(args.db.path())?;
     let written = write_report(&store, &args.experiments, &args.output)?;
-    println!(
+    outln!(
         "wrote {}: {}, {} over time, {}, {:.1} MB in {:.1} s",
         written.path.display(),
         count(written.experiments, "experiment"),
@@ -39,7 +40,7 @@ pub fn plot(args: PlotArgs) -> Result<ExitCode> {
             out.display()
         );
     }
-    let store = open_existing_store(&args.db)?;
+    let store = open_existing_store(args.db.path())?;
     let target = args
         .run
         .map(Target::Run)
@@ -65,6 +66,6 @@ pub fn plot(args: PlotArgs) -> Result<ExitCode> {
         tcplab_report::svg(&chart, true)?.into_bytes()
     };
     std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
-    println!("wrote {}: {}", out.display(), chart.title);
+    outln!("wrote {}: {}", out.display(), chart.title);
     Ok(ExitCode::SUCCESS)
 }

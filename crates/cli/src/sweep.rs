@@ -20,11 +20,19 @@ use tcplab_store::{PlanStatus, Store};
 
 use crate::args::{CompareArgs, MergeArgs, ResultsArgs, SweepArgs};
 use crate::commands::{interrupt_flag, open_existing_store, open_store};
+use crate::stdio::{errln, out, outln, Stdout};
 
 pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     let file = args.file.display().to_string();
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read experiment file {file}"))?;
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("cannot read experiment file {file}"))?;
+    if bytes.starts_with(b"SQLite format 3\0") {
+        bail!(
+            "{file} is a database; sweep takes an experiment file (TOML) and names its database with --db: tcplab sweep FILE.toml --db {file}"
+        );
+    }
+    let text =
+        String::from_utf8(bytes).with_context(|| format!("cannot read experiment file {file}"))?;
     let stem = args
         .file
         .file_stem()
@@ -42,6 +50,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     sweep::check_congestion(&experiment.points)?;
     sweep::check_traces(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_labs(&experiment.points)?;
+    // Its lock file goes beside it: a missing directory is named as the database's.
+    tcplab_store::check_path(&db)?;
     let _lock = sweep::lock(&db)?;
     let mut store = open_store(&db)?;
     let prepared = sweep::prepare(
@@ -56,13 +66,13 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         },
     )?;
     for line in crate::lab::gc_lines(&sweep::remove_leftovers()?) {
-        println!("{line}");
+        outln!("{line}");
     }
     let pending = prepared.count(PlanStatus::Pending);
     let shard = args.shard.map_or(String::new(), |s| {
         format!(" (shard {s}: {} of them)", prepared.plan.len())
     });
-    println!(
+    outln!(
         "experiment {}: {}{shard}, order shuffled with seed {}; {} in {}",
         experiment.name,
         plan_size(
@@ -82,7 +92,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         db.display()
     );
     if prepared.retried > 0 {
-        println!("retrying {} failed runs", prepared.retried);
+        outln!("retrying {} failed runs", prepared.retried);
     }
     let bar = progress_bar(pending as u64);
     let totals = sweep::execute(
@@ -113,7 +123,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
                     f.wall.as_secs_f64(),
                     w = f.total.to_string().len()
                 );
-                bar.suspend(|| println!("{line}"));
+                bar.suspend(|| outln!("{line}"));
                 bar.inc(1);
             }
         },
@@ -122,7 +132,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     let mut overheads = totals.overheads.clone();
     overheads.sort();
     if let Some(median) = overheads.get(overheads.len() / 2) {
-        println!(
+        outln!(
             "per-run overhead (lab up and down, connections, storing): median {:.0} ms over {}",
             median.as_secs_f64() * 1e3,
             count(overheads.len(), "run")
@@ -138,19 +148,19 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         .filter(|r| r.status == PlanStatus::Failed)
         .count();
     if totals.interrupted || left > 0 {
-        println!(
+        outln!(
             "interrupted: {left} of {} left; run the same command again to resume",
             count(plan.len(), "run")
         );
         return Ok(ExitCode::FAILURE);
     }
-    println!();
-    print!(
+    outln!();
+    out!(
         "{}",
         summary(&store, prepared.id, Metric::Throughput, None)?.text()
     );
     if failed > 0 {
-        println!(
+        outln!(
             "{} failed; --retry-failed runs them again",
             count(failed, "run")
         );
@@ -200,7 +210,7 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
     let file = path.display();
     let runs = experiment.points.len() * experiment.repetitions as usize;
     let total = estimate::sweep_time(&experiment.points, experiment.repetitions);
-    println!(
+    outln!(
         "experiment {} ({file}): {}, about {}",
         experiment.name,
         plan_size(experiment, runs),
@@ -218,7 +228,7 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
             (Some(k), Ok(_)) => format!(", key {k}"),
             (Some(_), Err(e)) => format!(", {}: the sweep needs it", e.root_cause()),
         };
-        println!(
+        outln!(
             "  real host {}: {} at {}{key}",
             host.name,
             if host.iperf3 {
@@ -230,7 +240,7 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
         );
     }
     for axis in &experiment.axes {
-        println!(
+        outln!(
             "  axis {}{}: {}: {}",
             axis.name,
             axis.key
@@ -263,7 +273,7 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
                 .iter()
                 .filter(|r| r.status == PlanStatus::Failed)
                 .count();
-            println!(
+            outln!(
                 "  {} holds this plan: {done} done, {failed} failed, {} to run",
                 db.display(),
                 plan.len() - done - failed
@@ -293,14 +303,17 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
             )
         }
     };
-    println!("  order ({seed_note}):");
-    println!(
+    outln!("  order ({seed_note}):");
+    outln!(
         "  {:>5} {:>6} {:>4}  {:<8} values",
-        "run", "point", "rep", "status"
+        "run",
+        "point",
+        "rep",
+        "status"
     );
     for (seq, (run, status)) in plan.iter().enumerate() {
         let point = &experiment.points[run.point as usize];
-        println!(
+        outln!(
             "  {:>5} {:>6} {:>4}  {:<8} {}",
             seq + 1,
             run.point,
@@ -330,14 +343,14 @@ fn status_name(status: PlanStatus) -> &'static str {
 }
 
 pub fn results(args: ResultsArgs) -> Result<ExitCode> {
-    let store = open_existing_store(&args.db)?;
-    let id = experiment_id(&store, &args.db, args.experiment)?;
+    let store = open_existing_store(args.db.path())?;
+    let id = experiment_id(&store, args.db.path(), args.experiment)?;
     let table = summary(&store, id, args.metric, args.confidence)?;
     if args.json {
-        serde_json::to_writer_pretty(std::io::stdout().lock(), &table)?;
-        println!();
+        serde_json::to_writer_pretty(Stdout, &table)?;
+        outln!();
     } else {
-        print!("{}", table.text());
+        out!("{}", table.text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -349,7 +362,7 @@ pub fn merge(args: MergeArgs) -> Result<ExitCode> {
         }
     }
     let m = tcplab_experiment::merge::merge(&args.inputs, &args.output)?;
-    println!(
+    outln!(
         "merged {} into {}: {}, their planned runs {} done, {} failed, {} to run{}{}",
         count(args.inputs.len(), "database"),
         args.output.display(),
@@ -454,10 +467,10 @@ pub fn compare(args: CompareArgs) -> Result<ExitCode> {
         );
     }
     if args.json {
-        serde_json::to_writer_pretty(std::io::stdout().lock(), &comparison)?;
-        println!();
+        serde_json::to_writer_pretty(Stdout, &comparison)?;
+        outln!();
     } else {
-        print!("{}", comparison.text());
+        out!("{}", comparison.text());
     }
     let crossed: Vec<String> = args
         .fail_on
@@ -483,7 +496,7 @@ pub fn compare(args: CompareArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for line in &crossed {
-        eprintln!("tcplab: regressed: {line}");
+        errln!("tcplab: regressed: {line}");
     }
     Ok(ExitCode::from(REGRESSED))
 }

@@ -141,6 +141,187 @@ fn values_the_parser_accepts_but_the_test_cannot_use_are_refused() {
     );
 }
 
+/// A value out of its range is refused before a lab is built (nothing on stdout, where
+/// the lab's first line would be), with the range, and the experiment file's front end
+/// gives the same message as the flags'.
+#[test]
+fn ranges_are_checked_before_the_lab_and_read_alike_from_flags_and_files() {
+    const MSS: &str = ": an MSS must be 88..=32767 bytes (what Linux's TCP_MAXSEG takes)";
+    const DURATION: &str = ": a test must last longer than 0 s";
+    for mss in ["10", "87", "32768", "100000"] {
+        let flag = format!("-M/--set-mss {mss}{MSS}");
+        assert_one_line_error(&["run", "--path", "rtt 1ms", "-M", mss], 1, &[&flag]);
+        assert_one_line_error(&["run", "h", "--set-mss", mss], 1, &[&flag]);
+    }
+    let flag = format!("-t/--time{DURATION}");
+    assert_one_line_error(&["run", "--path", "rtt 1ms", "-t", "0"], 1, &[&flag]);
+    assert_one_line_error(
+        &["run", "--path", "rtt 1ms", "-n", "0"],
+        1,
+        &["-n/--bytes: a test must send more than 0 bytes"],
+    );
+    // The lab's server's own limits, checked before its lab exists.
+    assert_one_line_error(
+        &["run", "--path", "rtt 1ms", "-l", "32M"],
+        1,
+        &["write size must be 1 B..=16 MiB"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let mss = file("mss.toml", "path = \"rtt 1ms\"\n[[flow]]\nmss = 10\n");
+    assert_one_line_error(
+        &["sweep", &mss, "--dry-run"],
+        1,
+        &[&format!("mss.toml: flow 'flow1': mss 10{MSS}")],
+    );
+    let axis = file(
+        "axis.toml",
+        "path = \"rtt 1ms\"\n[[flow]]\n[[axis]]\nkey = \"flow.mss\"\nvalues = [\"1448\", \"32768\"]\n",
+    );
+    assert_one_line_error(
+        &["sweep", &axis, "--dry-run"],
+        1,
+        &[&format!(
+            "at point flow.mss=32768: flow 'flow1': mss 32768{MSS}"
+        )],
+    );
+    let run = file("run.toml", "duration = \"0s\"\n[[flow]]\n");
+    assert_one_line_error(
+        &["sweep", &run, "--dry-run"],
+        1,
+        &[&format!("run.toml: duration{DURATION}")],
+    );
+    let flow = file("flow.toml", "[[flow]]\nduration = \"0s\"\n");
+    assert_one_line_error(
+        &["sweep", &flow, "--dry-run"],
+        1,
+        &[&format!("flow.toml: flow 'flow1': duration{DURATION}")],
+    );
+}
+
+/// iperf3's flags that tcplab spells otherwise get tcplab's spelling.
+#[test]
+fn iperf3_habits_get_tcplabs_spelling() {
+    assert_one_line_error(
+        &["run", "-c", "server.example"],
+        2,
+        &["'-c'", "tcplab run HOST, or HOST:PORT"],
+    );
+    assert_one_line_error(
+        &["--netns", "run", "run", "-c", "h"],
+        2,
+        &["'-c'", "tcplab run HOST"],
+    );
+    assert_one_line_error(
+        &["run", "h", "-p", "5202"],
+        2,
+        &["'-p'", "tcplab run HOST:PORT; -P is parallel streams"],
+    );
+    assert_one_line_error(
+        &["serve", "-p", "5202"],
+        2,
+        &["'-p'", "--listen ADDR:PORT, e.g. --listen [::]:5202"],
+    );
+    assert_one_line_error(&["serve", "-s"], 2, &["'-s'", "leave out -s"]);
+    assert_one_line_error(&["run", "-s"], 2, &["'-s'", "tcplab serve"]);
+    // Other unknown flags get clap's line alone.
+    let out = tcplab(&["runs", "-c"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "tcplab: unexpected argument '-c' found\n"
+    );
+}
+
+/// Every command that reads a database takes it as `--db FILE`, as `run`, `sweep` and
+/// `explain` do, and those that took it as an argument still do; a database where a
+/// run id goes gets the flag.
+#[test]
+fn a_database_is_named_the_same_way_everywhere() {
+    let _serial = support::serial();
+    let server = support::LoopbackServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let experiment = dir.path().join("lo.toml");
+    std::fs::write(
+        &experiment,
+        format!(
+            "name = \"lo\"\nrepetitions = 1\nduration = \"0.3s\"\nserver = \"lo\"\n\
+             [host.lo]\naddress = \"{}\"\n[[flow]]\n",
+            server.addr
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("lo.db");
+    let db = db.to_str().unwrap();
+    let sweep = tcplab(&["sweep", experiment.to_str().unwrap(), "--db", db]);
+    assert!(sweep.status.success());
+    let report = dir.path().join("report");
+    let chart = dir.path().join("cwnd.svg");
+    for (command, rest) in [
+        ("runs", vec![]),
+        ("results", vec![]),
+        ("export", vec!["--table", "flows"]),
+        ("report", vec!["-o", report.to_str().unwrap()]),
+        (
+            "plot",
+            vec![
+                "--run",
+                "1",
+                "--chart",
+                "cwnd",
+                "-o",
+                chart.to_str().unwrap(),
+            ],
+        ),
+    ] {
+        for named in [vec![db], vec!["--db", db]] {
+            let args: Vec<&str> = [command]
+                .into_iter()
+                .chain(named)
+                .chain(rest.iter().copied())
+                .collect();
+            let out = tcplab(&args);
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_one_line_error(
+            &[command, db, "--db", db],
+            2,
+            &["'[DB]' cannot be used with '--db <FILE>'"],
+        );
+    }
+    let explained = tcplab(&["explain", "--db", db]);
+    assert!(explained.status.success());
+    assert_one_line_error(
+        &["explain", db],
+        2,
+        &[&format!(
+            "invalid value '{db}' for '[RUN]': a run id is a number; to name a database, write --db {db}"
+        )],
+    );
+    assert_one_line_error(
+        &["plot", db, "--run", db, "--chart", "cwnd", "-o", "x.svg"],
+        2,
+        &[&format!(
+            "for '--run <ID>': a run id is a number; to name a database, write --db {db}"
+        )],
+    );
+    assert_one_line_error(
+        &["sweep", db],
+        1,
+        &[&format!(
+            "{db} is a database; sweep takes an experiment file (TOML) and names its database with --db: tcplab sweep FILE.toml --db {db}"
+        )],
+    );
+}
+
 #[test]
 fn unreachable_peers_and_bad_files_get_a_clear_error() {
     assert_one_line_error(

@@ -348,3 +348,204 @@ fn quickstart_keeps_a_refused_run_and_its_report_stays_out_of_git() {
     assert_eq!(record["status"], "done");
     assert!(String::from_utf8_lossy(&out.stdout).contains("why (tcplab explain)"));
 }
+
+/// What stands in the way of a database is named, before SQLite's own words ("unable to
+/// open database file", "disk I/O error") and before a test is spent: a directory, a
+/// file that may not be read, a missing directory, a directory that may not be written.
+#[test]
+fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
+    let _serial = support::serial();
+    let server = LoopbackServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let target = server.addr.to_string();
+    let experiment = loopback_experiment(dir.path(), &server, 1);
+    let experiment = experiment.to_str().unwrap();
+    let tests_before = server.log().matches("test done").count();
+
+    let folder = dir.path().join("folder.db");
+    std::fs::create_dir(&folder).unwrap();
+    let missing = dir.path().join("results/x.db");
+    for (db, why) in [
+        (&folder, "is a directory, not a database file".to_string()),
+        (
+            &missing,
+            format!(
+                "cannot be created: its directory {} does not exist",
+                dir.path().join("results").display()
+            ),
+        ),
+    ] {
+        let db = db.to_str().unwrap();
+        let expected = format!("tcplab: {db}: {why}");
+        let mut commands = vec![
+            vec!["run", &target, "-t", "0.3s", "--db", db],
+            vec!["sweep", experiment, "--db", db],
+            vec!["import", experiment, "--db", db],
+        ];
+        if db == folder.to_str().unwrap() {
+            commands.extend([
+                vec!["runs", db],
+                vec!["results", db],
+                vec!["explain", "--db", db],
+                vec!["export", db],
+            ]);
+        }
+        for args in commands {
+            let out = support::tcplab().args(&args).output().unwrap();
+            assert_eq!(one_line_failure(&out), expected, "{args:?}");
+        }
+    }
+    assert!(!dir.path().join("results").exists(), "nothing made");
+
+    // Another user's file: its permission, not SQLite's internal URI.
+    let unreadable = dir.path().join("unreadable.db");
+    drop(tcplab_store::Store::open(&unreadable).unwrap());
+    chmod(&unreadable, 0o600);
+    if unsafe { libc::geteuid() } == 0 {
+        let db = unreadable.to_str().unwrap();
+        for args in [
+            vec!["runs", db],
+            vec!["explain", "--db", db],
+            vec!["run", &target, "-t", "0.3s", "--db", db],
+        ] {
+            let line = one_line_failure(&tcplab_unprivileged(&args));
+            assert_eq!(
+                line,
+                format!("tcplab: {db}: cannot be read: Permission denied (os error 13)"),
+                "{args:?}"
+            );
+        }
+
+        // A directory that may not be written: quickstart, whose database goes into the
+        // working directory unless told, says so.
+        let locked = tempfile::tempdir().unwrap();
+        chmod(locked.path(), 0o555);
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_tcplab"))
+            .args(["quickstart", "-t", "1"])
+            .current_dir(locked.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            one_line_failure(&out),
+            "tcplab: tcplab-quickstart.db: cannot be created in the current directory: \
+             Permission denied (os error 13); quickstart stores its run in the current \
+             directory unless given --db FILE somewhere you may write"
+        );
+    }
+    assert_eq!(server.log().matches("test done").count(), tests_before);
+}
+
+/// A new database on a full file system fails naming the cause, and leaves no stub that
+/// would pass for a database, nor its journal files: a small tmpfs in a mount namespace
+/// of the command's own, full or nearly (room for the file, not for its journal).
+#[test]
+fn a_new_database_on_a_full_disk_leaves_nothing() {
+    if !tcplab_sys::netns::privileged_or_skip("a database on a full tmpfs") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for pages in [16, 15, 14, 12, 8] {
+        let script = format!(
+            "mount -t tmpfs -o size=64k none \"$DIR\" && \
+             dd if=/dev/zero of=\"$DIR/fill\" bs=4k count={pages} 2>/dev/null; \
+             \"$TCPLAB\" run 127.0.0.1:1 -t 1 --db \"$DIR/new.db\"; rc=$?; \
+             ls -A \"$DIR\" >&2; exit $rc"
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .env("DIR", dir.path())
+            .env("TCPLAB", env!("CARGO_BIN_EXE_tcplab"))
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{pages} pages: {err}");
+        let (line, left) = err.split_once('\n').unwrap();
+        assert!(
+            line.starts_with(&format!("tcplab: {}/new.db: ", dir.path().display()))
+                && (line.contains("No space left on device (os error 28)")
+                    || line.ends_with("database or disk is full")),
+            "{pages} pages: {line}"
+        );
+        assert_eq!(left, "fill\n", "{pages} pages: what is left");
+    }
+}
+
+/// A run the database refused is kept as JSON, and the command the message names stores
+/// it, once, equal to what was measured.
+#[test]
+fn a_kept_run_is_stored_by_the_command_its_message_names() {
+    let _serial = support::serial();
+    let server = LoopbackServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("full.db");
+    refusing_runs(&db);
+    let line = one_line_failure(&server.run(&["-t", "0.5s", "--db", db.to_str().unwrap()]));
+    let kept = kept_file(&line);
+    let command = format!(
+        "`tcplab import {} --db {}` stores it",
+        kept.display(),
+        db.display()
+    );
+    assert!(line.ends_with(&command), "{line}");
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("DROP TRIGGER refuse").unwrap();
+    drop(conn);
+    let import = || {
+        support::tcplab()
+            .args([
+                "import",
+                kept.to_str().unwrap(),
+                "--db",
+                db.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = import();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("stored {} as run 1 in {}\n", kept.display(), db.display())
+    );
+    let again = import();
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        format!(
+            "{}: {} holds this run already (run 1); not stored again\n",
+            kept.display(),
+            db.display()
+        )
+    );
+    let store = tcplab_store::Store::open_to_read(&db).unwrap();
+    assert_eq!(store.list_runs().unwrap().len(), 1);
+    let measured: tcplab_model::record::RunRecord =
+        serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
+    assert_eq!(store.load_run(1).unwrap(), measured);
+
+    // Anything else is refused whole, naming the file.
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, "{\"schema\": \"x\"}").unwrap();
+    let line = one_line_failure(
+        &support::tcplab()
+            .args([
+                "import",
+                other.to_str().unwrap(),
+                "--db",
+                db.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        line.starts_with(&format!(
+            "tcplab: {}: not a tcplab run (tcplab.run/1 JSON): missing field",
+            other.display()
+        )),
+        "{line}"
+    );
+}

@@ -66,6 +66,11 @@ pub fn run_in_lab(
             config.clients.len()
         ));
     }
+    // What the lab's server would refuse is refused before the lab is built.
+    for g in groups {
+        tcplab_traffic::limits::check_request(&g.params, &ServerLimits::lab())
+            .map_err(anyhow::Error::msg)?;
+    }
     let lab = Lab::up(config).context("cannot build the lab")?;
     on_ready(&lab);
     let server_addr = SocketAddr::new(lab.server.addr, client::DEFAULT_PORT);

@@ -540,9 +540,8 @@ impl File {
             return Err(format!("confidence {c} is not between 0 and 1 (e.g. 0.95)"));
         }
         let duration_us = self.duration.map_or(DEFAULT_DURATION_US, |d| d.0);
-        if duration_us == 0 {
-            return Err("duration must be above 0".into());
-        }
+        crate::ranges::check_end(&TestEnd::Duration { us: duration_us })
+            .map_err(|e| format!("duration: {e}"))?;
         let warmup_us = self.warmup.map_or(0, |d| d.0);
         if warmup_us >= duration_us {
             return Err(format!(
@@ -795,12 +794,10 @@ impl FlowFile {
                 ))
             }
         };
-        if matches!(
-            end,
-            TestEnd::Duration { us: 0 } | TestEnd::Bytes { bytes: 0 }
-        ) {
-            return Err(format!("flow '{name}': sends nothing"));
-        }
+        crate::ranges::check_end(&end).map_err(|e| match end {
+            TestEnd::Duration { .. } => format!("flow '{name}': duration: {e}"),
+            TestEnd::Bytes { .. } => format!("flow '{name}': bytes: {e}"),
+        })?;
         let defaults = Tuning::default();
         let u32_size = |what: &str, v: Option<Bytes>, default: u32| -> Result<u32, String> {
             match v {
@@ -816,7 +813,12 @@ impl FlowFile {
             write_size: u32_size("write_size", self.write_size, defaults.write_size)?,
             read_size: u32_size("read_size", self.read_size, defaults.read_size)?,
             nodelay: self.nodelay.unwrap_or(defaults.nodelay),
-            mss: self.mss.map(|m| u32_size("mss", Some(m), 0)).transpose()?,
+            mss: self
+                .mss
+                .map(|Bytes(m)| {
+                    crate::ranges::check_mss(m).map_err(|e| format!("flow '{name}': mss {m}: {e}"))
+                })
+                .transpose()?,
             cc: self.cc.clone(),
             pacing_rate: match (self.pacing, self.pacing_rate) {
                 (

@@ -18,6 +18,7 @@ pub mod link;
 pub mod packet;
 pub mod path;
 pub mod probe;
+pub mod ranges;
 pub mod record;
 pub mod stats;
 pub mod tcpinfo;

@@ -2,14 +2,15 @@
 //!
 //! | parser | result | accepts |
 //! |---|---|---|
-//! | [`parse_rate`] | bit/s | `100mbit`, `1.5gbit`, `12kbit`, `bit`, `kbit/s`; iperf3's `100M`, `1G`, `10m` (bits, ×1000); tc's `Bps`, `kBps`/`kbps`, `MBps`/`mbps`, `GBps`, `TBps` (**bytes**/s); bare number = bit/s |
+//! | [`parse_rate`] | bit/s | `100mbit`, `1.5gbit`, `12kbit`, `bit`, `kbit/s`; iperf3's `100M`, `1G`, `10m` (bits, ×1000); tc's `Bps`, `kBps`, `MBps`, `GBps`, `TBps` (**bytes**/s, a capital B); bare number = bit/s |
 //! | [`parse_size`] | bytes | bare number = bytes; `K`/`k`/`KiB` = 1024, `M`/`m`/`MiB`, `G`/`g`/`GiB`, `T`/`t`/`TiB` (binary); `kB` = 1000, `MB`, `GB`, `TB` (decimal) |
 //! | [`parse_duration`] | µs | `100ns` (whole µs only), `250us`/`250µs`, `10ms`, `1.5s`, `2m` (minutes), `1h`; bare number = seconds, as iperf3's `-t` |
 //! | [`parse_percent`] | fraction 0..=1 | `1%`, `0.1%`; a bare number is a percentage too, as in netem's `loss 1` |
 //!
-//! Rate units are case-insensitive and, as in tc, every `bps` spelling means *bytes*
-//! per second: `100mbps` is 800 Mbit/s. That trap is why the normalized value must
-//! always be printed back. Size units are case-sensitive because `kB` (1000) and `K`
+//! Rate units are case-insensitive but for the B of `Bps`, which as in tc means *bytes*
+//! per second: `100MBps` is 800 Mbit/s. `100mbps` (a lowercase b) is refused with both
+//! readings, since tc reads it as bytes and most people as bits. The normalized value
+//! is always printed back. Size units are case-sensitive because `kB` (1000) and `K`
 //! (1024) differ; `KB` and `kb` are rejected as ambiguous.
 //!
 //! Values are parsed as exact decimals, so `1.5M` is exactly 1572864 bytes; a value that
@@ -51,7 +52,7 @@ impl Quantity {
     fn units(self) -> &'static str {
         match self {
             Quantity::Rate => {
-                "bit, kbit, mbit, gbit, tbit, K, M, G, T, or Bps, kBps, MBps, GBps, TBps for bytes/s"
+                "bit, kbit, mbit, gbit, tbit, K, M, G, T, or Bps, KBps, MBps, GBps, TBps for bytes/s"
             }
             Quantity::Size => "B, K, KiB, M, MiB, G, GiB, T, TiB, kB, MB, GB, TB",
             Quantity::Duration => "ns, us, ms, s, m, h",
@@ -77,6 +78,13 @@ pub enum Problem {
     TooManyDigits,
     /// Not a whole number of the result unit (bit/s, bytes, µs).
     NotWhole,
+    /// A rate spelled `bps` with a lowercase b: bytes/s to tc, bits/s to most people.
+    /// `rate` is tc's reading (bit/s); `number` and `prefix` as typed spell both.
+    AmbiguousBps {
+        rate: u64,
+        number: String,
+        prefix: String,
+    },
 }
 
 /// A value the user typed that is not a valid rate, size, duration or percentage.
@@ -113,6 +121,19 @@ impl fmt::Display for UnitError {
                 Quantity::Percent => f.write_str("above 100%"),
             },
             Problem::TooManyDigits => f.write_str("too many digits"),
+            Problem::AmbiguousBps {
+                rate,
+                number,
+                prefix,
+            } => write!(
+                f,
+                "ambiguous: tc reads bps as bytes/s ({}), iperf3 users as bits/s ({}); \
+                 write {number}{}bit for bits or {number}{}Bps for bytes",
+                format_rate(*rate as f64),
+                format_rate(*rate as f64 / 8.0),
+                prefix.to_ascii_lowercase(),
+                prefix.to_ascii_uppercase(),
+            ),
             Problem::NotWhole => match q {
                 Quantity::Rate => f.write_str("not a whole number of bit/s"),
                 Quantity::Size => f.write_str("not a whole number of bytes"),
@@ -150,7 +171,7 @@ impl fmt::Display for OneLine<'_> {
 
 /// Bit rate in bit/s; see the [module docs](self) for the spellings.
 pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
-    parse_whole(Quantity::Rate, input, |unit| {
+    let rate = parse_whole(Quantity::Rate, input, |unit| {
         let unit = unit.to_ascii_lowercase();
         // Accept our own printed form ("941Mbit/s") but not "Bps/s".
         let unit = match unit.strip_suffix("/s") {
@@ -163,7 +184,7 @@ pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
             "m" | "mbit" => 1_000_000,
             "g" | "gbit" => 1_000_000_000,
             "t" | "tbit" => 1_000_000_000_000,
-            // tc: "bps" is bytes per second, with SI prefixes.
+            // tc: "Bps" is bytes per second, with SI prefixes.
             "bps" => 8,
             "kbps" => 8_000,
             "mbps" => 8_000_000,
@@ -172,6 +193,32 @@ pub fn parse_rate(input: &str) -> Result<u64, UnitError> {
             _ => return None,
         };
         Some((bits_per_unit, 1))
+    })?;
+    match ambiguous_bps(input, rate) {
+        Some(problem) => Err(UnitError::new(Quantity::Rate, input, problem)),
+        None => Ok(rate),
+    }
+}
+
+/// `100mbps` (a lowercase b) means bytes/s to tc and bits/s to iperf3 users and most
+/// people: refused with both readings and a spelling of each. `100MBps` is bytes.
+fn ambiguous_bps(input: &str, bytes_reading: u64) -> Option<Problem> {
+    let text = input.trim();
+    // Only a rate that parsed gets here: its unit is ASCII.
+    let bps = text.len().checked_sub(3)?;
+    let unit = text.get(bps..)?;
+    if !(unit.starts_with('b') && unit.eq_ignore_ascii_case("bps")) {
+        return None;
+    }
+    let prefix = &text[..bps];
+    let unit_start = prefix
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .len();
+    let (number, si) = prefix.split_at(unit_start);
+    Some(Problem::AmbiguousBps {
+        rate: bytes_reading,
+        number: number.to_owned(),
+        prefix: si.to_owned(),
     })
 }
 
@@ -420,6 +467,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lowercase_bps_is_refused_with_both_readings() {
+        for (text, bytes, bits, spell_bits, spell_bytes) in [
+            ("100mbps", "800 Mbit/s", "100 Mbit/s", "100mbit", "100MBps"),
+            ("100Mbps", "800 Mbit/s", "100 Mbit/s", "100mbit", "100MBps"),
+            (
+                "1.5kbps",
+                "12.0 kbit/s",
+                "1.50 kbit/s",
+                "1.5kbit",
+                "1.5KBps",
+            ),
+            ("64bps", "512 bit/s", "64.0 bit/s", "64bit", "64Bps"),
+        ] {
+            let e = parse_rate(text).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "invalid rate '{text}': ambiguous: tc reads bps as bytes/s ({bytes}), \
+                     iperf3 users as bits/s ({bits}); write {spell_bits} for bits or \
+                     {spell_bytes} for bytes"
+                )
+            );
+            // Each suggested spelling says what it reads as.
+            assert_eq!(format_rate(parse_rate(spell_bytes).unwrap() as f64), bytes);
+            assert_eq!(format_rate(parse_rate(spell_bits).unwrap() as f64), bits);
+        }
+    }
+
+    #[test]
     fn counts_are_singular_for_one_only() {
         assert_eq!(count(1, "run"), "1 run");
         assert_eq!(count(0u64, "run"), "0 runs");
@@ -449,13 +525,14 @@ mod tests {
             ("10m", 10_000_000),
             ("10k", 10_000),
             ("2T", 2_000_000_000_000),
-            // tc: bps spellings are bytes/s.
-            ("500kbps", 4_000_000),
+            // tc: Bps spellings are bytes/s.
+            ("500kBps", 4_000_000),
             ("1Bps", 8),
             ("1KBps", 8_000),
             ("1MBps", 8_000_000),
-            ("1mbps", 8_000_000),
+            ("1mBps", 8_000_000),
             ("1GBps", 8_000_000_000),
+            ("1MBPS", 8_000_000),
             ("1.5Bps", 12),
             (" 10mbit\n", 10_000_000),
             (".5kbit", 500),

@@ -360,10 +360,10 @@ fn trace_path_is_recorded_not_read() {
 
 #[test]
 fn normalized_units() {
-    let p: PathSpec = "delay 1.5s rate 1500kbps queue 1048576B mtu 9K loss 0.50% up.jitter 1000us"
+    let p: PathSpec = "delay 1.5s rate 1500kBps queue 1048576B mtu 9K loss 0.50% up.jitter 1000us"
         .parse()
         .unwrap();
-    // kbps is bytes/s, as tc spells it: 12 Mbit/s.
+    // kBps is bytes/s, as tc spells it: 12 Mbit/s.
     assert_eq!(
         p.to_string(),
         "rtt 3s up.jitter 1ms loss 0.5% rate 12mbit queue 1MiB mtu 9216"

@@ -7,6 +7,12 @@ use std::path::PathBuf;
 /// Failure of a store operation.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// What the file system says against the file, asked before SQLite (whose messages
+    /// name no cause): a directory, a file that cannot be read, a new file that cannot
+    /// be created (a missing directory, one that may not be written, a full disk).
+    #[error("{}: {why}", path.display())]
+    Unusable { path: PathBuf, why: String },
+
     /// The file exists but is not an SQLite database.
     #[error("{}: not an SQLite database (is this a tcplab database?)", path.display())]
     NotSqlite { path: PathBuf },
@@ -40,6 +46,16 @@ pub enum StoreError {
     Sqlite {
         path: PathBuf,
         op: &'static str,
+        error: rusqlite::Error,
+    },
+
+    /// An SQLite call failed because a system call did: `cause` is the system call's
+    /// error, which names what SQLite's message ("disk I/O error") does not.
+    #[error("{}: {op}: {cause}; SQLite: {error}", path.display())]
+    System {
+        path: PathBuf,
+        op: &'static str,
+        cause: std::io::Error,
         error: rusqlite::Error,
     },
 

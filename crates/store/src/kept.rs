@@ -12,9 +12,11 @@ use crate::{Result, StoreError};
 
 /// A run the database would not take, and where it was kept instead.
 #[derive(Debug, thiserror::Error)]
-#[error("the run was not stored ({error}); {}", kept_text(.kept))]
+#[error("the run was not stored ({error}); {}", kept_text(.kept, .db))]
 pub struct NotStored {
     pub error: StoreError,
+    /// The database that refused the run.
+    pub db: PathBuf,
     /// The JSON file, or why it could not be written; `None` when there was no record.
     pub kept: Option<Result<PathBuf, StoreError>>,
 }
@@ -24,14 +26,21 @@ impl NotStored {
     pub fn keeping(db: &Path, error: StoreError, run: Option<&RunRecord>) -> NotStored {
         NotStored {
             error,
+            db: db.to_owned(),
             kept: run.map(|run| keep_beside(db, run)),
         }
     }
 }
 
-fn kept_text(kept: &Option<Result<PathBuf, StoreError>>) -> String {
+/// Where the run is and the command that stores it once the database takes it.
+fn kept_text(kept: &Option<Result<PathBuf, StoreError>>, db: &Path) -> String {
     match kept {
-        Some(Ok(path)) => format!("it is kept in {}", path.display()),
+        Some(Ok(path)) => format!(
+            "it is kept in {}; `tcplab import {} --db {}` stores it",
+            path.display(),
+            path.display(),
+            db.display()
+        ),
         Some(Err(e)) => e.to_string(),
         None => "nothing was measured".into(),
     }

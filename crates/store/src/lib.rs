@@ -27,6 +27,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -180,6 +181,143 @@ fn uri_path(path: &Path) -> String {
     out
 }
 
+/// Makes an open connection ready to write: WAL mode, the schema migrated, the write
+/// lock taken once. Refuses a file that is not SQLite or may not be written.
+fn prepare_to_write(conn: &mut Connection, path: &Path) -> Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(sqlite_err(path, "setting the busy timeout"))?;
+    // The first statement to read the file's header: fails here if it is not SQLite.
+    conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+        .map_err(sqlite_err(path, "switching to WAL mode"))?;
+    // SQLite falls back to reading a file it may not write, without an error.
+    if conn
+        .is_readonly(rusqlite::MAIN_DB)
+        .map_err(sqlite_err(path, "opening"))?
+    {
+        return Err(StoreError::ReadOnly {
+            path: path.to_owned(),
+            why: "the file is read-only (its permissions, or its file system)",
+        });
+    }
+    // In WAL mode NORMAL loses at most the last commits on power loss, never corrupts.
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sqlite_err(path, "setting synchronous"))?;
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(sqlite_err(path, "enabling foreign keys"))?;
+    migrate(conn, path)?;
+    // The write lock, taken and given back: its journal files can be written too.
+    conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK")
+        .map_err(sqlite_err(path, "taking the write lock"))
+}
+
+/// An SQLite error that stands for a failed system call ("disk I/O error", "unable to
+/// open database file", "database or disk is full") with the call's own error, which
+/// names the cause (no space left on the device, permission denied …).
+fn with_os_cause(conn: &Connection, e: StoreError) -> StoreError {
+    let (path, op, error) = match e {
+        StoreError::Sqlite { path, op, error } => (path, op, error),
+        StoreError::Migrate { path, error, .. } => (path, "migrating the schema", error),
+        other => return other,
+    };
+    let from_a_system_call = matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::SystemIoFailure | ErrorCode::DiskFull | ErrorCode::CannotOpen)
+    );
+    // SAFETY: the handle is only read, by SQLite's own function, while `conn` lives.
+    let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+    if !from_a_system_call || errno == 0 {
+        return StoreError::Sqlite { path, op, error };
+    }
+    StoreError::System {
+        path,
+        op,
+        cause: io::Error::from_raw_os_error(errno),
+        error,
+    }
+}
+
+/// Checks that `path` can hold a database before SQLite is asked, whose errors ("unable
+/// to open database file", "disk I/O error") name no cause: an existing file must be a
+/// file that can be read, a new one must have a directory to go in. Creates nothing.
+pub fn check_path(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(_) => check_readable(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match parent_dir(path) {
+            Some(dir) if !dir.is_dir() => Err(missing_dir(path, dir)),
+            _ => Ok(()),
+        },
+        Err(e) => Err(unusable(path, format!("cannot be reached: {e}"))),
+    }
+}
+
+/// An existing database file that is a file and can be read.
+fn check_readable(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(unusable(path, "is a directory, not a database file".into()));
+    }
+    match std::fs::File::open(path) {
+        Ok(_) => Ok(()),
+        // The caller says there is no database there.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(unusable(path, format!("cannot be read: {e}"))),
+    }
+}
+
+/// Creates `path` empty (SQLite makes a database of an empty file) unless it exists, so
+/// that the file system says why a new database cannot be made; `true` if it was created.
+fn create_if_missing(path: &Path) -> Result<bool> {
+    check_path(path)?;
+    match std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let dir = parent_dir(path)
+                .map_or("the current directory".into(), |d| d.display().to_string());
+            Err(unusable(path, format!("cannot be created in {dir}: {e}")))
+        }
+        Err(e) => Err(unusable(path, format!("cannot be created: {e}"))),
+    }
+}
+
+/// A database this process created but could not finish, with its journal files: a stub
+/// of a few KiB on a full disk would pass for a database.
+fn remove_new_database(path: &Path) {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        // What was never made is not there to remove.
+        let _ = std::fs::remove_file(PathBuf::from(name));
+    }
+}
+
+/// The directory a database file goes in, `None` for the current one.
+fn parent_dir(path: &Path) -> Option<&Path> {
+    path.parent().filter(|p| !p.as_os_str().is_empty())
+}
+
+fn missing_dir(path: &Path, dir: &Path) -> StoreError {
+    let why = if dir.exists() {
+        format!("cannot be created: {} is not a directory", dir.display())
+    } else {
+        format!(
+            "cannot be created: its directory {} does not exist",
+            dir.display()
+        )
+    };
+    unusable(path, why)
+}
+
+fn unusable(path: &Path, why: String) -> StoreError {
+    StoreError::Unusable {
+        path: path.to_owned(),
+        why,
+    }
+}
+
 fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.pragma_query_value(None, "user_version", |r| r.get(0))
 }
@@ -190,34 +328,26 @@ impl Store {
     /// ([`StoreError::NotSqlite`]), a database from a newer tcplab
     /// ([`StoreError::TooNew`]), and one this process cannot write
     /// ([`StoreError::ReadOnly`]): checked here, before a test is spent on it.
+    ///
+    /// A file this call creates is removed again if it cannot be made a database (a full
+    /// disk), with the journal files SQLite left beside it.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_owned();
+        let created = create_if_missing(&path)?;
+        Store::open_file(path.clone()).inspect_err(|_| {
+            if created {
+                remove_new_database(&path);
+            }
+        })
+    }
+
+    /// [`Store::open`] of a file that exists.
+    fn open_file(path: PathBuf) -> Result<Store> {
         let mut conn = Connection::open(&path).map_err(sqlite_err(&path, "opening"))?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(sqlite_err(&path, "setting the busy timeout"))?;
-        // The first statement to read the file's header: fails here if it is not SQLite.
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
-            .map_err(sqlite_err(&path, "switching to WAL mode"))?;
-        // SQLite falls back to reading a file it may not write, without an error.
-        if conn
-            .is_readonly(rusqlite::MAIN_DB)
-            .map_err(sqlite_err(&path, "opening"))?
-        {
-            return Err(StoreError::ReadOnly {
-                path,
-                why: "the file is read-only (its permissions, or its file system)",
-            });
+        match prepare_to_write(&mut conn, &path) {
+            Ok(()) => Ok(Store { conn, path }),
+            Err(e) => Err(with_os_cause(&conn, e)),
         }
-        // In WAL mode NORMAL loses at most the last commits on power loss, never corrupts.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sqlite_err(&path, "setting synchronous"))?;
-        conn.pragma_update(None, "foreign_keys", true)
-            .map_err(sqlite_err(&path, "enabling foreign keys"))?;
-        migrate(&mut conn, &path)?;
-        // The write lock, taken and given back: its journal files can be written too.
-        conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK")
-            .map_err(sqlite_err(&path, "taking the write lock"))?;
-        Ok(Store { conn, path })
     }
 
     /// Opens an existing database to read it, writing nothing (SQLite's read-only mode:
@@ -226,6 +356,7 @@ impl Store {
     /// and refused in one line where it cannot ([`StoreError::OlderReadOnly`]).
     pub fn open_to_read(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_owned();
+        check_readable(&path)?;
         let conn = read_only_connection(&path)?;
         let found = user_version(&conn).map_err(sqlite_err(&path, "reading the schema version"))?;
         match found.cmp(&SCHEMA_VERSION) {
@@ -266,9 +397,13 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sqlite_err(path, "starting to insert a run"))?;
-        let run_id = insert_run_in(&tx, run, path)?;
-        tx.commit()
-            .map_err(sqlite_err(path, "committing an inserted run"))?;
+        let run_id = insert_run_in(&tx, run, path)
+            .and_then(|id| {
+                tx.commit()
+                    .map_err(sqlite_err(path, "committing an inserted run"))?;
+                Ok(id)
+            })
+            .map_err(|e| with_os_cause(&self.conn, e))?;
         Ok(run_id)
     }
 

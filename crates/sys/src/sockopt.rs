@@ -493,6 +493,20 @@ mod tests {
         assert!(tcp_info(&sock).unwrap().snd_mss <= 1000);
     }
 
+    /// The range the CLI and experiment files check an MSS against is this kernel's.
+    #[test]
+    fn the_checked_mss_range_is_what_the_kernel_takes() {
+        let range = tcplab_model::ranges::MSS_RANGE;
+        let fresh = || Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        for ok in [*range.start(), *range.end()] {
+            set_mss(fresh(), ok).unwrap();
+        }
+        for bad in [range.start() - 1, range.end() + 1] {
+            let e = set_mss(fresh(), bad).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{bad}");
+        }
+    }
+
     #[test]
     fn bbr_info_only_under_bbr() {
         let (mut client, mut server) = pair();

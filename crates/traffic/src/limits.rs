@@ -96,10 +96,11 @@ pub fn check_request(params: &TestParams, limits: &ServerLimits) -> Result<(), S
             params.streams, limits.max_streams
         ));
     }
+    tcplab_model::ranges::check_end(&params.end).map_err(|e| match params.end {
+        TestEnd::Duration { .. } => format!("duration: {e}"),
+        TestEnd::Bytes { .. } => format!("byte count: {e}"),
+    })?;
     if let TestEnd::Duration { us } = params.end {
-        if us == 0 {
-            return Err("duration must be positive".into());
-        }
         if us > limits.max_duration_us {
             return Err(format!(
                 "duration {} exceeds --max-duration {}",

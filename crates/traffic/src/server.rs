@@ -476,7 +476,16 @@ fn run_test(
     let limits = &server.config.limits;
     let params = &limits::server_params(asked, limits);
     let rate_cap_bps = limits::rate_cap_bps(asked, limits);
-    let (flows, echo) = open_flows(&control, peer, params, limits, rate_cap_bps)?;
+    let (flows, echo) = match open_flows(&control, peer, params, limits, rate_cap_bps) {
+        Ok(opened) => opened,
+        Err(e) => {
+            // Until Go the client waits for an answer: the reason (a tuning the kernel
+            // refused), not a closed connection.
+            let reason = format!("setting up the test's connections: {e}");
+            refuse(&mut Deadlined::new(&control, REFUSAL_TIME), reason.clone());
+            return Err(TrafficError::Refused(reason));
+        }
+    };
     // The client's clock against ours, for one-way delays: server = client + offset.
     let same_clock = clock
         .offset
@@ -856,6 +865,7 @@ pub fn default_listen() -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcplab_model::record::TestEnd;
 
     #[test]
     fn a_congestion_control_the_kernel_lacks_is_refused_by_name() {
@@ -865,6 +875,46 @@ mod tests {
         assert!(check_congestion(&params)
             .unwrap_err()
             .contains("no-such-cc"));
+    }
+
+    /// A tuning the server's kernel refuses (checks of the client's kernel aside) reaches
+    /// the client as a refusal naming it, and the server's log says the same.
+    #[test]
+    fn a_tuning_the_kernel_refuses_is_named_to_the_client() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let serving = {
+            let stop = Arc::clone(&stop);
+            let config = ServerConfig {
+                access: Access::LocalOnly,
+                limits: ServerLimits::default(),
+            };
+            thread::spawn(move || serve(listener, config, |_| {}, &stop, None))
+        };
+        let mut params = TestParams {
+            end: TestEnd::Duration { us: 200_000 },
+            ..TestParams::default()
+        };
+        params.tuning.mss = Some(10);
+        let request = crate::client::Request {
+            target,
+            params,
+            label: None,
+            tags: Vec::new(),
+            pacing: None,
+            key: None,
+            trace_events: false,
+        };
+        let err = crate::client::run(&request, Arc::new(AtomicBool::new(false)), &mut |_| {})
+            .unwrap_err();
+        stop.store(true, Ordering::Relaxed);
+        serving.join().unwrap().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "server refused the test: setting up the test's connections: the kernel refused \
+             the MSS 10 (TCP_MAXSEG): Invalid argument (os error 22)"
+        );
     }
 
     /// A connected pair on loopback: (our end, the peer's).

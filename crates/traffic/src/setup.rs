@@ -6,21 +6,28 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tcplab_model::record::{BufferSize, Tuning};
+use tcplab_model::units::{format_rate, format_size};
 use tcplab_sys::sockopt;
 
 use crate::protocol::Role;
 
 /// Sets what matters for `role` on a socket not yet connected (or just accepted) and
-/// returns the role's buffer as requested and as the kernel took it.
+/// returns the role's buffer as requested and as the kernel took it. An option the
+/// kernel refuses is named in the error, with the value asked for.
 pub fn apply(socket: &impl AsFd, tuning: &Tuning, role: Role) -> io::Result<BufferSize> {
     let fd = socket.as_fd();
-    sockopt::set_nodelay(fd, tuning.nodelay)?;
+    sockopt::set_nodelay(fd, tuning.nodelay).map_err(|e| {
+        refused(
+            e,
+            format!("Nagle's algorithm (TCP_NODELAY {})", tuning.nodelay),
+        )
+    })?;
     if let Some(mss) = tuning.mss {
-        sockopt::set_mss(fd, mss)?;
+        set_mss(fd, mss)?;
     }
     match role {
         Role::Send => {
@@ -29,18 +36,45 @@ pub fn apply(socket: &impl AsFd, tuning: &Tuning, role: Role) -> io::Result<Buff
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
             }
             if let Some(bits) = tuning.pacing_rate {
-                sockopt::set_max_pacing_rate(fd, bits / 8)?;
+                sockopt::set_max_pacing_rate(fd, bits / 8).map_err(|e| {
+                    refused(
+                        e,
+                        format!(
+                            "the pacing rate {} (SO_MAX_PACING_RATE)",
+                            format_rate(bits as f64)
+                        ),
+                    )
+                })?;
             }
             match tuning.sndbuf {
-                Some(bytes) => sockopt::set_sndbuf(fd, bytes),
+                Some(bytes) => sockopt::set_sndbuf(fd, bytes).map_err(|e| {
+                    refused(
+                        e,
+                        format!("the send buffer {} (SO_SNDBUF)", format_size(bytes)),
+                    )
+                }),
                 None => untouched(sockopt::sndbuf(fd)?),
             }
         }
         Role::Receive => match tuning.rcvbuf {
-            Some(bytes) => sockopt::set_rcvbuf(fd, bytes),
+            Some(bytes) => sockopt::set_rcvbuf(fd, bytes).map_err(|e| {
+                refused(
+                    e,
+                    format!("the receive buffer {} (SO_RCVBUF)", format_size(bytes)),
+                )
+            }),
             None => untouched(sockopt::rcvbuf(fd)?),
         },
     }
+}
+
+fn set_mss(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
+    sockopt::set_mss(fd, mss).map_err(|e| refused(e, format!("the MSS {mss} (TCP_MAXSEG)")))
+}
+
+/// The kernel's error on setting `what`, naming it.
+fn refused(e: io::Error, what: String) -> io::Error {
+    io::Error::new(e.kind(), format!("the kernel refused {what}: {e}"))
 }
 
 /// A buffer left to the kernel: nothing requested, `effective` as it is.
@@ -69,7 +103,7 @@ pub fn data_listener(local: SocketAddr, tuning: &Tuning, receives: bool) -> io::
     if receives {
         apply(&socket, tuning, Role::Receive)?;
     } else if let Some(mss) = tuning.mss {
-        sockopt::set_mss(socket.as_fd(), mss)?;
+        set_mss(socket.as_fd(), mss)?;
     }
     socket.bind(&SocketAddr::new(local.ip(), 0).into())?;
     socket.listen(128)?;

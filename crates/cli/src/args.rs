@@ -124,9 +124,10 @@ fn parse_shard(s: &str) -> Result<Shard, String> {
 pub struct ReportArgs {
     /// The SQLite database.
     pub db: PathBuf,
-    /// The directory to write index.html into (created if missing).
+    /// The directory to write index.html into (created if missing) [default: NAME-report
+    /// beside the database, NAME its file's stem].
     #[arg(long, short = 'o', value_name = "DIR")]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     /// Only this experiment, by id (repeatable) [default: every experiment and the runs
     /// outside them].
     #[arg(long = "experiment", value_name = "ID")]

@@ -326,7 +326,6 @@ fn report_and_plot_name_what_is_wrong_and_where() {
         1,
         &["no database at", "missing.db"],
     );
-    assert_one_line_error(&["report", &missing], 2, &["--output <DIR>"]);
     assert_one_line_error(
         &["plot", &missing, "--chart", "cwnd", "-o", "x.svg"],
         1,

@@ -4,6 +4,7 @@ mod args;
 mod commands;
 mod explain;
 mod lab;
+mod manual;
 mod output;
 mod report;
 mod sweep;
@@ -60,10 +61,7 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut cli, "tcplab", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut std::io::stdout())
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(anyhow::Error::from),
+        Command::Man(args) => manual::man(args),
     };
     match result {
         Ok(code) => code,
@@ -98,7 +96,7 @@ fn prints_only(command: &Command) -> bool {
         | Command::Plot(_)
         | Command::PathSpec
         | Command::Completions { .. }
-        | Command::Man => true,
+        | Command::Man(_) => true,
         Command::Sweep(args) => args.dry_run,
         Command::Lab(cmd) => matches!(
             cmd,

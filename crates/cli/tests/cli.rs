@@ -448,6 +448,49 @@ fn a_dry_run_lists_every_run_of_the_plan() {
     );
 }
 
+/// A sharded dry run lists its part of the plan, each run at its place in the whole
+/// plan, ordered by the seed every shard derives alike (the file gives none): the parts
+/// are disjoint and together the plan.
+#[test]
+fn a_sharded_dry_run_lists_its_part_of_the_plan() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quick/buffer.toml"
+    );
+    let mut places = Vec::new();
+    let mut runs = Vec::new();
+    let mut orders = std::collections::BTreeSet::new();
+    for k in 1..=4 {
+        let out = tcplab(&["sweep", file, "--dry-run", "--shard", &format!("{k}/4")]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let rows = support::dry_run_rows(&text);
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains(&format!("= 6 runs; shard {k}/4: {} run", rows.len())),
+            "{text}"
+        );
+        let order = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("order ("))
+            .unwrap();
+        assert!(order.contains("from the plan's hash"), "{text}");
+        orders.insert(order.to_owned());
+        for row in rows {
+            assert_eq!((row.place - 1) % 4, k - 1, "{text}");
+            places.push(row.place);
+            runs.push((row.point, row.repetition));
+        }
+    }
+    assert_eq!(orders.len(), 1, "one seed for every shard: {orders:?}");
+    places.sort();
+    assert_eq!(places, (1..=6).collect::<Vec<_>>());
+    runs.sort();
+    assert_eq!(runs, (0..6).map(|p| (p, 1)).collect::<Vec<_>>());
+}
+
 /// Completions, the manual page and the grammar come from the binary itself.
 #[test]
 fn completions_the_manual_and_the_grammar_print() {

@@ -9,8 +9,9 @@
 //!   so as user nobody. `WORD$ CMD` is a command on another machine (`client$`): shown,
 //!   parsed, not run.
 //! - It must succeed, unless what it prints ends in an error line (`tcplab: …`): then it
-//!   must fail. A command sent to the background (`… &`) is not checked; the page's
-//!   background commands are ended after its last command.
+//!   must fail, and an error shown alone must be exactly as shown, figures included. A
+//!   command sent to the background (`… &`) is not checked; the page's background
+//!   commands are ended after its last command.
 //! - Its output is compared line by line with what the page shows: every measured figure (a
 //!   number, with its unit if it has one: `27.1 Mbit/s`, `976 KiB`, `seed 8785…`,
 //!   `qs9203`) matches any figure, runs of spaces match any run, a word's trailing `s`
@@ -25,6 +26,7 @@
 mod support;
 
 use std::fmt::Write as _;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -407,7 +409,9 @@ fn check_page(page: &str) {
         tcplab_dir().display()
     );
     let started = Instant::now();
+    // In a process group of its own, to end all of it should it hang.
     let mut child = Command::new("unshare")
+        .process_group(0)
         .arg("--net")
         .arg("bash")
         .arg(&script_file)
@@ -426,7 +430,9 @@ fn check_page(page: &str) {
             break status;
         }
         if started.elapsed() > PAGE_TIMEOUT {
-            let _ = child.kill();
+            // SAFETY: a signal to the process group this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
             panic!("{page}: its commands took more than {PAGE_TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -336,10 +336,20 @@ fn tcplab_dir() -> PathBuf {
         .to_owned()
 }
 
+/// What ends a page: every process left in its network namespace (a background server
+/// and whatever it started) is stopped, then waited for.
+const END_OF_PAGE: &str = r#"here=$(readlink /proc/$$/ns/net)
+for proc in /proc/[0-9]*; do
+    pid=${proc#/proc/}
+    [ "$pid" != $$ ] && [ "$(readlink "$proc/ns/net" 2>/dev/null)" = "$here" ] && kill "$pid" 2>/dev/null
+done
+wait
+"#;
+
 /// A page's commands as one bash script: each to its own files of output and status,
-/// the background ones ended at the end.
+/// what is left running ended at the end.
 fn script(commands: &[&Shown], dir: &Path) -> String {
-    let mut script = String::from("ip link set lo up\nbackground=()\n");
+    let mut script = String::from("ip link set lo up\n");
     for (k, shown) in commands.iter().enumerate() {
         let file = dir.join(format!(".doc/command-{k}"));
         std::fs::write(&file, format!("{}\n", shown.body())).unwrap();
@@ -355,7 +365,7 @@ fn script(commands: &[&Shown], dir: &Path) -> String {
             // A server: on once it listens (one more listening socket), in 10 s at most.
             let _ = writeln!(
                 script,
-                "listening=$(ss -Htln | wc -l)\n{run} > {} 2>&1 &\nbackground+=($!)\n\
+                "listening=$(ss -Htln | wc -l)\n{run} > {} 2>&1 &\n\
                  for _ in $(seq 100); do \
                  [ \"$(ss -Htln | wc -l)\" -gt \"$listening\" ] && break; sleep 0.1; done",
                 out.display()
@@ -369,9 +379,7 @@ fn script(commands: &[&Shown], dir: &Path) -> String {
             );
         }
     }
-    script.push_str(
-        "[ ${#background[@]} -eq 0 ] || { kill \"${background[@]}\"; wait; } 2>/dev/null\n",
-    );
+    script.push_str(END_OF_PAGE);
     script
 }
 

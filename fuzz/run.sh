@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+# cargo fuzz has no --locked (rust-fuzz/cargo-fuzz#312): check fuzz/Cargo.lock first, so
+# a stale lock fails here instead of being rewritten by the build.
+cargo +nightly metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml >/dev/null
 if [ -n "${SECONDS_PER_TARGET:-}" ]; then
     budget=(-max_total_time="$SECONDS_PER_TARGET")
 else

@@ -24,6 +24,13 @@ use tcplab_traffic::limits::ServerLimits;
     name = "tcplab",
     version,
     about = "A TCP performance lab in one binary",
+    long_about = "A TCP performance lab in one binary. tcplab emulates a network path (delay, \
+        jitter, loss, reordering, a bottleneck rate or a cellular trace, its queue and AQM) \
+        between network namespaces, drives real kernel TCP and UDP transfers across it, \
+        samples tcp_info on both ends, stores every run in SQLite and explains its \
+        throughput against what the path allows. Each command has its own manual page \
+        (tcplab-run(1), tcplab-lab-up(1), …; `tcplab man --dir DIR` writes them all); the \
+        guide is README.md and docs/ in tcplab's source.",
     max_term_width = 100
 )]
 pub struct Cli {
@@ -77,8 +84,20 @@ pub enum Command {
     PathSpec,
     /// A shell completion script on stdout (e.g. `tcplab completions bash > /etc/bash_completion.d/tcplab`).
     Completions { shell: clap_complete::Shell },
-    /// The manual page (roff) on stdout (e.g. `tcplab man | man -l -`).
-    Man,
+    /// The manual (roff): tcplab(1) or one command's page on stdout (`tcplab man | man -l
+    /// -`, `tcplab man lab up`), or every page into a directory (`--dir`).
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// A command's page instead of tcplab(1), e.g. `sweep` or `lab up`.
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Write tcplab.1 and a page for every command and subcommand (tcplab-sweep.1,
+    /// tcplab-lab-up.1, …) into DIR, created if missing, e.g. /usr/local/share/man/man1.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
 }
 
 /// A database to read, named as an argument (`tcplab runs X.db`) or with `--db`, as
@@ -165,9 +184,10 @@ fn parse_shard(s: &str) -> Result<Shard, String> {
 pub struct ReportArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// The directory to write index.html into (created if missing).
+    /// The directory to write index.html into (created if missing) [default: NAME-report
+    /// beside the database, NAME its file's stem].
     #[arg(long, short = 'o', value_name = "DIR")]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     /// Only this experiment, by id (repeatable) [default: every experiment and the runs
     /// outside them].
     #[arg(long = "experiment", value_name = "ID")]

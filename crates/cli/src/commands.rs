@@ -95,8 +95,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
 
 /// Where `quickstart` stores its runs unless told otherwise.
 const QUICKSTART_DB: &str = "tcplab-quickstart.db";
-/// Where `quickstart` writes the report of its database, beside it.
-const QUICKSTART_REPORT: &str = "tcplab-quickstart-report";
 
 /// A test across an emulated path in a lab built for it: the whole pipeline on any
 /// Linux machine where we may create namespaces.
@@ -126,9 +124,8 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;
     if let (Some(db), false) = (&output.db, output.json) {
-        // Beside the database, which is somewhere this user may write.
-        let dir = &db.with_file_name(QUICKSTART_REPORT);
-        let written = tcplab_report::write_report(&open_existing_store(db)?, &[], dir)?;
+        let dir = crate::report::default_dir(db);
+        let written = tcplab_report::write_report(&open_existing_store(db)?, &[], &dir)?;
         // Regenerated output, never source: git leaves the folder alone in any checkout
         // it lands in, as it does pytest's cache. The database is data and stays visible.
         let ignore = dir.join(".gitignore");

@@ -7,6 +7,7 @@ mod args;
 mod commands;
 mod explain;
 mod lab;
+mod manual;
 mod output;
 mod report;
 mod stdio;
@@ -60,10 +61,7 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut cli, "tcplab", &mut Stdout);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut Stdout)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(anyhow::Error::from),
+        Command::Man(args) => manual::man(args),
     };
     stdio::finish(match result {
         Ok(code) => code,

@@ -1,6 +1,7 @@
 //! `tcplab report` and `tcplab plot`: a database's experiments and runs as an HTML page
 //! of charts, or one chart as an SVG or PNG file.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -15,7 +16,8 @@ use crate::stdio::outln;
 pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let store = open_existing_store(args.db.path())?;
-    let written = write_report(&store, &args.experiments, &args.output)?;
+    let output = args.output.unwrap_or_else(|| default_dir(args.db.path()));
+    let written = write_report(&store, &args.experiments, &output)?;
     outln!(
         "wrote {}: {}, {} over time, {}, {:.1} MB in {:.1} s",
         written.path.display(),
@@ -26,6 +28,14 @@ pub fn report(args: ReportArgs) -> Result<ExitCode> {
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a database's report goes unless told: `NAME-report` beside `NAME.db`.
+pub fn default_dir(db: &Path) -> PathBuf {
+    let stem = db
+        .file_stem()
+        .map_or("tcplab".into(), |s| s.to_string_lossy().into_owned());
+    db.with_file_name(format!("{stem}-report"))
 }
 
 pub fn plot(args: PlotArgs) -> Result<ExitCode> {

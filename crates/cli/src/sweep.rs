@@ -43,15 +43,17 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.db", experiment.name)));
     if args.dry_run {
-        return dry_run(&experiment, &args.file, &db);
+        return dry_run(&experiment, &args.file, &db, args.shard);
     }
     let hosts =
         sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_congestion(&experiment.points)?;
     sweep::check_traces(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_labs(&experiment.points)?;
-    // Its lock file goes beside it: a missing directory is named as the database's.
+    // Its lock file goes beside it, in a directory made for it if it is the first there
+    // (`--db results/part-3.db`).
     tcplab_store::check_path(&db)?;
+    tcplab_store::create_dir(&db)?;
     let _lock = sweep::lock(&db)?;
     let mut store = open_store(&db)?;
     let prepared = sweep::prepare(
@@ -206,12 +208,71 @@ fn plan_size(experiment: &Experiment, runs: usize) -> String {
     )
 }
 
-fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> {
+fn dry_run(
+    experiment: &Experiment,
+    path: &Path,
+    db: &Path,
+    shard: Option<experiment::Shard>,
+) -> Result<ExitCode> {
     let file = path.display();
     let runs = experiment.points.len() * experiment.repetitions as usize;
-    let total = estimate::sweep_time(&experiment.points, experiment.repetitions);
+    let stored = db
+        .exists()
+        .then(|| open_existing_store(db))
+        .transpose()?
+        .and_then(|store| {
+            let hash = experiment.plan_hash();
+            let found = store
+                .experiments()
+                .ok()?
+                .into_iter()
+                .rev()
+                .find(|e| e.plan_hash == hash)?;
+            Some((store.plan(found.id).ok()?, found.seed))
+        });
+    // Each planned run with its status where the database holds the plan.
+    let (plan, seed_note): (Vec<_>, String) = match &stored {
+        Some((plan, seed)) => (
+            plan.iter().map(|r| (r.run, Some(r.status))).collect(),
+            format!("seed {seed}, stored"),
+        ),
+        None => {
+            let (seed, note) = match (shard, experiment.seed) {
+                (_, Some(seed)) => (seed, "from the file"),
+                (Some(_), None) => (
+                    experiment.shard_seed(),
+                    "from the plan's hash, as every shard of it orders the plan",
+                ),
+                (None, None) => (
+                    u64::from(rand::random::<u32>()),
+                    "drawn for this listing; the sweep draws and records its own",
+                ),
+            };
+            (
+                experiment
+                    .schedule(seed)
+                    .into_iter()
+                    .map(|r| (r, None))
+                    .collect(),
+                format!("seed {seed}, {note}"),
+            )
+        }
+    };
+    // The runs this sweep would run, with their places in the whole plan.
+    let mine: Vec<_> = plan
+        .iter()
+        .enumerate()
+        .filter(|(seq, _)| shard.is_none_or(|s| s.holds(*seq as u32)))
+        .collect();
+    let total = estimate::plan_time(
+        mine.iter()
+            .map(|(_, (run, _))| &experiment.points[run.point as usize]),
+    );
+    let part = shard.map_or(String::new(), |s| {
+        format!("; shard {s}: {}", count(mine.len(), "run"))
+    });
     outln!(
-        "experiment {} ({file}): {}, about {}",
+        "experiment {} ({file}): {}{part}, about {}",
         experiment.name,
         plan_size(experiment, runs),
         about(total)
@@ -252,57 +313,16 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
             axis.values.join(", ")
         );
     }
-    let stored = db
-        .exists()
-        .then(|| open_existing_store(db))
-        .transpose()?
-        .and_then(|store| {
-            let hash = experiment.plan_hash();
-            let found = store
-                .experiments()
-                .ok()?
-                .into_iter()
-                .rev()
-                .find(|e| e.plan_hash == hash)?;
-            Some((store.plan(found.id).ok()?, found.seed))
-        });
-    let (plan, seed_note) = match &stored {
-        Some((plan, seed)) => {
-            let done = plan.iter().filter(|r| r.status == PlanStatus::Done).count();
-            let failed = plan
-                .iter()
-                .filter(|r| r.status == PlanStatus::Failed)
-                .count();
-            outln!(
-                "  {} holds this plan: {done} done, {failed} failed, {} to run",
-                db.display(),
-                plan.len() - done - failed
-            );
-            (
-                plan.iter()
-                    .map(|r| (r.run, Some(r.status)))
-                    .collect::<Vec<_>>(),
-                format!("seed {seed}, stored"),
-            )
-        }
-        None => {
-            let (seed, note) = match experiment.seed {
-                Some(seed) => (seed, "from the file"),
-                None => (
-                    u64::from(rand::random::<u32>()),
-                    "drawn for this listing; the sweep draws and records its own",
-                ),
-            };
-            (
-                experiment
-                    .schedule(seed)
-                    .into_iter()
-                    .map(|r| (r, None))
-                    .collect(),
-                format!("seed {seed}, {note}"),
-            )
-        }
-    };
+    if stored.is_some() {
+        let with = |status| mine.iter().filter(|(_, (_, s))| *s == Some(status)).count();
+        let (done, failed) = (with(PlanStatus::Done), with(PlanStatus::Failed));
+        outln!(
+            "  {} holds this plan: {done} done, {failed} failed, {} to run{}",
+            db.display(),
+            mine.len() - done - failed,
+            shard.map_or(String::new(), |s| format!(" of shard {s}"))
+        );
+    }
     outln!("  order ({seed_note}):");
     outln!(
         "  {:>5} {:>6} {:>4}  {:<8} values",
@@ -311,7 +331,7 @@ fn dry_run(experiment: &Experiment, path: &Path, db: &Path) -> Result<ExitCode> 
         "rep",
         "status"
     );
-    for (seq, (run, status)) in plan.iter().enumerate() {
+    for (seq, (run, status)) in mine {
         let point = &experiment.points[run.point as usize];
         outln!(
             "  {:>5} {:>6} {:>4}  {:<8} {}",

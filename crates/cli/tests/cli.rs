@@ -507,7 +507,6 @@ fn report_and_plot_name_what_is_wrong_and_where() {
         1,
         &["no database at", "missing.db"],
     );
-    assert_one_line_error(&["report", &missing], 2, &["--output <DIR>"]);
     assert_one_line_error(
         &["plot", &missing, "--chart", "cwnd", "-o", "x.svg"],
         1,
@@ -630,6 +629,49 @@ fn a_dry_run_lists_every_run_of_the_plan() {
     );
 }
 
+/// A sharded dry run lists its part of the plan, each run at its place in the whole
+/// plan, ordered by the seed every shard derives alike (the file gives none): the parts
+/// are disjoint and together the plan.
+#[test]
+fn a_sharded_dry_run_lists_its_part_of_the_plan() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quick/buffer.toml"
+    );
+    let mut places = Vec::new();
+    let mut runs = Vec::new();
+    let mut orders = std::collections::BTreeSet::new();
+    for k in 1..=4 {
+        let out = tcplab(&["sweep", file, "--dry-run", "--shard", &format!("{k}/4")]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let rows = support::dry_run_rows(&text);
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains(&format!("= 6 runs; shard {k}/4: {} run", rows.len())),
+            "{text}"
+        );
+        let order = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("order ("))
+            .unwrap();
+        assert!(order.contains("from the plan's hash"), "{text}");
+        orders.insert(order.to_owned());
+        for row in rows {
+            assert_eq!((row.place - 1) % 4, k - 1, "{text}");
+            places.push(row.place);
+            runs.push((row.point, row.repetition));
+        }
+    }
+    assert_eq!(orders.len(), 1, "one seed for every shard: {orders:?}");
+    places.sort();
+    assert_eq!(places, (1..=6).collect::<Vec<_>>());
+    runs.sort();
+    assert_eq!(runs, (0..6).map(|p| (p, 1)).collect::<Vec<_>>());
+}
+
 /// Completions, the manual page and the grammar come from the binary itself.
 #[test]
 fn completions_the_manual_and_the_grammar_print() {
@@ -647,6 +689,140 @@ fn completions_the_manual_and_the_grammar_print() {
     }
     let out = tcplab(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The commands below `path` as `--help` lists them (clap's own view, not the manual's).
+fn commands_in_help(path: &[String]) -> Vec<String> {
+    let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+    args.push("--help");
+    let help = String::from_utf8(tcplab(&args).stdout).unwrap();
+    help.lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The options `--help` lists for a command: `--long` names, and `-s` where there is
+/// no long one.
+fn options_in_help(path: &[String]) -> Vec<String> {
+    let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+    args.push("--help");
+    let help = String::from_utf8(tcplab(&args).stdout).unwrap();
+    help.lines()
+        .filter_map(|l| {
+            let first = l.trim_start().split([' ', ',']).next()?;
+            let long = l.split_whitespace().find(|w| w.starts_with("--"));
+            first.starts_with('-').then(|| {
+                long.unwrap_or(first)
+                    .trim_end_matches(',')
+                    .split(['=', '<'])
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+        })
+        .collect()
+}
+
+/// `tcplab man --dir` writes a page for tcplab and every command at every depth that
+/// `--help` lists, no other; each renders (with `man` where installed: no warnings)
+/// and documents every option its `--help` shows; `tcplab man lab up` prints one page;
+/// no `--help` line is wider than 100 columns.
+#[test]
+fn every_command_has_a_manual_page_that_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tcplab(&["man", "--dir", &dir.path().to_string_lossy()]);
+    assert!(out.status.success(), "{out:?}");
+    let mut expected = vec![vec![]];
+    let mut pending = vec![vec![]];
+    while let Some(path) = pending.pop() {
+        for name in commands_in_help(&path) {
+            let mut sub = path.clone();
+            sub.push(name);
+            expected.push(sub.clone());
+            pending.push(sub);
+        }
+    }
+    assert!(expected.len() > 20, "{expected:?}");
+    let page_name = |path: &[String]| {
+        std::iter::once("tcplab")
+            .chain(path.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("-")
+    };
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    let mut wanted: Vec<String> = expected
+        .iter()
+        .map(|p| format!("{}.1", page_name(p)))
+        .collect();
+    wanted.sort();
+    assert_eq!(written, wanted);
+    let man = Command::new("man").arg("--version").output().is_ok();
+    for path in &expected {
+        let name = page_name(path);
+        let file = dir.path().join(format!("{name}.1"));
+        let roff = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            roff.contains(&format!(".TH {name} 1"))
+                && roff.contains(".SH NAME")
+                && roff.contains(".SH SYNOPSIS"),
+            "{name}: {roff}"
+        );
+        let text = if man {
+            let rendered = Command::new("man")
+                .args(["--warnings", "-l"])
+                .arg(&file)
+                .env("MANWIDTH", "80")
+                .output()
+                .unwrap();
+            let warnings = String::from_utf8_lossy(&rendered.stderr);
+            assert!(
+                rendered.status.success() && warnings.trim().is_empty(),
+                "{name}: {warnings}"
+            );
+            String::from_utf8(rendered.stdout).unwrap()
+        } else {
+            roff.replace("\\-", "-")
+                .replace("\\fB", "")
+                .replace("\\fR", "")
+        };
+        for option in options_in_help(path) {
+            assert!(text.contains(&option), "{name} lacks {option}: {text}");
+        }
+        // The page of the command above names this one.
+        if let Some((_, parent)) = path.split_last() {
+            let above =
+                std::fs::read_to_string(dir.path().join(format!("{}.1", page_name(parent))))
+                    .unwrap();
+            assert!(above.contains(&name.replace('-', "\\-")), "{name}");
+        }
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let help = String::from_utf8(tcplab(&args).stdout).unwrap();
+        for line in help.lines() {
+            assert!(line.chars().count() <= 100, "{name} --help: {line}");
+        }
+    }
+    let one = tcplab(&["man", "lab", "up"]);
+    assert!(one.status.success());
+    assert_eq!(
+        String::from_utf8(one.stdout).unwrap(),
+        std::fs::read_to_string(dir.path().join("tcplab-lab-up.1")).unwrap()
+    );
+    assert_one_line_error(
+        &["man", "lab", "upp"],
+        1,
+        &["'tcplab lab' has no command 'upp'"],
+    );
 }
 
 #[test]

@@ -393,8 +393,16 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
     for chart in &arena {
         assert_eq!(chart.series_names(), ["cc=cubic", "cc=bbr"], "{}", chart.id);
     }
-    let out = dir.path().join("report");
-    run_ok(tcplab().arg("report").arg(&db).arg("-o").arg(&out));
+    // Without -o, the report goes beside the database: NAME-report for NAME.db.
+    let said = run_ok(tcplab().arg("report").arg(&db));
+    let out = db.with_file_name(format!(
+        "{}-report",
+        db.file_stem().unwrap().to_string_lossy()
+    ));
+    assert!(
+        said.starts_with(&format!("wrote {}", out.join("index.html").display())),
+        "{said}"
+    );
     let page = out.join("index.html");
     // A leaderboard per link: each scheme's throughput, delay, drops and fairness.
     let html = std::fs::read_to_string(&page).unwrap();

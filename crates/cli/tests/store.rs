@@ -365,15 +365,15 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
 
     let folder = dir.path().join("folder.db");
     std::fs::create_dir(&folder).unwrap();
+    // A file where the database's directory would go: nothing can make that directory.
+    let file = dir.path().join("results");
+    std::fs::write(&file, "").unwrap();
     let missing = dir.path().join("results/x.db");
     for (db, why) in [
         (&folder, "is a directory, not a database file".to_string()),
         (
             &missing,
-            format!(
-                "cannot be created: its directory {} does not exist",
-                dir.path().join("results").display()
-            ),
+            format!("cannot be created: {} is not a directory", file.display()),
         ),
     ] {
         let db = db.to_str().unwrap();
@@ -396,7 +396,7 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
             assert_eq!(one_line_failure(&out), expected, "{args:?}");
         }
     }
-    assert!(!dir.path().join("results").exists(), "nothing made");
+    assert!(dir.path().join("results").is_file(), "nothing made");
 
     // Another user's file: its permission, not SQLite's internal URI.
     let unreadable = dir.path().join("unreadable.db");
@@ -436,6 +436,22 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
         );
     }
     assert_eq!(server.log().matches("test done").count(), tests_before);
+
+    // A directory that is missing is made, as sweep makes a shard's.
+    let deeper = dir.path().join("new/deeper/x.db");
+    let out = support::tcplab()
+        .args([
+            "run",
+            &target,
+            "-t",
+            "0.3s",
+            "--db",
+            deeper.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(deeper.is_file());
 }
 
 /// A new database on a full file system fails naming the cause, and leaves no stub that

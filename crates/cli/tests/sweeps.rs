@@ -901,8 +901,9 @@ fn compare_gates_a_halved_buffer_and_passes_a_rerun() {
     );
 }
 
-/// A study as 3 shards — the first alone, the other two at once — merged: exactly the
-/// plan's runs, each once, and the same `results` table as the study swept whole.
+/// A study as 3 shards — the first alone, the other two at once, into a directory the
+/// first makes — merged: exactly the plan's runs, each once, and the same `results`
+/// table as the study swept whole. Each shard's dry run lists the runs it then runs.
 #[test]
 fn three_shards_merged_are_the_study_swept_whole() {
     if !privileged_or_skip("shards") {
@@ -917,7 +918,8 @@ fn three_shards_merged_are_the_study_swept_whole() {
          [[flow]]\ncc = \"cubic\"\n[[axis]]\nkey = \"flow.window\"\nvalues = [\"16K\", \"64K\", \"256K\"]\n",
     )
     .unwrap();
-    let shard_db = |k: u32| dir.path().join(format!("shard{k}.db"));
+    // In a directory the first sweep makes.
+    let shard_db = |k: u32| dir.path().join(format!("parts/shard{k}.db"));
     let shard = |k: u32| {
         tcplab()
             .arg("sweep")
@@ -930,6 +932,20 @@ fn three_shards_merged_are_the_study_swept_whole() {
             .spawn()
             .unwrap()
     };
+    // What a shard's dry run lists, before and after it ran: the runs it then runs.
+    let listed = |k: u32| {
+        let out = tcplab()
+            .arg("sweep")
+            .arg(&file)
+            .arg("--db")
+            .arg(shard_db(k))
+            .args(["--dry-run", "--shard", &format!("{k}/3")])
+            .output()
+            .unwrap();
+        assert_success(&out);
+        dry_run_rows(&String::from_utf8_lossy(&out.stdout))
+    };
+    let planned: Vec<Vec<DryRunRow>> = (1..=3).map(listed).collect();
     assert_success(&shard(1).wait_with_output().unwrap());
     let (two, three) = (shard(2), shard(3));
     for out in [
@@ -937,6 +953,16 @@ fn three_shards_merged_are_the_study_swept_whole() {
         three.wait_with_output().unwrap(),
     ] {
         assert_success(&out);
+    }
+    for (k, before) in (1..=3).zip(planned) {
+        let done: Vec<DryRunRow> = before
+            .into_iter()
+            .map(|row| DryRunRow {
+                status: "done".into(),
+                ..row
+            })
+            .collect();
+        assert_eq!(listed(k), done, "shard {k}/3");
     }
     let merged = dir.path().join("merged.db");
     let out = tcplab()

@@ -30,11 +30,12 @@ pub const RUN_OVERHEAD: Duration = Duration::from_millis(100);
 /// per stream).
 pub const CONTROL_RTTS: u64 = 8;
 
-/// About how long the runs of `points`, each `repetitions` times, take: their runs, and
+/// About how long a sweep of these runs (each given by its point) takes: the runs, and
 /// one calibration for each shape of lab the process meets (the labs of a sweep share
 /// it; see `tcplab_lab::CalibrationShape`).
-pub fn sweep_time(points: &[Point], repetitions: u32) -> Duration {
-    let runs: Duration = points.iter().map(run_time).sum::<Duration>() * repetitions;
+pub fn plan_time<'a>(runs: impl IntoIterator<Item = &'a Point>) -> Duration {
+    let points: Vec<&Point> = runs.into_iter().collect();
+    let runs: Duration = points.iter().copied().map(run_time).sum();
     let mut shapes: Vec<CalibrationShape> = Vec::new();
     for c in points
         .iter()
@@ -145,7 +146,8 @@ mod tests {
         .unwrap();
         let runs: Duration = e.points.iter().map(run_time).sum::<Duration>() * 2;
         // 10 and 20 ms probe the same capped delays; 0.2 ms its own.
-        assert_eq!(sweep_time(&e.points, 2), runs + CALIBRATION_TIME * 2);
+        let plan = e.points.iter().chain(&e.points);
+        assert_eq!(plan_time(plan), runs + CALIBRATION_TIME * 2);
     }
 
     #[test]

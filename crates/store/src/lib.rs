@@ -238,16 +238,42 @@ fn with_os_cause(conn: &Connection, e: StoreError) -> StoreError {
 
 /// Checks that `path` can hold a database before SQLite is asked, whose errors ("unable
 /// to open database file", "disk I/O error") name no cause: an existing file must be a
-/// file that can be read, a new one must have a directory to go in. Creates nothing.
+/// file that can be read; a new one's directory, where it exists, must be a directory
+/// (a missing one is made when the database is: [`create_dir`]). Creates nothing.
 pub fn check_path(path: &Path) -> Result<()> {
     match std::fs::metadata(path) {
         Ok(_) => check_readable(path),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => match parent_dir(path) {
-            Some(dir) if !dir.is_dir() => Err(missing_dir(path, dir)),
-            _ => Ok(()),
-        },
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            // The nearest part of the directory that exists must be a directory.
+            match parent_dir(path).and_then(|dir| dir.ancestors().find(|d| d.exists())) {
+                Some(found) if !found.is_dir() => Err(unusable(
+                    path,
+                    format!("cannot be created: {} is not a directory", found.display()),
+                )),
+                _ => Ok(()),
+            }
+        }
         Err(e) => Err(unusable(path, format!("cannot be reached: {e}"))),
     }
+}
+
+/// Makes the directory a database goes in, as `mkdir -p` would (`--db results/x.db`
+/// from a study's first run, or a shard's first part), naming the database if it cannot.
+pub fn create_dir(path: &Path) -> Result<()> {
+    let Some(dir) = parent_dir(path) else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        unusable(
+            path,
+            format!("cannot be created: its directory {}: {e}", dir.display()),
+        )
+    })
 }
 
 /// An existing database file that is a file and can be read.
@@ -267,6 +293,7 @@ fn check_readable(path: &Path) -> Result<()> {
 /// that the file system says why a new database cannot be made; `true` if it was created.
 fn create_if_missing(path: &Path) -> Result<bool> {
     check_path(path)?;
+    create_dir(path)?;
     match std::fs::File::options()
         .write(true)
         .create_new(true)
@@ -297,18 +324,6 @@ fn remove_new_database(path: &Path) {
 /// The directory a database file goes in, `None` for the current one.
 fn parent_dir(path: &Path) -> Option<&Path> {
     path.parent().filter(|p| !p.as_os_str().is_empty())
-}
-
-fn missing_dir(path: &Path, dir: &Path) -> StoreError {
-    let why = if dir.exists() {
-        format!("cannot be created: {} is not a directory", dir.display())
-    } else {
-        format!(
-            "cannot be created: its directory {} does not exist",
-            dir.display()
-        )
-    };
-    unusable(path, why)
 }
 
 fn unusable(path: &Path, why: String) -> StoreError {

@@ -1036,3 +1036,37 @@ pub fn run_through(lab: tcplab_lab::Lab, out: &Output) -> tcplab_model::record::
     run.path = Some(stats.record(&entry));
     run
 }
+
+/// One run of a `sweep --dry-run` listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DryRunRow {
+    /// Its place in the whole plan, from 1.
+    pub place: u32,
+    pub point: u32,
+    /// From 1.
+    pub repetition: u32,
+    /// `done`, `failed`, `pending`, or empty where no database holds the plan.
+    pub status: String,
+}
+
+/// The runs a `sweep --dry-run` lists, from the line after its table's header.
+pub fn dry_run_rows(text: &str) -> Vec<DryRunRow> {
+    text.lines()
+        .skip_while(|l| !l.trim_start().starts_with("run "))
+        .skip(1)
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let number = |i: usize| w[i].parse().unwrap_or_else(|_| panic!("{l}"));
+            DryRunRow {
+                place: number(0),
+                point: number(1),
+                repetition: number(2),
+                status: ["done", "failed", "pending"]
+                    .into_iter()
+                    .find(|s| w.get(3) == Some(s))
+                    .unwrap_or_default()
+                    .to_owned(),
+            }
+        })
+        .collect()
+}

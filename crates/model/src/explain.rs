@@ -17,7 +17,8 @@ use crate::events::{kernel_episodes, KernelEpisodes};
 use crate::link::DropReason;
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
-    self, BufferSize, Direction, FlowRecord, Host, LimitShares, PathRecord, RunRecord, SampleRecord,
+    self, BufferSize, Direction, DirectionStats, FlowRecord, Host, LimitShares, PathRecord,
+    RunRecord, SampleRecord,
 };
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
@@ -1262,7 +1263,7 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
         ms(link.delay_us as f64),
         ms(delay.p95_us - link.delay_us as f64),
     );
-    let mut queue: Vec<u64> = stats.queue.iter().map(|s| s.bytes).collect();
+    let mut queue = queue_while_testing(run, stats);
     if let (Some(&most), Bottleneck::Rate { bps, .. }) = (queue.iter().max(), &link.bottleneck) {
         queue.sort_unstable();
         let median = queue[queue.len() / 2];
@@ -1278,6 +1279,23 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
     Some(message)
 }
 
+/// The test's bytes in a direction's bottleneck queue, sampled from the run's start to
+/// the end of its window (the emulator samples from the lab's start to its end).
+fn queue_while_testing(run: &RunRecord, stats: &DirectionStats) -> Vec<u64> {
+    let Some(record) = &run.path else {
+        return Vec::new();
+    };
+    // The emulator's clock at the run's t0, µs.
+    let t0_us = run.started_unix_us - record.epoch_unix_us;
+    let end_us = t0_us + (run.summary.window_seconds * 1e6) as i64;
+    stats
+        .queue
+        .iter()
+        .filter(|s| (t0_us..=end_us).contains(&(s.t_us as i64)))
+        .map(|s| s.bytes)
+        .collect()
+}
+
 fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
     let record = run.path.as_ref()?;
     let spec = record.spec.parse::<PathSpec>().ok()?;
@@ -1291,7 +1309,7 @@ fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
     };
     let bottleneck = stats.links.iter().find(|l| l.name == "bottleneck")?;
     let c = &bottleneck.counters;
-    let mut queue: Vec<u64> = stats.queue.iter().map(|q| q.bytes).collect();
+    let mut queue = queue_while_testing(run, stats);
     queue.sort_unstable();
     let held = queue
         .get(queue.len() / 2)
@@ -1342,7 +1360,7 @@ fn queue_overflow(
     let trains = stats
         .bursts
         .iter()
-        .filter(|b| b.flow.starts_with("tcp"))
+        .filter(|b| b.traffic.is_test() && b.flow.starts_with("tcp"))
         .max_by(|a, b| {
             a.burst_p99
                 .total_cmp(&b.burst_p99)
@@ -1393,6 +1411,7 @@ mod tests {
         BurstStats, CapacitySample, ClockOffset, HostMeta, IntervalRecord, NamedCounters,
         PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
+    use crate::traffic::Traffic;
 
     const MSS: u32 = 1448;
 
@@ -2069,9 +2088,10 @@ mod tests {
         );
     }
 
-    /// `run` across `spec` whose bottleneck dropped `dropped` packets up, the data flow
-    /// arriving in trains of `mean` packets, 99 % of them in trains of at most `p99`,
-    /// the longest `max`.
+    /// `run` across `spec` whose bottleneck dropped `dropped` packets of the test up,
+    /// the data flow arriving in trains of `mean` packets, 99 % of them in trains of at
+    /// most `p99`, the longest `max`; tcplab's control connection lost 39 packets of
+    /// its samples there, sent in one train of 400 after the test.
     fn overflowed(spec: &str, dropped: u64, trains: Option<(f64, f64, u64)>) -> RunRecord {
         let mut r = run(spec, vec![flow(0, 900e6)], Vec::new());
         let path = r.path.as_mut().unwrap();
@@ -2081,6 +2101,12 @@ mod tests {
                 dropped_queue: dropped,
                 ..LinkCounters::default()
             },
+            control: Some(LinkCounters {
+                packets_in: 550,
+                dropped_queue: 39,
+                ..LinkCounters::default()
+            }),
+            probe: None,
         }];
         path.up.bursts = trains
             .map(|(mean, p99, max)| {
@@ -2097,11 +2123,12 @@ mod tests {
                     },
                     BurstStats {
                         flow: "tcp 10.77.1.1:39000 > 10.77.0.1:5201".into(),
-                        packets: 150,
-                        bursts: 150,
-                        burst_mean: 1.0,
-                        burst_p99: 1.0,
-                        burst_max: 1,
+                        traffic: Traffic::Control,
+                        packets: 550,
+                        bursts: 151,
+                        burst_mean: 3.6,
+                        burst_p99: 400.0,
+                        burst_max: 400,
                         ..BurstStats::default()
                     },
                 ]
@@ -2169,11 +2196,18 @@ mod tests {
             p99_us: 29_900.0,
             max_us: 30_100.0,
         });
-        path.up.queue = [0, 100_000, 125_000, 240_000]
+        // The emulator's clock starts 2 ms before the test's t0 and samples its queue
+        // every ms until the lab is down, after the test's 4 ms window: what it held
+        // before t0 and after the window is not the test's.
+        path.epoch_unix_us = 1_000_000_000;
+        r.started_unix_us = 1_000_002_000;
+        r.summary.window_seconds = 0.004;
+        let path = r.path.as_mut().unwrap();
+        path.up.queue = [500_000, 500_000, 0, 100_000, 125_000, 240_000, 900_000]
             .into_iter()
             .enumerate()
             .map(|(i, bytes)| record::QueueSample {
-                t_us: i as u64 * 1000,
+                t_us: i as u64 * 1000 + u64::from(i == 6) * 1000,
                 bytes,
             })
             .collect();

@@ -71,6 +71,7 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         backend,
         sysctls: args.sysctls.iter().cloned().collect(),
         capture,
+        control_port: None,
     }))
 }
 
@@ -378,6 +379,9 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
                 c.queue_bytes,
                 c.max_queue_bytes
             );
+            if let Some(own) = crate::output::own_traffic(link) {
+                println!("  {dir:<4} {:<16} {own}", "");
+            }
         }
         println!(
             "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",

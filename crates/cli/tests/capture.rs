@@ -10,7 +10,7 @@ use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The bar: each direction's packets per fate, as tshark reads the file's comments,
-/// equal the link's counters; the retransmissions tshark finds in the up direction
+/// equal the link's counters (the test's and tcplab's own together); the retransmissions tshark finds in the up direction
 /// equal the kernel's count.
 #[test]
 fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel() {
@@ -63,7 +63,7 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
         for (captured, counter) in counted {
             assert_eq!(
                 captured,
-                u64_at(link, counter),
+                all_traffic(link, counter),
                 "{dir} {counter}: {fates:?}"
             );
         }
@@ -161,5 +161,139 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
         assert!(!out.status.success(), "{args:?}");
         assert!(said.contains(needle), "{args:?}: {said}");
         assert_eq!(said.trim().lines().count(), 1, "{args:?}: {said}");
+    }
+}
+
+/// Packets in a capture per (direction, fate, port), a port being a TCP or UDP source
+/// port: tshark's reading of each packet's comment and transport header.
+fn fates_by_port(file: &std::path::Path) -> BTreeMap<(String, String, u16), u64> {
+    let mut fates = BTreeMap::new();
+    for line in tshark(file, "", &["frame.comment", "tcp.srcport", "udp.srcport"]) {
+        let mut fields = line.split('\t');
+        let comment = fields.next().unwrap();
+        let port = fields.find_map(|p| p.parse().ok()).unwrap_or(0);
+        let what = comment.split(',').next().unwrap();
+        let (dir, fate) = what.split_once(' ').unwrap();
+        *fates
+            .entry((dir.to_string(), fate.to_string(), port))
+            .or_default() += 1;
+    }
+    fates
+}
+
+/// Issue 24's bar: after a reverse test through a lossy queue the server sends its
+/// samples over the control connection, through the same path, in one burst that
+/// overflows the queue. The drops the run attributes to the test (the JSON's link
+/// counters, explain's overflow count) are the capture's drops of the test's data
+/// connection, and tcplab's own — the control connection's, the probes' — are counted
+/// apart and equal the capture's of theirs.
+#[test]
+fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
+    if !privileged_or_skip("capture_accounting") || !tshark_or_skip("capture_accounting") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (file, db) = (dir.path().join("r.pcapng"), dir.path().join("a.db"));
+    let out = tcplab()
+        .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp loss 0.5%"])
+        // Samples every 5 ms: the server's upload after the test is about 1 MB.
+        .args(["-C", "cubic", "-R", "-t", "6s", "--sample-interval", "5ms"])
+        .args([
+            "--probe",
+            "20ms",
+            "--probe-idle",
+            "0s",
+            "--json",
+            "--capture",
+        ])
+        .arg(&file)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    let port_of = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
+    let flow = &flows(&run)[0];
+    let (client_port, data_port) = (
+        port_of(str_at(flow, "/client_addr")),
+        port_of(str_at(flow, "/server_addr")),
+    );
+    let fates = fates_by_port(&file);
+    let tally = |dir: &str, fate: &str, ports: &[u16]| -> u64 {
+        fates
+            .iter()
+            .filter(|((d, f, p), _)| d == dir && f == fate && ports.contains(p))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    // The test's packets are its data connection's and the hosts' own ICMP (port 0:
+    // the kernel's router solicitations); tcplab's own, every other port's.
+    let own_ports: Vec<u16> = fates
+        .keys()
+        .map(|k| k.2)
+        .filter(|p| ![data_port, client_port, 0].contains(p))
+        .collect();
+    println!("data port {data_port}, client port {client_port}: {fates:?}");
+    for (dir, test_port) in [("down", data_port), ("up", client_port)] {
+        let test_ports = [test_port, 0];
+        let link = &run["path"][dir]["links"][0];
+        for (fate, counter) in [
+            ("dropped queue", "/dropped_queue"),
+            ("dropped loss", "/dropped_loss"),
+        ] {
+            assert_eq!(
+                u64_at(link, counter),
+                tally(dir, fate, &test_ports),
+                "{dir} {fate}: the test's, as its data connection's in the capture"
+            );
+            let own = ["/control", "/probe"]
+                .iter()
+                .filter_map(|kind| link.pointer(&format!("{kind}{counter}"))?.as_u64())
+                .sum::<u64>();
+            assert_eq!(
+                own,
+                tally(dir, fate, &own_ports),
+                "{dir} {fate}: tcplab's own, as the rest of the capture"
+            );
+        }
+        // The probes: requests up from the client's probe socket, echoes down.
+        let probes = tshark(
+            &file,
+            &format!("udp.length == 52 && frame.comment matches \"^{dir} \""),
+            &["frame.number"],
+        )
+        .len() as u64;
+        assert_eq!(u64_at(link, "/probe/packets_in"), probes, "{dir} probes");
+        assert!(probes >= 250, "{dir}: {probes} probes in 6 s every 20 ms");
+    }
+    // The samples' burst after the test overflowed the queue: those drops are the
+    // control connection's.
+    let down = &run["path"]["down"]["links"][0];
+    let control_drops = u64_at(down, "/control/dropped_queue");
+    assert!(control_drops > 0, "the upload overflowed nothing: {down}");
+    assert_eq!(control_drops, tally("down", "dropped queue", &[5201]));
+
+    // explain counts the test's overflow drops only.
+    let said = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let explained = parse_success(&said);
+    let overflow = explained["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "queue_overflow")
+        .map(|f| f["message"].as_str().unwrap().to_string());
+    let test_drops = tally("down", "dropped queue", &[data_port]);
+    match (test_drops, overflow) {
+        (0, None) => {}
+        (n, Some(message)) => assert!(
+            message.contains(&format!("overflowed: {n} packet")),
+            "{n} drops of the test: {message}"
+        ),
+        (n, None) => panic!("{n} drops of the test, and no overflow explained"),
     }
 }

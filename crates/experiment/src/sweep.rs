@@ -458,6 +458,7 @@ fn run_point(
                 backend: Backend::Emulator,
                 sysctls: c.sysctl.clone(),
                 capture,
+                control_port: None,
             };
             run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
         }

@@ -18,6 +18,7 @@ use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
 use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
+use tcplab_model::traffic::Classifier;
 
 /// Where a direction's senders publish the rate its window-following gap pacer
 /// follows (bit/s), and the round trip that rate is over.
@@ -130,6 +131,9 @@ pub struct LabConfig {
     pub sysctls: BTreeMap<String, String>,
     /// A pcapng capture at the bottlenecks' entry (the emulator only).
     pub capture: Option<CaptureSpec>,
+    /// The TCP port of the control listener of tcplab's server in the lab, when a run
+    /// uses one: the links count its connections apart from the test's.
+    pub control_port: Option<u16>,
 }
 
 impl LabConfig {
@@ -770,6 +774,9 @@ impl Lab {
             capture: _,
         } = *links;
         let per_packet = per_packet[dir as usize];
+        let classifier = Classifier {
+            control_port: config.control_port,
+        };
         // Hops are listed upstream first: up = access links, then the bottleneck;
         // down = the bottleneck, then the access links.
         let access: Vec<(usize, &PathSpec)> = config
@@ -869,6 +876,7 @@ impl Lab {
                 routes: Vec::new(),
                 per_packet,
                 mtu: config.path.mtu,
+                classifier,
             },
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
@@ -881,6 +889,7 @@ impl Lab {
                     .collect(),
                 per_packet,
                 mtu: config.path.mtu,
+                classifier,
             },
         })
     }

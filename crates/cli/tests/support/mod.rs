@@ -210,6 +210,15 @@ pub fn u64_at(v: &Value, pointer: &str) -> u64 {
         .unwrap_or_else(|| panic!("no integer at {pointer} in {v:#}"))
 }
 
+/// A link's counter (`"/dropped_queue"`) over all its traffic: the test's and
+/// tcplab's own (control connection, probes), which a capture holds alike.
+pub fn all_traffic(link: &Value, pointer: &str) -> u64 {
+    ["", "/control", "/probe"]
+        .iter()
+        .filter_map(|kind| link.pointer(&format!("{kind}{pointer}"))?.as_u64())
+        .sum()
+}
+
 pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer)
         .and_then(Value::as_str)
@@ -1012,7 +1021,8 @@ impl Capture {
 }
 
 /// A lab of `path` with one client and the emulator, built in this process (so its
-/// final counters come back from `Lab::down`).
+/// final counters come back from `Lab::down`), counting the control connection of a
+/// tcplab server on port 5201 apart.
 pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
     tcplab_lab::Lab::up(&tcplab_lab::LabConfig {
         name: name.into(),
@@ -1021,6 +1031,8 @@ pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
         backend: tcplab_lab::Backend::Emulator,
         sysctls: Default::default(),
         capture: None,
+        // As `run --path` has it: the tests' server listens on the default port.
+        control_port: Some(5201),
     })
     .expect("building the lab")
 }

@@ -507,9 +507,10 @@ fn capture_line(file: &str, path: &tcplab_model::record::PathRecord) -> String {
     let [up, down] = [&path.up, &path.down].map(|d| d.capture.clone().unwrap_or_default());
     let lost = up.overflow + down.overflow;
     let mut line = format!(
-        "capture: {file} ({} up, {} down",
+        "capture: {file} ({} up, {} down, at the {}",
         count(up.packets as usize, "packet"),
-        down.packets
+        down.packets,
+        path.capture_at.name()
     );
     if lost > 0 {
         line += &format!(

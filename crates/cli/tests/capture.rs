@@ -138,6 +138,24 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
                 "run",
                 "--path",
                 "rtt 1ms",
+                "--client-path",
+                "rtt 5ms",
+                "--capture",
+                "x.pcapng",
+                "--capture-at",
+                "client",
+            ],
+            "--capture-at client needs clients without an access link",
+        ),
+        (
+            &["run", "--path", "rtt 1ms", "--capture-at", "server"],
+            "--capture",
+        ),
+        (
+            &[
+                "run",
+                "--path",
+                "rtt 1ms",
                 "--capture",
                 "/nonexistent/dir/x.pcapng",
             ],
@@ -296,4 +314,116 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
         ),
         (n, None) => panic!("{n} drops of the test, and no overflow explained"),
     }
+}
+
+/// A packet the AQM marked is in the capture as it left the link: Congestion
+/// Experienced in its IP header (tshark's `ip.dsfield.ecn == 3`), one for each mark
+/// the link counted and none besides.
+#[test]
+fn a_ce_mark_is_in_the_captured_header() {
+    if !privileged_or_skip("capture_ce") || !tshark_or_skip("capture_ce") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ce.pcapng");
+    let out = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rtt 20ms rate 20mbit queue 300 aqm codel ecn",
+        ])
+        .args([
+            "-P",
+            "2",
+            "-C",
+            "cubic",
+            "-t",
+            "3s",
+            "--ecn",
+            "--json",
+            "--capture",
+        ])
+        .arg(&file)
+        .arg("--db")
+        .arg(dir.path().join("ce.db"))
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    for dir in ["up", "down"] {
+        let link = &run["path"][dir]["links"][0];
+        let marked = all_traffic(link, "/marked_ce");
+        let in_header = tshark(
+            &file,
+            &format!("ip.dsfield.ecn == 3 && frame.comment matches \"^{dir} \""),
+            &["frame.comment"],
+        );
+        assert!(
+            in_header.iter().all(|c| c.contains("marked ce")),
+            "{dir}: {in_header:?}"
+        );
+        assert_eq!(in_header.len() as u64, marked, "{dir}");
+        if dir == "up" {
+            assert!(marked > 5, "the AQM marked the senders' packets: {link}");
+        }
+    }
+}
+
+/// tcptrace's round trips from a capture at the sending host are the run's: within 5 %
+/// of the sender's mean smoothed RTT, a forward run captured at the client and a
+/// reverse one at the server. At the bottleneck each direction is captured where it
+/// enters its own bottleneck, so a segment and its ACK are seen half a path apart:
+/// tcptrace reads the RTT short there.
+#[test]
+fn tcptrace_reads_the_runs_round_trip_from_a_capture_at_the_sender() {
+    if !privileged_or_skip("capture_rtt")
+        || !tshark_or_skip("capture_rtt")
+        || !tcptrace_or_skip("capture_rtt")
+    {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // (where, -R, whose RTT: tcptrace's a→b (client → server) or b→a)
+    let run = |at: &str, reverse: bool| -> (f64, f64) {
+        let file = dir.path().join(format!("{at}.pcapng"));
+        let out = tcplab()
+            .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp"])
+            .args(["-C", "cubic", "-t", "4s", "--json", "--capture"])
+            .arg(&file)
+            .args(["--capture-at", at])
+            .args(reverse.then_some("-R"))
+            .arg("--db")
+            .arg(dir.path().join("rtt.db"))
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        assert_eq!(
+            run["path"]["capture_at"].as_str().unwrap_or("bottleneck"),
+            at
+        );
+        let srtt = f64_at(&flows(&run)[0], "/rtt/mean_us") / 1000.0;
+        let (a2b, b2a) = tcptrace_rtt_avg(&file);
+        let traced = if reverse { b2a } else { a2b };
+        println!(
+            "{at}{}: srtt mean {srtt:.2} ms, tcptrace {traced:.2} ms",
+            if reverse { " -R" } else { "" }
+        );
+        (traced, srtt)
+    };
+    for (at, reverse) in [("client", false), ("server", true)] {
+        one_of_three_tries(&format!("tcptrace at the {at}"), || {
+            let (traced, srtt) = run(at, reverse);
+            let off = (traced / srtt - 1.0).abs();
+            (off <= 0.05).then_some(()).ok_or(format!(
+                "tcptrace {traced:.2} ms, srtt {srtt:.2} ms: {:.1} % off",
+                off * 100.0
+            ))
+        });
+    }
+    let (traced, srtt) = run("bottleneck", false);
+    assert!(
+        traced < 0.8 * srtt,
+        "at the bottleneck tcptrace sees the way up only: {traced:.2} of {srtt:.2} ms"
+    );
 }

@@ -473,17 +473,12 @@ impl Direction {
                 let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
                 if let Some(tap) = &mut hop.capture {
                     let mut take = |id: BufId, outcome: &PushOutcome<BufId>, copy: bool| {
-                        let whole;
-                        let ip = match pool.bytes(id) {
-                            Bytes::Whole(bytes) => ip_of(bytes),
-                            Bytes::Segment { packet, index } => {
-                                whole = segment_bytes(packet, index);
-                                ip_of(&whole)
-                            }
-                        };
+                        let sent = pool.arrived(id);
                         match outcome {
-                            PushOutcome::Dropped(d) => tap.refused(at, ip, Fate::Dropped(d.reason)),
-                            _ => tap.entered(id, at, ip, copy),
+                            PushOutcome::Dropped(d) => with_ip(pool, id, |ip| {
+                                tap.refused(at, sent, ip, Fate::Dropped(d.reason))
+                            }),
+                            _ => tap.entered(id, at, sent, wire_len, copy),
                         }
                     };
                     take(id, &outcome, false);
@@ -528,33 +523,27 @@ impl Direction {
             let mut moved = false;
             for h in 0..self.plan.hops.len() {
                 while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
-                    if let Some(tap) = &mut self.plan.hops[h].capture {
-                        tap.dropped_inside(
-                            dropped.packet,
-                            Fate::Dropped(dropped.reason),
-                            dropped.at,
-                        );
+                    let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+                    if let Some(tap) = &mut hop.capture {
+                        let fate = Fate::Dropped(dropped.reason);
+                        with_ip(pool, dropped.packet, |ip| {
+                            tap.dropped_inside(dropped.packet, fate, dropped.at, ip)
+                        });
                     }
                     self.pool.release(dropped.packet);
                 }
                 self.hop_clock[h] = self.hop_clock[h].max(now);
                 while let Some(d) = self.plan.hops[h].link.pop(now) {
                     moved = true;
-                    if let Some(tap) = &mut self.plan.hops[h].capture {
-                        let fate = match (d.corrupt, d.ce, d.reordered) {
-                            (true, _, _) => Fate::Corrupted,
-                            (false, true, _) => Fate::MarkedCe,
-                            (false, false, true) => Fate::Reordered,
-                            (false, false, false) => Fate::Delivered,
-                        };
-                        tap.left(d.packet, fate, d.queue_delay);
-                    }
                     let packet = if d.corrupt || d.ce {
                         // Changed in place: a segment gets a buffer of its own.
                         match self.pool.own(d.packet) {
                             Some(packet) => packet,
                             None => {
                                 self.malformed += 1;
+                                if let Some(tap) = &mut self.plan.hops[h].capture {
+                                    tap.forget(d.packet);
+                                }
                                 continue;
                             }
                         }
@@ -570,6 +559,19 @@ impl Direction {
                         if len > VirtioNetHdr::LEN {
                             set_ce(&mut buf.data[VirtioNetHdr::LEN..len]);
                         }
+                    }
+                    // Recorded as it leaves: its CE mark or flipped bit in it.
+                    let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+                    if let Some(tap) = &mut hop.capture {
+                        let fate = match (d.corrupt, d.ce, d.reordered) {
+                            (true, _, _) => Fate::Corrupted,
+                            (false, true, _) => Fate::MarkedCe,
+                            (false, false, true) => Fate::Reordered,
+                            (false, false, false) => Fate::Delivered,
+                        };
+                        with_ip(pool, packet, |ip| {
+                            tap.left(d.packet, fate, d.queue_delay, d.due, ip)
+                        });
                     }
                     let then = self.plan.hops[h].then;
                     self.dispatch(then, d.due, packet, d.wire_len, None, d.traffic);
@@ -670,10 +672,14 @@ impl Direction {
         }
     }
 
-    /// Hands what the taps recorded to their writer.
+    /// Hands what the taps recorded to their writer, with whether packets wait in a
+    /// link upstream of theirs (hops are listed upstream first).
     fn flush_captures(&mut self, now: u64) {
-        for tap in self.plan.hops.iter_mut().filter_map(|h| h.capture.as_mut()) {
-            tap.flush(now);
+        for h in 0..self.plan.hops.len() {
+            let (upstream, rest) = self.plan.hops.split_at_mut(h);
+            if let Some(tap) = &mut rest[0].capture {
+                tap.flush(now, upstream.iter().any(|u| u.link.inside() > 0));
+            }
         }
     }
 
@@ -867,6 +873,14 @@ impl<'a> Parts<'a> {
                 })
             }
         }
+    }
+}
+
+/// `f` of the IP bytes of packet `id` (a segment written whole first).
+fn with_ip<R>(pool: &Pool, id: BufId, f: impl FnOnce(&[u8]) -> R) -> R {
+    match pool.bytes(id) {
+        Bytes::Whole(bytes) => f(ip_of(bytes)),
+        Bytes::Segment { packet, index } => f(ip_of(&segment_bytes(packet, index))),
     }
 }
 

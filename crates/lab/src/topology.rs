@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::calibration::{Calibration, Intrinsic};
+use tcplab_model::capture::CapturePoint;
 use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
 use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
@@ -168,6 +169,9 @@ pub struct LabStats {
     /// The capture's file (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
+    /// Where it sees the packets.
+    #[serde(default, skip_serializing_if = "CapturePoint::is_bottleneck")]
+    pub capture_at: CapturePoint,
 }
 
 impl LabStats {
@@ -187,6 +191,7 @@ impl LabStats {
             epoch_unix_us: self.epoch_unix_us,
             calibration: self.calibration,
             capture_file: self.capture_file,
+            capture_at: self.capture_at,
         }
     }
 }
@@ -289,10 +294,11 @@ struct Emulator {
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     epoch_unix_us: i64,
-    /// The capture's writer, finished once the threads that feed it are done, and its
-    /// file.
+    /// The capture's writer, finished once the threads that feed it are done, its
+    /// file and where it sees the packets.
     capture: Option<Capture>,
     capture_file: Option<String>,
+    capture_at: CapturePoint,
 }
 
 impl Emulator {
@@ -317,6 +323,9 @@ impl Emulator {
             epoch_unix_us,
             capture,
             capture_file: links.capture.map(|spec| spec.file.display().to_string()),
+            capture_at: links
+                .capture
+                .map_or(CapturePoint::Bottleneck, |spec| spec.at),
         };
         let published = [Arc::clone(&emulator.up), Arc::clone(&emulator.down)];
         for ((name, plan), stats) in [("emulator-up", up_plan), ("emulator-down", down_plan)]
@@ -348,6 +357,7 @@ impl Emulator {
             epoch_unix_us: realtime_us(),
             capture: None,
             capture_file: None,
+            capture_at: CapturePoint::Bottleneck,
         }
     }
 
@@ -358,6 +368,7 @@ impl Emulator {
             epoch_unix_us: self.epoch_unix_us,
             calibration: None,
             capture_file: self.capture_file.clone(),
+            capture_at: self.capture_at,
         }
     }
 
@@ -500,6 +511,14 @@ impl Lab {
         config.path.seed.get_or_insert_with(rand::random);
         let config = &config;
         config.dumbbell().check().map_err(LabError::Specs)?;
+        if let Some(spec) = &config.capture {
+            if !spec.at.is_bottleneck() && config.clients.iter().any(|a| !is_ideal(a)) {
+                return Err(LabError::Name(format!(
+                    "--capture-at {} needs clients without an access link (--client-path): the host would see its packets elsewhere than the bottleneck's ends; capture at the bottleneck",
+                    spec.at.name()
+                )));
+            }
+        }
         let (server_v4, server_v6) = server_addrs();
         let single = config.clients.len() == 1;
         let client_ns = |k: usize| {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::Calibration;
+use crate::capture::CapturePoint;
 use crate::events::{EventRecord, TraceRecord};
 use crate::link::LinkCounters;
 use crate::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
@@ -692,9 +693,12 @@ pub struct PathRecord {
     /// How a bottleneck queue given in BDP was sized; `None` when neither direction's is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bdp: Option<BdpSizing>,
-    /// The pcapng file of the packets at the bottlenecks' entry (`--capture`).
+    /// The pcapng file of the packets with their fates (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
+    /// Where that capture saw them (`--capture-at`).
+    #[serde(default, skip_serializing_if = "CapturePoint::is_bottleneck")]
+    pub capture_at: CapturePoint,
 }
 
 impl PathRecord {
@@ -761,7 +765,7 @@ pub struct DirectionStats {
     /// The same over time, the test's flows: per 100 ms that saw data packets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delay_series: Vec<DelaySample>,
-    /// What a capture at the bottleneck's entry recorded (`--capture`).
+    /// What a capture recorded of this direction (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<crate::capture::CaptureCounts>,
 }

@@ -927,6 +927,53 @@ pub fn tshark_or_skip(test: &str) -> bool {
     }
 }
 
+/// Whether tcptrace is here; CI must have it.
+pub fn tcptrace_or_skip(test: &str) -> bool {
+    let found = Command::new("tcptrace").arg("-v").output().is_ok();
+    match (found, tcplab_sys::netns::in_ci()) {
+        (true, _) => true,
+        (false, true) => panic!("{test}: CI must have tcptrace"),
+        (false, false) => {
+            eprintln!("SKIP {test}: no tcptrace");
+            false
+        }
+    }
+}
+
+/// tcptrace's average RTT of the busiest TCP connection in a capture, ms, in each of
+/// its directions (a→b, b→a; a is the end that opened it).
+pub fn tcptrace_rtt_avg(file: &std::path::Path) -> (f64, f64) {
+    let out = Command::new("tcptrace")
+        .arg("-l")
+        .arg("-r")
+        .arg(file)
+        .output()
+        .expect("running tcptrace");
+    assert!(out.status.success(), "tcptrace: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |conn: &str, name: &str| -> Vec<f64> {
+        conn.lines()
+            .filter(|l| l.contains(name))
+            .flat_map(|l| {
+                l.split(name)
+                    .skip(1)
+                    .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+                    .collect::<Vec<f64>>()
+            })
+            .collect()
+    };
+    text.split("================================")
+        .skip(1)
+        .filter_map(|conn| {
+            let packets = field(conn, "total packets:");
+            let avg = field(conn, "RTT avg:");
+            Some((packets.iter().sum::<f64>(), *avg.first()?, *avg.get(1)?))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, a2b, b2a)| (a2b, b2a))
+        .unwrap_or_else(|| panic!("no RTT in tcptrace's output: {text}"))
+}
+
 /// tshark's fields of every packet that `filter` selects, tab-separated.
 pub fn tshark(file: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<String> {
     let mut cmd = Command::new("tshark");

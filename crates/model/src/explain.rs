@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use crate::bounds;
+use crate::capture::CapturePoint;
 use crate::dumbbell::{Dumbbell, LinkRole};
 use crate::events::{kernel_episodes, KernelEpisodes};
 use crate::link::DropReason;
@@ -327,9 +328,12 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
             kernel_episodes(&run.events, &senders)
         });
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
-    let gap_pacer = spec
-        .as_ref()
-        .is_some_and(|s| matches!(s.link(path_direction(direction)).pace, Some(Pace::Rate(_))));
+    let gap_pacer = spec.as_ref().is_some_and(|s| {
+        matches!(
+            s.link(path::Direction::from(direction)).pace,
+            Some(Pace::Rate(_))
+        )
+    });
     let link = match facts.as_ref().and_then(|p| p.trace_bps) {
         Some(_) => "the trace's mean",
         None => "the bottleneck's",
@@ -398,7 +402,7 @@ fn path_facts(
         .calibration
         .map_or(0, |c| c.above_configured_us().round() as u64);
     let base_rtt_us = lab.client_rtt_us(client) + floor_us;
-    let dir = path_direction(direction);
+    let dir = path::Direction::from(direction);
     let bottleneck_bps = match spec.link(dir).bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
         _ => None,
@@ -431,7 +435,7 @@ fn trace_capacity_bps(
     direction: Direction,
     window: &throughput::Window,
 ) -> Option<f64> {
-    let stats = match path_direction(direction) {
+    let stats = match path::Direction::from(direction) {
         path::Direction::Up => &path.up,
         path::Direction::Down => &path.down,
     };
@@ -472,13 +476,6 @@ fn real_path(run: &RunRecord, tcp: &[&FlowRecord]) -> Option<RealPath> {
     })
 }
 
-fn path_direction(d: Direction) -> path::Direction {
-    match d {
-        Direction::Up => path::Direction::Up,
-        Direction::Down => path::Direction::Down,
-    }
-}
-
 fn tuning_facts(
     run: &RunRecord,
     tcp: &[&FlowRecord],
@@ -490,7 +487,7 @@ fn tuning_facts(
     let pacing = match (
         t.pacing_rate,
         t.app_rate,
-        spec.and_then(|s| s.link(path_direction(direction)).pace),
+        spec.and_then(|s| s.link(path::Direction::from(direction)).pace),
     ) {
         (_, _, Some(Pace::Window(rtt))) => format!("gap {}", rtt.name()),
         (_, _, Some(Pace::Rate(bps))) => format!("gap {}", format_rate(bps as f64)),
@@ -743,7 +740,7 @@ fn pacing_cap(
     mss: u32,
 ) -> Option<(&'static str, f64)> {
     let gap = spec
-        .and_then(|s| match s.link(path_direction(direction)).pace {
+        .and_then(|s| match s.link(path::Direction::from(direction)).pace {
             Some(Pace::Rate(bps)) => Some(bps),
             _ => None,
         })
@@ -910,7 +907,7 @@ fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: 
 impl Explanation {
     /// Cites what the retransmissions in the run's capture followed: the drops of the
     /// emulator by why, and those no drop explains.
-    pub fn cite_capture(&mut self, causes: RetransmitCauses) {
+    pub fn cite_capture(&mut self, causes: RetransmitCauses, at: CapturePoint) {
         let mut parts: Vec<(u64, &str)> = causes
             .after_drops
             .iter()
@@ -941,7 +938,7 @@ impl Explanation {
             }
             self.findings.push(Finding {
                 kind: "retransmit_causes",
-                message: format!("{message} (the capture at the bottleneck)"),
+                message: format!("{message} (the capture at the {})", at.name()),
             });
         }
         self.retransmit_causes = Some(causes);
@@ -1620,10 +1617,13 @@ mod tests {
             vec![held(record::Limit::Cwnd, flow(0, 50e6))],
             steady_samples(65_160, 40 * MSS, 1 << 20, 1 << 20),
         ));
-        e.cite_capture(RetransmitCauses {
-            retransmits: 41,
-            after_drops: vec![(DropReason::Queue, 36), (DropReason::Loss, 4)],
-        });
+        e.cite_capture(
+            RetransmitCauses {
+                retransmits: 41,
+                after_drops: vec![(DropReason::Queue, 36), (DropReason::Loss, 4)],
+            },
+            CapturePoint::Bottleneck,
+        );
         let finding = e
             .findings
             .iter()

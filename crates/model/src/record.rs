@@ -37,6 +37,16 @@ pub enum Direction {
     Down,
 }
 
+/// The link that carries a flow's data.
+impl From<Direction> for crate::path::Direction {
+    fn from(d: Direction) -> crate::path::Direction {
+        match d {
+            Direction::Up => crate::path::Direction::Up,
+            Direction::Down => crate::path::Direction::Down,
+        }
+    }
+}
+
 /// One end of a test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

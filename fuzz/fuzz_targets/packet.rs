@@ -1,15 +1,21 @@
 //! Packets the emulator reads from its TUN devices (virtio-net header + IP): parsed,
-//! segmented and coalesced or refused, never a panic.
+//! classified (the test's or tcplab's own), segmented and coalesced or refused, never a
+//! panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tcplab_model::packet::{Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr};
+use tcplab_model::traffic::Classifier;
 
 fuzz_target!(|data: &[u8]| {
     let Ok((hdr, ip)) = VirtioNetHdr::split(data) else {
         return;
     };
     let _ = PacketInfo::parse(ip);
+    let _ = Classifier {
+        control_port: Some(5201),
+    }
+    .classify_ip(ip);
     let Ok(segments) = Segmenter::new(&hdr, ip) else {
         return;
     };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tcplab_lab::capture::CaptureSpec;
-use tcplab_model::capture::DEFAULT_SNAPLEN;
+use tcplab_model::capture::{CapturePoint, DEFAULT_SNAPLEN};
 use tcplab_model::compare::FailOn;
 use tcplab_model::experiment::Shard;
 use tcplab_model::path::PathSpec;
@@ -573,17 +573,40 @@ pub struct PathArgs {
     pub capture: CaptureArgs,
 }
 
-/// A capture at the emulator's bottlenecks.
+/// A capture of the lab's packets with their fates in the bottleneck.
 #[derive(Args, Debug, Clone)]
 pub struct CaptureArgs {
-    /// Write both directions' packets at the bottleneck's entry to this pcapng file,
-    /// each with its fate in the link (delivered, dropped by loss, queue or AQM …) and
-    /// its queueing delay as a comment
+    /// Write both directions' packets to this pcapng file, each with its fate in the
+    /// bottleneck (delivered, dropped by loss, queue or AQM, marked CE …) and its
+    /// queueing delay as a comment, its headers as the bottleneck let it go
     #[arg(long, value_name = "FILE")]
     pub capture: Option<PathBuf>,
+    /// Where the capture sees the packets: where each direction enters its bottleneck,
+    /// or at the client's or the server's interface, both directions as that host sent
+    /// and received them (what tcptrace's and Wireshark's RTTs need)
+    #[arg(long, value_enum, default_value_t = CaptureAt::Bottleneck, requires = "capture", value_name = "POINT")]
+    pub capture_at: CaptureAt,
     /// Bytes of each packet the capture keeps (its IP and TCP headers by default)
     #[arg(long, default_value_t = DEFAULT_SNAPLEN, value_parser = clap::value_parser!(u32).range(20..=65535), value_name = "BYTES")]
     pub capture_snaplen: u32,
+}
+
+/// `--capture-at`: [`CapturePoint`] as clap takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CaptureAt {
+    Bottleneck,
+    Client,
+    Server,
+}
+
+impl From<CaptureAt> for CapturePoint {
+    fn from(at: CaptureAt) -> CapturePoint {
+        match at {
+            CaptureAt::Bottleneck => CapturePoint::Bottleneck,
+            CaptureAt::Client => CapturePoint::Client,
+            CaptureAt::Server => CapturePoint::Server,
+        }
+    }
 }
 
 impl CaptureArgs {
@@ -595,6 +618,7 @@ impl CaptureArgs {
                 Ok(CaptureSpec {
                     file: std::path::absolute(file)?,
                     snaplen: self.capture_snaplen,
+                    at: self.capture_at.into(),
                 })
             })
             .transpose()

@@ -120,6 +120,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         backend: tcplab_lab::Backend::Emulator,
         sysctls: Default::default(),
         capture: args.capture.spec()?,
+        control_port: None,
     };
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;

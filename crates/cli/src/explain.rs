@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
+use tcplab_model::capture::Vantage;
 use tcplab_model::explain::{explain, Explanation};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{BufferSize, RunRecord};
@@ -15,11 +16,19 @@ use crate::args::ExplainArgs;
 use crate::commands::open_existing_store;
 use crate::stdio::Stdout;
 
-/// `explain`, citing the run's capture where it has one that can still be read.
+/// `explain`, citing the run's capture where it has one that can still be read and it
+/// saw what the senders sent (a capture at a receiving host lacks what was lost).
 pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
     let mut explanation = explain(run);
-    if let Some(packets) = tcplab_report::run_capture(run) {
-        explanation.cite_capture(run_retransmit_causes(&packets, run));
+    let Some(at) = run.path.as_ref().map(|p| p.capture_at) else {
+        return explanation;
+    };
+    let sees_the_senders = run
+        .flows
+        .iter()
+        .all(|f| at.vantage(f.direction.into()) != Vantage::Receiver);
+    if let (true, Some(packets)) = (sees_the_senders, tcplab_report::run_capture(run)) {
+        explanation.cite_capture(run_retransmit_causes(&packets, run), at);
     }
     explanation
 }

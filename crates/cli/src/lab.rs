@@ -20,6 +20,7 @@ use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::calibration::Calibration;
+use tcplab_model::capture::CapturePoint;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_model::units::{count, format_duration_us};
@@ -72,6 +73,7 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         backend,
         sysctls: args.sysctls.iter().cloned().collect(),
         capture,
+        control_port: None,
     }))
 }
 
@@ -195,6 +197,7 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     if let Some(spec) = capture.spec()? {
         cmd.arg("--capture").arg(spec.file);
         cmd.arg("--capture-snaplen").arg(spec.snaplen.to_string());
+        cmd.arg("--capture-at").arg(spec.at.name());
     }
     // Its own process group: a Ctrl-C meant for the shell must not stop the lab.
     let mut child = cmd
@@ -219,8 +222,13 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     print_entry(&entry);
     print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
     if let Some(spec) = capture.spec()? {
+        let at = match spec.at {
+            CapturePoint::Bottleneck => "at the bottleneck's entry",
+            CapturePoint::Client => "at the client's interface",
+            CapturePoint::Server => "at the server's interface",
+        };
         outln!(
-            "  capturing both directions at the bottleneck's entry, with each packet's fate, into {} until lab down",
+            "  capturing both directions {at}, with each packet's fate, into {} until lab down",
             spec.file.display()
         );
     }
@@ -383,6 +391,9 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
                 c.queue_bytes,
                 c.max_queue_bytes
             );
+            if let Some(own) = crate::output::own_traffic(link) {
+                outln!("  {dir:<4} {:<16} {own}", "");
+            }
         }
         outln!(
             "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",

@@ -10,7 +10,7 @@ use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The bar: each direction's packets per fate, as tshark reads the file's comments,
-/// equal the link's counters; the retransmissions tshark finds in the up direction
+/// equal the link's counters (the test's and tcplab's own together); the retransmissions tshark finds in the up direction
 /// equal the kernel's count.
 #[test]
 fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel() {
@@ -63,7 +63,7 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
         for (captured, counter) in counted {
             assert_eq!(
                 captured,
-                u64_at(link, counter),
+                all_traffic(link, counter),
                 "{dir} {counter}: {fates:?}"
             );
         }
@@ -138,6 +138,24 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
                 "run",
                 "--path",
                 "rtt 1ms",
+                "--client-path",
+                "rtt 5ms",
+                "--capture",
+                "x.pcapng",
+                "--capture-at",
+                "client",
+            ],
+            "--capture-at client needs clients without an access link",
+        ),
+        (
+            &["run", "--path", "rtt 1ms", "--capture-at", "server"],
+            "--capture",
+        ),
+        (
+            &[
+                "run",
+                "--path",
+                "rtt 1ms",
                 "--capture",
                 "/nonexistent/dir/x.pcapng",
             ],
@@ -162,4 +180,250 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
         assert!(said.contains(needle), "{args:?}: {said}");
         assert_eq!(said.trim().lines().count(), 1, "{args:?}: {said}");
     }
+}
+
+/// Packets in a capture per (direction, fate, port), a port being a TCP or UDP source
+/// port: tshark's reading of each packet's comment and transport header.
+fn fates_by_port(file: &std::path::Path) -> BTreeMap<(String, String, u16), u64> {
+    let mut fates = BTreeMap::new();
+    for line in tshark(file, "", &["frame.comment", "tcp.srcport", "udp.srcport"]) {
+        let mut fields = line.split('\t');
+        let comment = fields.next().unwrap();
+        let port = fields.find_map(|p| p.parse().ok()).unwrap_or(0);
+        let what = comment.split(',').next().unwrap();
+        let (dir, fate) = what.split_once(' ').unwrap();
+        *fates
+            .entry((dir.to_string(), fate.to_string(), port))
+            .or_default() += 1;
+    }
+    fates
+}
+
+/// Issue 24's bar: after a reverse test through a lossy queue the server sends its
+/// samples over the control connection, through the same path, in one burst that
+/// overflows the queue. The drops the run attributes to the test (the JSON's link
+/// counters, explain's overflow count) are the capture's drops of the test's data
+/// connection, and tcplab's own — the control connection's, the probes' — are counted
+/// apart and equal the capture's of theirs.
+#[test]
+fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
+    if !privileged_or_skip("capture_accounting") || !tshark_or_skip("capture_accounting") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (file, db) = (dir.path().join("r.pcapng"), dir.path().join("a.db"));
+    let out = tcplab()
+        .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp loss 0.5%"])
+        // Samples every 5 ms: the server's upload after the test is about 1 MB.
+        .args(["-C", "cubic", "-R", "-t", "6s", "--sample-interval", "5ms"])
+        .args([
+            "--probe",
+            "20ms",
+            "--probe-idle",
+            "0s",
+            "--json",
+            "--capture",
+        ])
+        .arg(&file)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    let port_of = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
+    let flow = &flows(&run)[0];
+    let (client_port, data_port) = (
+        port_of(str_at(flow, "/client_addr")),
+        port_of(str_at(flow, "/server_addr")),
+    );
+    let fates = fates_by_port(&file);
+    let tally = |dir: &str, fate: &str, ports: &[u16]| -> u64 {
+        fates
+            .iter()
+            .filter(|((d, f, p), _)| d == dir && f == fate && ports.contains(p))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    // The test's packets are its data connection's and the hosts' own ICMP (port 0:
+    // the kernel's router solicitations); tcplab's own, every other port's.
+    let own_ports: Vec<u16> = fates
+        .keys()
+        .map(|k| k.2)
+        .filter(|p| ![data_port, client_port, 0].contains(p))
+        .collect();
+    println!("data port {data_port}, client port {client_port}: {fates:?}");
+    for (dir, test_port) in [("down", data_port), ("up", client_port)] {
+        let test_ports = [test_port, 0];
+        let link = &run["path"][dir]["links"][0];
+        for (fate, counter) in [
+            ("dropped queue", "/dropped_queue"),
+            ("dropped loss", "/dropped_loss"),
+        ] {
+            assert_eq!(
+                u64_at(link, counter),
+                tally(dir, fate, &test_ports),
+                "{dir} {fate}: the test's, as its data connection's in the capture"
+            );
+            let own = ["/control", "/probe"]
+                .iter()
+                .filter_map(|kind| link.pointer(&format!("{kind}{counter}"))?.as_u64())
+                .sum::<u64>();
+            assert_eq!(
+                own,
+                tally(dir, fate, &own_ports),
+                "{dir} {fate}: tcplab's own, as the rest of the capture"
+            );
+        }
+        // The probes: requests up from the client's probe socket, echoes down.
+        let probes = tshark(
+            &file,
+            &format!("udp.length == 52 && frame.comment matches \"^{dir} \""),
+            &["frame.number"],
+        )
+        .len() as u64;
+        assert_eq!(u64_at(link, "/probe/packets_in"), probes, "{dir} probes");
+        assert!(probes >= 250, "{dir}: {probes} probes in 6 s every 20 ms");
+    }
+    // The samples' burst after the test overflowed the queue: those drops are the
+    // control connection's.
+    let down = &run["path"]["down"]["links"][0];
+    let control_drops = u64_at(down, "/control/dropped_queue");
+    assert!(control_drops > 0, "the upload overflowed nothing: {down}");
+    assert_eq!(control_drops, tally("down", "dropped queue", &[5201]));
+
+    // explain counts the test's overflow drops only.
+    let said = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let explained = parse_success(&said);
+    let overflow = explained["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "queue_overflow")
+        .map(|f| f["message"].as_str().unwrap().to_string());
+    let test_drops = tally("down", "dropped queue", &[data_port]);
+    match (test_drops, overflow) {
+        (0, None) => {}
+        (n, Some(message)) => assert!(
+            message.contains(&format!("overflowed: {n} packet")),
+            "{n} drops of the test: {message}"
+        ),
+        (n, None) => panic!("{n} drops of the test, and no overflow explained"),
+    }
+}
+
+/// A packet the AQM marked is in the capture as it left the link: Congestion
+/// Experienced in its IP header (tshark's `ip.dsfield.ecn == 3`), one for each mark
+/// the link counted and none besides.
+#[test]
+fn a_ce_mark_is_in_the_captured_header() {
+    if !privileged_or_skip("capture_ce") || !tshark_or_skip("capture_ce") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ce.pcapng");
+    let out = tcplab()
+        .args([
+            "run",
+            "--path",
+            "rtt 20ms rate 20mbit queue 300 aqm codel ecn",
+        ])
+        .args([
+            "-P",
+            "2",
+            "-C",
+            "cubic",
+            "-t",
+            "3s",
+            "--ecn",
+            "--json",
+            "--capture",
+        ])
+        .arg(&file)
+        .arg("--db")
+        .arg(dir.path().join("ce.db"))
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    for dir in ["up", "down"] {
+        let link = &run["path"][dir]["links"][0];
+        let marked = all_traffic(link, "/marked_ce");
+        let in_header = tshark(
+            &file,
+            &format!("ip.dsfield.ecn == 3 && frame.comment matches \"^{dir} \""),
+            &["frame.comment"],
+        );
+        assert!(
+            in_header.iter().all(|c| c.contains("marked ce")),
+            "{dir}: {in_header:?}"
+        );
+        assert_eq!(in_header.len() as u64, marked, "{dir}");
+        if dir == "up" {
+            assert!(marked > 5, "the AQM marked the senders' packets: {link}");
+        }
+    }
+}
+
+/// tcptrace's round trips from a capture at the sending host are the run's: within 5 %
+/// of the sender's mean smoothed RTT, a forward run captured at the client and a
+/// reverse one at the server. At the bottleneck each direction is captured where it
+/// enters its own bottleneck, so a segment and its ACK are seen half a path apart:
+/// tcptrace reads the RTT short there.
+#[test]
+fn tcptrace_reads_the_runs_round_trip_from_a_capture_at_the_sender() {
+    if !privileged_or_skip("capture_rtt")
+        || !tshark_or_skip("capture_rtt")
+        || !tcptrace_or_skip("capture_rtt")
+    {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // (where, -R, whose RTT: tcptrace's a→b (client → server) or b→a)
+    let run = |at: &str, reverse: bool| -> (f64, f64) {
+        let file = dir.path().join(format!("{at}.pcapng"));
+        let out = tcplab()
+            .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp"])
+            .args(["-C", "cubic", "-t", "4s", "--json", "--capture"])
+            .arg(&file)
+            .args(["--capture-at", at])
+            .args(reverse.then_some("-R"))
+            .arg("--db")
+            .arg(dir.path().join("rtt.db"))
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        assert_eq!(
+            run["path"]["capture_at"].as_str().unwrap_or("bottleneck"),
+            at
+        );
+        let srtt = f64_at(&flows(&run)[0], "/rtt/mean_us") / 1000.0;
+        let (a2b, b2a) = tcptrace_rtt_avg(&file);
+        let traced = if reverse { b2a } else { a2b };
+        println!(
+            "{at}{}: srtt mean {srtt:.2} ms, tcptrace {traced:.2} ms",
+            if reverse { " -R" } else { "" }
+        );
+        (traced, srtt)
+    };
+    for (at, reverse) in [("client", false), ("server", true)] {
+        one_of_three_tries(&format!("tcptrace at the {at}"), || {
+            let (traced, srtt) = run(at, reverse);
+            let off = (traced / srtt - 1.0).abs();
+            (off <= 0.05).then_some(()).ok_or(format!(
+                "tcptrace {traced:.2} ms, srtt {srtt:.2} ms: {:.1} % off",
+                off * 100.0
+            ))
+        });
+    }
+    let (traced, srtt) = run("bottleneck", false);
+    assert!(
+        traced < 0.8 * srtt,
+        "at the bottleneck tcptrace sees the way up only: {traced:.2} of {srtt:.2} ms"
+    );
 }

@@ -267,7 +267,7 @@ fn captured_trains(pcap: &Path, flow: &str, mss: u32, rate_bps: u64) -> BurstSta
         let segments = payload.div_ceil(mss).max(1);
         for k in 0..segments {
             let len = headers + (payload - k * mss).min(mss);
-            meter.arrival(key, at, len, 0);
+            meter.arrival(key, tcplab_model::traffic::Traffic::Test, at, len, 0);
         }
     }
     let (flows, _) = meter.report();

@@ -729,8 +729,9 @@ fn staggered_flows_through_one_link_total_at_most_its_goodput() {
             let received: u64 = flows.iter().map(|f| u64_at(f, "/received_bytes")).sum();
             assert_eq!(received, 2 * (12 << 20));
             assert!((summary * window / 8.0 / received as f64 - 1.0).abs() < 1e-6);
-            // ...and the totals are what the bottleneck delivered: its bytes less 52
-            // header bytes a packet, the control connections' few KB aside.
+            // ...and the totals are what the bottleneck delivered of the test: its bytes
+            // less 52 header bytes a packet, the data connections' handshakes aside (the
+            // control connections' are counted apart).
             let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
             let up = &path["up"]["links"]
                 .as_array()

@@ -71,7 +71,13 @@ pub fn run_in_lab(
         tcplab_traffic::limits::check_request(&g.params, &ServerLimits::lab())
             .map_err(anyhow::Error::msg)?;
     }
-    let lab = Lab::up(config).context("cannot build the lab")?;
+    // The links count the control connection (and the samples it carries after the
+    // test) apart from the test's flows.
+    let config = LabConfig {
+        control_port: Some(client::DEFAULT_PORT),
+        ..config.clone()
+    };
+    let lab = Lab::up(&config).context("cannot build the lab")?;
     on_ready(&lab);
     let server_addr = SocketAddr::new(lab.server.addr, client::DEFAULT_PORT);
     let listener = lab

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
-use tcplab_model::capture::DEFAULT_SNAPLEN;
+use tcplab_model::capture::{CapturePoint, DEFAULT_SNAPLEN};
 use tcplab_model::experiment::{Experiment, Point, RemoteHost, Shard};
 use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
@@ -406,6 +406,7 @@ fn capture_spec(db: &Path, experiment: &str, seq: u32) -> Result<CaptureSpec> {
     Ok(CaptureSpec {
         file,
         snaplen: DEFAULT_SNAPLEN,
+        at: CapturePoint::Bottleneck,
     })
 }
 
@@ -458,6 +459,7 @@ fn run_point(
                 backend: Backend::Emulator,
                 sysctls: c.sysctl.clone(),
                 capture,
+                control_port: None,
             };
             run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
         }

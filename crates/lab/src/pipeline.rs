@@ -31,6 +31,7 @@ use tcplab_model::packet::{
 use tcplab_model::record::{
     CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters,
 };
+use tcplab_model::traffic::{Classifier, Traffic};
 use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
@@ -107,6 +108,8 @@ pub struct DirectionPlan {
     pub per_packet: bool,
     /// Largest IP packet on the wire.
     pub mtu: u32,
+    /// Tells tcplab's own packets from the test's: the links count them apart.
+    pub classifier: Classifier,
 }
 
 fn set_realtime() -> bool {
@@ -175,27 +178,35 @@ fn flow_hash(key: &tcplab_model::packet::FlowKey) -> u32 {
     h.finish() as u32
 }
 
-/// What the links ask of a packet's headers: its flow and whether it is ECN-capable.
+/// What the links ask of a packet's headers: its flow, whether it is ECN-capable, and
+/// whose it is.
 #[derive(Clone, Copy)]
 struct Headers {
     key: tcplab_model::packet::FlowKey,
     ect: bool,
+    traffic: Traffic,
 }
 
 impl Headers {
     /// Of the IP packet in a buffer that starts with its virtio-net header.
-    fn of(bytes: &[u8]) -> Option<Headers> {
-        Headers::of_ip(ip_of(bytes))
+    fn of(bytes: &[u8], classifier: &Classifier) -> Option<Headers> {
+        Headers::of_ip(ip_of(bytes), classifier)
     }
 
-    fn of_ip(ip: &[u8]) -> Option<Headers> {
+    fn of_ip(ip: &[u8], classifier: &Classifier) -> Option<Headers> {
         // The headers alone where a segment's payload is elsewhere (its tail).
         let info = PacketInfo::parse_head(ip).ok()?;
         Some(Headers {
             key: info.flow_key(),
             ect: is_ect(ip),
+            traffic: classifier.classify(&info, ip),
         })
     }
+}
+
+/// Whose a packet is, from its headers where they parsed.
+fn traffic_of(headers: Option<Headers>) -> Traffic {
+    headers.map_or(Traffic::Test, |h| h.traffic)
 }
 
 struct Direction {
@@ -283,6 +294,7 @@ impl Direction {
                     .expect("valid histogram bounds"),
                 delays: DelayMeter::default(),
                 last: None,
+                classifier: plan.classifier,
             },
             lateness_published: (Lateness::default(), 0),
             delay_published: None,
@@ -332,7 +344,10 @@ impl Direction {
                             // Most packets are small (ACKs): keep the large buffer free.
                             let id = self.pool.shrink(id);
                             let wire_len = (n - VirtioNetHdr::LEN.min(n)) as u32;
-                            self.dispatch(target, now, id, wire_len, None);
+                            // Read here: every link counts the packet by whose it is.
+                            let headers =
+                                Headers::of(self.pool.get(id).bytes(), &self.plan.classifier);
+                            self.dispatch(target, now, id, wire_len, headers, traffic_of(headers));
                         }
                         Ok(())
                     }
@@ -369,7 +384,7 @@ impl Direction {
         let headers = self.cut(packet, &data[..n], &mut cut);
         self.pool.get_mut(packet).data = data;
         for (id, wire_len) in cut.drain(..) {
-            self.dispatch(target, now, id, wire_len, headers);
+            self.dispatch(target, now, id, wire_len, headers, traffic_of(headers));
         }
         self.segments = cut;
         self.pool.release(packet);
@@ -409,11 +424,12 @@ impl Direction {
             cut.push((id, segments.wire_len(i) as u32));
         }
         // Every segment has the super-packet's addresses, ports and ECN field.
-        Headers::of_ip(ip)
+        Headers::of_ip(ip, &self.plan.classifier)
     }
 
-    /// Hands a packet to its next stage at time `at`; `headers` where they were read
-    /// already (a segment's are its super-packet's), else they are read here if needed.
+    /// Hands a packet (whose is `traffic`) to its next stage at time `at`; `headers`
+    /// where they were read already (a segment's are its super-packet's), else they
+    /// are read here if needed.
     fn dispatch(
         &mut self,
         target: Target,
@@ -421,20 +437,25 @@ impl Direction {
         id: BufId,
         wire_len: u32,
         headers: Option<Headers>,
+        traffic: Traffic,
     ) {
         match target {
             Target::Hop(h) => {
                 let at = at.max(self.hop_clock[h]);
                 self.hop_clock[h] = at;
-                let mut meta = PacketMeta::len(wire_len);
+                let mut meta = PacketMeta {
+                    traffic,
+                    ..PacketMeta::len(wire_len)
+                };
                 let hop = &mut self.plan.hops[h];
                 let needs_meta = hop.link.needs_packet_meta();
                 if hop.meter.is_some() || needs_meta {
-                    if let Some(headers) =
-                        headers.or_else(|| Headers::of(self.pool.bytes(id).headers_from()))
+                    let classifier = &self.plan.classifier;
+                    if let Some(headers) = headers
+                        .or_else(|| Headers::of(self.pool.bytes(id).headers_from(), classifier))
                     {
                         if let Some(meter) = &mut hop.meter {
-                            meter.arrival(headers.key, at, wire_len, self.lag_ns);
+                            meter.arrival(headers.key, traffic, at, wire_len, self.lag_ns);
                         }
                         if needs_meta {
                             meta.flow = flow_hash(&headers.key);
@@ -452,17 +473,12 @@ impl Direction {
                 let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
                 if let Some(tap) = &mut hop.capture {
                     let mut take = |id: BufId, outcome: &PushOutcome<BufId>, copy: bool| {
-                        let whole;
-                        let ip = match pool.bytes(id) {
-                            Bytes::Whole(bytes) => ip_of(bytes),
-                            Bytes::Segment { packet, index } => {
-                                whole = segment_bytes(packet, index);
-                                ip_of(&whole)
-                            }
-                        };
+                        let sent = pool.arrived(id);
                         match outcome {
-                            PushOutcome::Dropped(d) => tap.refused(at, ip, Fate::Dropped(d.reason)),
-                            _ => tap.entered(id, at, ip, copy),
+                            PushOutcome::Dropped(d) => with_ip(pool, id, |ip| {
+                                tap.refused(at, sent, ip, Fate::Dropped(d.reason))
+                            }),
+                            _ => tap.entered(id, at, sent, wire_len, copy),
                         }
                     };
                     take(id, &outcome, false);
@@ -478,7 +494,7 @@ impl Direction {
             }
             Target::Egress(e) => self.write(e, id, at),
             Target::Route => match self.route(id, headers) {
-                Some(next) => self.dispatch(next, at, id, wire_len, headers),
+                Some(next) => self.dispatch(next, at, id, wire_len, headers, traffic),
                 None => {
                     self.unroutable += 1;
                     self.pool.release(id);
@@ -489,7 +505,7 @@ impl Direction {
 
     fn route(&self, id: BufId, headers: Option<Headers>) -> Option<Target> {
         let dst = headers
-            .or_else(|| Headers::of(self.pool.bytes(id).headers_from()))?
+            .or_else(|| Headers::of(self.pool.bytes(id).headers_from(), &self.plan.classifier))?
             .key
             .dst;
         self.plan
@@ -507,33 +523,27 @@ impl Direction {
             let mut moved = false;
             for h in 0..self.plan.hops.len() {
                 while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
-                    if let Some(tap) = &mut self.plan.hops[h].capture {
-                        tap.dropped_inside(
-                            dropped.packet,
-                            Fate::Dropped(dropped.reason),
-                            dropped.at,
-                        );
+                    let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+                    if let Some(tap) = &mut hop.capture {
+                        let fate = Fate::Dropped(dropped.reason);
+                        with_ip(pool, dropped.packet, |ip| {
+                            tap.dropped_inside(dropped.packet, fate, dropped.at, ip)
+                        });
                     }
                     self.pool.release(dropped.packet);
                 }
                 self.hop_clock[h] = self.hop_clock[h].max(now);
                 while let Some(d) = self.plan.hops[h].link.pop(now) {
                     moved = true;
-                    if let Some(tap) = &mut self.plan.hops[h].capture {
-                        let fate = match (d.corrupt, d.ce, d.reordered) {
-                            (true, _, _) => Fate::Corrupted,
-                            (false, true, _) => Fate::MarkedCe,
-                            (false, false, true) => Fate::Reordered,
-                            (false, false, false) => Fate::Delivered,
-                        };
-                        tap.left(d.packet, fate, d.queue_delay);
-                    }
                     let packet = if d.corrupt || d.ce {
                         // Changed in place: a segment gets a buffer of its own.
                         match self.pool.own(d.packet) {
                             Some(packet) => packet,
                             None => {
                                 self.malformed += 1;
+                                if let Some(tap) = &mut self.plan.hops[h].capture {
+                                    tap.forget(d.packet);
+                                }
                                 continue;
                             }
                         }
@@ -550,8 +560,21 @@ impl Direction {
                             set_ce(&mut buf.data[VirtioNetHdr::LEN..len]);
                         }
                     }
+                    // Recorded as it leaves: its CE mark or flipped bit in it.
+                    let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+                    if let Some(tap) = &mut hop.capture {
+                        let fate = match (d.corrupt, d.ce, d.reordered) {
+                            (true, _, _) => Fate::Corrupted,
+                            (false, true, _) => Fate::MarkedCe,
+                            (false, false, true) => Fate::Reordered,
+                            (false, false, false) => Fate::Delivered,
+                        };
+                        with_ip(pool, packet, |ip| {
+                            tap.left(d.packet, fate, d.queue_delay, d.due, ip)
+                        });
+                    }
                     let then = self.plan.hops[h].then;
-                    self.dispatch(then, d.due, packet, d.wire_len, None);
+                    self.dispatch(then, d.due, packet, d.wire_len, None, d.traffic);
                 }
             }
             if !moved {
@@ -649,10 +672,14 @@ impl Direction {
         }
     }
 
-    /// Hands what the taps recorded to their writer.
+    /// Hands what the taps recorded to their writer, with whether packets wait in a
+    /// link upstream of theirs (hops are listed upstream first).
     fn flush_captures(&mut self, now: u64) {
-        for tap in self.plan.hops.iter_mut().filter_map(|h| h.capture.as_mut()) {
-            tap.flush(now);
+        for h in 0..self.plan.hops.len() {
+            let (upstream, rest) = self.plan.hops.split_at_mut(h);
+            if let Some(tap) = &mut rest[0].capture {
+                tap.flush(now, upstream.iter().any(|u| u.link.inside() > 0));
+            }
         }
     }
 
@@ -711,7 +738,7 @@ impl Direction {
     fn sample_queues(&mut self, now: u64) {
         for hop in &mut self.plan.hops {
             if let Some(meter) = &mut hop.meter {
-                meter.queue(now, hop.link.counters().queue_bytes);
+                meter.queue(now, hop.link.counters_of(Traffic::Test).queue_bytes);
             }
         }
         let from = self.capacity_from;
@@ -769,9 +796,15 @@ impl Direction {
                 .plan
                 .hops
                 .iter()
-                .map(|h| NamedCounters {
-                    name: h.name.clone(),
-                    counters: *h.link.counters(),
+                .map(|h| {
+                    let own =
+                        |traffic| Some(*h.link.counters_of(traffic)).filter(|c| !c.is_empty());
+                    NamedCounters {
+                        name: h.name.clone(),
+                        counters: *h.link.counters_of(Traffic::Test),
+                        control: own(Traffic::Control),
+                        probe: own(Traffic::Probe),
+                    }
                 })
                 .collect(),
             lateness: self.lateness_published.0,
@@ -843,6 +876,14 @@ impl<'a> Parts<'a> {
     }
 }
 
+/// `f` of the IP bytes of packet `id` (a segment written whole first).
+fn with_ip<R>(pool: &Pool, id: BufId, f: impl FnOnce(&[u8]) -> R) -> R {
+    match pool.bytes(id) {
+        Bytes::Whole(bytes) => f(ip_of(bytes)),
+        Bytes::Segment { packet, index } => f(ip_of(&segment_bytes(packet, index))),
+    }
+}
+
 /// Segment `index` of the super-packet `packet`, whole (virtio header first); empty if
 /// it does not parse.
 fn segment_bytes(packet: &[u8], index: usize) -> Vec<u8> {
@@ -888,9 +929,10 @@ struct Written {
     lateness: Histogram<u64>,
     /// Write time − read time, per flow, of the packets with a payload.
     delays: DelayMeter,
-    /// The last packet's buffer, when it was read and its flow: the segments of one
-    /// super-packet leave together, and their headers are parsed once.
-    last: Option<((BufId, u64), Option<FlowKey>)>,
+    /// The last packet's buffer, when it was read, and its flow and whose it is: the
+    /// segments of one super-packet leave together, and their headers are parsed once.
+    last: Option<((BufId, u64), Option<DataFlow>)>,
+    classifier: Classifier,
 }
 
 impl Written {
@@ -903,19 +945,24 @@ impl Written {
         let source = (Pool::holder(id), arrived);
         let flow = match self.last {
             Some((last, flow)) if last == source => flow,
-            _ => data_flow(&pool.bytes(id)),
+            _ => data_flow(&pool.bytes(id), &self.classifier),
         };
         self.last = Some((source, flow));
-        if let Some(flow) = flow {
-            self.delays.record(flow, now.saturating_sub(arrived), now);
+        if let Some((flow, traffic)) = flow {
+            self.delays
+                .record(flow, traffic, now.saturating_sub(arrived), now);
         }
     }
 }
 
+/// A data packet's flow and whose it is.
+type DataFlow = (FlowKey, Traffic);
+
 /// The flow of a packet with a TCP or UDP payload (a segment of a GSO packet always has
-/// one), from its headers.
-fn data_flow(bytes: &Bytes) -> Option<FlowKey> {
-    let info = PacketInfo::parse_head(ip_of(bytes.headers_from())).ok()?;
+/// one), from its headers, and whose it is.
+fn data_flow(bytes: &Bytes, classifier: &Classifier) -> Option<DataFlow> {
+    let ip = ip_of(bytes.headers_from());
+    let info = PacketInfo::parse_head(ip).ok()?;
     let carries = match bytes {
         Bytes::Segment { .. } => true,
         Bytes::Whole(_) => info.ip_len > info.ip_header_len + info.l4_header_len(),
@@ -925,5 +972,5 @@ fn data_flow(bytes: &Bytes) -> Option<FlowKey> {
             info.transport,
             Transport::Tcp { .. } | Transport::Udp { .. }
         ))
-    .then(|| info.flow_key())
+    .then(|| (info.flow_key(), classifier.classify(&info, ip)))
 }

@@ -15,9 +15,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
 use tcplab_model::calibration::{Calibration, Intrinsic};
+use tcplab_model::capture::CapturePoint;
 use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
 use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
+use tcplab_model::traffic::Classifier;
 
 /// Where a direction's senders publish the rate its window-following gap pacer
 /// follows (bit/s), and the round trip that rate is over.
@@ -130,6 +132,9 @@ pub struct LabConfig {
     pub sysctls: BTreeMap<String, String>,
     /// A pcapng capture at the bottlenecks' entry (the emulator only).
     pub capture: Option<CaptureSpec>,
+    /// The TCP port of the control listener of tcplab's server in the lab, when a run
+    /// uses one: the links count its connections apart from the test's.
+    pub control_port: Option<u16>,
 }
 
 impl LabConfig {
@@ -164,6 +169,9 @@ pub struct LabStats {
     /// The capture's file (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
+    /// Where it sees the packets.
+    #[serde(default, skip_serializing_if = "CapturePoint::is_bottleneck")]
+    pub capture_at: CapturePoint,
 }
 
 impl LabStats {
@@ -183,6 +191,7 @@ impl LabStats {
             epoch_unix_us: self.epoch_unix_us,
             calibration: self.calibration,
             capture_file: self.capture_file,
+            capture_at: self.capture_at,
         }
     }
 }
@@ -285,10 +294,11 @@ struct Emulator {
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     epoch_unix_us: i64,
-    /// The capture's writer, finished once the threads that feed it are done, and its
-    /// file.
+    /// The capture's writer, finished once the threads that feed it are done, its
+    /// file and where it sees the packets.
     capture: Option<Capture>,
     capture_file: Option<String>,
+    capture_at: CapturePoint,
 }
 
 impl Emulator {
@@ -313,6 +323,9 @@ impl Emulator {
             epoch_unix_us,
             capture,
             capture_file: links.capture.map(|spec| spec.file.display().to_string()),
+            capture_at: links
+                .capture
+                .map_or(CapturePoint::Bottleneck, |spec| spec.at),
         };
         let published = [Arc::clone(&emulator.up), Arc::clone(&emulator.down)];
         for ((name, plan), stats) in [("emulator-up", up_plan), ("emulator-down", down_plan)]
@@ -344,6 +357,7 @@ impl Emulator {
             epoch_unix_us: realtime_us(),
             capture: None,
             capture_file: None,
+            capture_at: CapturePoint::Bottleneck,
         }
     }
 
@@ -354,6 +368,7 @@ impl Emulator {
             epoch_unix_us: self.epoch_unix_us,
             calibration: None,
             capture_file: self.capture_file.clone(),
+            capture_at: self.capture_at,
         }
     }
 
@@ -496,6 +511,14 @@ impl Lab {
         config.path.seed.get_or_insert_with(rand::random);
         let config = &config;
         config.dumbbell().check().map_err(LabError::Specs)?;
+        if let Some(spec) = &config.capture {
+            if !spec.at.is_bottleneck() && config.clients.iter().any(|a| !is_ideal(a)) {
+                return Err(LabError::Name(format!(
+                    "--capture-at {} needs clients without an access link (--client-path): the host would see its packets elsewhere than the bottleneck's ends; capture at the bottleneck",
+                    spec.at.name()
+                )));
+            }
+        }
         let (server_v4, server_v6) = server_addrs();
         let single = config.clients.len() == 1;
         let client_ns = |k: usize| {
@@ -770,6 +793,9 @@ impl Lab {
             capture: _,
         } = *links;
         let per_packet = per_packet[dir as usize];
+        let classifier = Classifier {
+            control_port: config.control_port,
+        };
         // Hops are listed upstream first: up = access links, then the bottleneck;
         // down = the bottleneck, then the access links.
         let access: Vec<(usize, &PathSpec)> = config
@@ -869,6 +895,7 @@ impl Lab {
                 routes: Vec::new(),
                 per_packet,
                 mtu: config.path.mtu,
+                classifier,
             },
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
@@ -881,6 +908,7 @@ impl Lab {
                     .collect(),
                 per_packet,
                 mtu: config.path.mtu,
+                classifier,
             },
         })
     }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use crate::packet::FlowKey;
 use crate::record::{BurstStats, QueueSample};
+use crate::traffic::Traffic;
 use crate::udp::quantiles;
 
 /// The longest gap inside a train. Well below the spacing of paced sends (BBR at
@@ -27,6 +28,7 @@ const MAX_GAPS: usize = 1 << 20;
 
 #[derive(Default)]
 struct FlowMeter {
+    traffic: Traffic,
     packets: u64,
     /// Time of the flow's last arrival, how much earlier it may have arrived, and the
     /// wire bytes that arrived then (all the segments of a GSO packet arrive at once).
@@ -88,18 +90,29 @@ impl BurstMeter {
         }
     }
 
-    /// A packet of `wire_len` bytes of `flow` arrived at `now_ns`, or up to `lag_ns`
-    /// before it: 0 for a time known exactly (a link upstream delivered it then), more
-    /// for the time the emulator read it from a device. A flow's times never go
-    /// backwards.
-    pub fn arrival(&mut self, flow: FlowKey, now_ns: u64, wire_len: u32, lag_ns: u64) {
+    /// A packet of `wire_len` bytes of `flow` (whose is `traffic`) arrived at `now_ns`,
+    /// or up to `lag_ns` before it: 0 for a time known exactly (a link upstream
+    /// delivered it then), more for the time the emulator read it from a device. A
+    /// flow's times never go backwards.
+    pub fn arrival(
+        &mut self,
+        flow: FlowKey,
+        traffic: Traffic,
+        now_ns: u64,
+        wire_len: u32,
+        lag_ns: u64,
+    ) {
         let at = match self.last {
             Some((key, at)) if key == flow => at,
             _ => match self.index.get(&flow) {
                 Some(&at) => at,
                 None if self.flows.len() >= MAX_FLOWS => return,
                 None => {
-                    self.flows.push((flow, FlowMeter::default()));
+                    let meter = FlowMeter {
+                        traffic,
+                        ..FlowMeter::default()
+                    };
+                    self.flows.push((flow, meter));
                     self.index.insert(flow, self.flows.len() - 1);
                     self.flows.len() - 1
                 }
@@ -141,7 +154,7 @@ impl BurstMeter {
         m.last_lag_ns = lag_ns;
     }
 
-    /// The link's queue holds `bytes` at `now_ns`; kept once per period.
+    /// The link's queue holds `bytes` (the test's) at `now_ns`; kept once per period.
     pub fn queue(&mut self, now_ns: u64, bytes: u64) {
         if now_ns >= self.next_queue_sample_ns {
             self.queue.push(QueueSample {
@@ -166,6 +179,7 @@ impl BurstMeter {
                 let count = trains.len() as u64;
                 BurstStats {
                     flow: key.to_string(),
+                    traffic: m.traffic,
                     packets: m.packets,
                     bursts: count,
                     burst_mean: m.packets as f64 / count as f64,
@@ -219,7 +233,7 @@ mod tests {
     fn feed(m: &mut BurstMeter, units: u64, segments: u32, lag: u64, at: impl Fn(u64) -> u64) {
         for k in 0..units {
             for _ in 0..segments {
-                m.arrival(flow(1), at(k), 1500, lag);
+                m.arrival(flow(1), Traffic::Test, at(k), 1500, lag);
             }
         }
     }
@@ -343,6 +357,17 @@ mod tests {
     }
 
     #[test]
+    fn each_flow_keeps_whose_it_is() {
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        m.arrival(flow(1), Traffic::Test, 0, 1500, 0);
+        m.arrival(flow(1), Traffic::Test, 1_000_000, 1500, 0);
+        m.arrival(flow(2), Traffic::Control, 2_000_000, 600, 0);
+        let (flows, _) = m.report();
+        let whose: Vec<(u64, Traffic)> = flows.iter().map(|f| (f.packets, f.traffic)).collect();
+        assert_eq!(whose, [(2, Traffic::Test), (1, Traffic::Control)]);
+    }
+
+    #[test]
     fn the_queue_is_sampled_once_per_period() {
         let mut m = BurstMeter::new(GBIT, 1_000_000);
         for t in (0..10_000_000u64).step_by(100_000) {
@@ -360,7 +385,7 @@ mod tests {
     fn flows_beyond_the_cap_are_not_tracked() {
         let mut m = BurstMeter::new(GBIT, 1_000_000);
         for port in 0..2000u16 {
-            m.arrival(flow(port), u64::from(port), 100, 0);
+            m.arrival(flow(port), Traffic::Test, u64::from(port), 100, 0);
         }
         assert_eq!(m.report().0.len(), MAX_FLOWS);
     }

@@ -1,8 +1,11 @@
-//! What a capture at the bottleneck's entry records of each packet: when it arrived,
-//! which direction, what became of it in the link (the fate no capture tool can see)
-//! and how long it queued, with the first bytes of its IP packet. The emulator fills a
-//! record in as the packet's fate becomes known; a writer thread turns records into
-//! pcapng blocks. Pure: the text and the tally are tested here.
+//! What a capture records of each packet: when it passed the capture's point, which
+//! direction, what became of it in the bottleneck (the fate no capture tool can see)
+//! and how long it queued, with the first bytes of its IP packet as the bottleneck let
+//! it go (a CE mark its AQM set is in the header). The capture point is the
+//! bottleneck's entry, or one end's interface (both directions where that host sends
+//! and receives them, as tcpdump there would: what standard RTT analysis expects). The
+//! emulator fills a record in as the packet's fate becomes known; a writer thread turns
+//! records into pcapng blocks. Pure: the text and the tally are tested here.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +14,81 @@ use crate::path::Direction;
 
 /// Bytes of each packet kept by default: IPv4/IPv6 and TCP headers with options.
 pub const DEFAULT_SNAPLEN: u32 = 128;
+
+/// Where a capture sees the packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapturePoint {
+    /// Each direction where it enters its bottleneck, drops included: what the link
+    /// did, packet by packet.
+    #[default]
+    Bottleneck,
+    /// The client's interface: what the client sent, when it sent it (those lost on
+    /// the way included, with their fate), and what reached it, when it arrived.
+    Client,
+    /// The server's interface, likewise.
+    Server,
+}
+
+/// What a capture point sees of one direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vantage {
+    /// Every packet, when it entered the bottleneck.
+    Bottleneck,
+    /// Every packet, when its sender sent it.
+    Sender,
+    /// The packets that got through, when they arrived.
+    Receiver,
+}
+
+impl CapturePoint {
+    pub const ALL: [CapturePoint; 3] = [
+        CapturePoint::Bottleneck,
+        CapturePoint::Client,
+        CapturePoint::Server,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CapturePoint::Bottleneck => "bottleneck",
+            CapturePoint::Client => "client",
+            CapturePoint::Server => "server",
+        }
+    }
+
+    pub fn is_bottleneck(&self) -> bool {
+        *self == CapturePoint::Bottleneck
+    }
+
+    /// What it sees of `direction` (up: client → server).
+    pub fn vantage(self, direction: Direction) -> Vantage {
+        match (self, direction) {
+            (CapturePoint::Bottleneck, _) => Vantage::Bottleneck,
+            (CapturePoint::Client, Direction::Up) | (CapturePoint::Server, Direction::Down) => {
+                Vantage::Sender
+            }
+            (CapturePoint::Client, Direction::Down) | (CapturePoint::Server, Direction::Up) => {
+                Vantage::Receiver
+            }
+        }
+    }
+
+    /// Whether a packet of `direction` leaves the capture's host (pcapng's outbound),
+    /// rather than arrives; seen from the client at the bottleneck.
+    pub fn outbound(self, direction: Direction) -> bool {
+        match self {
+            CapturePoint::Bottleneck | CapturePoint::Client => direction == Direction::Up,
+            CapturePoint::Server => direction == Direction::Down,
+        }
+    }
+}
+
+impl Fate {
+    /// Whether the packet got through the link (marked, corrupted or not).
+    pub fn delivered(self) -> bool {
+        !matches!(self, Fate::Dropped(_))
+    }
+}
 
 /// What became of a packet that entered the bottleneck.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,10 +140,10 @@ impl Fate {
     }
 }
 
-/// One packet at the bottleneck's entry.
+/// One packet at the capture's point.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CapturedPacket {
-    /// When it entered, ns on the emulator's time base.
+    /// When it passed the capture's point, ns on the emulator's time base.
     pub at_ns: u64,
     /// Its place in its direction's order of entry: packets of one read enter at one
     /// time.
@@ -76,7 +154,7 @@ pub struct CapturedPacket {
     pub queue_delay_ns: Option<u64>,
     /// The IP packet's length.
     pub len: u32,
-    /// Its first bytes, up to the snap length.
+    /// Its first bytes, up to the snap length, as the bottleneck let it go.
     pub head: Vec<u8>,
 }
 
@@ -164,13 +242,14 @@ pub fn head(packet: &[u8], snaplen: u32) -> Vec<u8> {
     packet[..packet.len().min(snaplen as usize)].to_vec()
 }
 
-/// Puts the records of both directions back in the order the packets entered.
+/// Puts the records of both directions back in time order (the order the packets
+/// passed the capture's point).
 ///
 /// A record is complete only when its packet leaves the link, and the two directions
 /// complete theirs on threads of their own, while a reader (tshark's TCP analysis)
 /// needs a file in time order. Each direction reports with its records a watermark: no
-/// record it sends later entered before it (the oldest packet still inside, or its
-/// clock). Records before both directions' watermarks are final.
+/// record it sends later is timed before it. Records before both directions'
+/// watermarks are final.
 #[derive(Debug, Default)]
 pub struct TimeOrder {
     held: std::collections::BinaryHeap<std::cmp::Reverse<Held>>,
@@ -400,6 +479,27 @@ mod tests {
         order.add(Direction::Up, vec![entered(1), entered(2)], 0);
         let entries: Vec<u64> = order.rest().iter().map(|p| p.entry).collect();
         assert_eq!(entries, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_host_sees_what_it_sends_and_what_reaches_it() {
+        use Direction::{Down, Up};
+        let seen = |point: CapturePoint| [Up, Down].map(|d| (point.vantage(d), point.outbound(d)));
+        assert_eq!(
+            seen(CapturePoint::Bottleneck),
+            [(Vantage::Bottleneck, true), (Vantage::Bottleneck, false)]
+        );
+        assert_eq!(
+            seen(CapturePoint::Client),
+            [(Vantage::Sender, true), (Vantage::Receiver, false)]
+        );
+        assert_eq!(
+            seen(CapturePoint::Server),
+            [(Vantage::Receiver, false), (Vantage::Sender, true)]
+        );
+        let names: Vec<&str> = CapturePoint::ALL.map(CapturePoint::name).to_vec();
+        assert_eq!(names, ["bottleneck", "client", "server"]);
+        assert!(Fate::MarkedCe.delivered() && !Fate::Dropped(DropReason::Aqm).delivered());
     }
 
     #[test]

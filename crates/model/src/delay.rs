@@ -2,7 +2,9 @@
 //! moment the emulator read it from the sender's side to the moment it wrote it to the
 //! receiver's, so queueing, serialization, propagation and the emulator's own lateness
 //! are all in it (the hosts' stacks are not). Pantheon's figure, from the flows' own
-//! packets rather than a probe's. Pure: the emulator feeds it flows and times.
+//! packets rather than a probe's: the direction's figures are the test's flows', and
+//! tcplab's own flows (its control connection, its probes) are kept apart, named. Pure:
+//! the emulator feeds it flows and times.
 
 use std::collections::HashMap;
 
@@ -10,6 +12,7 @@ use hdrhistogram::Histogram;
 
 use crate::packet::FlowKey;
 use crate::record::{DelayQuantiles, DelaySample, FlowDelay};
+use crate::traffic::Traffic;
 
 /// Flows kept apart at most (the first seen); later ones count in the direction's
 /// total only, so a flood of one-packet flows cannot grow the emulator's memory.
@@ -20,9 +23,10 @@ const MAX_DELAY_NS: u64 = 60_000_000_000;
 pub const DELAY_SAMPLE_NS: u64 = 100_000_000;
 
 pub struct DelayMeter {
+    /// The test's packets together.
     all: Histogram<u64>,
-    flows: HashMap<FlowKey, Histogram<u64>>,
-    /// The delay over time: a point per span that saw packets.
+    flows: HashMap<FlowKey, (Traffic, Histogram<u64>)>,
+    /// The test's delay over time: a point per span that saw its packets.
     series: Vec<DelaySample>,
     /// The span being summed: its end, and the delays' count, sum and largest.
     span: (u64, u64, u64, u64),
@@ -45,10 +49,20 @@ fn histogram() -> Histogram<u64> {
 }
 
 impl DelayMeter {
-    /// A data packet of `flow` took `delay_ns` across the path, arriving at `at_ns`
-    /// (the emulator's clock, never decreasing).
-    pub fn record(&mut self, flow: FlowKey, delay_ns: u64, at_ns: u64) {
+    /// A data packet of `flow` (whose is `traffic`) took `delay_ns` across the path,
+    /// arriving at `at_ns` (the emulator's clock, never decreasing).
+    pub fn record(&mut self, flow: FlowKey, traffic: Traffic, delay_ns: u64, at_ns: u64) {
         let delay_ns = delay_ns.clamp(1, MAX_DELAY_NS);
+        if let Some((_, h)) = self.flows.get_mut(&flow) {
+            h.saturating_record(delay_ns);
+        } else if self.flows.len() < MAX_FLOWS {
+            let mut h = histogram();
+            h.saturating_record(delay_ns);
+            self.flows.insert(flow, (traffic, h));
+        }
+        if !traffic.is_test() {
+            return;
+        }
         let (end, count, sum, max) = &mut self.span;
         if at_ns >= *end {
             if *count > 0 {
@@ -65,13 +79,6 @@ impl DelayMeter {
         *sum += delay_ns;
         *max = (*max).max(delay_ns);
         self.all.saturating_record(delay_ns);
-        if let Some(h) = self.flows.get_mut(&flow) {
-            h.saturating_record(delay_ns);
-        } else if self.flows.len() < MAX_FLOWS {
-            let mut h = histogram();
-            h.saturating_record(delay_ns);
-            self.flows.insert(flow, h);
-        }
     }
 
     /// The delay over time: per span of [`DELAY_SAMPLE_NS`] that saw data packets,
@@ -89,14 +96,15 @@ impl DelayMeter {
         series
     }
 
-    /// The direction's data packets together (`None` before the first), and each flow
-    /// kept apart, busiest first.
+    /// The test's data packets together (`None` before the first), and each flow kept
+    /// apart, busiest first.
     pub fn report(&self) -> (Option<DelayQuantiles>, Vec<FlowDelay>) {
         let mut flows: Vec<FlowDelay> = self
             .flows
             .iter()
-            .map(|(key, h)| FlowDelay {
+            .map(|(key, (traffic, h))| FlowDelay {
                 flow: key.to_string(),
+                traffic: *traffic,
                 delay: quantiles(h),
             })
             .collect();
@@ -104,7 +112,7 @@ impl DelayMeter {
         (self.overall(), flows)
     }
 
-    /// The direction's data packets together; `None` before the first.
+    /// The test's data packets together; `None` before the first.
     pub fn overall(&self) -> Option<DelayQuantiles> {
         (!self.all.is_empty()).then(|| quantiles(&self.all))
     }
@@ -145,10 +153,10 @@ mod tests {
         assert_eq!(meter.report(), (None, vec![]));
         // Flow 1: 10.000 … 10.999 ms, 1000 packets; flow 2: 30 ms, 100 packets.
         for i in 0..1000 {
-            meter.record(flow(1), 10_000_000 + i * 1000, i);
+            meter.record(flow(1), Traffic::Test, 10_000_000 + i * 1000, i);
         }
         for _ in 0..100 {
-            meter.record(flow(2), 30_000_000, 1000);
+            meter.record(flow(2), Traffic::Test, 30_000_000, 1000);
         }
         let (all, flows) = meter.report();
         let close = |got: f64, want: f64| (got - want).abs() <= want * 1e-3;
@@ -181,10 +189,10 @@ mod tests {
     fn the_delay_over_time_has_a_point_per_busy_span() {
         let mut meter = DelayMeter::default();
         let ms = 1_000_000;
-        meter.record(flow(1), 10 * ms, 5 * ms);
-        meter.record(flow(1), 20 * ms, 99 * ms);
-        meter.record(flow(1), 40 * ms, 100 * ms);
-        meter.record(flow(2), 7 * ms, 350 * ms);
+        meter.record(flow(1), Traffic::Test, 10 * ms, 5 * ms);
+        meter.record(flow(1), Traffic::Test, 20 * ms, 99 * ms);
+        meter.record(flow(1), Traffic::Test, 40 * ms, 100 * ms);
+        meter.record(flow(2), Traffic::Test, 7 * ms, 350 * ms);
         let point = |t_us, mean_us, max_us| DelaySample {
             t_us,
             mean_us,
@@ -200,13 +208,36 @@ mod tests {
         );
     }
 
+    /// tcplab's own packets are named per flow and left out of the test's figures.
+    #[test]
+    fn tcplabs_own_flows_stay_out_of_the_tests_delay() {
+        let mut meter = DelayMeter::default();
+        let ms = 1_000_000;
+        meter.record(flow(1), Traffic::Test, 10 * ms, 5 * ms);
+        meter.record(flow(2), Traffic::Control, 90 * ms, 6 * ms);
+        meter.record(flow(3), Traffic::Probe, 80 * ms, 150 * ms);
+        let (all, flows) = meter.report();
+        let all = all.unwrap();
+        assert_eq!(all.packets, 1);
+        assert!((all.max_us - 10_000.0).abs() <= 10.0, "{all:?}");
+        let mut whose: Vec<Traffic> = flows.iter().map(|f| f.traffic).collect();
+        whose.sort();
+        assert_eq!(whose, [Traffic::Test, Traffic::Control, Traffic::Probe]);
+        assert_eq!(meter.series().len(), 1, "{:?}", meter.series());
+        assert_eq!(
+            meter.series()[0].max_us,
+            10_000.0,
+            "exact: not a histogram's"
+        );
+    }
+
     #[test]
     fn flows_beyond_the_limit_count_together_only() {
         let mut meter = DelayMeter::default();
         for port in 0..(MAX_FLOWS as u16 + 10) {
-            meter.record(flow(port), 1000, 0);
+            meter.record(flow(port), Traffic::Test, 1000, 0);
         }
-        meter.record(flow(0), u64::MAX, 0);
+        meter.record(flow(0), Traffic::Test, u64::MAX, 0);
         let (all, flows) = meter.report();
         assert_eq!(flows.len(), MAX_FLOWS);
         assert_eq!(all.unwrap().packets, MAX_FLOWS as u64 + 11);

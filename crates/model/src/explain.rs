@@ -12,12 +12,14 @@
 use serde::Serialize;
 
 use crate::bounds;
+use crate::capture::CapturePoint;
 use crate::dumbbell::{Dumbbell, LinkRole};
 use crate::events::{kernel_episodes, KernelEpisodes};
 use crate::link::DropReason;
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
-    self, BufferSize, Direction, FlowRecord, Host, LimitShares, PathRecord, RunRecord, SampleRecord,
+    self, BufferSize, Direction, DirectionStats, FlowRecord, Host, LimitShares, PathRecord,
+    RunRecord, SampleRecord,
 };
 use crate::stats::jain;
 use crate::tcpinfo::TcpInfo;
@@ -326,9 +328,12 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
             kernel_episodes(&run.events, &senders)
         });
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
-    let gap_pacer = spec
-        .as_ref()
-        .is_some_and(|s| matches!(s.link(path_direction(direction)).pace, Some(Pace::Rate(_))));
+    let gap_pacer = spec.as_ref().is_some_and(|s| {
+        matches!(
+            s.link(path::Direction::from(direction)).pace,
+            Some(Pace::Rate(_))
+        )
+    });
     let link = match facts.as_ref().and_then(|p| p.trace_bps) {
         Some(_) => "the trace's mean",
         None => "the bottleneck's",
@@ -397,7 +402,7 @@ fn path_facts(
         .calibration
         .map_or(0, |c| c.above_configured_us().round() as u64);
     let base_rtt_us = lab.client_rtt_us(client) + floor_us;
-    let dir = path_direction(direction);
+    let dir = path::Direction::from(direction);
     let bottleneck_bps = match spec.link(dir).bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
         _ => None,
@@ -430,7 +435,7 @@ fn trace_capacity_bps(
     direction: Direction,
     window: &throughput::Window,
 ) -> Option<f64> {
-    let stats = match path_direction(direction) {
+    let stats = match path::Direction::from(direction) {
         path::Direction::Up => &path.up,
         path::Direction::Down => &path.down,
     };
@@ -471,13 +476,6 @@ fn real_path(run: &RunRecord, tcp: &[&FlowRecord]) -> Option<RealPath> {
     })
 }
 
-fn path_direction(d: Direction) -> path::Direction {
-    match d {
-        Direction::Up => path::Direction::Up,
-        Direction::Down => path::Direction::Down,
-    }
-}
-
 fn tuning_facts(
     run: &RunRecord,
     tcp: &[&FlowRecord],
@@ -489,7 +487,7 @@ fn tuning_facts(
     let pacing = match (
         t.pacing_rate,
         t.app_rate,
-        spec.and_then(|s| s.link(path_direction(direction)).pace),
+        spec.and_then(|s| s.link(path::Direction::from(direction)).pace),
     ) {
         (_, _, Some(Pace::Window(rtt))) => format!("gap {}", rtt.name()),
         (_, _, Some(Pace::Rate(bps))) => format!("gap {}", format_rate(bps as f64)),
@@ -742,7 +740,7 @@ fn pacing_cap(
     mss: u32,
 ) -> Option<(&'static str, f64)> {
     let gap = spec
-        .and_then(|s| match s.link(path_direction(direction)).pace {
+        .and_then(|s| match s.link(path::Direction::from(direction)).pace {
             Some(Pace::Rate(bps)) => Some(bps),
             _ => None,
         })
@@ -909,7 +907,7 @@ fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: 
 impl Explanation {
     /// Cites what the retransmissions in the run's capture followed: the drops of the
     /// emulator by why, and those no drop explains.
-    pub fn cite_capture(&mut self, causes: RetransmitCauses) {
+    pub fn cite_capture(&mut self, causes: RetransmitCauses, at: CapturePoint) {
         let mut parts: Vec<(u64, &str)> = causes
             .after_drops
             .iter()
@@ -940,7 +938,7 @@ impl Explanation {
             }
             self.findings.push(Finding {
                 kind: "retransmit_causes",
-                message: format!("{message} (the capture at the bottleneck)"),
+                message: format!("{message} (the capture at the {})", at.name()),
             });
         }
         self.retransmit_causes = Some(causes);
@@ -1262,7 +1260,7 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
         ms(link.delay_us as f64),
         ms(delay.p95_us - link.delay_us as f64),
     );
-    let mut queue: Vec<u64> = stats.queue.iter().map(|s| s.bytes).collect();
+    let mut queue = queue_while_testing(run, stats);
     if let (Some(&most), Bottleneck::Rate { bps, .. }) = (queue.iter().max(), &link.bottleneck) {
         queue.sort_unstable();
         let median = queue[queue.len() / 2];
@@ -1278,6 +1276,23 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
     Some(message)
 }
 
+/// The test's bytes in a direction's bottleneck queue, sampled from the run's start to
+/// the end of its window (the emulator samples from the lab's start to its end).
+fn queue_while_testing(run: &RunRecord, stats: &DirectionStats) -> Vec<u64> {
+    let Some(record) = &run.path else {
+        return Vec::new();
+    };
+    // The emulator's clock at the run's t0, µs.
+    let t0_us = run.started_unix_us - record.epoch_unix_us;
+    let end_us = t0_us + (run.summary.window_seconds * 1e6) as i64;
+    stats
+        .queue
+        .iter()
+        .filter(|s| (t0_us..=end_us).contains(&(s.t_us as i64)))
+        .map(|s| s.bytes)
+        .collect()
+}
+
 fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
     let record = run.path.as_ref()?;
     let spec = record.spec.parse::<PathSpec>().ok()?;
@@ -1291,7 +1306,7 @@ fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
     };
     let bottleneck = stats.links.iter().find(|l| l.name == "bottleneck")?;
     let c = &bottleneck.counters;
-    let mut queue: Vec<u64> = stats.queue.iter().map(|q| q.bytes).collect();
+    let mut queue = queue_while_testing(run, stats);
     queue.sort_unstable();
     let held = queue
         .get(queue.len() / 2)
@@ -1342,7 +1357,7 @@ fn queue_overflow(
     let trains = stats
         .bursts
         .iter()
-        .filter(|b| b.flow.starts_with("tcp"))
+        .filter(|b| b.traffic.is_test() && b.flow.starts_with("tcp"))
         .max_by(|a, b| {
             a.burst_p99
                 .total_cmp(&b.burst_p99)
@@ -1393,6 +1408,7 @@ mod tests {
         BurstStats, CapacitySample, ClockOffset, HostMeta, IntervalRecord, NamedCounters,
         PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
+    use crate::traffic::Traffic;
 
     const MSS: u32 = 1448;
 
@@ -1601,10 +1617,13 @@ mod tests {
             vec![held(record::Limit::Cwnd, flow(0, 50e6))],
             steady_samples(65_160, 40 * MSS, 1 << 20, 1 << 20),
         ));
-        e.cite_capture(RetransmitCauses {
-            retransmits: 41,
-            after_drops: vec![(DropReason::Queue, 36), (DropReason::Loss, 4)],
-        });
+        e.cite_capture(
+            RetransmitCauses {
+                retransmits: 41,
+                after_drops: vec![(DropReason::Queue, 36), (DropReason::Loss, 4)],
+            },
+            CapturePoint::Bottleneck,
+        );
         let finding = e
             .findings
             .iter()
@@ -2069,9 +2088,10 @@ mod tests {
         );
     }
 
-    /// `run` across `spec` whose bottleneck dropped `dropped` packets up, the data flow
-    /// arriving in trains of `mean` packets, 99 % of them in trains of at most `p99`,
-    /// the longest `max`.
+    /// `run` across `spec` whose bottleneck dropped `dropped` packets of the test up,
+    /// the data flow arriving in trains of `mean` packets, 99 % of them in trains of at
+    /// most `p99`, the longest `max`; tcplab's control connection lost 39 packets of
+    /// its samples there, sent in one train of 400 after the test.
     fn overflowed(spec: &str, dropped: u64, trains: Option<(f64, f64, u64)>) -> RunRecord {
         let mut r = run(spec, vec![flow(0, 900e6)], Vec::new());
         let path = r.path.as_mut().unwrap();
@@ -2081,6 +2101,12 @@ mod tests {
                 dropped_queue: dropped,
                 ..LinkCounters::default()
             },
+            control: Some(LinkCounters {
+                packets_in: 550,
+                dropped_queue: 39,
+                ..LinkCounters::default()
+            }),
+            probe: None,
         }];
         path.up.bursts = trains
             .map(|(mean, p99, max)| {
@@ -2097,11 +2123,12 @@ mod tests {
                     },
                     BurstStats {
                         flow: "tcp 10.77.1.1:39000 > 10.77.0.1:5201".into(),
-                        packets: 150,
-                        bursts: 150,
-                        burst_mean: 1.0,
-                        burst_p99: 1.0,
-                        burst_max: 1,
+                        traffic: Traffic::Control,
+                        packets: 550,
+                        bursts: 151,
+                        burst_mean: 3.6,
+                        burst_p99: 400.0,
+                        burst_max: 400,
                         ..BurstStats::default()
                     },
                 ]
@@ -2169,11 +2196,18 @@ mod tests {
             p99_us: 29_900.0,
             max_us: 30_100.0,
         });
-        path.up.queue = [0, 100_000, 125_000, 240_000]
+        // The emulator's clock starts 2 ms before the test's t0 and samples its queue
+        // every ms until the lab is down, after the test's 4 ms window: what it held
+        // before t0 and after the window is not the test's.
+        path.epoch_unix_us = 1_000_000_000;
+        r.started_unix_us = 1_000_002_000;
+        r.summary.window_seconds = 0.004;
+        let path = r.path.as_mut().unwrap();
+        path.up.queue = [500_000, 500_000, 0, 100_000, 125_000, 240_000, 900_000]
             .into_iter()
             .enumerate()
             .map(|(i, bytes)| record::QueueSample {
-                t_us: i as u64 * 1000,
+                t_us: i as u64 * 1000 + u64::from(i == 6) * 1000,
                 bytes,
             })
             .collect();

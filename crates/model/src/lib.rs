@@ -23,6 +23,7 @@ pub mod record;
 pub mod stats;
 pub mod tcpinfo;
 pub mod throughput;
+pub mod traffic;
 pub mod transaction;
 pub mod tseq;
 pub mod udp;

@@ -60,6 +60,11 @@ const MAGIC: [u8; 4] = *b"TLP1";
 /// Request and answer have one size, so an echo never amplifies what a sender sends.
 pub const PROBE_LEN: usize = 44;
 
+/// Whether a datagram's payload starts as a probe's does.
+pub fn has_magic(payload: &[u8]) -> bool {
+    payload.starts_with(&MAGIC)
+}
+
 /// One probe datagram: the request has zero server times, the answer both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Probe {
@@ -84,7 +89,7 @@ impl Probe {
 
     /// `None` for anything but a probe of this size and magic.
     pub fn read(buf: &[u8]) -> Option<Probe> {
-        if buf.len() != PROBE_LEN || buf[..4] != MAGIC {
+        if buf.len() != PROBE_LEN || !has_magic(buf) {
             return None;
         }
         let word = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());

@@ -9,9 +9,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::Calibration;
+use crate::capture::CapturePoint;
 use crate::events::{EventRecord, TraceRecord};
 use crate::link::LinkCounters;
 use crate::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+use crate::traffic::Traffic;
 
 /// Version tag of the JSON document. Additive changes keep it; a renamed or removed
 /// field bumps it.
@@ -33,6 +35,16 @@ pub enum Mode {
 pub enum Direction {
     Up,
     Down,
+}
+
+/// The link that carries a flow's data.
+impl From<Direction> for crate::path::Direction {
+    fn from(d: Direction) -> crate::path::Direction {
+        match d {
+            Direction::Up => crate::path::Direction::Up,
+            Direction::Down => crate::path::Direction::Down,
+        }
+    }
 }
 
 /// One end of a test.
@@ -691,9 +703,12 @@ pub struct PathRecord {
     /// How a bottleneck queue given in BDP was sized; `None` when neither direction's is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bdp: Option<BdpSizing>,
-    /// The pcapng file of the packets at the bottlenecks' entry (`--capture`).
+    /// The pcapng file of the packets with their fates (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
+    /// Where that capture saw them (`--capture-at`).
+    #[serde(default, skip_serializing_if = "CapturePoint::is_bottleneck")]
+    pub capture_at: CapturePoint,
 }
 
 impl PathRecord {
@@ -741,26 +756,26 @@ pub struct DirectionStats {
     /// Packet buffers allocated: the high-water mark of packets inside.
     pub buffers: usize,
     /// Burstiness of each flow entering the bottleneck (a link with a rate), busiest
-    /// flow first.
+    /// flow first; tcplab's own flows among them, named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bursts: Vec<BurstStats>,
-    /// The bottleneck queue's occupancy over time.
+    /// The bottleneck queue's occupancy over time: the test's packets in it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueSample>,
     /// A trace bottleneck's capacity over time: what its trace offered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity: Vec<CapacitySample>,
-    /// One-way delay of the data packets (with a TCP or UDP payload) across the
+    /// One-way delay of the test's data packets (with a TCP or UDP payload) across the
     /// emulator, all together (`crate::delay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay: Option<DelayQuantiles>,
-    /// The same per flow, busiest first.
+    /// The same per flow, busiest first; tcplab's own flows among them, named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flow_delays: Vec<FlowDelay>,
-    /// The same over time, all flows: per 100 ms that saw data packets.
+    /// The same over time, the test's flows: per 100 ms that saw data packets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delay_series: Vec<DelaySample>,
-    /// What a capture at the bottleneck's entry recorded (`--capture`).
+    /// What a capture recorded of this direction (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<crate::capture::CaptureCounts>,
 }
@@ -787,8 +802,11 @@ impl DirectionStats {
 /// back (`crate::burst`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BurstStats {
-    /// "tcp 10.77.1.1:40000 > 10.77.0.1:5201".
+    /// "tcp 10.77.1.1:40000 > 10.77.0.1:39001".
     pub flow: String,
+    /// Whose flow: the test's, or tcplab's own (its control connection, its probes).
+    #[serde(default, skip_serializing_if = "Traffic::is_test")]
+    pub traffic: Traffic,
     pub packets: u64,
     /// Trains, and their length in packets: the mean over trains, the length within
     /// which 99 % of the packets arrived, the longest.
@@ -828,8 +846,11 @@ pub struct DelaySample {
 /// One flow's one-way delays.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlowDelay {
-    /// "tcp 10.77.1.1:40000 > 10.77.0.1:5201".
+    /// "tcp 10.77.1.1:40000 > 10.77.0.1:39001".
     pub flow: String,
+    /// Whose flow: the test's, or tcplab's own (its control connection, its probes).
+    #[serde(default, skip_serializing_if = "Traffic::is_test")]
+    pub traffic: Traffic,
     #[serde(flatten)]
     pub delay: DelayQuantiles,
 }
@@ -850,12 +871,40 @@ pub struct QueueSample {
     pub bytes: u64,
 }
 
-/// One link's counters, named ("bottleneck", "access client2").
+/// One link's counters, named ("bottleneck", "access client2"): the test's packets,
+/// and tcplab's own apart.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NamedCounters {
     pub name: String,
+    /// The test's packets (in a lab where tcplab runs no test, everyone's).
     #[serde(flatten)]
     pub counters: LinkCounters,
+    /// tcplab's control connection: the handshake, live intervals and the samples sent
+    /// after the test; absent when it did not cross the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<LinkCounters>,
+    /// tcplab's round-trip probes and their echoes; absent when none crossed the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<LinkCounters>,
+}
+
+impl NamedCounters {
+    /// The counters of one kind of traffic, if it crossed the link.
+    pub fn of(&self, traffic: Traffic) -> Option<&LinkCounters> {
+        match traffic {
+            Traffic::Test => Some(&self.counters),
+            Traffic::Control => self.control.as_ref(),
+            Traffic::Probe => self.probe.as_ref(),
+        }
+    }
+
+    /// The kinds of traffic that crossed the link besides the test's, with their
+    /// counters.
+    pub fn own(&self) -> impl Iterator<Item = (Traffic, &LinkCounters)> {
+        [Traffic::Control, Traffic::Probe]
+            .into_iter()
+            .filter_map(|t| self.of(t).map(|c| (t, c)))
+    }
 }
 
 /// Lateness of deliveries (time written − time due), µs.

@@ -258,6 +258,7 @@ fn aimd(spec: &str, seconds: u64, ect: bool) -> Aimd {
         wire_len: 1500,
         flow: 7,
         ect,
+        traffic: tcplab_model::traffic::Traffic::Test,
     };
     let mut l = link(spec);
     let (mut cwnd, mut inflight, mut next_id) = (10.0f64, 0u64, 0u64);
@@ -309,7 +310,7 @@ fn aimd(spec: &str, seconds: u64, ect: bool) -> Aimd {
     out.sort_unstable();
     Aimd {
         sojourns: out,
-        counters: *l.counters(),
+        counters: l.counters(),
     }
 }
 
@@ -613,6 +614,7 @@ fn flows_of(specs: &[(u32, u64, u32)], seconds: u64) -> Vec<(u64, tcplab_model::
                         wire_len: len,
                         flow,
                         ect: false,
+                        traffic: tcplab_model::traffic::Traffic::Test,
                     },
                 )
             })
@@ -639,7 +641,7 @@ fn fq_codel_keeps_a_sparse_flow_out_of_a_bulk_flows_queue() {
             .map(|d| d.queue_delay)
             .collect();
         assert!(!waits.is_empty());
-        (waits.into_iter().max().unwrap(), *l.counters())
+        (waits.into_iter().max().unwrap(), l.counters())
     };
     let (fq, c) = sparse_worst("rate 10mbit queue 1000p aqm fq_codel");
     // 1500 B at 10 Mbit/s is 1.2 ms: one packet in service, one quantum ahead.
@@ -720,5 +722,160 @@ fn with_ecn_the_aqms_mark_instead_of_dropping() {
             median < 30 * MS,
             "{aqm}: median sojourn {median} ns with ECN"
         );
+    }
+}
+
+/// Each kind of traffic is counted apart, and the kinds add up to the link's whole: a
+/// test flow at twice the link's rate for a second, beside tcplab's own traffic — a
+/// control connection's trickle during the test and its samples sent in one burst after
+/// it, probes throughout — through a drop-tail queue, CoDel with ECN, fq_codel and PIE.
+/// Every drop, mark and delivery the harness sees of each kind is in that kind's
+/// counters; the queue's figures are each kind's own bytes in it.
+#[test]
+fn each_kind_of_traffic_is_counted_apart() {
+    use std::collections::HashMap;
+    use tcplab_model::link::{LinkCounters, PacketMeta, PushOutcome};
+    use tcplab_model::traffic::Traffic;
+    for spec in [
+        "delay 5ms rate 10mbit queue 20p loss 1%",
+        "delay 5ms rate 10mbit queue 200p aqm codel ecn",
+        "delay 5ms rate 10mbit queue 50p aqm fq_codel",
+        "delay 5ms rate 10mbit queue 50p aqm pie",
+    ] {
+        let mut l = link(spec);
+        // (time, kind, flow hash, length, ECN-capable)
+        let mut arrivals: Vec<(u64, Traffic, u32, u32, bool)> = Vec::new();
+        // The test: 1500 B every 600 µs (20 Mbit/s) for 1 s.
+        arrivals.extend((0..S / (600_000)).map(|k| (k * 600_000, Traffic::Test, 1, 1500, true)));
+        // The control connection: an interval every 100 ms, then 300 packets of samples at once.
+        arrivals.extend((0..10).map(|k| (k * 100 * MS + 7, Traffic::Control, 2, 400, false)));
+        arrivals.extend((0..300).map(|_| (1_200 * MS, Traffic::Control, 2, 1500, false)));
+        // Probes every 10 ms for 1.5 s.
+        arrivals.extend((0..150).map(|k| (k * 10 * MS + 3, Traffic::Probe, 3, 72, false)));
+        arrivals.sort_by_key(|a| a.0);
+
+        let mut seen: HashMap<Traffic, LinkCounters> = HashMap::new();
+        let mut kind_of: HashMap<u64, Traffic> = HashMap::new();
+        let mut queue_peak: HashMap<Traffic, u64> = HashMap::new();
+        let count_drops = |l: &mut tcplab_model::link::Link<u64>,
+                           seen: &mut HashMap<Traffic, LinkCounters>,
+                           kind_of: &HashMap<u64, Traffic>| {
+            while let Some(d) = l.pop_dropped() {
+                let c = seen.entry(kind_of[&d.packet]).or_default();
+                match d.reason {
+                    tcplab_model::link::DropReason::Queue => c.dropped_queue += 1,
+                    tcplab_model::link::DropReason::Aqm => c.dropped_aqm += 1,
+                    other => panic!("{spec}: {other:?} inside"),
+                }
+            }
+        };
+        let deliver = |l: &mut tcplab_model::link::Link<u64>,
+                       now: u64,
+                       seen: &mut HashMap<Traffic, LinkCounters>,
+                       kind_of: &HashMap<u64, Traffic>| {
+            while let Some(d) = l.pop(now) {
+                assert_eq!(d.traffic, kind_of[&d.packet], "{spec}: delivered as pushed");
+                let c = seen.entry(d.traffic).or_default();
+                c.delivered_packets += 1;
+                c.marked_ce += u64::from(d.ce);
+            }
+            count_drops(l, seen, kind_of);
+        };
+        for (id, &(at, traffic, flow, len, ect)) in arrivals.iter().enumerate() {
+            let id = id as u64;
+            while let Some(due) = l.next_deadline().filter(|&d| d < at) {
+                deliver(&mut l, due, &mut seen, &kind_of);
+            }
+            kind_of.insert(id, traffic);
+            let meta = PacketMeta {
+                wire_len: len,
+                flow,
+                ect,
+                traffic,
+            };
+            seen.entry(traffic).or_default().packets_in += 1;
+            let mut outcome = l.push(at, id, meta);
+            if outcome == PushOutcome::Duplicate {
+                let copy = id | 1 << 40;
+                kind_of.insert(copy, traffic);
+                seen.entry(traffic).or_default().packets_in += 1;
+                outcome = l.push_duplicate(at, copy, meta);
+            }
+            if let PushOutcome::Dropped(d) = outcome {
+                let c = seen.entry(traffic).or_default();
+                match d.reason {
+                    tcplab_model::link::DropReason::Loss => c.dropped_loss += 1,
+                    tcplab_model::link::DropReason::Queue => c.dropped_queue += 1,
+                    tcplab_model::link::DropReason::Aqm => c.dropped_aqm += 1,
+                    other => panic!("{spec}: {other:?}"),
+                }
+            }
+            count_drops(&mut l, &mut seen, &kind_of);
+            for t in Traffic::ALL {
+                let peak = queue_peak.entry(t).or_default();
+                *peak = (*peak).max(l.counters_of(t).queue_bytes);
+            }
+        }
+        while let Some(due) = l.next_deadline() {
+            deliver(&mut l, due, &mut seen, &kind_of);
+        }
+
+        let mut total = LinkCounters::default();
+        for t in Traffic::ALL {
+            let c = l.counters_of(t);
+            let s = seen.get(&t).copied().unwrap_or_default();
+            let dropped_at_the_door = s.dropped_loss;
+            assert_eq!(
+                (c.packets_in, c.delivered_packets, c.marked_ce),
+                (s.packets_in, s.delivered_packets, s.marked_ce),
+                "{spec} {t:?}: {c:?}"
+            );
+            assert_eq!(
+                (c.dropped_loss, c.dropped_queue, c.dropped_aqm),
+                (dropped_at_the_door, s.dropped_queue, s.dropped_aqm),
+                "{spec} {t:?}: {c:?}"
+            );
+            assert_eq!(
+                c.packets_in,
+                c.delivered_packets + c.dropped(),
+                "{spec} {t:?}"
+            );
+            assert_eq!(
+                (c.queue_packets, c.queue_bytes),
+                (0, 0),
+                "{spec} {t:?}: empty at the end"
+            );
+            assert!(c.max_queue_bytes >= queue_peak[&t], "{spec} {t:?}");
+            total.packets_in += c.packets_in;
+            total.dropped_queue += c.dropped_queue;
+            total.dropped_aqm += c.dropped_aqm;
+            total.delivered_packets += c.delivered_packets;
+        }
+        let all = l.counters();
+        assert_eq!(
+            (
+                all.packets_in,
+                all.dropped_queue,
+                all.dropped_aqm,
+                all.delivered_packets
+            ),
+            (
+                total.packets_in,
+                total.dropped_queue,
+                total.dropped_aqm,
+                total.delivered_packets
+            ),
+            "{spec}"
+        );
+        // The samples' burst overflows the queue after the test: its drops are the
+        // control connection's, and the queue's peak then is not the test's.
+        let (test, control) = (
+            l.counters_of(Traffic::Test),
+            l.counters_of(Traffic::Control),
+        );
+        assert!(control.dropped() > 0, "{spec}: {control:?}");
+        assert!(test.dropped() + test.marked_ce > 0, "{spec}: {test:?}");
+        assert!(all.max_queue_bytes >= test.max_queue_bytes.max(control.max_queue_bytes));
+        println!("{spec}: test {test:?}\n  control {control:?}");
     }
 }

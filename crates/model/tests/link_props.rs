@@ -92,7 +92,7 @@ proptest! {
             }
         });
         prop_assert!(violation.is_none(), "{}: {}", spec, violation.unwrap());
-        let c = *link.counters();
+        let c = link.counters();
         prop_assert_eq!(link.inside(), 0);
         prop_assert_eq!(c.queue_packets, 0);
         // Every handle comes back exactly once.

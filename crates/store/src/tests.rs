@@ -313,6 +313,20 @@ fn sample_record(n_samples: usize) -> RunRecord {
                     p99_us: 20.0,
                     max_us: 31.0,
                 },
+                links: vec![tcplab_model::record::NamedCounters {
+                    name: "bottleneck".into(),
+                    counters: tcplab_model::link::LinkCounters {
+                        packets_in: 900,
+                        dropped_queue: 12,
+                        ..Default::default()
+                    },
+                    control: Some(tcplab_model::link::LinkCounters {
+                        packets_in: 40,
+                        dropped_queue: 3,
+                        ..Default::default()
+                    }),
+                    probe: None,
+                }],
                 ..Default::default()
             },
             down: Default::default(),
@@ -333,6 +347,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 down_bytes: None,
             }),
             capture_file: Some("/tmp/run.pcapng".into()),
+            capture_at: tcplab_model::capture::CapturePoint::Client,
         }),
         samples,
         trace: Some(TraceRecord {

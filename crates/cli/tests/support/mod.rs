@@ -210,6 +210,15 @@ pub fn u64_at(v: &Value, pointer: &str) -> u64 {
         .unwrap_or_else(|| panic!("no integer at {pointer} in {v:#}"))
 }
 
+/// A link's counter (`"/dropped_queue"`) over all its traffic: the test's and
+/// tcplab's own (control connection, probes), which a capture holds alike.
+pub fn all_traffic(link: &Value, pointer: &str) -> u64 {
+    ["", "/control", "/probe"]
+        .iter()
+        .filter_map(|kind| link.pointer(&format!("{kind}{pointer}"))?.as_u64())
+        .sum()
+}
+
 pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer)
         .and_then(Value::as_str)
@@ -918,6 +927,53 @@ pub fn tshark_or_skip(test: &str) -> bool {
     }
 }
 
+/// Whether tcptrace is here; CI must have it.
+pub fn tcptrace_or_skip(test: &str) -> bool {
+    let found = Command::new("tcptrace").arg("-v").output().is_ok();
+    match (found, tcplab_sys::netns::in_ci()) {
+        (true, _) => true,
+        (false, true) => panic!("{test}: CI must have tcptrace"),
+        (false, false) => {
+            eprintln!("SKIP {test}: no tcptrace");
+            false
+        }
+    }
+}
+
+/// tcptrace's average RTT of the busiest TCP connection in a capture, ms, in each of
+/// its directions (a→b, b→a; a is the end that opened it).
+pub fn tcptrace_rtt_avg(file: &std::path::Path) -> (f64, f64) {
+    let out = Command::new("tcptrace")
+        .arg("-l")
+        .arg("-r")
+        .arg(file)
+        .output()
+        .expect("running tcptrace");
+    assert!(out.status.success(), "tcptrace: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |conn: &str, name: &str| -> Vec<f64> {
+        conn.lines()
+            .filter(|l| l.contains(name))
+            .flat_map(|l| {
+                l.split(name)
+                    .skip(1)
+                    .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+                    .collect::<Vec<f64>>()
+            })
+            .collect()
+    };
+    text.split("================================")
+        .skip(1)
+        .filter_map(|conn| {
+            let packets = field(conn, "total packets:");
+            let avg = field(conn, "RTT avg:");
+            Some((packets.iter().sum::<f64>(), *avg.first()?, *avg.get(1)?))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, a2b, b2a)| (a2b, b2a))
+        .unwrap_or_else(|| panic!("no RTT in tcptrace's output: {text}"))
+}
+
 /// tshark's fields of every packet that `filter` selects, tab-separated.
 pub fn tshark(file: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<String> {
     let mut cmd = Command::new("tshark");
@@ -1012,7 +1068,8 @@ impl Capture {
 }
 
 /// A lab of `path` with one client and the emulator, built in this process (so its
-/// final counters come back from `Lab::down`).
+/// final counters come back from `Lab::down`), counting the control connection of a
+/// tcplab server on port 5201 apart.
 pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
     tcplab_lab::Lab::up(&tcplab_lab::LabConfig {
         name: name.into(),
@@ -1021,6 +1078,8 @@ pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
         backend: tcplab_lab::Backend::Emulator,
         sysctls: Default::default(),
         capture: None,
+        // As `run --path` has it: the tests' server listens on the default port.
+        control_port: Some(5201),
     })
     .expect("building the lab")
 }

@@ -459,6 +459,7 @@ mod tests {
             flow,
             ect,
             ce: false,
+            traffic: crate::traffic::Traffic::Test,
         }
     }
 

@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dumbbell::{link_seed, Dumbbell, LinkRole};
 use crate::path::{Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob};
+use crate::traffic::Traffic;
 use aqm::Scheduler;
 use queue::Queued;
 use trace::TraceCursor;
@@ -67,15 +68,18 @@ pub struct PacketMeta {
     pub flow: u32,
     /// ECN-capable (ECT(0) or ECT(1)): an AQM with ECN may mark it instead of dropping it.
     pub ect: bool,
+    /// Whose it is: the link counts each kind apart.
+    pub traffic: Traffic,
 }
 
 impl PacketMeta {
-    /// A packet of `wire_len` bytes, of flow 0, not ECN-capable.
+    /// A packet of `wire_len` bytes, of flow 0, not ECN-capable, the test's.
     pub fn len(wire_len: u32) -> Self {
         PacketMeta {
             wire_len,
             flow: 0,
             ect: false,
+            traffic: Traffic::Test,
         }
     }
 }
@@ -126,10 +130,13 @@ pub struct Delivered<P> {
     pub queue_delay: u64,
     /// When it was due out (≤ the `now` of the pop), ns.
     pub due: u64,
+    /// Whose it is, as pushed.
+    pub traffic: Traffic,
 }
 
-/// What happened in the link so far. Every packet that entered (`packets_in`, copies
-/// included) is delivered, dropped or still inside.
+/// What happened in the link so far, to the packets of one kind of traffic or to all.
+/// Every packet that entered (`packets_in`, copies included) is delivered, dropped or
+/// still inside.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkCounters {
     /// Packets that entered, duplicates included.
@@ -159,6 +166,54 @@ pub struct LinkCounters {
 impl LinkCounters {
     pub fn dropped(&self) -> u64 {
         self.dropped_loss + self.dropped_queue + self.dropped_aqm + self.dropped_oversize
+    }
+
+    /// Nothing entered.
+    pub fn is_empty(&self) -> bool {
+        self.packets_in == 0
+    }
+
+    /// The packet came into the queue.
+    fn enqueued(&mut self, wire_len: u32) {
+        self.queue_packets += 1;
+        self.queue_bytes += u64::from(wire_len);
+    }
+
+    /// The packet left the queue (served or dropped).
+    fn dequeued(&mut self, wire_len: u32) {
+        self.queue_packets -= 1;
+        self.queue_bytes -= u64::from(wire_len);
+    }
+
+    fn count_drop(&mut self, reason: DropReason) {
+        match reason {
+            DropReason::Loss => self.dropped_loss += 1,
+            DropReason::Queue => self.dropped_queue += 1,
+            DropReason::Aqm => self.dropped_aqm += 1,
+            DropReason::Oversize => self.dropped_oversize += 1,
+        }
+    }
+
+    /// The counts of `self` and `other` together; the queue's peak is the larger (the
+    /// sum may exceed any moment's).
+    fn plus(self, other: &LinkCounters) -> LinkCounters {
+        LinkCounters {
+            packets_in: self.packets_in + other.packets_in,
+            bytes_in: self.bytes_in + other.bytes_in,
+            delivered_packets: self.delivered_packets + other.delivered_packets,
+            delivered_bytes: self.delivered_bytes + other.delivered_bytes,
+            dropped_loss: self.dropped_loss + other.dropped_loss,
+            dropped_queue: self.dropped_queue + other.dropped_queue,
+            dropped_aqm: self.dropped_aqm + other.dropped_aqm,
+            dropped_oversize: self.dropped_oversize + other.dropped_oversize,
+            duplicated: self.duplicated + other.duplicated,
+            corrupted: self.corrupted + other.corrupted,
+            reordered: self.reordered + other.reordered,
+            marked_ce: self.marked_ce + other.marked_ce,
+            queue_packets: self.queue_packets + other.queue_packets,
+            queue_bytes: self.queue_bytes + other.queue_bytes,
+            max_queue_bytes: self.max_queue_bytes.max(other.max_queue_bytes),
+        }
     }
 }
 
@@ -339,7 +394,10 @@ pub struct Link<P> {
     max_delivered: Option<u64>,
     /// Without reordering jitter no packet is due before this.
     last_due: u64,
-    counters: LinkCounters,
+    /// Per kind of traffic ([`Traffic::index`]); the queue's figures are its packets'.
+    counters: [LinkCounters; Traffic::COUNT],
+    /// The most the queue held at once, all traffic together.
+    max_queue_bytes: u64,
 }
 
 fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
@@ -418,7 +476,8 @@ impl<P> Link<P> {
             next_seq: 0,
             max_delivered: None,
             last_due: 0,
-            counters: LinkCounters::default(),
+            counters: Default::default(),
+            max_queue_bytes: 0,
         })
     }
 
@@ -441,8 +500,22 @@ impl<P> Link<P> {
         )
     }
 
-    pub fn counters(&self) -> &LinkCounters {
-        &self.counters
+    /// What happened to all the packets, whoever's.
+    pub fn counters(&self) -> LinkCounters {
+        let all = self
+            .counters
+            .iter()
+            .fold(LinkCounters::default(), |all, c| all.plus(c));
+        LinkCounters {
+            max_queue_bytes: self.max_queue_bytes,
+            ..all
+        }
+    }
+
+    /// What happened to the packets of one kind of traffic; the queue's figures are
+    /// the bytes and packets of that kind in it.
+    pub fn counters_of(&self, traffic: Traffic) -> &LinkCounters {
+        &self.counters[traffic.index()]
     }
 
     /// Takes up to `by_ns` off the propagation delay (what the emulator itself adds,
@@ -475,20 +548,21 @@ impl<P> Link<P> {
     pub fn push(&mut self, now: u64, packet: P, meta: PacketMeta) -> PushOutcome<P> {
         let wire_len = meta.wire_len;
         self.advance(now);
-        self.count_in(wire_len);
+        self.count_in(meta);
         if wire_len > self.mtu {
-            return self.refuse(packet, DropReason::Oversize);
+            return self.refuse(packet, meta, DropReason::Oversize);
         }
         // As netem: duplication is decided first, and a loss then takes one of the two
         // copies, so the packet goes on alone.
         let duplicate = roll(&mut self.rng, self.duplicate);
         if self.loss_event() {
             if !duplicate {
-                return self.refuse(packet, DropReason::Loss);
+                return self.refuse(packet, meta, DropReason::Loss);
             }
-            self.count_in(wire_len);
-            self.counters.duplicated += 1;
-            self.counters.dropped_loss += 1;
+            self.count_in(meta);
+            let c = &mut self.counters[meta.traffic.index()];
+            c.duplicated += 1;
+            c.dropped_loss += 1;
             return match self.admit(packet, meta) {
                 Ok(()) => PushOutcome::Accepted,
                 Err(d) => PushOutcome::Dropped(d),
@@ -500,9 +574,10 @@ impl<P> Link<P> {
             Err(d) => {
                 if duplicate {
                     // netem drops the copy with the original when the queue is full.
-                    self.count_in(wire_len);
-                    self.counters.duplicated += 1;
-                    self.counters.dropped_queue += 1;
+                    self.count_in(meta);
+                    let c = &mut self.counters[meta.traffic.index()];
+                    c.duplicated += 1;
+                    c.dropped_queue += 1;
                 }
                 PushOutcome::Dropped(d)
             }
@@ -512,15 +587,14 @@ impl<P> Link<P> {
     /// The copy asked for by [`PushOutcome::Duplicate`]. It faces loss again, as netem
     /// re-enqueues its clone, but is never duplicated itself.
     pub fn push_duplicate(&mut self, now: u64, packet: P, meta: PacketMeta) -> PushOutcome<P> {
-        let wire_len = meta.wire_len;
         self.advance(now);
-        self.count_in(wire_len);
-        self.counters.duplicated += 1;
-        if wire_len > self.mtu {
-            return self.refuse(packet, DropReason::Oversize);
+        self.count_in(meta);
+        self.counters[meta.traffic.index()].duplicated += 1;
+        if meta.wire_len > self.mtu {
+            return self.refuse(packet, meta, DropReason::Oversize);
         }
         if self.loss_event() {
-            return self.refuse(packet, DropReason::Loss);
+            return self.refuse(packet, meta, DropReason::Loss);
         }
         match self.admit(packet, meta) {
             Ok(()) => PushOutcome::Accepted,
@@ -535,12 +609,13 @@ impl<P> Link<P> {
             return None;
         }
         let f = self.wire.pop()?;
-        self.counters.delivered_packets += 1;
-        self.counters.marked_ce += u64::from(f.q.ce);
-        self.counters.delivered_bytes += u64::from(f.q.wire_len);
+        let c = &mut self.counters[f.q.traffic.index()];
+        c.delivered_packets += 1;
+        c.marked_ce += u64::from(f.q.ce);
+        c.delivered_bytes += u64::from(f.q.wire_len);
         let reordered = self.max_delivered.is_some_and(|max| f.seq < max);
         if reordered {
-            self.counters.reordered += 1;
+            c.reordered += 1;
         } else {
             self.max_delivered = Some(f.seq);
         }
@@ -553,6 +628,7 @@ impl<P> Link<P> {
             pushed_at: f.q.pushed_at,
             queue_delay: f.queue_delay,
             due: f.due,
+            traffic: f.q.traffic,
         })
     }
 
@@ -572,13 +648,14 @@ impl<P> Link<P> {
         }
     }
 
-    fn count_in(&mut self, wire_len: u32) {
-        self.counters.packets_in += 1;
-        self.counters.bytes_in += u64::from(wire_len);
+    fn count_in(&mut self, meta: PacketMeta) {
+        let c = &mut self.counters[meta.traffic.index()];
+        c.packets_in += 1;
+        c.bytes_in += u64::from(meta.wire_len);
     }
 
-    fn refuse(&mut self, packet: P, reason: DropReason) -> PushOutcome<P> {
-        Self::count_drop(&mut self.counters, reason);
+    fn refuse(&mut self, packet: P, meta: PacketMeta, reason: DropReason) -> PushOutcome<P> {
+        self.counters[meta.traffic.index()].count_drop(reason);
         PushOutcome::Dropped(Dropped {
             packet,
             reason,
@@ -619,7 +696,7 @@ impl<P> Link<P> {
     fn admit(&mut self, packet: P, meta: PacketMeta) -> Result<(), Dropped<P>> {
         let corrupt = roll(&mut self.rng, self.corrupt);
         if corrupt {
-            self.counters.corrupted += 1;
+            self.counters[meta.traffic.index()].corrupted += 1;
         }
         let now = self.now;
         let q = Queued {
@@ -630,6 +707,7 @@ impl<P> Link<P> {
             flow: meta.flow,
             ect: meta.ect,
             ce: false,
+            traffic: meta.traffic,
         };
         if matches!(self.server, Server::Unlimited) {
             self.transmitted(q, 0, now);
@@ -642,11 +720,13 @@ impl<P> Link<P> {
         } else {
             self.limit
         };
+        // Counted in first: fq_codel may drop it (or others) on the way in.
+        self.counters[meta.traffic.index()].enqueued(meta.wire_len);
         let (dropped, counters) = (&mut self.dropped, &mut self.counters);
         let refused = self
             .queue
             .enqueue(now, q, limit, &mut self.rng, &mut |(q, reason)| {
-                Self::count_drop(counters, reason);
+                Self::dropped_from_queue(counters, &q, reason);
                 dropped.push_back(Dropped {
                     packet: q.packet,
                     reason,
@@ -654,7 +734,7 @@ impl<P> Link<P> {
                 });
             });
         if let Err((q, reason)) = refused {
-            Self::count_drop(&mut self.counters, reason);
+            Self::dropped_from_queue(&mut self.counters, &q, reason);
             self.sync_queue_counters();
             return Err(Dropped {
                 packet: q.packet,
@@ -673,33 +753,43 @@ impl<P> Link<P> {
         Ok(())
     }
 
-    fn count_drop(counters: &mut LinkCounters, reason: DropReason) {
-        match reason {
-            DropReason::Loss => counters.dropped_loss += 1,
-            DropReason::Queue => counters.dropped_queue += 1,
-            DropReason::Aqm => counters.dropped_aqm += 1,
-            DropReason::Oversize => counters.dropped_oversize += 1,
-        }
+    /// A queued packet (or one counted in as queued) dropped for `reason`.
+    fn dropped_from_queue(
+        counters: &mut [LinkCounters; Traffic::COUNT],
+        q: &Queued<P>,
+        reason: DropReason,
+    ) {
+        let c = &mut counters[q.traffic.index()];
+        c.dequeued(q.wire_len);
+        c.count_drop(reason);
     }
 
+    /// The queue's peaks, all traffic's and each kind's, after it changed.
     fn sync_queue_counters(&mut self) {
-        let c = &mut self.counters;
-        c.queue_packets = self.queue.len() as u64;
-        c.queue_bytes = self.queue.bytes();
-        c.max_queue_bytes = c.max_queue_bytes.max(c.queue_bytes);
+        debug_assert_eq!(
+            self.counters.iter().map(|c| c.queue_bytes).sum::<u64>(),
+            self.queue.bytes()
+        );
+        self.max_queue_bytes = self.max_queue_bytes.max(self.queue.bytes());
+        for c in &mut self.counters {
+            c.max_queue_bytes = c.max_queue_bytes.max(c.queue_bytes);
+        }
     }
 
     /// The next packet to serialize at `now`, through the queue's discipline.
     fn dequeue(&mut self, now: u64) -> Option<Queued<P>> {
         let (dropped, counters) = (&mut self.dropped, &mut self.counters);
         let q = self.queue.dequeue(now, &mut |(q, reason)| {
-            Self::count_drop(counters, reason);
+            Self::dropped_from_queue(counters, &q, reason);
             dropped.push_back(Dropped {
                 packet: q.packet,
                 reason,
                 at: now,
             });
         });
+        if let Some(q) = &q {
+            self.counters[q.traffic.index()].dequeued(q.wire_len);
+        }
         self.sync_queue_counters();
         q
     }

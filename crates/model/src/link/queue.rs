@@ -17,6 +17,8 @@ pub(crate) struct Queued<P> {
     pub ect: bool,
     /// An AQM marked it Congestion Experienced instead of dropping it.
     pub ce: bool,
+    /// Whose it is: counted apart.
+    pub traffic: crate::traffic::Traffic,
 }
 
 #[derive(Debug)]

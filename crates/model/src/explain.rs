@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::bounds;
 use crate::dumbbell::{Dumbbell, LinkRole};
-use crate::events::{kernel_episodes, KernelEpisodes};
+use crate::events::{kernel_episodes, EventRecord, KernelEpisodes};
 use crate::link::DropReason;
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
@@ -27,6 +27,8 @@ use crate::units::{count, format_duration_us, format_rate, format_size};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+/// TCP_CA_CWR: the sender cuts its window for an ECN mark.
+const CA_CWR: u8 = 2;
 /// TCP_CA_Recovery and TCP_CA_Loss: the sender is repairing a loss.
 const CA_RECOVERY: u8 = 3;
 const CA_LOSS: u8 = 4;
@@ -214,17 +216,36 @@ pub struct Estimates {
 }
 
 /// What the senders' congestion control went through.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Episodes {
+    /// Segments the senders retransmitted (the flows' `retransmits`).
     pub retransmits: u64,
-    /// Retransmitted segments over data segments sent.
+    /// `retransmits` over the data segments sent.
     pub retransmit_rate: f64,
-    /// Spans of consecutive samples in loss recovery (or with retransmissions).
+    /// Entries into loss recovery: a fast recovery, or the loss state after a
+    /// retransmission timeout. Counted from the kernel's events where they were taken
+    /// (`recovery_from`), else from the samples: spans of consecutive samples in either
+    /// state or with new retransmissions, which merge episodes closer than a sample.
     pub recovery_episodes: u64,
-    /// Times a sender's window grew past ssthresh (left slow start).
+    pub recovery_from: Source,
+    /// Times a sender left slow start, from its samples: a loss-based sender is in slow
+    /// start while its window is below ssthresh (or no ssthresh is set yet) outside a
+    /// recovery — a window cut below ssthresh in fast recovery or CWR is not slow
+    /// start, the restart after a timeout is —; BBR is in slow start while in STARTUP,
+    /// which it leaves once, setting ssthresh.
     pub slow_start_exits: u64,
     /// When the first sender first left slow start, µs since t0.
     pub first_slow_start_exit_us: Option<i64>,
+}
+
+/// Where a figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The tcp_info samples, one every `every_us`.
+    Samples { every_us: u64 },
+    /// The kernel's tcp events (`--trace-events`), each one.
+    KernelEvents,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -316,15 +337,18 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         pacing_bps: pacing.map(|p| p.1),
         pacing_cap: pacing.map(|p| p.0),
     };
-    let estimates = loss_estimates(&tcp, &samples);
+    let traced = run.trace.as_ref().is_some_and(|t| t.taken) && !run.events.is_empty();
+    let recoveries = Recoveries {
+        events: traced.then_some(run.events.as_slice()),
+        sample_interval_us: run.params.sample_interval_us,
+    };
+    let estimates = loss_estimates(&tcp, &samples, recoveries);
     let limits = weighted_limits(&tcp);
-    let episodes = episodes(&tcp, &samples);
-    let kernel =
-        (run.trace.as_ref().is_some_and(|t| t.taken) && !run.events.is_empty()).then(|| {
-            let senders: Vec<(u32, Host)> =
-                tcp.iter().map(|f| (f.id, f.direction.sender())).collect();
-            kernel_episodes(&run.events, &senders)
-        });
+    let episodes = episodes(&tcp, &samples, recoveries);
+    let kernel = traced.then(|| {
+        let senders: Vec<(u32, Host)> = tcp.iter().map(|f| (f.id, f.direction.sender())).collect();
+        kernel_episodes(&run.events, &senders)
+    });
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
     let gap_pacer = spec
         .as_ref()
@@ -550,17 +574,21 @@ fn sum_over_flows(
 }
 
 /// Per flow, then summed: parallel streams each get their own window and loss.
-fn loss_estimates(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Estimates {
+fn loss_estimates(
+    tcp: &[&FlowRecord],
+    samples: &[Vec<&SampleRecord>],
+    recoveries: Recoveries,
+) -> Estimates {
     Estimates {
         mathis_bps: sum_over_flows(tcp, samples, &|f, s| {
-            bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s)?)
+            bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s, recoveries)?)
         }),
         pftk_bps: sum_over_flows(tcp, samples, &|f, s| {
             let rto_us = s.last().map_or(0, |s| u64::from(s.info.rto));
             bounds::pftk_bps(
                 f.mss,
                 flow_rtt_us(f),
-                loss_event_rate(f, s)?,
+                loss_event_rate(f, s, recoveries)?,
                 rto_us,
                 2.0,
                 window_bytes(f, s),
@@ -623,13 +651,47 @@ fn send_buffer_bytes(b: BufferSize) -> u64 {
 /// Loss events (recovery episodes) per data segment sent; `None` with fewer than
 /// [`MIN_LOSS_EVENTS`], and for BBR, which does not halve its window on loss as the
 /// loss models assume.
-fn loss_event_rate(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<f64> {
+fn loss_event_rate(
+    flow: &FlowRecord,
+    samples: &[&SampleRecord],
+    recoveries: Recoveries,
+) -> Option<f64> {
     if flow.cc == "bbr" {
         return None;
     }
-    let events = recovery_episodes(samples);
+    let events = recoveries.of(flow, samples);
     let sent = samples.last()?.info.data_segs_out;
     (events >= MIN_LOSS_EVENTS && sent > 0).then(|| events as f64 / f64::from(sent))
+}
+
+/// How a flow's recovery episodes are counted: from the kernel's events where the run
+/// has them, else from its samples.
+#[derive(Clone, Copy)]
+struct Recoveries<'a> {
+    events: Option<&'a [EventRecord]>,
+    sample_interval_us: u64,
+}
+
+impl Recoveries<'_> {
+    fn source(self) -> Source {
+        match self.events {
+            Some(_) => Source::KernelEvents,
+            None => Source::Samples {
+                every_us: self.sample_interval_us,
+            },
+        }
+    }
+
+    /// `flow`'s entries into fast recovery or the loss state.
+    fn of(self, flow: &FlowRecord, samples: &[&SampleRecord]) -> u64 {
+        match self.events {
+            Some(events) => {
+                let k = kernel_episodes(events, &[(flow.id, flow.direction.sender())]);
+                k.fast_recoveries + k.timeouts
+            }
+            None => recovery_episodes(samples),
+        }
+    }
 }
 
 /// Spans of consecutive samples in loss recovery or with new retransmissions.
@@ -696,25 +758,28 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
-fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
+fn episodes(
+    tcp: &[&FlowRecord],
+    samples: &[Vec<&SampleRecord>],
+    recoveries: Recoveries,
+) -> Episodes {
     let mut e = Episodes {
         retransmits: tcp.iter().map(|f| f.retransmits).sum(),
-        ..Episodes::default()
+        retransmit_rate: 0.0,
+        recovery_episodes: 0,
+        recovery_from: recoveries.source(),
+        slow_start_exits: 0,
+        first_slow_start_exit_us: None,
     };
-    let (mut retransmitted, mut sent) = (0u64, 0u64);
-    for flow_samples in samples {
+    let mut sent = 0u64;
+    for (flow, flow_samples) in tcp.iter().zip(samples) {
         if let Some(last) = flow_samples.last() {
-            retransmitted += u64::from(last.info.total_retrans);
             sent += u64::from(last.info.data_segs_out);
         }
-        e.recovery_episodes += recovery_episodes(flow_samples);
+        e.recovery_episodes += recoveries.of(flow, flow_samples);
+        let in_slow_start = |s: &SampleRecord| slow_start(flow, &s.info);
         for pair in flow_samples.windows(2) {
-            let (a, b) = (&pair[0].info, &pair[1].info);
-            let in_slow_start = |i: &TcpInfo| i.snd_cwnd < i.snd_ssthresh;
-            // A drop of ssthresh from "infinite" (the first loss) ends slow start too.
-            let left = (in_slow_start(a) && !in_slow_start(b))
-                || (a.snd_ssthresh >= INFINITE_SSTHRESH && b.snd_ssthresh < INFINITE_SSTHRESH);
-            if left {
+            if in_slow_start(pair[0]) && !in_slow_start(pair[1]) {
                 e.slow_start_exits += 1;
                 let t = pair[1].t_us;
                 e.first_slow_start_exit_us =
@@ -723,11 +788,21 @@ fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
         }
     }
     e.retransmit_rate = if sent > 0 {
-        retransmitted as f64 / sent as f64
+        e.retransmits as f64 / sent as f64
     } else {
         0.0
     };
     e
+}
+
+/// Whether a sender is in slow start (see [`Episodes::slow_start_exits`]): BBR in
+/// STARTUP, before it sets ssthresh; any other below ssthresh (or with none) while not
+/// repairing a loss in fast recovery or reducing its window for ECN (CWR).
+fn slow_start(flow: &FlowRecord, info: &TcpInfo) -> bool {
+    if flow.cc == "bbr" {
+        return info.snd_ssthresh >= INFINITE_SSTHRESH;
+    }
+    !matches!(info.ca_state, CA_RECOVERY | CA_CWR) && info.snd_cwnd < info.snd_ssthresh
 }
 
 /// The cap on the TCP flows' rate together and its name, bit/s of goodput: a gap
@@ -2268,23 +2343,110 @@ mod tests {
         );
     }
 
+    /// Slow start ends at ssthresh or at the first loss; a window cut below ssthresh in
+    /// fast recovery or CWR is not slow start (counting it once made a lossy run show
+    /// more slow-start exits than recovery episodes), the restart after a timeout is.
     #[test]
     fn slow_start_ends_when_the_window_reaches_ssthresh_or_loss_sets_it() {
         let mut samples = steady_samples(10 * MSS, 10 * MSS, 1 << 20, 1 << 20);
-        // ssthresh falls from "infinite" at sample 3: the first exit.
-        for s in &mut samples[3..] {
-            s.info.snd_ssthresh = 50;
-        }
-        // A timeout at sample 6 restarts slow start (cwnd 1 < 50); cwnd 60 at 8.
-        samples[6].info.snd_cwnd = 1;
-        samples[7].info.snd_cwnd = 20;
-        samples[8].info.snd_cwnd = 60;
-        samples[9].info.snd_cwnd = 61;
-        let e = explain(&run("rtt 10ms", vec![flow(0, 1e6)], samples));
+        let mut at = |k: usize, state: u8, cwnd: u32, ssthresh: u32| {
+            let i = &mut samples[k].info;
+            (i.ca_state, i.snd_cwnd, i.snd_ssthresh) = (state, cwnd, ssthresh);
+        };
+        // The first loss at sample 3 (fast recovery, the window cut below the new
+        // ssthresh as PRR does): the first exit. Back in Open at ssthresh.
+        at(3, CA_RECOVERY, 5, 7);
+        at(4, 0, 7, 7);
+        // An ECN mark: CWR below ssthresh, then Open at it: no slow start.
+        at(5, CA_CWR, 4, 5);
+        at(6, 0, 5, 5);
+        // A timeout restarts slow start (the loss state, cwnd 1 < 3); ssthresh at 9.
+        at(7, CA_LOSS, 1, 3);
+        at(8, 0, 2, 3);
+        at(9, 0, 4, 3);
+        let e = explain(&run("rtt 10ms", vec![flow(0, 1e6)], samples.clone()));
         assert_eq!(e.episodes.slow_start_exits, 2);
         assert_eq!(e.episodes.first_slow_start_exit_us, Some(30_000));
         // No rate limit: no link bound and no BDP.
         assert_eq!(e.bounds.link_bps, None);
         assert_eq!(e.path.unwrap().bdp_bytes, None);
+
+        // BBR leaves slow start (STARTUP) once, when it sets ssthresh; its window's
+        // dips below it later (recovery, PROBE_RTT's 4 packets) are not slow start.
+        let mut bbr = flow(0, 1e6);
+        bbr.cc = "bbr".into();
+        for (k, s) in samples.iter_mut().enumerate() {
+            let i = &mut s.info;
+            i.snd_ssthresh = if k < 2 { INFINITE_SSTHRESH } else { 120 };
+            i.snd_cwnd = [300, 400, 190, 96, 190, 4, 4, 190, 99, 200][k];
+            i.ca_state = if k == 3 || k == 8 { CA_RECOVERY } else { 0 };
+        }
+        let e = explain(&run("rtt 10ms", vec![bbr], samples));
+        assert_eq!(e.episodes.slow_start_exits, 1);
+        assert_eq!(e.episodes.first_slow_start_exit_us, Some(20_000));
+    }
+
+    /// With the kernel's events, recovery episodes are their entries into fast recovery
+    /// and the loss state, for the episodes line, the loss finding and the loss models
+    /// alike; without them, the samples' spans, said to be sampled.
+    #[test]
+    fn recovery_episodes_come_from_the_kernels_events_where_it_has_them() {
+        use crate::events::{CaState, EventRecord, KernelEvent, TraceRecord};
+        let mut samples = steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
+        // Two spans in recovery; the events hold five entries, the samples missed some.
+        for k in [2, 3, 7] {
+            samples[k].info.ca_state = CA_RECOVERY;
+        }
+        let mut f = flow(0, 20e6);
+        f.retransmits = 9;
+        let mut r = run("rtt 10ms rate 1gbit", vec![f], samples);
+        r.params.sample_interval_us = 10_000;
+        let sampled = explain(&r);
+        assert_eq!(sampled.episodes.recovery_episodes, 2);
+        assert_eq!(
+            sampled.episodes.recovery_from,
+            Source::Samples { every_us: 10_000 }
+        );
+        let state = |t_us, state| EventRecord {
+            flow: 0,
+            host: record::Host::Client,
+            t_us,
+            event: KernelEvent::CongState { state },
+        };
+        r.events = vec![
+            state(15_000, CaState::Recovery),
+            state(18_000, CaState::Open),
+            state(20_000, CaState::Recovery),
+            state(30_000, CaState::Loss),
+            state(40_000, CaState::Open),
+            state(50_000, CaState::Cwr),
+            state(55_000, CaState::Open),
+            state(70_000, CaState::Recovery),
+            state(75_000, CaState::Open),
+            state(76_000, CaState::Recovery),
+            state(80_000, CaState::Open),
+        ];
+        r.trace = Some(TraceRecord {
+            taken: true,
+            note: None,
+            events: r.events.len() as u64,
+            lost: 0,
+        });
+        let traced = explain(&r);
+        let k = traced.kernel.unwrap();
+        assert_eq!((k.fast_recoveries, k.timeouts), (4, 1));
+        assert_eq!(traced.episodes.recovery_episodes, 5);
+        assert_eq!(traced.episodes.recovery_from, Source::KernelEvents);
+        let loss = traced.findings.iter().find(|f| f.kind == "loss").unwrap();
+        assert!(
+            loss.message.contains(" in 5 recovery episodes"),
+            "{}",
+            loss.message
+        );
+        // The loss models take the same five events over the 10 000 segments sent.
+        let mathis = bounds::mathis_bps(MSS, 10_000, 5.0 / 10_000.0);
+        assert_eq!(traced.estimates.mathis_bps, mathis);
+        // 9 retransmitted of 10 000 sent: the flows' count over the segments sent.
+        assert!((traced.episodes.retransmit_rate - 9e-4).abs() < 1e-12);
     }
 }

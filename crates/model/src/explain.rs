@@ -42,11 +42,9 @@ const STEADY_FROM: f64 = 0.2;
 /// The loss models describe a steady state of repeated loss; fewer loss events than
 /// this (a slow-start overshoot, say) are not one.
 const MIN_LOSS_EVENTS: u64 = 4;
-/// A transaction held this much longer than a round trip, and at least
-/// `STALL_ROUND_TRIPS` of them, waited for a delayed ACK (Linux delays one 40 ms at
-/// least, TCP_DELACK_MIN).
+/// A transaction held this much longer than its round trips waited for a delayed ACK
+/// (Linux delays one 40 ms at least, TCP_DELACK_MIN).
 const NAGLE_STALL_US: f64 = 10_000.0;
-const STALL_ROUND_TRIPS: f64 = 3.0;
 /// Below this Jain index parallel streams count as unfair.
 const UNFAIR_BELOW: f64 = 0.9;
 /// A flow's 99th-percentile train at least this share of the bottleneck queue
@@ -1220,8 +1218,9 @@ fn detect(
 
 /// A request/response run's transactions: their rate and median time in round trips;
 /// and, when each request was split into writes with Nagle on and the median
-/// transaction took a delayed ACK's time more than the round trip, the stall named
-/// from its evidence, with what to change.
+/// transaction took a delayed ACK's time more than its round trips (two: Nagle holds
+/// the later write for the first's ACK; three with a handshake), the stall named from
+/// its evidence with its arithmetic, and what to change.
 fn transactions(
     run: &RunRecord,
     tcp: &[&FlowRecord],
@@ -1232,7 +1231,7 @@ fn transactions(
         .filter_map(|f| min_rtt_us(f, &sender_samples(run, f)))
         .min();
     let median_us = stats.latency_us.p50;
-    let round_trips = rtt_us
+    let in_round_trips = rtt_us
         .map(|r| {
             format!(
                 " ({:.1} round trips of {})",
@@ -1242,7 +1241,7 @@ fn transactions(
         })
         .unwrap_or_default();
     let message = format!(
-        "{} transactions, {:.1} a second: {}{}; median time {}{round_trips}",
+        "{} transactions, {:.1} a second: {}{}; median time {}{in_round_trips}",
         stats.count,
         stats.per_second,
         rr.describe(),
@@ -1253,12 +1252,16 @@ fn transactions(
         },
         format_duration_us(median_us.round() as u64),
     );
-    let held_us = median_us - rtt_us.unwrap_or(0) as f64;
-    let stalled = !run.params.tuning.nodelay
-        && rr.request_writes > 1
-        && held_us >= NAGLE_STALL_US
-        && rtt_us.is_some_and(|r| median_us >= STALL_ROUND_TRIPS * r as f64);
-    if !stalled {
+    // The round trips a transaction takes with no delayed ACK: the request's and the
+    // response's; a round trip more when Nagle holds a request's later write until
+    // its first is acknowledged; and a connection's handshake.
+    let split = !run.params.tuning.nodelay && rr.request_writes > 1;
+    let round_trips = 1 + u64::from(split) + u64::from(rr.new_connection);
+    let Some(rtt_us) = rtt_us else {
+        return Some((message, None));
+    };
+    let held_us = median_us - (round_trips * rtt_us) as f64;
+    if !split || held_us < NAGLE_STALL_US {
         return Some((message, None));
     }
     // The responder's ACK timeout while it waited for the rest of each request.
@@ -1275,8 +1278,16 @@ fn transactions(
         )
     })
     .unwrap_or_default();
+    let handshake = if rr.new_connection {
+        "the handshake's, "
+    } else {
+        ""
+    };
     let stall = format!(
-        "Nagle's algorithm and the delayed ACK stalled each transaction: the request's later write (below the MSS) waited for the ACK of its first, which the server delayed{ato}, since it answers only a whole request; the median transaction took {} more than a round trip",
+        "Nagle's algorithm and the delayed ACK stalled each transaction: the request's first write left at once, its later write (below the MSS) waited for the first's ACK, which the server delayed{ato} since it answers only a whole request, and then took its own round trip to the response; the median transaction took {} = {} round trips of {} ({handshake}the first write's, the later write's) + {} of the server's delayed ACK",
+        format_duration_us(median_us.round() as u64),
+        round_trips,
+        format_duration_us(rtt_us),
         format_duration_us(held_us.round() as u64)
     );
     let advice = "turn Nagle off (-N, TCP_NODELAY) or write each request in one write (--rr-writes 1, as netperf's TCP_RR does)".to_string();
@@ -2111,7 +2122,9 @@ mod tests {
             stall.message
         );
         assert!(
-            stall.message.contains("43.0 ms more than a round trip"),
+            stall.message.ends_with(
+                "the median transaction took 44.0 ms = 2 round trips of 1.00 ms (the first write's, the later write's) + 42.0 ms of the server's delayed ACK"
+            ),
             "{}",
             stall.message
         );
@@ -2133,6 +2146,41 @@ mod tests {
         let mut whole = r.clone();
         whole.params.transactions.as_mut().unwrap().request_writes = 1;
         assert!(!kinds(&whole).contains(&"nagle_stall"));
+        // At 20 ms, 84 ms: two round trips and 44 ms, not a round trip and 64 ms.
+        let mut far = r.clone();
+        for s in &mut far.samples {
+            s.info.min_rtt = 20_000;
+        }
+        far.summary.transactions = Some(took(84_100.0));
+        let stall = explain(&far)
+            .findings
+            .into_iter()
+            .find(|f| f.kind == "nagle_stall")
+            .unwrap();
+        assert!(
+            stall
+                .message
+                .ends_with("84.1 ms = 2 round trips of 20.0 ms (the first write's, the later write's) + 44.1 ms of the server's delayed ACK"),
+            "{}",
+            stall.message
+        );
+        // A connection each: its handshake is a third round trip, and the server ACKs a
+        // fresh connection at once: 60 ms at 20 ms is no stall (it once was named one).
+        let mut crr = far.clone();
+        crr.params.transactions.as_mut().unwrap().new_connection = true;
+        crr.summary.transactions = Some(took(60_400.0));
+        assert!(!kinds(&crr).contains(&"nagle_stall"));
+        crr.summary.transactions = Some(took(104_000.0));
+        let stall = explain(&crr)
+            .findings
+            .into_iter()
+            .find(|f| f.kind == "nagle_stall")
+            .unwrap();
+        assert!(
+            stall.message.contains("= 3 round trips of 20.0 ms (the handshake's, the first write's, the later write's) + 44.0 ms"),
+            "{}",
+            stall.message
+        );
         let mut quick = r.clone();
         quick.summary.transactions = Some(took(1_100.0));
         assert_eq!(

@@ -256,8 +256,8 @@ pub struct Verdict {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
     /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow, aqm,
-    /// unfair_streams, receiver_limited, application_limited, loss, kernel_events,
-    /// zero_window, retransmit_causes, other_direction.
+    /// unfair_streams, receiver_limited, window_segments, application_limited, loss,
+    /// kernel_events, zero_window, retransmit_causes, other_direction.
     pub kind: &'static str,
     pub message: String,
 }
@@ -1171,6 +1171,9 @@ fn detect(
             bdp.map(|b| format!("let the receiver advertise ≥ the BDP of {}: a larger --rcvbuf, or leave it to autotuning (tcp_rmem's maximum)", format_size(b))),
         );
     }
+    if let Some(message) = tcp.first().and_then(|f| window_in_segments(run, f)) {
+        find("window_segments", message, None);
+    }
     if !tcp.is_empty() && e.limits.app >= SHARE_NOTED {
         find(
             "application_limited",
@@ -1214,6 +1217,112 @@ fn detect(
             None,
         );
     }
+}
+
+/// A window held this share of a flow's samples is one it ran with.
+const WINDOW_HELD: f64 = 0.05;
+
+/// What a receive window set by the user (`--rcvbuf`, `-w`) let an rwnd-limited flow
+/// keep in flight: whole segments, since a sender sends no part of one to fill a
+/// window (a window a few bytes short of a segment more holds a segment less), per
+/// round trip; and, where the flow ran with two such windows, when it changed and the
+/// receiver's rcv_ssthresh that let it (Linux offers no window above rcv_ssthresh,
+/// which grows only to the room its buffer has beside each packet that arrives, so
+/// identical runs can end up with either).
+fn window_in_segments(run: &RunRecord, flow: &FlowRecord) -> Option<String> {
+    if flow.rcvbuf.requested.is_none() || flow.limits.rwnd < SHARE_NOTED {
+        return None;
+    }
+    let samples = sender_samples(run, flow);
+    let rtt_us = min_rtt_us(flow, &samples)?;
+    let mss = samples.last()?.info.snd_mss;
+    if mss == 0 {
+        return None;
+    }
+    // Each window in the order it was first seen, with how many samples had it.
+    let mut windows: Vec<(u32, i64, usize)> = Vec::new();
+    for s in &samples {
+        let w = s.info.snd_wnd;
+        match windows.iter_mut().find(|(bytes, ..)| *bytes == w) {
+            Some((_, _, n)) => *n += 1,
+            None => windows.push((w, s.t_us, 1)),
+        }
+    }
+    let held: Vec<(u32, i64)> = windows
+        .into_iter()
+        .filter(|&(w, _, n)| w > 0 && n as f64 >= WINDOW_HELD * samples.len() as f64)
+        .map(|(w, since, _)| (w, since))
+        .collect();
+    let short = |w: u32| w % mss;
+    // A window whose bytes past its whole segments are worth noting: 2 % of it.
+    let wasted = |w: u32| f64::from(short(w)) >= 0.02 * f64::from(w);
+    if !(held.len() > 1 || held.iter().any(|&(w, _)| wasted(w))) {
+        return None;
+    }
+    let rate = |w: u32| f64::from(w / mss * mss) * 8e6 / rtt_us as f64;
+    let describe = |w: u32| {
+        let whole = w / mss;
+        let beyond = if short(w) > 0 {
+            format!(" ({} B short of {})", mss - short(w), whole + 1)
+        } else {
+            String::new()
+        };
+        format!(
+            "{w} B, room for {} of {mss} B{beyond}, {} over round trips of {}",
+            count(u64::from(whole), "whole segment"),
+            format_rate(rate(w)),
+            format_duration_us(rtt_us)
+        )
+    };
+    let whose = if run.flows.iter().filter(|f| f.udp.is_none()).count() > 1 {
+        format!("flow {}'s ", flow.id)
+    } else {
+        String::new()
+    };
+    let mut message = match held.as_slice() {
+        [(w, _)] => format!("{whose}receive window of {}", describe(*w)),
+        _ => {
+            let steps: Vec<String> = held
+                .iter()
+                .enumerate()
+                .map(|(k, &(w, since))| match k {
+                    0 => describe(w),
+                    _ => format!(
+                        "from {} {}",
+                        format_duration_us(since.max(0) as u64),
+                        describe(w)
+                    ),
+                })
+                .collect();
+            format!(
+                "{whose}receive window changed during the run: {}",
+                steps.join("; ")
+            )
+        }
+    };
+    message += " (a sender sends whole segments only";
+    if held.iter().any(|&(w, _)| short(w) > 0) {
+        message += "; Linux keeps a window it offered while its free space stays within a segment of it instead of rounding it to whole segments again";
+    }
+    message += ")";
+    if let [(_, _), (_, changed_at), ..] = held.as_slice() {
+        let receiver = end_samples(run, flow, flow.direction.receiver());
+        let ssthresh = |before: bool| {
+            median(
+                receiver
+                    .iter()
+                    .filter(|s| (s.t_us < *changed_at) == before)
+                    .map(|s| f64::from(s.info.rcv_ssthresh)),
+            )
+        };
+        if let (Some(a), Some(b)) = (ssthresh(true), ssthresh(false)) {
+            message += &format!(
+                "; the receiver's rcv_ssthresh, above which it offers no window, grew from {} B to {} B: it grows only to the room its buffer has beside each packet arriving, so identical runs end with either window",
+                a as u64, b as u64
+            );
+        }
+    }
+    Some(message)
 }
 
 /// A request/response run's transactions: their rate and median time in round trips;
@@ -2389,6 +2498,73 @@ mod tests {
             overflow_finding(&explain(&overflowed(small, 0, long))),
             None
         );
+    }
+
+    /// An 8 KiB receive buffer (16 KiB effective) at 20 ms: a window of 7212 B holds 4
+    /// whole segments, 2.32 Mbit/s; one of 8688 B, 6. A run that changed from one to
+    /// the other says when, and the rcv_ssthresh that let it.
+    #[test]
+    fn a_set_receive_window_is_said_in_whole_segments_and_when_it_changed() {
+        let mut f = held(record::Limit::Rwnd, flow(0, 2.32e6));
+        f.rcvbuf = BufferSize {
+            requested: Some(8192),
+            effective: 16_384,
+            at_end: 16_384,
+            ..BufferSize::default()
+        };
+        let at = |k: i64, changed: Option<i64>| -> (u32, u32) {
+            match changed {
+                Some(c) if k >= c => (8688, 9350),
+                _ => (7212, 7990),
+            }
+        };
+        let samples = |changed: Option<i64>| -> Vec<SampleRecord> {
+            let mut all: Vec<SampleRecord> = (0..10)
+                .map(|k| {
+                    sample(k, |i| {
+                        i.snd_wnd = at(k, changed).0;
+                        i.min_rtt = 20_000;
+                    })
+                })
+                .collect();
+            all.extend((0..10).map(|k| SampleRecord {
+                host: Host::Server,
+                ..sample(k, |i| i.rcv_ssthresh = at(k, changed).1)
+            }));
+            all
+        };
+        let finding = |r: &RunRecord| {
+            explain(r)
+                .findings
+                .into_iter()
+                .find(|f| f.kind == "window_segments")
+                .map(|f| f.message)
+        };
+        let stayed = run("rtt 20ms", vec![f.clone()], samples(None));
+        assert_eq!(
+            finding(&stayed).unwrap(),
+            "receive window of 7212 B, room for 4 whole segments of 1448 B (28 B short of 5), 2.32 Mbit/s over round trips of 20.0 ms (a sender sends whole segments only; Linux keeps a window it offered while its free space stays within a segment of it instead of rounding it to whole segments again)"
+        );
+        let changed = run("rtt 20ms", vec![f.clone()], samples(Some(6)));
+        let said = finding(&changed).unwrap();
+        assert!(
+            said.starts_with("receive window changed during the run: 7212 B, room for 4 whole segments of 1448 B (28 B short of 5), 2.32 Mbit/s over round trips of 20.0 ms; from 60.0 ms 8688 B, room for 6 whole segments of 1448 B, 3.48 Mbit/s over round trips of 20.0 ms ("),
+            "{said}"
+        );
+        assert!(
+            said.ends_with("the receiver's rcv_ssthresh, above which it offers no window, grew from 7990 B to 9350 B: it grows only to the room its buffer has beside each packet arriving, so identical runs end with either window"),
+            "{said}"
+        );
+        // An autotuned buffer's window grows as it should; a window of whole segments
+        // held all along says nothing new.
+        let mut autotuned = changed.clone();
+        autotuned.flows[0].rcvbuf.requested = None;
+        assert_eq!(finding(&autotuned), None);
+        let mut whole = stayed.clone();
+        for s in whole.samples.iter_mut().filter(|s| s.host == Host::Client) {
+            s.info.snd_wnd = 7240;
+        }
+        assert_eq!(finding(&whole), None);
     }
 
     /// Slow start ends at ssthresh or at the first loss; a window cut below ssthresh in

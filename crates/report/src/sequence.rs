@@ -216,15 +216,19 @@ pub fn chart(
         }
     }
     if !cwnd_edge.is_empty() {
-        series.push(Series {
-            name: format!("{flow_name} snd_una + cwnd (events)"),
-            color: palette::CWND_EDGE,
-            dashed: false,
-            points: cwnd_edge
-                .iter()
-                .map(|(&c, &edge)| Pt::at(at(c as f64), edge as f64))
-                .collect(),
-        });
+        // Drawn before the ACK line, which stays on top where the two meet.
+        series.insert(
+            0,
+            Series {
+                name: format!("{flow_name} snd_una + cwnd (events)"),
+                color: palette::CWND_EDGE,
+                dashed: false,
+                points: cwnd_edge
+                    .iter()
+                    .map(|(&c, &edge)| Pt::at(at(c as f64), edge as f64))
+                    .collect(),
+            },
+        );
     }
     let events_part = if cwnd_edge.is_empty() {
         ""

@@ -157,33 +157,6 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
     );
 }
 
-/// The retransmissions' marks in a time-sequence graph's SVG: each vertical line of
-/// their colour at the plot's stroke width (the legend's is wider) as (x, top, bottom).
-fn retransmission_marks(svg: &str) -> Vec<(i32, i32, i32)> {
-    let c = tcplab_report::RETRANSMITTED;
-    let stroke = format!(
-        "stroke=\"#{:02X}{:02X}{:02X}\" stroke-width=\"2\"",
-        c.0, c.1, c.2
-    );
-    svg.split('<')
-        .filter(|e| e.starts_with("polyline ") && e.to_uppercase().contains(&stroke.to_uppercase()))
-        .map(|e| {
-            let from = e.find("points=\"").unwrap() + 8;
-            let points: Vec<(i32, i32)> = e[from..e[from..].find('"').unwrap() + from]
-                .split_whitespace()
-                .map(|p| {
-                    let (x, y) = p.split_once(',').unwrap();
-                    (x.parse().unwrap(), y.parse().unwrap())
-                })
-                .collect();
-            assert_eq!(points.len(), 2, "{e}");
-            assert_eq!(points[0].0, points[1].0, "upright: {e}");
-            let (a, b) = (points[0].1, points[1].1);
-            (points[0].0, a.min(b), a.max(b))
-        })
-        .collect()
-}
-
 /// A PNG file's width and its pixels as RGB.
 fn png_pixels(file: &std::path::Path) -> (usize, Vec<[u8; 3]>) {
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(file).unwrap()));

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use tcplab_model::capture::Vantage;
-use tcplab_model::explain::{explain, Explanation};
+use tcplab_model::explain::{explain, Explanation, Source};
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::{BufferSize, RunRecord};
 use tcplab_model::tseq::run_retransmit_causes;
@@ -166,10 +166,16 @@ pub fn render(e: &Explanation) -> String {
     s += &format!("limited:   {}\n", shares.join("  "));
     let ep = &e.episodes;
     s += &format!(
-        "episodes:  {} ({:.3} %), {}, {}{}\n",
+        "episodes:  {} ({:.3} %), {} ({}), {}{}\n",
         count(ep.retransmits, "retransmit"),
         100.0 * ep.retransmit_rate,
         count(ep.recovery_episodes, "recovery episode"),
+        match ep.recovery_from {
+            Source::KernelEvents => "the kernel's events".to_owned(),
+            Source::Samples { every_us } => {
+                format!("sampled every {}", format_duration_us(every_us))
+            }
+        },
         count(ep.slow_start_exits, "slow-start exit"),
         ep.first_slow_start_exit_us
             .map(|t| format!(" (first at {})", format_duration_us(t.max(0) as u64)))

@@ -94,19 +94,55 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
         "tshark found {found} retransmissions, the kernel counted {kernel}"
     );
 
-    // Its time-sequence graph marks the drops, in an SVG of tens of KB.
-    let svg = dir.path().join("tseq.svg");
-    let said = tcplab()
-        .args(["plot"])
-        .arg(dir.path().join("runs.db"))
-        .args(["--chart", "tseq", "-o"])
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(said.status.success(), "{said:?}");
+    // Its time-sequence graph marks the drops, in an SVG of tens of KB, and every
+    // retransmission of the data connection the capture holds as a mark of its own a
+    // few pixels long, in the SVG and in the PNG alike.
+    let plot = |file: &std::path::Path| {
+        let said = tcplab()
+            .args(["plot"])
+            .arg(dir.path().join("runs.db"))
+            .args(["--chart", "tseq", "-o"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(said.status.success(), "{said:?}");
+    };
+    let (svg, png) = (dir.path().join("tseq.svg"), dir.path().join("tseq.png"));
+    plot(&svg);
+    plot(&png);
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.contains("dropped loss") && drawn.contains("flow 0 ACK"));
     assert!(drawn.len() < 1_000_000, "{} bytes", drawn.len());
+    let port = str_at(&run, "/flows/0/client_addr")
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .to_owned();
+    let retransmitted = tshark(
+        &file,
+        &format!("tcp.srcport == {port} && tcp.len > 0 && (tcp.analysis.retransmission || tcp.analysis.out_of_order)"),
+        &["frame.number"],
+    )
+    .len();
+    let marks = retransmission_marks(&drawn);
+    println!(
+        "retransmissions of the data connection: capture {retransmitted}, marks {}",
+        marks.len()
+    );
+    assert!(retransmitted > 0);
+    assert_eq!(marks.len(), retransmitted, "{marks:?}");
+    let (width, pixels) = png_pixels(&png);
+    let c = tcplab_report::RETRANSMITTED;
+    for &(x, top, bottom) in &marks {
+        assert!(bottom - top >= 4, "a mark of {} px at x {x}", bottom - top);
+        let middle = pixels[((top + bottom) / 2) as usize * width + x as usize];
+        assert_eq!(
+            middle,
+            [c.0, c.1, c.2],
+            "the PNG at {x},{}",
+            (top + bottom) / 2
+        );
+    }
 
     // The file is in time order, on the run's clock.
     let info = Command::new("capinfos")
@@ -119,6 +155,19 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
         "{}",
         String::from_utf8_lossy(&info.stdout)
     );
+}
+
+/// A PNG file's width and its pixels as RGB.
+fn png_pixels(file: &std::path::Path) -> (usize, Vec<[u8; 3]>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(file).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let pixels = buf[..info.buffer_size()]
+        .chunks(info.color_type.samples())
+        .map(|p| [p[0], p[1], p[2]])
+        .collect();
+    (info.width as usize, pixels)
 }
 
 /// Bad capture requests are refused in one line, and no lab is left.

@@ -172,3 +172,115 @@ fn runs_on_drawn_paths_get_the_verdict_their_configuration_implies() {
     }
     assert_no_run_exceeds_its_bound(&db);
 }
+
+/// 8 KiB buffers (16 KiB effective) at 20 ms: the receiver offers 7212 B — the 7240 B
+/// (5 segments) of its handshake less the 28 B the data connection begins with, a
+/// window Linux keeps rather than rounds again — room for 4 whole segments, 2.32
+/// Mbit/s; or, once its rcv_ssthresh grows past 7212 B + a segment, 8688 B, 6
+/// segments, 3.48 Mbit/s. Which one a run gets is chance; explain names the window(s)
+/// the capture shows the receiver advertising, and the run's rate is their whole
+/// segments per round trip.
+#[test]
+fn a_small_receive_buffer_is_named_in_the_whole_segments_its_window_holds() {
+    if !privileged_or_skip("window_segments") || !tshark_or_skip("window_segments") {
+        return;
+    }
+    let _serial = serial();
+    const MSS: u64 = 1448;
+    one_of_three_tries("8 KiB buffers at 20 ms", || {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, file) = (dir.path().join("w.db"), dir.path().join("w.pcapng"));
+        let out = tcplab()
+            .args(["run", "--path", "rtt 20ms", "-w", "8K", "-t", "3", "--json"])
+            .arg("--capture")
+            .arg(&file)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        let port = str_at(&run, "/flows/0/client_addr")
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .to_owned();
+        // The windows the server advertised on the data connection once data flowed
+        // (no scaling with a 16 KiB buffer), and how many ACKs carried each.
+        let windows: Vec<(f64, u64)> = tshark(
+            &file,
+            &format!("tcp.dstport == {port} && tcp.flags.syn == 0 && tcp.ack > 1000"),
+            &["frame.time_epoch", "tcp.window_size_value"],
+        )
+        .iter()
+        .map(|line| {
+            let (t, w) = line.split_once('\t').unwrap();
+            (t.parse().unwrap(), w.parse().unwrap())
+        })
+        .collect();
+        let t0 = f64_at(&run, "/started_unix_us") / 1e6;
+        let mut advertised: std::collections::BTreeMap<u64, usize> = Default::default();
+        for &(_, w) in &windows {
+            *advertised.entry(w).or_default() += 1;
+        }
+        let acks: usize = advertised.values().sum();
+        let held: Vec<u64> = advertised
+            .iter()
+            .filter(|&(_, &n)| n * 20 >= acks)
+            .map(|(&w, _)| w)
+            .collect();
+        let e = parse_success(
+            &tcplab()
+                .args(["explain", "--json", "--db"])
+                .arg(&db)
+                .output()
+                .unwrap(),
+        );
+        let finding = e["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "window_segments")
+            .map(|f| f["message"].as_str().unwrap().to_owned());
+        // "receive window of 7212 B, room for 4 whole segments of 1448 B …"
+        let named: Vec<u64> = finding
+            .iter()
+            .flat_map(|m| m.split(" B, room for ").collect::<Vec<_>>())
+            .filter_map(|part| part.rsplit(' ').next()?.parse().ok())
+            .collect();
+        eprintln!("advertised {advertised:?}; explain: {finding:?}");
+        // Every time: explain names what the capture shows, and names it whenever a
+        // window held is not whole segments.
+        for w in &named {
+            assert!(
+                held.contains(w),
+                "explain names {w} B; the capture held {held:?}"
+            );
+        }
+        for w in &held {
+            if w % MSS != 0 {
+                assert!(named.contains(w), "the capture held {w} B: {finding:?}");
+            }
+        }
+        assert!(
+            held.iter().all(|w| [7212, 7240, 8688].contains(w)),
+            "{advertised:?}"
+        );
+        // What load can spoil: the rate is the whole segments of each window per round
+        // trip, over the time it was advertised within the test's 3 s.
+        let (mut bits, mut seconds) = (0.0, 0.0);
+        for pair in windows.windows(2) {
+            let ((t, w), (next, _)) = (pair[0], pair[1]);
+            let (t, next) = ((t - t0).clamp(0.0, 3.0), (next - t0).clamp(0.0, 3.0));
+            bits += (w / MSS * MSS) as f64 * 8.0 / 0.020 * (next - t);
+            seconds += next - t;
+        }
+        let whole_bps = bits / seconds;
+        let measured = f64_at(&run, "/summary/received_bps");
+        if (measured / whole_bps - 1.0).abs() > 0.04 {
+            return Err(format!(
+                "{measured} bit/s measured, {whole_bps} from the windows in whole segments"
+            ));
+        }
+        Ok(())
+    });
+}

@@ -237,7 +237,8 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
         );
     }
 
-    for (id, drawn, coloured) in pixels_per_chart(browser, &page, &charts, height, dir.path()) {
+    let shot = screenshot(browser, &page, height, dir.path());
+    for (id, drawn, coloured) in pixels_per_chart(&shot, &charts) {
         // A frame with labels alone has no series colour; a line of a series has
         // hundreds of pixels of it.
         assert!(
@@ -245,17 +246,54 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
             "{id}: {drawn} pixels drawn, {coloured} in series colours: empty?"
         );
     }
+
+    // The browser draws every retransmission of the time-sequence graph (a zero-length
+    // line, as a single segment's once was, it drew not at all): its colour under each
+    // mark, scaled as the page scales the chart.
+    let tseq = charts.iter().find(|c| c.id.ends_with("tseq")).unwrap();
+    let figure = &html[html.find(&format!("id=\"{}\"", tseq.id)).unwrap()..];
+    let svg = &figure[figure.find("<svg").unwrap()..figure.find("</svg>").unwrap()];
+    let marks = retransmission_marks(svg);
+    let svg_width: f64 = svg
+        .split("width=\"")
+        .nth(1)
+        .and_then(|w| w.split('"').next()?.parse().ok())
+        .unwrap();
+    let scale = f64::from(tseq.rect[2]) / svg_width;
+    let (width, _, pixels) = &shot;
+    let c = tcplab_report::RETRANSMITTED;
+    let unseen: Vec<_> = marks
+        .iter()
+        .filter(|&&(x, top, bottom)| {
+            let col = f64::from(tseq.rect[0]) + f64::from(x) * scale;
+            let rows = (
+                f64::from(tseq.rect[1]) + f64::from(top) * scale,
+                f64::from(tseq.rect[1]) + f64::from(bottom) * scale,
+            );
+            let near = |p: [u8; 3]| {
+                let d = |a: u8, b: u8| (i32::from(a) - i32::from(b)).abs();
+                d(p[0], c.0) + d(p[1], c.1) + d(p[2], c.2) <= 60
+            };
+            !(rows.0.floor() as u32..=rows.1.ceil() as u32).any(|row| {
+                (col.floor() as u32 - 1..=col.ceil() as u32 + 1)
+                    .any(|col| near(pixels[(row * width + col) as usize]))
+            })
+        })
+        .collect();
+    eprintln!(
+        "tseq: {} retransmissions drawn, {} unseen in Chromium",
+        marks.len(),
+        unseen.len()
+    );
+    assert!(!marks.is_empty());
+    assert!(
+        unseen.is_empty(),
+        "retransmissions Chromium did not draw: {unseen:?}"
+    );
 }
 
-/// A screenshot of the page, whole: per chart, its id, the pixels drawn in its box (not
-/// white) and those in series colours.
-fn pixels_per_chart(
-    browser: &str,
-    page: &Path,
-    charts: &[ChartBox],
-    height: u32,
-    dir: &Path,
-) -> Vec<(String, usize, usize)> {
+/// A screenshot of the whole page `height` pixels high: its width, height and pixels.
+fn screenshot(browser: &str, page: &Path, height: u32, dir: &Path) -> (u32, u32, Vec<[u8; 3]>) {
     let shot = dir.join("page.png");
     chromium(
         browser,
@@ -265,8 +303,18 @@ fn pixels_per_chart(
             format!("--screenshot={}", shot.display()),
         ],
     );
-    let (width, shot_height, pixels) = decode(&shot);
-    assert_eq!((width, shot_height), (WINDOW_WIDTH, height));
+    let decoded = decode(&shot);
+    assert_eq!((decoded.0, decoded.1), (WINDOW_WIDTH, height));
+    decoded
+}
+
+/// Per chart of a screenshot: its id, the pixels drawn in its box (not white) and those
+/// in series colours.
+fn pixels_per_chart(
+    (width, shot_height, pixels): &(u32, u32, Vec<[u8; 3]>),
+    charts: &[ChartBox],
+) -> Vec<(String, usize, usize)> {
+    let (width, shot_height) = (*width, *shot_height);
     let mut out = Vec::new();
     for chart in charts {
         let [x, y, w, h] = chart.rect;
@@ -425,7 +473,8 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
             "--dump-dom".into(),
         ],
     ));
-    let drawn: Vec<_> = pixels_per_chart(browser, &page, &boxes, height, dir.path())
+    let shot = screenshot(browser, &page, height, dir.path());
+    let drawn: Vec<_> = pixels_per_chart(&shot, &boxes)
         .into_iter()
         .filter(|(id, _, _)| id.contains("-arena-"))
         .collect();

@@ -251,3 +251,174 @@ fn a_connection_per_transaction_shows_in_the_capture_as_one_handshake_each() {
         Ok(())
     });
 }
+
+/// The stall as it happens at 20 ms, packet by packet in the capture: the request's
+/// first half leaves at once; the server's ACK of it leaves some 44 ms after it
+/// arrived (the delayed ACK); the second half leaves when that ACK arrives; the
+/// response follows its round trip. So a transaction takes two round trips and the
+/// delayed ACK (84 ms), and explain's arithmetic says so, its delayed ACK the
+/// capture's. With a connection each the server ACKs at once: three round trips, no
+/// stall (explain once named one there).
+#[test]
+fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows() {
+    if !privileged_or_skip("stall_20ms") || !tshark_or_skip("stall_20ms") {
+        return;
+    }
+    let _serial = serial();
+    const RTT_MS: f64 = 20.0;
+    one_of_three_tries("the stall at 20 ms against the capture", || {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("runs.db");
+        let file = dir.path().join("rr.pcapng");
+        let out = tcplab()
+            .args([
+                "run",
+                "--path",
+                "rtt 20ms",
+                "--rr",
+                "100",
+                "--rr-writes",
+                "2",
+            ])
+            .args(["-t", "4s", "--json", "--capture"])
+            .arg(&file)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        // The client's request halves and the server's packets, in order: (time ms,
+        // from the client, payload, relative seq, relative ack).
+        let packets: Vec<(f64, bool, u64, u64, u64)> = tshark(
+            &file,
+            "tcp.srcport != 5201 && tcp.dstport != 5201 && tcp.flags.syn == 0",
+            &[
+                "frame.time_relative",
+                "ip.src",
+                "tcp.len",
+                "tcp.seq",
+                "tcp.ack",
+            ],
+        )
+        .iter()
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            (
+                f[0].parse::<f64>().unwrap() * 1e3,
+                f[1] == "10.77.1.1",
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                f[4].parse().unwrap(),
+            )
+        })
+        .collect();
+        // Per request: its first half's entry, the server's first ACK of it, the
+        // second half's entry, the response's entry. Requests follow the data
+        // connection's intro, 100 bytes each.
+        let first_request = packets
+            .iter()
+            .find(|p| p.1 && p.2 == 50)
+            .ok_or("no request in the capture")?
+            .3;
+        let (mut acked, mut released, mut took) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, &(t1, from_client, len, seq, _)) in packets.iter().enumerate() {
+            if !(from_client && len == 50 && (seq - first_request) % 100 == 0) {
+                continue;
+            }
+            let later = &packets[i + 1..];
+            let ack = later.iter().find(|p| !p.1 && p.4 == seq + 50);
+            let second = later.iter().find(|p| p.1 && p.3 == seq + 50);
+            let answer = later.iter().find(|p| !p.1 && p.2 == 100);
+            let (Some(ack), Some(second), Some(answer)) = (ack, second, answer) else {
+                continue;
+            };
+            // The ACK left the server a one-way delay after the half reached it; the
+            // second half left the client a one-way delay after the ACK left.
+            acked.push(ack.0 - t1 - RTT_MS / 2.0);
+            released.push(second.0 - ack.0 - RTT_MS / 2.0);
+            took.push(answer.0 - t1 + RTT_MS / 2.0);
+        }
+        if acked.len() < 20 {
+            return Err(format!("{} stalled requests in the capture", acked.len()));
+        }
+        let (ack_ms, release_ms, took_ms) = (median(acked), median(released), median(took));
+        let e = parse_success(
+            &tcplab()
+                .args(["explain", "--json", "--db"])
+                .arg(&db)
+                .output()
+                .unwrap(),
+        );
+        let stall = e["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "nagle_stall")
+            .ok_or_else(|| format!("no stall named: {e:#}"))?["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // "… the median transaction took 84.1 ms = 2 round trips of 20.0 ms (…) + 44.1
+        // ms of the server's delayed ACK"
+        let (_, said) = stall.split_once("the median transaction took ").unwrap();
+        let ms = |s: &str| -> f64 {
+            let (v, unit) = s.trim().split_once(' ').unwrap();
+            v.parse::<f64>().unwrap() * if unit.starts_with("ms") { 1.0 } else { 1e3 }
+        };
+        let (total, rest) = said.split_once(" = ").unwrap();
+        let (trips, rest) = rest.split_once(" round trips of ").unwrap();
+        let (rtt, rest) = rest.split_once(" (").unwrap();
+        let delayed = rest.split_once(") + ").unwrap().1;
+        let delayed = delayed.trim_end_matches(" of the server's delayed ACK");
+        let (total, rtt, delayed) = (ms(total), ms(rtt), ms(delayed));
+        let tcplab_ms = f64_at(&run, "/summary/transactions/latency_us/p50") / 1e3;
+        eprintln!(
+            "capture: ACK {ack_ms:.2} ms after the first half arrived, second half {release_ms:.2} ms after the ACK, {took_ms:.2} ms a transaction; tcplab {tcplab_ms:.2} ms; explain: {total} = {trips} × {rtt} + {delayed}"
+        );
+        // The arithmetic holds, every time.
+        assert_eq!(trips, "2", "{stall}");
+        assert!((total - 2.0 * rtt - delayed).abs() <= 0.15, "{stall}");
+        assert!(
+            (total - tcplab_ms).abs() <= 0.05,
+            "{stall}; tcplab {tcplab_ms}"
+        );
+        // What load can spoil: the figures against the capture's.
+        if ack_ms < DELAYED_ACK_MS || release_ms.abs() > 1.0 {
+            return Err(format!(
+                "the ACK {ack_ms:.2} ms after arrival, the second half {release_ms:.2} ms after it"
+            ));
+        }
+        if (rtt - RTT_MS).abs() > 0.5 || (delayed - ack_ms).abs() > 1.5 {
+            return Err(format!(
+                "explain: {rtt} ms round trips and {delayed} ms of delayed ACK; the capture's ACK {ack_ms:.2} ms"
+            ));
+        }
+        if (tcplab_ms - took_ms).abs() > 1.0 {
+            return Err(format!(
+                "tcplab's median {tcplab_ms:.2} ms, the capture's {took_ms:.2} ms"
+            ));
+        }
+
+        // A connection each, Nagle on: three round trips, the server's ACK at once.
+        let out = tcplab()
+            .args([
+                "run",
+                "--path",
+                "rtt 20ms",
+                "--rr",
+                "100",
+                "--rr-writes",
+                "2",
+            ])
+            .args(["--crr", "-t", "3s", "--json", "--db"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        let crr_ms = f64_at(&parse_success(&out), "/summary/transactions/latency_us/p50") / 1e3;
+        let kinds = explain_kinds(dir.path());
+        if (crr_ms - 3.0 * RTT_MS).abs() > 3.0 || kinds.iter().any(|k| k == "nagle_stall") {
+            return Err(format!("TCP_CRR: {crr_ms:.2} ms, findings {kinds:?}"));
+        }
+        Ok(())
+    });
+}

@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::bounds;
 use crate::capture::CapturePoint;
 use crate::dumbbell::{Dumbbell, LinkRole};
-use crate::events::{kernel_episodes, KernelEpisodes};
+use crate::events::{kernel_episodes, EventRecord, KernelEpisodes};
 use crate::link::DropReason;
 use crate::path::{self, Bottleneck, Pace, PathSpec};
 use crate::record::{
@@ -29,6 +29,8 @@ use crate::units::{count, format_duration_us, format_rate, format_size};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+/// TCP_CA_CWR: the sender cuts its window for an ECN mark.
+const CA_CWR: u8 = 2;
 /// TCP_CA_Recovery and TCP_CA_Loss: the sender is repairing a loss.
 const CA_RECOVERY: u8 = 3;
 const CA_LOSS: u8 = 4;
@@ -42,11 +44,9 @@ const STEADY_FROM: f64 = 0.2;
 /// The loss models describe a steady state of repeated loss; fewer loss events than
 /// this (a slow-start overshoot, say) are not one.
 const MIN_LOSS_EVENTS: u64 = 4;
-/// A transaction held this much longer than a round trip, and at least
-/// `STALL_ROUND_TRIPS` of them, waited for a delayed ACK (Linux delays one 40 ms at
-/// least, TCP_DELACK_MIN).
+/// A transaction held this much longer than its round trips waited for a delayed ACK
+/// (Linux delays one 40 ms at least, TCP_DELACK_MIN).
 const NAGLE_STALL_US: f64 = 10_000.0;
-const STALL_ROUND_TRIPS: f64 = 3.0;
 /// Below this Jain index parallel streams count as unfair.
 const UNFAIR_BELOW: f64 = 0.9;
 /// A flow's 99th-percentile train at least this share of the bottleneck queue
@@ -216,17 +216,36 @@ pub struct Estimates {
 }
 
 /// What the senders' congestion control went through.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Episodes {
+    /// Segments the senders retransmitted (the flows' `retransmits`).
     pub retransmits: u64,
-    /// Retransmitted segments over data segments sent.
+    /// `retransmits` over the data segments sent.
     pub retransmit_rate: f64,
-    /// Spans of consecutive samples in loss recovery (or with retransmissions).
+    /// Entries into loss recovery: a fast recovery, or the loss state after a
+    /// retransmission timeout. Counted from the kernel's events where they were taken
+    /// (`recovery_from`), else from the samples: spans of consecutive samples in either
+    /// state or with new retransmissions, which merge episodes closer than a sample.
     pub recovery_episodes: u64,
-    /// Times a sender's window grew past ssthresh (left slow start).
+    pub recovery_from: Source,
+    /// Times a sender left slow start, from its samples: a loss-based sender is in slow
+    /// start while its window is below ssthresh (or no ssthresh is set yet) outside a
+    /// recovery — a window cut below ssthresh in fast recovery or CWR is not slow
+    /// start, the restart after a timeout is —; BBR is in slow start while in STARTUP,
+    /// which it leaves once, setting ssthresh.
     pub slow_start_exits: u64,
     /// When the first sender first left slow start, µs since t0.
     pub first_slow_start_exit_us: Option<i64>,
+}
+
+/// Where a figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The tcp_info samples, one every `every_us`.
+    Samples { every_us: u64 },
+    /// The kernel's tcp events (`--trace-events`), each one.
+    KernelEvents,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -239,8 +258,8 @@ pub struct Verdict {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
     /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow, aqm,
-    /// unfair_streams, receiver_limited, application_limited, loss, kernel_events,
-    /// zero_window, retransmit_causes, other_direction.
+    /// unfair_streams, receiver_limited, window_segments, application_limited, loss,
+    /// kernel_events, zero_window, retransmit_causes, other_direction.
     pub kind: &'static str,
     pub message: String,
 }
@@ -318,15 +337,18 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         pacing_bps: pacing.map(|p| p.1),
         pacing_cap: pacing.map(|p| p.0),
     };
-    let estimates = loss_estimates(&tcp, &samples);
+    let traced = run.trace.as_ref().is_some_and(|t| t.taken) && !run.events.is_empty();
+    let recoveries = Recoveries {
+        events: traced.then_some(run.events.as_slice()),
+        sample_interval_us: run.params.sample_interval_us,
+    };
+    let estimates = loss_estimates(&tcp, &samples, recoveries);
     let limits = weighted_limits(&tcp);
-    let episodes = episodes(&tcp, &samples);
-    let kernel =
-        (run.trace.as_ref().is_some_and(|t| t.taken) && !run.events.is_empty()).then(|| {
-            let senders: Vec<(u32, Host)> =
-                tcp.iter().map(|f| (f.id, f.direction.sender())).collect();
-            kernel_episodes(&run.events, &senders)
-        });
+    let episodes = episodes(&tcp, &samples, recoveries);
+    let kernel = traced.then(|| {
+        let senders: Vec<(u32, Host)> = tcp.iter().map(|f| (f.id, f.direction.sender())).collect();
+        kernel_episodes(&run.events, &senders)
+    });
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
     let gap_pacer = spec.as_ref().is_some_and(|s| {
         matches!(
@@ -548,17 +570,21 @@ fn sum_over_flows(
 }
 
 /// Per flow, then summed: parallel streams each get their own window and loss.
-fn loss_estimates(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Estimates {
+fn loss_estimates(
+    tcp: &[&FlowRecord],
+    samples: &[Vec<&SampleRecord>],
+    recoveries: Recoveries,
+) -> Estimates {
     Estimates {
         mathis_bps: sum_over_flows(tcp, samples, &|f, s| {
-            bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s)?)
+            bounds::mathis_bps(f.mss, flow_rtt_us(f), loss_event_rate(f, s, recoveries)?)
         }),
         pftk_bps: sum_over_flows(tcp, samples, &|f, s| {
             let rto_us = s.last().map_or(0, |s| u64::from(s.info.rto));
             bounds::pftk_bps(
                 f.mss,
                 flow_rtt_us(f),
-                loss_event_rate(f, s)?,
+                loss_event_rate(f, s, recoveries)?,
                 rto_us,
                 2.0,
                 window_bytes(f, s),
@@ -621,13 +647,47 @@ fn send_buffer_bytes(b: BufferSize) -> u64 {
 /// Loss events (recovery episodes) per data segment sent; `None` with fewer than
 /// [`MIN_LOSS_EVENTS`], and for BBR, which does not halve its window on loss as the
 /// loss models assume.
-fn loss_event_rate(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<f64> {
+fn loss_event_rate(
+    flow: &FlowRecord,
+    samples: &[&SampleRecord],
+    recoveries: Recoveries,
+) -> Option<f64> {
     if flow.cc == "bbr" {
         return None;
     }
-    let events = recovery_episodes(samples);
+    let events = recoveries.of(flow, samples);
     let sent = samples.last()?.info.data_segs_out;
     (events >= MIN_LOSS_EVENTS && sent > 0).then(|| events as f64 / f64::from(sent))
+}
+
+/// How a flow's recovery episodes are counted: from the kernel's events where the run
+/// has them, else from its samples.
+#[derive(Clone, Copy)]
+struct Recoveries<'a> {
+    events: Option<&'a [EventRecord]>,
+    sample_interval_us: u64,
+}
+
+impl Recoveries<'_> {
+    fn source(self) -> Source {
+        match self.events {
+            Some(_) => Source::KernelEvents,
+            None => Source::Samples {
+                every_us: self.sample_interval_us,
+            },
+        }
+    }
+
+    /// `flow`'s entries into fast recovery or the loss state.
+    fn of(self, flow: &FlowRecord, samples: &[&SampleRecord]) -> u64 {
+        match self.events {
+            Some(events) => {
+                let k = kernel_episodes(events, &[(flow.id, flow.direction.sender())]);
+                k.fast_recoveries + k.timeouts
+            }
+            None => recovery_episodes(samples),
+        }
+    }
 }
 
 /// Spans of consecutive samples in loss recovery or with new retransmissions.
@@ -694,25 +754,28 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
-fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
+fn episodes(
+    tcp: &[&FlowRecord],
+    samples: &[Vec<&SampleRecord>],
+    recoveries: Recoveries,
+) -> Episodes {
     let mut e = Episodes {
         retransmits: tcp.iter().map(|f| f.retransmits).sum(),
-        ..Episodes::default()
+        retransmit_rate: 0.0,
+        recovery_episodes: 0,
+        recovery_from: recoveries.source(),
+        slow_start_exits: 0,
+        first_slow_start_exit_us: None,
     };
-    let (mut retransmitted, mut sent) = (0u64, 0u64);
-    for flow_samples in samples {
+    let mut sent = 0u64;
+    for (flow, flow_samples) in tcp.iter().zip(samples) {
         if let Some(last) = flow_samples.last() {
-            retransmitted += u64::from(last.info.total_retrans);
             sent += u64::from(last.info.data_segs_out);
         }
-        e.recovery_episodes += recovery_episodes(flow_samples);
+        e.recovery_episodes += recoveries.of(flow, flow_samples);
+        let in_slow_start = |s: &SampleRecord| slow_start(flow, &s.info);
         for pair in flow_samples.windows(2) {
-            let (a, b) = (&pair[0].info, &pair[1].info);
-            let in_slow_start = |i: &TcpInfo| i.snd_cwnd < i.snd_ssthresh;
-            // A drop of ssthresh from "infinite" (the first loss) ends slow start too.
-            let left = (in_slow_start(a) && !in_slow_start(b))
-                || (a.snd_ssthresh >= INFINITE_SSTHRESH && b.snd_ssthresh < INFINITE_SSTHRESH);
-            if left {
+            if in_slow_start(pair[0]) && !in_slow_start(pair[1]) {
                 e.slow_start_exits += 1;
                 let t = pair[1].t_us;
                 e.first_slow_start_exit_us =
@@ -721,11 +784,21 @@ fn episodes(tcp: &[&FlowRecord], samples: &[Vec<&SampleRecord>]) -> Episodes {
         }
     }
     e.retransmit_rate = if sent > 0 {
-        retransmitted as f64 / sent as f64
+        e.retransmits as f64 / sent as f64
     } else {
         0.0
     };
     e
+}
+
+/// Whether a sender is in slow start (see [`Episodes::slow_start_exits`]): BBR in
+/// STARTUP, before it sets ssthresh; any other below ssthresh (or with none) while not
+/// repairing a loss in fast recovery or reducing its window for ECN (CWR).
+fn slow_start(flow: &FlowRecord, info: &TcpInfo) -> bool {
+    if flow.cc == "bbr" {
+        return info.snd_ssthresh >= INFINITE_SSTHRESH;
+    }
+    !matches!(info.ca_state, CA_RECOVERY | CA_CWR) && info.snd_cwnd < info.snd_ssthresh
 }
 
 /// The cap on the TCP flows' rate together and its name, bit/s of goodput: a gap
@@ -1096,6 +1169,9 @@ fn detect(
             bdp.map(|b| format!("let the receiver advertise ≥ the BDP of {}: a larger --rcvbuf, or leave it to autotuning (tcp_rmem's maximum)", format_size(b))),
         );
     }
+    if let Some(message) = tcp.first().and_then(|f| window_in_segments(run, f)) {
+        find("window_segments", message, None);
+    }
     if !tcp.is_empty() && e.limits.app >= SHARE_NOTED {
         find(
             "application_limited",
@@ -1141,10 +1217,117 @@ fn detect(
     }
 }
 
+/// A window held this share of a flow's samples is one it ran with.
+const WINDOW_HELD: f64 = 0.05;
+
+/// What a receive window set by the user (`--rcvbuf`, `-w`) let an rwnd-limited flow
+/// keep in flight: whole segments, since a sender sends no part of one to fill a
+/// window (a window a few bytes short of a segment more holds a segment less), per
+/// round trip; and, where the flow ran with two such windows, when it changed and the
+/// receiver's rcv_ssthresh that let it (Linux offers no window above rcv_ssthresh,
+/// which grows only to the room its buffer has beside each packet that arrives, so
+/// identical runs can end up with either).
+fn window_in_segments(run: &RunRecord, flow: &FlowRecord) -> Option<String> {
+    if flow.rcvbuf.requested.is_none() || flow.limits.rwnd < SHARE_NOTED {
+        return None;
+    }
+    let samples = sender_samples(run, flow);
+    let rtt_us = min_rtt_us(flow, &samples)?;
+    let mss = samples.last()?.info.snd_mss;
+    if mss == 0 {
+        return None;
+    }
+    // Each window in the order it was first seen, with how many samples had it.
+    let mut windows: Vec<(u32, i64, usize)> = Vec::new();
+    for s in &samples {
+        let w = s.info.snd_wnd;
+        match windows.iter_mut().find(|(bytes, ..)| *bytes == w) {
+            Some((_, _, n)) => *n += 1,
+            None => windows.push((w, s.t_us, 1)),
+        }
+    }
+    let held: Vec<(u32, i64)> = windows
+        .into_iter()
+        .filter(|&(w, _, n)| w > 0 && n as f64 >= WINDOW_HELD * samples.len() as f64)
+        .map(|(w, since, _)| (w, since))
+        .collect();
+    let short = |w: u32| w % mss;
+    // A window whose bytes past its whole segments are worth noting: 2 % of it.
+    let wasted = |w: u32| f64::from(short(w)) >= 0.02 * f64::from(w);
+    if !(held.len() > 1 || held.iter().any(|&(w, _)| wasted(w))) {
+        return None;
+    }
+    let rate = |w: u32| f64::from(w / mss * mss) * 8e6 / rtt_us as f64;
+    let describe = |w: u32| {
+        let whole = w / mss;
+        let beyond = if short(w) > 0 {
+            format!(" ({} B short of {})", mss - short(w), whole + 1)
+        } else {
+            String::new()
+        };
+        format!(
+            "{w} B, room for {} of {mss} B{beyond}, {} over round trips of {}",
+            count(u64::from(whole), "whole segment"),
+            format_rate(rate(w)),
+            format_duration_us(rtt_us)
+        )
+    };
+    let whose = if run.flows.iter().filter(|f| f.udp.is_none()).count() > 1 {
+        format!("flow {}'s ", flow.id)
+    } else {
+        String::new()
+    };
+    let mut message = match held.as_slice() {
+        [(w, _)] => format!("{whose}receive window of {}", describe(*w)),
+        _ => {
+            let steps: Vec<String> = held
+                .iter()
+                .enumerate()
+                .map(|(k, &(w, since))| match k {
+                    0 => describe(w),
+                    _ => format!(
+                        "from {} {}",
+                        format_duration_us(since.max(0) as u64),
+                        describe(w)
+                    ),
+                })
+                .collect();
+            format!(
+                "{whose}receive window changed during the run: {}",
+                steps.join("; ")
+            )
+        }
+    };
+    message += " (a sender sends whole segments only";
+    if held.iter().any(|&(w, _)| short(w) > 0) {
+        message += "; Linux keeps a window it offered while its free space stays within a segment of it instead of rounding it to whole segments again";
+    }
+    message += ")";
+    if let [(_, _), (_, changed_at), ..] = held.as_slice() {
+        let receiver = end_samples(run, flow, flow.direction.receiver());
+        let ssthresh = |before: bool| {
+            median(
+                receiver
+                    .iter()
+                    .filter(|s| (s.t_us < *changed_at) == before)
+                    .map(|s| f64::from(s.info.rcv_ssthresh)),
+            )
+        };
+        if let (Some(a), Some(b)) = (ssthresh(true), ssthresh(false)) {
+            message += &format!(
+                "; the receiver's rcv_ssthresh, above which it offers no window, grew from {} B to {} B: it grows only to the room its buffer has beside each packet arriving, so identical runs end with either window",
+                a as u64, b as u64
+            );
+        }
+    }
+    Some(message)
+}
+
 /// A request/response run's transactions: their rate and median time in round trips;
 /// and, when each request was split into writes with Nagle on and the median
-/// transaction took a delayed ACK's time more than the round trip, the stall named
-/// from its evidence, with what to change.
+/// transaction took a delayed ACK's time more than its round trips (two: Nagle holds
+/// the later write for the first's ACK; three with a handshake), the stall named from
+/// its evidence with its arithmetic, and what to change.
 fn transactions(
     run: &RunRecord,
     tcp: &[&FlowRecord],
@@ -1155,7 +1338,7 @@ fn transactions(
         .filter_map(|f| min_rtt_us(f, &sender_samples(run, f)))
         .min();
     let median_us = stats.latency_us.p50;
-    let round_trips = rtt_us
+    let in_round_trips = rtt_us
         .map(|r| {
             format!(
                 " ({:.1} round trips of {})",
@@ -1165,7 +1348,7 @@ fn transactions(
         })
         .unwrap_or_default();
     let message = format!(
-        "{} transactions, {:.1} a second: {}{}; median time {}{round_trips}",
+        "{} transactions, {:.1} a second: {}{}; median time {}{in_round_trips}",
         stats.count,
         stats.per_second,
         rr.describe(),
@@ -1176,12 +1359,16 @@ fn transactions(
         },
         format_duration_us(median_us.round() as u64),
     );
-    let held_us = median_us - rtt_us.unwrap_or(0) as f64;
-    let stalled = !run.params.tuning.nodelay
-        && rr.request_writes > 1
-        && held_us >= NAGLE_STALL_US
-        && rtt_us.is_some_and(|r| median_us >= STALL_ROUND_TRIPS * r as f64);
-    if !stalled {
+    // The round trips a transaction takes with no delayed ACK: the request's and the
+    // response's; a round trip more when Nagle holds a request's later write until
+    // its first is acknowledged; and a connection's handshake.
+    let split = !run.params.tuning.nodelay && rr.request_writes > 1;
+    let round_trips = 1 + u64::from(split) + u64::from(rr.new_connection);
+    let Some(rtt_us) = rtt_us else {
+        return Some((message, None));
+    };
+    let held_us = median_us - (round_trips * rtt_us) as f64;
+    if !split || held_us < NAGLE_STALL_US {
         return Some((message, None));
     }
     // The responder's ACK timeout while it waited for the rest of each request.
@@ -1198,8 +1385,16 @@ fn transactions(
         )
     })
     .unwrap_or_default();
+    let handshake = if rr.new_connection {
+        "the handshake's, "
+    } else {
+        ""
+    };
     let stall = format!(
-        "Nagle's algorithm and the delayed ACK stalled each transaction: the request's later write (below the MSS) waited for the ACK of its first, which the server delayed{ato}, since it answers only a whole request; the median transaction took {} more than a round trip",
+        "Nagle's algorithm and the delayed ACK stalled each transaction: the request's first write left at once, its later write (below the MSS) waited for the first's ACK, which the server delayed{ato} since it answers only a whole request, and then took its own round trip to the response; the median transaction took {} = {} round trips of {} ({handshake}the first write's, the later write's) + {} of the server's delayed ACK",
+        format_duration_us(median_us.round() as u64),
+        round_trips,
+        format_duration_us(rtt_us),
         format_duration_us(held_us.round() as u64)
     );
     let advice = "turn Nagle off (-N, TCP_NODELAY) or write each request in one write (--rr-writes 1, as netperf's TCP_RR does)".to_string();
@@ -2055,7 +2250,9 @@ mod tests {
             stall.message
         );
         assert!(
-            stall.message.contains("43.0 ms more than a round trip"),
+            stall.message.ends_with(
+                "the median transaction took 44.0 ms = 2 round trips of 1.00 ms (the first write's, the later write's) + 42.0 ms of the server's delayed ACK"
+            ),
             "{}",
             stall.message
         );
@@ -2077,6 +2274,41 @@ mod tests {
         let mut whole = r.clone();
         whole.params.transactions.as_mut().unwrap().request_writes = 1;
         assert!(!kinds(&whole).contains(&"nagle_stall"));
+        // At 20 ms, 84 ms: two round trips and 44 ms, not a round trip and 64 ms.
+        let mut far = r.clone();
+        for s in &mut far.samples {
+            s.info.min_rtt = 20_000;
+        }
+        far.summary.transactions = Some(took(84_100.0));
+        let stall = explain(&far)
+            .findings
+            .into_iter()
+            .find(|f| f.kind == "nagle_stall")
+            .unwrap();
+        assert!(
+            stall
+                .message
+                .ends_with("84.1 ms = 2 round trips of 20.0 ms (the first write's, the later write's) + 44.1 ms of the server's delayed ACK"),
+            "{}",
+            stall.message
+        );
+        // A connection each: its handshake is a third round trip, and the server ACKs a
+        // fresh connection at once: 60 ms at 20 ms is no stall (it once was named one).
+        let mut crr = far.clone();
+        crr.params.transactions.as_mut().unwrap().new_connection = true;
+        crr.summary.transactions = Some(took(60_400.0));
+        assert!(!kinds(&crr).contains(&"nagle_stall"));
+        crr.summary.transactions = Some(took(104_000.0));
+        let stall = explain(&crr)
+            .findings
+            .into_iter()
+            .find(|f| f.kind == "nagle_stall")
+            .unwrap();
+        assert!(
+            stall.message.contains("= 3 round trips of 20.0 ms (the handshake's, the first write's, the later write's) + 44.0 ms"),
+            "{}",
+            stall.message
+        );
         let mut quick = r.clone();
         quick.summary.transactions = Some(took(1_100.0));
         assert_eq!(
@@ -2302,23 +2534,177 @@ mod tests {
         );
     }
 
+    /// An 8 KiB receive buffer (16 KiB effective) at 20 ms: a window of 7212 B holds 4
+    /// whole segments, 2.32 Mbit/s; one of 8688 B, 6. A run that changed from one to
+    /// the other says when, and the rcv_ssthresh that let it.
+    #[test]
+    fn a_set_receive_window_is_said_in_whole_segments_and_when_it_changed() {
+        let mut f = held(record::Limit::Rwnd, flow(0, 2.32e6));
+        f.rcvbuf = BufferSize {
+            requested: Some(8192),
+            effective: 16_384,
+            at_end: 16_384,
+            ..BufferSize::default()
+        };
+        let at = |k: i64, changed: Option<i64>| -> (u32, u32) {
+            match changed {
+                Some(c) if k >= c => (8688, 9350),
+                _ => (7212, 7990),
+            }
+        };
+        let samples = |changed: Option<i64>| -> Vec<SampleRecord> {
+            let mut all: Vec<SampleRecord> = (0..10)
+                .map(|k| {
+                    sample(k, |i| {
+                        i.snd_wnd = at(k, changed).0;
+                        i.min_rtt = 20_000;
+                    })
+                })
+                .collect();
+            all.extend((0..10).map(|k| SampleRecord {
+                host: Host::Server,
+                ..sample(k, |i| i.rcv_ssthresh = at(k, changed).1)
+            }));
+            all
+        };
+        let finding = |r: &RunRecord| {
+            explain(r)
+                .findings
+                .into_iter()
+                .find(|f| f.kind == "window_segments")
+                .map(|f| f.message)
+        };
+        let stayed = run("rtt 20ms", vec![f.clone()], samples(None));
+        assert_eq!(
+            finding(&stayed).unwrap(),
+            "receive window of 7212 B, room for 4 whole segments of 1448 B (28 B short of 5), 2.32 Mbit/s over round trips of 20.0 ms (a sender sends whole segments only; Linux keeps a window it offered while its free space stays within a segment of it instead of rounding it to whole segments again)"
+        );
+        let changed = run("rtt 20ms", vec![f.clone()], samples(Some(6)));
+        let said = finding(&changed).unwrap();
+        assert!(
+            said.starts_with("receive window changed during the run: 7212 B, room for 4 whole segments of 1448 B (28 B short of 5), 2.32 Mbit/s over round trips of 20.0 ms; from 60.0 ms 8688 B, room for 6 whole segments of 1448 B, 3.48 Mbit/s over round trips of 20.0 ms ("),
+            "{said}"
+        );
+        assert!(
+            said.ends_with("the receiver's rcv_ssthresh, above which it offers no window, grew from 7990 B to 9350 B: it grows only to the room its buffer has beside each packet arriving, so identical runs end with either window"),
+            "{said}"
+        );
+        // An autotuned buffer's window grows as it should; a window of whole segments
+        // held all along says nothing new.
+        let mut autotuned = changed.clone();
+        autotuned.flows[0].rcvbuf.requested = None;
+        assert_eq!(finding(&autotuned), None);
+        let mut whole = stayed.clone();
+        for s in whole.samples.iter_mut().filter(|s| s.host == Host::Client) {
+            s.info.snd_wnd = 7240;
+        }
+        assert_eq!(finding(&whole), None);
+    }
+
+    /// Slow start ends at ssthresh or at the first loss; a window cut below ssthresh in
+    /// fast recovery or CWR is not slow start (counting it once made a lossy run show
+    /// more slow-start exits than recovery episodes), the restart after a timeout is.
     #[test]
     fn slow_start_ends_when_the_window_reaches_ssthresh_or_loss_sets_it() {
         let mut samples = steady_samples(10 * MSS, 10 * MSS, 1 << 20, 1 << 20);
-        // ssthresh falls from "infinite" at sample 3: the first exit.
-        for s in &mut samples[3..] {
-            s.info.snd_ssthresh = 50;
-        }
-        // A timeout at sample 6 restarts slow start (cwnd 1 < 50); cwnd 60 at 8.
-        samples[6].info.snd_cwnd = 1;
-        samples[7].info.snd_cwnd = 20;
-        samples[8].info.snd_cwnd = 60;
-        samples[9].info.snd_cwnd = 61;
-        let e = explain(&run("rtt 10ms", vec![flow(0, 1e6)], samples));
+        let mut at = |k: usize, state: u8, cwnd: u32, ssthresh: u32| {
+            let i = &mut samples[k].info;
+            (i.ca_state, i.snd_cwnd, i.snd_ssthresh) = (state, cwnd, ssthresh);
+        };
+        // The first loss at sample 3 (fast recovery, the window cut below the new
+        // ssthresh as PRR does): the first exit. Back in Open at ssthresh.
+        at(3, CA_RECOVERY, 5, 7);
+        at(4, 0, 7, 7);
+        // An ECN mark: CWR below ssthresh, then Open at it: no slow start.
+        at(5, CA_CWR, 4, 5);
+        at(6, 0, 5, 5);
+        // A timeout restarts slow start (the loss state, cwnd 1 < 3); ssthresh at 9.
+        at(7, CA_LOSS, 1, 3);
+        at(8, 0, 2, 3);
+        at(9, 0, 4, 3);
+        let e = explain(&run("rtt 10ms", vec![flow(0, 1e6)], samples.clone()));
         assert_eq!(e.episodes.slow_start_exits, 2);
         assert_eq!(e.episodes.first_slow_start_exit_us, Some(30_000));
         // No rate limit: no link bound and no BDP.
         assert_eq!(e.bounds.link_bps, None);
         assert_eq!(e.path.unwrap().bdp_bytes, None);
+
+        // BBR leaves slow start (STARTUP) once, when it sets ssthresh; its window's
+        // dips below it later (recovery, PROBE_RTT's 4 packets) are not slow start.
+        let mut bbr = flow(0, 1e6);
+        bbr.cc = "bbr".into();
+        for (k, s) in samples.iter_mut().enumerate() {
+            let i = &mut s.info;
+            i.snd_ssthresh = if k < 2 { INFINITE_SSTHRESH } else { 120 };
+            i.snd_cwnd = [300, 400, 190, 96, 190, 4, 4, 190, 99, 200][k];
+            i.ca_state = if k == 3 || k == 8 { CA_RECOVERY } else { 0 };
+        }
+        let e = explain(&run("rtt 10ms", vec![bbr], samples));
+        assert_eq!(e.episodes.slow_start_exits, 1);
+        assert_eq!(e.episodes.first_slow_start_exit_us, Some(20_000));
+    }
+
+    /// With the kernel's events, recovery episodes are their entries into fast recovery
+    /// and the loss state, for the episodes line, the loss finding and the loss models
+    /// alike; without them, the samples' spans, said to be sampled.
+    #[test]
+    fn recovery_episodes_come_from_the_kernels_events_where_it_has_them() {
+        use crate::events::{CaState, EventRecord, KernelEvent, TraceRecord};
+        let mut samples = steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
+        // Two spans in recovery; the events hold five entries, the samples missed some.
+        for k in [2, 3, 7] {
+            samples[k].info.ca_state = CA_RECOVERY;
+        }
+        let mut f = flow(0, 20e6);
+        f.retransmits = 9;
+        let mut r = run("rtt 10ms rate 1gbit", vec![f], samples);
+        r.params.sample_interval_us = 10_000;
+        let sampled = explain(&r);
+        assert_eq!(sampled.episodes.recovery_episodes, 2);
+        assert_eq!(
+            sampled.episodes.recovery_from,
+            Source::Samples { every_us: 10_000 }
+        );
+        let state = |t_us, state| EventRecord {
+            flow: 0,
+            host: record::Host::Client,
+            t_us,
+            event: KernelEvent::CongState { state },
+        };
+        r.events = vec![
+            state(15_000, CaState::Recovery),
+            state(18_000, CaState::Open),
+            state(20_000, CaState::Recovery),
+            state(30_000, CaState::Loss),
+            state(40_000, CaState::Open),
+            state(50_000, CaState::Cwr),
+            state(55_000, CaState::Open),
+            state(70_000, CaState::Recovery),
+            state(75_000, CaState::Open),
+            state(76_000, CaState::Recovery),
+            state(80_000, CaState::Open),
+        ];
+        r.trace = Some(TraceRecord {
+            taken: true,
+            note: None,
+            events: r.events.len() as u64,
+            lost: 0,
+        });
+        let traced = explain(&r);
+        let k = traced.kernel.unwrap();
+        assert_eq!((k.fast_recoveries, k.timeouts), (4, 1));
+        assert_eq!(traced.episodes.recovery_episodes, 5);
+        assert_eq!(traced.episodes.recovery_from, Source::KernelEvents);
+        let loss = traced.findings.iter().find(|f| f.kind == "loss").unwrap();
+        assert!(
+            loss.message.contains(" in 5 recovery episodes"),
+            "{}",
+            loss.message
+        );
+        // The loss models take the same five events over the 10 000 segments sent.
+        let mathis = bounds::mathis_bps(MSS, 10_000, 5.0 / 10_000.0);
+        assert_eq!(traced.estimates.mathis_bps, mathis);
+        // 9 retransmitted of 10 000 sent: the flows' count over the segments sent.
+        assert!((traced.episodes.retransmit_rate - 9e-4).abs() < 1e-12);
     }
 }

@@ -57,10 +57,12 @@ pub enum Body {
         series: Vec<Series>,
     },
     /// Lines as in `Lines`, and marks: each point of a mark series drawn as its shape
-    /// (the time-sequence graph's segments and drops).
+    /// (the time-sequence graph's segments and drops). `y_span`: the values to show,
+    /// lines cut where they leave it; `None` fits everything.
     Marked {
         x: XAxis,
         y: YAxis,
+        y_span: Option<(f64, f64)>,
         series: Vec<Series>,
         marks: Vec<Marks>,
     },
@@ -72,14 +74,26 @@ pub struct Marks {
     pub name: String,
     pub color: Rgb,
     pub shape: Shape,
+    pub layer: Layer,
     pub points: Vec<Pt>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
-    /// A vertical bar over the point's interval (its value alone without one).
+    /// A vertical bar over the point's interval (its value alone without one), a few
+    /// pixels long at least however short the interval.
     Bar,
     Cross,
+    /// A circle.
+    Ring,
+}
+
+/// Where marks are drawn against the lines: under them, in the order given, so that the
+/// lines stay visible however many marks there are; or over them, to be seen on top.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    UnderLines,
+    OverLines,
 }
 
 /// A numeric x axis. `ticks`: where to label it (an experiment's axis values); `None`

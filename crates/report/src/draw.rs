@@ -13,7 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontTransform;
 
 use crate::axes::{short_number, Quantity, Scale};
-use crate::chart::{Body, Chart, Marks, Pt, Series, Shape, XAxis, YAxis};
+use crate::chart::{Body, Chart, Layer, Marks, Pt, Series, Shape, XAxis, YAxis};
 use crate::palette::{Rgb, TOTAL};
 
 /// Width and height of a chart without its caption, pixels.
@@ -184,9 +184,10 @@ fn draw_on<DB: DrawingBackend>(
         Body::Marked {
             x,
             y,
+            y_span,
             series,
             marks,
-        } => marked(&plot, x, y, series, marks, true)?,
+        } => marked(&plot, x, y, series, marks, Fit::Values(*y_span))?,
     }
     match &chart.body {
         Body::Heatmap { .. } => Ok(()),
@@ -212,7 +213,7 @@ fn rgb(c: Rgb) -> RGBColor {
 }
 
 /// Wide enough for the longest series name, at most a third of the chart.
-fn legend_width(chart: &Chart) -> u32 {
+pub(crate) fn legend_width(chart: &Chart) -> u32 {
     if matches!(chart.body, Body::Heatmap { .. }) {
         return 110;
     }
@@ -240,6 +241,7 @@ fn legend_marks<DB: DrawingBackend>(
                 color.stroke_width(3),
             )),
             Shape::Cross => area.draw(&Cross::new((14, y), 5, color.stroke_width(2))),
+            Shape::Ring => area.draw(&Circle::new((14, y), 5, color.stroke_width(2))),
         }
         .map_err(text)?;
         y = legend_label(area, &m.name, y)?;
@@ -729,18 +731,31 @@ fn lines<DB: DrawingBackend>(
     y: &YAxis,
     series: &[Series],
 ) -> Drawn {
-    marked(area, x, y, series, &[], false)
+    marked(area, x, y, series, &[], Fit::FromZero)
 }
 
-/// Lines, then marks over them, in one frame that holds both; its value axis from 0,
-/// or `fitted` to the values.
+/// What a value axis spans.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fit {
+    /// From 0 to the largest value.
+    FromZero,
+    /// Around the values: all of them, or those in the span given.
+    Values(Option<(f64, f64)>),
+}
+
+/// The shortest a bar mark is drawn, pixels: a segment of a few bytes on a whole run's
+/// scale is still seen.
+const MIN_BAR_PX: i32 = 6;
+
+/// Marks under the lines, the lines, then marks over them, in one frame that holds them
+/// all; its value axis as `fit` says.
 fn marked<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     x: &XAxis,
     y: &YAxis,
     series: &[Series],
     marks: &[Marks],
-    fitted: bool,
+    fit: Fit,
 ) -> Drawn {
     let mark_points = || marks.iter().flat_map(|m| &m.points);
     let xs = series
@@ -750,15 +765,18 @@ fn marked<DB: DrawingBackend>(
     let top = mark_points()
         .map(|p| p.interval.map_or(p.y, |(_, hi)| hi.max(p.y)))
         .fold(max_of(series.iter()), f64::max);
-    let ycoord = if fitted {
-        let bottom = mark_points()
-            .chain(series.iter().flat_map(|s| &s.points))
-            .map(|p| p.interval.map_or(p.y, |(lo, _)| lo.min(p.y)))
-            .fold(top, f64::min);
-        Coord::fitted(y.quantity, bottom, top)
-    } else {
-        Coord::values(y.quantity, top)
+    let ycoord = match fit {
+        Fit::FromZero => Coord::values(y.quantity, top),
+        Fit::Values(Some((lo, hi))) => Coord::fitted(y.quantity, lo, hi),
+        Fit::Values(None) => {
+            let bottom = mark_points()
+                .chain(series.iter().flat_map(|s| &s.points))
+                .map(|p| p.interval.map_or(p.y, |(lo, _)| lo.min(p.y)))
+                .fold(top, f64::min);
+            Coord::fitted(y.quantity, bottom, top)
+        }
     };
+    let shown = (ycoord.lo, ycoord.hi);
     let desc = y_desc(y, &ycoord);
     let mut chart = frame(
         area,
@@ -766,6 +784,9 @@ fn marked<DB: DrawingBackend>(
         ycoord,
         &desc,
     )?;
+    let (under, over): (Vec<&Marks>, Vec<&Marks>) =
+        marks.iter().partition(|m| m.layer == Layer::UnderLines);
+    draw_marks(area, &mut chart, &under)?;
     // An experiment's points are few and each is a mean: mark them. A time series is a
     // trace.
     let markers = x.ticks.is_some();
@@ -778,14 +799,17 @@ fn marked<DB: DrawingBackend>(
         let color = rgb(s.color);
         let style = color.stroke_width(2);
         let coords: Vec<(f64, f64)> = s.points.iter().map(|p| (p.x, p.y)).collect();
-        if s.dashed {
-            chart
-                .draw_series(DashedLineSeries::new(coords, 8, 5, style))
-                .map_err(text)?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(coords, style))
-                .map_err(text)?;
+        // Cut where it leaves the values shown rather than run along the frame.
+        for part in clip_y(&coords, shown) {
+            if s.dashed {
+                chart
+                    .draw_series(DashedLineSeries::new(part, 8, 5, style))
+                    .map_err(text)?;
+            } else {
+                chart
+                    .draw_series(LineSeries::new(part, style))
+                    .map_err(text)?;
+            }
         }
         if markers && !s.dashed {
             chart
@@ -799,26 +823,83 @@ fn marked<DB: DrawingBackend>(
         error_bars(&mut chart, &s.points, color)?;
         notes(&mut chart, &s.points, color)?;
     }
+    draw_marks(area, &mut chart, &over)
+}
+
+/// Each mark in its shape, in order.
+fn draw_marks<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    chart: &mut Plot<DB>,
+    marks: &[&Marks],
+) -> Drawn {
+    let (base_x, base_y) = area.get_base_pixel();
     for m in marks {
-        let color = rgb(m.color);
+        let style = rgb(m.color).stroke_width(2);
         match m.shape {
-            Shape::Bar => chart
-                .draw_series(m.points.iter().map(|p| {
+            Shape::Bar => {
+                for p in &m.points {
                     let (lo, hi) = p.interval.unwrap_or((p.y, p.y));
-                    PathElement::new(vec![(p.x, lo), (p.x, hi)], color.stroke_width(2))
-                }))
-                .map(drop),
-            Shape::Cross => chart
-                .draw_series(
-                    m.points
-                        .iter()
-                        .map(|p| Cross::new((p.x, p.y), 4, color.stroke_width(2))),
-                )
-                .map(drop),
+                    let (x, bottom) = chart.backend_coord(&(p.x, lo));
+                    let (_, top) = chart.backend_coord(&(p.x, hi));
+                    // Grown about its middle to the shortest a bar is drawn.
+                    let grow = (MIN_BAR_PX - (bottom - top)).max(0);
+                    let (bottom, top) = (bottom + grow - grow / 2, top - grow / 2);
+                    area.draw(&PathElement::new(
+                        vec![(x - base_x, bottom - base_y), (x - base_x, top - base_y)],
+                        style,
+                    ))
+                    .map_err(text)?;
+                }
+            }
+            Shape::Cross => {
+                chart
+                    .draw_series(m.points.iter().map(|p| Cross::new((p.x, p.y), 4, style)))
+                    .map_err(text)?;
+            }
+            Shape::Ring => {
+                chart
+                    .draw_series(m.points.iter().map(|p| Circle::new((p.x, p.y), 4, style)))
+                    .map_err(text)?;
+            }
         }
-        .map_err(text)?;
     }
     Ok(())
+}
+
+/// The parts of a line inside `lo..=hi` in y, cut where it crosses either edge.
+fn clip_y(points: &[(f64, f64)], (lo, hi): (f64, f64)) -> Vec<Vec<(f64, f64)>> {
+    let inside = |y: f64| y >= lo && y <= hi;
+    let mut parts = Vec::new();
+    let mut part: Vec<(f64, f64)> = Vec::new();
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if let Some(&(x0, y0)) = i.checked_sub(1).map(|k| &points[k]) {
+            let mut cuts: Vec<(f64, (f64, f64))> = [lo, hi]
+                .into_iter()
+                .filter(|edge| (y0 - edge) * (y - edge) < 0.0)
+                .map(|edge| {
+                    let t = (edge - y0) / (y - y0);
+                    (t, (x0 + t * (x - x0), edge))
+                })
+                .collect();
+            cuts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            // Each crossing enters the span or leaves it.
+            for (_, at) in cuts {
+                part.push(at);
+                if part.len() > 1 {
+                    parts.push(std::mem::take(&mut part));
+                }
+            }
+        }
+        if inside(y) {
+            part.push((x, y));
+        } else if !part.is_empty() {
+            parts.push(std::mem::take(&mut part));
+        }
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    parts
 }
 
 /// Each point's note, just above and right of it, in its series' colour.
@@ -1279,6 +1360,36 @@ mod tests {
         c.reversed = false;
         assert_eq!(c.key_points(2usize), vec![1.0, 100.0]);
         assert_eq!(c.format_ext(&10.0), "10 B");
+    }
+
+    /// A line leaving the values shown is cut at the edge and picks up where it comes
+    /// back, rather than running along the frame.
+    #[test]
+    fn a_line_is_cut_where_it_leaves_the_span() {
+        let line = [
+            (0.0, 5.0),
+            (1.0, 15.0),
+            (2.0, 15.0),
+            (3.0, 5.0),
+            (4.0, -5.0),
+        ];
+        assert_eq!(
+            clip_y(&line, (0.0, 10.0)),
+            [
+                vec![(0.0, 5.0), (0.5, 10.0)],
+                vec![(2.5, 10.0), (3.0, 5.0), (3.5, 0.0)],
+            ]
+        );
+        // Across the whole span in one step, and touching an edge.
+        assert_eq!(
+            clip_y(&[(0.0, -10.0), (2.0, 30.0)], (0.0, 20.0)),
+            [vec![(0.5, 0.0), (1.5, 20.0)]]
+        );
+        assert_eq!(
+            clip_y(&[(0.0, 10.0), (1.0, 20.0), (2.0, 10.0)], (0.0, 10.0)),
+            [vec![(0.0, 10.0)], vec![(2.0, 10.0)]]
+        );
+        assert!(clip_y(&[(0.0, 50.0), (1.0, 60.0)], (0.0, 10.0)).is_empty());
     }
 
     #[test]

@@ -39,7 +39,7 @@ use tcplab_store::{Store, StoreError};
 
 pub use chart::{Body, Chart, Pt, Series};
 pub use draw::{png, svg, DrawError};
-pub use palette::{Rgb, COLORS};
+pub use palette::{Rgb, COLORS, RETRANSMITTED};
 pub use runs::RunChart;
 
 use experiments::RunBounds;

@@ -1,5 +1,9 @@
 //! One colour per series name: a name keeps its colour in every chart that draws it
-//! (of a report section, or of a `tcplab plot`, which builds the same section).
+//! (of a report section, or of a `tcplab plot`, which builds the same section); a
+//! packet's fate in the link one colour in every chart.
+
+use tcplab_model::capture::Fate;
+use tcplab_model::link::DropReason;
 
 /// An RGB colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,6 +39,30 @@ pub const ALL_FLOWS: &str = "all flows";
 /// The legend entry that explains every series' dashed bound.
 pub const BOUND: &str = "bound (dashed)";
 
+/// The time-sequence graph's segments and lines, the same in every run and apart from
+/// each other and from every fate's colour.
+pub const SENT: Rgb = COLORS[0];
+pub const RETRANSMITTED: Rgb = COLORS[1];
+pub const ACKED: Rgb = COLORS[4];
+pub const RECEIVE_WINDOW: Rgb = COLORS[6];
+pub const CWND_EDGE: Rgb = Rgb(0x49, 0x98, 0x94);
+
+/// One colour per fate of a packet in the link, in every chart that marks it (from
+/// Tableau 10 and, past its ten, Tableau 20's darker hues).
+pub fn fate(fate: Fate) -> Rgb {
+    match fate {
+        Fate::Delivered => COLORS[9],
+        Fate::Reordered => COLORS[7],
+        Fate::Corrupted => COLORS[8],
+        Fate::Duplicate => COLORS[3],
+        Fate::MarkedCe => COLORS[5],
+        Fate::Dropped(DropReason::Loss) => COLORS[2],
+        Fate::Dropped(DropReason::Queue) => Rgb(0x79, 0x70, 0x6e),
+        Fate::Dropped(DropReason::Aqm) => Rgb(0xb6, 0x99, 0x2d),
+        Fate::Dropped(DropReason::Oversize) => Rgb(0xd3, 0x72, 0x95),
+    }
+}
+
 /// Series whose names mean the same in every run keep one colour everywhere, whatever
 /// else a chart or a section draws.
 const FIXED: [(&str, Rgb); 9] = [
@@ -66,6 +94,9 @@ impl Palette {
         if let Some((_, color)) = FIXED.iter().find(|(n, _)| *n == name) {
             return *color;
         }
+        if let Some(f) = Fate::from_label(name) {
+            return fate(f);
+        }
         let index = match self.names.iter().position(|n| n == name) {
             Some(i) => i,
             None => {
@@ -95,5 +126,20 @@ mod tests {
             (0..10).map(|i| p.color(&format!("s{i}"))).collect();
         assert_eq!(distinct.len(), 10);
         assert_eq!(Rgb(0x4e, 0x79, 0xa7).hex(), "#4e79a7");
+    }
+
+    /// Each fate has its own colour, by its label too, apart from the segments and
+    /// lines of the time-sequence graph it is drawn on.
+    #[test]
+    fn every_fate_has_a_colour_of_its_own() {
+        let mut p = Palette::new();
+        let fates: Vec<Rgb> = Fate::ALL.iter().map(|&f| fate(f)).collect();
+        let mut all: Vec<Rgb> = fates.clone();
+        all.extend([SENT, RETRANSMITTED, ACKED, RECEIVE_WINDOW, CWND_EDGE]);
+        let distinct: std::collections::HashSet<Rgb> = all.iter().copied().collect();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
+        for f in Fate::ALL {
+            assert_eq!(p.color(f.label()), fate(f), "{}", f.label());
+        }
     }
 }

@@ -1,23 +1,40 @@
 //! A flow's time-sequence graph from a run's capture (`tcplab_model::tseq`), drawn at
 //! the chart's resolution: each pixel column holds the lowest and highest sequence
-//! number of each kind of segment that entered the bottleneck in it, the highest ACK
-//! and window edge, and a cross for each drop at its sequence number (one per pixel).
+//! number of the segments sent in it, each retransmission is its own mark (up to
+//! [`EACH_RETRANSMISSION_UP_TO`] in view), the highest ACK and window edge of each
+//! column are lines, and each packet the link did not simply deliver is marked by its
+//! fate at its sequence number (one mark per pixel).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use tcplab_model::capture::{CapturedPacket, Fate};
 use tcplab_model::events::KernelEvent;
-use tcplab_model::link::DropReason;
 use tcplab_model::record::{FlowRecord, RunRecord};
-use tcplab_model::tseq::flow_graph;
+use tcplab_model::tseq::{flow_graph, Segment};
 
 use crate::axes::Quantity;
-use crate::chart::{Body, Marks, Pt, Series, Shape, XAxis, YAxis};
-use crate::palette::Palette;
+use crate::chart::{Body, Layer, Marks, Pt, Series, Shape, XAxis, YAxis};
+use crate::palette::{self, Palette};
 
 /// Pixel columns and rows a graph is aggregated to: about the plot's size.
 const COLUMNS: f64 = 700.0;
 const ROWS: f64 = 350.0;
+
+/// Retransmissions in view up to this many are drawn one mark each; more, one bar per
+/// pixel column as the sent segments are.
+pub const EACH_RETRANSMISSION_UP_TO: usize = 2000;
+
+/// A mark's pixel column and row, and the sequence number it stands at.
+type Pixel = (i64, i64, u64);
+
+/// How a fate other than delivery is marked: a cross where the receiver never got the
+/// packet, a ring where it got it marked, twice or out of order.
+fn fate_shape(fate: Fate) -> Shape {
+    match fate {
+        Fate::Dropped(_) | Fate::Corrupted => Shape::Cross,
+        Fate::Delivered | Fate::Reordered | Fate::Duplicate | Fate::MarkedCe => Shape::Ring,
+    }
+}
 
 /// Flow `flow`'s graph from `packets` (read back from the run's capture, on the wall
 /// clock), within `zoom` (seconds since t0) or the whole transfer; with its caption.
@@ -42,94 +59,130 @@ pub fn chart(
     let column = |t: f64| ((t - from) / width * COLUMNS).floor().min(COLUMNS - 1.0);
     let at = |c: f64| from + (c + 0.5) * width / COLUMNS;
 
-    let mut bars: BTreeMap<(&str, i64), (u64, u64)> = BTreeMap::new();
-    let mut drops: Vec<(DropReason, Vec<(f64, u64)>)> = Vec::new();
-    let mut top = 0u64;
-    for s in graph.segments.iter().filter(|s| inside(seconds(s.t_us))) {
+    let segments: Vec<&Segment> = graph
+        .segments
+        .iter()
+        .filter(|s| inside(seconds(s.t_us)))
+        .collect();
+    let acks: Vec<_> = graph
+        .acks
+        .iter()
+        .filter(|a| inside(seconds(a.t_us)))
+        .collect();
+    if segments.is_empty() {
+        return None;
+    }
+    // The values shown: the segments' and the ACKs', not the window edges above them.
+    let (bottom, top) = segments
+        .iter()
+        .map(|s| (s.seq, s.seq + u64::from(s.len)))
+        .chain(acks.iter().map(|a| (a.ack, a.ack)))
+        .fold((u64::MAX, 0), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)));
+    let row =
+        |seq: u64| ((seq - bottom) as f64 / (top - bottom).max(1) as f64 * ROWS).round() as i64;
+
+    let mut sent: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    let retransmits = segments.iter().filter(|s| s.retransmit).count();
+    let each = retransmits <= EACH_RETRANSMISSION_UP_TO;
+    let mut retransmitted: Vec<Pt> = Vec::new();
+    let mut by_column: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    // Per fate, where it happened: (pixel column, pixel row, sequence number).
+    let mut fates: Vec<(Fate, BTreeSet<Pixel>)> = Vec::new();
+    for s in &segments {
         let (lo, hi) = (s.seq, s.seq + u64::from(s.len));
-        top = top.max(hi);
-        let c = column(seconds(s.t_us));
-        match s.fate {
-            Fate::Dropped(reason) => match drops.iter_mut().find(|(r, _)| *r == reason) {
-                Some((_, at)) => at.push((c, lo)),
-                None => drops.push((reason, vec![(c, lo)])),
-            },
-            _ => {
-                let kind = if s.retransmit {
-                    "retransmitted"
-                } else {
-                    "sent"
-                };
-                let bar = bars.entry((kind, c as i64)).or_insert((lo, hi));
-                *bar = (bar.0.min(lo), bar.1.max(hi));
+        let t = seconds(s.t_us);
+        let c = column(t) as i64;
+        if s.retransmit && each {
+            retransmitted.push(Pt {
+                interval: Some((lo as f64, hi as f64)),
+                ..Pt::at(t, hi as f64)
+            });
+        } else {
+            let columns = if s.retransmit {
+                &mut by_column
+            } else {
+                &mut sent
+            };
+            let bar = columns.entry(c).or_insert((lo, hi));
+            *bar = (bar.0.min(lo), bar.1.max(hi));
+        }
+        if s.fate != Fate::Delivered {
+            let mark = (c, row(lo), lo);
+            match fates.iter_mut().find(|(f, _)| *f == s.fate) {
+                Some((_, marks)) => {
+                    marks.insert(mark);
+                }
+                None => fates.push((s.fate, BTreeSet::from([mark]))),
             }
         }
     }
-    if bars.is_empty() && drops.is_empty() {
-        return None;
-    }
-    let row = |seq: u64| (seq as f64 / top.max(1) as f64 * ROWS).round() as i64;
+    let bars = |columns: &BTreeMap<i64, (u64, u64)>| -> Vec<Pt> {
+        columns
+            .iter()
+            .map(|(&c, &(lo, hi))| Pt {
+                interval: Some((lo as f64, hi as f64)),
+                ..Pt::at(at(c as f64), hi as f64)
+            })
+            .collect()
+    };
+    retransmitted.extend(bars(&by_column));
     let flow_name = crate::runs::flow_name(flow);
-    let mut marks: Vec<Marks> = ["sent", "retransmitted"]
-        .into_iter()
-        .map(|kind| Marks {
-            name: format!("{flow_name} {kind}"),
-            color: palette.color(&format!("{flow_name} {kind}")),
-            shape: Shape::Bar,
-            points: bars
-                .iter()
-                .filter(|((k, _), _)| *k == kind)
-                .map(|(&(_, c), &(lo, hi))| Pt {
-                    interval: Some((lo as f64, hi as f64)),
-                    ..Pt::at(at(c as f64), hi as f64)
-                })
-                .collect(),
-        })
-        .collect();
-    for (reason, at_seq) in drops {
-        let name = Fate::Dropped(reason).label().to_owned();
-        let points: BTreeSet<(i64, i64, u64)> = at_seq
-            .into_iter()
-            .map(|(c, seq)| (c as i64, row(seq), seq))
-            .collect();
+    // Under the lines, the fates, then the sent segments; the retransmissions over all.
+    let mut marks = Vec::new();
+    fates.sort_by_key(|(f, _)| Fate::ALL.iter().position(|a| a == f));
+    for (fate, at_pixels) in fates {
+        let name = fate.label().to_owned();
         let mut seen = BTreeSet::new();
         marks.push(Marks {
             color: palette.color(&name),
             name,
-            shape: Shape::Cross,
-            points: points
+            shape: fate_shape(fate),
+            layer: Layer::UnderLines,
+            points: at_pixels
                 .into_iter()
                 .filter(|(c, r, _)| seen.insert((*c, *r)))
                 .map(|(c, _, seq)| Pt::at(at(c as f64), seq as f64))
                 .collect(),
         });
     }
+    marks.push(Marks {
+        name: format!("{flow_name} sent"),
+        color: palette::SENT,
+        shape: Shape::Bar,
+        layer: Layer::UnderLines,
+        points: bars(&sent),
+    });
+    marks.push(Marks {
+        name: format!("{flow_name} retransmitted"),
+        color: palette::RETRANSMITTED,
+        shape: Shape::Bar,
+        layer: Layer::OverLines,
+        points: retransmitted,
+    });
     marks.retain(|m| !m.points.is_empty());
 
     // The ACK line and the window's edge: the highest of each column, as steps.
-    let mut acks: BTreeMap<i64, (u64, Option<u64>)> = BTreeMap::new();
-    for a in graph.acks.iter().filter(|a| inside(seconds(a.t_us))) {
+    let mut ack_columns: BTreeMap<i64, (u64, Option<u64>)> = BTreeMap::new();
+    for a in &acks {
         let c = column(seconds(a.t_us)) as i64;
-        let entry = acks.entry(c).or_insert((a.ack, a.window_edge));
+        let entry = ack_columns.entry(c).or_insert((a.ack, a.window_edge));
         *entry = (entry.0.max(a.ack), entry.1.max(a.window_edge));
     }
-    let ack_name = format!("{flow_name} ACK");
-    let edge_name = format!("{flow_name} receive window");
-    let series = vec![
+    let mut series = vec![
         Series {
-            color: palette.color(&ack_name),
-            name: ack_name,
+            name: format!("{flow_name} ACK"),
+            color: palette::ACKED,
             dashed: false,
-            points: acks
+            points: ack_columns
                 .iter()
                 .map(|(&c, &(ack, _))| Pt::at(at(c as f64), ack as f64))
                 .collect(),
         },
         Series {
-            color: palette.color(&edge_name),
-            name: edge_name,
+            name: format!("{flow_name} receive window"),
+            color: palette::RECEIVE_WINDOW,
             dashed: true,
-            points: acks
+            points: ack_columns
                 .iter()
                 .filter_map(|(&c, &(_, edge))| Some(Pt::at(at(c as f64), edge? as f64)))
                 .collect(),
@@ -162,26 +215,33 @@ pub fn chart(
             *entry = (*entry).max(edge);
         }
     }
-    let mut series = series;
     if !cwnd_edge.is_empty() {
-        let name = format!("{flow_name} snd_una + cwnd (events)");
-        series.push(Series {
-            color: palette.color(&name),
-            name,
-            dashed: false,
-            points: cwnd_edge
-                .iter()
-                .map(|(&c, &edge)| Pt::at(at(c as f64), edge as f64))
-                .collect(),
-        });
+        // Drawn before the ACK line, which stays on top where the two meet.
+        series.insert(
+            0,
+            Series {
+                name: format!("{flow_name} snd_una + cwnd (events)"),
+                color: palette::CWND_EDGE,
+                dashed: false,
+                points: cwnd_edge
+                    .iter()
+                    .map(|(&c, &edge)| Pt::at(at(c as f64), edge as f64))
+                    .collect(),
+            },
+        );
     }
     let events_part = if cwnd_edge.is_empty() {
         ""
     } else {
         " With the kernel's events (--trace-events), on the same clock: the edge of the congestion window at the sender (snd_una + cwnd × MSS, from tcp_probe)."
     };
+    let each_part = if each {
+        "each retransmission its own mark"
+    } else {
+        "retransmissions as the sent segments (too many to draw each)"
+    };
     let what = format!(
-        "Flow {}'s time-sequence graph from the capture at the bottleneck's entry: each data segment as its range of sequence numbers (relative to the first data byte) when it entered, sent or retransmitted; the receiver's ACKs (line) and the edge of the window it advertised (ACK + window, dashed); a cross where the emulator dropped a packet, coloured by why. Each pixel column holds the lowest and highest of what entered in it.",
+        "Flow {}'s time-sequence graph from the capture at the bottleneck's entry: each data segment as a bar over its sequence numbers (relative to the first data byte) when it entered, sent or retransmitted, one bar per pixel column of what was sent in it and {each_part}, a few pixels long at least; the receiver's ACKs (line) and the edge of the window it advertised (ACK + window, dashed). Under them, a mark where the link did not simply deliver a segment, coloured by its fate: a cross where it dropped or corrupted it, a ring where it marked it CE, duplicated or reordered it. The sequence axis fits the segments and ACKs shown; a window edge above them leaves the chart.",
         flow.id
     ) + events_part;
     Some((
@@ -195,6 +255,7 @@ pub fn chart(
                 label: "sequence number".into(),
                 quantity: Quantity::Size,
             },
+            y_span: Some((bottom as f64, top as f64)),
             series,
             marks,
         },
@@ -204,6 +265,7 @@ pub fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcplab_model::link::DropReason;
     use tcplab_model::path;
     use tcplab_model::record::Direction;
 
@@ -287,7 +349,7 @@ mod tests {
             // Bars: one per column; crosses: one per pixel of the drops' diagonal.
             let most = match m.shape {
                 Shape::Bar => COLUMNS,
-                Shape::Cross => COLUMNS + ROWS,
+                Shape::Cross | Shape::Ring => COLUMNS + ROWS,
             };
             assert!(
                 m.points.len() as f64 <= most,
@@ -301,7 +363,8 @@ mod tests {
     }
 
     /// Sent, dropped by the queue, retransmitted and acknowledged: each drawn in its
-    /// kind at its time and sequence number; a zoom keeps what lies inside it.
+    /// kind at its time and sequence number, the drop marked under it; a zoom keeps
+    /// what lies inside it.
     #[test]
     fn each_segment_ack_and_drop_is_drawn_where_it_entered() {
         let (up, down) = ((40000, 5001), (5001, 40000));
@@ -318,12 +381,17 @@ mod tests {
         let (what, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
         assert!(what.starts_with("Flow 0's time-sequence graph"), "{what}");
         let Body::Marked {
-            series, marks, x, ..
+            series,
+            marks,
+            x,
+            y_span,
+            ..
         } = body
         else {
             panic!("a marked chart")
         };
         assert_eq!(x.span, Some((0.1, 0.4)));
+        assert_eq!(y_span, Some((0.0, 2000.0)));
         let points = |name: &str| -> Vec<(f64, Option<(f64, f64)>)> {
             let m = marks
                 .iter()
@@ -334,12 +402,20 @@ mod tests {
                 .map(|p| ((p.x * 1e3).round(), p.interval))
                 .collect()
         };
-        assert_eq!(points("flow 0 sent"), [(100.0, Some((0.0, 1000.0)))]);
+        assert_eq!(
+            points("flow 0 sent"),
+            [
+                (100.0, Some((0.0, 1000.0))),
+                (200.0, Some((1000.0, 2000.0)))
+            ]
+        );
         assert_eq!(
             points("flow 0 retransmitted"),
             [(400.0, Some((1000.0, 2000.0)))]
         );
         assert_eq!(points("dropped queue"), [(200.0, None)]);
+        let queue = marks.iter().find(|m| m.name == "dropped queue").unwrap();
+        assert_eq!((queue.shape, queue.color), (Shape::Cross, palette::fate(q)));
         let ack = &series[0];
         assert_eq!(ack.name, "flow 0 ACK");
         // The ACK at 0.5 s lies after the last segment: outside the whole transfer's span.
@@ -348,11 +424,203 @@ mod tests {
         assert!(series[1].points.is_empty());
 
         let (_, zoomed) =
-            chart(&run, &f, &packets, Some((0.15, 0.45)), &mut Palette::new()).unwrap();
+            chart(&run, &f, &packets, Some((0.25, 0.45)), &mut Palette::new()).unwrap();
         let Body::Marked { marks, .. } = zoomed else {
             panic!("a marked chart")
         };
         let names: Vec<&str> = marks.iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, ["flow 0 retransmitted", "dropped queue"]);
+        assert_eq!(names, ["flow 0 retransmitted"]);
+        let (_, whole) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
+        let Body::Marked { marks, .. } = whole else {
+            panic!("a marked chart")
+        };
+        let layers: Vec<(&str, Layer)> = marks.iter().map(|m| (m.name.as_str(), m.layer)).collect();
+        assert_eq!(
+            layers,
+            [
+                ("dropped queue", Layer::UnderLines),
+                ("flow 0 sent", Layer::UnderLines),
+                ("flow 0 retransmitted", Layer::OverLines)
+            ]
+        );
+    }
+
+    /// A zoom's sequence axis fits the segments and ACKs in it, not the receive
+    /// window's edge far above them (which once squeezed them into the bottom 5 %).
+    #[test]
+    fn a_zoom_fits_its_segments_not_the_window_above_them() {
+        let (up, down) = ((40000, 5001), (5001, 40000));
+        let d = Fate::Delivered;
+        let mut packets = vec![
+            packet(0, up, 99, 0, 0x02, 0, d),
+            packet(0, down, 0, 100, 0x12, 0, d),
+        ];
+        for i in 0..100u32 {
+            let at = 10 + u64::from(i);
+            packets.push(packet(at, up, 100 + i * 1000, 1, 0x10, 1000, d));
+            // A window of 65 000 B, far above the 1 000 B segments.
+            let mut ack = packet(at, down, 1, 100 + i * 1000, 0x10, 0, d);
+            ack.head[34..36].copy_from_slice(&65_000u16.to_be_bytes());
+            packets.push(ack);
+        }
+        let (run, f) = run_and_flow();
+        let (_, body) = chart(
+            &run,
+            &f,
+            &packets,
+            Some((0.050, 0.060)),
+            &mut Palette::new(),
+        )
+        .unwrap();
+        let Body::Marked { y_span, series, .. } = body else {
+            panic!("a marked chart")
+        };
+        let (lo, hi) = y_span.unwrap();
+        assert_eq!((lo, hi), (40_000.0, 51_000.0));
+        let edge = series
+            .iter()
+            .find(|s| s.name.ends_with("receive window"))
+            .unwrap();
+        assert!(edge.points.iter().all(|p| p.y > hi), "{edge:?}");
+    }
+
+    /// A retransmission of one segment on a whole run's scale is its own mark, drawn
+    /// over the lines and a few pixels long in the SVG and the PNG alike (a zero-length
+    /// line, as it was, neither draws); drops are drawn under the lines.
+    #[test]
+    fn every_retransmission_is_a_visible_mark_over_the_lines_and_drops_under_them() {
+        let (up, down) = ((40000, 5001), (5001, 40000));
+        let mut packets = vec![packet(0, up, 99, 0, 0x02, 0, Fate::Delivered)];
+        let lost = [1_000u32, 1_001, 5_000, 40_000, 99_000];
+        for i in 0..100_000u32 {
+            let at = 1 + u64::from(i) / 10;
+            let fate = if lost.contains(&i) {
+                Fate::Dropped(DropReason::Loss)
+            } else {
+                Fate::Delivered
+            };
+            packets.push(packet(at, up, 100 + i * 1000, 1, 0x10, 1000, fate));
+            packets.push(packet(
+                at,
+                down,
+                1,
+                100 + i * 1000,
+                0x10,
+                0,
+                Fate::Delivered,
+            ));
+            if let Some(k) = lost.iter().position(|&l| l + 30 == i) {
+                let seq = 100 + lost[k] * 1000;
+                packets.push(packet(at, up, seq, 1, 0x10, 1000, Fate::Delivered));
+            }
+        }
+        let (run, f) = run_and_flow();
+        let (what, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
+        let chart = crate::chart::Chart {
+            id: "tseq".into(),
+            title: "Run 1: time-sequence graph".into(),
+            caption: what,
+            body,
+        };
+        let svg = crate::draw::svg(&chart, false).unwrap();
+        // The plot's lines, not the legend's beside it.
+        let legend_left = (crate::draw::SIZE.0 - crate::draw::legend_width(&chart)) as i32;
+        let drawn: Vec<_> = svg_lines(&svg)
+            .into_iter()
+            .filter(|(_, _, points)| points.iter().all(|p| p.0 < legend_left))
+            .collect();
+        let colour = |c: crate::palette::Rgb| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+        let retransmitted: Vec<&SvgLine> = drawn
+            .iter()
+            .filter(|(c, w, _)| *c == colour(palette::RETRANSMITTED) && *w == 2)
+            .collect();
+        assert_eq!(retransmitted.len(), lost.len(), "{retransmitted:?}");
+        for (_, _, points) in &retransmitted {
+            let (a, b) = (points[0], points[points.len() - 1]);
+            assert!(
+                a.0 == b.0 && (a.1 - b.1).abs() >= MIN_VISIBLE_PX,
+                "{points:?}"
+            );
+        }
+        // In the document's order: every drop's cross before the sent bars, both before
+        // the ACK line, every retransmission after them all.
+        let order = |c: crate::palette::Rgb| -> Vec<usize> {
+            let c = colour(c);
+            drawn
+                .iter()
+                .enumerate()
+                .filter(|(_, (d, w, _))| *d == c && *w == 2)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let drops = order(palette::fate(Fate::Dropped(DropReason::Loss)));
+        let (sent, acks, retrans) = (
+            order(palette::SENT),
+            order(palette::ACKED),
+            order(palette::RETRANSMITTED),
+        );
+        assert!(!drops.is_empty() && !sent.is_empty() && !acks.is_empty());
+        assert!(drops.iter().max() < sent.iter().min() && sent.iter().max() < acks.iter().min());
+        assert!(retrans.iter().min() > acks.iter().max());
+
+        // The PNG draws each of them: the retransmission's colour at its middle.
+        let png = crate::draw::png(&chart).unwrap();
+        let (width, pixels) = decode_png(&png);
+        for (_, _, points) in &retransmitted {
+            let (x, y) = (points[0].0, (points[0].1 + points[1].1) / 2);
+            let p = pixels[(y as usize) * width + x as usize];
+            let c = palette::RETRANSMITTED;
+            assert_eq!(p, [c.0, c.1, c.2], "at {x},{y}");
+        }
+    }
+
+    /// A bar this long, pixels, is seen.
+    const MIN_VISIBLE_PX: i32 = 4;
+
+    /// A line of an SVG: its stroke colour, width and points.
+    type SvgLine = (String, u32, Vec<(i32, i32)>);
+
+    /// Each `<polyline>` and `<line>` of an SVG.
+    fn svg_lines(svg: &str) -> Vec<SvgLine> {
+        let attr = |element: &str, name: &str| -> Option<String> {
+            let from = element.find(&format!(" {name}=\""))? + name.len() + 3;
+            let to = element[from..].find('"')? + from;
+            Some(element[from..to].to_owned())
+        };
+        svg.split('<')
+            .filter(|e| e.starts_with("polyline ") || e.starts_with("line "))
+            .map(|e| {
+                let points: Vec<(i32, i32)> = match attr(e, "points") {
+                    Some(points) => points
+                        .split_whitespace()
+                        .filter_map(|p| p.split_once(','))
+                        .map(|(x, y)| (x.parse().unwrap(), y.parse().unwrap()))
+                        .collect(),
+                    None => ["x1", "y1", "x2", "y2"]
+                        .map(|a| attr(e, a).unwrap().parse::<i32>().unwrap())
+                        .chunks(2)
+                        .map(|c| (c[0], c[1]))
+                        .collect(),
+                };
+                (
+                    attr(e, "stroke").unwrap_or_default().to_uppercase(),
+                    attr(e, "stroke-width").map_or(1, |w| w.parse().unwrap()),
+                    points,
+                )
+            })
+            .collect()
+    }
+
+    /// A PNG's width and its pixels as RGB.
+    fn decode_png(bytes: &[u8]) -> (usize, Vec<[u8; 3]>) {
+        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let pixels = buf[..info.buffer_size()]
+            .chunks(info.color_type.samples())
+            .map(|p| [p[0], p[1], p[2]])
+            .collect();
+        (info.width as usize, pixels)
     }
 }

@@ -318,6 +318,10 @@ fn side_flow(
         ),
         _ => (LimitShares::default(), 0, 0),
     };
+    // The intervals' count runs to the flow's last interval, cut after the flow ended:
+    // past the flow thread's last read, which a retransmission may follow (one count
+    // for the summary, the intervals and the kernel's events).
+    let retransmits = watched.retransmits.unwrap_or(retransmits);
     // Where nothing was sampled the kernel's counters are all there is.
     let limits = watched.tally.shares().unwrap_or(kernel_limits);
     SideFlow {
@@ -670,6 +674,9 @@ struct WatchedFlow {
     bbr_read_us: i64,
     /// Bytes counted when the test's deadline passed (acknowledged or read).
     at_deadline: Option<DeadlineCount>,
+    /// Segments retransmitted in the intervals cut so far: after the last, which is cut
+    /// from a tcp_info read once the flow has ended, the flow's final count.
+    retransmits: Option<u64>,
 }
 
 struct Watch {
@@ -957,6 +964,8 @@ fn cut_interval(
             .min(moved),
         Role::Receive => moved,
     };
+    let retransmits = u64::from(info.total_retrans.saturating_sub(prev.total_retrans));
+    *watched.retransmits.get_or_insert(0) += retransmits;
     let record = SideInterval {
         flow: flow.id,
         index: cursor.index,
@@ -964,7 +973,7 @@ fn cut_interval(
         start_us: cursor.start_us,
         end_us: now,
         bytes: counted.saturating_sub(cursor.counted),
-        retransmits: u64::from(info.total_retrans.saturating_sub(prev.total_retrans)),
+        retransmits,
         cwnd: info.snd_cwnd,
         srtt_us: info.rtt,
         limits,

@@ -1129,3 +1129,30 @@ pub fn dry_run_rows(text: &str) -> Vec<DryRunRow> {
         })
         .collect()
 }
+
+/// The retransmissions' marks in a time-sequence graph's SVG: each vertical line of
+/// their colour at the plot's stroke width (the legend's is wider) as (x, top, bottom).
+pub fn retransmission_marks(svg: &str) -> Vec<(i32, i32, i32)> {
+    let c = tcplab_report::RETRANSMITTED;
+    let stroke = format!(
+        "stroke=\"#{:02X}{:02X}{:02X}\" stroke-width=\"2\"",
+        c.0, c.1, c.2
+    );
+    svg.split('<')
+        .filter(|e| e.starts_with("polyline ") && e.to_uppercase().contains(&stroke.to_uppercase()))
+        .map(|e| {
+            let from = e.find("points=\"").unwrap() + 8;
+            let points: Vec<(i32, i32)> = e[from..e[from..].find('"').unwrap() + from]
+                .split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect();
+            assert_eq!(points.len(), 2, "{e}");
+            assert_eq!(points[0].0, points[1].0, "upright: {e}");
+            let (a, b) = (points[0].1, points[1].1);
+            (points[0].0, a.min(b), a.max(b))
+        })
+        .collect()
+}

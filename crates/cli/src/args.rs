@@ -624,6 +624,19 @@ pub enum LabCommand {
         #[command(flatten)]
         path: PathArgs,
     },
+    /// The init of a `shell` command's pid namespace (what `shell` starts): runs the
+    /// command, ends what it leaves, and removes lab NAME should its process `--owner`
+    /// die (its `--lifeline` descriptor closes).
+    #[command(hide = true)]
+    ShellInit {
+        name: String,
+        #[arg(long)]
+        owner: u32,
+        #[arg(long)]
+        lifeline: i32,
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]

@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let stop = interrupt_flag();
     let record = match (
         &args.target,
-        lab::config(&args.lab, &format!("run{}", std::process::id()))?,
+        lab::config(&args.lab, &format!("run{}", tcplab_sys::netns::own_pid()))?,
     ) {
         (Some(_), None) if params.tuning.ecn => bail!(
             "--ecn sets a lab client's net.ipv4.tcp_ecn and needs --path; against a real host set it on this machine (sysctl -w net.ipv4.tcp_ecn=1)"
@@ -104,7 +104,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     output.label.get_or_insert_with(|| "quickstart".into());
     let store = open_output_store(&output)?;
     let config = LabConfig {
-        name: format!("qs{}", std::process::id()),
+        name: format!("qs{}", tcplab_sys::netns::own_pid()),
         path: args.path,
         clients: vec![PathSpec::default()],
         backend: tcplab_lab::Backend::Emulator,

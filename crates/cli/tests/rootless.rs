@@ -456,10 +456,16 @@ fn labs_up_exec_down_and_gc_as_nobody() {
     let listed = parse_success(&nobody.run(&["lab", "list", "--json"]));
     assert_eq!(listed, serde_json::json!([]));
 
-    // A daemon killed with SIGKILL: its namespaces die with it, `lab gc` removes the rest.
+    // A daemon killed with SIGKILL, with a command left running in a host (it keeps the
+    // namespaces alive): `lab gc` ends the command and removes the rest.
     nobody.ok(&["lab", "up", &name, "--path", "rtt 2ms"]);
     let listed = parse_success(&nobody.run(&["lab", "list", "--json"]));
     let pid = u64_at(&listed[0], "/lab/pid");
+    let mut left = nobody
+        .tcplab(&["lab", "exec", &name, "client", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    await_descendant(std::process::id(), "sleep 60");
     Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
@@ -482,6 +488,39 @@ fn labs_up_exec_down_and_gc_as_nobody() {
         )),
         "{said}"
     );
+    assert!(
+        said.contains(&format!(
+            "ended process {} (sleep) left in leftover lab {name}",
+            left.id()
+        )),
+        "{said}"
+    );
+    left.wait().unwrap();
+    nobody.assert_nothing_left();
+}
+
+/// The bar, as nobody: kill -9 of `tcplab shell` ends its command and what the command
+/// detached from itself within 5 s, and leaves nothing (no lab, no namespace).
+#[test]
+fn a_killed_shell_as_nobody_leaves_nothing() {
+    if !nobody_or_skip("rootless_shell_killed") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let mut shell = nobody
+        .tcplab(&["shell", "--path", "rtt 10ms", "--", "sh", "-c"])
+        .arg("setsid sleep 60 & exec sleep 61")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // setpriv becomes tcplab: the same process.
+    let pid = shell.id();
+    let below = await_descendant(pid, "sleep 60");
+    shell.kill().unwrap(); // SIGKILL
+    shell.wait().unwrap();
+    let left = still_running(&below, Duration::from_secs(5));
+    assert!(left.is_empty(), "left running {left:?}");
     nobody.assert_nothing_left();
 }
 

@@ -105,7 +105,7 @@ impl FarHost {
         })?;
         let [a, b, c, d] = subnet.octets();
         let (host, far) = (Ipv4Addr::new(a, b, c, d + 1), Ipv4Addr::new(a, b, c, d + 2));
-        let link = format!("tlfar{:x}", std::process::id());
+        let link = format!("tlfar{:x}", netns::own_pid());
         netns::create_veth(&link, FAR_LINK, Some(&lab.server.ns))
             .map_err(io_err("joining this namespace to the lab"))?;
         let made = FarHost {

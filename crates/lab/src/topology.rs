@@ -507,7 +507,7 @@ impl Lab {
         };
         let entry = LabEntry {
             name: config.name.clone(),
-            pid: std::process::id(),
+            pid: netns::own_pid(),
             path: config.path.to_string(),
             server: HostEntry {
                 ns: format!("{}-server", config.name),

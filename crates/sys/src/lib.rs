@@ -11,6 +11,7 @@ pub mod netns;
 pub mod nft;
 pub mod ping;
 pub mod poll;
+pub mod reaper;
 pub mod snmp;
 pub mod sockopt;
 pub mod stamp;

@@ -12,6 +12,7 @@ pub mod nft;
 pub mod ping;
 pub mod poll;
 pub mod reaper;
+pub mod relay;
 pub mod snmp;
 pub mod sockopt;
 pub mod stamp;

@@ -142,8 +142,8 @@ pub struct PlotArgs {
     #[arg(long, value_name = "ID", conflicts_with = "experiment")]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
-    /// latency, rpm, latency_cdf, transactions, transaction_time, delay, arena,
-    /// throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest
+    /// latency, rpm, latency_cdf, transactions, transaction_time, delay, host_drops,
+    /// burst, arena, throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest
     /// experiment, else the latest run].
     #[arg(long, value_name = "ID")]
     pub experiment: Option<i64>,
@@ -176,7 +176,7 @@ pub struct ResultsArgs {
     /// The experiment's SQLite database.
     pub db: PathBuf,
     /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter,
-    /// latency, rpm.
+    /// latency, rpm, transactions, transaction_time, delay, host_drops, burst.
     #[arg(long, default_value = "throughput", value_parser = parse_metric)]
     pub metric: Metric,
     /// Confidence level of the intervals [default: the experiment's, usually 0.95].

@@ -197,7 +197,7 @@ pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
     if let Some(calibration) = lab.calibration() {
         lines.push(format!("  {}", calibration.describe()));
     }
-    if let Some(file) = lab.stats().capture_file {
+    if let Some(file) = lab.capture_file() {
         lines.push(format!(
             "  capturing both directions at the bottleneck's entry, with each packet's fate, into {file}"
         ));

@@ -286,6 +286,9 @@ fn print_entry(entry: &LabEntry) {
     }
 }
 
+/// How a daemon's answer says what went wrong.
+const ERROR_ANSWER: &str = "error: ";
+
 /// Sends one request to a lab's daemon and returns its answer.
 fn ask(name: &str, request: &str) -> Result<String> {
     let mut stream = UnixStream::connect(registry::socket_path(name)?).with_context(|| {
@@ -301,6 +304,9 @@ fn ask(name: &str, request: &str) -> Result<String> {
     writeln!(stream, "{request}")?;
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer)?;
+    if let Some(error) = answer.strip_prefix(ERROR_ANSWER) {
+        bail!("lab {name}: {}", error.trim());
+    }
     Ok(answer)
 }
 
@@ -523,10 +529,10 @@ fn shell_init(name: &str, owner: u32, lifeline: i32, command: &[String]) -> Resu
 }
 
 /// The document `lab show --json` prints.
-fn show_document(lab: &Lab) -> serde_json::Value {
-    let stats = lab.stats();
+fn show_document(lab: &Lab) -> Result<serde_json::Value> {
+    let stats = lab.stats()?;
     let host = |h: &registry::HostEntry| json!({"ns": h.ns, "addr": h.addr, "addr6": h.addr6, "access": h.access});
-    json!({
+    Ok(json!({
         "lab": lab.entry,
         "path": lab.entry.path,
         "server": host(&lab.entry.server),
@@ -535,7 +541,7 @@ fn show_document(lab: &Lab) -> serde_json::Value {
         "up": stats.up,
         "down": stats.down,
         "calibration": stats.calibration,
-    })
+    }))
 }
 
 /// Builds the lab and serves requests about it until `down` or a signal. Before
@@ -579,7 +585,10 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
         }
         match request.trim() {
             "show" => {
-                let _ = writeln!(stream, "{}", show_document(&lab));
+                let _ = match show_document(&lab) {
+                    Ok(doc) => writeln!(stream, "{doc}"),
+                    Err(e) => writeln!(stream, "{ERROR_ANSWER}{e:#}"),
+                };
             }
             "down" => {
                 let result = lab.down();

@@ -396,12 +396,10 @@ fn carry(near: TcpStream, live: &Mutex<Vec<TcpStream>>) {
         SLIRP_HOST => SocketAddrV4::new(Ipv4Addr::LOCALHOST, wanted.port()),
         _ => wanted,
     };
-    let far = match TcpStream::connect(target) {
+    let far = match relay::connect(target) {
         Ok(far) => far,
         Err(_) => return relay::reset(near),
     };
-    let _ = near.set_nodelay(true);
-    let _ = far.set_nodelay(true);
     {
         let mut live = live.lock().expect("relay lock");
         live.extend([&near, &far].into_iter().filter_map(|s| s.try_clone().ok()));

@@ -14,6 +14,13 @@ use crate::netns::cvt;
 /// How much one splice moves at most.
 const CHUNK: usize = 1 << 16;
 
+/// What the relay holds of the far side's bytes at most beyond its pipe: the receive
+/// buffer of its far socket and the unsent bytes of its lab socket. The far peer counts
+/// what the relay acknowledged as delivered, so its count leads what crossed the path
+/// by this much (a tenth of a second at 10 Mbit/s); the far socket's loopback round
+/// trip of microseconds needs no more.
+pub const HELD_BYTES: u32 = 64 * 1024;
+
 /// The address a redirected connection was for (SO_ORIGINAL_DST, from conntrack).
 pub fn original_destination(stream: &TcpStream) -> io::Result<SocketAddrV4> {
     // SAFETY: sockaddr_in is plain data; zeroes are a valid value.
@@ -40,10 +47,25 @@ pub fn reset(stream: TcpStream) {
     let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
 }
 
-/// Moves bytes both ways between `a` and `b` until both directions have ended: an end
-/// of stream is passed on as a shutdown of the other side's writing; an error (a reset)
-/// shuts both connections down.
-pub fn relay(a: TcpStream, b: TcpStream) -> io::Result<()> {
+/// A connection to `target` from the calling thread's namespace, whose receive buffer
+/// holds [`HELD_BYTES`].
+pub fn connect(target: SocketAddrV4) -> io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    // Before connecting: the window scale is chosen from it.
+    socket.set_recv_buffer_size(HELD_BYTES as usize)?;
+    socket.connect(&target.into())?;
+    socket.set_tcp_nodelay(true)?;
+    Ok(socket.into())
+}
+
+/// Moves bytes both ways between the lab's connection `near` and the far one (from
+/// [`connect`]) until both directions have ended: an end of stream is passed on as a
+/// shutdown of the other side's writing; an error (a reset) shuts both connections
+/// down.
+pub fn relay(near: TcpStream, far: TcpStream) -> io::Result<()> {
+    near.set_nodelay(true)?;
+    crate::sockopt::set_notsent_lowat(&near, HELD_BYTES)?;
+    let (a, b) = (near, far);
     let (a2, b2) = (a.try_clone()?, b.try_clone()?);
     let forward = thread::Builder::new()
         .name("far relay".into())
@@ -124,7 +146,12 @@ mod tests {
     #[test]
     fn bytes_cross_both_ways_and_an_end_of_stream_is_passed_on() {
         let (mut client, near) = pair();
-        let (far, mut server) = pair();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(at) = listener.local_addr().unwrap() else {
+            unreachable!("bound to IPv4")
+        };
+        let far = connect(at).unwrap();
+        let mut server = listener.accept().unwrap().0;
         let relay = thread::spawn(move || relay(near, far));
         let sent: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let writer = {

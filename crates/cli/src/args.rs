@@ -203,8 +203,8 @@ pub struct PlotArgs {
     #[arg(long, value_name = "ID", conflicts_with = "experiment", value_parser = parse_run_id)]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,
-    /// latency, rpm, latency_cdf, transactions, transaction_time, delay, arena,
-    /// throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest
+    /// latency, rpm, latency_cdf, transactions, transaction_time, delay, host_drops,
+    /// burst, arena, throughput-heatmap (with [AXIS=VALUE,…] when split) [default: the latest
     /// experiment, else the latest run].
     #[arg(long, value_name = "ID")]
     pub experiment: Option<i64>,
@@ -237,7 +237,7 @@ pub struct ResultsArgs {
     #[command(flatten)]
     pub db: DbArg,
     /// What to summarise: throughput, retransmits, rtt, fairness, udp_loss, jitter,
-    /// latency, rpm.
+    /// latency, rpm, transactions, transaction_time, delay, host_drops, burst.
     #[arg(long, default_value = "throughput", value_parser = parse_metric)]
     pub metric: Metric,
     /// Confidence level of the intervals [default: the experiment's, usually 0.95].
@@ -708,6 +708,19 @@ pub enum LabCommand {
         name: String,
         #[command(flatten)]
         path: PathArgs,
+    },
+    /// The init of a `shell` command's pid namespace (what `shell` starts): runs the
+    /// command, ends what it leaves, and removes lab NAME should its process `--owner`
+    /// die (its `--lifeline` descriptor closes).
+    #[command(hide = true)]
+    ShellInit {
+        name: String,
+        #[arg(long)]
+        owner: u32,
+        #[arg(long)]
+        lifeline: i32,
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
     },
 }
 

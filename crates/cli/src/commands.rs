@@ -81,7 +81,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let stop = interrupt_flag();
     let record = match (
         &args.target,
-        lab::config(&args.lab, &format!("run{}", std::process::id()))?,
+        lab::config(&args.lab, &format!("run{}", tcplab_sys::netns::own_pid()))?,
     ) {
         (Some(_), None) if params.tuning.ecn => bail!(
             "--ecn sets a lab client's net.ipv4.tcp_ecn and needs --path; against a real host set it on this machine (sysctl -w net.ipv4.tcp_ecn=1)"
@@ -114,7 +114,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         }
     })?;
     let config = LabConfig {
-        name: format!("qs{}", std::process::id()),
+        name: format!("qs{}", tcplab_sys::netns::own_pid()),
         path: args.path,
         clients: vec![PathSpec::default()],
         backend: tcplab_lab::Backend::Emulator,
@@ -208,7 +208,7 @@ pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
     if let Some(calibration) = lab.calibration() {
         lines.push(format!("  {}", calibration.describe()));
     }
-    if let Some(file) = lab.stats().capture_file {
+    if let Some(file) = lab.capture_file() {
         lines.push(format!(
             "  capturing both directions at the bottleneck's entry, with each packet's fate, into {file}"
         ));

@@ -25,7 +25,7 @@ use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_model::units::{count, format_duration_us};
 use tcplab_report::table::{aligned, Align};
-use tcplab_sys::{netns, poll};
+use tcplab_sys::{netns, poll, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
 use crate::commands::{interrupt_flag, lab_lines};
@@ -99,6 +99,12 @@ pub fn command(cmd: LabCommand) -> Result<ExitCode> {
             command,
         } => exec(&name, &host, &command),
         LabCommand::Daemon { name, path } => daemon(&name, &path),
+        LabCommand::ShellInit {
+            name,
+            owner,
+            lifeline,
+            command,
+        } => shell_init(&name, owner, lifeline, &command),
     }
 }
 
@@ -120,11 +126,27 @@ pub fn gc_lines(removed: &registry::Removed) -> Vec<String> {
             ns.name
         ),
     });
+    let processes = removed
+        .processes
+        .iter()
+        .map(|(place, p)| ended_line(p, place));
     let traces = removed
         .trace_instances
         .iter()
         .map(|name| format!("removed leftover tracefs instance {name} (its process died)"));
-    labs.chain(namespaces).chain(traces).collect()
+    processes
+        .chain(labs)
+        .chain(namespaces)
+        .chain(traces)
+        .collect()
+}
+
+/// The line for a process ended because it was left in `place` (a lab or a netns).
+fn ended_line(p: &netns::Ended, place: &str) -> String {
+    format!(
+        "ended process {} ({}) left in leftover {place}",
+        p.pid, p.command
+    )
 }
 
 /// The one line that says the emulator cannot have real-time priority here, if so.
@@ -167,9 +189,12 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         bail!("pace {} follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate", rtt.name());
     }
     config(args, name)?;
-    if let Some(old) = registry::remove_leftover(name)
+    if let Some((old, ended)) = registry::remove_leftover(name)
         .with_context(|| format!("removing the leftover lab {name}"))?
     {
+        for p in ended {
+            outln!("{}", ended_line(&p, &format!("lab {name}")));
+        }
         outln!("removed leftover lab {name} (its process {} died)", old.pid);
     }
     // Every flag the daemon needs: a field added to PathArgs must be passed on here.
@@ -274,6 +299,9 @@ fn print_entry(entry: &LabEntry) {
     }
 }
 
+/// How a daemon's answer says what went wrong.
+const ERROR_ANSWER: &str = "error: ";
+
 /// Sends one request to a lab's daemon and returns its answer.
 fn ask(name: &str, request: &str) -> Result<String> {
     let mut stream = UnixStream::connect(registry::socket_path(name)?).with_context(|| {
@@ -289,6 +317,9 @@ fn ask(name: &str, request: &str) -> Result<String> {
     writeln!(stream, "{request}")?;
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer)?;
+    if let Some(error) = answer.strip_prefix(ERROR_ANSWER) {
+        bail!("lab {name}: {}", error.trim());
+    }
     Ok(answer)
 }
 
@@ -296,7 +327,9 @@ fn down(name: &str) -> Result<ExitCode> {
     registry::check_name(name).map_err(anyhow::Error::msg)?;
     match registry::get(name)? {
         Some(entry) if !registry::pid_alive(entry.pid) => {
-            registry::remove(&entry).context("removing the leftover lab")?;
+            for p in registry::remove(&entry).context("removing the leftover lab")? {
+                outln!("{}", ended_line(&p, &format!("lab {name}")));
+            }
             outln!("lab {name} was a leftover of a dead process; removed");
         }
         Some(_) => {
@@ -422,7 +455,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
 /// `tcplab --netns $TCPLAB_SERVER_NS …`) and, with `--far host`, the caller's namespace
 /// beyond it, as in mahimahi.
 pub fn shell(args: ShellArgs) -> Result<ExitCode> {
-    let config = config(&args.path, &format!("sh{}", std::process::id()))?
+    let config = config(&args.path, &format!("sh{}", netns::own_pid()))?
         .ok_or_else(|| anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path)"))?;
     if args.far == FarArg::Host {
         if config.backend == Backend::Netem {
@@ -454,28 +487,68 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
             far.host_addr
         );
     }
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let mut command = Command::new(program);
-    command.args(rest).envs(lab.entry.host_env());
-    if let Some(far) = &far {
-        command.env("TCPLAB_HOST", far.host_addr.to_string());
-    }
-    // Spawned from a thread inside the client namespace, the command lives there.
-    let status = lab.clients[0]
-        .ns
-        .run(move || command.status())?
-        .with_context(|| format!("cannot run {program}"));
+    // The command runs under an init of its own (`lab shell-init`), pid 1 of a new pid
+    // namespace, which ends whatever the command leaves when it exits and, should this
+    // process die (even by SIGKILL), the command too, and removes the lab.
+    let exe = std::env::current_exe().context("locating the tcplab binary")?;
+    let (name, owner) = (lab.entry.name.clone(), netns::own_pid());
+    let host_addr = far.as_ref().map(|far| far.host_addr.to_string());
+    let init = |lifeline: std::os::fd::RawFd| {
+        let mut init = Command::new(exe);
+        init.args(["lab", "shell-init", &name])
+            .arg(format!("--owner={owner}"))
+            .arg(format!("--lifeline={lifeline}"))
+            .arg("--")
+            .args(&args.command)
+            .envs(lab.entry.host_env());
+        if let Some(addr) = host_addr {
+            init.env("TCPLAB_HOST", addr);
+        }
+        init
+    };
+    // Spawned from a thread inside the client namespace, init and command live there.
+    let status = lab.clients[0].ns.run(move || {
+        let (mut init, lifeline) = reaper::spawn_init(init)?;
+        let status = init.wait();
+        drop(lifeline);
+        status
+    })?;
     drop(far);
     lab.down().context("tearing the lab down")?;
-    let code = status?.code().unwrap_or(1);
+    let code = status
+        .context("running the command's init")?
+        .code()
+        .unwrap_or(1);
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// `lab shell-init`: pid 1 of a `shell` command's pid namespace. Exits with the
+/// command's status (128 + the signal that killed it) once it and everything it left
+/// are gone; if the shell's process dies first, ends them all and removes its lab.
+fn shell_init(name: &str, owner: u32, lifeline: i32, command: &[String]) -> Result<ExitCode> {
+    let (program, rest) = command.split_first().expect("clap requires a command");
+    let child = Command::new(program)
+        .args(rest)
+        .spawn()
+        .with_context(|| format!("cannot run {program}"))?;
+    let end = reaper::init(child, lifeline).context("watching the shell's command")?;
+    if let reaper::InitEnd::OwnerDied = end {
+        // The pipe closes as the owner exits, a moment before /proc counts it dead.
+        let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
+        while registry::pid_alive(owner) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        registry::remove_leftover(name)
+            .with_context(|| format!("removing lab {name}, whose shell died"))?;
+    }
+    Ok(ExitCode::from(end.code().clamp(0, 255) as u8))
+}
+
 /// The document `lab show --json` prints.
-fn show_document(lab: &Lab) -> serde_json::Value {
-    let stats = lab.stats();
+fn show_document(lab: &Lab) -> Result<serde_json::Value> {
+    let stats = lab.stats()?;
     let host = |h: &registry::HostEntry| json!({"ns": h.ns, "addr": h.addr, "addr6": h.addr6, "access": h.access});
-    json!({
+    Ok(json!({
         "lab": lab.entry,
         "path": lab.entry.path,
         "server": host(&lab.entry.server),
@@ -484,7 +557,7 @@ fn show_document(lab: &Lab) -> serde_json::Value {
         "up": stats.up,
         "down": stats.down,
         "calibration": stats.calibration,
-    })
+    }))
 }
 
 /// Builds the lab and serves requests about it until `down` or a signal. Before
@@ -528,7 +601,10 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
         }
         match request.trim() {
             "show" => {
-                let _ = writeln!(stream, "{}", show_document(&lab));
+                let _ = match show_document(&lab) {
+                    Ok(doc) => writeln!(stream, "{doc}"),
+                    Err(e) => writeln!(stream, "{ERROR_ANSWER}{e:#}"),
+                };
             }
             "down" => {
                 let result = lab.down();

@@ -2,10 +2,11 @@
 
 use tcplab_model::events::{EventRecord, TraceRecord};
 use tcplab_model::limits::ALL_LIMITS;
+use tcplab_model::path::PathSpec;
 use tcplab_model::record::{
     BufferSize, ClockOffset, FlowRecord, IntervalRecord, LatencySummary, LimitShares,
-    NamedCounters, Quantiles, RunRecord, RunStatus, Timed, TransactionParams, TransactionStats,
-    UdpStats, CLOCK_STEP_TOLERANCE_US,
+    NamedCounters, PathRecord, Quantiles, RunRecord, RunStatus, Timed, TransactionParams,
+    TransactionStats, UdpStats, CLOCK_STEP_TOLERANCE_US,
 };
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
@@ -261,6 +262,7 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
                 }
             }
         }
+        lines.extend(host_queue_lines(path));
         if let Some(file) = &path.capture_file {
             lines.push(capture_line(file, path));
         }
@@ -297,6 +299,33 @@ pub fn own_traffic(link: &NamedCounters) -> Option<String> {
         })
         .collect();
     (!kinds.is_empty()).then(|| format!("not the test's: {}", kinds.join("; ")))
+}
+
+/// The sending hosts' interface queues, where the path sets them (`txqueuelen`) or they
+/// dropped anything: a line per host, under the direction it sends into.
+fn host_queue_lines(path: &PathRecord) -> Vec<String> {
+    let set = path
+        .spec
+        .parse::<PathSpec>()
+        .is_ok_and(|s| s.up.txqueuelen.or(s.down.txqueuelen).is_some());
+    [("up", &path.up), ("down", &path.down)]
+        .into_iter()
+        .flat_map(|(dir, stats)| stats.host_queues.iter().map(move |q| (dir, q)))
+        .filter(|(_, q)| set || q.drops() > 0)
+        .map(|(dir, q)| {
+            format!(
+                "  {dir:<4} {:<16} txqueuelen {}, {}: {} pkts; dropped: device {}, qdisc {}; requeues {}; retransmissions held {}",
+                format!("{} queue", q.host),
+                q.txqueuelen,
+                q.qdisc,
+                q.qdisc_packets,
+                q.device_drops,
+                q.qdisc_drops,
+                q.requeues,
+                q.held_retransmits
+            )
+        })
+        .collect()
 }
 
 /// The round-trip probes' figures: idle and loaded round trips, one-way delays, losses

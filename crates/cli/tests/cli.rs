@@ -583,6 +583,7 @@ fn a_dry_run_lists_every_run_of_the_plan() {
         ("arena", 594),
         ("arena-3flows", 594),
         ("arena-uplink", 198),
+        ("txqueue", 54),
     ] {
         let out = tcplab(&["sweep", &format!("{examples}/{name}.toml"), "--dry-run"]);
         let text = String::from_utf8_lossy(&out.stdout);

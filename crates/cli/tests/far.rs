@@ -7,6 +7,7 @@ mod support;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::*;
@@ -178,4 +179,37 @@ fn what_cannot_reach_the_callers_namespace_says_why_in_one_line() {
         .map(str::to_owned)
         .collect();
     assert!(left.is_empty(), "the lab was left: {left:?}");
+}
+
+/// kill -9 of `shell --far host`: its command ends, and the caller's namespace is as it
+/// was (the far link `tlfar…` gone with the lab) within 5 s, without `lab gc`.
+#[test]
+fn a_killed_far_shell_leaves_the_callers_namespace_as_it_was() {
+    if !privileged_or_skip("far_host_killed") {
+        return;
+    }
+    let _serial = serial();
+    let caller = Caller::new();
+    let before = state_of(&caller.0);
+    let mut shell = tcplab()
+        .args(["--netns", &caller.0, "shell", "--far", "host"])
+        .args(["--path", "rtt 10ms", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let below = await_descendant(shell.id(), "sleep 60");
+    assert!(state_of(&caller.0).contains("tlfar"), "no far link");
+    shell.kill().unwrap(); // SIGKILL
+    shell.wait().unwrap();
+    assert!(still_running(&below, Duration::from_secs(5)).is_empty());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state_of(&caller.0) != before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        state_of(&caller.0),
+        before,
+        "the caller's namespace changed"
+    );
 }

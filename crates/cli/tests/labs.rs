@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -421,6 +422,11 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
     }
     let name = lab_name("lk", 1);
     let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
+    // A command in a host, which outlives the daemon and keeps its namespace alive.
+    let mut left = tcplab()
+        .args(["lab", "exec", &name, "client", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
     let pid = kill_daemon(&name);
     let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
     assert!(
@@ -437,6 +443,15 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
         )),
         "{said}"
     );
+    assert!(
+        said.contains(&format!(
+            "ended process {} (sleep) left in leftover lab {name}",
+            left.id()
+        )),
+        "{said}"
+    );
+    let status = left.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     assert!(!netns_exists(&guard.client_ns()) && !netns_exists(&guard.server_ns()));
     assert_lab_gone(&name);
     assert!(list_json()
@@ -814,6 +829,85 @@ fn shell_runs_a_command_behind_the_path() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("/nonexistent/cmd"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Waits up to 5 s for the registry entry of lab `name` to go, then asserts the lab
+/// gone.
+fn await_lab_gone(name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while registry_file(name).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_lab_gone(name);
+}
+
+/// The bar: kill -9 of `tcplab shell --path "rtt 10ms" -- sleep 60` leaves no `sleep
+/// 60` within 5 s, nor its lab, without `lab gc`; and what a command detached from
+/// itself (setsid) goes as well, whether tcplab is killed or the command exits.
+#[test]
+fn a_killed_shell_leaves_nothing_running() {
+    if !privileged_or_skip("shell_killed") {
+        return;
+    }
+    let detached = &["sh", "-c", "setsid sleep 60 & exec sleep 61"][..];
+    for command in [&["sleep", "60"][..], detached] {
+        let mut shell = tcplab()
+            .args(["shell", "--path", "rtt 10ms", "--"])
+            .args(command)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = shell.id();
+        let below = await_descendant(pid, "sleep 60");
+        shell.kill().unwrap(); // SIGKILL
+        shell.wait().unwrap();
+        let left = still_running(&below, Duration::from_secs(5));
+        assert!(left.is_empty(), "{command:?}: left running {left:?}");
+        let name = format!("sh{pid}");
+        await_lab_gone(&name);
+        let out = lab(&["gc"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(!said.contains(&name), "{said}");
+    }
+    // The command exits and leaves a detached process: the shell ends it.
+    let marker = format!("62.{}", std::process::id());
+    let out = tcplab()
+        .args(["shell", "--path", "rtt 1ms", "--", "sh", "-c"])
+        .arg(format!("setsid sleep {marker} & exit 4"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let running = |cmd: &str| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == cmd.as_bytes()))
+    };
+    assert!(
+        !running(&format!("sleep\0{marker}\0")),
+        "sleep {marker} left"
+    );
+    // A command killed by a signal: 128 + its number, as a shell says.
+    let out = tcplab()
+        .args([
+            "shell",
+            "--path",
+            "rtt 1ms",
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
         "{}",
         stderr(&out)
     );

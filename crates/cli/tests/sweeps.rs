@@ -211,6 +211,47 @@ fn the_quick_nagle_study_shows_the_stall_and_its_cures() {
         );
     }
 }
+/// The quick interface-queue study (seed 003's send stalls and bursty sender): at 1
+/// Gbit/s the client's 1-packet TUN ring drops what the sender puts in it faster than
+/// the emulator reads, where the kernel's 500 packets drop nothing; the device never
+/// pushes back, so no qdisc drops (no send stall) at either, asserted every time. The
+/// long queue lets longer trains reach the bottleneck, and the sender through the short
+/// one gets less through: a loaded machine could blur each, so one try in three.
+#[test]
+fn the_quick_txqueue_study_shows_host_drops_not_send_stalls() {
+    if !privileged_or_skip("txqueue") {
+        return;
+    }
+    let _serial = serial();
+    one_of_three_tries("the quick txqueue study's shape", || {
+        let dir = tempfile::tempdir().unwrap();
+        let db = run_quick("txqueue", dir.path());
+        for run in export_jsonl(&db, "runs") {
+            let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
+            for queue in path["up"]["host_queues"].as_array().unwrap() {
+                assert_eq!(u64_at(queue, "/qdisc_drops"), 0, "{queue}");
+                assert_eq!(u64_at(queue, "/requeues"), 0, "{queue}");
+            }
+        }
+        let at = |metric: &str| {
+            let by = means_by(&db, metric, "txqueuelen");
+            let of = |q: &str| by.iter().find(|(v, _)| v == q).unwrap().1;
+            (of("1"), of("500"))
+        };
+        let (drops, bursts, rates) = (at("host_drops"), at("burst"), at("throughput"));
+        println!(
+            "txqueuelen 1 / 500: host drops {drops:?}, trains p99 {bursts:?}, throughput {rates:?}"
+        );
+        if drops.0 > 0.0 && drops.1 == 0.0 && bursts.1 > bursts.0 && rates.1 > rates.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "host drops {drops:?}, trains {bursts:?}, throughput {rates:?} at txqueuelen 1 / 500"
+            ))
+        }
+    });
+}
+
 /// The quick bufferbloat study: RRUL through a 4-BDP queue (80 ms each way when full) at
 /// 20 Mbit/s. Drop-tail lets the probes wait behind both queues; fq_codel keeps them
 /// near the base 20 ms (a sparse flow, served first) at the same throughput; PIE holds

@@ -294,7 +294,7 @@ pub fn execute(
         .filter(|r| r.status == PlanStatus::Pending)
         .collect();
     let total = pending.len();
-    let lab_name = format!("sw{}", std::process::id());
+    let lab_name = format!("sw{}", tcplab_sys::netns::own_pid());
     let mut totals = Totals::default();
     for (i, row) in pending.into_iter().enumerate() {
         if stop.load(Ordering::Relaxed) {

@@ -832,6 +832,8 @@ impl Direction {
                 .iter()
                 .find_map(|h| h.capture.as_ref())
                 .map(Tap::counts),
+            // The hosts' queues are before the emulator: the lab reads them.
+            host_queues: Vec::new(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Where running labs are written down: one JSON file per lab in [`run_dir`], naming
 //! the process that owns it and the namespaces it made. A lab whose process is gone
 //! (killed, crashed) is a leftover that [`gc`] removes, with any namespace tcplab marked
-//! whose process is gone, registered or not.
+//! whose process is gone, registered or not, after ending the processes still inside.
 //!
 //! As root the registry is /run/tcplab/labs; without root it is in the user's own state
 //! directory (`$XDG_RUNTIME_DIR/tcplab/labs`), so users see and touch only their labs.
@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tcplab_model::dumbbell::Dumbbell;
 use tcplab_model::path::PathSpec;
-use tcplab_sys::netns::{self, Leftover, NetNs};
+use tcplab_sys::netns::{self, Ended, Leftover, NetNs};
 use tcplab_sys::userns;
 
 pub use tcplab_sys::netns::pid_alive;
@@ -193,25 +193,29 @@ pub fn list() -> io::Result<Vec<LabEntry>> {
     Ok(labs)
 }
 
-/// Deletes a lab's namespaces (its devices go with them) and their marks, then its
-/// registry files. A namespace a living process has claimed since (a new lab of the
+/// Ends the processes left in a dead lab's namespaces, deletes the namespaces (their
+/// devices go with them) and their marks, then its registry files; returns the
+/// processes ended. A namespace a living process has claimed since (a new lab of the
 /// name, between a `gc`'s look and its removal) is left to it.
-pub fn remove(entry: &LabEntry) -> io::Result<()> {
+pub fn remove(entry: &LabEntry) -> io::Result<Vec<Ended>> {
+    let mut ended = Vec::new();
     for ns in entry.namespaces() {
         if !netns::in_use(ns)? {
+            ended.extend(netns::end_processes_in(ns)?);
             NetNs::by_name(ns)?.delete()?;
         }
     }
     unregister(&entry.name);
-    Ok(())
+    Ok(ended)
 }
 
-/// Removes lab `name` if it is a leftover (its process died), and returns it.
-pub fn remove_leftover(name: &str) -> io::Result<Option<LabEntry>> {
+/// Removes lab `name` if it is a leftover (its process died): returns it and the
+/// processes left in it that were ended.
+pub fn remove_leftover(name: &str) -> io::Result<Option<(LabEntry, Vec<Ended>)>> {
     match get(name)? {
         Some(entry) if !pid_alive(entry.pid) => {
-            remove(&entry)?;
-            Ok(Some(entry))
+            let ended = remove(&entry)?;
+            Ok(Some((entry, ended)))
         }
         _ => Ok(None),
     }
@@ -224,23 +228,34 @@ pub struct Removed {
     pub labs: Vec<LabEntry>,
     /// Namespaces tcplab marked whose process died and no registered lab named.
     pub namespaces: Vec<Leftover>,
+    /// Processes that were left running in those labs and namespaces, each with the
+    /// name of the lab or namespace it was in.
+    pub processes: Vec<(String, Ended)>,
     /// Tracefs instances of tests whose process died (`--trace-events`).
     pub trace_instances: Vec<String>,
 }
 
 /// Removes every lab whose process is gone, then every namespace marked by a process
-/// that is gone.
+/// that is gone, ending the processes left inside them first.
 pub fn gc() -> io::Result<Removed> {
     let mut removed = Removed::default();
     for entry in list()? {
         if !pid_alive(entry.pid) {
-            remove(&entry)?;
+            let ended = remove(&entry)?;
+            let lab = format!("lab {}", entry.name);
+            removed
+                .processes
+                .extend(ended.into_iter().map(|e| (lab.clone(), e)));
             removed.labs.push(entry);
         }
     }
     removed.namespaces = netns::leftovers()?;
     for ns in &removed.namespaces {
-        ns.remove()?;
+        let ended = ns.remove()?;
+        let name = format!("netns {}", ns.name);
+        removed
+            .processes
+            .extend(ended.into_iter().map(|e| (name.clone(), e)));
     }
     for socket in orphan_sockets()? {
         fs::remove_file(socket)?;

@@ -25,6 +25,7 @@ use tcplab_model::traffic::Classifier;
 /// follows (bit/s), and the round trip that rate is over.
 pub type PacingTarget = (Arc<AtomicU64>, PaceRtt);
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
+use tcplab_sys::ifqueue;
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
@@ -34,7 +35,7 @@ use crate::calibrate;
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
-use tcplab_model::record::{DirectionStats, PathRecord};
+use tcplab_model::record::{DirectionStats, HostQueue, PathRecord};
 
 pub(crate) const TUN_NAME: &str = "tcplab0";
 
@@ -77,6 +78,16 @@ fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabErr
         })?;
     }
     Ok(())
+}
+
+/// A host's interface queue, where the direction it sends into sets one.
+fn set_txqueuelen(ns: &NetNs, sends: &LinkSpec) -> Result<(), LabError> {
+    match sends.txqueuelen {
+        Some(packets) => ns
+            .try_run(|| ifqueue::set_txqueuelen(TUN_NAME, packets))
+            .map_err(io_err(format!("setting txqueuelen in {}", ns.name()))),
+        None => Ok(()),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -530,7 +541,7 @@ impl Lab {
         };
         let entry = LabEntry {
             name: config.name.clone(),
-            pid: std::process::id(),
+            pid: netns::own_pid(),
             path: config.path.to_string(),
             server: HostEntry {
                 ns: format!("{}-server", config.name),
@@ -575,6 +586,7 @@ impl Lab {
         let make_host = |ns_name: &str,
                          v4: IpAddr,
                          v6: IpAddr,
+                         sends: Direction,
                          made: &mut Vec<NetNs>|
          -> Result<(Host, Arc<Tun>), LabError> {
             let ns = NetNs::create(ns_name).map_err(io_err(format!("creating netns {ns_name}")))?;
@@ -589,6 +601,7 @@ impl Lab {
                 .map_err(io_err(format!("creating {TUN_NAME} in {ns_name}")))?;
             ns.try_run(|| netns::set_mtu(TUN_NAME, mtu))
                 .map_err(io_err(format!("setting MTU in {ns_name}")))?;
+            set_txqueuelen(&ns, config.path.link(sends))?;
             set_sysctls(&ns, &config.sysctls)?;
             Ok((
                 Host {
@@ -601,12 +614,18 @@ impl Lab {
         };
 
         let (server_v4, server_v6) = server_addrs();
-        let (server, server_tun) = make_host(&entry.server.ns, server_v4, server_v6, made)?;
+        let (server, server_tun) = make_host(
+            &entry.server.ns,
+            server_v4,
+            server_v6,
+            Direction::Down,
+            made,
+        )?;
         let mut clients = Vec::new();
         let mut client_tuns = Vec::new();
         for (i, host) in entry.clients.iter().enumerate() {
             let (v4, v6) = client_addrs(i as u16 + 1);
-            let (client, tun) = make_host(&host.ns, v4, v6, made)?;
+            let (client, tun) = make_host(&host.ns, v4, v6, Direction::Up, made)?;
             clients.push(client);
             client_tuns.push(tun);
         }
@@ -741,9 +760,9 @@ impl Lab {
             .map_err(io_err("creating the veth pair"))?;
         let (server_v4, server_v6) = server_addrs();
         let (client_v4, client_v6) = client_addrs(1);
-        for (ns, v4, v6, opts) in [
-            (&server_ns, server_v4, server_v6, &down),
-            (&client_ns, client_v4, client_v6, &up),
+        for (ns, v4, v6, opts, sends) in [
+            (&server_ns, server_v4, server_v6, &down, Direction::Down),
+            (&client_ns, client_v4, client_v6, &up, Direction::Up),
         ] {
             ns.try_run(|| {
                 netns::link_up("lo")?;
@@ -753,6 +772,7 @@ impl Lab {
                 netns::link_up(TUN_NAME)
             })
             .map_err(io_err(format!("setting up {}", ns.name())))?;
+            set_txqueuelen(ns, path.link(sends))?;
             set_sysctls(ns, &config.sysctls)?;
             ns.run(|| netem::apply_netem(TUN_NAME, opts))
                 .map_err(io_err(format!("entering {}", ns.name())))??;
@@ -924,11 +944,50 @@ impl Lab {
         self.pacing_targets[dir as usize].clone()
     }
 
-    pub fn stats(&self) -> LabStats {
-        LabStats {
+    /// The emulator's counters, and the hosts' interface queues.
+    pub fn stats(&self) -> Result<LabStats, LabError> {
+        let queues = self.host_queues()?;
+        Ok(self.stats_with(queues))
+    }
+
+    fn stats_with(&self, [up, down]: [Vec<HostQueue>; 2]) -> LabStats {
+        let mut stats = LabStats {
             calibration: self.calibration,
             ..self.emulator.stats()
-        }
+        };
+        stats.up.host_queues = up;
+        stats.down.host_queues = down;
+        stats
+    }
+
+    /// The interface queues of the hosts sending up (the clients) and down (the
+    /// server).
+    fn host_queues(&self) -> Result<[Vec<HostQueue>; 2], LabError> {
+        let read = |host: &Host, name: &str| {
+            host.ns
+                .try_run(|| ifqueue::read(name, TUN_NAME))
+                .map_err(io_err(format!("reading the interface queue of {name}")))
+        };
+        let single = self.clients.len() == 1;
+        let clients = self
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(k, host)| {
+                let name = if single {
+                    "client".to_owned()
+                } else {
+                    format!("client{}", k + 1)
+                };
+                read(host, &name)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok([clients, vec![read(&self.server, "server")?]])
+    }
+
+    /// The capture's file (`--capture`).
+    pub fn capture_file(&self) -> Option<&str> {
+        self.emulator.capture_file.as_deref()
     }
 
     /// What the lab measured of its own latency when it started; `None` without the
@@ -949,15 +1008,17 @@ impl Lab {
 
     fn shutdown(&mut self) -> Result<LabStats, LabError> {
         self.alive = false;
+        // The TUN devices go with the emulator's threads: their queues are read first.
+        let queues = self.host_queues();
         let stopped = self.emulator.halt();
-        let stats = self.stats();
+        let stats = queues.map(|queues| self.stats_with(queues));
         for host in std::iter::once(&self.server).chain(&self.clients) {
             host.ns
                 .delete()
                 .map_err(io_err(format!("deleting netns {}", host.ns.name())))?;
         }
         registry::unregister(&self.entry.name);
-        stopped.map(|()| stats)
+        stopped.and(stats)
     }
 }
 

@@ -22,6 +22,8 @@ pub enum LinkRole {
 pub enum DumbbellError {
     #[error("client{client}'s access link sets seed: the lab's one seed, given in the path, draws every link")]
     SeedOnAccess { client: usize },
+    #[error("client{client}'s access link sets txqueuelen: it is the hosts' interface queue, set in the path (up: the clients', down: the server's)")]
+    TxQueueLenOnAccess { client: usize },
     #[error("{link}: a queue in bdp is rate × round trip, and no link on the way has a delay (rtt 0): give the path an rtt, or the queue in packets (100p) or bytes (256KiB)")]
     BdpWithoutRtt { link: String },
 }
@@ -90,6 +92,13 @@ impl<'a> Dumbbell<'a> {
     pub fn check(&self) -> Result<(), DumbbellError> {
         if let Some(k) = self.access.iter().position(|a| a.seed.is_some()) {
             return Err(DumbbellError::SeedOnAccess { client: k + 1 });
+        }
+        if let Some(k) = self
+            .access
+            .iter()
+            .position(|a| a.up.txqueuelen.is_some() || a.down.txqueuelen.is_some())
+        {
+            return Err(DumbbellError::TxQueueLenOnAccess { client: k + 1 });
         }
         let links = std::iter::once(LinkRole::Bottleneck)
             .chain((0..self.access.len()).map(LinkRole::Access));
@@ -312,6 +321,18 @@ mod tests {
             Dumbbell::new(&path, &access).check(),
             Err(DumbbellError::SeedOnAccess { client: 2 })
         );
+    }
+
+    #[test]
+    fn only_the_path_sets_the_hosts_interface_queues() {
+        let path = spec("rtt 10ms txqueuelen 10");
+        assert_eq!(Dumbbell::new(&path, &[PathSpec::default()]).check(), Ok(()));
+        let access = [PathSpec::default(), spec("rtt 2ms up.txqueuelen 4")];
+        let err = Dumbbell::new(&path, &access).check().unwrap_err();
+        assert_eq!(err, DumbbellError::TxQueueLenOnAccess { client: 2 });
+        assert!(err
+            .to_string()
+            .starts_with("client2's access link sets txqueuelen"));
     }
 
     #[test]

@@ -257,7 +257,7 @@ pub struct Verdict {
 /// One thing a detector noticed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
-    /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow, aqm,
+    /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow, aqm, host_queue,
     /// unfair_streams, receiver_limited, window_segments, application_limited, loss,
     /// kernel_events, zero_window, retransmit_causes, other_direction.
     pub kind: &'static str,
@@ -1142,6 +1142,9 @@ fn detect(
     if let Some(message) = aqm_effect(run, direction) {
         find("aqm", message, None);
     }
+    if let Some((message, advice)) = host_queue(run, direction, e.episodes.retransmits) {
+        find("host_queue", message, Some(advice));
+    }
     // Parallel streams sharing unevenly.
     if tcp.len() > 1 {
         let rates: Vec<f64> = tcp.iter().map(|f| f.received_bps).collect();
@@ -1526,6 +1529,67 @@ fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
         link.aqm.name(),
         count(c.dropped_aqm, "packet"),
         count(c.dropped_queue, "packet"),
+    ))
+}
+
+/// The sending hosts' own interface queues, where they dropped packets: a device's
+/// drops (a TUN device's ring full) reach TCP as losses on the path, a qdisc's as send
+/// stalls (the congestion window cut at the host, no loss on the path). With what to
+/// raise.
+fn host_queue(run: &RunRecord, direction: Direction, retransmits: u64) -> Option<(String, String)> {
+    let record = run.path.as_ref()?;
+    let queues = match direction {
+        Direction::Up => &record.up.host_queues,
+        Direction::Down => &record.down.host_queues,
+    };
+    let dropping: Vec<String> = queues
+        .iter()
+        .filter(|q| q.drops() > 0)
+        .map(|q| {
+            let mut parts = Vec::new();
+            if q.device_drops > 0 {
+                parts.push(format!(
+                    "its device dropped {} (a full ring: TCP saw each as a loss on the path)",
+                    count(q.device_drops, "packet")
+                ));
+            }
+            if q.qdisc_drops > 0 {
+                parts.push(format!(
+                    "its {} qdisc dropped {} (send stalls: TCP cut its window at the host)",
+                    q.qdisc,
+                    count(q.qdisc_drops, "packet")
+                ));
+            }
+            format!(
+                "the {}'s interface queue (txqueuelen {}) overflowed: {}",
+                q.host,
+                q.txqueuelen,
+                parts.join(", ")
+            )
+        })
+        .collect();
+    if dropping.is_empty() {
+        return None;
+    }
+    let held: u64 = queues.iter().map(|q| q.held_retransmits).sum();
+    let mut message = dropping.join("; ");
+    message += &format!(
+        "; the senders retransmitted {}",
+        count(retransmits, "segment")
+    );
+    if held > 0 {
+        message += &format!(
+            ", and held back {} while the original was still in the host's queue",
+            count(held, "retransmission")
+        );
+    }
+    let largest = queues.iter().map(|q| q.txqueuelen).max().unwrap_or(0);
+    Some((
+        message,
+        format!(
+            "lengthen the sending host's interface queue (txqueuelen {} in the path; on a host, ip link set DEV txqueuelen N) so a window's worth of packets fits",
+            (largest * 4).max(100)
+        ),
     ))
 }
 
@@ -2459,6 +2523,49 @@ mod tests {
             .iter()
             .find(|f| f.kind == "queue_overflow")
             .map(|f| f.message.as_str())
+    }
+
+    /// The client's TUN ring dropped packets: explain names the host, its txqueuelen,
+    /// what TCP saw and what to raise; the server's queue (the ACKs' way) and a queue
+    /// that dropped nothing are not named.
+    #[test]
+    fn a_sending_hosts_interface_queue_that_dropped_is_named() {
+        let mut r = overflowed("rtt 2ms rate 2gbit up.txqueuelen 4", 0, None);
+        let queue = |host: &str, txqueuelen, device_drops| record::HostQueue {
+            host: host.into(),
+            txqueuelen,
+            qdisc: "pfifo_fast".into(),
+            device_drops,
+            ..record::HostQueue::default()
+        };
+        let path = r.path.as_mut().unwrap();
+        path.up.host_queues = vec![queue("client", 4, 0)];
+        path.down.host_queues = vec![queue("server", 500, 9)];
+        let found = |e: &Explanation| {
+            e.findings
+                .iter()
+                .find(|f| f.kind == "host_queue")
+                .map(|f| f.message.clone())
+        };
+        assert_eq!(found(&explain(&r)), None);
+        let path = r.path.as_mut().unwrap();
+        path.up.host_queues[0].device_drops = 68;
+        path.up.host_queues[0].held_retransmits = 3;
+        let e = explain(&r);
+        let message = found(&e).expect("a host_queue finding");
+        assert!(
+            message.starts_with("the client's interface queue (txqueuelen 4) overflowed: its device dropped 68 packets (a full ring: TCP saw each as a loss on the path); the senders retransmitted "),
+            "{message}"
+        );
+        assert!(message.ends_with(", and held back 3 retransmissions while the original was still in the host's queue"), "{message}");
+        assert!(!message.contains("server"), "{message}");
+        assert!(
+            e.recommendations.iter().any(|r| r.starts_with(
+                "lengthen the sending host's interface queue (txqueuelen 100 in the path"
+            )),
+            "{:?}",
+            e.recommendations
+        );
     }
 
     fn advises_pacing(e: &Explanation) -> bool {

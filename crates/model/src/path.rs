@@ -94,6 +94,10 @@ pub const PIE_BETA: u32 = 20;
 /// The IPv4 minimum and the IP maximum.
 pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 68..=65_535;
 
+/// The hosts' interface queues a path may set (`txqueuelen`), packets: a TUN device with
+/// none drops every packet, and a million is far beyond any real host's.
+pub const TXQUEUELEN_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;
+
 /// Which way packets travel: up = client → server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -355,6 +359,10 @@ pub struct LinkSpec {
     pub aqm: Aqm,
     /// A gap pacer before the bottleneck.
     pub pace: Option<Pace>,
+    /// The interface queue of the hosts sending into this direction (up: the clients',
+    /// down: the server's), packets: `txqueuelen` of their device; `None` leaves the
+    /// kernel's (500 for a TUN device).
+    pub txqueuelen: Option<u32>,
 }
 
 /// A gap pacer's rate.
@@ -415,6 +423,8 @@ impl LinkSpec {
             queue: _,
             aqm: _,
             pace,
+            // The hosts' own queue, before the emulator reads a packet.
+            txqueuelen: _,
         } = self;
         jitter.is_none()
             && matches!(loss, Loss::None)
@@ -633,12 +643,13 @@ enum Key {
     Queue,
     Aqm,
     Pace,
+    TxQueueLen,
     Mtu,
     Seed,
 }
 
 impl Key {
-    const ALL: [Key; 14] = [
+    const ALL: [Key; 15] = [
         Key::Delay,
         Key::Rtt,
         Key::Jitter,
@@ -651,6 +662,7 @@ impl Key {
         Key::Queue,
         Key::Aqm,
         Key::Pace,
+        Key::TxQueueLen,
         Key::Mtu,
         Key::Seed,
     ];
@@ -669,6 +681,7 @@ impl Key {
             Key::Queue => "queue",
             Key::Aqm => "aqm",
             Key::Pace => "pace",
+            Key::TxQueueLen => "txqueuelen",
             Key::Mtu => "mtu",
             Key::Seed => "seed",
         }
@@ -749,6 +762,12 @@ impl Key {
                     "the same over their min RTT: the pacer's",
                 ),
                 ("", "own queue does not slow it"),
+            ],
+            Key::TxQueueLen => &[
+                ("txqueuelen N", "the sending hosts' interface queue, N"),
+                ("", "packets (1 to 1000000): up the clients',"),
+                ("", "down the server's (default: the kernel's,"),
+                ("", "500 for a TUN device)"),
             ],
             Key::Mtu => &[("mtu BYTES", "whole path only, default 1500")],
             Key::Seed => &[
@@ -965,6 +984,7 @@ enum Setting {
     Queue(QueueLimit),
     Aqm(Aqm),
     Pace(Pace),
+    TxQueueLen(u32),
     Mtu(u32),
     Seed(u64),
 }
@@ -1043,6 +1063,19 @@ fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
                     );
                 }
                 Setting::Pace(Pace::Rate(bps))
+            }
+        }
+        Key::TxQueueLen => {
+            let t = cur.value("a whole number of packets")?;
+            match t.text.parse::<u32>() {
+                Ok(n) if TXQUEUELEN_RANGE.contains(&n) => Setting::TxQueueLen(n),
+                _ => {
+                    return Err(t.error(format!(
+                        "invalid txqueuelen; expected a whole number of packets within {}..={}",
+                        TXQUEUELEN_RANGE.start(),
+                        TXQUEUELEN_RANGE.end()
+                    )))
+                }
             }
         }
         Key::Mtu => {
@@ -1367,6 +1400,7 @@ fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
                 Setting::Queue(q) => link.queue = *q,
                 Setting::Aqm(a) => link.aqm = *a,
                 Setting::Pace(bps) => link.pace = Some(*bps),
+                Setting::TxQueueLen(n) => link.txqueuelen = Some(*n),
                 Setting::Mtu(m) => path.mtu = *m,
                 Setting::Seed(s) => path.seed = Some(*s),
             }
@@ -1648,7 +1682,7 @@ impl PathSpec {
         }
         // Each per-direction field as (key, value) when not the default.
         type Field = fn(&LinkSpec) -> Option<(Key, String)>;
-        let fields: [Field; 9] = [
+        let fields: [Field; 10] = [
             |l| l.jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
             |l| fmt_loss(&l.loss).map(|v| (Key::Loss, v)),
             |l| (!l.duplicate.is_zero()).then(|| (Key::Duplicate, l.duplicate.to_string())),
@@ -1663,6 +1697,7 @@ impl PathSpec {
                     Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
                 })
             },
+            |l| l.txqueuelen.map(|n| (Key::TxQueueLen, n.to_string())),
         ];
         for field in fields {
             let (u, d) = (field(up), field(down));
@@ -1987,6 +2022,37 @@ mod tests {
         let p = parse("seed 1 loss 1%");
         assert_eq!(p.seed, Some(1));
         assert_eq!(p.to_string(), "loss 1% seed 1");
+    }
+
+    #[test]
+    fn the_hosts_interface_queues_are_set_per_direction_and_printed_back() {
+        let p = parse("rate 1gbit txqueuelen 10");
+        assert_eq!((p.up.txqueuelen, p.down.txqueuelen), (Some(10), Some(10)));
+        assert_eq!(p.to_string(), "rate 1gbit txqueuelen 10");
+        let p = parse("up.txqueuelen 4");
+        assert_eq!((p.up.txqueuelen, p.down.txqueuelen), (Some(4), None));
+        assert_eq!(p.to_string(), "up.txqueuelen 4");
+        assert!(
+            p.up.delays_only(),
+            "the hosts' queue is not the emulator's work"
+        );
+        assert_eq!(parse("").up.txqueuelen, None);
+        for bad in [
+            "txqueuelen 0",
+            "txqueuelen 1000001",
+            "txqueuelen 10p",
+            "txqueuelen",
+        ] {
+            let e = err(bad);
+            assert!(e.contains("txqueuelen"), "{bad}: {e}");
+        }
+        assert!(err("txqueuelen 0").contains("within 1..=1000000"));
+        // The TOML form: a number or text.
+        let toml: PathSpec = toml::from_str("txqueuelen = 20\n[up]\ntxqueuelen = \"5\"\n").unwrap();
+        assert_eq!(
+            (toml.up.txqueuelen, toml.down.txqueuelen),
+            (Some(5), Some(20))
+        );
     }
 
     #[test]

@@ -778,6 +778,43 @@ pub struct DirectionStats {
     /// What a capture recorded of this direction (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<crate::capture::CaptureCounts>,
+    /// The interface queues of the hosts that send into this direction (up: each
+    /// client's, down: the server's), before the emulator reads their packets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_queues: Vec<HostQueue>,
+}
+
+/// A host's interface queue over its lab's life (a run's lab lives for the run): its
+/// device's transmit queue and root qdisc, and its TCP's retransmissions held back by
+/// them. Counted by the kernel for the whole interface: the test's flows and tcplab's
+/// control connection alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostQueue {
+    /// "server", "client" or "clientK".
+    pub host: String,
+    /// The device's transmit queue, packets (each up to a GSO super-packet).
+    pub txqueuelen: u32,
+    /// Its root qdisc ("pfifo_fast"; "noqueue" for none).
+    pub qdisc: String,
+    /// Packets the qdisc passed on, dropped, requeued (the device pushed back) and
+    /// enqueued over its limit.
+    pub qdisc_packets: u64,
+    pub qdisc_drops: u64,
+    pub requeues: u64,
+    pub overlimits: u64,
+    /// Packets the device dropped: for a lab's TUN device, those that found its ring of
+    /// `txqueuelen` packets full.
+    pub device_drops: u64,
+    /// Retransmissions the host's TCP held back because the original was still in a
+    /// host queue (TcpExt TCPSpuriousRtxHostQueues), all its sockets.
+    pub held_retransmits: u64,
+}
+
+impl HostQueue {
+    /// Packets the queue dropped, at the qdisc or the device.
+    pub fn drops(&self) -> u64 {
+        self.qdisc_drops + self.device_drops
+    }
 }
 
 impl DirectionStats {

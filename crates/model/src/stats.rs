@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use crate::record::RunRecord;
+use crate::record::{Direction, DirectionStats, RunRecord};
 use crate::throughput::{self, Counted};
 
 /// Above this coefficient of variation (stddev / mean) a point's runs disagree enough
@@ -123,10 +123,17 @@ pub enum Metric {
     /// The 95th percentile of the one-way delay of the data packets across the lab's
     /// emulator (µs), in the direction that carried more of them; the whole run's.
     Delay,
+    /// Packets the sending hosts' interface queues dropped (their qdiscs and devices),
+    /// in the direction of the first TCP flow; the whole run's.
+    HostDrops,
+    /// How bursty the senders were where their packets entered the bottleneck: the
+    /// train length (packets back to back) within which 99 % of the burstiest TCP
+    /// flow's packets arrived, in the direction of the first TCP flow.
+    Burst,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 11] = [
+    pub const ALL: [Metric; 13] = [
         Metric::Throughput,
         Metric::Retransmits,
         Metric::Rtt,
@@ -138,6 +145,8 @@ impl Metric {
         Metric::Transactions,
         Metric::TransactionTime,
         Metric::Delay,
+        Metric::HostDrops,
+        Metric::Burst,
     ];
 
     pub fn name(self) -> &'static str {
@@ -153,6 +162,8 @@ impl Metric {
             Metric::Transactions => "transactions",
             Metric::TransactionTime => "transaction_time",
             Metric::Delay => "delay",
+            Metric::HostDrops => "host_drops",
+            Metric::Burst => "burst",
         }
     }
 
@@ -167,7 +178,9 @@ impl Metric {
             | Metric::Rpm
             | Metric::Transactions
             | Metric::TransactionTime
-            | Metric::Delay => (0.0, f64::INFINITY),
+            | Metric::Delay
+            | Metric::HostDrops
+            | Metric::Burst => (0.0, f64::INFINITY),
             Metric::Fairness | Metric::UdpLoss => (0.0, 1.0),
         }
     }
@@ -184,6 +197,7 @@ impl Metric {
             | Metric::Delay => "µs",
             Metric::Rpm => "round trips/min",
             Metric::Transactions => "transactions/s",
+            Metric::HostDrops | Metric::Burst => "packets",
             Metric::Fairness | Metric::UdpLoss => "",
         }
     }
@@ -222,6 +236,16 @@ impl Metric {
             Metric::Transactions => run.summary.transactions.map(|t| t.per_second),
             Metric::TransactionTime => run.summary.transactions.map(|t| t.latency_us.p50),
             Metric::Delay => run.path.as_ref()?.data_direction().delay.map(|d| d.p95_us),
+            Metric::HostDrops => {
+                let queues = &senders_direction(run)?.host_queues;
+                (!queues.is_empty()).then(|| queues.iter().map(|q| q.drops()).sum::<u64>() as f64)
+            }
+            Metric::Burst => senders_direction(run)?
+                .bursts
+                .iter()
+                .filter(|b| b.flow.starts_with("tcp"))
+                .map(|b| b.burst_p99)
+                .reduce(f64::max),
         }
     }
 }
@@ -237,6 +261,19 @@ impl std::str::FromStr for Metric {
                 format!("unknown metric '{s}' (expected {})", names.join(", "))
             })
     }
+}
+
+/// The direction the run's first TCP flow sends in (as `explain` takes it), else the
+/// one that carried more data packets: where its senders' queues and trains are. (A
+/// sender that collapsed can carry fewer data packets than the control connection's
+/// reports the other way.)
+fn senders_direction(run: &RunRecord) -> Option<&DirectionStats> {
+    let path = run.path.as_ref()?;
+    Some(match run.flows.iter().find(|f| f.udp.is_none()) {
+        Some(f) if f.direction == Direction::Down => &path.down,
+        Some(_) => &path.up,
+        None => path.data_direction(),
+    })
 }
 
 /// The run's throughput after `from_us`, bit/s: [`throughput::bps`] over all its
@@ -392,6 +429,52 @@ mod tests {
         // One TCP flow alone: none either, not 1.
         run.flows.truncate(1);
         assert_eq!(Metric::Fairness.of(&run, 1_000_000), None);
+    }
+
+    #[test]
+    fn host_drops_and_burst_are_the_data_directions() {
+        use crate::record::{BurstStats, HostQueue, PathRecord};
+        let mut run: RunRecord = serde_json::from_str(include_str!("../tests/run.json")).unwrap();
+        run.path = None;
+        assert_eq!(Metric::HostDrops.of(&run, 0), None);
+        let mut path = PathRecord::default();
+        path.up.host_queues = vec![
+            HostQueue {
+                host: "client1".into(),
+                device_drops: 5,
+                qdisc_drops: 2,
+                ..HostQueue::default()
+            },
+            HostQueue {
+                host: "client2".into(),
+                device_drops: 1,
+                ..HostQueue::default()
+            },
+        ];
+        path.down.host_queues = vec![HostQueue {
+            host: "server".into(),
+            device_drops: 100,
+            ..HostQueue::default()
+        }];
+        let train = |flow: &str, p99| BurstStats {
+            flow: flow.into(),
+            burst_p99: p99,
+            ..BurstStats::default()
+        };
+        path.up.bursts = vec![
+            train("tcp a", 3.0),
+            train("udp b", 40.0),
+            train("tcp c", 7.5),
+        ];
+        run.path = Some(path);
+        // The first TCP flow sends up: the clients' queues and trains.
+        run.flows[0].direction = Direction::Up;
+        assert_eq!(Metric::HostDrops.of(&run, 0), Some(8.0));
+        assert_eq!(Metric::Burst.of(&run, 0), Some(7.5));
+        // Sending down (-R): the server's queue; no trains were recorded down.
+        run.flows[0].direction = Direction::Down;
+        assert_eq!(Metric::HostDrops.of(&run, 0), Some(100.0));
+        assert_eq!(Metric::Burst.of(&run, 0), None);
     }
 
     #[test]

@@ -146,6 +146,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                 Just(Pace::Window(PaceRtt::Min)),
                 (1..100_000_000_000u64).prop_map(Pace::Rate)
             ]),
+            proptest::option::of(TXQUEUELEN_RANGE),
         ),
     )
         .prop_map(
@@ -158,7 +159,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                 reorder,
                 bottleneck,
                 queue,
-                (aqm, pace),
+                (aqm, pace, txqueuelen),
             )| {
                 let mut l = LinkSpec {
                     delay_us,
@@ -171,6 +172,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                     queue,
                     aqm,
                     pace,
+                    txqueuelen,
                 };
                 // Keep it valid: reorder needs a delay, a bdp queue a rate.
                 if l.reorder.is_some() && l.delay_us == 0 {
@@ -233,7 +235,7 @@ proptest! {
         prop_oneof![
             prop::sample::select(vec!["rtt", "delay", "up.delay", "down.rate", "rate", "loss",
                 "gemodel", "jitter", "dist", "pareto", "reorder", "gap", "queue", "aqm", "codel",
-                "target", "trace", "mtu", "seed", "up.rtt", "overhead"]).prop_map(String::from),
+                "target", "trace", "mtu", "seed", "up.rtt", "overhead", "txqueuelen"]).prop_map(String::from),
             "[0-9]{1,4}(\\.[0-9]{1,3})?(ms|us|s|mbit|kbit|%|p|bdp|K|B|)",
             ".{0,6}",
         ], 0..8)) {

@@ -59,6 +59,19 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
     {
         out.push(Metric::Delay);
     }
+    // A study of the hosts' interface queues: what they dropped, how bursty the senders.
+    let sets_txqueuelen = |p: &tcplab_model::record::PathRecord| {
+        p.spec
+            .parse::<tcplab_model::path::PathSpec>()
+            .is_ok_and(|s| s.up.txqueuelen.or(s.down.txqueuelen).is_some())
+    };
+    if data
+        .runs
+        .values()
+        .any(|r| r.path.as_ref().is_some_and(sets_txqueuelen))
+    {
+        out.extend([Metric::HostDrops, Metric::Burst]);
+    }
     out
 }
 
@@ -125,6 +138,16 @@ fn metric_words(metric: Metric, warmup_us: u64) -> (&'static str, YAxis, String)
             "One-way delay",
             y("95th percentile one-way delay", Quantity::Duration),
             "Delay: the 95th percentile of the one-way delay of the data packets across the emulator, read to write, in the direction that carried more of them (the whole run, warm-up included).".into(),
+        ),
+        Metric::HostDrops => (
+            "Drops in the sending hosts' interface queues",
+            y("packets dropped per run", Quantity::Number),
+            "Host drops: packets the sending hosts' interface queues dropped (qdisc and device; a TUN device's ring of txqueuelen packets), in the first TCP flow's direction (the whole run).".into(),
+        ),
+        Metric::Burst => (
+            "Sender burstiness",
+            y("99th percentile train (packets)", Quantity::Number),
+            "Burst: the train length (packets arriving back to back) within which 99 % of the burstiest TCP flow's packets entered the bottleneck, in the first TCP flow's direction (the whole run).".into(),
         ),
         Metric::TransactionTime => (
             "Transaction time",

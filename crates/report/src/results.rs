@@ -293,6 +293,7 @@ pub fn format_metric(metric: Metric, v: f64) -> String {
         Metric::Rpm => format!("{v:.0}"),
         Metric::Fairness => format!("{v:.3}"),
         Metric::UdpLoss => format!("{:.3} %", v * 100.0),
+        Metric::HostDrops | Metric::Burst => format!("{v:.1}"),
     }
 }
 

@@ -5,12 +5,15 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod ifqueue;
 pub mod localnet;
 pub mod netem;
 pub mod netns;
 pub mod nft;
 pub mod ping;
 pub mod poll;
+pub mod reaper;
+pub mod relay;
 pub mod snmp;
 pub mod sockopt;
 pub mod stamp;

@@ -24,7 +24,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
@@ -265,7 +265,7 @@ impl NetNs {
             .recursive(true)
             .mode(0o755)
             .create(dir)?;
-        let pid = std::process::id();
+        let pid = own_pid();
         let whole = dir.join(format!(".{}.{pid}", self.name));
         fs::write(&whole, format!("{pid}\n"))?;
         let linked = loop {
@@ -278,7 +278,7 @@ impl NetNs {
                         ))
                     }
                     _ => {
-                        if let Err(e) = self.delete() {
+                        if let Err(e) = end_processes_in(&self.name).and_then(|_| self.delete()) {
                             break Err(e);
                         }
                     }
@@ -719,6 +719,100 @@ fn owner(mark: &Path) -> Option<u32> {
     fs::read_to_string(mark).ok()?.trim().parse().ok()
 }
 
+/// This process's pid as /proc, the marks and the registry know it: std::process::id()
+/// is the pid in the process's own pid namespace, which inside `tcplab shell` (its
+/// command has a pid namespace of its own) names another process, or none, in /proc.
+pub fn own_pid() -> u32 {
+    fs::read_link("/proc/self")
+        .ok()
+        .and_then(|link| link.to_str()?.parse().ok())
+        .unwrap_or_else(std::process::id)
+}
+
+/// A process [`end_processes_in`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ended {
+    pub pid: u32,
+    /// Its command name (`comm`), as `ps` shows it.
+    pub command: String,
+}
+
+/// How long [`end_processes_in`] waits for what it killed to be gone.
+const END_WAIT: Duration = Duration::from_secs(5);
+
+/// Ends, with SIGKILL, every process inside namespace `name`, which must be a
+/// leftover (its mark's process died): a command left running there keeps it alive,
+/// nameless once removed. Waits until they are gone, and returns them.
+///
+/// As root a process is inside when its network namespace is the one mounted at the
+/// name. Without root the name is mounted only in the mount namespace of the process
+/// that made it, which its children and `lab exec`'s commands share and nothing else
+/// does: every process of that mount namespace is the dead lab's, and is ended.
+pub fn end_processes_in(name: &str) -> io::Result<Vec<Ended>> {
+    let ns = NetNs::by_name(name)?;
+    let ctx = |e| context(e, format_args!("ending the processes in netns {name}"));
+    let nsfs = fs::metadata("/proc/self/ns/net").map_err(ctx)?.dev();
+    let inside: Box<dyn Fn(u32) -> bool> = match userns::mode() {
+        Mode::Privileged => {
+            let Ok(meta) = fs::metadata(&ns.path) else {
+                return Ok(Vec::new());
+            };
+            if meta.dev() != nsfs {
+                // A file without its namespace mounted on it: nothing inside.
+                return Ok(Vec::new());
+            }
+            let id = (meta.dev(), meta.ino());
+            Box::new(move |pid| {
+                fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == id)
+            })
+        }
+        Mode::Rootless => {
+            let relative = ns.path.strip_prefix("/").unwrap_or(&ns.path).to_owned();
+            Box::new(move |pid| {
+                fs::metadata(Path::new(&format!("/proc/{pid}/root")).join(&relative))
+                    .is_ok_and(|m| m.dev() == nsfs)
+            })
+        }
+    };
+    let me = own_pid();
+    let deadline = Instant::now() + END_WAIT;
+    let mut ended: Vec<Ended> = Vec::new();
+    loop {
+        let live: Vec<u32> = pids()
+            .map_err(ctx)?
+            .filter(|&pid| pid != me && inside(pid) && pid_alive(pid))
+            .collect();
+        if live.is_empty() {
+            return Ok(ended);
+        }
+        if Instant::now() > deadline {
+            return Err(ctx(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("processes {live:?} outlived SIGKILL for {END_WAIT:?}"),
+            )));
+        }
+        for pid in live {
+            if !ended.iter().any(|e| e.pid == pid) {
+                let command = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                ended.push(Ended {
+                    pid,
+                    command: command.trim().to_owned(),
+                });
+            }
+            // SAFETY: plain syscall. A process gone since the scan is ESRCH: ignored.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Every pid in /proc.
+fn pids() -> io::Result<impl Iterator<Item = u32>> {
+    Ok(fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok()))
+}
+
 /// Whether the process runs. A zombie does not: a process killed with SIGKILL stays one
 /// until its parent (often a slow init) reaps it, and what it made is already left over.
 pub fn pid_alive(pid: u32) -> bool {
@@ -776,9 +870,12 @@ pub fn leftovers() -> io::Result<Vec<Leftover>> {
 }
 
 impl Leftover {
-    /// Deletes the namespace, if it still exists, and its mark.
-    pub fn remove(&self) -> io::Result<()> {
-        NetNs::by_name(&self.name)?.delete()
+    /// Ends the processes left inside the namespace, then deletes it, if it still
+    /// exists, and its mark. Returns the processes ended.
+    pub fn remove(&self) -> io::Result<Vec<Ended>> {
+        let ended = end_processes_in(&self.name)?;
+        NetNs::by_name(&self.name)?.delete()?;
+        Ok(ended)
     }
 }
 
@@ -1103,6 +1200,53 @@ mod tests {
         found[0].remove().unwrap();
         assert!(!again.path().exists() && !mark.exists());
         assert!(!NetNs::list().unwrap().contains(&name));
+    }
+
+    /// A process left inside a leftover namespace is ended when the leftover is
+    /// removed, or its name reclaimed; one outside it is not.
+    #[test]
+    fn netns_removing_a_leftover_ends_the_processes_inside() {
+        if !privileged_or_skip("netns_leftover_processes") {
+            return;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("60")
+                .spawn()
+                .unwrap()
+        };
+        let name = unique("procs");
+        let ns = NetNs::create(&name).unwrap();
+        let mut outside = sleep();
+        let mut inside = ns.run(sleep).unwrap();
+        let mark = ns.mark_path().unwrap();
+        fs::write(&mark, format!("{}\n", dead_pid())).unwrap();
+        let leftover = Leftover {
+            name: name.clone(),
+            pid: None,
+        };
+        let ended = leftover.remove().unwrap();
+        assert_eq!(
+            ended,
+            [Ended {
+                pid: inside.id(),
+                command: "sleep".into()
+            }]
+        );
+        assert_eq!(inside.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(pid_alive(outside.id()));
+
+        // Reclaiming a leftover's name ends what runs inside it too.
+        let ns = NetNs::create(&name).unwrap();
+        let mut inside = ns.run(sleep).unwrap();
+        fs::write(&mark, format!("{}\n", dead_pid())).unwrap();
+        let again = NetNs::create(&name).unwrap();
+        assert_eq!(inside.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(pid_alive(outside.id()));
+        again.delete().unwrap();
+        outside.kill().unwrap();
+        outside.wait().unwrap();
     }
 
     #[test]

@@ -1,13 +1,15 @@
-//! Source NAT out of one interface, through nf_tables' netlink interface: what
-//! `nft add table ip T; nft add chain ip T C { type nat hook postrouting priority 100; };
-//! nft add rule ip T C oif IF masquerade` sends, as one batch. A lab host that routes its
-//! clients to a far side hides their addresses behind its own this way, so the far side
-//! needs no route back into the lab. No crate speaks nf_tables without libnftnl or a
+//! Source NAT out of one interface, and TCP redirected to a local port, through
+//! nf_tables' netlink interface: what `nft add table ip T; nft add chain ip T C { type
+//! nat hook postrouting priority 100; }; nft add rule ip T C oif IF masquerade` sends,
+//! as one batch, and its prerouting counterpart. A lab host that routes its clients to a
+//! far side hides their addresses behind its own this way, so the far side needs no
+//! route back into the lab; without root it takes their TCP connections itself. No crate speaks nf_tables without libnftnl or a
 //! C toolchain's bindgen, and the three messages are small.
 //!
 //! Numbers from include/uapi/linux/netfilter/nfnetlink.h and nf_tables.h.
 
 use std::io;
+use std::net::Ipv4Addr;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
@@ -22,9 +24,12 @@ const NFT_MSG_NEWRULE: u16 = 6;
 
 const NFPROTO_UNSPEC: u8 = 0;
 const NFPROTO_IPV4: u8 = 2;
+const NF_INET_PRE_ROUTING: u32 = 0;
 const NF_INET_POST_ROUTING: u32 = 4;
 /// NF_IP_PRI_NAT_SRC: where `nft`'s `srcnat` priority puts the chain.
-const PRIORITY_SRCNAT: u32 = 100;
+const PRIORITY_SRCNAT: i32 = 100;
+/// NF_IP_PRI_NAT_DST: `nft`'s `dstnat`.
+const PRIORITY_DSTNAT: i32 = -100;
 
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
@@ -41,11 +46,29 @@ const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_META_DREG: u16 = 1;
 const NFTA_META_KEY: u16 = 2;
+const NFT_META_IIF: u32 = 4;
 const NFT_META_OIF: u32 = 5;
+const NFT_META_L4PROTO: u32 = 16;
+const NFTA_PAYLOAD_DREG: u16 = 1;
+const NFTA_PAYLOAD_BASE: u16 = 2;
+const NFTA_PAYLOAD_OFFSET: u16 = 3;
+const NFTA_PAYLOAD_LEN: u16 = 4;
+const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+/// Where the destination address is in an IPv4 header.
+const IPV4_DADDR_OFFSET: u32 = 16;
+const NFTA_BITWISE_SREG: u16 = 1;
+const NFTA_BITWISE_DREG: u16 = 2;
+const NFTA_BITWISE_LEN: u16 = 3;
+const NFTA_BITWISE_MASK: u16 = 4;
+const NFTA_BITWISE_XOR: u16 = 5;
+const NFTA_IMMEDIATE_DREG: u16 = 1;
+const NFTA_IMMEDIATE_DATA: u16 = 2;
+const NFTA_REDIR_REG_PROTO_MIN: u16 = 1;
 const NFTA_CMP_SREG: u16 = 1;
 const NFTA_CMP_OP: u16 = 2;
 const NFTA_CMP_DATA: u16 = 3;
 const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
 const NFTA_DATA_VALUE: u16 = 1;
 const NFT_REG_1: u32 = 1;
 
@@ -62,27 +85,139 @@ const NLMSG_HEADER: usize = 16;
 pub fn masquerade(table: &str, chain: &str, oif: &str) -> io::Result<()> {
     let what = format!("masquerading what leaves through {oif} (nf_tables)");
     let oif = if_index(oif).map_err(|e| context(e, &what))?;
-    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(|e| context(e, &what))?;
-    socket.bind_auto().map_err(|e| context(e, &what))?;
+    send(&what, &masquerade_batch(table, chain, oif))
+}
+
+/// Redirects every IPv4 TCP connection that arrives through link `iif` for an address
+/// outside `inside` (a network and its prefix length) to `port` of this host, where
+/// `SO_ORIGINAL_DST` tells a listener the address it was for, in the calling thread's
+/// namespace: table `table`, chain `chain` at prerouting. As `nft add rule ip T C iif
+/// IF meta l4proto tcp ip daddr != NET/LEN redirect to :PORT`.
+pub fn redirect_tcp(
+    table: &str,
+    chain: &str,
+    iif: &str,
+    inside: (Ipv4Addr, u8),
+    port: u16,
+) -> io::Result<()> {
+    let what = format!("redirecting TCP arriving through {iif} (nf_tables)");
+    let iif = if_index(iif).map_err(|e| context(e, &what))?;
+    send(&what, &redirect_batch(table, chain, iif, inside, port))
+}
+
+/// Sends a batch and waits for its acknowledgements.
+fn send(what: &str, (batch, acks): &(Vec<u8>, usize)) -> io::Result<()> {
+    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(|e| context(e, what))?;
+    socket.bind_auto().map_err(|e| context(e, what))?;
     socket
         .connect(&SocketAddr::new(0, 0))
-        .map_err(|e| context(e, &what))?;
-    let (batch, acks) = masquerade_batch(table, chain, oif);
-    socket.send(&batch, 0).map_err(|e| context(e, &what))?;
+        .map_err(|e| context(e, what))?;
+    socket.send(batch, 0).map_err(|e| context(e, what))?;
     let mut acked = 0;
-    while acked < acks {
-        let (data, _) = socket.recv_from_full().map_err(|e| context(e, &what))?;
+    while acked < *acks {
+        let (data, _) = socket.recv_from_full().map_err(|e| context(e, what))?;
         for result in replies(&data) {
-            result.map_err(|e| context(e, &what))?;
+            result.map_err(|e| context(e, what))?;
             acked += 1;
         }
     }
     Ok(())
 }
 
-/// The batch that makes the table, its chain and the rule, and how many acknowledgements
-/// it asks for.
+/// The batch that makes the table, its chain and the masquerading rule, and how many
+/// acknowledgements it asks for.
 fn masquerade_batch(table: &str, chain: &str, oif: u32) -> (Vec<u8>, usize) {
+    rule_batch(
+        table,
+        chain,
+        NF_INET_POST_ROUTING,
+        PRIORITY_SRCNAT,
+        |list| {
+            meta_is(list, NFT_META_OIF, &oif.to_ne_bytes());
+            expression(list, "masq", |_| {});
+        },
+    )
+}
+
+/// The batch that makes the table, its chain and the redirecting rule.
+fn redirect_batch(
+    table: &str,
+    chain: &str,
+    iif: u32,
+    (net, prefix): (Ipv4Addr, u8),
+    port: u16,
+) -> (Vec<u8>, usize) {
+    let mask = u32::MAX
+        .checked_shl(32 - u32::from(prefix.min(32)))
+        .unwrap_or(0);
+    rule_batch(table, chain, NF_INET_PRE_ROUTING, PRIORITY_DSTNAT, |list| {
+        meta_is(list, NFT_META_IIF, &iif.to_ne_bytes());
+        meta_is(list, NFT_META_L4PROTO, &[libc::IPPROTO_TCP as u8]);
+        // The destination address, masked to the network, is not `net`.
+        expression(list, "payload", |payload| {
+            payload
+                .be32(NFTA_PAYLOAD_DREG, NFT_REG_1)
+                .be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER)
+                .be32(NFTA_PAYLOAD_OFFSET, IPV4_DADDR_OFFSET)
+                .be32(NFTA_PAYLOAD_LEN, 4);
+        });
+        expression(list, "bitwise", |bitwise| {
+            bitwise
+                .be32(NFTA_BITWISE_SREG, NFT_REG_1)
+                .be32(NFTA_BITWISE_DREG, NFT_REG_1)
+                .be32(NFTA_BITWISE_LEN, 4)
+                .nested(NFTA_BITWISE_MASK, |data| {
+                    data.put(NFTA_DATA_VALUE, &mask.to_be_bytes());
+                })
+                .nested(NFTA_BITWISE_XOR, |data| {
+                    data.put(NFTA_DATA_VALUE, &[0; 4]);
+                });
+        });
+        expression(list, "cmp", |cmp| {
+            cmp.be32(NFTA_CMP_SREG, NFT_REG_1)
+                .be32(NFTA_CMP_OP, NFT_CMP_NEQ)
+                .nested(NFTA_CMP_DATA, |data| {
+                    data.put(NFTA_DATA_VALUE, &(u32::from(net) & mask).to_be_bytes());
+                });
+        });
+        expression(list, "immediate", |immediate| {
+            immediate
+                .be32(NFTA_IMMEDIATE_DREG, NFT_REG_1)
+                .nested(NFTA_IMMEDIATE_DATA, |data| {
+                    data.put(NFTA_DATA_VALUE, &port.to_be_bytes());
+                });
+        });
+        expression(list, "redir", |redir| {
+            redir.be32(NFTA_REDIR_REG_PROTO_MIN, NFT_REG_1);
+        });
+    })
+}
+
+/// A `meta KEY == value` match: meta stores the key in register 1 in host order.
+fn meta_is(list: &mut Attrs, key: u32, value: &[u8]) {
+    expression(list, "meta", |meta| {
+        meta.be32(NFTA_META_KEY, key)
+            .be32(NFTA_META_DREG, NFT_REG_1);
+    });
+    expression(list, "cmp", |cmp| {
+        cmp.be32(NFTA_CMP_SREG, NFT_REG_1)
+            .be32(NFTA_CMP_OP, NFT_CMP_EQ)
+            .nested(NFTA_CMP_DATA, |data| {
+                data.put(NFTA_DATA_VALUE, value);
+            });
+    });
+}
+
+/// A batch that makes table `table` (if missing), its nat chain `chain` at `hook` and
+/// `priority`, and one rule of the expressions `rule` adds; and how many
+/// acknowledgements it asks for.
+fn rule_batch(
+    table: &str,
+    chain: &str,
+    hook: u32,
+    priority: i32,
+    rule: impl FnOnce(&mut Attrs),
+) -> (Vec<u8>, usize) {
     let nft = |kind| NFNL_SUBSYS_NFTABLES << 8 | kind;
     let create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE;
     let mut table_attrs = Attrs::default();
@@ -91,30 +226,16 @@ fn masquerade_batch(table: &str, chain: &str, oif: u32) -> (Vec<u8>, usize) {
     chain_attrs
         .string(NFTA_CHAIN_TABLE, table)
         .string(NFTA_CHAIN_NAME, chain)
-        .nested(NFTA_CHAIN_HOOK, |hook| {
-            hook.be32(NFTA_HOOK_HOOKNUM, NF_INET_POST_ROUTING)
-                .be32(NFTA_HOOK_PRIORITY, PRIORITY_SRCNAT);
+        .nested(NFTA_CHAIN_HOOK, |h| {
+            h.be32(NFTA_HOOK_HOOKNUM, hook)
+                .be32(NFTA_HOOK_PRIORITY, priority as u32);
         })
         .string(NFTA_CHAIN_TYPE, "nat");
     let mut rule_attrs = Attrs::default();
     rule_attrs
         .string(NFTA_RULE_TABLE, table)
         .string(NFTA_RULE_CHAIN, chain)
-        .nested(NFTA_RULE_EXPRESSIONS, |list| {
-            expression(list, "meta", |meta| {
-                meta.be32(NFTA_META_KEY, NFT_META_OIF)
-                    .be32(NFTA_META_DREG, NFT_REG_1);
-            });
-            // meta stores the index in the register in host order.
-            expression(list, "cmp", |cmp| {
-                cmp.be32(NFTA_CMP_SREG, NFT_REG_1)
-                    .be32(NFTA_CMP_OP, NFT_CMP_EQ)
-                    .nested(NFTA_CMP_DATA, |data| {
-                        data.put(NFTA_DATA_VALUE, &oif.to_ne_bytes());
-                    });
-            });
-            expression(list, "masq", |_| {});
-        });
+        .nested(NFTA_RULE_EXPRESSIONS, rule);
     let batch_id = NFNL_SUBSYS_NFTABLES;
     let messages = [
         message(
@@ -329,6 +450,55 @@ mod tests {
             attrs(data),
             [(NFTA_DATA_VALUE, false, &7u32.to_ne_bytes()[..])]
         );
+    }
+
+    #[test]
+    fn the_redirect_is_a_nat_chain_at_prerouting_matching_tcp_from_one_link_outside_a_network() {
+        let (batch, acks) = redirect_batch(
+            "tcplab",
+            "farin",
+            3,
+            (Ipv4Addr::new(10, 77, 9, 9), 16),
+            40000,
+        );
+        assert_eq!(acks, 3);
+        let m = messages(&batch);
+        let chain = attrs(m[2].4);
+        assert_eq!(
+            attrs(chain[2].2),
+            [
+                (NFTA_HOOK_HOOKNUM, false, &0u32.to_be_bytes()[..]),
+                (NFTA_HOOK_PRIORITY, false, &(-100i32).to_be_bytes()[..]),
+            ]
+        );
+        let rule = attrs(m[3].4);
+        let exprs = attrs(rule[2].2);
+        let names: Vec<&[u8]> = exprs.iter().map(|elem| attrs(elem.2)[0].2).collect();
+        assert_eq!(
+            names,
+            [
+                &b"meta\0"[..],
+                b"cmp\0",
+                b"meta\0",
+                b"cmp\0",
+                b"payload\0",
+                b"bitwise\0",
+                b"cmp\0",
+                b"immediate\0",
+                b"redir\0"
+            ]
+        );
+        // The value an expression compares or loads, by its position.
+        let value = |at: usize, attr: usize| {
+            let data = attrs(attrs(exprs[at].2)[1].2)[attr].2;
+            attrs(data)[0].2.to_vec()
+        };
+        assert_eq!(value(1, 2), 3u32.to_ne_bytes());
+        assert_eq!(value(3, 2), [6]);
+        // The mask, then the network it must not be, both network order.
+        assert_eq!(value(5, 3), [255, 255, 0, 0]);
+        assert_eq!(value(6, 2), [10, 77, 0, 0]);
+        assert_eq!(value(7, 1), 40000u16.to_be_bytes());
     }
 
     #[test]

@@ -60,7 +60,7 @@ impl Trace {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "tcplab-{}-{}",
-            std::process::id(),
+            crate::netns::own_pid(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let dir = root.join("instances").join(name);

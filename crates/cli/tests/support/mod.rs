@@ -1130,6 +1130,44 @@ pub fn dry_run_rows(text: &str) -> Vec<DryRunRow> {
         .collect()
 }
 
+/// Whether process `pid` runs (a zombie does not: it has ended, only its parent has not
+/// reaped it yet).
+pub fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, r)| !r.starts_with('Z'))
+    })
+}
+
+/// The running processes below `pid` in the process tree, with their command lines.
+pub fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
+    };
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let below = |mut p: u32| {
+        while let Some(parent) = parent_of(p).filter(|&q| q > 1) {
+            if parent == pid {
+                return true;
+            }
+            p = parent;
+        }
+        false
+    };
+    all.into_iter()
+        .filter(|&p| process_alive(p) && below(p))
+        .map(|p| {
+            let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            (p, cmd.replace('\0', " ").trim().to_owned())
+        })
+        .collect()
+}
+
 /// The retransmissions' marks in a time-sequence graph's SVG: each vertical line of
 /// their colour at the plot's stroke width (the legend's is wider) as (x, top, bottom).
 pub fn retransmission_marks(svg: &str) -> Vec<(i32, i32, i32)> {
@@ -1155,4 +1193,38 @@ pub fn retransmission_marks(svg: &str) -> Vec<(i32, i32, i32)> {
             (points[0].0, a.min(b), a.max(b))
         })
         .collect()
+
+}
+
+/// Waits up to `limit` for every process in `pids` to end; returns those still running.
+pub fn still_running(pids: &[(u32, String)], limit: Duration) -> Vec<(u32, String)> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left: Vec<_> = pids
+            .iter()
+            .filter(|(p, _)| process_alive(*p))
+            .cloned()
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits up to 10 s for `command` to appear among the descendants of `pid`, and
+/// returns them all.
+pub fn await_descendant(pid: u32, command: &str) -> Vec<(u32, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let below = descendants(pid);
+        if below.iter().any(|(_, c)| c == command) {
+            return below;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no `{command}` below process {pid}: {below:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -19,7 +19,6 @@ use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
-use tcplab_model::calibration::Calibration;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_model::units::{count, format_duration_us};
@@ -216,7 +215,6 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
-    print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
     if let Some(spec) = capture.spec()? {
         println!(
             "  capturing both directions at the bottleneck's entry, with each packet's fate, into {} until lab down",
@@ -227,16 +225,6 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         println!("  {note}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The lab's calibration line, from a `show` document.
-fn print_calibration(doc: &serde_json::Value) -> Result<()> {
-    let calibration: Option<Calibration> = serde_json::from_value(doc["calibration"].clone())
-        .context("reading the lab's calibration")?;
-    if let Some(c) = calibration {
-        println!("  {}", c.describe());
-    }
-    Ok(())
 }
 
 fn print_entry(entry: &LabEntry) {
@@ -259,6 +247,7 @@ fn print_entry(entry: &LabEntry) {
             .unwrap_or_default();
         println!("  client {:<12} {} {}{access}", c.ns, c.addr, c.addr6);
     }
+    println!("  {}", entry.floor_line());
 }
 
 /// Sends one request to a lab's daemon and returns its answer.
@@ -361,7 +350,6 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
     };
     let (up, down) = (direction("up")?, direction("down")?);
     print_entry(&entry);
-    print_calibration(&doc)?;
     for (dir, s) in [("up", &up), ("down", &down)] {
         for link in &s.links {
             let c = &link.counters;
@@ -467,7 +455,6 @@ fn show_document(lab: &Lab) -> serde_json::Value {
         "clients": lab.entry.clients.iter().map(host).collect::<Vec<_>>(),
         "up": stats.up,
         "down": stats.down,
-        "calibration": stats.calibration,
     })
 }
 

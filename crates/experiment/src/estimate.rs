@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use tcplab_lab::{CalibrationShape, CALIBRATION_TIME};
 use tcplab_model::experiment::{FlowConfig, Point};
 use tcplab_model::path::{Loss, PathSpec};
 use tcplab_model::record::{Mode, TestEnd};
@@ -30,26 +29,12 @@ pub const RUN_OVERHEAD: Duration = Duration::from_millis(100);
 /// per stream).
 pub const CONTROL_RTTS: u64 = 8;
 
-/// About how long the runs of `points`, each `repetitions` times, take: their runs, and
-/// one calibration for each shape of lab the process meets (the labs of a sweep share
-/// it; see `tcplab_lab::CalibrationShape`).
+/// About how long the runs of `points`, each `repetitions` times, take.
 pub fn sweep_time(points: &[Point], repetitions: u32) -> Duration {
-    let runs: Duration = points.iter().map(run_time).sum::<Duration>() * repetitions;
-    let mut shapes: Vec<CalibrationShape> = Vec::new();
-    for c in points
-        .iter()
-        .map(|p| &p.config)
-        .filter(|c| c.server.is_none())
-    {
-        let shape = CalibrationShape::of(&c.path, &c.access);
-        if !shapes.iter().any(|s| s.same(&shape)) {
-            shapes.push(shape);
-        }
-    }
-    runs + CALIBRATION_TIME * shapes.len() as u32
+    points.iter().map(run_time).sum::<Duration>() * repetitions
 }
 
-/// About how long one run of `point` takes, its lab's calibration aside.
+/// About how long one run of `point` takes.
 pub fn run_time(point: &Point) -> Duration {
     let c = &point.config;
     let tests = c
@@ -133,19 +118,6 @@ mod tests {
             run_time(&lossy),
             Duration::from_millis(100 + 850 + 2000 + 500)
         );
-    }
-
-    #[test]
-    fn a_sweep_calibrates_each_shape_of_lab_once() {
-        let e = parse(
-            "duration = \"1s\"\nrepetitions = 2\npath = \"rtt {rtt}\"\n\
-             [[axis]]\nname = \"rtt\"\nvalues = [\"10ms\", \"20ms\", \"0.2ms\"]\n",
-            "t",
-        )
-        .unwrap();
-        let runs: Duration = e.points.iter().map(run_time).sum::<Duration>() * 2;
-        // 10 and 20 ms probe the same capped delays; 0.2 ms its own.
-        assert_eq!(sweep_time(&e.points, 2), runs + CALIBRATION_TIME * 2);
     }
 
     #[test]

@@ -10,11 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
-use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
 use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
@@ -28,7 +26,6 @@ use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
 use tcplab_sys::userns::{self, Mode};
 
-use crate::calibrate;
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
@@ -48,8 +45,7 @@ const HOST_SYSCTLS: &[(&str, &str)] = &[
 
 /// The lab's defaults, then the user's sysctls, in one host.
 fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
-    // Anyone may ping (ICMP datagram sockets): the lab's calibration, and users inside a
-    // lab, whatever their group.
+    // Anyone inside a lab may ping (ICMP datagram sockets), whatever their group.
     let ping = ("net.ipv4.ping_group_range", userns::ping_group_range());
     let defaults = HOST_SYSCTLS
         .iter()
@@ -158,9 +154,6 @@ pub struct LabStats {
     pub down: DirectionStats,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     pub epoch_unix_us: i64,
-    /// What the lab measured of its own latency when it started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<Calibration>,
     /// The capture's file (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
@@ -181,29 +174,10 @@ impl LabStats {
             up: self.up,
             down: self.down,
             epoch_unix_us: self.epoch_unix_us,
-            calibration: self.calibration,
             capture_file: self.capture_file,
         }
     }
 }
-
-/// Echo requests that measure a lab's own latency when it starts, one at a time, and
-/// the mean pause between them. Sparse echoes find the emulator asleep, as a user's
-/// ping does. Measured against ping every 20 and 200 ms after compensation (means over
-/// rtt 0.5–100 ms): echoes 1 ms apart or several in flight +50 to +170 µs, a 5 ms pause
-/// +35 to +180, a 20 ms pause −13 to +68.
-const CALIBRATION_ECHOES: u16 = 25;
-const CALIBRATION_SPACING: Duration = Duration::from_millis(20);
-/// The longest delay each of the calibration's links applies. The wake-ups the
-/// emulator adds grow with how long it slept, up to a few ms; capped there, 25 echoes
-/// take under 0.75 s whatever the path's round trip.
-const CALIBRATION_LINK_DELAY_CAP_US: u64 = 5_000;
-/// How long the calibration waits for an echo.
-const CALIBRATION_WAIT: Duration = Duration::from_millis(100);
-
-/// About how long a lab's calibration takes: 25 echoes, each through at most 20 ms of
-/// links and back, then a 20 ms pause on average.
-pub const CALIBRATION_TIME: Duration = Duration::from_millis(750);
 
 /// Whether each direction (up, down) of a lab segments super-packets: where any of its
 /// links applies a per-packet effect.
@@ -211,50 +185,6 @@ fn per_packet(path: &PathSpec, clients: &[PathSpec]) -> [bool; 2] {
     [Direction::Up, Direction::Down].map(|dir| {
         !path.link(dir).delays_only() || clients.iter().any(|a| !a.link(dir).delays_only())
     })
-}
-
-/// What a lab's calibration measures through, and so what its result depends on: the
-/// first client's way to the server with each link's delay capped, and whether each
-/// direction segments super-packets. Labs of one process with the same shape share one
-/// calibration.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CalibrationShape {
-    /// The bottleneck and each client's access link, delays only, capped.
-    path: PathSpec,
-    clients: Vec<PathSpec>,
-    per_packet: [bool; 2],
-}
-
-impl CalibrationShape {
-    /// The shape of a lab of `path` with these clients' access links.
-    pub fn of(path: &PathSpec, clients: &[PathSpec]) -> CalibrationShape {
-        let probed = |spec: &PathSpec| {
-            let mut spec = spec.delay_part();
-            for link in [&mut spec.up, &mut spec.down] {
-                link.delay_us = link.delay_us.min(CALIBRATION_LINK_DELAY_CAP_US);
-            }
-            spec
-        };
-        CalibrationShape {
-            path: probed(path),
-            clients: clients.iter().map(probed).collect(),
-            per_packet: per_packet(path, clients),
-        }
-    }
-
-    /// The probed one-way delay of direction `dir` (the first client's way), µs.
-    fn delay_us(&self, dir: Direction) -> u64 {
-        self.path.link(dir).delay_us + self.clients[0].link(dir).delay_us
-    }
-
-    /// Whether `other`'s calibration is this one's: the same delays probed on the first
-    /// client's way, the same segmentation.
-    pub fn same(&self, other: &CalibrationShape) -> bool {
-        [Direction::Up, Direction::Down]
-            .iter()
-            .all(|&d| self.delay_us(d) == other.delay_us(d))
-            && self.per_packet == other.per_packet
-    }
 }
 
 /// The TUN devices of a lab's hosts.
@@ -269,8 +199,6 @@ struct LinkPlan<'a> {
     config: &'a LabConfig,
     /// Whether each direction (up, down) segments super-packets.
     per_packet: [bool; 2],
-    /// What to take off each direction's delay line, ns (the lab's own latency).
-    credit_ns: [u64; 2],
     /// A dynamic pacer's target rate, per direction.
     pacing_targets: &'a [Option<PacingTarget>; 2],
     /// What to capture at the bottlenecks' entry.
@@ -352,7 +280,6 @@ impl Emulator {
             up: self.up.lock().expect("stats lock").clone(),
             down: self.down.lock().expect("stats lock").clone(),
             epoch_unix_us: self.epoch_unix_us,
-            calibration: None,
             capture_file: self.capture_file.clone(),
         }
     }
@@ -390,9 +317,6 @@ pub struct Lab {
     pub server: Host,
     pub clients: Vec<Host>,
     emulator: Emulator,
-    /// What the lab measured of its own latency when it started; `None` without the
-    /// emulator (netem).
-    calibration: Option<Calibration>,
     /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
     pacing_targets: [Option<PacingTarget>; 2],
     /// Until torn down: what Drop still has to do.
@@ -592,10 +516,7 @@ impl Lab {
             server: server_tun,
             clients: client_tuns,
         };
-        // Whether a direction segments super-packets is the real path's choice, for the
-        // calibration too: it decides how the emulator reads and writes.
         let per_packet = per_packet(&config.path, &config.clients);
-        let calibration = Self::calibrate(config, &devices, &server, &clients)?;
         // A dynamic pacer's target rate, published by the direction's senders.
         let pacing_targets =
             [Direction::Up, Direction::Down].map(|dir| match config.path.link(dir).pace {
@@ -605,7 +526,6 @@ impl Lab {
         let links = LinkPlan {
             config,
             per_packet,
-            credit_ns: [calibration.up_credit_us, calibration.down_credit_us].map(|us| us * 1000),
             pacing_targets: &pacing_targets,
             capture: config.capture.as_ref(),
         };
@@ -615,74 +535,9 @@ impl Lab {
             server,
             clients,
             emulator,
-            calibration: Some(calibration),
             pacing_targets,
             alive: true,
         })
-    }
-
-    /// Measures what the emulator and the kernels add to the configured delays, through
-    /// links that only delay, and what to take off each direction's delay line for it.
-    /// A process measures each shape of path once (its delays, and whether each
-    /// direction segments): a sweep's later labs reuse it.
-    fn calibrate(
-        config: &LabConfig,
-        devices: &Devices,
-        server: &Host,
-        clients: &[Host],
-    ) -> Result<Calibration, LabError> {
-        static MEASURED: Mutex<Vec<(CalibrationShape, Intrinsic)>> = Mutex::new(Vec::new());
-        let delay_us =
-            |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
-        let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
-        let shape = CalibrationShape::of(&config.path, &config.clients);
-        let known = MEASURED
-            .lock()
-            .expect("calibration lock")
-            .iter()
-            .find(|(s, _)| s.same(&shape))
-            .map(|(_, intrinsic)| *intrinsic);
-        if let Some(intrinsic) = known {
-            return Ok(Calibration {
-                reused: true,
-                ..Calibration::new(up_us, down_us, intrinsic)
-            });
-        }
-        let delays = LabConfig {
-            path: shape.path.clone(),
-            clients: shape.clients.clone(),
-            ..config.clone()
-        };
-        let links = LinkPlan {
-            config: &delays,
-            per_packet: shape.per_packet,
-            credit_ns: [0, 0],
-            pacing_targets: &[None, None],
-            capture: None,
-        };
-        let mut emulator = Emulator::start(&links, devices, clients)?;
-        let rtts = calibrate::echo_rtts(
-            &clients[0],
-            server,
-            CALIBRATION_ECHOES,
-            CALIBRATION_SPACING,
-            CALIBRATION_WAIT,
-        );
-        emulator.halt()?;
-        let rtts = rtts.map_err(io_err("measuring the lab's own latency"))?;
-        let configured_ns =
-            (shape.delay_us(Direction::Up) + shape.delay_us(Direction::Down)) as i64 * 1000;
-        let excess: Vec<i64> = rtts.iter().map(|rtt| rtt - configured_ns).collect();
-        let intrinsic = Intrinsic::from_excess(&excess).ok_or_else(|| {
-            LabError::Name(format!(
-                "none of the {CALIBRATION_ECHOES} echo requests that measure the lab's own latency came back from the server"
-            ))
-        })?;
-        MEASURED
-            .lock()
-            .expect("calibration lock")
-            .push((shape, intrinsic));
-        Ok(Calibration::new(up_us, down_us, intrinsic))
     }
 
     /// The same path with the kernel's netem on a veth pair: up on the client's end,
@@ -747,7 +602,6 @@ impl Lab {
                 addr6: client_v6,
             }],
             emulator: Emulator::none(),
-            calibration: None,
             pacing_targets: Default::default(),
             alive: true,
         })
@@ -765,7 +619,6 @@ impl Lab {
         let LinkPlan {
             config,
             per_packet,
-            credit_ns,
             pacing_targets,
             capture: _,
         } = *links;
@@ -804,14 +657,9 @@ impl Lab {
             hop.then = Target::Hop(bottleneck);
             hop
         });
-        // What the emulator itself adds comes off the bottleneck's delay first, the rest
-        // off each client's access link.
-        let mut bottleneck_link = make_link(config, LinkRole::Bottleneck, dir, per_packet)?;
-        let credit_left =
-            credit_ns[dir as usize] - bottleneck_link.shorten_delay(credit_ns[dir as usize]);
         let bottleneck_hop = Hop {
             name: "bottleneck".into(),
-            link: bottleneck_link,
+            link: make_link(config, LinkRole::Bottleneck, dir, per_packet)?,
             then: match dir {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
@@ -835,11 +683,9 @@ impl Lab {
             };
             if access.iter().any(|(i, _)| *i == k) {
                 client_side.push(Target::Hop(first_access + access_hops.len()));
-                let mut link = make_link(config, LinkRole::Access(k), dir, per_packet)?;
-                link.shorten_delay(credit_left);
                 access_hops.push(Hop {
                     name: format!("access client{}", k + 1),
-                    link,
+                    link: make_link(config, LinkRole::Access(k), dir, per_packet)?,
                     then: beyond,
                     meter: None,
                     rate_control: None,
@@ -897,16 +743,7 @@ impl Lab {
     }
 
     pub fn stats(&self) -> LabStats {
-        LabStats {
-            calibration: self.calibration,
-            ..self.emulator.stats()
-        }
-    }
-
-    /// What the lab measured of its own latency when it started; `None` without the
-    /// emulator (netem).
-    pub fn calibration(&self) -> Option<&Calibration> {
-        self.calibration.as_ref()
+        self.emulator.stats()
     }
 
     /// Whether both emulator threads are still running.

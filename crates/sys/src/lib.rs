@@ -9,7 +9,6 @@ pub mod localnet;
 pub mod netem;
 pub mod netns;
 pub mod nft;
-pub mod ping;
 pub mod poll;
 pub mod snmp;
 pub mod sockopt;

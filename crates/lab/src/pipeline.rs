@@ -15,7 +15,7 @@
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +32,7 @@ use tcplab_model::record::{
     CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters,
 };
 use tcplab_sys::clock::monotonic_ns;
+use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
 use crate::capture::Tap;
@@ -107,6 +108,9 @@ pub struct DirectionPlan {
     pub per_packet: bool,
     /// Largest IP packet on the wire.
     pub mtu: u32,
+    /// Polled beside the devices: woken when the loop must stop, so it stops at once
+    /// rather than at its next deadline.
+    pub wake: Arc<Waker>,
 }
 
 fn set_realtime() -> bool {
@@ -266,8 +270,10 @@ impl Direction {
         let pollfds = plan
             .ingress
             .iter()
-            .map(|(tun, _)| libc::pollfd {
-                fd: tun.as_raw_fd(),
+            .map(|(tun, _)| tun.as_raw_fd())
+            .chain([plan.wake.as_fd().as_raw_fd()])
+            .map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             })

@@ -23,6 +23,7 @@ pub type PacingTarget = (Arc<AtomicU64>, PaceRtt);
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
+use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
 use tcplab_sys::userns::{self, Mode};
 
@@ -208,6 +209,8 @@ struct LinkPlan<'a> {
 /// The emulator's two threads, one per direction, and what they publish.
 struct Emulator {
     stop: Arc<AtomicBool>,
+    /// Wakes the threads when `stop` is set (none without threads).
+    wake: Option<Arc<Waker>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
     up: Arc<Mutex<DirectionStats>>,
     down: Arc<Mutex<DirectionStats>>,
@@ -222,6 +225,7 @@ struct Emulator {
 impl Emulator {
     fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(Waker::new().map_err(io_err("starting the emulator"))?);
         let epoch = monotonic_ns();
         let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
         let capture = links
@@ -231,10 +235,11 @@ impl Emulator {
                     .map_err(io_err("starting the capture"))
             })
             .transpose()?;
-        let up_plan = Lab::plan(links, Direction::Up, devices, clients, capture.as_ref())?;
-        let down_plan = Lab::plan(links, Direction::Down, devices, clients, capture.as_ref())?;
+        let plan = |dir| Lab::plan(links, dir, devices, clients, capture.as_ref(), &wake);
+        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
         let mut emulator = Emulator {
             stop,
+            wake: Some(wake),
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
@@ -266,6 +271,7 @@ impl Emulator {
     fn none() -> Emulator {
         Emulator {
             stop: Arc::default(),
+            wake: None,
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
@@ -291,6 +297,9 @@ impl Emulator {
     /// Stops the threads and waits for them; the first error any of them ended with.
     fn halt(&mut self) -> Result<(), LabError> {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(wake) = &self.wake {
+            wake.wake();
+        }
         let mut failure = None;
         for thread in self.threads.drain(..) {
             if let Ok(Err(e)) = thread.join() {
@@ -480,10 +489,13 @@ impl Lab {
          -> Result<(Host, Arc<Tun>), LabError> {
             let ns = NetNs::create(ns_name).map_err(io_err(format!("creating netns {ns_name}")))?;
             made.push(ns.clone());
+            // Persistent: the namespace takes its device with it, in the background,
+            // when the lab comes down.
             let opts = TunOptions {
                 vnet_hdr: true,
                 offloads: Offloads::TSO,
                 nonblocking: true,
+                persist: true,
                 ..TunOptions::default()
             };
             let tun = tun::create_in(&ns, TUN_NAME, opts, &[(v4, 16), (v6, 64)])
@@ -615,6 +627,7 @@ impl Lab {
         devices: &Devices,
         clients: &[Host],
         capture: Option<&Capture>,
+        wake: &Arc<Waker>,
     ) -> Result<DirectionPlan, LabError> {
         let LinkPlan {
             config,
@@ -715,6 +728,7 @@ impl Lab {
                 routes: Vec::new(),
                 per_packet,
                 mtu: config.path.mtu,
+                wake: Arc::clone(wake),
             },
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
@@ -727,6 +741,7 @@ impl Lab {
                     .collect(),
                 per_packet,
                 mtu: config.path.mtu,
+                wake: Arc::clone(wake),
             },
         })
     }

@@ -1,6 +1,6 @@
 //! What a peer sends a server or a client: the hello, control messages, a data
 //! connection's intro, a UDP flow's hello, a datagram's header, a round-trip probe, the
-//! hex of a cookie or a nonce. Any bytes are read or refused, never a panic, and no message claims more
+//! hex of a cookie or a nonce, a server's deflated samples. Any bytes are read or refused, never a panic, and no message claims more
 //! than the limit.
 #![no_main]
 
@@ -26,4 +26,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = protocol::parse_hex::<COOKIE_LEN>(text);
         let _ = protocol::parse_hex::<NONCE_LEN>(text);
     }
+    // A server's deflated samples, as hex of any bytes.
+    let _ = protocol::inflate_samples(&protocol::to_hex(data));
 });

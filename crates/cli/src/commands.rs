@@ -171,8 +171,6 @@ fn run_in_lab(
         &mut |lab| {
             if show {
                 describe_lab(lab)
-            } else if let Some(c) = lab.calibration().filter(|c| c.below_floor()) {
-                errln!("tcplab: {}", c.describe());
             }
         },
         live,
@@ -205,9 +203,7 @@ pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
             lab.server.ns.name()
         ));
     }
-    if let Some(calibration) = lab.calibration() {
-        lines.push(format!("  {}", calibration.describe()));
-    }
+    lines.push(format!("  {}", lab.entry.floor_line()));
     if let Some(file) = lab.capture_file() {
         lines.push(format!(
             "  capturing both directions at the bottleneck's entry, with each packet's fate, into {file}"

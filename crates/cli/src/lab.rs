@@ -19,7 +19,6 @@ use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
-use tcplab_model::calibration::Calibration;
 use tcplab_model::capture::CapturePoint;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
@@ -245,7 +244,6 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
-    print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
     if let Some(spec) = capture.spec()? {
         let at = match spec.at {
             CapturePoint::Bottleneck => "at the bottleneck's entry",
@@ -261,16 +259,6 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         outln!("  {note}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The lab's calibration line, from a `show` document.
-fn print_calibration(doc: &serde_json::Value) -> Result<()> {
-    let calibration: Option<Calibration> = serde_json::from_value(doc["calibration"].clone())
-        .context("reading the lab's calibration")?;
-    if let Some(c) = calibration {
-        outln!("  {}", c.describe());
-    }
-    Ok(())
 }
 
 fn print_entry(entry: &LabEntry) {
@@ -297,6 +285,7 @@ fn print_entry(entry: &LabEntry) {
             .unwrap_or_default();
         outln!("  client {:<12} {} {}{access}", c.ns, c.addr, c.addr6);
     }
+    outln!("  {}", entry.floor_line());
 }
 
 /// How a daemon's answer says what went wrong.
@@ -407,7 +396,6 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
     };
     let (up, down) = (direction("up")?, direction("down")?);
     print_entry(&entry);
-    print_calibration(&doc)?;
     for (dir, s) in [("up", &up), ("down", &down)] {
         for link in &s.links {
             let c = &link.counters;
@@ -556,7 +544,6 @@ fn show_document(lab: &Lab) -> Result<serde_json::Value> {
         "clients": lab.entry.clients.iter().map(host).collect::<Vec<_>>(),
         "up": stats.up,
         "down": stats.down,
-        "calibration": stats.calibration,
     }))
 }
 

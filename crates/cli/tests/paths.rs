@@ -37,18 +37,37 @@ fn bottleneck<'a>(stats: &'a Value, dir: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no bottleneck in {links:?}"))
 }
 
-/// The lab takes its own latency off the delay line: ping through an idle lab has the
-/// configured mean round trip, within ±50 µs, at 0.5, 2, 20 and 100 ms. No echo comes
-/// back before the delay line allows (configured − what was taken off), on every try.
+/// The least round trip a lab says it gives, ms: from the line `lab show` prints,
+/// "every round trip takes at least the path's 200 µs: …".
+fn said_floor_ms(lab: &str) -> f64 {
+    let out = tcplab().args(["lab", "show", lab]).output().unwrap();
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let floor = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("every round trip takes at least the path's ")
+        })
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_else(|| panic!("no floor in {text}"));
+    tcplab_model::units::parse_duration(&floor.replace(' ', ""))
+        .unwrap_or_else(|e| panic!("{floor}: {e}")) as f64
+        / 1e3
+}
+
+/// The lab holds every packet for its delays and takes nothing off, so no echo through
+/// an idle lab comes back sooner than the round trip the lab says is its least — the
+/// configured one — at 0.2 ms (the bar), 0.5, 2, 20 and 100 ms, on every try (load only
+/// slows packets down). The lab's own time comes on top: an idle echo's on average
+/// within 0.5 ms of the configured round trip, in one of three tries.
 #[test]
-fn ping_through_an_idle_lab_takes_the_configured_round_trip() {
-    if !privileged_or_skip("ping_configured_rtt") {
+fn no_echo_crosses_an_idle_lab_faster_than_the_floor_it_says() {
+    if !privileged_or_skip("ping_floor") {
         return;
     }
     let _serial = serial();
-    // A lab measures its own latency when it starts: load then spoils the measurement
-    // as it spoils the pings, so each try builds its lab anew.
-    for (n, rtt_ms) in [0.5, 2.0, 20.0, 100.0].into_iter().enumerate() {
+    for (n, rtt_ms) in [0.2, 0.5, 2.0, 20.0, 100.0].into_iter().enumerate() {
         let mut attempt = 0;
         one_of_three_tries(&format!("rtt {rtt_ms} ms"), || {
             attempt += 1;
@@ -56,19 +75,18 @@ fn ping_through_an_idle_lab_takes_the_configured_round_trip() {
                 &lab_name("pr", 10 * n as u32 + attempt),
                 &["--path", &format!("rtt {rtt_ms}ms")],
             );
-            let credit = lab.credit_us() / 1e3;
+            let floor = said_floor_ms(&lab.name);
+            assert_eq!(floor, rtt_ms, "the floor said is the configured round trip");
             let text = ping(&lab.client_ns(), &["-c", "60", "-i", "0.02"], "10.77.0.1");
             let (sent, received, rtt) = ping_summary(&text);
             assert_eq!((sent, received), (60, 60), "{text}");
             let [min, avg, _, _] = rtt.unwrap();
-            println!(
-                "rtt {rtt_ms} ms: ping min {min:.3} avg {avg:.3} ms, {credit:.3} ms taken off"
-            );
+            println!("rtt {rtt_ms} ms: ping min {min:.3} avg {avg:.3} ms, floor {floor} ms");
             assert!(
-                min >= rtt_ms - credit,
-                "ping min {min} ms before the delay line allows"
+                min >= floor,
+                "ping min {min} ms below the floor of {floor} ms"
             );
-            if (avg - rtt_ms).abs() > 0.050 {
+            if avg > rtt_ms + 0.5 {
                 return Err(format!("ping avg {avg:.3} ms against {rtt_ms} ms"));
             }
             Ok(())
@@ -76,79 +94,68 @@ fn ping_through_an_idle_lab_takes_the_configured_round_trip() {
     }
 }
 
-/// A round trip below the lab's own latency is said in one line, and its fastest
-/// echoes take the configured time: at 0.2 ms (about the lab's mean here) the minimum
-/// within ±50 µs, at 0.1 ms (always below it) the line.
+/// What TCP measures of the round trip (tcpi_min_rtt, from the sender's samples) is
+/// never below the base RTT explain gives (the configured one), and within 3 % of it
+/// at 0.5, 2 and 20 ms, or explain names the difference with TCP's own figure.
 #[test]
-fn a_round_trip_below_the_labs_own_latency_is_said_and_its_minimum_holds() {
-    if !privileged_or_skip("rtt_below_floor") {
-        return;
-    }
-    let _serial = serial();
-    let lab_up = |name: &str, rtt: &str| {
-        let out = tcplab()
-            .args(["lab", "up", name, "--path", &format!("rtt {rtt}")])
-            .output()
-            .unwrap();
-        let lab = LabGuard {
-            name: name.to_string(),
-        };
-        assert_success(&out);
-        (lab, String::from_utf8_lossy(&out.stdout).into_owned())
-    };
-    let (lab, text) = lab_up(&lab_name("pf", 0), "0.1ms");
-    let said: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("is below this lab's own latency"))
-        .collect();
-    assert_eq!(said.len(), 1, "{text}");
-    assert!(
-        said[0].starts_with("  the configured round trip of 100 µs is below")
-            && said[0].contains("packets take at least"),
-        "{}",
-        said[0]
-    );
-    drop(lab);
-    let mut attempt = 0;
-    one_of_three_tries("rtt 0.2 ms", || {
-        attempt += 1;
-        let (lab, _) = lab_up(&lab_name("pf", attempt), "0.2ms");
-        let credit = lab.credit_us() / 1e3;
-        let text = ping(&lab.client_ns(), &["-c", "100", "-i", "0.02"], "10.77.0.1");
-        let [min, avg, _, _] = ping_summary(&text).2.expect("ping replies");
-        println!("rtt 0.2 ms: ping min {min:.3} avg {avg:.3} ms, {credit:.3} ms taken off");
-        assert!(
-            min >= 0.2 - credit,
-            "ping min {min} ms before the delay line allows"
-        );
-        // The bar is ±50 µs (bench/latency.sh meets it on a quiet machine); this VM's
-        // wake-up jitter moved a CI run's three tries 50–78 µs off, so a try allows
-        // ±100 µs, the spread docs/performance.md gives for a loaded machine.
-        if (min - 0.2).abs() > 0.100 {
-            return Err(format!("ping min {min:.3} ms against 0.2 ms"));
-        }
-        Ok(())
-    });
-}
-
-/// TCP's own minimum RTT through a calibrated lab is the configured one.
-#[test]
-fn tcp_min_rtt_is_the_configured_rtt() {
+fn tcp_min_rtt_is_the_base_rtt_or_explain_names_the_difference() {
     if !privileged_or_skip("tcp_min_rtt") {
         return;
     }
     let _serial = serial();
-    let v = run_path("rtt 20ms", &["-t", "1s"]);
-    let min_us = u64_at(&flows(&v)[0], "/rtt/min_us");
-    let credit_us = u64_at(&v["path"], "/calibration/up_credit_us")
-        + u64_at(&v["path"], "/calibration/down_credit_us");
-    println!("tcp min_rtt over rtt 20ms: {min_us} µs ({credit_us} µs taken off the line)");
-    assert!(
-        (20_000 - credit_us..=20_500).contains(&min_us),
-        "min_rtt {min_us} µs"
-    );
-    let spec = str_at(&v, "/path/spec");
-    assert!(spec.starts_with("rtt 20ms seed "), "{spec}");
+    let dir = tempfile::tempdir().unwrap();
+    for (k, rtt) in ["500us", "2ms", "20ms"].into_iter().enumerate() {
+        let db = dir.path().join(format!("min{k}.db"));
+        let spec = format!("rtt {rtt}");
+        let v = run_path(
+            &spec,
+            &["-t", "1s", "--json-samples", "--db", db.to_str().unwrap()],
+        );
+        let kernel_min_us = v["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["host"] == "client")
+            .map(|s| u64_at(s, "/info/min_rtt"))
+            .filter(|&r| r > 0)
+            .min()
+            .expect("the sender's samples");
+        let out = tcplab()
+            .args(["explain", "--db", db.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        let e = parse_success(&out);
+        let base_us = u64_at(&e, "/path/base_rtt_us");
+        let configured_us = tcplab_model::units::parse_duration(rtt).unwrap();
+        assert_eq!(base_us, configured_us, "{e}");
+        let named: Vec<&str> = e["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "min_rtt")
+            .map(|f| f["message"].as_str().unwrap())
+            .collect();
+        println!("{spec}: tcpi_min_rtt {kernel_min_us} µs, base {base_us} µs: {named:?}");
+        assert!(
+            kernel_min_us >= base_us,
+            "{spec}: TCP's {kernel_min_us} µs below the floor"
+        );
+        let off = (kernel_min_us - base_us) as f64 / base_us as f64;
+        if off > 0.03 {
+            let said = format!(
+                "TCP's shortest round trip (tcpi_min_rtt) was {}, ",
+                tcplab_model::units::format_duration_us(kernel_min_us)
+            );
+            assert!(
+                named.len() == 1
+                    && named[0].starts_with(&said)
+                    && named[0].contains("above the path's base RTT"),
+                "{spec}: {off:.3} off, findings {named:?}"
+            );
+        } else {
+            assert!(named.is_empty(), "{spec}: {off:.3} off, findings {named:?}");
+        }
+    }
 }
 
 /// TCP through a `rate` link delivers the rate, less headers. The link counts IP bytes,
@@ -737,11 +744,15 @@ fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
         let flow = &flows(&v)[0];
         let srtt_max_us = u64_at(flow, "/rtt/max_us");
         let limit_s = tcplab_model::throughput::drain_limit_us(srtt_max_us as u32) as f64 / 1e6;
-        // The process, the lab up and down: 0.5 s (a second on a loaded machine), and
-        // the lab's calibration; the control protocol's 17 round trips
-        // (estimate::CONTROL_RTTS, 8 clock probes, one connection), 3 to spare.
-        let setup_s = 1.0 + tcplab_lab::CALIBRATION_TIME.as_secs_f64() + 20.0 * 0.050;
-        let most = 2.0 + limit_s + setup_s;
+        // Issue 24's bar: 3.5 s. The 2 s and the drain limit (0.5 s), the control
+        // protocol's 8 round trips (estimate::CONTROL_RTTS and one connection: 0.4 s;
+        // no clock probes on one clock), the process, the lab up and down and storing
+        // (0.1 s): 3.0 s, half a second to spare for a loaded machine.
+        let most = 3.5;
+        assert!(
+            2.0 + limit_s + 8.0 * 0.050 + 0.1 <= most,
+            "limit {limit_s} s"
+        );
         let drain = f64_at(&flow["timed"], "/drain_seconds");
         let counted_at = f64_at(&flow["timed"], "/seconds");
         println!(

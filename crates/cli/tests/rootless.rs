@@ -407,17 +407,9 @@ fn labs_up_exec_down_and_gc_as_nobody() {
         "10.77.0.1",
     ]);
     let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
-    // No shorter than the delay line (20 ms less what the lab took off for its own
-    // latency, which at normal priority under load can be most of a millisecond).
-    let shown = parse_success(&nobody.run(&["lab", "show", &name, "--json"]));
-    let calibration = &shown["calibration"];
-    let credit_ms = (u64_at(calibration, "/up_credit_us") + u64_at(calibration, "/down_credit_us"))
-        as f64
-        / 1e3;
-    assert!(
-        (20.0 - credit_ms..21.0).contains(&min_ms),
-        "min RTT {min_ms} ms, {credit_ms} ms taken off"
-    );
+    // No shorter than the delay lines: the lab takes nothing off, and its own time at
+    // normal priority under load can be most of a millisecond.
+    assert!((20.0..21.0).contains(&min_ms), "min RTT {min_ms} ms");
 
     // A server and a client in the lab's hosts through --netns.
     let server_ns = format!("{name}-server");

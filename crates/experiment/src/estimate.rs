@@ -1,56 +1,39 @@
 //! How long a run of a point takes, before it runs: the figure of `sweep --dry-run`.
 //!
 //! A run costs its lab and its storing, then each test (flow group) takes, from its start
-//! offset: the control protocol's round trips over the emulated path (handshake, clock
-//! probes, one connection per data flow, the reports at the end), its sending time, and
-//! after a timed TCP test the drain of its senders' backlog. The constants are measured
+//! offset: the control protocol's round trips over the emulated path (handshake, one
+//! connection per data flow, the reports at the end; a lab's ends read one clock, so no
+//! clock probes), its sending time, and after a timed TCP test the drain of its senders'
+//! backlog. A real host's path is not known beforehand: its round trips count as none. The constants are measured
 //! (release build, 2 vCPUs); docs/studies.md lists real sweeps of examples/quick against the
 //! estimate.
 
 use std::time::Duration;
 
-use tcplab_lab::{CalibrationShape, CALIBRATION_TIME};
 use tcplab_model::experiment::{FlowConfig, Point};
 use tcplab_model::path::{Loss, PathSpec};
 use tcplab_model::record::{Mode, TestEnd};
 use tcplab_model::throughput::drain_limit_us;
-use tcplab_traffic::client::TIME_PROBES;
 use tcplab_traffic::udp::QUIET_AFTER_END_US;
 
 /// A run's cost besides its tests: the lab up and down, the server, storing the run.
-/// The sweep prints the median of this (wall time minus the tests'): 70–115 ms in sweeps
-/// of 1–2 s runs here.
-pub const RUN_OVERHEAD: Duration = Duration::from_millis(100);
+/// The sweep prints the median of this (wall time minus the tests'): 10–21 ms in sweeps
+/// of 1 s runs here.
+pub const RUN_OVERHEAD: Duration = Duration::from_millis(20);
 
-/// Round trips of a test's control protocol besides its clock probes and its data
-/// connections: connecting, the hello, authentication, Start and Accepted, Ready and Go,
-/// and the reports at the end. Fitted to the wall time of 1 s tests through delay-only
-/// paths of 50, 100 and 200 ms (17–18 round trips with one data connection, eight of
-/// them clock probes) and of 1 KiB tests with 1, 4 and 8 streams (one more round trip
-/// per stream).
-pub const CONTROL_RTTS: u64 = 8;
+/// Round trips of a test's control protocol in a lab besides its data connections:
+/// connecting, the hellos with the challenge, authentication (whose Welcome is the clock
+/// exchange on one clock), Start and Accepted, the data connections' introductions and
+/// Ready, and the reports and samples at the end (one or two round trips). Measured: `-t 2s` through `rtt 50ms`, Go at
+/// 6 round trips with one data connection, the server's samples in 2 more.
+pub const CONTROL_RTTS: u64 = 7;
 
-/// About how long a sweep of these runs (each given by its point) takes: the runs, and
-/// one calibration for each shape of lab the process meets (the labs of a sweep share
-/// it; see `tcplab_lab::CalibrationShape`).
+/// About how long a sweep of these runs (each given by its point) takes.
 pub fn plan_time<'a>(runs: impl IntoIterator<Item = &'a Point>) -> Duration {
-    let points: Vec<&Point> = runs.into_iter().collect();
-    let runs: Duration = points.iter().copied().map(run_time).sum();
-    let mut shapes: Vec<CalibrationShape> = Vec::new();
-    for c in points
-        .iter()
-        .map(|p| &p.config)
-        .filter(|c| c.server.is_none())
-    {
-        let shape = CalibrationShape::of(&c.path, &c.access);
-        if !shapes.iter().any(|s| s.same(&shape)) {
-            shapes.push(shape);
-        }
-    }
-    runs + CALIBRATION_TIME * shapes.len() as u32
+    runs.into_iter().map(run_time).sum()
 }
 
-/// About how long one run of `point` takes, its lab's calibration aside.
+/// About how long one run of `point` takes.
 pub fn run_time(point: &Point) -> Duration {
     let c = &point.config;
     let tests = c
@@ -76,7 +59,7 @@ fn test_time_us(flow: &FlowConfig, path: &PathSpec, access: Option<&PathSpec>, r
     let p = &flow.params;
     let directions = if p.mode == Mode::Bidir { 2 } else { 1 };
     let connections = u64::from(p.streams) * directions;
-    let control_us = (CONTROL_RTTS + TIME_PROBES as u64 + connections) * rtt_us;
+    let control_us = (CONTROL_RTTS + connections) * rtt_us;
     let (sending_us, timed) = match p.end {
         TestEnd::Duration { us } => (us, true),
         TestEnd::Bytes { .. } => (run_us, false),
@@ -124,30 +107,17 @@ mod tests {
     #[test]
     fn a_run_costs_its_lab_its_round_trips_its_duration_and_its_drain() {
         let rtt_100 = point("duration = \"2s\"\npath = \"rtt 100ms\"\n[[flow]]\nstreams = 4\n");
-        // 100 ms + (8 + 8 + 4) × 100 ms + 2 s + half of the 0.5 s drain limit.
+        // 20 ms + (7 + 4) × 100 ms + 2 s + half of the 0.5 s drain limit: a lab's ends
+        // read one clock.
         assert_eq!(
             run_time(&rtt_100),
-            Duration::from_millis(100 + 2000 + 2000 + 250)
+            Duration::from_millis(20 + 1100 + 2000 + 250)
         );
         let lossy = point("duration = \"2s\"\npath = \"rtt 50ms loss 0.5%\"\n");
         assert_eq!(
             run_time(&lossy),
-            Duration::from_millis(100 + 850 + 2000 + 500)
+            Duration::from_millis(20 + 400 + 2000 + 500)
         );
-    }
-
-    #[test]
-    fn a_sweep_calibrates_each_shape_of_lab_once() {
-        let e = parse(
-            "duration = \"1s\"\nrepetitions = 2\npath = \"rtt {rtt}\"\n\
-             [[axis]]\nname = \"rtt\"\nvalues = [\"10ms\", \"20ms\", \"0.2ms\"]\n",
-            "t",
-        )
-        .unwrap();
-        let runs: Duration = e.points.iter().map(run_time).sum::<Duration>() * 2;
-        // 10 and 20 ms probe the same capped delays; 0.2 ms its own.
-        let plan = e.points.iter().chain(&e.points);
-        assert_eq!(plan_time(plan), runs + CALIBRATION_TIME * 2);
     }
 
     #[test]
@@ -157,8 +127,8 @@ mod tests {
              [[flow]]\nname = \"bulk\"\n\
              [[flow]]\nname = \"late\"\nstart = \"1s\"\nduration = \"1s\"\nprotocol = \"udp\"\nrate = \"1mbit\"\n",
         );
-        // The bulk flow: 17 round trips, 3 s, half the drain limit; the UDP flow ends at
-        // 1 s + 17 round trips + 1 s + 0.2 s + half a round trip, sooner.
-        assert_eq!(run_time(&p), Duration::from_millis(100 + 170 + 3000 + 250));
+        // The bulk flow: 8 round trips, 3 s, half the drain limit; the UDP flow ends at
+        // 1 s + 8 round trips + 1 s + 0.2 s + half a round trip, sooner.
+        assert_eq!(run_time(&p), Duration::from_millis(20 + 80 + 3000 + 250));
     }
 }

@@ -85,6 +85,8 @@ pub fn run_in_lab(
         .ns
         .try_run(move || TcpListener::bind(server_addr))
         .context("starting the lab's server")?;
+    // Its clone stops the server at once after the tests.
+    let stopper = listener.try_clone().context("starting the lab's server")?;
     let server_stop = Arc::new(AtomicBool::new(false));
     // Senders feed a dynamic gap pacer (`pace cwnd`) their window rate: the clients
     // send up, the server down.
@@ -108,7 +110,7 @@ pub fn run_in_lab(
     let outcome = run_groups(Reach::Lab(&lab, server_addr), groups, &stop, live);
     let test = tests.elapsed();
     let teardown_start = Instant::now();
-    server_stop.store(true, Ordering::Relaxed);
+    server::stop_now(&stopper, &server_stop);
     let _ = serving.join();
     let entry = lab.entry.clone();
     let stats = lab.down().context("tearing the lab down")?;

@@ -9,7 +9,6 @@
 //! Without root, a lab lives in the process's own user namespace
 //! ([`tcplab_sys::userns`]).
 
-pub mod calibrate;
 pub mod capture;
 pub mod far;
 pub mod pipeline;
@@ -17,6 +16,4 @@ pub mod pool;
 pub mod registry;
 mod topology;
 
-pub use topology::{
-    Backend, CalibrationShape, Host, Lab, LabConfig, LabError, LabStats, CALIBRATION_TIME,
-};
+pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabStats};

@@ -15,7 +15,7 @@
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +33,7 @@ use tcplab_model::record::{
 };
 use tcplab_model::traffic::{Classifier, Traffic};
 use tcplab_sys::clock::monotonic_ns;
+use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
 use crate::capture::Tap;
@@ -110,6 +111,9 @@ pub struct DirectionPlan {
     pub mtu: u32,
     /// Tells tcplab's own packets from the test's: the links count them apart.
     pub classifier: Classifier,
+    /// Polled beside the devices: woken when the loop must stop, so it stops at once
+    /// rather than at its next deadline.
+    pub wake: Arc<Waker>,
 }
 
 fn set_realtime() -> bool {
@@ -277,8 +281,10 @@ impl Direction {
         let pollfds = plan
             .ingress
             .iter()
-            .map(|(tun, _)| libc::pollfd {
-                fd: tun.as_raw_fd(),
+            .map(|(tun, _)| tun.as_raw_fd())
+            .chain([plan.wake.as_fd().as_raw_fd()])
+            .map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             })

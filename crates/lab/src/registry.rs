@@ -103,6 +103,12 @@ impl LabEntry {
         let (path, access) = self.specs();
         Dumbbell::new(&path, &access).bdp_lines()
     }
+
+    /// The least round trip the lab gives each client (see [`Dumbbell::floor_line`]).
+    pub fn floor_line(&self) -> String {
+        let (path, access) = self.specs();
+        Dumbbell::new(&path, &access).floor_line()
+    }
 }
 
 fn file(name: &str) -> io::Result<PathBuf> {

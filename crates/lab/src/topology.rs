@@ -10,11 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::burst::BurstMeter;
-use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::capture::CapturePoint;
 use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_model::link::{Link, LinkError, Trace};
@@ -28,10 +26,10 @@ use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::ifqueue;
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
+use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
 use tcplab_sys::userns::{self, Mode};
 
-use crate::calibrate;
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
@@ -51,8 +49,7 @@ const HOST_SYSCTLS: &[(&str, &str)] = &[
 
 /// The lab's defaults, then the user's sysctls, in one host.
 fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
-    // Anyone may ping (ICMP datagram sockets): the lab's calibration, and users inside a
-    // lab, whatever their group.
+    // Anyone inside a lab may ping (ICMP datagram sockets), whatever their group.
     let ping = ("net.ipv4.ping_group_range", userns::ping_group_range());
     let defaults = HOST_SYSCTLS
         .iter()
@@ -174,9 +171,6 @@ pub struct LabStats {
     pub down: DirectionStats,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     pub epoch_unix_us: i64,
-    /// What the lab measured of its own latency when it started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<Calibration>,
     /// The capture's file (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
@@ -200,30 +194,11 @@ impl LabStats {
             up: self.up,
             down: self.down,
             epoch_unix_us: self.epoch_unix_us,
-            calibration: self.calibration,
             capture_file: self.capture_file,
             capture_at: self.capture_at,
         }
     }
 }
-
-/// Echo requests that measure a lab's own latency when it starts, one at a time, and
-/// the mean pause between them. Sparse echoes find the emulator asleep, as a user's
-/// ping does. Measured against ping every 20 and 200 ms after compensation (means over
-/// rtt 0.5–100 ms): echoes 1 ms apart or several in flight +50 to +170 µs, a 5 ms pause
-/// +35 to +180, a 20 ms pause −13 to +68.
-const CALIBRATION_ECHOES: u16 = 25;
-const CALIBRATION_SPACING: Duration = Duration::from_millis(20);
-/// The longest delay each of the calibration's links applies. The wake-ups the
-/// emulator adds grow with how long it slept, up to a few ms; capped there, 25 echoes
-/// take under 0.75 s whatever the path's round trip.
-const CALIBRATION_LINK_DELAY_CAP_US: u64 = 5_000;
-/// How long the calibration waits for an echo.
-const CALIBRATION_WAIT: Duration = Duration::from_millis(100);
-
-/// About how long a lab's calibration takes: 25 echoes, each through at most 20 ms of
-/// links and back, then a 20 ms pause on average.
-pub const CALIBRATION_TIME: Duration = Duration::from_millis(750);
 
 /// Whether each direction (up, down) of a lab segments super-packets: where any of its
 /// links applies a per-packet effect.
@@ -231,50 +206,6 @@ fn per_packet(path: &PathSpec, clients: &[PathSpec]) -> [bool; 2] {
     [Direction::Up, Direction::Down].map(|dir| {
         !path.link(dir).delays_only() || clients.iter().any(|a| !a.link(dir).delays_only())
     })
-}
-
-/// What a lab's calibration measures through, and so what its result depends on: the
-/// first client's way to the server with each link's delay capped, and whether each
-/// direction segments super-packets. Labs of one process with the same shape share one
-/// calibration.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CalibrationShape {
-    /// The bottleneck and each client's access link, delays only, capped.
-    path: PathSpec,
-    clients: Vec<PathSpec>,
-    per_packet: [bool; 2],
-}
-
-impl CalibrationShape {
-    /// The shape of a lab of `path` with these clients' access links.
-    pub fn of(path: &PathSpec, clients: &[PathSpec]) -> CalibrationShape {
-        let probed = |spec: &PathSpec| {
-            let mut spec = spec.delay_part();
-            for link in [&mut spec.up, &mut spec.down] {
-                link.delay_us = link.delay_us.min(CALIBRATION_LINK_DELAY_CAP_US);
-            }
-            spec
-        };
-        CalibrationShape {
-            path: probed(path),
-            clients: clients.iter().map(probed).collect(),
-            per_packet: per_packet(path, clients),
-        }
-    }
-
-    /// The probed one-way delay of direction `dir` (the first client's way), µs.
-    fn delay_us(&self, dir: Direction) -> u64 {
-        self.path.link(dir).delay_us + self.clients[0].link(dir).delay_us
-    }
-
-    /// Whether `other`'s calibration is this one's: the same delays probed on the first
-    /// client's way, the same segmentation.
-    pub fn same(&self, other: &CalibrationShape) -> bool {
-        [Direction::Up, Direction::Down]
-            .iter()
-            .all(|&d| self.delay_us(d) == other.delay_us(d))
-            && self.per_packet == other.per_packet
-    }
 }
 
 /// The TUN devices of a lab's hosts.
@@ -289,8 +220,6 @@ struct LinkPlan<'a> {
     config: &'a LabConfig,
     /// Whether each direction (up, down) segments super-packets.
     per_packet: [bool; 2],
-    /// What to take off each direction's delay line, ns (the lab's own latency).
-    credit_ns: [u64; 2],
     /// A dynamic pacer's target rate, per direction.
     pacing_targets: &'a [Option<PacingTarget>; 2],
     /// What to capture at the bottlenecks' entry.
@@ -300,6 +229,8 @@ struct LinkPlan<'a> {
 /// The emulator's two threads, one per direction, and what they publish.
 struct Emulator {
     stop: Arc<AtomicBool>,
+    /// Wakes the threads when `stop` is set (none without threads).
+    wake: Option<Arc<Waker>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
     up: Arc<Mutex<DirectionStats>>,
     down: Arc<Mutex<DirectionStats>>,
@@ -315,6 +246,7 @@ struct Emulator {
 impl Emulator {
     fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(Waker::new().map_err(io_err("starting the emulator"))?);
         let epoch = monotonic_ns();
         let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
         let capture = links
@@ -324,10 +256,11 @@ impl Emulator {
                     .map_err(io_err("starting the capture"))
             })
             .transpose()?;
-        let up_plan = Lab::plan(links, Direction::Up, devices, clients, capture.as_ref())?;
-        let down_plan = Lab::plan(links, Direction::Down, devices, clients, capture.as_ref())?;
+        let plan = |dir| Lab::plan(links, dir, devices, clients, capture.as_ref(), &wake);
+        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
         let mut emulator = Emulator {
             stop,
+            wake: Some(wake),
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
@@ -362,6 +295,7 @@ impl Emulator {
     fn none() -> Emulator {
         Emulator {
             stop: Arc::default(),
+            wake: None,
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
@@ -377,7 +311,6 @@ impl Emulator {
             up: self.up.lock().expect("stats lock").clone(),
             down: self.down.lock().expect("stats lock").clone(),
             epoch_unix_us: self.epoch_unix_us,
-            calibration: None,
             capture_file: self.capture_file.clone(),
             capture_at: self.capture_at,
         }
@@ -390,6 +323,9 @@ impl Emulator {
     /// Stops the threads and waits for them; the first error any of them ended with.
     fn halt(&mut self) -> Result<(), LabError> {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(wake) = &self.wake {
+            wake.wake();
+        }
         let mut failure = None;
         for thread in self.threads.drain(..) {
             if let Ok(Err(e)) = thread.join() {
@@ -416,9 +352,6 @@ pub struct Lab {
     pub server: Host,
     pub clients: Vec<Host>,
     emulator: Emulator,
-    /// What the lab measured of its own latency when it started; `None` without the
-    /// emulator (netem).
-    calibration: Option<Calibration>,
     /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
     pacing_targets: [Option<PacingTarget>; 2],
     /// Until torn down: what Drop still has to do.
@@ -591,10 +524,13 @@ impl Lab {
          -> Result<(Host, Arc<Tun>), LabError> {
             let ns = NetNs::create(ns_name).map_err(io_err(format!("creating netns {ns_name}")))?;
             made.push(ns.clone());
+            // Persistent: the namespace takes its device with it, in the background,
+            // when the lab comes down.
             let opts = TunOptions {
                 vnet_hdr: true,
                 offloads: Offloads::TSO,
                 nonblocking: true,
+                persist: true,
                 ..TunOptions::default()
             };
             let tun = tun::create_in(&ns, TUN_NAME, opts, &[(v4, 16), (v6, 64)])
@@ -634,10 +570,7 @@ impl Lab {
             server: server_tun,
             clients: client_tuns,
         };
-        // Whether a direction segments super-packets is the real path's choice, for the
-        // calibration too: it decides how the emulator reads and writes.
         let per_packet = per_packet(&config.path, &config.clients);
-        let calibration = Self::calibrate(config, &devices, &server, &clients)?;
         // A dynamic pacer's target rate, published by the direction's senders.
         let pacing_targets =
             [Direction::Up, Direction::Down].map(|dir| match config.path.link(dir).pace {
@@ -647,7 +580,6 @@ impl Lab {
         let links = LinkPlan {
             config,
             per_packet,
-            credit_ns: [calibration.up_credit_us, calibration.down_credit_us].map(|us| us * 1000),
             pacing_targets: &pacing_targets,
             capture: config.capture.as_ref(),
         };
@@ -657,74 +589,9 @@ impl Lab {
             server,
             clients,
             emulator,
-            calibration: Some(calibration),
             pacing_targets,
             alive: true,
         })
-    }
-
-    /// Measures what the emulator and the kernels add to the configured delays, through
-    /// links that only delay, and what to take off each direction's delay line for it.
-    /// A process measures each shape of path once (its delays, and whether each
-    /// direction segments): a sweep's later labs reuse it.
-    fn calibrate(
-        config: &LabConfig,
-        devices: &Devices,
-        server: &Host,
-        clients: &[Host],
-    ) -> Result<Calibration, LabError> {
-        static MEASURED: Mutex<Vec<(CalibrationShape, Intrinsic)>> = Mutex::new(Vec::new());
-        let delay_us =
-            |dir: Direction| config.path.link(dir).delay_us + config.clients[0].link(dir).delay_us;
-        let (up_us, down_us) = (delay_us(Direction::Up), delay_us(Direction::Down));
-        let shape = CalibrationShape::of(&config.path, &config.clients);
-        let known = MEASURED
-            .lock()
-            .expect("calibration lock")
-            .iter()
-            .find(|(s, _)| s.same(&shape))
-            .map(|(_, intrinsic)| *intrinsic);
-        if let Some(intrinsic) = known {
-            return Ok(Calibration {
-                reused: true,
-                ..Calibration::new(up_us, down_us, intrinsic)
-            });
-        }
-        let delays = LabConfig {
-            path: shape.path.clone(),
-            clients: shape.clients.clone(),
-            ..config.clone()
-        };
-        let links = LinkPlan {
-            config: &delays,
-            per_packet: shape.per_packet,
-            credit_ns: [0, 0],
-            pacing_targets: &[None, None],
-            capture: None,
-        };
-        let mut emulator = Emulator::start(&links, devices, clients)?;
-        let rtts = calibrate::echo_rtts(
-            &clients[0],
-            server,
-            CALIBRATION_ECHOES,
-            CALIBRATION_SPACING,
-            CALIBRATION_WAIT,
-        );
-        emulator.halt()?;
-        let rtts = rtts.map_err(io_err("measuring the lab's own latency"))?;
-        let configured_ns =
-            (shape.delay_us(Direction::Up) + shape.delay_us(Direction::Down)) as i64 * 1000;
-        let excess: Vec<i64> = rtts.iter().map(|rtt| rtt - configured_ns).collect();
-        let intrinsic = Intrinsic::from_excess(&excess).ok_or_else(|| {
-            LabError::Name(format!(
-                "none of the {CALIBRATION_ECHOES} echo requests that measure the lab's own latency came back from the server"
-            ))
-        })?;
-        MEASURED
-            .lock()
-            .expect("calibration lock")
-            .push((shape, intrinsic));
-        Ok(Calibration::new(up_us, down_us, intrinsic))
     }
 
     /// The same path with the kernel's netem on a veth pair: up on the client's end,
@@ -790,7 +657,6 @@ impl Lab {
                 addr6: client_v6,
             }],
             emulator: Emulator::none(),
-            calibration: None,
             pacing_targets: Default::default(),
             alive: true,
         })
@@ -804,11 +670,11 @@ impl Lab {
         devices: &Devices,
         clients: &[Host],
         capture: Option<&Capture>,
+        wake: &Arc<Waker>,
     ) -> Result<DirectionPlan, LabError> {
         let LinkPlan {
             config,
             per_packet,
-            credit_ns,
             pacing_targets,
             capture: _,
         } = *links;
@@ -850,14 +716,9 @@ impl Lab {
             hop.then = Target::Hop(bottleneck);
             hop
         });
-        // What the emulator itself adds comes off the bottleneck's delay first, the rest
-        // off each client's access link.
-        let mut bottleneck_link = make_link(config, LinkRole::Bottleneck, dir, per_packet)?;
-        let credit_left =
-            credit_ns[dir as usize] - bottleneck_link.shorten_delay(credit_ns[dir as usize]);
         let bottleneck_hop = Hop {
             name: "bottleneck".into(),
-            link: bottleneck_link,
+            link: make_link(config, LinkRole::Bottleneck, dir, per_packet)?,
             then: match dir {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
@@ -881,11 +742,9 @@ impl Lab {
             };
             if access.iter().any(|(i, _)| *i == k) {
                 client_side.push(Target::Hop(first_access + access_hops.len()));
-                let mut link = make_link(config, LinkRole::Access(k), dir, per_packet)?;
-                link.shorten_delay(credit_left);
                 access_hops.push(Hop {
                     name: format!("access client{}", k + 1),
-                    link,
+                    link: make_link(config, LinkRole::Access(k), dir, per_packet)?,
                     then: beyond,
                     meter: None,
                     rate_control: None,
@@ -916,6 +775,7 @@ impl Lab {
                 per_packet,
                 mtu: config.path.mtu,
                 classifier,
+                wake: Arc::clone(wake),
             },
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
@@ -929,6 +789,7 @@ impl Lab {
                 per_packet,
                 mtu: config.path.mtu,
                 classifier,
+                wake: Arc::clone(wake),
             },
         })
     }
@@ -951,10 +812,7 @@ impl Lab {
     }
 
     fn stats_with(&self, [up, down]: [Vec<HostQueue>; 2]) -> LabStats {
-        let mut stats = LabStats {
-            calibration: self.calibration,
-            ..self.emulator.stats()
-        };
+        let mut stats = self.emulator.stats();
         stats.up.host_queues = up;
         stats.down.host_queues = down;
         stats
@@ -988,12 +846,6 @@ impl Lab {
     /// The capture's file (`--capture`).
     pub fn capture_file(&self) -> Option<&str> {
         self.emulator.capture_file.as_deref()
-    }
-
-    /// What the lab measured of its own latency when it started; `None` without the
-    /// emulator (netem).
-    pub fn calibration(&self) -> Option<&Calibration> {
-        self.calibration.as_ref()
     }
 
     /// Whether both emulator threads are still running.

@@ -4,9 +4,9 @@
 //! RTT, the round trip a queue given in BDP is sized from, the checks of the specs
 //! together, and the seed of each link's randomness.
 
-use crate::path::{Bottleneck, Direction, Limit, PathSpec, QueueLimit};
+use crate::path::{Bottleneck, Direction, Limit, Pace, PathSpec, QueueLimit};
 use crate::record::BdpSizing;
-use crate::units::{format_duration_us, format_rate, format_size};
+use crate::units::{format_duration_us, format_rate, format_size, parse_duration};
 
 /// One link of a lab.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +70,61 @@ impl<'a> Dumbbell<'a> {
             .rev()
             .max_by_key(|&k| self.client_rtt_us(k))
             .unwrap_or(0)
+    }
+
+    /// The time a packet of `bytes` takes to be serialized on client k's way in
+    /// direction `dir`, µs: at each fixed rate on it (a gap pacer's, the bottleneck's,
+    /// the access link's), with each link's per-packet overhead. A trace's or a
+    /// window-following pacer's time is not known beforehand and counts as none.
+    pub fn serialization_us(&self, client: usize, dir: Direction, bytes: u64) -> f64 {
+        let links = std::iter::once(self.path).chain(self.access.get(client));
+        links
+            .map(|spec| {
+                let link = spec.link(dir);
+                let at = |bps: u64, overhead: u32| {
+                    (bytes + u64::from(overhead)) as f64 * 8e6 / bps as f64
+                };
+                let pacer = match link.pace {
+                    Some(Pace::Rate(bps)) => at(bps, 0),
+                    _ => 0.0,
+                };
+                let line = match link.bottleneck {
+                    Bottleneck::Rate { bps, overhead } => at(bps, overhead),
+                    Bottleneck::Unlimited | Bottleneck::Trace { .. } => 0.0,
+                };
+                pacer + line
+            })
+            .sum()
+    }
+
+    /// What the lab promises of its round trips, in one line: the emulator holds each
+    /// packet for the delays of its links and takes nothing off, so no round trip is
+    /// shorter than its client's base RTT (less what jitter draws below the delays);
+    /// the lab's own time per packet comes on top.
+    pub fn floor_line(&self) -> String {
+        let rtts: Vec<u64> = (0..self.clients()).map(|k| self.client_rtt_us(k)).collect();
+        if rtts.iter().all(|&r| r == 0) {
+            return "no delay: a round trip takes the lab's own time (the kernels', the emulator's)".into();
+        }
+        let jitter = std::iter::once(self.path)
+            .chain(self.access)
+            .any(|s| s.up.jitter.is_some() || s.down.jitter.is_some());
+        let less_jitter = if jitter {
+            " less what the jitter draws below the delays"
+        } else {
+            ""
+        };
+        let least = if rtts.iter().all(|&r| r == rtts[0]) {
+            format!("the path's {}", at_most(rtts[0]))
+        } else {
+            let each: Vec<String> = rtts
+                .iter()
+                .enumerate()
+                .map(|(k, &r)| format!("client{} {}", k + 1, at_most(r)))
+                .collect();
+            format!("its client's base RTT ({})", each.join(", "))
+        };
+        format!("every round trip takes at least {least}{less_jitter}: the lab holds each packet for its delays and adds its own time (the kernels', the emulator's), taking nothing off")
     }
 
     /// The round trip a queue in BDP on `link` is reckoned over: the bottleneck's, the
@@ -177,6 +232,16 @@ impl<'a> Dumbbell<'a> {
     }
 }
 
+/// `us` as printed, never more than it: three significant figures where they round down
+/// (a floor rounded up would promise too much), whole µs otherwise.
+fn at_most(us: u64) -> String {
+    let text = format_duration_us(us);
+    match parse_duration(&text.replace(' ', "")) {
+        Ok(printed) if printed <= us => text,
+        _ => format!("{us} µs"),
+    }
+}
+
 /// Splits one seed into independent ones: the k-th seed derived from `seed`. Distinct
 /// k give distinct seeds (splitmix64 is a bijection), each a well-mixed start for the
 /// links' ChaCha8 generators.
@@ -277,6 +342,54 @@ mod tests {
         let same = [spec("rtt 5ms"), spec("rtt 5ms")];
         assert_eq!(Dumbbell::new(&path, &same).sizing_client(), 0);
         assert_eq!(Dumbbell::new(&spec("rtt 20ms"), &same).bdp_sizing(), None);
+    }
+
+    #[test]
+    fn the_floor_is_each_clients_base_rtt_and_jitter_is_named() {
+        let own = ": the lab holds each packet for its delays and adds its own time (the kernels', the emulator's), taking nothing off";
+        let path = spec("rtt 200us rate 1gbit queue 1bdp");
+        assert_eq!(
+            Dumbbell::new(&path, &[]).floor_line(),
+            format!("every round trip takes at least the path's 200 µs{own}")
+        );
+        let access = [spec("rtt 10ms"), spec("rtt 40ms jitter 1ms")];
+        assert_eq!(
+            Dumbbell::new(&spec("rtt 5ms"), &access).floor_line(),
+            format!("every round trip takes at least its client's base RTT (client1 15.0 ms, client2 45.0 ms) less what the jitter draws below the delays{own}")
+        );
+        // 12.355 ms would print as 12.4 ms, more than the floor.
+        assert_eq!(
+            Dumbbell::new(&spec("up.delay 6ms down.delay 6355us"), &[]).floor_line(),
+            format!("every round trip takes at least the path's 12355 µs{own}")
+        );
+        assert_eq!(
+            Dumbbell::new(&spec("up.delay 6ms down.delay 6345us"), &[]).floor_line(),
+            format!("every round trip takes at least the path's 12.3 ms{own}")
+        );
+        assert_eq!(
+            Dumbbell::new(&spec("rate 1gbit"), &[]).floor_line(),
+            "no delay: a round trip takes the lab's own time (the kernels', the emulator's)"
+        );
+    }
+
+    #[test]
+    fn a_packet_is_serialized_at_every_fixed_rate_on_its_way() {
+        // 1500 B and 24 B of overhead at 1 Gbit/s: 12.192 µs; plus the access link's
+        // 100 Mbit/s, 120 µs, and a gap pacer's 500 Mbit/s, 24 µs.
+        let path = spec("rate 1gbit overhead 24 up.pace 500mbit down.rate 10mbit");
+        let access = [spec("up.rate 100mbit"), spec("")];
+        let d = Dumbbell::new(&path, &access);
+        assert!(
+            (d.serialization_us(0, Direction::Up, 1500) - (12.192 + 120.0 + 24.0)).abs() < 1e-9
+        );
+        assert!((d.serialization_us(1, Direction::Up, 1500) - (12.192 + 24.0)).abs() < 1e-9);
+        // 52 B at down's own 10 Mbit/s (no overhead): 41.6 µs; nothing on a trace.
+        assert!((d.serialization_us(1, Direction::Down, 52) - 41.6).abs() < 1e-9);
+        let trace = spec("up.trace t.trace");
+        assert_eq!(
+            Dumbbell::new(&trace, &[]).serialization_us(0, Direction::Up, 1500),
+            0.0
+        );
     }
 
     #[test]

@@ -126,8 +126,9 @@ pub struct PathFacts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_bps: Option<f64>,
     /// The round trip of the flows' client without queueing, µs: its access link's and
-    /// the bottleneck's delays, both directions, or what the lab really gave where that
-    /// was more (a round trip below the lab's own latency).
+    /// the bottleneck's delays, both directions. The lab holds every packet that long
+    /// (its own time comes on top), the BDP is reckoned over it and a queue in BDP was
+    /// sized over it.
     pub base_rtt_us: u64,
     /// Whose end-to-end round trip `base_rtt_us` is, from 1, in a lab with access links
     /// that delay; of several clients sending, the one with the longest.
@@ -419,11 +420,7 @@ fn path_facts(
         .collect();
     let lab = Dumbbell::new(spec, &access);
     let client = flows_client(&lab, tcp);
-    // Below the lab's own latency a path is slower than configured (crate::calibration).
-    let floor_us = record
-        .calibration
-        .map_or(0, |c| c.above_configured_us().round() as u64);
-    let base_rtt_us = lab.client_rtt_us(client) + floor_us;
+    let base_rtt_us = lab.client_rtt_us(client);
     let dir = path::Direction::from(direction);
     let bottleneck_bps = match spec.link(dir).bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
@@ -1040,6 +1037,9 @@ fn detect(
     if let Some(message) = own_delay(run, direction) {
         find("delay", message, None);
     }
+    if let Some(message) = min_rtt_beside_base(run, tcp, direction, e.path.as_ref()) {
+        find("min_rtt", message, None);
+    }
     // The kernel's own account, where its events were taken.
     if let Some(k) = kernel {
         find(
@@ -1439,6 +1439,80 @@ fn emulator_behind(run: &RunRecord) -> Option<String> {
     })
 }
 
+/// How far TCP's shortest round trip may lie from the path's base RTT, as a share of
+/// it, before explain names the difference.
+const MIN_RTT_TOLERANCE: f64 = 0.03;
+
+/// TCP's shortest round trip (tcpi_min_rtt, over the flows of the client whose base RTT
+/// the path's facts give) against that base RTT, when they differ by more than
+/// [`MIN_RTT_TOLERANCE`]: above it by a full segment's and its ACK's serialization at
+/// the links' rates and the lab's own time per packet, below it only by jitter.
+fn min_rtt_beside_base(
+    run: &RunRecord,
+    tcp: &[&FlowRecord],
+    direction: Direction,
+    facts: Option<&PathFacts>,
+) -> Option<String> {
+    let facts = facts?;
+    let spec = run.path.as_ref()?.spec.parse::<PathSpec>().ok()?;
+    let access: Vec<PathSpec> = run
+        .path
+        .as_ref()?
+        .access
+        .iter()
+        .map(|a| a.parse().unwrap_or_default())
+        .collect();
+    let lab = Dumbbell::new(&spec, &access);
+    let client = facts.client.map_or(0, |c| c as usize - 1);
+    let client_name = format!("client{}", client + 1);
+    let (flow, min_us) = tcp
+        .iter()
+        .filter(|f| f.host.as_deref().is_none_or(|h| h == client_name))
+        .filter_map(|f| Some((*f, min_rtt_us(f, &sender_samples(run, f))?)))
+        .min_by_key(|&(_, rtt)| rtt)?;
+    let base = facts.base_rtt_us;
+    let diff = min_us as f64 - base as f64;
+    if base == 0 || diff.abs() <= MIN_RTT_TOLERANCE * base as f64 {
+        return None;
+    }
+    let us = |x: f64| format_duration_us(x.abs().round() as u64);
+    let head = format!(
+        "TCP's shortest round trip (tcpi_min_rtt) was {}, {} ({:.1} %) {} the path's base RTT of {}",
+        format_duration_us(min_us),
+        us(diff),
+        100.0 * diff.abs() / base as f64,
+        if diff > 0.0 { "above" } else { "below" },
+        format_duration_us(base)
+    );
+    if diff < 0.0 {
+        let jitter = [&spec, access.get(client).unwrap_or(&PathSpec::default())]
+            .iter()
+            .any(|s| s.up.jitter.is_some() || s.down.jitter.is_some());
+        return Some(if jitter {
+            format!("{head}: the path's jitter drew delays below it")
+        } else {
+            head
+        });
+    }
+    let data = path::Direction::from(direction);
+    let acks = match data {
+        path::Direction::Up => path::Direction::Down,
+        path::Direction::Down => path::Direction::Up,
+    };
+    let segment = u64::from(flow.mss + bounds::TCP_IP_HEADERS);
+    let serialized = lab.serialization_us(client, data, segment)
+        + lab.serialization_us(client, acks, u64::from(bounds::TCP_IP_HEADERS));
+    let own = "the time the hosts' kernels and the emulator take per packet, which the lab adds to the path's delays";
+    Some(if serialized >= 1.0 {
+        format!(
+            "{head}: {} of it a full segment's and its ACK's serialization at the links' rates, the rest {own}",
+            us(serialized)
+        )
+    } else {
+        format!("{head}: {own}")
+    })
+}
+
 /// Where the run lands in delay (Pantheon's chart): its data packets' one-way delay
 /// across the emulator, how much of it beyond the path's own delay they spent queued
 /// (with their serialization), and what the bottleneck queue held.
@@ -1661,7 +1735,6 @@ fn queue_overflow(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibration::{Calibration, Intrinsic};
     use crate::link::LinkCounters;
     use crate::record::{
         BurstStats, CapacitySample, ClockOffset, HostMeta, IntervalRecord, NamedCounters,
@@ -1914,23 +1987,60 @@ mod tests {
     }
 
     #[test]
-    fn a_path_below_the_labs_own_latency_has_the_round_trip_it_really_had() {
-        let lab = Intrinsic {
-            probes: 100,
-            min_us: 120.0,
-            mean_us: 240.0,
-        };
-        let calibrated = |spec: &str, up_us, down_us| {
-            let mut r = run(spec, vec![flow(0, 50e6)], Vec::new());
-            r.path.as_mut().unwrap().calibration = Some(Calibration::new(up_us, down_us, lab));
-            explain(&r).path.unwrap()
-        };
-        // At least 200 µs, 320 µs on average: the BDP is 1 Gbit/s × 320 µs = 40 000 B.
-        let p = calibrated("rtt 200us rate 1gbit", 100, 100);
-        assert_eq!((p.base_rtt_us, p.bdp_bytes), (320, Some(40_000)));
-        // Above the floor the lab gives the configured round trip.
-        let p = calibrated("rtt 20ms rate 1gbit", 10_000, 10_000);
-        assert_eq!((p.base_rtt_us, p.bdp_bytes), (20_000, Some(2_500_000)));
+    fn one_round_trip_sizes_the_queue_and_the_bdp() {
+        // 1 Gbit/s × 200 µs = 25 000 B, for the BDP and for the queue of 1 BDP alike.
+        let r = run(
+            "rtt 200us rate 1gbit queue 1bdp",
+            vec![flow(0, 50e6)],
+            Vec::new(),
+        );
+        let p = explain(&r).path.unwrap();
+        assert_eq!(
+            (p.base_rtt_us, p.bdp_bytes, p.queue_bytes),
+            (200, Some(25_000), Some(25_000))
+        );
+    }
+
+    /// `run` of one flow over `spec` whose sender's samples show `min_rtt_us`.
+    fn min_rtt_run(spec: &str, min_rtt_us: u32) -> RunRecord {
+        let mut samples = steady_samples(65_160, 40 * MSS, 1 << 20, 1 << 20);
+        for s in &mut samples {
+            s.info.min_rtt = min_rtt_us;
+        }
+        run(
+            spec,
+            vec![held(record::Limit::Cwnd, flow(0, 50e6))],
+            samples,
+        )
+    }
+
+    fn min_rtt_finding(r: &RunRecord) -> Option<String> {
+        let e = explain(r);
+        e.findings
+            .iter()
+            .find(|f| f.kind == "min_rtt")
+            .map(|f| f.message.clone())
+    }
+
+    #[test]
+    fn tcps_shortest_round_trip_is_named_beyond_3_percent_of_the_base_rtt() {
+        // Within 3 %: nothing to say.
+        assert_eq!(min_rtt_finding(&min_rtt_run("rtt 20ms", 20_600)), None);
+        assert_eq!(min_rtt_finding(&min_rtt_run("rtt 2ms", 2_060)), None);
+        assert_eq!(
+            min_rtt_finding(&min_rtt_run("rtt 2ms", 2_118)).unwrap(),
+            "TCP's shortest round trip (tcpi_min_rtt) was 2.12 ms, 118 µs (5.9 %) above the path's base RTT of 2.00 ms: the time the hosts' kernels and the emulator take per packet, which the lab adds to the path's delays"
+        );
+        // A 1500-byte packet at 100 Mbit/s takes 120 µs, its 52-byte ACK 4.16 µs.
+        assert_eq!(
+            min_rtt_finding(&min_rtt_run("rtt 500us rate 100mbit", 700)).unwrap(),
+            "TCP's shortest round trip (tcpi_min_rtt) was 700 µs, 200 µs (40.0 %) above the path's base RTT of 500 µs: 124 µs of it a full segment's and its ACK's serialization at the links' rates, the rest the time the hosts' kernels and the emulator take per packet, which the lab adds to the path's delays"
+        );
+        // Below the base RTT only jitter takes a packet.
+        assert_eq!(
+            min_rtt_finding(&min_rtt_run("delay 10ms jitter 5ms", 14_000)).unwrap(),
+            "TCP's shortest round trip (tcpi_min_rtt) was 14.0 ms, 6.00 ms (30.0 %) below the path's base RTT of 20.0 ms: the path's jitter drew delays below it"
+        );
     }
 
     #[test]

@@ -4,7 +4,6 @@
 
 pub mod bounds;
 pub mod burst;
-pub mod calibration;
 pub mod capture;
 pub mod clock;
 pub mod compare;

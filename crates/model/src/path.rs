@@ -435,15 +435,6 @@ impl LinkSpec {
             && pace.is_none()
     }
 
-    /// The same propagation delay and nothing else: what a lab's calibration sends its
-    /// probes through.
-    pub fn delay_part(&self) -> LinkSpec {
-        LinkSpec {
-            delay_us: self.delay_us,
-            ..LinkSpec::default()
-        }
-    }
-
     /// The buffer in packets or bytes; a BDP multiple becomes
     /// ⌊multiple × rate × path RTT / 8⌋ bytes. `None` for a BDP multiple without a fixed
     /// rate, which the parser rejects.
@@ -534,15 +525,6 @@ impl PathSpec {
             }
         }
         spec
-    }
-
-    /// Both directions' [`LinkSpec::delay_part`], on the same MTU.
-    pub fn delay_part(&self) -> PathSpec {
-        PathSpec {
-            up: self.up.delay_part(),
-            down: self.down.delay_part(),
-            ..self.clone()
-        }
     }
 
     /// Base round trip: both one-way delays, without jitter or queuing.

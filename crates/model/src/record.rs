@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::calibration::Calibration;
 use crate::capture::CapturePoint;
 use crate::events::{EventRecord, TraceRecord};
 use crate::link::LinkCounters;
@@ -696,10 +695,6 @@ pub struct PathRecord {
     /// minus `started_unix_us − epoch_unix_us` are on the run's time base.
     #[serde(default)]
     pub epoch_unix_us: i64,
-    /// The lab's own latency, measured when it started, and what it took off the delay
-    /// lines; `None` for a lab without the emulator (netem) or recorded before it had one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<Calibration>,
     /// How a bottleneck queue given in BDP was sized; `None` when neither direction's is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bdp: Option<BdpSizing>,

@@ -36,20 +36,6 @@ fn serialization_is_exact_in_nanoseconds() {
     assert_eq!(sim.delivered[1].queue_delay, 1_200);
 }
 
-#[test]
-fn a_shortened_delay_line_delivers_that_much_sooner() {
-    // 10 ms at 10 Gbit/s: 1.2 µs of serialization, then the delay.
-    let mut l = link("delay 10ms rate 10gbit");
-    assert_eq!(l.shorten_delay(150_000), 150_000);
-    let sim = simulate(&mut l, [(0, 1500)], u64::MAX);
-    assert_eq!(sim.delivered[0].due, 1_200 + 9_850_000);
-    // A credit beyond the delay takes all of it and no more: serialization stays.
-    let mut l = link("delay 100us rate 10gbit");
-    assert_eq!(l.shorten_delay(150_000), 100_000);
-    let sim = simulate(&mut l, [(0, 1500)], u64::MAX);
-    assert_eq!(sim.delivered[0].due, 1_200);
-}
-
 /// A saturated link delivers at its rate within 0.1 % over 10 s of virtual time.
 #[test]
 fn saturated_link_delivers_at_rate() {

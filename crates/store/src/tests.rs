@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::{json, Value as Json};
-use tcplab_model::calibration::{Calibration, Intrinsic};
 use tcplab_model::events::{CaState, EventRecord, KernelEvent, TraceRecord};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord,
@@ -331,15 +330,6 @@ fn sample_record(n_samples: usize) -> RunRecord {
             },
             down: Default::default(),
             epoch_unix_us: 1_795_000_000_000_000,
-            calibration: Some(Calibration::new(
-                10_000,
-                10_000,
-                Intrinsic {
-                    probes: 100,
-                    min_us: 61.5,
-                    mean_us: 140.25,
-                },
-            )),
             bdp: Some(tcplab_model::record::BdpSizing {
                 rtt_us: 20_000,
                 client: 1,

@@ -10,7 +10,6 @@ pub mod localnet;
 pub mod netem;
 pub mod netns;
 pub mod nft;
-pub mod ping;
 pub mod poll;
 pub mod reaper;
 pub mod relay;

@@ -1,7 +1,7 @@
-//! Waiting for one descriptor to become ready.
+//! Waiting for one descriptor to become ready, and a descriptor that wakes a waiter.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Waits up to `timeout_ms` (-1: forever) for `events` (`libc::POLLIN`, `POLLOUT`) on
 /// `fd`. Returns whether it became ready; an interrupted wait counts as not ready.
@@ -26,9 +26,48 @@ pub fn wait_for(fd: impl AsFd, events: libc::c_short, timeout_ms: i32) -> io::Re
     }
 }
 
+/// An eventfd a thread polls beside what it waits for: [`Waker::wake`] makes it readable
+/// for good, so the waiter returns at once, now and at every later wait.
+#[derive(Debug)]
+pub struct Waker(OwnedFd);
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: eventfd takes plain integers; the descriptor is owned right away.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        Ok(Waker(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a valid buffer. It cannot fail short of the
+        // counter's overflow, which a few wakes never reach.
+        unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+}
+
+impl AsFd for Waker {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waker_is_readable_once_woken_and_stays_so() {
+        let waker = Waker::new().unwrap();
+        assert!(!wait_for(&waker, libc::POLLIN, 0).unwrap());
+        waker.wake();
+        assert!(wait_for(&waker, libc::POLLIN, 1000).unwrap());
+        assert!(wait_for(&waker, libc::POLLIN, 0).unwrap());
+    }
 
     #[test]
     fn a_pipe_becomes_readable_when_written() {

@@ -71,9 +71,15 @@ pub fn host_meta() -> HostMeta {
         hostname,
         kernel,
         sysctls,
-        boot_id: read("kernel.random.boot_id").unwrap_or_default(),
+        boot_id: boot_id(),
         rate_cap_bps: None,
     }
+}
+
+/// This kernel's boot id (`kernel.random.boot_id`): two ends with the same one read one
+/// CLOCK_MONOTONIC, unless a time namespace shifts one; "" where it cannot be read.
+pub fn boot_id() -> String {
+    read("kernel.random.boot_id").unwrap_or_default()
 }
 
 /// (nodename, release) from uname(2).

@@ -100,6 +100,11 @@ pub struct TunOptions {
     pub multi_queue: bool,
     /// `O_NONBLOCK` from the start; see also [`Tun::set_nonblocking`].
     pub nonblocking: bool,
+    /// `TUNSETPERSIST`: the device outlives its descriptors, until it is deleted or its
+    /// namespace goes. Closing the last descriptor of a device that does not persist
+    /// unregisters it there and then, 15–30 ms of RCU grace periods each here; the
+    /// kernel unregisters a persistent one with its namespace, in the background.
+    pub persist: bool,
 }
 
 impl Default for TunOptions {
@@ -110,6 +115,7 @@ impl Default for TunOptions {
             offloads: Offloads::TSO,
             multi_queue: false,
             nonblocking: false,
+            persist: false,
         }
     }
 }
@@ -184,6 +190,13 @@ impl Tun {
             .into_owned();
 
         let tun = Tun { fd, name, opts };
+        if opts.persist {
+            // SAFETY: TUNSETPERSIST takes its argument by value.
+            cvt(unsafe {
+                libc::ioctl(tun.fd.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong)
+            })
+            .map_err(|e| context(e, "TUNSETPERSIST"))?;
+        }
         if opts.vnet_hdr {
             let size = VirtioNetHdr::LEN as libc::c_int;
             // SAFETY: both ioctls read one int through the pointer.

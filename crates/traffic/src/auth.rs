@@ -7,7 +7,9 @@
 //! 2. client → `Auth{Nc, proof}`, proof = HMAC-SHA256(key, "tcplab-auth-client" ‖ Ns ‖ Nc),
 //!    or no proof when the client has no key;
 //! 3. server → `Welcome{proof}`, proof = HMAC-SHA256(key, "tcplab-auth-server" ‖ Nc ‖ Ns):
-//!    the server holds the key too. Or `Refused{reason}`.
+//!    the server holds the key too. Or `Refused{reason}`. The Welcome also says when
+//!    `Auth` arrived and when it left, on the server's clock, and that clock's boot: the
+//!    round trip is the test's first clock exchange (`crate::client`).
 //!
 //! A server without a key welcomes without a proof, and a client that has a key refuses
 //! to go on then: such a server could be anyone. Proofs are compared in constant time
@@ -26,7 +28,11 @@ use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use crate::protocol::{self, Message, ProtocolError};
+use tcplab_model::clock::Exchange;
+use tcplab_sys::clock::monotonic_us;
+use tcplab_sys::sysctl;
+
+use crate::protocol::{self, Message, ProtocolError, ServerClock};
 use crate::server::Rejected;
 use crate::TrafficError;
 
@@ -147,13 +153,9 @@ pub fn nonce() -> Nonce {
     nonce
 }
 
-/// The server's side, right after the hellos: challenges the client and, when `key` is
-/// set, admits it only with a right proof. Reads no message longer than `max_message`.
-pub fn challenge_client(
-    conn: &mut (impl Read + Write),
-    key: Option<&PreSharedKey>,
-    max_message: usize,
-) -> Result<(), Rejected> {
+/// The server's first step, right after its hello (it need not wait for the client's):
+/// the challenge, whose nonce [`check_answer`] takes.
+pub fn send_challenge(conn: &mut impl Write) -> Result<Nonce, ProtocolError> {
     let server_nonce = nonce();
     protocol::send(
         conn,
@@ -161,14 +163,36 @@ pub fn challenge_client(
             nonce: protocol::to_hex(&server_nonce),
         },
     )?;
+    Ok(server_nonce)
+}
+
+/// The server's second step, after the client's hello: reads the client's answer to
+/// `server_nonce` and, when `key` is set, admits it only with a right proof; welcomes
+/// it with the server's clock. Reads no message longer than `max_message`.
+pub fn check_answer(
+    conn: &mut (impl Read + Write),
+    server_nonce: &Nonce,
+    key: Option<&PreSharedKey>,
+    max_message: usize,
+) -> Result<(), Rejected> {
+    let boot_id = sysctl::boot_id();
     let (client_nonce, proof) = match protocol::recv(conn, max_message)? {
         Message::Auth { nonce, proof } => (protocol::parse_hex::<NONCE_LEN>(&nonce)?, proof),
         other => {
             return Err(ProtocolError::Malformed(format!("expected Auth, got {other:?}")).into())
         }
     };
+    let recv_us = monotonic_us();
+    let welcome = |proof| Message::Welcome {
+        proof,
+        clock: Some(ServerClock {
+            boot_id,
+            recv_us,
+            send_us: monotonic_us(),
+        }),
+    };
     let Some(key) = key else {
-        return Ok(protocol::send(conn, &Message::Welcome { proof: None })?);
+        return Ok(protocol::send(conn, &welcome(None))?);
     };
     let Some(proof) = proof else {
         return Err(Rejected::Refused(
@@ -176,31 +200,34 @@ pub fn challenge_client(
         ));
     };
     let proof = protocol::parse_hex::<{ PROOF_LEN }>(&proof)?;
-    if !key.verify_client(&server_nonce, &client_nonce, &proof) {
+    if !key.verify_client(server_nonce, &client_nonce, &proof) {
         return Err(Rejected::Refused(
             "wrong key: the proof does not match this server's pre-shared key".into(),
         ));
     }
-    protocol::send(
-        conn,
-        &Message::Welcome {
-            proof: Some(protocol::to_hex(
-                &key.server_proof(&server_nonce, &client_nonce),
-            )),
-        },
-    )?;
+    let proof = protocol::to_hex(&key.server_proof(server_nonce, &client_nonce));
+    protocol::send(conn, &welcome(Some(proof)))?;
     Ok(())
 }
 
 /// Bytes of an HMAC-SHA256 proof.
 const PROOF_LEN: usize = 32;
 
+/// The server's clock as its Welcome said it: the Auth/Welcome round trip as a clock
+/// exchange, and the boot of the server's clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WelcomeClock {
+    pub exchange: Exchange,
+    pub boot_id: String,
+}
+
 /// The client's side, right after the hellos: answers the challenge (with a proof when
-/// it has a key) and, with a key, accepts only a server that proves the key too.
+/// it has a key) and, with a key, accepts only a server that proves the key too. Returns
+/// the server's clock where its Welcome says it.
 pub fn answer_challenge(
     conn: &mut (impl Read + Write),
     key: Option<&PreSharedKey>,
-) -> Result<(), TrafficError> {
+) -> Result<Option<WelcomeClock>, TrafficError> {
     let server_nonce = match crate::client::answer(conn)? {
         Message::Challenge { nonce } => protocol::parse_hex::<NONCE_LEN>(&nonce)?,
         other => {
@@ -210,6 +237,7 @@ pub fn answer_challenge(
         }
     };
     let client_nonce = nonce();
+    let client_send_us = monotonic_us();
     protocol::send(
         conn,
         &Message::Auth {
@@ -217,13 +245,22 @@ pub fn answer_challenge(
             proof: key.map(|k| protocol::to_hex(&k.client_proof(&server_nonce, &client_nonce))),
         },
     )?;
-    let server_proof = match crate::client::answer(conn)? {
-        Message::Welcome { proof } => proof,
+    let (server_proof, clock) = match crate::client::answer(conn)? {
+        Message::Welcome { proof, clock } => (proof, clock),
         other => {
             return Err(ProtocolError::Malformed(format!("expected Welcome, got {other:?}")).into())
         }
     };
-    let Some(key) = key else { return Ok(()) };
+    let clock = clock.map(|c| WelcomeClock {
+        exchange: Exchange {
+            client_send_us,
+            server_recv_us: c.recv_us,
+            server_send_us: c.send_us,
+            client_recv_us: monotonic_us(),
+        },
+        boot_id: c.boot_id,
+    });
+    let Some(key) = key else { return Ok(clock) };
     let Some(proof) = server_proof else {
         return Err(TrafficError::ServerNotProven(
             "it has no key (it serves without --key-file), so it may not be the server \
@@ -237,7 +274,7 @@ pub fn answer_challenge(
             "its proof does not match the key".into(),
         ));
     }
-    Ok(())
+    Ok(clock)
 }
 
 #[cfg(test)]
@@ -248,6 +285,16 @@ mod tests {
 
     fn key(byte: u8) -> PreSharedKey {
         PreSharedKey::new(vec![byte; 32]).unwrap()
+    }
+
+    /// The server's two steps back to back.
+    fn challenge_client(
+        conn: &mut (impl Read + Write),
+        key: Option<&PreSharedKey>,
+        max_message: usize,
+    ) -> Result<(), Rejected> {
+        let nonce = send_challenge(conn)?;
+        check_answer(conn, &nonce, key, max_message)
     }
 
     #[test]
@@ -331,7 +378,10 @@ mod tests {
     fn exchange(
         server_key: Option<PreSharedKey>,
         client_key: Option<PreSharedKey>,
-    ) -> (Result<(), Rejected>, Result<(), TrafficError>) {
+    ) -> (
+        Result<(), Rejected>,
+        Result<Option<WelcomeClock>, TrafficError>,
+    ) {
         let (mut server_end, mut client_end) = UnixStream::pair().unwrap();
         let server = thread::spawn(move || {
             let outcome = challenge_client(&mut server_end, server_key.as_ref(), 1 << 16);
@@ -362,6 +412,21 @@ mod tests {
         let (server, client) = exchange(Some(key(7)), Some(key(7)));
         assert!(server.is_ok(), "{server:?}");
         assert!(client.is_ok(), "{client:?}");
+    }
+
+    #[test]
+    fn the_welcome_is_a_clock_exchange_on_the_servers_boot() {
+        let (server, client) = exchange(None, None);
+        assert!(server.is_ok(), "{server:?}");
+        let clock = client.unwrap().expect("the server's clock");
+        assert_eq!(clock.boot_id, sysctl::boot_id());
+        // One clock: the exchange's round trip is real and its offset within it of 0.
+        let offset = tcplab_model::clock::estimate(&[clock.exchange]).unwrap();
+        assert!(clock.exchange.rtt_us().is_some(), "{clock:?}");
+        assert!(
+            offset.same_clock(&clock.boot_id, &sysctl::boot_id()),
+            "{offset:?}"
+        );
     }
 
     #[test]

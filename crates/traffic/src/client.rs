@@ -36,7 +36,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// retransmission backoff (3 s after a lost SYN, then 6 s …) can hold one message
 /// longer than 10 s.
 const SERVER_SILENCE: Duration = Duration::from_secs(60);
-/// Clock-offset exchanges before each test, one round trip each.
+/// Clock-offset exchanges before a test whose server reads another clock (or does not
+/// say), one round trip each; on one clock the Auth/Welcome exchange is enough.
 pub const TIME_PROBES: usize = 8;
 /// How often a UDP flow repeats its hello until the server has them all.
 const UDP_HELLO_EVERY: Duration = Duration::from_millis(50);
@@ -121,10 +122,10 @@ pub fn run(
     control.write_all(&protocol::client_hello())?;
     read_server_hello(&mut control, &request.target)?;
     control.set_read_timeout(Some(SERVER_SILENCE))?;
-    auth::answer_challenge(&mut control, request.key.as_ref())?;
-    let offset = measure_clock_offset(&mut control)?;
-
+    let welcome = auth::answer_challenge(&mut control, request.key.as_ref())?;
     let client_meta = sysctl::host_meta();
+    let offset = measure_clock_offset(&mut control, welcome, &client_meta.boot_id)?;
+
     protocol::send(
         &mut control,
         &Message::Start {
@@ -133,6 +134,7 @@ pub fn run(
                 offset,
                 boot_id: client_meta.boot_id.clone(),
             },
+            deflated_samples: true,
         },
     )?;
     let (data_port, cookie, server_meta, udp_ports, probe_port) = match answer(&mut control)? {
@@ -289,11 +291,25 @@ pub(crate) fn connect_any(
     })
 }
 
-/// NTP-style exchanges over the control connection; the fastest one sets the offset.
+/// The server's clock offset from NTP-style exchanges; the fastest one sets it. The
+/// server's Welcome is the first exchange: when it shows one clock (the same boot, an
+/// offset within its round trip of 0) it is the only one, and half its round trip is
+/// the path's one way for the server's start. Otherwise [`TIME_PROBES`] more go over the
+/// control connection.
 fn measure_clock_offset(
     control: &mut TcpStream,
+    welcome: Option<auth::WelcomeClock>,
+    boot_id: &str,
 ) -> Result<tcplab_model::record::ClockOffset, TrafficError> {
-    let mut exchanges = Vec::with_capacity(TIME_PROBES);
+    let mut exchanges = Vec::with_capacity(TIME_PROBES + 1);
+    if let Some(welcome) = welcome {
+        let one_clock = clock::estimate(&[welcome.exchange])
+            .filter(|offset| offset.same_clock(&welcome.boot_id, boot_id));
+        if let Some(offset) = one_clock {
+            return Ok(offset);
+        }
+        exchanges.push(welcome.exchange);
+    }
     for _ in 0..TIME_PROBES {
         let client_send_us = monotonic_us();
         protocol::send(control, &Message::TimeProbe { client_send_us })?;
@@ -340,8 +356,7 @@ fn open_flows(
                     source,
                 })?;
             let mut stream: TcpStream = socket.into();
-            protocol::write_hello(&mut stream, ConnKind::Data)?;
-            protocol::write_data_intro(&mut stream, cookie, id)?;
+            stream.write_all(&protocol::data_intro(cookie, id))?;
             let per_transaction = params.transactions.is_some_and(|t| t.new_connection);
             Ok(FlowSocket {
                 id,
@@ -509,7 +524,10 @@ fn run_started(
         let msg = recv(&mut reader);
         let more = matches!(
             msg,
-            Ok(Message::Interval { .. } | Message::SideDone { .. } | Message::Samples { .. })
+            Ok(Message::Interval { .. }
+                | Message::SideDone { .. }
+                | Message::Samples { .. }
+                | Message::SamplesDeflated { .. })
         );
         if events.send(Event::Remote(msg)).is_err() || !more {
             return;
@@ -555,6 +573,14 @@ fn run_started(
                 }
             }
             Event::Remote(Ok(Message::Samples { samples })) => remote_samples.extend(samples),
+            Event::Remote(Ok(Message::SamplesDeflated { hex })) => {
+                match protocol::inflate_samples(&hex) {
+                    Ok(samples) => remote_samples.extend(samples),
+                    Err(e) => {
+                        error.get_or_insert(format!("the server's samples: {e}"));
+                    }
+                }
+            }
             Event::Remote(Ok(Message::SamplesEnd)) => remote_finished = true,
             Event::Remote(other) => {
                 let why = match other {
@@ -696,5 +722,78 @@ mod tests {
         let want: SocketAddr = "[fd00:77::1]:5201".parse().unwrap();
         assert_eq!(resolve("[fd00:77::1]").unwrap(), vec![want]);
         assert_eq!(resolve("fd00:77::1").unwrap(), vec![want]);
+    }
+
+    /// A server that welcomes with its clock on `boot_id`, answers clock probes, and
+    /// refuses the test at `Start`: how many probes the client sent before it.
+    fn probes_before_start(boot_id: String) -> usize {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap().to_string();
+        let server = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            protocol::write_hello(&mut conn, ConnKind::Control).unwrap();
+            protocol::send(
+                &mut conn,
+                &Message::Challenge {
+                    nonce: "00".repeat(32),
+                },
+            )
+            .unwrap();
+            protocol::read_client_hello(&mut conn).unwrap();
+            let recv = |conn: &mut TcpStream| protocol::recv(conn, protocol::MAX_MESSAGE).unwrap();
+            assert!(matches!(recv(&mut conn), Message::Auth { .. }));
+            let now = monotonic_us();
+            let clock = protocol::ServerClock {
+                boot_id,
+                recv_us: now,
+                send_us: now,
+            };
+            let welcome = Message::Welcome {
+                proof: None,
+                clock: Some(clock),
+            };
+            protocol::send(&mut conn, &welcome).unwrap();
+            let mut probes = 0;
+            loop {
+                match recv(&mut conn) {
+                    Message::TimeProbe { client_send_us } => {
+                        probes += 1;
+                        let now = monotonic_us();
+                        let reply = Message::TimeReply {
+                            client_send_us,
+                            server_recv_us: now,
+                            server_send_us: now,
+                        };
+                        protocol::send(&mut conn, &reply).unwrap();
+                    }
+                    Message::Start { .. } => break,
+                    other => panic!("{other:?}"),
+                }
+            }
+            let refused = Message::Refused {
+                reason: "enough".into(),
+            };
+            protocol::send(&mut conn, &refused).unwrap();
+            probes
+        });
+        let request = Request {
+            target,
+            params: TestParams::default(),
+            label: None,
+            tags: Vec::new(),
+            pacing: None,
+            key: None,
+            trace_events: false,
+        };
+        let outcome = run(&request, Arc::default(), &mut |_| {});
+        assert!(matches!(outcome, Err(TrafficError::Refused(r)) if r == "enough"));
+        server.join().unwrap()
+    }
+
+    #[test]
+    fn on_one_clock_the_welcome_is_the_only_clock_exchange() {
+        assert_eq!(probes_before_start(sysctl::boot_id()), 0);
+        // Another boot is another clock: the probes follow.
+        assert_eq!(probes_before_start("another boot".into()), TIME_PROBES);
     }
 }

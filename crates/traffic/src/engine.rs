@@ -196,33 +196,6 @@ pub fn run_side(
         .iter()
         .map(|f| sockopt::tcp_info(f.stream.as_fd()).ok())
         .collect();
-    let workers: Vec<_> = shared
-        .iter()
-        .map(|flow| {
-            let flow = Arc::clone(flow);
-            let params = params.clone();
-            let stop = Arc::clone(&stop);
-            thread::Builder::new()
-                .name(format!("flow-{}", flow.id))
-                .spawn(move || {
-                    // Bulk transfer is batch work: SCHED_BATCH spares these threads the
-                    // wake-up preemption that every peer wake-up would otherwise cost
-                    // (A/B here: 4 streams +4 %, 1 stream +5 %, noisy). The monitor keeps
-                    // normal scheduling so samples stay on time.
-                    let param = libc::sched_param { sched_priority: 0 };
-                    // SAFETY: pid 0 is this thread; `param` is valid for the call. A
-                    // refusal only leaves the default policy.
-                    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-                    let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
-                    let outcome = run_flow(&flow, &params, t0_us, peer_t0_us, &stop);
-                    flow.done.store(true, Ordering::Release);
-                    let cpu = cpu::thread_cpu_time().unwrap_or_default() - cpu_start;
-                    (outcome, cpu)
-                })
-                .expect("spawning a flow thread")
-        })
-        .collect();
-
     let monitor = {
         let shared = shared.clone();
         let params = params.clone();
@@ -251,6 +224,36 @@ pub fn run_side(
             })
             .expect("spawning the monitor thread")
     };
+
+    let workers: Vec<_> = shared
+        .iter()
+        .map(|flow| {
+            let flow = Arc::clone(flow);
+            let params = params.clone();
+            let stop = Arc::clone(&stop);
+            let monitor = monitor.thread().clone();
+            thread::Builder::new()
+                .name(format!("flow-{}", flow.id))
+                .spawn(move || {
+                    // Bulk transfer is batch work: SCHED_BATCH spares these threads the
+                    // wake-up preemption that every peer wake-up would otherwise cost
+                    // (A/B here: 4 streams +4 %, 1 stream +5 %, noisy). The monitor keeps
+                    // normal scheduling so samples stay on time.
+                    let param = libc::sched_param { sched_priority: 0 };
+                    // SAFETY: pid 0 is this thread; `param` is valid for the call. A
+                    // refusal only leaves the default policy.
+                    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+                    let cpu_start = cpu::thread_cpu_time().unwrap_or_default();
+                    let outcome = run_flow(&flow, &params, t0_us, peer_t0_us, &stop);
+                    flow.done.store(true, Ordering::Release);
+                    // The monitor cuts the flow's last interval now, not at its next tick.
+                    monitor.unpark();
+                    let cpu = cpu::thread_cpu_time().unwrap_or_default() - cpu_start;
+                    (outcome, cpu)
+                })
+                .expect("spawning a flow thread")
+        })
+        .collect();
 
     let mut cpu_spent = CpuTime::default();
     let outcomes: Vec<FlowOutcome> = workers
@@ -890,7 +893,8 @@ fn monitor(
             next = next.min(d);
         }
         let wait = (next - monotonic_us()).clamp(0, 50_000);
-        thread::sleep(Duration::from_micros(wait as u64));
+        // A flow that ends unparks this thread: its end is cut when it comes.
+        thread::park_timeout(Duration::from_micros(wait as u64));
     }
     Watch {
         flows: watched,

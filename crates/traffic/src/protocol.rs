@@ -10,19 +10,27 @@
 //! connection carries the test's cookie and its flow id, then raw payload.
 //!
 //! A test, in order:
-//! 1. server → `Challenge`, client → `Auth`, server → `Welcome` (see [`crate::auth`]);
-//! 2. client → `TimeProbe` × n, server → `TimeReply` (clock offset, see `model::clock`);
+//! 1. server → `Challenge`, client → `Auth`, server → `Welcome` (see [`crate::auth`]),
+//!    which carries the server's clock: the Auth/Welcome round trip is a first clock
+//!    exchange, and on one clock (the same boot, no offset) the only one;
+//! 2. otherwise client → `TimeProbe` × n, server → `TimeReply` (clock offset, see
+//!    `model::clock`);
 //! 3. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
 //! 4. client opens the data connections to `data_port`, server → `Ready` when all arrived;
 //! 5. client → `Go{client_t0}`: both ends start their flows; each end's report-interval records
 //!    travel as they happen (`Interval`), so both ends' figures reach the client live;
-//! 6. server → `SideDone{report}`, then `Samples` chunks and `SamplesEnd`; client → `Bye`.
+//! 6. server → `SideDone{report}`, then `Samples` chunks (deflated, `SamplesDeflated`,
+//!    where the client's `Start` asked: a twentieth of the bytes, one round trip at the
+//!    initial window where the JSON took several) and `SamplesEnd`; client → `Bye`.
 //!
 //! Until `Go` the server may answer anything with `Refused{reason}` and close: the reason
 //! names the limit or the missing key.
 
 use std::io::{self, Read, Write};
 
+use flate2::read::DeflateDecoder;
+use flate2::write::DeflateEncoder;
+use flate2::Compression;
 use serde::{Deserialize, Serialize};
 use tcplab_model::record::{
     BufferSize, ClockOffset, CpuUse, Direction, Host, HostMeta, LimitShares, RttStats,
@@ -128,16 +136,18 @@ fn parse_hello(hello: &[u8; 8]) -> Result<ConnKind, ProtocolError> {
     Ok(kind)
 }
 
-/// The first bytes of a data connection after its hello.
-pub fn write_data_intro(
-    w: &mut impl Write,
-    cookie: &[u8; COOKIE_LEN],
-    flow: u32,
-) -> io::Result<()> {
-    let mut intro = [0u8; COOKIE_LEN + 4];
-    intro[..COOKIE_LEN].copy_from_slice(cookie);
-    intro[COOKIE_LEN..].copy_from_slice(&flow.to_be_bytes());
-    w.write_all(&intro)
+/// Bytes of a data connection's hello and introduction.
+pub const DATA_INTRO_LEN: usize = 8 + COOKIE_LEN + 4;
+
+/// The first bytes of a data connection: its hello, the test's cookie and the flow id,
+/// for one write (in two, Nagle would hold the second for the first's ACK: a round
+/// trip before the server has its data connections).
+pub fn data_intro(cookie: &[u8; COOKIE_LEN], flow: u32) -> [u8; DATA_INTRO_LEN] {
+    let mut intro = [0u8; DATA_INTRO_LEN];
+    write_hello(&mut &mut intro[..8], ConnKind::Data).expect("8 bytes hold the hello");
+    intro[8..8 + COOKIE_LEN].copy_from_slice(cookie);
+    intro[8 + COOKIE_LEN..].copy_from_slice(&flow.to_be_bytes());
+    intro
 }
 
 pub fn read_data_intro(r: &mut impl Read) -> io::Result<([u8; COOKIE_LEN], u32)> {
@@ -203,6 +213,9 @@ pub enum Message {
     Welcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         proof: Option<String>,
+        /// The server's clock around this answer (absent from servers before it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clock: Option<ServerClock>,
     },
     TimeProbe {
         client_send_us: i64,
@@ -217,6 +230,10 @@ pub enum Message {
         /// The client's clocks as the server needs them for one-way delays.
         #[serde(default)]
         clock: ClientClock,
+        /// The client reads the server's samples as `SamplesDeflated` (a server before it
+        /// sends `Samples`, which the client reads too).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        deflated_samples: bool,
     },
     Accepted {
         data_port: u16,
@@ -255,8 +272,23 @@ pub enum Message {
     Samples {
         samples: Vec<SampleRecord>,
     },
+    /// A `Samples` chunk's samples as deflated JSON, in hex ([`deflate_samples`]).
+    SamplesDeflated {
+        hex: String,
+    },
     SamplesEnd,
     Bye,
+}
+
+/// The server's clock as its `Welcome` gives it: the Auth/Welcome round trip as a clock
+/// exchange, and which boot the clock is of.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerClock {
+    /// The server's kernel boot id.
+    pub boot_id: String,
+    /// When `Auth` arrived and when `Welcome` left, on the server's clock, µs.
+    pub recv_us: i64,
+    pub send_us: i64,
 }
 
 /// What the server needs to know of the client's clock.
@@ -390,17 +422,55 @@ pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `samples` as a [`Message::SamplesDeflated`]: their JSON, deflated, in hex. tcp_info
+/// samples repeat their field names and change little: 300 KB of JSON took 14 KB.
+pub fn deflate_samples(samples: &[SampleRecord]) -> Message {
+    // Whole: serde's many small writes straight into the encoder cost 20–50 ms where
+    // one takes 2.
+    let json = serde_json::to_vec(samples).expect("samples serialize");
+    let mut out = DeflateEncoder::new(Vec::new(), Compression::default());
+    out.write_all(&json).expect("write to Vec");
+    Message::SamplesDeflated {
+        hex: to_hex(&out.finish().expect("write to Vec")),
+    }
+}
+
+/// The samples of a [`Message::SamplesDeflated`]'s hex, inflated to at most
+/// [`MAX_MESSAGE`] bytes, what a `Samples` message may hold.
+pub fn inflate_samples(hex: &str) -> Result<Vec<SampleRecord>, ProtocolError> {
+    let bad = |what: &str| ProtocolError::Malformed(format!("deflated samples: {what}"));
+    let bytes = from_hex(hex).ok_or_else(|| bad("not hex"))?;
+    let mut json = Vec::new();
+    DeflateDecoder::new(&bytes[..])
+        .take(MAX_MESSAGE as u64 + 1)
+        .read_to_end(&mut json)
+        .map_err(|e| bad(&e.to_string()))?;
+    if json.len() > MAX_MESSAGE {
+        return Err(bad(&format!("more than {MAX_MESSAGE} bytes inflated")));
+    }
+    serde_json::from_slice(&json).map_err(|e| bad(&e.to_string()))
+}
+
 /// Exactly `N` bytes from their hex.
 pub fn parse_hex<const N: usize>(hex: &str) -> Result<[u8; N], ProtocolError> {
     let bad = || ProtocolError::Malformed(format!("expected {N} bytes of hex, got '{hex}'"));
-    if hex.len() != N * 2 || !hex.is_ascii() {
+    if hex.len() != N * 2 {
         return Err(bad());
     }
-    let mut bytes = [0u8; N];
-    for (i, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    from_hex(hex)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(bad)
+}
+
+/// The bytes of `hex` (two digits each); `None` for anything else.
+fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || !hex.is_ascii() {
+        return None;
     }
-    Ok(bytes)
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -445,6 +515,15 @@ mod tests {
             read_hello(&mut &b"TCP"[..]),
             Err(ProtocolError::Closed)
         ));
+    }
+
+    #[test]
+    fn a_data_intro_is_one_buffer_of_hello_cookie_and_flow() {
+        let intro = data_intro(&[7; COOKIE_LEN], 3);
+        let mut r = &intro[..];
+        assert_eq!(read_hello(&mut r).unwrap(), ConnKind::Data);
+        assert_eq!(read_data_intro(&mut r).unwrap(), ([7; COOKIE_LEN], 3));
+        assert!(r.is_empty());
     }
 
     #[test]
@@ -494,5 +573,43 @@ mod tests {
         assert!(parse_hex::<COOKIE_LEN>("zz").is_err());
         assert!(parse_hex::<COOKIE_LEN>(&"é".repeat(16)).is_err());
         assert!(parse_hex::<2>("abcdef").is_err());
+    }
+
+    #[test]
+    fn deflated_samples_round_trip_and_are_bounded() {
+        let samples: Vec<SampleRecord> = (0..1000)
+            .map(|k| {
+                let info = tcplab_model::tcpinfo::TcpInfo {
+                    rtt: 20_000 + (k % 7) as u32,
+                    bytes_acked: 1448 * k as u64,
+                    ..Default::default()
+                };
+                SampleRecord {
+                    flow: 0,
+                    host: Host::Server,
+                    t_us: 10_000 * k,
+                    info,
+                    bbr: None,
+                    skmem: None,
+                }
+            })
+            .collect();
+        let Message::SamplesDeflated { hex } = deflate_samples(&samples) else {
+            panic!("not deflated samples")
+        };
+        let json = serde_json::to_vec(&samples).unwrap().len();
+        assert!(
+            hex.len() * 10 < json,
+            "{} hex for {json} of JSON",
+            hex.len()
+        );
+        assert_eq!(inflate_samples(&hex).unwrap(), samples);
+        // A bomb: 5 MiB of zeros deflate to a few KB and are refused past MAX_MESSAGE.
+        let mut bomb = DeflateEncoder::new(Vec::new(), Compression::best());
+        bomb.write_all(&vec![b' '; 5 << 20]).unwrap();
+        let err = inflate_samples(&to_hex(&bomb.finish().unwrap())).unwrap_err();
+        assert!(err.to_string().contains("more than"), "{err}");
+        assert!(inflate_samples("0g").is_err());
+        assert!(inflate_samples("abc").is_err());
     }
 }

@@ -104,8 +104,10 @@ struct Shared {
     pacing: Option<RateTarget>,
 }
 
-/// Serves until `stop` is set. Each admitted control connection gets its own thread.
-/// `pacing`: where the tests' senders publish their window rate (a lab's dynamic pacer).
+/// Serves until `stop` is set (noticed within [`ACCEPT_POLL_MS`], or at once when the
+/// listener is also shut down for reading). Each admitted control connection gets its own
+/// thread. `pacing`: where the tests' senders publish their window rate (a lab's dynamic
+/// pacer).
 pub fn serve(
     listener: TcpListener,
     config: ServerConfig,
@@ -129,6 +131,8 @@ pub fn serve(
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A listener shut down to stop us at once.
+            Err(_) if stop.load(Ordering::Relaxed) => break,
             Err(e) => {
                 log(&format!("accept failed: {e}"));
                 thread::sleep(Duration::from_millis(10));
@@ -162,6 +166,14 @@ pub fn serve(
         }
     }
     Ok(())
+}
+
+/// Stops a [`serve`] loop on `listener` (or a clone of it) at once: sets `stop` and shuts
+/// the listener down, which wakes the loop's wait and fails its accept.
+pub fn stop_now(listener: &TcpListener, stop: &AtomicBool) {
+    stop.store(true, Ordering::Relaxed);
+    // Should it fail, the loop still sees `stop` within its poll.
+    let _ = socket2::SockRef::from(listener).shutdown(Shutdown::Read);
 }
 
 /// How often an idle server looks at its stop flag: also how long stopping it takes,
@@ -356,10 +368,8 @@ fn handle_client(
     control.set_nodelay(true)?;
     let limits = &server.config.limits;
     let mut conn = Deadlined::new(&control, limits.handshake_timeout).in_place(&handshake);
-    let admitted = greet(&mut conn, &handshake)
-        .map_err(Rejected::from)
-        .and_then(|()| admit(&mut conn, peer, server));
-    let (params, clock, _test) = match admitted {
+    let admitted = admit(&mut conn, peer, &handshake, server);
+    let (start, _test) = match admitted {
         Ok(admitted) => admitted,
         Err(rejected) => {
             // A fresh deadline: the reason is worth sending even to a peer that ran out
@@ -380,28 +390,33 @@ fn handle_client(
     drop(handshake);
     (server.log)(&format!(
         "{peer}: test of {}, {:?}",
-        count(params.streams, "stream"),
-        params.mode
+        count(start.params.streams, "stream"),
+        start.params.mode
     ));
-    run_test(control, peer, &params, &clock, server)
+    run_test(control, peer, &start, server)
 }
 
-/// Our hello first, so that any peer can name us (one of another version, an iperf3
-/// client), then the client's.
-fn greet(conn: &mut Deadlined, place: &Slot) -> Result<(), ProtocolError> {
-    protocol::write_hello(conn, ConnKind::Control)?;
-    protocol::read_client_hello(conn)?;
-    place.spoke();
-    Ok(())
+/// What a client's `Start` asked for.
+struct Start {
+    params: TestParams,
+    clock: ClientClock,
+    /// Send the samples as `SamplesDeflated`.
+    deflated_samples: bool,
 }
 
-/// Everything between the hellos and the test: who the peer is, its key, its request,
-/// and room for one more test. Returns the request and the test's place in the counts.
+/// Everything before the test: the hellos, who the peer is, its key, its request, and
+/// room for one more test. Returns the request and the test's place in the counts.
+///
+/// Our hello goes first, so that any peer can name us (one of another version, an iperf3
+/// client), and the challenge right after it (or the refusal), without waiting for the
+/// client's hello: they reach the client together, a round trip sooner.
 fn admit(
     conn: &mut Deadlined,
     peer: SocketAddr,
+    place: &Slot,
     server: &Shared,
-) -> Result<(TestParams, ClientClock, Slot), Rejected> {
+) -> Result<(Start, Slot), Rejected> {
+    protocol::write_hello(conn, ConnKind::Control).map_err(ProtocolError::Io)?;
     let limits = &server.config.limits;
     let key = match &server.config.access {
         Access::Key(key) => Some(key),
@@ -418,8 +433,11 @@ fn admit(
         }
         Access::Open => None,
     };
-    auth::challenge_client(conn, key, limits.max_message)?;
-    let (params, clock) = loop {
+    let nonce = auth::send_challenge(conn)?;
+    protocol::read_client_hello(conn)?;
+    place.spoke();
+    auth::check_answer(conn, &nonce, key, limits.max_message)?;
+    let start = loop {
         match protocol::recv(conn, limits.max_message)? {
             Message::TimeProbe { client_send_us } => {
                 let server_recv_us = monotonic_us();
@@ -432,18 +450,28 @@ fn admit(
                     },
                 )?;
             }
-            Message::Start { params, clock } => break (params, clock),
+            Message::Start {
+                params,
+                clock,
+                deflated_samples,
+            } => {
+                break Start {
+                    params,
+                    clock,
+                    deflated_samples,
+                }
+            }
             other => return Err(unexpected(&other, "Start").into()),
         }
     };
-    limits::check_request(&params, limits)
-        .and_then(|()| check_congestion(&params))
+    limits::check_request(&start.params, limits)
+        .and_then(|()| check_congestion(&start.params))
         .map_err(Rejected::Refused)?;
     let test = server
         .admission
         .start_test(Source::of(peer.ip()))
         .map_err(Rejected::Refused)?;
-    Ok((params, clock, test))
+    Ok((start, test))
 }
 
 fn unexpected(msg: &Message, wanted: &str) -> ProtocolError {
@@ -469,10 +497,14 @@ fn check_congestion(params: &TestParams) -> Result<(), String> {
 fn run_test(
     mut control: TcpStream,
     peer: SocketAddr,
-    asked: &TestParams,
-    clock: &ClientClock,
+    start: &Start,
     server: &Shared,
 ) -> Result<(), TrafficError> {
+    let Start {
+        params: asked,
+        clock,
+        deflated_samples,
+    } = start;
     let limits = &server.config.limits;
     let params = &limits::server_params(asked, limits);
     let rate_cap_bps = limits::rate_cap_bps(asked, limits);
@@ -575,12 +607,14 @@ fn run_test(
         },
     )?;
     for chunk in outcome.samples.chunks(SAMPLES_PER_CHUNK) {
-        protocol::send(
-            &mut control,
-            &Message::Samples {
+        let message = if *deflated_samples {
+            protocol::deflate_samples(chunk)
+        } else {
+            Message::Samples {
                 samples: chunk.to_vec(),
-            },
-        )?;
+            }
+        };
+        protocol::send(&mut control, &message)?;
     }
     protocol::send(&mut control, &Message::SamplesEnd)?;
     finished.store(true, Ordering::Relaxed);

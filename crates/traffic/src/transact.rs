@@ -25,7 +25,7 @@ use tcplab_sys::poll::wait_for;
 use tcplab_sys::sockopt;
 
 use crate::engine::{timed_out, FlowResult, FlowShared, Moved};
-use crate::protocol::{self, ConnKind, Role, COOKIE_LEN};
+use crate::protocol::{self, ConnKind, Role, COOKIE_LEN, DATA_INTRO_LEN};
 use crate::setup;
 
 /// Where a flow of a connection per transaction (TCP_CRR) gets each new connection.
@@ -44,8 +44,6 @@ pub enum Renew {
     },
 }
 
-/// The hello and introduction that start each data connection.
-const INTRO_LEN: usize = 8 + COOKIE_LEN + 4;
 /// How long a connect may take: five SYNs, as the client's first data connections.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(16);
 
@@ -75,11 +73,9 @@ pub(crate) fn request_until_end(
         (Some(Renew::Connect { addr, cookie }), true) => Some((addr, cookie)),
         (_, true) => return Err((0, io::Error::other("no data address to connect to"))),
     };
-    let mut intro = Vec::with_capacity(INTRO_LEN);
-    if let Some((_, cookie)) = connect_to {
-        protocol::write_hello(&mut intro, ConnKind::Data).map_err(|e| (0, e))?;
-        protocol::write_data_intro(&mut intro, cookie, flow.id).map_err(|e| (0, e))?;
-    }
+    let intro: Vec<u8> = connect_to
+        .map(|(_, cookie)| protocol::data_intro(cookie, flow.id).to_vec())
+        .unwrap_or_default();
     let deadline = params.end.deadline_us(t0_us);
     let mut budget = match params.end {
         TestEnd::Duration { .. } => u64::MAX,
@@ -277,7 +273,7 @@ pub(crate) fn accept_each(
     };
     let finished = |bytes| Ok(Moved { bytes, unacked: 0 });
     let mut read = 0u64;
-    let mut request = vec![0u8; INTRO_LEN + rr.request_size as usize];
+    let mut request = vec![0u8; DATA_INTRO_LEN + rr.request_size as usize];
     let response = vec![b'r'; rr.response_size as usize];
     let mut anchor = [0u8; 1];
     while !stop.load(Ordering::Relaxed) {
@@ -310,7 +306,7 @@ pub(crate) fn accept_each(
         ) {
             continue;
         }
-        let mut intro = &request[..INTRO_LEN];
+        let mut intro = &request[..DATA_INTRO_LEN];
         let ours = protocol::read_hello(&mut intro).ok() == Some(ConnKind::Data)
             && protocol::read_data_intro(&mut intro)
                 .is_ok_and(|(presented, id)| presented == *cookie && id == flow.id);

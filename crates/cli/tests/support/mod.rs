@@ -300,13 +300,6 @@ impl LabGuard {
             / 1e3
     }
 
-    /// What the lab took off its delay lines for its own latency, both ways, µs: no
-    /// packet crosses it faster than its configured round trip less this.
-    pub fn credit_us(&self) -> f64 {
-        let c = &self.show()["calibration"];
-        (u64_at(c, "/up_credit_us") + u64_at(c, "/down_credit_us")) as f64
-    }
-
     pub fn client_ns(&self) -> String {
         format!("{}-client", self.name)
     }

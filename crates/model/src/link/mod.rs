@@ -518,14 +518,6 @@ impl<P> Link<P> {
         &self.counters[traffic.index()]
     }
 
-    /// Takes up to `by_ns` off the propagation delay (what the emulator itself adds,
-    /// measured by a lab's calibration); returns how much it took.
-    pub fn shorten_delay(&mut self, by_ns: u64) -> u64 {
-        let taken = by_ns.min(self.delay_ns);
-        self.delay_ns -= taken;
-        taken
-    }
-
     /// The resolved bottleneck buffer.
     pub fn limit(&self) -> Limit {
         self.limit

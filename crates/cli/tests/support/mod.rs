@@ -1186,7 +1186,6 @@ pub fn retransmission_marks(svg: &str) -> Vec<(i32, i32, i32)> {
             (points[0].0, a.min(b), a.max(b))
         })
         .collect()
-
 }
 
 /// Waits up to `limit` for every process in `pids` to end; returns those still running.

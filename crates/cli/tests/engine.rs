@@ -161,13 +161,15 @@ fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
             )),
         }
     });
-    // Without the small buffer the receive window is not what limits it.
-    let v = bed.run_json(&["-t", "1s", "-C", "cubic"]);
-    assert!(
-        f64_at(&v, "/summary/limits/rwnd") < 0.2,
-        "{:#}",
-        v["summary"]
-    );
+    // Without the small buffer the receive window is not what limits it, but for a
+    // receiver kept off the CPU by load.
+    one_of_three_tries("no receive window's share without the small buffer", || {
+        let v = bed.run_json(&["-t", "1s", "-C", "cubic"]);
+        match f64_at(&v, "/summary/limits/rwnd") < 0.2 {
+            true => Ok(()),
+            false => Err(format!("{:#}", v["summary"])),
+        }
+    });
 }
 
 /// The share of the sender's samples that show nothing unsent and the send buffer full

@@ -352,11 +352,13 @@ fn unreachable_peers_and_bad_files_get_a_clear_error() {
         &["'bogus'", "runs, flows, intervals, samples"],
     );
     assert_one_line_error(&["export", db, "--format", "xml"], 1, &["'xml'", "csv"]);
-    // A store that cannot be created is reported before any test is spent on it.
+    // A store that cannot be created is reported before any test is spent on it (a
+    // missing directory would be made, even /nonexistent as root: below a file).
+    let below_a_file = format!("{not_db}/r.db");
     assert_one_line_error(
-        &["run", "127.0.0.1:1", "--db", "/nonexistent/dir/r.db"],
+        &["run", "127.0.0.1:1", "--db", &below_a_file],
         1,
-        &["/nonexistent/dir/r.db"],
+        &[&below_a_file, "is not a directory"],
     );
 }
 

@@ -342,18 +342,7 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
     assert_eq!(control_drops, tally("down", "dropped queue", &[5201]));
 
     // explain counts the test's overflow drops only.
-    let said = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let explained = parse_success(&said);
-    let overflow = explained["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["kind"] == "queue_overflow")
-        .map(|f| f["message"].as_str().unwrap().to_string());
+    let overflow = finding_message(&explained(&db), "queue_overflow");
     let test_drops = tally("down", "dropped queue", &[data_port]);
     match (test_drops, overflow) {
         (0, None) => {}

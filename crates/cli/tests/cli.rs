@@ -245,16 +245,7 @@ fn a_database_is_named_the_same_way_everywhere() {
     let _serial = support::serial();
     let server = support::LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let experiment = dir.path().join("lo.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "name = \"lo\"\nrepetitions = 1\nduration = \"0.3s\"\nserver = \"lo\"\n\
-             [host.lo]\naddress = \"{}\"\n[[flow]]\n",
-            server.addr
-        ),
-    )
-    .unwrap();
+    let experiment = server.experiment(dir.path(), 1);
     let db = dir.path().join("lo.db");
     let db = db.to_str().unwrap();
     let sweep = tcplab(&["sweep", experiment.to_str().unwrap(), "--db", db]);

@@ -118,12 +118,7 @@ impl Traced {
         );
         let flows: u64 = run.flows.iter().map(|f| f.retransmits).sum();
         assert_eq!(run.summary.retransmits, flows);
-        let out = tcplab()
-            .args(["explain", "--json", "--db"])
-            .arg(&self.db)
-            .output()
-            .unwrap();
-        let e = parse_success(&out);
+        let e = explained(&self.db);
         assert_eq!(e["episodes"]["recovery_from"], "kernel_events", "{e:#}");
         assert_eq!(
             u64_at(&e, "/episodes/recovery_episodes"),

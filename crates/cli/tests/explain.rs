@@ -228,19 +228,7 @@ fn a_small_receive_buffer_is_named_in_the_whole_segments_its_window_holds() {
             .filter(|&(_, &n)| n * 20 >= acks)
             .map(|(&w, _)| w)
             .collect();
-        let e = parse_success(
-            &tcplab()
-                .args(["explain", "--json", "--db"])
-                .arg(&db)
-                .output()
-                .unwrap(),
-        );
-        let finding = e["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "window_segments")
-            .map(|f| f["message"].as_str().unwrap().to_owned());
+        let finding = finding_message(&explained(&db), "window_segments");
         // "receive window of 7212 B, room for 4 whole segments of 1448 B …"
         let named: Vec<u64> = finding
             .iter()

@@ -510,7 +510,7 @@ fn a_killed_shell_as_nobody_leaves_nothing() {
         return;
     }
     let nobody = Nobody::new(Runtime::Xdg);
-    let mut shell = nobody
+    let shell = nobody
         .tcplab(&["shell", "--path", "rtt 10ms", "--", "sh", "-c"])
         .arg("setsid sleep 60 & exec sleep 61")
         .stdout(Stdio::null())
@@ -518,11 +518,7 @@ fn a_killed_shell_as_nobody_leaves_nothing() {
         .spawn()
         .unwrap();
     // setpriv becomes tcplab: the same process.
-    let pid = shell.id();
-    let below = await_descendant(pid, "sleep 60");
-    shell.kill().unwrap(); // SIGKILL
-    shell.wait().unwrap();
-    let left = still_running(&below, Duration::from_secs(5));
+    let left = kill_once_running(shell, "sleep 60");
     assert!(left.is_empty(), "left running {left:?}");
     nobody.assert_nothing_left();
 }

@@ -84,13 +84,7 @@ fn split_requests(dir: &Path, name: &str, extra: &[&str]) -> (Value, Vec<(f64, b
 }
 
 fn explain_kinds(dir: &Path) -> Vec<String> {
-    let out = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(dir.join("runs.db"))
-        .output()
-        .unwrap();
-    let e = parse_success(&out);
-    e["findings"]
+    explained(&dir.join("runs.db"))["findings"]
         .as_array()
         .unwrap()
         .iter()
@@ -342,22 +336,9 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
             return Err(format!("{} stalled requests in the capture", acked.len()));
         }
         let (ack_ms, release_ms, took_ms) = (median(acked), median(released), median(took));
-        let e = parse_success(
-            &tcplab()
-                .args(["explain", "--json", "--db"])
-                .arg(&db)
-                .output()
-                .unwrap(),
-        );
-        let stall = e["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "nagle_stall")
-            .ok_or_else(|| format!("no stall named: {e:#}"))?["message"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let e = explained(&db);
+        let stall =
+            finding_message(&e, "nagle_stall").ok_or_else(|| format!("no stall named: {e:#}"))?;
         // "… the median transaction took 84.1 ms = 2 round trips of 20.0 ms (…) + 44.1
         // ms of the server's delayed ACK"
         let (_, said) = stall.split_once("the median transaction took ").unwrap();

@@ -256,7 +256,8 @@ fn a_retransmission_of_several_segments_is_one_event() {
     );
     traced.assert_captured_retransmissions_follow_events();
     // BBR leaves slow start (STARTUP) once, however often loss cuts its window below
-    // the ssthresh it set then (once counted as 47 exits beside 49 recoveries).
+    // the ssthresh it set then (each cut counted as an exit would make about as many
+    // exits as recoveries).
     let e = traced.assert_one_count_each();
     assert_eq!(u64_at(&e, "/episodes/slow_start_exits"), 1, "{e:#}");
 }

@@ -252,7 +252,7 @@ fn a_connection_per_transaction_shows_in_the_capture_as_one_handshake_each() {
 /// response follows its round trip. So a transaction takes two round trips and the
 /// delayed ACK (84 ms), and explain's arithmetic says so, its delayed ACK the
 /// capture's. With a connection each the server ACKs at once: three round trips, no
-/// stall (explain once named one there).
+/// stall, and explain names none.
 #[test]
 fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows() {
     if !privileged_or_skip("stall_20ms") || !tshark_or_skip("stall_20ms") {

@@ -58,7 +58,11 @@ fn run_against_iperf3(args: &[&str]) -> (Value, Value) {
 /// What `run` returns, and the UDP datagrams the kernel dropped at full receiving
 /// sockets in this namespace meanwhile (`RcvbufErrors`).
 fn with_socket_drops<T>(run: impl FnOnce() -> T) -> (T, u64) {
-    let drops = || tcplab_sys::snmp::counter("Udp", "RcvbufErrors").unwrap();
+    let drops = || {
+        tcplab_sys::snmp::counter("Udp", "RcvbufErrors")
+            .unwrap()
+            .unwrap()
+    };
     let before = drops();
     let value = run();
     (value, drops() - before)

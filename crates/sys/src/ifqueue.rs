@@ -89,6 +89,7 @@ pub fn read(host: &str, ifname: &str) -> io::Result<HostQueue> {
         }
     }
     queue.held_retransmits = snmp::netstat_counter("TcpExt", "TCPSpuriousRtxHostQueues")
+        .map_err(|e| context(e, &what))?
         .ok_or_else(|| {
             io::Error::other(format!(
                 "{what}: no TcpExt TCPSpuriousRtxHostQueues in /proc/net/netstat"

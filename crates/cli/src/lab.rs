@@ -20,7 +20,6 @@ use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::calibration::Calibration;
-use tcplab_model::capture::CapturePoint;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_model::units::{count, format_duration_us};
@@ -247,13 +246,9 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     print_entry(&entry);
     print_calibration(&serde_json::from_str(&ask(name, "show")?)?)?;
     if let Some(spec) = capture.spec()? {
-        let at = match spec.at {
-            CapturePoint::Bottleneck => "at the bottleneck's entry",
-            CapturePoint::Client => "at the client's interface",
-            CapturePoint::Server => "at the server's interface",
-        };
         outln!(
-            "  capturing both directions {at}, with each packet's fate, into {} until lab down",
+            "  capturing both directions {}, with each packet's fate, into {} until lab down",
+            spec.at.place(),
             spec.file.display()
         );
     }

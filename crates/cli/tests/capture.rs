@@ -231,6 +231,32 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
     }
 }
 
+/// A run's text names where its capture sees the packets.
+#[test]
+fn a_run_says_where_its_capture_sees_the_packets() {
+    if !privileged_or_skip("capture_place") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    for (at, place) in [
+        ("bottleneck", "at the bottleneck's entry"),
+        ("server", "at the server's interface"),
+    ] {
+        let file = dir.path().join(format!("{at}.pcapng"));
+        let out = tcplab()
+            .args(["run", "--path", "rtt 1ms", "-t", "0.3", "--capture"])
+            .arg(&file)
+            .args(["--capture-at", at])
+            .output()
+            .unwrap();
+        assert_success(&out);
+        let said = String::from_utf8_lossy(&out.stdout);
+        let line = format!("  capturing both directions {place}, with each packet's fate, into ");
+        assert!(said.contains(&line), "{at}: {said}");
+    }
+}
+
 /// Packets in a capture per (direction, fate, port), a port being a TCP or UDP source
 /// port: tshark's reading of each packet's comment and transport header.
 fn fates_by_port(file: &std::path::Path) -> BTreeMap<(String, String, u16), u64> {

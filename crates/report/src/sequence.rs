@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tcplab_model::capture::{CapturedPacket, Fate};
+use tcplab_model::capture::{CapturePoint, CapturedPacket, Fate};
 use tcplab_model::events::KernelEvent;
 use tcplab_model::record::{FlowRecord, RunRecord};
 use tcplab_model::tseq::{flow_graph, Segment};
@@ -240,8 +240,13 @@ pub fn chart(
     } else {
         "retransmissions as the sent segments (too many to draw each)"
     };
+    let place = run
+        .path
+        .as_ref()
+        .map_or(CapturePoint::Bottleneck, |p| p.capture_at)
+        .place();
     let what = format!(
-        "Flow {}'s time-sequence graph from the capture at the bottleneck's entry: each data segment as a bar over its sequence numbers (relative to the first data byte) when it entered, sent or retransmitted, one bar per pixel column of what was sent in it and {each_part}, a few pixels long at least; the receiver's ACKs (line) and the edge of the window it advertised (ACK + window, dashed). Under them, a mark where the link did not simply deliver a segment, coloured by its fate: a cross where it dropped or corrupted it, a ring where it marked it CE, duplicated or reordered it. The sequence axis fits the segments and ACKs shown; a window edge above them leaves the chart.",
+        "Flow {}'s time-sequence graph from the capture {place}: each data segment as a bar over its sequence numbers (relative to the first data byte) when the capture saw it, sent or retransmitted, one bar per pixel column of what was sent in it and {each_part}, a few pixels long at least; the receiver's ACKs (line) and the edge of the window it advertised (ACK + window, dashed). Under them, a mark where the link did not simply deliver a segment, coloured by its fate: a cross where it dropped or corrupted it, a ring where it marked it CE, duplicated or reordered it. The sequence axis fits the segments and ACKs shown; a window edge above them leaves the chart.",
         flow.id
     ) + events_part;
     Some((
@@ -394,7 +399,23 @@ mod tests {
         ];
         let (run, f) = run_and_flow();
         let (what, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
-        assert!(what.starts_with("Flow 0's time-sequence graph"), "{what}");
+        assert!(
+            what.starts_with(
+                "Flow 0's time-sequence graph from the capture at the bottleneck's entry:"
+            ),
+            "{what}"
+        );
+        // The caption names where the run captured.
+        let mut client = run.clone();
+        client.path = Some(tcplab_model::record::PathRecord {
+            capture_at: CapturePoint::Client,
+            ..Default::default()
+        });
+        let (at_client, _) = chart(&client, &f, &packets, None, &mut Palette::new()).unwrap();
+        assert!(
+            at_client.contains("from the capture at the client's interface:"),
+            "{at_client}"
+        );
         let Body::Marked {
             series,
             marks,

@@ -754,8 +754,11 @@ pub fn end_processes_in(name: &str) -> io::Result<Vec<Ended>> {
     let nsfs = fs::metadata("/proc/self/ns/net").map_err(ctx)?.dev();
     let inside: Box<dyn Fn(u32) -> bool> = match userns::mode() {
         Mode::Privileged => {
-            let Ok(meta) = fs::metadata(&ns.path) else {
-                return Ok(Vec::new());
+            let meta = match fs::metadata(&ns.path) {
+                Ok(meta) => meta,
+                // No file: no namespace, nothing inside.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(ctx(e)),
             };
             if meta.dev() != nsfs {
                 // A file without its namespace mounted on it: nothing inside.

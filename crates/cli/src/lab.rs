@@ -238,7 +238,7 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         bail!(
             "{}",
             line.trim()
-                .strip_prefix("error: ")
+                .strip_prefix(ERROR_ANSWER)
                 .unwrap_or("the lab daemon exited without a word")
         );
     }
@@ -294,7 +294,8 @@ fn print_entry(entry: &LabEntry) {
     }
 }
 
-/// How a daemon's answer says what went wrong.
+/// How a daemon says what went wrong: in the line it prints instead of "ready", or in
+/// its answer to a request.
 const ERROR_ANSWER: &str = "error: ";
 
 /// Sends one request to a lab's daemon and returns its answer.
@@ -572,7 +573,7 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let (lab, listener) = match started {
         Ok(started) => started,
         Err(e) => {
-            outln!("error: {e:#}");
+            outln!("{ERROR_ANSWER}{e:#}");
             return Ok(ExitCode::FAILURE);
         }
     };

@@ -448,11 +448,24 @@ pub fn link_up(ifname: &str) -> io::Result<()> {
 
 /// Sets the MTU of link `ifname`, in the calling thread's namespace.
 pub fn set_mtu(ifname: &str, mtu: u32) -> io::Result<()> {
-    let what = format!("setting mtu {mtu} on {ifname}");
+    set_link_attribute(
+        ifname,
+        LinkAttribute::Mtu(mtu),
+        &format!("setting mtu {mtu} on {ifname}"),
+    )
+}
+
+/// Sets one attribute of link `ifname`, in the calling thread's namespace; an error
+/// says `what` was being done.
+pub(crate) fn set_link_attribute(
+    ifname: &str,
+    attribute: LinkAttribute,
+    what: &str,
+) -> io::Result<()> {
     let mut msg = LinkMessage::default();
-    msg.header.index = if_index(ifname).map_err(|e| context(e, &what))?;
-    msg.attributes.push(LinkAttribute::Mtu(mtu));
-    rtnl(RouteNetlinkMessage::SetLink(msg), 0).map_err(|e| context(e, &what))?;
+    msg.header.index = if_index(ifname).map_err(|e| context(e, what))?;
+    msg.attributes.push(attribute);
+    rtnl(RouteNetlinkMessage::SetLink(msg), 0).map_err(|e| context(e, what))?;
     Ok(())
 }
 

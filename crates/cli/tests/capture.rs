@@ -20,19 +20,16 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("run.pcapng");
-    let out = tcplab()
-        .args([
-            "run",
+    let run = run_captured(
+        &[
             "--path",
             "rtt 20ms rate 100mbit queue 1bdp up.loss 1%",
-        ])
-        .args(["-t", "2s", "--json", "--capture"])
-        .arg(&file)
-        .arg("--db")
-        .arg(dir.path().join("runs.db"))
-        .output()
-        .unwrap();
-    let run = parse_success(&out);
+            "-t",
+            "2s",
+        ],
+        &file,
+        &dir.path().join("runs.db"),
+    );
     let path = &run["path"];
     assert_eq!(
         str_at(path, "/capture_file"),
@@ -288,24 +285,26 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (file, db) = (dir.path().join("r.pcapng"), dir.path().join("a.db"));
-    let out = tcplab()
-        .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp loss 0.5%"])
-        // Samples every 5 ms: the server's upload after the test is about 1 MB.
-        .args(["-C", "cubic", "-R", "-t", "6s", "--sample-interval", "5ms"])
-        .args([
+    let run = run_captured(
+        &[
+            "--path",
+            "rtt 20ms rate 50mbit queue 1bdp loss 0.5%",
+            "-C",
+            "cubic",
+            "-R",
+            "-t",
+            "6s",
+            // Samples every 5 ms: the server's upload after the test is about 1 MB.
+            "--sample-interval",
+            "5ms",
             "--probe",
             "20ms",
             "--probe-idle",
             "0s",
-            "--json",
-            "--capture",
-        ])
-        .arg(&file)
-        .arg("--db")
-        .arg(&db)
-        .output()
-        .unwrap();
-    let run = parse_success(&out);
+        ],
+        &file,
+        &db,
+    );
     let port_of = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
     let flow = &flows(&run)[0];
     let (client_port, data_port) = (
@@ -451,17 +450,10 @@ fn tcptrace_reads_the_runs_round_trip_from_a_capture_at_the_sender() {
     // (where, -R, whose RTT: tcptrace's a→b (client → server) or b→a)
     let run = |at: &str, reverse: bool| -> (f64, f64) {
         let file = dir.path().join(format!("{at}.pcapng"));
-        let out = tcplab()
-            .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp"])
-            .args(["-C", "cubic", "-t", "4s", "--json", "--capture"])
-            .arg(&file)
-            .args(["--capture-at", at])
-            .args(reverse.then_some("-R"))
-            .arg("--db")
-            .arg(dir.path().join("rtt.db"))
-            .output()
-            .unwrap();
-        let run = parse_success(&out);
+        let mut args = vec!["--path", "rtt 20ms rate 50mbit queue 1bdp", "-C", "cubic"];
+        args.extend(["-t", "4s", "--capture-at", at]);
+        args.extend(reverse.then_some("-R"));
+        let run = run_captured(&args, &file, &dir.path().join("rtt.db"));
         assert_eq!(
             run["path"]["capture_at"].as_str().unwrap_or("bottleneck"),
             at

@@ -22,20 +22,22 @@ struct Traced {
 fn traced_run(cc: &str, seconds: &str) -> Traced {
     let dir = tempfile::tempdir().unwrap();
     let (capture, db) = (dir.path().join("run.pcapng"), dir.path().join("runs.db"));
-    let out = tcplab()
-        .args([
-            "run",
+    let run = run_captured(
+        &[
             "--path",
             "rtt 20ms rate 100mbit queue 1bdp up.loss 1%",
-        ])
-        .args(["-t", seconds, "-C", cc, "--trace-events", "--json"])
-        .args(["--json-samples", "--json-events", "--capture"])
-        .arg(&capture)
-        .arg("--db")
-        .arg(&db)
-        .output()
-        .unwrap();
-    let run: RunRecord = serde_json::from_value(parse_success(&out)).unwrap();
+            "-t",
+            seconds,
+            "-C",
+            cc,
+            "--trace-events",
+            "--json-samples",
+            "--json-events",
+        ],
+        &capture,
+        &db,
+    );
+    let run: RunRecord = serde_json::from_value(run).unwrap();
     let trace = run.trace.clone().expect("the run records its trace");
     assert!(trace.taken && trace.note.is_none(), "{trace:?}");
     assert_eq!(trace.lost, 0);

@@ -71,16 +71,19 @@ fn request_timings(segments: &[(f64, bool, u64)], half: u64) -> (Vec<f64>, Vec<f
 /// stored: the run's JSON and the capture's data segments.
 fn split_requests(dir: &Path, name: &str, extra: &[&str]) -> (Value, Vec<(f64, bool, u64)>) {
     let file = dir.join(format!("{name}.pcapng"));
-    let out = tcplab()
-        .args(["run", "--path", PATH, "--rr", "100", "--rr-writes", "2"])
-        .args(["-t", "3s", "--json", "--capture"])
-        .arg(&file)
-        .arg("--db")
-        .arg(dir.join("runs.db"))
-        .args(extra)
-        .output()
-        .unwrap();
-    (parse_success(&out), data_segments(&file))
+    let mut args = vec![
+        "--path",
+        PATH,
+        "--rr",
+        "100",
+        "--rr-writes",
+        "2",
+        "-t",
+        "3s",
+    ];
+    args.extend(extra);
+    let run = run_captured(&args, &file, &dir.join("runs.db"));
+    (run, data_segments(&file))
 }
 
 fn explain_kinds(dir: &Path) -> Vec<String> {
@@ -264,23 +267,20 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("runs.db");
         let file = dir.path().join("rr.pcapng");
-        let out = tcplab()
-            .args([
-                "run",
+        let run = run_captured(
+            &[
                 "--path",
                 "rtt 20ms",
                 "--rr",
                 "100",
                 "--rr-writes",
                 "2",
-            ])
-            .args(["-t", "4s", "--json", "--capture"])
-            .arg(&file)
-            .arg("--db")
-            .arg(&db)
-            .output()
-            .unwrap();
-        let run = parse_success(&out);
+                "-t",
+                "4s",
+            ],
+            &file,
+            &db,
+        );
         // The client's request halves and the server's packets, in order: (time ms,
         // from the client, payload, relative seq, relative ack).
         let packets: Vec<(f64, bool, u64, u64, u64)> = tshark(

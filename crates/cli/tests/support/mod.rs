@@ -234,6 +234,21 @@ pub fn flows(v: &Value) -> &Vec<Value> {
     v["flows"].as_array().expect("flows array")
 }
 
+/// `tcplab run ARGS… --json --capture FILE --db DB`, which must succeed: its JSON.
+pub fn run_captured(args: &[&str], capture: &Path, db: &Path) -> Value {
+    let out = tcplab()
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .arg("--capture")
+        .arg(capture)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("running tcplab run");
+    parse_success(&out)
+}
+
 /// `tcplab explain --json --db DB` of the latest run, which must succeed.
 pub fn explained(db: &Path) -> Value {
     let out = tcplab()

@@ -174,6 +174,10 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
         return;
     }
     let _serial = serial();
+    // A file where a directory should be: no one can create the capture below it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let below_a_file = format!("{}/file/x.pcapng", dir.path().display());
     for (args, needle) in [
         (
             &["run", "127.0.0.1", "--capture", "x.pcapng"][..],
@@ -198,14 +202,8 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
             "--capture",
         ),
         (
-            &[
-                "run",
-                "--path",
-                "rtt 1ms",
-                "--capture",
-                "/nonexistent/dir/x.pcapng",
-            ],
-            "/nonexistent/dir/x.pcapng",
+            &["run", "--path", "rtt 1ms", "--capture", &below_a_file],
+            below_a_file.as_str(),
         ),
         (
             &[

@@ -321,6 +321,8 @@ fn parse_confidence(s: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address and port to listen on; [::] also accepts IPv4.
+    // The doc comment is --help's text, where [::] is not a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(
         long,
         short = 'B',
@@ -533,6 +535,8 @@ pub enum SendMethodArg {
 pub struct RunArgs {
     /// The server: HOST, HOST:PORT, [IPv6]:PORT (port 5201 when omitted). Leave it out
     /// with --path: the test then runs across a lab built for it.
+    // The doc comment is --help's text, where [IPv6] is not a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(required_unless_present = "path", conflicts_with = "path")]
     pub target: Option<String>,
     /// The server's pre-shared key (the file its --key-file names): proved to the

@@ -204,9 +204,10 @@ pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
         ));
     }
     lines.push(format!("  {}", lab.entry.floor_line()));
-    if let Some(file) = lab.capture_file() {
+    if let Some((file, at)) = lab.capture() {
         lines.push(format!(
-            "  capturing both directions at the bottleneck's entry, with each packet's fate, into {file}"
+            "  capturing both directions {}, with each packet's fate, into {file}",
+            at.place()
         ));
     }
     lines.extend(lab::priority_note().map(|note| format!("  {note}")));

@@ -19,7 +19,6 @@ use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
-use tcplab_model::capture::CapturePoint;
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::DirectionStats;
 use tcplab_model::units::{count, format_duration_us};
@@ -238,20 +237,16 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         bail!(
             "{}",
             line.trim()
-                .strip_prefix("error: ")
+                .strip_prefix(ERROR_ANSWER)
                 .unwrap_or("the lab daemon exited without a word")
         );
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
     if let Some(spec) = capture.spec()? {
-        let at = match spec.at {
-            CapturePoint::Bottleneck => "at the bottleneck's entry",
-            CapturePoint::Client => "at the client's interface",
-            CapturePoint::Server => "at the server's interface",
-        };
         outln!(
-            "  capturing both directions {at}, with each packet's fate, into {} until lab down",
+            "  capturing both directions {}, with each packet's fate, into {} until lab down",
+            spec.at.place(),
             spec.file.display()
         );
     }
@@ -288,7 +283,8 @@ fn print_entry(entry: &LabEntry) {
     outln!("  {}", entry.floor_line());
 }
 
-/// How a daemon's answer says what went wrong.
+/// How a daemon says what went wrong: in the line it prints instead of "ready", or in
+/// its answer to a request.
 const ERROR_ANSWER: &str = "error: ";
 
 /// Sends one request to a lab's daemon and returns its answer.
@@ -564,7 +560,7 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let (lab, listener) = match started {
         Ok(started) => started,
         Err(e) => {
-            outln!("error: {e:#}");
+            outln!("{ERROR_ANSWER}{e:#}");
             return Ok(ExitCode::FAILURE);
         }
     };

@@ -216,20 +216,21 @@ fn dry_run(
 ) -> Result<ExitCode> {
     let file = path.display();
     let runs = experiment.points.len() * experiment.repetitions as usize;
-    let stored = db
-        .exists()
-        .then(|| open_existing_store(db))
-        .transpose()?
-        .and_then(|store| {
-            let hash = experiment.plan_hash();
-            let found = store
-                .experiments()
-                .ok()?
-                .into_iter()
-                .rev()
-                .find(|e| e.plan_hash == hash)?;
-            Some((store.plan(found.id).ok()?, found.seed))
-        });
+    let stored = if db.exists() {
+        let store = open_existing_store(db)?;
+        let hash = experiment.plan_hash();
+        let found = store
+            .experiments()?
+            .into_iter()
+            .rev()
+            .find(|e| e.plan_hash == hash);
+        match found {
+            Some(found) => Some((store.plan(found.id)?, found.seed)),
+            None => None,
+        }
+    } else {
+        None
+    };
     // Each planned run with its status where the database holds the plan.
     let (plan, seed_note): (Vec<_>, String) = match &stored {
         Some((plan, seed)) => (

@@ -101,19 +101,8 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
     // The kernel retransmits what the link dropped, and no more than it dropped.
     assert!(u64_at(&plain, "/summary/retransmits") >= d0 * 9 / 10);
     assert!(u64_at(&marked, "/summary/retransmits") <= d1 + 2);
-    let explained = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(dir.path().join("ecn1.db"))
-        .output()
-        .unwrap();
-    let e = parse_success(&explained);
-    let aqm = e["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["kind"] == "aqm")
-        .unwrap_or_else(|| panic!("no aqm finding: {e:#}"));
-    let message = aqm["message"].as_str().unwrap();
+    let e = explained(&dir.path().join("ecn1.db"));
+    let message = finding_message(&e, "aqm").unwrap_or_else(|| panic!("no aqm finding: {e:#}"));
     assert!(
         message.contains("codel") && message.contains(&format!("marked {m1} packets")),
         "{message}"

@@ -20,19 +20,16 @@ fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("run.pcapng");
-    let out = tcplab()
-        .args([
-            "run",
+    let run = run_captured(
+        &[
             "--path",
             "rtt 20ms rate 100mbit queue 1bdp up.loss 1%",
-        ])
-        .args(["-t", "2s", "--json", "--capture"])
-        .arg(&file)
-        .arg("--db")
-        .arg(dir.path().join("runs.db"))
-        .output()
-        .unwrap();
-    let run = parse_success(&out);
+            "-t",
+            "2s",
+        ],
+        &file,
+        &dir.path().join("runs.db"),
+    );
     let path = &run["path"];
     assert_eq!(
         str_at(path, "/capture_file"),
@@ -177,6 +174,10 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
         return;
     }
     let _serial = serial();
+    // A file where a directory should be: no one can create the capture below it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let below_a_file = format!("{}/file/x.pcapng", dir.path().display());
     for (args, needle) in [
         (
             &["run", "127.0.0.1", "--capture", "x.pcapng"][..],
@@ -201,14 +202,8 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
             "--capture",
         ),
         (
-            &[
-                "run",
-                "--path",
-                "rtt 1ms",
-                "--capture",
-                "/nonexistent/dir/x.pcapng",
-            ],
-            "/nonexistent/dir/x.pcapng",
+            &["run", "--path", "rtt 1ms", "--capture", &below_a_file],
+            below_a_file.as_str(),
         ),
         (
             &[
@@ -228,6 +223,32 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
         assert!(!out.status.success(), "{args:?}");
         assert!(said.contains(needle), "{args:?}: {said}");
         assert_eq!(said.trim().lines().count(), 1, "{args:?}: {said}");
+    }
+}
+
+/// A run's text names where its capture sees the packets.
+#[test]
+fn a_run_says_where_its_capture_sees_the_packets() {
+    if !privileged_or_skip("capture_place") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    for (at, place) in [
+        ("bottleneck", "at the bottleneck's entry"),
+        ("server", "at the server's interface"),
+    ] {
+        let file = dir.path().join(format!("{at}.pcapng"));
+        let out = tcplab()
+            .args(["run", "--path", "rtt 1ms", "-t", "0.3", "--capture"])
+            .arg(&file)
+            .args(["--capture-at", at])
+            .output()
+            .unwrap();
+        assert_success(&out);
+        let said = String::from_utf8_lossy(&out.stdout);
+        let line = format!("  capturing both directions {place}, with each packet's fate, into ");
+        assert!(said.contains(&line), "{at}: {said}");
     }
 }
 
@@ -262,24 +283,26 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (file, db) = (dir.path().join("r.pcapng"), dir.path().join("a.db"));
-    let out = tcplab()
-        .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp loss 0.5%"])
-        // Samples every 5 ms: the server's upload after the test is about 1 MB.
-        .args(["-C", "cubic", "-R", "-t", "6s", "--sample-interval", "5ms"])
-        .args([
+    let run = run_captured(
+        &[
+            "--path",
+            "rtt 20ms rate 50mbit queue 1bdp loss 0.5%",
+            "-C",
+            "cubic",
+            "-R",
+            "-t",
+            "6s",
+            // Samples every 5 ms: the server's upload after the test is about 1 MB.
+            "--sample-interval",
+            "5ms",
             "--probe",
             "20ms",
             "--probe-idle",
             "0s",
-            "--json",
-            "--capture",
-        ])
-        .arg(&file)
-        .arg("--db")
-        .arg(&db)
-        .output()
-        .unwrap();
-    let run = parse_success(&out);
+        ],
+        &file,
+        &db,
+    );
     let port_of = |addr: &str| -> u16 { addr.rsplit(':').next().unwrap().parse().unwrap() };
     let flow = &flows(&run)[0];
     let (client_port, data_port) = (
@@ -355,18 +378,7 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
     }
 
     // explain counts the test's overflow drops only.
-    let said = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let explained = parse_success(&said);
-    let overflow = explained["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["kind"] == "queue_overflow")
-        .map(|f| f["message"].as_str().unwrap().to_string());
+    let overflow = finding_message(&explained(&db), "queue_overflow");
     let test_drops = tally("down", "dropped queue", &[data_port]);
     match (test_drops, overflow) {
         (0, None) => {}
@@ -449,17 +461,10 @@ fn tcptrace_reads_the_runs_round_trip_from_a_capture_at_the_sender() {
     // (where, -R, whose RTT: tcptrace's a→b (client → server) or b→a)
     let run = |at: &str, reverse: bool| -> (f64, f64) {
         let file = dir.path().join(format!("{at}.pcapng"));
-        let out = tcplab()
-            .args(["run", "--path", "rtt 20ms rate 50mbit queue 1bdp"])
-            .args(["-C", "cubic", "-t", "4s", "--json", "--capture"])
-            .arg(&file)
-            .args(["--capture-at", at])
-            .args(reverse.then_some("-R"))
-            .arg("--db")
-            .arg(dir.path().join("rtt.db"))
-            .output()
-            .unwrap();
-        let run = parse_success(&out);
+        let mut args = vec!["--path", "rtt 20ms rate 50mbit queue 1bdp", "-C", "cubic"];
+        args.extend(["-t", "4s", "--capture-at", at]);
+        args.extend(reverse.then_some("-R"));
+        let run = run_captured(&args, &file, &dir.path().join("rtt.db"));
         assert_eq!(
             run["path"]["capture_at"].as_str().unwrap_or("bottleneck"),
             at

@@ -245,16 +245,7 @@ fn a_database_is_named_the_same_way_everywhere() {
     let _serial = support::serial();
     let server = support::LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let experiment = dir.path().join("lo.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "name = \"lo\"\nrepetitions = 1\nduration = \"0.3s\"\nserver = \"lo\"\n\
-             [host.lo]\naddress = \"{}\"\n[[flow]]\n",
-            server.addr
-        ),
-    )
-    .unwrap();
+    let experiment = server.experiment(dir.path(), 1);
     let db = dir.path().join("lo.db");
     let db = db.to_str().unwrap();
     let sweep = tcplab(&["sweep", experiment.to_str().unwrap(), "--db", db]);
@@ -352,11 +343,13 @@ fn unreachable_peers_and_bad_files_get_a_clear_error() {
         &["'bogus'", "runs, flows, intervals, samples"],
     );
     assert_one_line_error(&["export", db, "--format", "xml"], 1, &["'xml'", "csv"]);
-    // A store that cannot be created is reported before any test is spent on it.
+    // A store that cannot be created is reported before any test is spent on it (a
+    // missing directory would be made, even /nonexistent as root: below a file).
+    let below_a_file = format!("{not_db}/r.db");
     assert_one_line_error(
-        &["run", "127.0.0.1:1", "--db", "/dev/null/r.db"],
+        &["run", "127.0.0.1:1", "--db", &below_a_file],
         1,
-        &["/dev/null/r.db", "/dev/null is not a directory"],
+        &[&below_a_file, "is not a directory"],
     );
 }
 

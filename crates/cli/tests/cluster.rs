@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
@@ -20,15 +19,6 @@ struct Cluster {
 }
 
 const PROGRAMS: [&str; 5] = ["munged", "slurmctld", "slurmd", "sbatch", "sinfo"];
-
-/// A free TCP port (the daemons bind it a moment later).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn output(cmd: &mut Command) -> Output {
     cmd.output()
@@ -86,8 +76,8 @@ impl Cluster {
                  SlurmdParameters=config_overrides\n\
                  NodeName={host} CPUs={cpus} State=UNKNOWN\n\
                  PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",
-                ctld = free_port(),
-                slurmd = free_port(),
+                ctld = support::free_port(),
+                slurmd = support::free_port(),
             ),
         )
         .unwrap();

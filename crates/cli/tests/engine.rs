@@ -307,11 +307,7 @@ fn a_local_server_caps_nothing_and_a_capped_one_names_its_cap() {
     assert_dominant(&v, "pacing");
     let bps = f64_at(&v, "/summary/received_bps");
     assert!(bps <= 1.05e8, "{bps} bit/s under a 100 Mbit/s cap");
-    let out = tcplab()
-        .args(["explain", "--json", "--db", db_arg])
-        .output()
-        .unwrap();
-    let e = parse_success(&out);
+    let e = explained(&db);
     assert_eq!(str_at(&e, "/verdict/limit"), "pacing", "{e:#}");
     assert_eq!(str_at(&e, "/bounds/pacing_cap"), "the server's --max-rate");
     assert_eq!(f64_at(&e, "/bounds/pacing_bps"), 1e8);

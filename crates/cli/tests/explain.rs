@@ -190,15 +190,7 @@ fn a_small_receive_buffer_is_named_in_the_whole_segments_its_window_holds() {
     one_of_three_tries("8 KiB buffers at 20 ms", || {
         let dir = tempfile::tempdir().unwrap();
         let (db, file) = (dir.path().join("w.db"), dir.path().join("w.pcapng"));
-        let out = tcplab()
-            .args(["run", "--path", "rtt 20ms", "-w", "8K", "-t", "3", "--json"])
-            .arg("--capture")
-            .arg(&file)
-            .arg("--db")
-            .arg(&db)
-            .output()
-            .unwrap();
-        let run = parse_success(&out);
+        let run = run_captured(&["--path", "rtt 20ms", "-w", "8K", "-t", "3"], &file, &db);
         let port = str_at(&run, "/flows/0/client_addr")
             .rsplit_once(':')
             .unwrap()
@@ -228,19 +220,7 @@ fn a_small_receive_buffer_is_named_in_the_whole_segments_its_window_holds() {
             .filter(|&(_, &n)| n * 20 >= acks)
             .map(|(&w, _)| w)
             .collect();
-        let e = parse_success(
-            &tcplab()
-                .args(["explain", "--json", "--db"])
-                .arg(&db)
-                .output()
-                .unwrap(),
-        );
-        let finding = e["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "window_segments")
-            .map(|f| f["message"].as_str().unwrap().to_owned());
+        let finding = finding_message(&explained(&db), "window_segments");
         // "receive window of 7212 B, room for 4 whole segments of 1448 B …"
         let named: Vec<u64> = finding
             .iter()

@@ -43,11 +43,7 @@ fn the_hosts_interface_queues_are_set_and_counted_as_the_kernel_counts_them() {
         .stdout(Stdio::null())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     for (dir, ns, host, txqueuelen) in [
         ("up", lab.client_ns(), "client", 2),
         ("down", lab.server_ns(), "server", 500),
@@ -114,30 +110,14 @@ fn the_hosts_interface_queues_are_set_and_counted_as_the_kernel_counts_them() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         let line = text
             .lines()
             .find(|l| l.trim_start().starts_with("up   client queue"))
             .unwrap_or_else(|| panic!("no client queue line in {text}"));
         assert!(line.contains("txqueuelen 2, pfifo_fast"), "{line}");
-        let explained = tcplab()
-            .args(["explain", "--json", "--db"])
-            .arg(&db)
-            .output()
-            .unwrap();
-        let explained = parse_success(&explained);
-        let dropped = explained["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "host_queue");
-        match dropped {
-            Some(f) => {
-                let message = f["message"].as_str().unwrap();
+        match finding_message(&explained(&db), "host_queue") {
+            Some(message) => {
                 assert!(
                     message.starts_with("the client's interface queue (txqueuelen 2) overflowed: its device dropped"),
                     "{message}"

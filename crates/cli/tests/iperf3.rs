@@ -12,19 +12,10 @@ use std::thread;
 
 use serde_json::Value;
 use support::{
-    await_listening, binomial99, iperf3_or_skip, lab_name, one_of_three_tries, serial,
+    await_listening, binomial99, free_port, iperf3_or_skip, lab_name, one_of_three_tries, serial,
     serve_in_with, tcplab, LabGuard, IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
-
-/// A loopback port nobody listens on (free when asked; the tests run serially).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `iperf3 -s -1 -J` on 127.0.0.1:`port`, once it listens.
 fn iperf3_server(port: u16) -> Child {
@@ -67,7 +58,11 @@ fn run_against_iperf3(args: &[&str]) -> (Value, Value) {
 /// What `run` returns, and the UDP datagrams the kernel dropped at full receiving
 /// sockets in this namespace meanwhile (`RcvbufErrors`).
 fn with_socket_drops<T>(run: impl FnOnce() -> T) -> (T, u64) {
-    let drops = || tcplab_sys::snmp::counter("Udp", "RcvbufErrors").unwrap();
+    let drops = || {
+        tcplab_sys::snmp::counter("Udp", "RcvbufErrors")
+            .unwrap()
+            .unwrap()
+    };
     let before = drops();
     let value = run();
     (value, drops() - before)

@@ -26,11 +26,9 @@ fn mark_file(ns: &str) -> std::path::PathBuf {
     Path::new("/run/tcplab/netns").join(ns)
 }
 
-fn pid_alive(pid: u64) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')))
-            .unwrap_or(true)
+/// The process id at `pointer` in `v`.
+fn pid_at(v: &Value, pointer: &str) -> u32 {
+    u32::try_from(u64_at(v, pointer)).expect("a process id")
 }
 
 fn lab(args: &[&str]) -> Output {
@@ -39,10 +37,6 @@ fn lab(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("running tcplab lab")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn list_json() -> Vec<Value> {
@@ -66,10 +60,10 @@ fn assert_lab_gone(name: &str) {
 }
 
 /// Kills a lab's daemon with SIGKILL and waits until tcplab counts it dead: returns its pid.
-fn kill_daemon(name: &str) -> u64 {
+fn kill_daemon(name: &str) -> u32 {
     let entry: Value =
         serde_json::from_slice(&std::fs::read(registry_file(name)).unwrap()).unwrap();
-    let pid = u64_at(&entry, "/pid");
+    let pid = pid_at(&entry, "/pid");
     Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
@@ -105,9 +99,9 @@ fn one_line(out: &Output, code: i32, needle: &str) {
     assert!(err.contains(needle), "{err} should name {needle}");
 }
 
-fn wait_gone(pid: u64) {
+fn wait_gone(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while pid_alive(pid) && Instant::now() < deadline {
+    while process_alive(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -190,8 +184,8 @@ fn lab_up_show_list_down_round_trip() {
         .find(|e| e["lab"]["name"] == name.as_str())
         .unwrap_or_else(|| panic!("{name} not in {listed:?}"));
     assert_eq!(entry["alive"], true);
-    let pid = u64_at(entry, "/lab/pid");
-    assert!(pid_alive(pid));
+    let pid = pid_at(entry, "/lab/pid");
+    assert!(process_alive(pid));
     let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
     assert!(
         text.lines()
@@ -202,7 +196,7 @@ fn lab_up_show_list_down_round_trip() {
     let out = lab(&["down", &name]);
     assert!(out.status.success(), "{}", stderr(&out));
     wait_gone(pid);
-    assert!(!pid_alive(pid), "daemon {pid} still running");
+    assert!(!process_alive(pid), "daemon {pid} still running");
     for ns in [guard.client_ns(), guard.server_ns()] {
         assert!(!netns_exists(&ns), "namespace {ns} left behind");
     }
@@ -383,12 +377,7 @@ fn two_clients_with_their_own_access_links() {
     println!("up bottleneck queue peak {peak} B of 250 000");
     assert!(peak > 0 && peak <= 250_000, "queue peak {peak} B");
 
-    let out = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let e = parse_success(&out);
+    let e = explained(&db);
     let p = &e["path"];
     assert_eq!(
         (
@@ -473,7 +462,7 @@ fn lab_up_over_a_killed_daemons_leftover_removes_it_first() {
     );
     let show = guard.show();
     assert!(str_at(&show, "/path").starts_with("rtt 4ms "), "{show}");
-    assert_ne!(u64_at(&show, "/lab/pid"), pid);
+    assert_ne!(pid_at(&show, "/lab/pid"), pid);
     for ns in [guard.client_ns(), guard.server_ns()] {
         assert!(netns_exists(&ns), "no namespace {ns}");
         let marked = std::fs::read_to_string(mark_file(&ns)).unwrap();
@@ -848,7 +837,7 @@ fn a_killed_shell_leaves_nothing_running() {
     }
     let detached = &["sh", "-c", "setsid sleep 60 & exec sleep 61"][..];
     for command in [&["sleep", "60"][..], detached] {
-        let mut shell = tcplab()
+        let shell = tcplab()
             .args(["shell", "--path", "rtt 10ms", "--"])
             .args(command)
             .stdout(Stdio::null())
@@ -856,10 +845,7 @@ fn a_killed_shell_leaves_nothing_running() {
             .spawn()
             .unwrap();
         let pid = shell.id();
-        let below = await_descendant(pid, "sleep 60");
-        shell.kill().unwrap(); // SIGKILL
-        shell.wait().unwrap();
-        let left = still_running(&below, Duration::from_secs(5));
+        let left = kill_once_running(shell, "sleep 60");
         assert!(left.is_empty(), "{command:?}: left running {left:?}");
         let name = format!("sh{pid}");
         await_lab_gone(&name);

@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use support::{tcplab, LoopbackServer};
+use support::{stderr, tcplab, LoopbackServer};
 
 /// Runs `cmd` with its standard output a pipe nobody reads any more.
 fn with_closed_stdout(cmd: &mut Command) -> Output {
@@ -19,10 +19,6 @@ fn with_closed_stdout(cmd: &mut Command) -> Output {
         .stderr(Stdio::piped())
         .output()
         .expect("running tcplab")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The runs `tcplab runs DB` lists, as (id, status).
@@ -64,16 +60,7 @@ fn every_command_stops_printing_quietly_on_a_closed_pipe_and_does_its_work() {
     );
 
     // A sweep stores every run of its plan.
-    let experiment = dir.path().join("lo.toml");
-    std::fs::write(
-        &experiment,
-        format!(
-            "name = \"lo\"\nrepetitions = 2\nduration = \"0.3s\"\nserver = \"lo\"\n\
-             [host.lo]\naddress = \"{}\"\n[[flow]]\n",
-            server.addr
-        ),
-    )
-    .unwrap();
+    let experiment = server.experiment(dir.path(), 2);
     let sweep_db = dir.path().join("lo.db");
     let out = with_closed_stdout(tcplab().args([
         "sweep",

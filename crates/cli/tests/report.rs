@@ -248,8 +248,8 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
     }
 
     // The browser draws every retransmission of the time-sequence graph (a zero-length
-    // line, as a single segment's once was, it drew not at all): its colour under each
-    // mark, scaled as the page scales the chart.
+    // line, which a single segment's bar would be, it does not draw at all): its colour
+    // under each mark, scaled as the page scales the chart.
     let tseq = charts.iter().find(|c| c.id.ends_with("tseq")).unwrap();
     let figure = &html[html.find(&format!("id=\"{}\"", tseq.id)).unwrap()..];
     let svg = &figure[figure.find("<svg").unwrap()..figure.find("</svg>").unwrap()];

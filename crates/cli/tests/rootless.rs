@@ -502,7 +502,7 @@ fn a_killed_shell_as_nobody_leaves_nothing() {
         return;
     }
     let nobody = Nobody::new(Runtime::Xdg);
-    let mut shell = nobody
+    let shell = nobody
         .tcplab(&["shell", "--path", "rtt 10ms", "--", "sh", "-c"])
         .arg("setsid sleep 60 & exec sleep 61")
         .stdout(Stdio::null())
@@ -510,11 +510,7 @@ fn a_killed_shell_as_nobody_leaves_nothing() {
         .spawn()
         .unwrap();
     // setpriv becomes tcplab: the same process.
-    let pid = shell.id();
-    let below = await_descendant(pid, "sleep 60");
-    shell.kill().unwrap(); // SIGKILL
-    shell.wait().unwrap();
-    let left = still_running(&below, Duration::from_secs(5));
+    let left = kill_once_running(shell, "sleep 60");
     assert!(left.is_empty(), "left running {left:?}");
     nobody.assert_nothing_left();
 }
@@ -665,6 +661,40 @@ fn shell_far_host_reaches_the_callers_loopback_as_nobody() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("reset"), "{said}");
+    // The relay keeps nothing of a connection that ended: tcplab holds as many
+    // descriptors after five more runs (ten connections) as after one.
+    let (bin, marks) = (nobody.bin.display(), nobody.home().display());
+    let run = format!("{bin} run $TCPLAB_HOST:{port} -t 0.3s >/dev/null");
+    let mut shell = nobody
+        .tcplab(&[
+            "shell", "--far", "host", "--path", "rtt 1ms", "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "{run} && touch {marks}/one && sleep 2 && for i in 1 2 3 4 5; do {run}; done && \
+             touch {marks}/six && sleep 2"
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let descriptors_at = |mark: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !nobody.home().join(mark).exists() {
+            assert!(Instant::now() < deadline, "no {mark} from the shell");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The relay's threads end a moment after their connections do.
+        std::thread::sleep(Duration::from_millis(500));
+        fs::read_dir(format!("/proc/{}/fd", shell.id()))
+            .unwrap()
+            .count()
+    };
+    let (one, six) = (descriptors_at("one"), descriptors_at("six"));
+    assert!(shell.wait().unwrap().success());
+    assert!(
+        six <= one + 2,
+        "{one} descriptors after one run, {six} after six"
+    );
     // A PATH with setpriv alone.
     let bin = nobody.home().join("bin");
     fs::create_dir(&bin).unwrap();

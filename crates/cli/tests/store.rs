@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::{parse_success, LoopbackServer};
+use support::{failure, parse_success, stderr, LoopbackServer};
 
 /// `tcplab ARGS…` as a user who may not write what is not theirs: nobody, when the
 /// tests run as root.
@@ -30,35 +30,6 @@ fn tcplab_unprivileged(args: &[&str]) -> Output {
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts a failure with exit status 1 and one line on stderr; returns the line.
-fn one_line_failure(out: &Output) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.starts_with("tcplab: "), "{err}");
-    support::assert_each_cause_once(&err);
-    err.trim_end().to_owned()
-}
-
-/// An experiment of `runs` short runs against the loopback server, one point.
-fn loopback_experiment(dir: &Path, server: &LoopbackServer, runs: u32) -> PathBuf {
-    let file = dir.join("lo.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "name = \"lo\"\nrepetitions = {runs}\nduration = \"0.3s\"\nserver = \"lo\"\n\
-             [host.lo]\naddress = \"{}\"\n[[flow]]\n",
-            server.addr
-        ),
-    )
-    .unwrap();
-    file
 }
 
 /// A database whose every insert into `runs` fails, as one on a full disk would, after
@@ -88,7 +59,7 @@ fn a_read_only_database_is_read_and_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ro.db");
     let db_arg = db.to_str().unwrap();
-    let experiment = loopback_experiment(dir.path(), &server, 2);
+    let experiment = server.experiment(dir.path(), 2);
     let sweep = support::tcplab()
         .args(["sweep", experiment.to_str().unwrap(), "--db", db_arg])
         .output()
@@ -155,7 +126,7 @@ fn a_read_only_database_is_read_and_never_written() {
             "--db",
             db_arg,
         ]);
-        let line = one_line_failure(&refused);
+        let line = failure(&refused);
         assert!(
             line.contains(&format!("{db_arg}: cannot be written: {why}")),
             "{line}"
@@ -166,7 +137,7 @@ fn a_read_only_database_is_read_and_never_written() {
 
     // A report that cannot be written says why once.
     chmod(out.path(), 0o555);
-    let line = one_line_failure(&tcplab_unprivileged(&[
+    let line = failure(&tcplab_unprivileged(&[
         "report",
         db_arg,
         "-o",
@@ -193,7 +164,7 @@ fn a_read_only_database_is_read_and_never_written() {
     drop(conn);
     chmod(&db, 0o444);
     chmod(dir.path(), 0o555);
-    let line = one_line_failure(&tcplab_unprivileged(&["runs", db_arg]));
+    let line = failure(&tcplab_unprivileged(&["runs", db_arg]));
     assert!(
         line.contains(&format!(
             "schema version {} is older than this tcplab's ({version})",
@@ -218,7 +189,7 @@ fn a_run_the_database_refuses_is_printed_and_kept_beside_it() {
             args.push("--json");
         }
         let out = server.run(&args);
-        let line = one_line_failure(&out);
+        let line = failure(&out);
         assert!(
             line.contains("the run was not stored (")
                 && line.contains("no room (test)")
@@ -262,7 +233,7 @@ fn a_sweep_whose_database_refuses_a_run_keeps_it_stops_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sweep.db");
     refusing_runs(&db);
-    let experiment = loopback_experiment(dir.path(), &server, 2);
+    let experiment = server.experiment(dir.path(), 2);
     let sweep = || {
         support::tcplab()
             .args([
@@ -275,7 +246,7 @@ fn a_sweep_whose_database_refuses_a_run_keeps_it_stops_and_resumes() {
             .unwrap()
     };
     let out = sweep();
-    let line = one_line_failure(&out);
+    let line = failure(&out);
     assert!(
         line.contains("run 1 of 2: the run was not stored (")
             && line.contains("no room (test)")
@@ -341,7 +312,7 @@ fn quickstart_keeps_a_refused_run_and_its_report_stays_out_of_git() {
     let full = dir.path().join("full.db");
     refusing_runs(&full);
     let out = quickstart(&["--db", "full.db"]);
-    let line = one_line_failure(&out);
+    let line = failure(&out);
     let kept = dir.path().join(kept_file(&line));
     assert!(line.contains("no room (test)"), "{line}");
     let record: Value = serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
@@ -359,7 +330,7 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
     let dir = tempfile::tempdir().unwrap();
     chmod(dir.path(), 0o755);
     let target = server.addr.to_string();
-    let experiment = loopback_experiment(dir.path(), &server, 1);
+    let experiment = server.experiment(dir.path(), 1);
     let experiment = experiment.to_str().unwrap();
     let tests_before = server.log().matches("test done").count();
 
@@ -393,7 +364,7 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
         }
         for args in commands {
             let out = support::tcplab().args(&args).output().unwrap();
-            assert_eq!(one_line_failure(&out), expected, "{args:?}");
+            assert_eq!(failure(&out), expected, "{args:?}");
         }
     }
     assert!(dir.path().join("results").is_file(), "nothing made");
@@ -409,7 +380,7 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
             vec!["explain", "--db", db],
             vec!["run", &target, "-t", "0.3s", "--db", db],
         ] {
-            let line = one_line_failure(&tcplab_unprivileged(&args));
+            let line = failure(&tcplab_unprivileged(&args));
             assert_eq!(
                 line,
                 format!("tcplab: {db}: cannot be read: Permission denied (os error 13)"),
@@ -429,7 +400,7 @@ fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
             .output()
             .unwrap();
         assert_eq!(
-            one_line_failure(&out),
+            failure(&out),
             "tcplab: tcplab-quickstart.db: cannot be created in the current directory: \
              Permission denied (os error 13); quickstart stores its run in the current \
              directory unless given --db FILE somewhere you may write"
@@ -498,7 +469,7 @@ fn a_kept_run_is_stored_by_the_command_its_message_names() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("full.db");
     refusing_runs(&db);
-    let line = one_line_failure(&server.run(&["-t", "0.5s", "--db", db.to_str().unwrap()]));
+    let line = failure(&server.run(&["-t", "0.5s", "--db", db.to_str().unwrap()]));
     let kept = kept_file(&line);
     let command = format!(
         "`tcplab import {} --db {}` stores it",
@@ -546,7 +517,7 @@ fn a_kept_run_is_stored_by_the_command_its_message_names() {
     // Anything else is refused whole, naming the file.
     let other = dir.path().join("other.json");
     std::fs::write(&other, "{\"schema\": \"x\"}").unwrap();
-    let line = one_line_failure(
+    let line = failure(
         &support::tcplab()
             .args([
                 "import",

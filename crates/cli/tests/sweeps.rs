@@ -692,16 +692,6 @@ fn throughput_over_time_holds_per_bin() {
     });
 }
 
-/// `tcplab explain --db DB --json` of the latest run.
-fn explained(db: &Path) -> Value {
-    let out = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(db)
-        .output()
-        .unwrap();
-    parse_success(&out)
-}
-
 /// Two clients' flows through one 50 Mbit/s bottleneck, the second started 0.5 s after
 /// the first, each for 3 s or 12 MB: the run's throughput, in the summary, `explain`
 /// and `results`, is at most the link's goodput (50 Mbit/s × 1448 / 1500: MSS over the

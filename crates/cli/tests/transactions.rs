@@ -71,26 +71,23 @@ fn request_timings(segments: &[(f64, bool, u64)], half: u64) -> (Vec<f64>, Vec<f
 /// stored: the run's JSON and the capture's data segments.
 fn split_requests(dir: &Path, name: &str, extra: &[&str]) -> (Value, Vec<(f64, bool, u64)>) {
     let file = dir.join(format!("{name}.pcapng"));
-    let out = tcplab()
-        .args(["run", "--path", PATH, "--rr", "100", "--rr-writes", "2"])
-        .args(["-t", "3s", "--json", "--capture"])
-        .arg(&file)
-        .arg("--db")
-        .arg(dir.join("runs.db"))
-        .args(extra)
-        .output()
-        .unwrap();
-    (parse_success(&out), data_segments(&file))
+    let mut args = vec![
+        "--path",
+        PATH,
+        "--rr",
+        "100",
+        "--rr-writes",
+        "2",
+        "-t",
+        "3s",
+    ];
+    args.extend(extra);
+    let run = run_captured(&args, &file, &dir.join("runs.db"));
+    (run, data_segments(&file))
 }
 
 fn explain_kinds(dir: &Path) -> Vec<String> {
-    let out = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(dir.join("runs.db"))
-        .output()
-        .unwrap();
-    let e = parse_success(&out);
-    e["findings"]
+    explained(&dir.join("runs.db"))["findings"]
         .as_array()
         .unwrap()
         .iter()
@@ -258,7 +255,7 @@ fn a_connection_per_transaction_shows_in_the_capture_as_one_handshake_each() {
 /// response follows its round trip. So a transaction takes two round trips and the
 /// delayed ACK (84 ms), and explain's arithmetic says so, its delayed ACK the
 /// capture's. With a connection each the server ACKs at once: three round trips, no
-/// stall (explain once named one there).
+/// stall, and explain names none.
 #[test]
 fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows() {
     if !privileged_or_skip("stall_20ms") || !tshark_or_skip("stall_20ms") {
@@ -270,23 +267,20 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("runs.db");
         let file = dir.path().join("rr.pcapng");
-        let out = tcplab()
-            .args([
-                "run",
+        let run = run_captured(
+            &[
                 "--path",
                 "rtt 20ms",
                 "--rr",
                 "100",
                 "--rr-writes",
                 "2",
-            ])
-            .args(["-t", "4s", "--json", "--capture"])
-            .arg(&file)
-            .arg("--db")
-            .arg(&db)
-            .output()
-            .unwrap();
-        let run = parse_success(&out);
+                "-t",
+                "4s",
+            ],
+            &file,
+            &db,
+        );
         // The client's request halves and the server's packets, in order: (time ms,
         // from the client, payload, relative seq, relative ack).
         let packets: Vec<(f64, bool, u64, u64, u64)> = tshark(
@@ -342,22 +336,9 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
             return Err(format!("{} stalled requests in the capture", acked.len()));
         }
         let (ack_ms, release_ms, took_ms) = (median(acked), median(released), median(took));
-        let e = parse_success(
-            &tcplab()
-                .args(["explain", "--json", "--db"])
-                .arg(&db)
-                .output()
-                .unwrap(),
-        );
-        let stall = e["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "nagle_stall")
-            .ok_or_else(|| format!("no stall named: {e:#}"))?["message"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let e = explained(&db);
+        let stall =
+            finding_message(&e, "nagle_stall").ok_or_else(|| format!("no stall named: {e:#}"))?;
         // "… the median transaction took 84.1 ms = 2 round trips of 20.0 ms (…) + 44.1
         // ms of the server's delayed ACK"
         let (_, said) = stall.split_once("the median transaction took ").unwrap();

@@ -18,6 +18,7 @@
 //!   namespace, where 10.0.2.2 stands for the caller's own loopback. It exits with
 //!   tcplab (its exit descriptor closes) if it is not stopped before.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
@@ -315,9 +316,12 @@ struct RelayState {
     listener: Arc<TcpListener>,
     stop: Arc<AtomicBool>,
     accepter: JoinHandle<()>,
-    /// A handle on each live connection's two ends, to end them when the relay stops.
-    live: Arc<Mutex<Vec<TcpStream>>>,
+    live: Arc<Live>,
 }
+
+/// A handle on each carried connection's two ends, by the connection's number, to end
+/// them when the relay stops; a connection's are dropped when it ends.
+type Live = Mutex<BTreeMap<u64, Vec<TcpStream>>>;
 
 /// Where the server host takes the clients' TCP connections: its own address, 10.77/16.
 const LAB_NETWORK: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 77, 0, 0), 16);
@@ -337,7 +341,7 @@ impl TcpRelay {
             .map_err(io_err("taking the clients' TCP to the far side"))?;
         let listener = Arc::new(listener);
         let stop = Arc::new(AtomicBool::new(false));
-        let live = Arc::new(Mutex::new(Vec::new()));
+        let live = Arc::new(Live::default());
         let accepter = {
             let (listener, stop, live) =
                 (Arc::clone(&listener), Arc::clone(&stop), Arc::clone(&live));
@@ -366,15 +370,19 @@ impl TcpRelay {
         // SAFETY: plain syscall on an open socket.
         unsafe { libc::shutdown(state.listener.as_raw_fd(), libc::SHUT_RDWR) };
         let _ = state.accepter.join();
-        for stream in state.live.lock().expect("relay lock").drain(..) {
+        let live = std::mem::take(&mut *state.live.lock().expect("relay lock"));
+        for stream in live.into_values().flatten() {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
 }
 
 /// Accepts redirected connections until told to stop, each carried on by a thread.
-fn accept(listener: &TcpListener, stop: &AtomicBool, live: &Arc<Mutex<Vec<TcpStream>>>) {
-    while !stop.load(Ordering::Relaxed) {
+fn accept(listener: &TcpListener, stop: &AtomicBool, live: &Arc<Live>) {
+    for id in 0.. {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
         let Ok((near, _)) = listener.accept() else {
             continue;
         };
@@ -382,13 +390,13 @@ fn accept(listener: &TcpListener, stop: &AtomicBool, live: &Arc<Mutex<Vec<TcpStr
         // Threads inherit the namespace: the far connection is this namespace's.
         let _ = std::thread::Builder::new()
             .name("far relay".into())
-            .spawn(move || carry(near, &live));
+            .spawn(move || carry(id, near, &live));
     }
 }
 
 /// Opens the far connection a redirected one was for (the caller's loopback for
 /// [`SLIRP_HOST`]) and relays between them; a far side that refuses resets the client.
-fn carry(near: TcpStream, live: &Mutex<Vec<TcpStream>>) {
+fn carry(id: u64, near: TcpStream, live: &Live) {
     let Ok(wanted) = relay::original_destination(&near) else {
         return;
     };
@@ -400,9 +408,13 @@ fn carry(near: TcpStream, live: &Mutex<Vec<TcpStream>>) {
         Ok(far) => far,
         Err(_) => return relay::reset(near),
     };
-    {
-        let mut live = live.lock().expect("relay lock");
-        live.extend([&near, &far].into_iter().filter_map(|s| s.try_clone().ok()));
-    }
+    let ends = [&near, &far]
+        .into_iter()
+        .filter_map(|s| s.try_clone().ok())
+        .collect();
+    live.lock().expect("relay lock").insert(id, ends);
+    // An error (a reset on either side) ends both connections: the client sees it on
+    // its own, and nobody else waits for this one.
     let _ = relay::relay(near, far);
+    live.lock().expect("relay lock").remove(&id);
 }

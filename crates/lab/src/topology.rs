@@ -843,9 +843,10 @@ impl Lab {
         Ok([clients, vec![read(&self.server, "server")?]])
     }
 
-    /// The capture's file (`--capture`).
-    pub fn capture_file(&self) -> Option<&str> {
-        self.emulator.capture_file.as_deref()
+    /// The capture's file (`--capture`) and where it sees the packets.
+    pub fn capture(&self) -> Option<(&str, CapturePoint)> {
+        let file = self.emulator.capture_file.as_deref()?;
+        Some((file, self.emulator.capture_at))
     }
 
     /// Whether both emulator threads are still running.

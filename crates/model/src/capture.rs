@@ -60,6 +60,15 @@ impl CapturePoint {
         *self == CapturePoint::Bottleneck
     }
 
+    /// Where it sees the packets, as a line about the capture says it.
+    pub fn place(self) -> &'static str {
+        match self {
+            CapturePoint::Bottleneck => "at the bottleneck's entry",
+            CapturePoint::Client => "at the client's interface",
+            CapturePoint::Server => "at the server's interface",
+        }
+    }
+
     /// What it sees of `direction` (up: client → server).
     pub fn vantage(self, direction: Direction) -> Vantage {
         match (self, direction) {

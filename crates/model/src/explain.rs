@@ -2467,7 +2467,7 @@ mod tests {
             stall.message
         );
         // A connection each: its handshake is a third round trip, and the server ACKs a
-        // fresh connection at once: 60 ms at 20 ms is no stall (it once was named one).
+        // fresh connection at once: 60 ms at 20 ms is three round trips, no stall.
         let mut crr = far.clone();
         crr.params.transactions.as_mut().unwrap().new_connection = true;
         crr.summary.transactions = Some(took(60_400.0));
@@ -2819,7 +2819,7 @@ mod tests {
     }
 
     /// Slow start ends at ssthresh or at the first loss; a window cut below ssthresh in
-    /// fast recovery or CWR is not slow start (counting it once made a lossy run show
+    /// fast recovery or CWR is not slow start (counted as one, a lossy run would show
     /// more slow-start exits than recovery episodes), the restart after a timeout is.
     #[test]
     fn slow_start_ends_when_the_window_reaches_ssthresh_or_loss_sets_it() {

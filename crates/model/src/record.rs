@@ -436,7 +436,7 @@ pub struct BufferSize {
     pub requested: Option<u64>,
     /// What getsockopt reported after setup (Linux doubles the request), bytes.
     pub effective: u64,
-    /// Set when the request exceeded net.core.[rw]mem_max: the cap, bytes.
+    /// Set when the request exceeded `net.core.[rw]mem_max`: the cap, bytes.
     pub capped_at: Option<u64>,
     /// getsockopt at the end of the test (autotuning may have grown it), bytes.
     pub at_end: u64,
@@ -464,7 +464,7 @@ pub struct CpuUse {
 pub struct HostMeta {
     pub hostname: String,
     pub kernel: String,
-    /// The sysctls that matter (tcp_rmem, tcp_wmem, core.[rw]mem_max, …), by name.
+    /// The sysctls that matter (`tcp_rmem`, `tcp_wmem`, `core.[rw]mem_max`, …), by name.
     pub sysctls: BTreeMap<String, String>,
     /// The kernel's boot id: two ends with the same one share CLOCK_MONOTONIC, so
     /// one-way delays between them need no clock estimate.

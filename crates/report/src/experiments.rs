@@ -1,4 +1,4 @@
-//! An experiment's charts: each meaningful metric against its axes as [`crate::layout`]
+//! An experiment's charts: each meaningful metric against its axes as `crate::layout`
 //! lays them out, means with confidence intervals, and a heatmap where two numeric axes
 //! span a grid.
 
@@ -370,7 +370,7 @@ fn arena(
     out
 }
 
-/// The arena's leaderboards, one per chart of [`arena`]: each scheme's mean throughput,
+/// The arena's leaderboards, one per chart of `arena`: each scheme's mean throughput,
 /// p95 one-way delay, the share of the data packets the emulator dropped, and with
 /// several flows their fairness, best throughput first.
 pub fn leaderboards(

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tcplab_model::capture::{CapturedPacket, Fate};
+use tcplab_model::capture::{CapturePoint, CapturedPacket, Fate};
 use tcplab_model::events::KernelEvent;
 use tcplab_model::record::{FlowRecord, RunRecord};
 use tcplab_model::tseq::{flow_graph, Segment};
@@ -240,8 +240,13 @@ pub fn chart(
     } else {
         "retransmissions as the sent segments (too many to draw each)"
     };
+    let place = run
+        .path
+        .as_ref()
+        .map_or(CapturePoint::Bottleneck, |p| p.capture_at)
+        .place();
     let what = format!(
-        "Flow {}'s time-sequence graph from the capture at the bottleneck's entry: each data segment as a bar over its sequence numbers (relative to the first data byte) when it entered, sent or retransmitted, one bar per pixel column of what was sent in it and {each_part}, a few pixels long at least; the receiver's ACKs (line) and the edge of the window it advertised (ACK + window, dashed). Under them, a mark where the link did not simply deliver a segment, coloured by its fate: a cross where it dropped or corrupted it, a ring where it marked it CE, duplicated or reordered it. The sequence axis fits the segments and ACKs shown; a window edge above them leaves the chart.",
+        "Flow {}'s time-sequence graph from the capture {place}: each data segment as a bar over its sequence numbers (relative to the first data byte) when the capture saw it, sent or retransmitted, one bar per pixel column of what was sent in it and {each_part}, a few pixels long at least; the receiver's ACKs (line) and the edge of the window it advertised (ACK + window, dashed). Under them, a mark where the link did not simply deliver a segment, coloured by its fate: a cross where it dropped or corrupted it, a ring where it marked it CE, duplicated or reordered it. The sequence axis fits the segments and ACKs shown; a window edge above them leaves the chart.",
         flow.id
     ) + events_part;
     Some((
@@ -316,19 +321,22 @@ mod tests {
         (run, flow)
     }
 
-    /// A long transfer is drawn at the chart's resolution: however many segments, a
-    /// bar per pixel column and kind, a cross per pixel and reason.
-    #[test]
-    fn a_long_transfer_keeps_a_bar_per_pixel_column() {
+    /// A transfer of 100 000 segments of 1000 B up from port 40000, ten a millisecond
+    /// from 1 ms, each ACKed at once; segment `i` dropped by loss where `lost(i)` and,
+    /// with `retransmit_after`, sent again that many segments later.
+    fn long_transfer(
+        lost: impl Fn(u32) -> bool,
+        retransmit_after: Option<u32>,
+    ) -> Vec<CapturedPacket> {
         let (up, down) = ((40000, 5001), (5001, 40000));
         let mut packets = vec![packet(0, up, 99, 0, 0x02, 0, Fate::Delivered)];
         for i in 0..100_000u32 {
-            let fate = if i % 100 == 0 {
+            let at = 1 + u64::from(i) / 10;
+            let fate = if lost(i) {
                 Fate::Dropped(DropReason::Loss)
             } else {
                 Fate::Delivered
             };
-            let at = 1 + u64::from(i) / 10;
             packets.push(packet(at, up, 100 + i * 1000, 1, 0x10, 1000, fate));
             packets.push(packet(
                 at,
@@ -339,7 +347,19 @@ mod tests {
                 0,
                 Fate::Delivered,
             ));
+            if let Some(k) = retransmit_after.filter(|&k| i >= k && lost(i - k)) {
+                let seq = 100 + (i - k) * 1000;
+                packets.push(packet(at, up, seq, 1, 0x10, 1000, Fate::Delivered));
+            }
         }
+        packets
+    }
+
+    /// A long transfer is drawn at the chart's resolution: however many segments, a
+    /// bar per pixel column and kind, a cross per pixel and reason.
+    #[test]
+    fn a_long_transfer_keeps_a_bar_per_pixel_column() {
+        let packets = long_transfer(|i| i % 100 == 0, None);
         let (run, f) = run_and_flow();
         let (_, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
         let Body::Marked { series, marks, .. } = body else {
@@ -379,7 +399,23 @@ mod tests {
         ];
         let (run, f) = run_and_flow();
         let (what, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
-        assert!(what.starts_with("Flow 0's time-sequence graph"), "{what}");
+        assert!(
+            what.starts_with(
+                "Flow 0's time-sequence graph from the capture at the bottleneck's entry:"
+            ),
+            "{what}"
+        );
+        // The caption names where the run captured.
+        let mut client = run.clone();
+        client.path = Some(tcplab_model::record::PathRecord {
+            capture_at: CapturePoint::Client,
+            ..Default::default()
+        });
+        let (at_client, _) = chart(&client, &f, &packets, None, &mut Palette::new()).unwrap();
+        assert!(
+            at_client.contains("from the capture at the client's interface:"),
+            "{at_client}"
+        );
         let Body::Marked {
             series,
             marks,
@@ -446,7 +482,7 @@ mod tests {
     }
 
     /// A zoom's sequence axis fits the segments and ACKs in it, not the receive
-    /// window's edge far above them (which once squeezed them into the bottom 5 %).
+    /// window's edge far above them (which would squeeze them into the bottom 5 %).
     #[test]
     fn a_zoom_fits_its_segments_not_the_window_above_them() {
         let (up, down) = ((40000, 5001), (5001, 40000));
@@ -486,34 +522,11 @@ mod tests {
 
     /// A retransmission of one segment on a whole run's scale is its own mark, drawn
     /// over the lines and a few pixels long in the SVG and the PNG alike (a zero-length
-    /// line, as it was, neither draws); drops are drawn under the lines.
+    /// line draws in neither); drops are drawn under the lines.
     #[test]
     fn every_retransmission_is_a_visible_mark_over_the_lines_and_drops_under_them() {
-        let (up, down) = ((40000, 5001), (5001, 40000));
-        let mut packets = vec![packet(0, up, 99, 0, 0x02, 0, Fate::Delivered)];
         let lost = [1_000u32, 1_001, 5_000, 40_000, 99_000];
-        for i in 0..100_000u32 {
-            let at = 1 + u64::from(i) / 10;
-            let fate = if lost.contains(&i) {
-                Fate::Dropped(DropReason::Loss)
-            } else {
-                Fate::Delivered
-            };
-            packets.push(packet(at, up, 100 + i * 1000, 1, 0x10, 1000, fate));
-            packets.push(packet(
-                at,
-                down,
-                1,
-                100 + i * 1000,
-                0x10,
-                0,
-                Fate::Delivered,
-            ));
-            if let Some(k) = lost.iter().position(|&l| l + 30 == i) {
-                let seq = 100 + lost[k] * 1000;
-                packets.push(packet(at, up, seq, 1, 0x10, 1000, Fate::Delivered));
-            }
-        }
+        let packets = long_transfer(|i| lost.contains(&i), Some(30));
         let (run, f) = run_and_flow();
         let (what, body) = chart(&run, &f, &packets, None, &mut Palette::new()).unwrap();
         let chart = crate::chart::Chart {

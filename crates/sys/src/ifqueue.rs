@@ -18,17 +18,16 @@ use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcStats2};
 use netlink_packet_route::RouteNetlinkMessage;
 use tcplab_model::record::HostQueue;
 
-use crate::netns::{context, if_index, rtnl};
+use crate::netns::{context, if_index, rtnl, set_link_attribute};
 use crate::snmp;
 
 /// Sets link `ifname`'s transmit queue to `packets`.
 pub fn set_txqueuelen(ifname: &str, packets: u32) -> io::Result<()> {
-    let what = format!("setting txqueuelen {packets} on {ifname}");
-    let mut msg = LinkMessage::default();
-    msg.header.index = if_index(ifname).map_err(|e| context(e, &what))?;
-    msg.attributes.push(LinkAttribute::TxQueueLen(packets));
-    rtnl(RouteNetlinkMessage::SetLink(msg), 0).map_err(|e| context(e, &what))?;
-    Ok(())
+    set_link_attribute(
+        ifname,
+        LinkAttribute::TxQueueLen(packets),
+        &format!("setting txqueuelen {packets} on {ifname}"),
+    )
 }
 
 /// What link `ifname`'s queue did since the device was made, as host `host` (a name
@@ -89,6 +88,7 @@ pub fn read(host: &str, ifname: &str) -> io::Result<HostQueue> {
         }
     }
     queue.held_retransmits = snmp::netstat_counter("TcpExt", "TCPSpuriousRtxHostQueues")
+        .map_err(|e| context(e, &what))?
         .ok_or_else(|| {
             io::Error::other(format!(
                 "{what}: no TcpExt TCPSpuriousRtxHostQueues in /proc/net/netstat"

@@ -448,11 +448,24 @@ pub fn link_up(ifname: &str) -> io::Result<()> {
 
 /// Sets the MTU of link `ifname`, in the calling thread's namespace.
 pub fn set_mtu(ifname: &str, mtu: u32) -> io::Result<()> {
-    let what = format!("setting mtu {mtu} on {ifname}");
+    set_link_attribute(
+        ifname,
+        LinkAttribute::Mtu(mtu),
+        &format!("setting mtu {mtu} on {ifname}"),
+    )
+}
+
+/// Sets one attribute of link `ifname`, in the calling thread's namespace; an error
+/// says `what` was being done.
+pub(crate) fn set_link_attribute(
+    ifname: &str,
+    attribute: LinkAttribute,
+    what: &str,
+) -> io::Result<()> {
     let mut msg = LinkMessage::default();
-    msg.header.index = if_index(ifname).map_err(|e| context(e, &what))?;
-    msg.attributes.push(LinkAttribute::Mtu(mtu));
-    rtnl(RouteNetlinkMessage::SetLink(msg), 0).map_err(|e| context(e, &what))?;
+    msg.header.index = if_index(ifname).map_err(|e| context(e, what))?;
+    msg.attributes.push(attribute);
+    rtnl(RouteNetlinkMessage::SetLink(msg), 0).map_err(|e| context(e, what))?;
     Ok(())
 }
 
@@ -754,8 +767,11 @@ pub fn end_processes_in(name: &str) -> io::Result<Vec<Ended>> {
     let nsfs = fs::metadata("/proc/self/ns/net").map_err(ctx)?.dev();
     let inside: Box<dyn Fn(u32) -> bool> = match userns::mode() {
         Mode::Privileged => {
-            let Ok(meta) = fs::metadata(&ns.path) else {
-                return Ok(Vec::new());
+            let meta = match fs::metadata(&ns.path) {
+                Ok(meta) => meta,
+                // No file: no namespace, nothing inside.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(ctx(e)),
             };
             if meta.dev() != nsfs {
                 // A file without its namespace mounted on it: nothing inside.

@@ -85,6 +85,7 @@ pub fn init(command: Child, lifeline: RawFd) -> io::Result<InitEnd> {
     // SAFETY: the descriptor was inherited for this and nothing else owns it.
     let lifeline = unsafe { OwnedFd::from_raw_fd(lifeline) };
     // Not passed on to anything this init starts.
+    // SAFETY: plain syscall on a descriptor this process owns.
     cvt(unsafe { libc::fcntl(lifeline.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) })?;
     let child = command.id() as libc::pid_t;
     let pidfd = pidfd_open(child)?;

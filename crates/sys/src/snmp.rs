@@ -1,18 +1,20 @@
 //! The kernel's protocol counters in /proc/net/snmp and /proc/net/netstat, as the
 //! namespace of the calling thread sees them.
 
+use std::io;
+
 /// Counter `name` of section `section` ("Tcp", "Udp", …): the file holds each section
 /// as two lines, the names and then the values. `None` when either is missing.
-pub fn counter(section: &str, name: &str) -> Option<u64> {
-    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?;
-    parse(&snmp, section, name)
+pub fn counter(section: &str, name: &str) -> io::Result<Option<u64>> {
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+    Ok(parse(&snmp, section, name))
 }
 
 /// Counter `name` of section `section` ("TcpExt", "IpExt") of /proc/net/netstat, laid
 /// out as /proc/net/snmp.
-pub fn netstat_counter(section: &str, name: &str) -> Option<u64> {
-    let netstat = std::fs::read_to_string("/proc/thread-self/net/netstat").ok()?;
-    parse(&netstat, section, name)
+pub fn netstat_counter(section: &str, name: &str) -> io::Result<Option<u64>> {
+    let netstat = std::fs::read_to_string("/proc/thread-self/net/netstat")?;
+    Ok(parse(&netstat, section, name))
 }
 
 fn parse(snmp: &str, section: &str, name: &str) -> Option<u64> {
@@ -36,7 +38,9 @@ mod tests {
         assert_eq!(parse(snmp, "Udp", "NoSuch"), None);
         assert_eq!(parse(snmp, "Icmp", "InMsgs"), None);
         // This machine's file has the counters the tests read.
-        assert!(counter("Udp", "RcvbufErrors").is_some());
-        assert!(netstat_counter("TcpExt", "TCPSpuriousRtxHostQueues").is_some());
+        assert!(counter("Udp", "RcvbufErrors").unwrap().is_some());
+        assert!(netstat_counter("TcpExt", "TCPSpuriousRtxHostQueues")
+            .unwrap()
+            .is_some());
     }
 }

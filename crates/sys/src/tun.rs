@@ -702,8 +702,12 @@ mod tests {
 
     /// `InCsumErrors` of TCP (IPv4 and IPv6 together) in `ns`'s /proc/net/snmp.
     fn tcp_csum_errors(ns: &NetNs) -> u64 {
-        ns.run(|| crate::snmp::counter("Tcp", "InCsumErrors").unwrap())
-            .unwrap()
+        ns.run(|| {
+            crate::snmp::counter("Tcp", "InCsumErrors")
+                .unwrap()
+                .unwrap()
+        })
+        .unwrap()
     }
 
     fn check_modes(tag: &str, v6: bool) {

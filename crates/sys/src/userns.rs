@@ -6,7 +6,7 @@
 //! root over the network namespaces it creates, and a mount namespace of its own, where
 //! their bind mounts live on a private tmpfs. Those namespaces die with the process
 //! that made them; later commands of the same user reach a living lab's hosts by
-//! joining its process's user and mount namespaces ([`join`]).
+//! joining its process's user and mount namespaces (`join`).
 //!
 //! The process-wide decisions ([`mode`], [`state_dir`]) are made once, before the
 //! process changes namespace: inside its own user namespace a rootless process looks

@@ -299,7 +299,7 @@ impl Counts {
 
     /// A new control connection from `source` at `now_us`: within the source's rate, it
     /// is counted as in its handshake. Where `--max-handshakes` are in already, it takes
-    /// the place of the one [`Counts::making_room`] names (which then is no longer
+    /// the place of the one `Counts::making_room` names (which then is no longer
     /// [`Counts::in_handshake`]): a crowd of idle connections cannot lock a client out.
     pub fn connect(&mut self, source: Source, now_us: i64) -> Result<HandshakeId, String> {
         if let Some(per_minute) = self.limits.max_connect_rate {

@@ -104,7 +104,7 @@ struct Shared {
     pacing: Option<RateTarget>,
 }
 
-/// Serves until `stop` is set (noticed within [`ACCEPT_POLL_MS`], or at once when the
+/// Serves until `stop` is set (noticed within `ACCEPT_POLL_MS`, or at once when the
 /// listener is also shut down for reading). Each admitted control connection gets its own
 /// thread. `pacing`: where the tests' senders publish their window rate (a lab's dynamic
 /// pacer).

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses its own part of the bed
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -168,6 +168,11 @@ impl Drop for Bed {
     }
 }
 
+/// A command's standard error, as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 pub fn assert_success(out: &Output) {
     assert!(
         out.status.success(),
@@ -227,6 +232,46 @@ pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 
 pub fn flows(v: &Value) -> &Vec<Value> {
     v["flows"].as_array().expect("flows array")
+}
+
+/// `tcplab run ARGS… --json --capture FILE --db DB`, which must succeed: its JSON.
+pub fn run_captured(args: &[&str], capture: &Path, db: &Path) -> Value {
+    let out = tcplab()
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .arg("--capture")
+        .arg(capture)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("running tcplab run");
+    parse_success(&out)
+}
+
+/// `tcplab explain --json --db DB` of the latest run, which must succeed.
+pub fn explained(db: &Path) -> Value {
+    let out = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(db)
+        .output()
+        .expect("running tcplab explain");
+    parse_success(&out)
+}
+
+/// The finding of `kind` in explain's JSON, if it has one.
+pub fn finding<'a>(explained: &'a Value, kind: &str) -> Option<&'a Value> {
+    explained["findings"]
+        .as_array()
+        .expect("a findings array")
+        .iter()
+        .find(|f| f["kind"] == kind)
+}
+
+/// The message of the finding of `kind` in explain's JSON, if it has one.
+pub fn finding_message(explained: &Value, kind: &str) -> Option<String> {
+    let f = finding(explained, kind)?;
+    Some(f["message"].as_str().expect("a message").to_owned())
 }
 
 /// Received bytes counted by the kernel on an interface of a namespace
@@ -520,6 +565,22 @@ impl LoopbackServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// An experiment file `DIR/lo.toml` of `runs` runs of 0.3 s against this server,
+    /// one point.
+    pub fn experiment(&self, dir: &Path, runs: u32) -> PathBuf {
+        let file = dir.join("lo.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "name = \"lo\"\nrepetitions = {runs}\nduration = \"0.3s\"\nserver = \"lo\"\n\
+                 [host.lo]\naddress = \"{}\"\n[[flow]]\n",
+                self.addr
+            ),
+        )
+        .unwrap();
+        file
+    }
+
     /// Waits until the log has `count` lines containing `text`.
     pub fn await_log(&self, text: &str, count: usize) {
         await_log(&|| self.log(), text, count);
@@ -580,11 +641,13 @@ pub fn export_jsonl(db: &std::path::Path, table: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The one-line reason on a failed run's stderr, asserting exit status 1.
+/// The one-line reason (`tcplab: …`) on a failed command's stderr, asserting exit
+/// status 1.
 pub fn failure(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("tcplab: "), "{err}");
     assert_each_cause_once(&err);
     err
 }
@@ -617,6 +680,16 @@ pub fn await_listening(server: &Child, addr: std::net::SocketAddrV4) {
         assert!(Instant::now() < deadline, "nothing listens on {addr}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A free loopback port (free when asked: whoever binds it must do so before another
+/// test asks; the tests that use one run serially).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Debian's iperf3, the reference the comparison tests drive.
@@ -909,25 +982,22 @@ pub fn assert_charts_hold(db: &std::path::Path) {
 
 /// Whether tshark is here: in CI it must be, elsewhere the test skips.
 pub fn tshark_or_skip(test: &str) -> bool {
-    let found = Command::new("tshark").arg("-v").output().is_ok();
-    match (found, tcplab_sys::netns::in_ci()) {
-        (true, _) => true,
-        (false, true) => panic!("{test}: CI must have tshark"),
-        (false, false) => {
-            eprintln!("SKIP {test}: no tshark");
-            false
-        }
-    }
+    program_or_skip(test, "tshark")
 }
 
 /// Whether tcptrace is here; CI must have it.
 pub fn tcptrace_or_skip(test: &str) -> bool {
-    let found = Command::new("tcptrace").arg("-v").output().is_ok();
+    program_or_skip(test, "tcptrace")
+}
+
+/// Whether `program -v` runs: in CI it must, elsewhere the test skips.
+fn program_or_skip(test: &str, program: &str) -> bool {
+    let found = Command::new(program).arg("-v").output().is_ok();
     match (found, tcplab_sys::netns::in_ci()) {
         (true, _) => true,
-        (false, true) => panic!("{test}: CI must have tcptrace"),
+        (false, true) => panic!("{test}: CI must have {program}"),
         (false, false) => {
-            eprintln!("SKIP {test}: no tcptrace");
+            eprintln!("SKIP {test}: no {program}");
             false
         }
     }
@@ -1202,6 +1272,15 @@ pub fn still_running(pids: &[(u32, String)], limit: Duration) -> Vec<(u32, Strin
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// SIGKILLs `child` once `command` runs below it, and returns what of its descendants
+/// then is still running 5 s later.
+pub fn kill_once_running(mut child: Child, command: &str) -> Vec<(u32, String)> {
+    let below = await_descendant(child.id(), command);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    still_running(&below, Duration::from_secs(5))
 }
 
 /// Waits up to 10 s for `command` to appear among the descendants of `pid`, and

@@ -410,6 +410,14 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
         .args(["lab", "exec", &name, "client", "--", "sleep", "60"])
         .spawn()
         .unwrap();
+    // `lab exec` becomes the command once inside the host: only then is it in there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{}/cmdline", left.id())).unwrap_or_default()
+        != "sleep\u{0}60\u{0}"
+    {
+        assert!(Instant::now() < deadline, "lab exec never ran sleep");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let pid = kill_daemon(&name);
     let text = String::from_utf8_lossy(&lab(&["list"]).stdout).into_owned();
     assert!(

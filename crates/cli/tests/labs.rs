@@ -106,6 +106,13 @@ fn wait_gone(pid: u32) {
     }
 }
 
+/// `lab gc` is machine-wide: tests that leave a leftover lab and tests that collect
+/// leftovers run one at a time, so that no test's gc takes (and reports) another's.
+fn leftovers_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LEFTOVERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LEFTOVERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn lab_up_show_list_down_round_trip() {
     if !privileged_or_skip("lab_round_trip") {
@@ -400,6 +407,7 @@ fn two_clients_with_their_own_access_links() {
 
 #[test]
 fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
+    let _leftovers = leftovers_lock();
     if !privileged_or_skip("gc_after_kill") {
         return;
     }
@@ -453,6 +461,7 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
 /// `lab up` of a name whose daemon was killed removes the leftover and comes up.
 #[test]
 fn lab_up_over_a_killed_daemons_leftover_removes_it_first() {
+    let _leftovers = leftovers_lock();
     if !privileged_or_skip("up_over_leftover") {
         return;
     }
@@ -484,6 +493,7 @@ fn lab_up_over_a_killed_daemons_leftover_removes_it_first() {
 /// names them and `lab gc` removes them.
 #[test]
 fn gc_removes_namespaces_nothing_registered_remembers() {
+    let _leftovers = leftovers_lock();
     if !privileged_or_skip("gc_unregistered") {
         return;
     }
@@ -556,6 +566,7 @@ fn lab_exec_runs_a_command_in_a_host() {
 
 #[test]
 fn a_run_killed_mid_test_leaves_a_lab_that_gc_removes() {
+    let _leftovers = leftovers_lock();
     if !privileged_or_skip("gc_after_killed_run") {
         return;
     }
@@ -840,6 +851,7 @@ fn await_lab_gone(name: &str) {
 /// itself (setsid) goes as well, whether tcplab is killed or the command exits.
 #[test]
 fn a_killed_shell_leaves_nothing_running() {
+    let _leftovers = leftovers_lock();
     if !privileged_or_skip("shell_killed") {
         return;
     }

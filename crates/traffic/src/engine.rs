@@ -533,6 +533,32 @@ fn send_until_end(
     })
 }
 
+/// Waits, at most `within`, until the peer has acknowledged all that was written on
+/// each data connection before the test (its handshake and intro), so that no setup
+/// segment is left to retransmit once the test starts: its retransmissions, counted
+/// from tcp_info read at the start, and its kernel events, kept from the start, are
+/// then the same ones.
+pub fn await_setup_acknowledged(
+    flows: &[FlowSocket],
+    within: Duration,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let limit = monotonic_us() + within.as_micros() as i64;
+    for flow in flows {
+        if wait_all_acked(&flow.stream, limit, stop)?.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the peer did not acknowledge data connection {}'s setup within {} s",
+                    flow.id,
+                    within.as_secs()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Waits until every byte written is acknowledged, `stop` is set, or `deadline_us`
 /// passes; then `Some` of tcpi_bytes_acked, or `None` when nothing is left.
 fn wait_all_acked(

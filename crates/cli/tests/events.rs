@@ -23,7 +23,10 @@ struct Traced {
 const LOSSY_UP: &str = "rtt 20ms rate 100mbit queue 1bdp up.loss 1%";
 
 fn traced_run(cc: &str, seconds: &str) -> Traced {
-    traced_run_on(LOSSY_UP, cc, seconds)
+    // Draws whose first loss is the 50th packet, the data connection's, early in slow
+    // start: unseeded, about one run in 150 lost nothing there, and slow start filled
+    // the queue (skbs of several segments then break the events' 2 % bar).
+    traced_run_on(&format!("{LOSSY_UP} seed 3"), cc, seconds)
 }
 
 fn traced_run_on(path: &str, cc: &str, seconds: &str) -> Traced {

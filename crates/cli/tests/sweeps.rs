@@ -658,8 +658,9 @@ fn each_repetition_draws_from_a_seed_the_experiments_seed_reproduces() {
 /// and "all flows" at 190 Mbit/s on a 100 Mbit/s link (a 158 µs last interval): its
 /// throughput over time holds in every bin (`chart_errors` with no stall allowed). Per
 /// bin, load can spoil it (a host kept off the CPU moves bytes into a later bin): one
-/// of three tries. What load cannot change is asserted outright: the UDP flow drawn over
-/// its two 1 s intervals at its rate, the TCP flow from its sender's samples.
+/// of three tries, as is the UDP flow drawn over its two 1 s intervals at its rate. What
+/// load cannot change is asserted outright: two UDP intervals, the TCP flow drawn from
+/// its sender's samples.
 #[test]
 fn throughput_over_time_holds_per_bin() {
     if !privileged_or_skip("throughput_over_time") {
@@ -680,8 +681,18 @@ fn throughput_over_time_holds_per_bin() {
         };
         assert_eq!(tcp.source, tcplab_report::rates::Source::Sender);
         assert_eq!(udp.cells.len(), 2, "{udp:?}");
-        for c in &udp.cells {
-            assert!((c.bps() / 2e6 - 1.0).abs() < 0.02, "{c:?}");
+        // Counted where the datagrams arrive: a sender or an emulator kept off the CPU
+        // for a quarter of a second (seen once beside three builds on two vCPUs: 182 000
+        // of 250 000 B) misses its schedule, so this is load's to spoil too.
+        if let Some(c) = udp
+            .cells
+            .iter()
+            .find(|c| (c.bps() / 2e6 - 1.0).abs() >= 0.02)
+        {
+            return Err(format!(
+                "UDP at 2 Mbit/s drawn at {:.3} Mbit/s: {c:?}",
+                c.bps() / 1e6
+            ));
         }
         let errors = chart_errors(&db, 0);
         if errors.is_empty() {

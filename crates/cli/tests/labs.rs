@@ -396,13 +396,15 @@ fn two_clients_with_their_own_access_links() {
         (40_000, 2, 50_000_000 * 40_000 / 8_000_000, 250_000),
         "{p}"
     );
-    // A zero queue retransmitted 28–34 % of the segments sent.
+    // A zero queue retransmitted 28–34 % of the segments sent; this 1-BDP queue 3.8–5.8 %
+    // in five quiet runs and 10.0 % once on a loaded CI machine (two flows overshooting
+    // together in slow start): the bound tells a queue from none, not load from quiet.
     let retransmitted = f64_at(&e, "/episodes/retransmit_rate");
     println!(
         "retransmitted {:.1} % of the segments sent",
         retransmitted * 100.0
     );
-    assert!(retransmitted < 0.1, "{retransmitted}");
+    assert!(retransmitted < 0.2, "{retransmitted}");
 }
 
 #[test]

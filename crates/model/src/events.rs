@@ -254,8 +254,14 @@ pub struct TestPorts {
 
 impl TestPorts {
     /// The flow and end a line belongs to, with its time on the test's time base;
-    /// `None` for another test's socket that shares the data port.
+    /// `None` for another test's socket that shares the data port, and for what came
+    /// before the test's start (`t0_us`): its connections' setup, which a client
+    /// sees acknowledged before it starts the test (a lost SYN or intro and its
+    /// retransmission), so that the events begin where the counters do.
     pub fn attribute(&self, line: TraceLine, t0_us: i64) -> Option<EventRecord> {
+        if line.at_us < t0_us {
+            return None;
+        }
         let (host, client_port) = if line.sport == self.data_port {
             (Host::Server, line.dport)
         } else if line.dport == self.data_port {
@@ -510,6 +516,9 @@ mod tests {
         // Another lab's test on the same data port, from a port this test has not.
         assert_eq!(ports.attribute(at(39001, 50000), 5_000_000), None);
         assert_eq!(ports.attribute(at(1, 2), 5_000_000), None);
+        // The setup's, before the test's start: a retransmitted intro is not the test's.
+        assert_eq!(ports.attribute(at(40314, 39001), 5_000_251), None);
+        assert!(ports.attribute(at(40314, 39001), 5_000_250).is_some());
     }
 
     #[test]

@@ -193,6 +193,86 @@ pub fn reset_connection(fd: impl AsFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Ends a TCP connection at once the way `ss -K` does: SOCK_DESTROY through sock_diag
+/// (tcp_abort) sends the peer a reset and closes the socket with its counters kept, so
+/// tcp_info read after it is the connection's last word: nothing can be sent after it.
+/// Fails where the kernel lacks CONFIG_INET_DIAG_DESTROY (EOPNOTSUPP), without
+/// CAP_NET_ADMIN over the socket's namespace (EPERM), or once the connection has gone
+/// (ENOENT); [`reset_connection`] is the fallback. The calling thread must be in the
+/// socket's network namespace.
+pub fn abort_connection(stream: &std::net::TcpStream) -> io::Result<()> {
+    const SOCK_DESTROY: u16 = 21;
+    const SEQ: u32 = 1;
+    let (local, peer) = (stream.local_addr()?, stream.peer_addr()?);
+    let mut cookie = [0u8; 8];
+    getsockopt_bytes(
+        stream.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_COOKIE,
+        &mut cookie,
+    )?;
+    let cookie = u64::from_ne_bytes(cookie);
+    // struct inet_diag_sockid: ports and addresses in network order, the cookie as two
+    // host-order halves.
+    let address = |addr: std::net::SocketAddr| -> [u8; 16] {
+        let mut out = [0u8; 16];
+        match addr.ip() {
+            std::net::IpAddr::V4(ip) => out[..4].copy_from_slice(&ip.octets()),
+            std::net::IpAddr::V6(ip) => out = ip.octets(),
+        }
+        out
+    };
+    let family = match local {
+        std::net::SocketAddr::V4(_) => libc::AF_INET,
+        std::net::SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    let mut request = Vec::with_capacity(72);
+    // struct nlmsghdr; its length is set below.
+    request.extend_from_slice(&0u32.to_ne_bytes());
+    request.extend_from_slice(&SOCK_DESTROY.to_ne_bytes());
+    request.extend_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
+    request.extend_from_slice(&SEQ.to_ne_bytes());
+    request.extend_from_slice(&0u32.to_ne_bytes());
+    // struct inet_diag_req_v2: family, protocol, no extensions, pad, every state.
+    request.extend_from_slice(&[family as u8, libc::IPPROTO_TCP as u8, 0, 0]);
+    request.extend_from_slice(&u32::MAX.to_ne_bytes());
+    request.extend_from_slice(&local.port().to_be_bytes());
+    request.extend_from_slice(&peer.port().to_be_bytes());
+    request.extend_from_slice(&address(local));
+    request.extend_from_slice(&address(peer));
+    request.extend_from_slice(&0u32.to_ne_bytes());
+    request.extend_from_slice(&(cookie as u32).to_ne_bytes());
+    request.extend_from_slice(&((cookie >> 32) as u32).to_ne_bytes());
+    let len = request.len() as u32;
+    request[..4].copy_from_slice(&len.to_ne_bytes());
+
+    let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+    socket.send(&request, 0)?;
+    loop {
+        let (reply, _) = socket.recv_from_full()?;
+        // The ACK: a struct nlmsghdr of type NLMSG_ERROR, then the error (0 or -errno).
+        let field = |at: usize, n: usize| reply.get(at..at + n);
+        let (Some(kind), Some(seq), Some(error)) = (field(4, 2), field(8, 4), field(16, 4)) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "sock_diag: a short reply",
+            ));
+        };
+        let kind = u16::from_ne_bytes(kind.try_into().expect("2 bytes"));
+        if kind != libc::NLMSG_ERROR as u16
+            || u32::from_ne_bytes(seq.try_into().expect("4 bytes")) != SEQ
+        {
+            continue;
+        }
+        return match i32::from_ne_bytes(error.try_into().expect("4 bytes")) {
+            0 => Ok(()),
+            errno => Err(io::Error::from_raw_os_error(-errno)),
+        };
+    }
+}
+
 /// TCP_NODELAY: `true` turns Nagle's algorithm off.
 pub fn set_nodelay(fd: impl AsFd, nodelay: bool) -> io::Result<()> {
     SockRef::from(&fd).set_tcp_nodelay(nodelay)
@@ -367,6 +447,38 @@ mod tests {
         assert!(read < written, "{read} of {written}");
         // The descriptor stays open for getsockopt.
         assert!(tcp_info(&client).is_ok());
+    }
+
+    #[test]
+    fn an_aborted_connection_resets_the_peer_and_keeps_its_counters() {
+        if !crate::netns::privileged_or_skip("abort_connection") {
+            return;
+        }
+        for local in ["127.0.0.1:0", "[::1]:0"] {
+            let listener = TcpListener::bind(local).unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut server, _) = listener.accept().unwrap();
+            // As at a drain limit: the write side shut, bytes left unacknowledged.
+            client.set_nonblocking(true).unwrap();
+            while (&client).write(&[7u8; 65536]).is_ok() {}
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let before = tcp_info(&client).unwrap();
+            abort_connection(&client).unwrap();
+            let after = tcp_info(&client).unwrap();
+            // TCP_CLOSE in the kernel's enum of states.
+            assert_eq!(after.state, 7, "{local}");
+            assert!(after.segs_out >= before.segs_out && before.segs_out > 0);
+            assert!(after.bytes_acked >= before.bytes_acked && before.bytes_acked > 0);
+            let mut buf = vec![0u8; 65536];
+            let e = loop {
+                match server.read(&mut buf) {
+                    Ok(0) => panic!("{local}: end of stream, not a reset"),
+                    Ok(_) => {}
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{local}: {e}");
+        }
     }
 
     fn sysctl_u64(key: &str) -> u64 {

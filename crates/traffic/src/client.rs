@@ -170,6 +170,7 @@ pub fn run(
             test_trace.add_flows(&flows);
         }
         ready(answer(&mut control)?)?;
+        engine::await_setup_acknowledged(&flows, CONNECT_TIMEOUT, &stop)?;
         Flows::Tcp(flows)
     };
     let prober = match (request.params.probe, probe_port) {

@@ -143,7 +143,7 @@ pub(crate) struct FlowShared {
     pub(crate) in_write: AtomicBool,
     done: AtomicBool,
     /// Set by a sender that the drain limit stopped, when its end resets such
-    /// connections: the monitor resets it once it has counted its last interval.
+    /// connections: the monitor ends it, before its last interval is cut where it can.
     reset: AtomicBool,
     reset_cut_drains: bool,
     pub(crate) renew: Option<Renew>,
@@ -321,9 +321,9 @@ fn side_flow(
         ),
         _ => (LimitShares::default(), 0, 0),
     };
-    // The intervals' count runs to the flow's last interval, cut after the flow ended:
-    // past the flow thread's last read, which a retransmission may follow (one count
-    // for the summary, the intervals and the kernel's events).
+    // The intervals' count runs to the flow's last interval, cut once the socket can
+    // send no more (its FIN acknowledged, or ended at the drain limit): one count for
+    // the summary, the intervals and the kernel's events.
     let retransmits = watched.retransmits.unwrap_or(retransmits);
     // Where nothing was sampled the kernel's counters are all there is.
     let limits = watched.tally.shares().unwrap_or(kernel_limits);
@@ -531,6 +531,32 @@ fn send_until_end(
         bytes: sent,
         unacked,
     })
+}
+
+/// Waits, at most `within`, until the peer has acknowledged all that was written on
+/// each data connection before the test (its handshake and intro), so that no setup
+/// segment is left to retransmit once the test starts: its retransmissions, counted
+/// from tcp_info read at the start, and its kernel events, kept from the start, are
+/// then the same ones.
+pub fn await_setup_acknowledged(
+    flows: &[FlowSocket],
+    within: Duration,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let limit = monotonic_us() + within.as_micros() as i64;
+    for flow in flows {
+        if wait_all_acked(&flow.stream, limit, stop)?.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the peer did not acknowledge data connection {}'s setup within {} s",
+                    flow.id,
+                    within.as_secs()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Waits until every byte written is acknowledged, `stop` is set, or `deadline_us`
@@ -857,6 +883,7 @@ fn monitor(
             .iter()
             .any(|f| f.reset.load(Ordering::Acquire) && f.done.load(Ordering::Acquire));
         if now >= next_report || all_done || at_deadline || reset_due {
+            abort_stopped_drains(flows, &cursors);
             let records: Vec<SideInterval> = flows
                 .iter()
                 .zip(&mut cursors)
@@ -902,9 +929,26 @@ fn monitor(
     }
 }
 
-/// Resets the connections whose senders the drain limit stopped, once their last
-/// interval is counted (a reset zeroes the socket's counters): their receivers, on this
-/// end or the other, stop waiting for the rest.
+/// Ends the connections whose senders the drain limit stopped before their last
+/// interval is cut, keeping their counters ([`sockopt::abort_connection`]): the count
+/// read then is the socket's last, as no retransmission can follow it. Their receivers,
+/// on this end or the other, take the reset as the end.
+fn abort_stopped_drains(flows: &[Arc<FlowShared>], cursors: &[IntervalCursor]) {
+    for (flow, cursor) in flows.iter().zip(cursors) {
+        if cursor.info.is_some()
+            && flow.done.load(Ordering::Acquire)
+            && flow.reset.load(Ordering::Acquire)
+            && sockopt::abort_connection(&flow.stream).is_ok()
+        {
+            flow.reset.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Where [`abort_stopped_drains`] could not end them (a kernel without SOCK_DESTROY),
+/// resets those connections once their last interval is counted, as a reset zeroes the
+/// socket's counters: a retransmission between that count and the reset is then left
+/// out of it.
 fn reset_stopped_drains(flows: &[Arc<FlowShared>], cursors: &[IntervalCursor]) {
     for (flow, cursor) in flows.iter().zip(cursors) {
         if cursor.info.is_none()

@@ -25,7 +25,7 @@ use tcplab_sys::sysctl;
 use super::wire::{self, Cookie, Params, Results, State, StreamResult};
 use super::Iperf3Error;
 use crate::client::{self, Request};
-use crate::engine::{End, FlowSocket, Flows, SideOutcome};
+use crate::engine::{self, End, FlowSocket, Flows, SideOutcome};
 use crate::events::{self, TestTrace};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::protocol::{self, ProtocolError, Role, SideFlow, SideReport};
@@ -76,6 +76,11 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
         .map_err(|source| session.io_error("keeping the data connections", source))?;
     session.expect(State::TestStart)?;
     session.expect(State::TestRunning)?;
+    if let Flows::Tcp(flows) = &flows {
+        engine::await_setup_acknowledged(flows, STEP_TIMEOUT, &stop).map_err(|source| {
+            session.io_error("waiting for the data connections' setup", source)
+        })?;
+    }
 
     let context = TestContext {
         target: request.target.clone(),

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # What sampling any socket costs: CPU time per sampled socket of tcplab's sock_diag
 # sampler (a filtered dump, and a lookup of the known sockets by 4-tuple) against
-# `ss -tin` polling with the same filter, at CONNS established loopback connections
-# held in a namespace of the bench's own (each connection's client end is sampled:
-# `dport = :5201`), the three interleaved REPS times; then the share of one CPU that
-# sampling 1 000 connections every 10 ms takes; then, for the engine's own few sockets,
-# getsockopt (TCP_INFO + SO_MEMINFO, as the engine reads them) against one lookup, idle
-# and carrying data.
+# `ss -tin` polling with the same filter (its start included, as a polling script pays
+# it), at CONNS established loopback connections held in a namespace of the bench's own
+# (each connection's client end is sampled: `dport = :5201`), the three interleaved,
+# REPS times; then the share of one CPU that sampling 1 000 connections every 10 ms
+# takes; then, for the engine's own few sockets, getsockopt (TCP_INFO + SO_MEMINFO, as
+# the engine reads them) against one lookup, idle and carrying data.
 #
 # m-lab/tcp-info is not measured: the Go module proxy refuses the module here (403).
 #

@@ -423,3 +423,54 @@ fn rust_netlink_reads_the_kernel_s_replies_as_we_do() {
     drop(sockets);
     ns.delete().unwrap();
 }
+
+/// A user without privileges sees every socket of the namespace — root's here — with
+/// all its attributes, as root does: sock_diag checks no owner. The sampling thread
+/// alone becomes user nobody (a raw setresuid changes only the calling thread), which
+/// drops its capabilities, and opens its own socket.
+#[test]
+fn a_user_without_privileges_sees_every_socket_with_tcp_info() {
+    let Some((ns, sockets, mut diag)) = in_namespace("sd-nobody") else {
+        return;
+    };
+    sockopt::set_congestion(&sockets.clients[0], "bbr").unwrap();
+    sockopt::set_congestion(&sockets.clients[1], "cubic").unwrap();
+    let as_root = dump(&mut diag, None);
+    let as_nobody = ns
+        .try_run(|| {
+            const NOBODY: libc::c_long = 65534;
+            // SAFETY: the raw system call changes this thread's credentials only; the
+            // thread ends with this closure.
+            if unsafe { libc::syscall(libc::SYS_setresuid, NOBODY, NOBODY, NOBODY) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let status = std::fs::read_to_string("/proc/thread-self/status")?;
+            assert!(
+                status.lines().any(|l| l == "CapEff:\t0000000000000000"),
+                "the thread kept capabilities:\n{status}"
+            );
+            let mut diag = SockDiag::open().map_err(io::Error::other)?;
+            Ok(dump(&mut diag, None))
+        })
+        .unwrap();
+    assert_eq!(tuples(&as_nobody), tuples(&as_root));
+    assert_eq!(tuples(&as_nobody), sockets.tuples());
+    for sample in &as_nobody {
+        assert_eq!(sample.uid, 0, "root's socket");
+        assert!(sample.tcp_info.is_some() && sample.skmem.is_some());
+        assert!(sample.cgroup_id.is_some());
+        let cc = sample.congestion.unwrap();
+        assert_eq!(sample.bbr.is_some(), cc.as_str() == "bbr", "{cc:?}");
+    }
+    let cc_of = |s: &TcpStream| {
+        let key = (s.local_addr().unwrap(), s.peer_addr().unwrap());
+        let sample = as_nobody
+            .iter()
+            .find(|x| (x.key.local, x.key.remote) == key);
+        sample.unwrap().congestion.unwrap()
+    };
+    assert_eq!(cc_of(&sockets.clients[0]).as_str(), "bbr");
+    assert_eq!(cc_of(&sockets.clients[1]).as_str(), "cubic");
+    drop(sockets);
+    ns.delete().unwrap();
+}

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCHES=("$@")
-[ ${#BENCHES[@]} -gt 0 ] || BENCHES=(engine iperf3_interop udp emulator sweep latency evidence aqm scale far)
+[ ${#BENCHES[@]} -gt 0 ] || BENCHES=(engine iperf3_interop udp emulator sweep latency evidence aqm scale far watch)
 failed=()
 for bench in "${BENCHES[@]}"; do
     echo "=== bench/$bench.sh (short)"

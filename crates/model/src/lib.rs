@@ -19,6 +19,8 @@ pub mod path;
 pub mod probe;
 pub mod ranges;
 pub mod record;
+pub mod sockdiag;
+pub mod sockfilter;
 pub mod stats;
 pub mod tcpinfo;
 pub mod throughput;

@@ -14,6 +14,7 @@ pub mod poll;
 pub mod reaper;
 pub mod relay;
 pub mod snmp;
+pub mod sockdiag;
 pub mod sockopt;
 pub mod stamp;
 pub mod sysctl;

@@ -142,6 +142,19 @@ pub struct Snapshot {
     pub app: Option<App>,
 }
 
+impl Snapshot {
+    /// A stored sample read back: what its socket showed, without the application's
+    /// state, which samples do not keep.
+    pub fn of_sample(sample: &SampleRecord) -> Snapshot {
+        Snapshot {
+            info: sample.info,
+            mem: sample.skmem,
+            bbr: sample.bbr,
+            app: None,
+        }
+    }
+}
+
 /// What tcplab's own flow thread was doing at a snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct App {

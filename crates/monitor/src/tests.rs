@@ -604,3 +604,39 @@ fn the_preallocated_samples_fit_a_timed_test() {
     assert_eq!(monitor.samples.len(), 2_100);
     assert_eq!(monitor.samples.capacity(), reserved);
 }
+
+#[test]
+fn stored_samples_replayed_give_the_same_intervals() {
+    let sock = |now: i64| {
+        let t = now / MS;
+        theirs(TcpInfo {
+            bytes_acked: t as u64 * 3_000,
+            total_retrans: (t / 40) as u32,
+            ..if t % 30 < 10 {
+                rwnd_limited()
+            } else {
+                cwnd_limited()
+            }
+        })
+    };
+    let mut live = Monitor::new(config(5, 50, Some(180)), vec![sender(4, idle())], 0);
+    let live_cut = intervals(&run_until(&mut live, 200, sock));
+    let (live_watched, samples) = live.finish();
+    assert_eq!(samples.len(), 39);
+    // The same samples, read back from a store, at their own times; then the read at
+    // the end, where the flow's final counters were taken.
+    let mut replay = Monitor::new(config(5, 50, Some(180)), vec![sender(4, idle())], 0);
+    let mut replay_cut = Vec::new();
+    for sample in &samples {
+        // Report ticks and the deadline fall on samples: each wake-up has one.
+        assert_eq!(replay.next_wakeup(), sample.t_us);
+        let snapshot = Snapshot::of_sample(sample);
+        replay_cut.extend(wake(&mut replay, sample.t_us, &[RUNNING], |_| snapshot).intervals);
+    }
+    let tick = wake(&mut replay, 200 * MS, &[ENDED], |_| sock(200 * MS));
+    replay_cut.extend(tick.intervals);
+    assert_eq!(replay_cut, live_cut);
+    let (replay_watched, replayed) = replay.finish();
+    assert_eq!(replay_watched, live_watched);
+    assert_eq!(replayed, samples);
+}

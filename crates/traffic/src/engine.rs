@@ -2,8 +2,9 @@
 //!
 //! The same code runs on the client and on the server; only the roles of the flows
 //! differ. Each flow runs on its own OS thread with blocking-or-polled I/O (no async
-//! runtime: namespace work must stay on dedicated threads). One monitor thread takes
-//! tcp_info samples at the sampling interval and cuts report intervals.
+//! runtime: namespace work must stay on dedicated threads). One monitor thread reads
+//! the sockets when [`tcplab_monitor::Monitor`] wakes it and does what its ticks say:
+//! samples, report intervals, the ends of connections the drain limit stopped.
 
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};

@@ -2,8 +2,9 @@
 //!
 //! The same code runs on the client and on the server; only the roles of the flows
 //! differ. Each flow runs on its own OS thread with blocking-or-polled I/O (no async
-//! runtime: namespace work must stay on dedicated threads). One monitor thread takes
-//! tcp_info samples at the sampling interval and cuts report intervals.
+//! runtime: namespace work must stay on dedicated threads). One monitor thread reads
+//! the sockets when [`tcplab_monitor::Monitor`] wakes it and does what its ticks say:
+//! samples, report intervals, the ends of connections the drain limit stopped.
 
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
@@ -14,19 +15,19 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::limits::{self, LimitTally, Writer};
+use tcplab_model::limits;
 use tcplab_model::path::PaceRtt;
 use tcplab_model::record::{
-    BufferSize, Host, LimitShares, RttStats, SampleRecord, SendMethod, TestEnd, TestParams,
-    Transaction,
+    BufferSize, Host, LimitShares, SampleRecord, SendMethod, TestEnd, TestParams, Transaction,
 };
-use tcplab_model::tcpinfo::{SkMemInfo, TcpInfo};
+use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_model::throughput;
+use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
-use crate::protocol::{DeadlineCount, Role, SideFlow, SideInterval, SideReport};
+use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
 use crate::transact::{self, Renew};
 
 /// How long the sender of a byte count waits, after its last write, for the receiver to
@@ -42,8 +43,6 @@ const KEEPALIVE_AFTER_DEADLINE: Duration = Duration::from_secs(1);
 const KEEPALIVE_PROBES: u32 = 10;
 /// Timer slack of the monitor thread, ns.
 const MONITOR_TIMER_SLACK_NS: libc::c_ulong = 200_000;
-/// How often a sampler reads BBR's model (TCP_CC_INFO), µs.
-const BBR_EVERY_US: i64 = 10_000;
 /// Longest a blocked write waits before the sender looks at the clock again: how far
 /// past its end a timed test may send.
 const WRITE_TIMEOUT: Duration = Duration::from_millis(10);
@@ -264,7 +263,7 @@ pub fn run_side(
             outcome
         })
         .collect();
-    let (watch, monitor_cpu) = monitor.join().expect("monitor thread panicked");
+    let ((watched, samples), monitor_cpu) = monitor.join().expect("monitor thread panicked");
     cpu_spent = cpu_spent + monitor_cpu;
 
     let end_us = outcomes.iter().map(|o| o.end_us).max().unwrap_or(t0_us);
@@ -272,7 +271,7 @@ pub fn run_side(
         .iter()
         .zip(outcomes)
         .zip(buffers)
-        .zip(watch.flows)
+        .zip(watched)
         .map(|(((flow, outcome), buffer), watched)| side_flow(flow, outcome, buffer, watched))
         .collect();
     SideOutcome {
@@ -280,7 +279,7 @@ pub fn run_side(
             flows,
             cpu: cpu::usage(cpu_spent, (end_us - t0_us).max(1) as u64),
         },
-        samples: watch.samples,
+        samples,
     }
 }
 
@@ -304,7 +303,7 @@ fn side_flow(
     flow: &FlowShared,
     outcome: FlowOutcome,
     mut buffer: BufferSize,
-    watched: WatchedFlow,
+    watched: Watched,
 ) -> SideFlow {
     let fd = flow.stream.as_fd();
     buffer.at_end = match flow.role {
@@ -326,7 +325,7 @@ fn side_flow(
     // the summary, the intervals and the kernel's events.
     let retransmits = watched.retransmits.unwrap_or(retransmits);
     // Where nothing was sampled the kernel's counters are all there is.
-    let limits = watched.tally.shares().unwrap_or(kernel_limits);
+    let limits = watched.limits.unwrap_or(kernel_limits);
     SideFlow {
         id: flow.id,
         role: flow.role,
@@ -342,7 +341,7 @@ fn side_flow(
         samples: watched.samples,
         limits,
         kernel_limits,
-        rtt: watched.rtt.stats(),
+        rtt: watched.rtt,
         error: outcome.error,
         udp: None,
         at_deadline: watched.at_deadline,
@@ -690,109 +689,8 @@ impl Payload {
     }
 }
 
-/// What the monitor learned of one flow.
-#[derive(Default)]
-struct WatchedFlow {
-    samples: u64,
-    rtt: RttAccumulator,
-    /// A sender's time, booked sample by sample to what held it back.
-    tally: LimitTally,
-    /// A sending socket under BBR: its samples carry TCP_CC_INFO too.
-    bbr: bool,
-    /// When TCP_CC_INFO was last read, µs.
-    bbr_read_us: i64,
-    /// Bytes counted when the test's deadline passed (acknowledged or read).
-    at_deadline: Option<DeadlineCount>,
-    /// Segments retransmitted in the intervals cut so far: after the last, which is cut
-    /// from a tcp_info read once the flow has ended, the flow's final count.
-    retransmits: Option<u64>,
-}
-
-struct Watch {
-    flows: Vec<WatchedFlow>,
-    samples: Vec<SampleRecord>,
-}
-
-#[derive(Default)]
-struct RttAccumulator {
-    min: u32,
-    max: u32,
-    sum: u64,
-    count: u64,
-}
-
-impl RttAccumulator {
-    fn add(&mut self, rtt_us: u32) {
-        if rtt_us == 0 {
-            return;
-        }
-        self.min = if self.count == 0 {
-            rtt_us
-        } else {
-            self.min.min(rtt_us)
-        };
-        self.max = self.max.max(rtt_us);
-        self.sum += u64::from(rtt_us);
-        self.count += 1;
-    }
-
-    fn stats(&self) -> RttStats {
-        RttStats {
-            min_us: self.min,
-            mean_us: if self.count == 0 {
-                0.0
-            } else {
-                self.sum as f64 / self.count as f64
-            },
-            max_us: self.max,
-        }
-    }
-}
-
-/// Where the monitor is in a flow's current report interval.
-struct IntervalCursor {
-    index: u32,
-    start_us: i64,
-    info: Option<TcpInfo>,
-    /// tcpi_bytes_acked at t0: the handshake and our data intro are not payload.
-    acked_base: u64,
-    /// Payload bytes counted so far (acknowledged for a sender, read for a receiver).
-    counted: u64,
-    /// The interval's time so far, booked to limits.
-    tally: LimitTally,
-    /// Up to when the sender's time is booked, µs.
-    booked_us: i64,
-}
-
-impl IntervalCursor {
-    /// Books a sender's time since the last sample (or the interval's start) to what
-    /// `info` and `mem` show held it back, in the interval and the flow's whole; not
-    /// once the sender has stopped writing.
-    fn book(
-        &mut self,
-        flow: &FlowShared,
-        watched: &mut WatchedFlow,
-        now: i64,
-        info: &TcpInfo,
-        mem: Option<&SkMemInfo>,
-        app_paced: bool,
-    ) {
-        if flow.writing.load(Ordering::Acquire) {
-            let writer = Writer {
-                paced: app_paced,
-                writing: flow.in_write.load(Ordering::Relaxed),
-            };
-            let limit = limits::classify(info, mem, writer);
-            let span = (now - self.booked_us).max(0) as u64;
-            self.tally.book(limit, span);
-            watched.tally.book(limit, span);
-        }
-        self.booked_us = now;
-    }
-}
-
-/// Samples every flow at the sampling interval and cuts report intervals, until all
-/// flows are done.
+/// Samples every flow at the sampling interval and cuts report intervals until all
+/// flows are done: the sockets and the clock around [`Monitor`].
 fn monitor(
     flows: &[Arc<FlowShared>],
     start_infos: Vec<Option<TcpInfo>>,
@@ -801,242 +699,83 @@ fn monitor(
     t0_us: i64,
     intervals: &Sender<Vec<SideInterval>>,
     pacing: Option<&RateTarget>,
-) -> Watch {
-    let sample_every = params.sample_interval_us as i64;
-    let sampled = sample_every > 0;
-    let app_paced = params.tuning.app_rate.is_some();
-    let report_every = params.report_interval_us.max(1) as i64;
-    let mut watched: Vec<WatchedFlow> = flows
+) -> (Vec<Watched>, Vec<SampleRecord>) {
+    let config = Config::of_test(params, host, t0_us, flows.len(), pacing.map(|p| p.rtt));
+    let starts = flows
         .iter()
-        .map(|f| WatchedFlow {
-            bbr: f.role == Role::Send && sockopt::runs_bbr(&f.stream).unwrap_or(false),
-            ..WatchedFlow::default()
+        .zip(start_infos)
+        .map(|(flow, first)| FlowStart {
+            id: flow.id,
+            role: flow.role,
+            first,
+            bbr: flow.role == Role::Send && sockopt::runs_bbr(&flow.stream).unwrap_or(false),
         })
         .collect();
-    let mut samples = Vec::with_capacity(expected_samples(params, flows.len()));
-    let mut cursors: Vec<IntervalCursor> = start_infos
-        .into_iter()
-        .map(|info| IntervalCursor {
-            index: 0,
-            start_us: t0_us,
-            acked_base: info.map_or(0, |i| i.bytes_acked),
-            info,
-            counted: 0,
-            tally: LimitTally::default(),
-            booked_us: t0_us,
-        })
-        .collect();
-    let mut next_sample = t0_us + sample_every;
-    let mut next_report = t0_us + report_every;
-    // A timed test's rates end at its deadline: an interval is cut there, and those
-    // after it are the drain's.
-    let deadline = params.end.deadline_us(t0_us);
-    let mut past_deadline = false;
+    let mut core = Monitor::new(config, starts, t0_us);
+    let mut snapshots: Vec<Option<Snapshot>> = vec![None; flows.len()];
     loop {
-        let all_done = flows.iter().all(|f| f.done.load(Ordering::Acquire));
-        let now = monotonic_us();
-        let at_deadline = !past_deadline && deadline.is_some_and(|d| now >= d);
-        if sample_every > 0 && now >= next_sample {
-            // PSPacer's dynamic target: each sender's window per round trip, summed.
-            let mut window_rate_bps = 0.0;
-            for ((flow, w), cursor) in flows.iter().zip(&mut watched).zip(&mut cursors) {
-                if flow.done.load(Ordering::Acquire) {
-                    continue;
-                }
-                let fd = flow.stream.as_fd();
-                let Ok(info) = sockopt::tcp_info(fd) else {
-                    continue;
-                };
-                let skmem = sockopt::meminfo(fd).ok();
-                // BBR's model moves once a round trip: reading it every 10 ms keeps the
-                // detail and halves the locked getsockopts of a 1 ms sampler.
-                let bbr = if w.bbr && now - w.bbr_read_us >= BBR_EVERY_US {
-                    w.bbr_read_us = now;
-                    sockopt::bbr_info_of_bbr_socket(fd).ok().flatten()
-                } else {
-                    None
-                };
-                if flow.role == Role::Send {
-                    cursor.book(flow, w, now, &info, skmem.as_ref(), app_paced);
-                    w.rtt.add(info.rtt);
-                    if let Some(target) = pacing {
-                        window_rate_bps += target.rtt.window_rate_bps(&info);
-                    }
-                }
-                w.samples += 1;
-                samples.push(SampleRecord {
-                    flow: flow.id,
-                    host,
-                    t_us: now,
-                    info,
-                    bbr,
-                    skmem,
-                });
+        // Read before the counters: a flow seen ended here has all its bytes in them.
+        let mut status: Vec<Status> = flows.iter().map(|f| f.status()).collect();
+        let due = core.due(monotonic_us(), &status);
+        for read in due.reads() {
+            let flow = &flows[read.flow];
+            if read.abort && sockopt::abort_connection(&flow.stream).is_ok() {
+                flow.reset.store(false, Ordering::Release);
+                status[read.flow].cut_drain = false;
             }
-            if let Some(target) = pacing.filter(|_| window_rate_bps > 0.0) {
-                target.rate.store(window_rate_bps as u64, Ordering::Relaxed);
-            }
-            // Skip ticks we overslept instead of bursting to catch up.
-            next_sample += sample_every * ((now - next_sample) / sample_every + 1);
+            snapshots[read.flow] = flow.snapshot(read.bbr);
         }
-        let reset_due = flows
-            .iter()
-            .any(|f| f.reset.load(Ordering::Acquire) && f.done.load(Ordering::Acquire));
-        if now >= next_report || all_done || at_deadline || reset_due {
-            abort_stopped_drains(flows, &cursors);
-            let records: Vec<SideInterval> = flows
-                .iter()
-                .zip(&mut cursors)
-                .zip(&mut watched)
-                .filter_map(|((flow, cursor), w)| {
-                    let app_paced = sampled.then_some(app_paced);
-                    let record = cut_interval(flow, cursor, w, now, app_paced, past_deadline)?;
-                    if at_deadline {
-                        w.at_deadline = Some(DeadlineCount {
-                            bytes: cursor.counted,
-                            t_us: now,
-                        });
-                    }
-                    Some(record)
-                })
-                .collect();
-            past_deadline |= at_deadline;
-            reset_stopped_drains(flows, &cursors);
-            if !records.is_empty() {
-                // A closed receiver only means nobody watches live lines any more.
-                let _ = intervals.send(records);
-            }
-            next_report += report_every * ((now - next_report) / report_every + 1);
+        let tick = core.tick(due, &status, &snapshots);
+        snapshots.fill(None);
+        if let Some((target, rate)) = pacing.zip(tick.window_rate_bps) {
+            target.rate.store(rate, Ordering::Relaxed);
         }
-        if all_done {
+        for i in tick.resets {
+            // Where no SOCK_DESTROY ended it: a retransmission between the last count and
+            // this reset is left out of the count.
+            if flows[i].reset.swap(false, Ordering::AcqRel) {
+                // Should it fail, closing the socket at the end resets the connection.
+                let _ = sockopt::reset_connection(flows[i].stream.as_fd());
+            }
+        }
+        if !tick.intervals.is_empty() {
+            let records = tick.intervals.into_iter().map(SideInterval::from).collect();
+            // A closed receiver only means nobody watches live lines any more.
+            let _ = intervals.send(records);
+        }
+        if tick.finished {
             break;
         }
-        let mut next = if sample_every > 0 {
-            next_sample.min(next_report)
-        } else {
-            next_report
-        };
-        if let Some(d) = deadline.filter(|_| !past_deadline) {
-            next = next.min(d);
-        }
-        let wait = (next - monotonic_us()).clamp(0, 50_000);
+        let wait = (core.next_wakeup() - monotonic_us()).clamp(0, 50_000);
         // A flow that ends unparks this thread: its end is cut when it comes.
         thread::park_timeout(Duration::from_micros(wait as u64));
     }
-    Watch {
-        flows: watched,
-        samples,
-    }
+    core.finish()
 }
 
-/// Ends the connections whose senders the drain limit stopped before their last
-/// interval is cut, keeping their counters ([`sockopt::abort_connection`]): the count
-/// read then is the socket's last, as no retransmission can follow it. Their receivers,
-/// on this end or the other, take the reset as the end.
-fn abort_stopped_drains(flows: &[Arc<FlowShared>], cursors: &[IntervalCursor]) {
-    for (flow, cursor) in flows.iter().zip(cursors) {
-        if cursor.info.is_some()
-            && flow.done.load(Ordering::Acquire)
-            && flow.reset.load(Ordering::Acquire)
-            && sockopt::abort_connection(&flow.stream).is_ok()
-        {
-            flow.reset.store(false, Ordering::Release);
+impl FlowShared {
+    fn status(&self) -> Status {
+        Status {
+            ended: self.done.load(Ordering::Acquire),
+            cut_drain: self.reset.load(Ordering::Acquire),
         }
     }
-}
 
-/// Where [`abort_stopped_drains`] could not end them (a kernel without SOCK_DESTROY),
-/// resets those connections once their last interval is counted, as a reset zeroes the
-/// socket's counters: a retransmission between that count and the reset is then left
-/// out of it.
-fn reset_stopped_drains(flows: &[Arc<FlowShared>], cursors: &[IntervalCursor]) {
-    for (flow, cursor) in flows.iter().zip(cursors) {
-        if cursor.info.is_none()
-            && flow.done.load(Ordering::Acquire)
-            && flow.reset.swap(false, Ordering::AcqRel)
-        {
-            // Should it fail, closing the socket at the end resets the connection.
-            let _ = sockopt::reset_connection(flow.stream.as_fd());
-        }
+    /// The socket and the flow thread now; `None` when tcp_info cannot be read.
+    fn snapshot(&self, with_bbr: bool) -> Option<Snapshot> {
+        let fd = self.stream.as_fd();
+        let info = sockopt::tcp_info(fd).ok()?;
+        Some(Snapshot {
+            info,
+            mem: sockopt::meminfo(fd).ok(),
+            bbr: with_bbr
+                .then(|| sockopt::bbr_info_of_bbr_socket(fd).ok().flatten())
+                .flatten(),
+            app: Some(App {
+                moved: self.bytes.load(Ordering::Relaxed),
+                writing: self.writing.load(Ordering::Acquire),
+                in_write: self.in_write.load(Ordering::Relaxed),
+            }),
+        })
     }
-}
-
-/// Room for a timed test's samples up front, so the sampler never reallocates mid-test.
-fn expected_samples(params: &TestParams, flows: usize) -> usize {
-    match (params.end, params.sample_interval_us) {
-        (TestEnd::Duration { us }, every) if every > 0 => {
-            // A little slack for the drain after the last write; capped at ~100 MB.
-            ((us / every + 100) as usize * flows).min(400_000)
-        }
-        _ => 0,
-    }
-}
-
-/// Closes the current report interval of one flow at `now`, if it has one open. A
-/// sampled sender (`app_paced` is its application's pacing) books the time since its
-/// last sample here too; an unsampled one gets the kernel's chrono shares. `drain`: the
-/// interval lies past the test's deadline.
-fn cut_interval(
-    flow: &FlowShared,
-    cursor: &mut IntervalCursor,
-    watched: &mut WatchedFlow,
-    now: i64,
-    app_paced: Option<bool>,
-    drain: bool,
-) -> Option<SideInterval> {
-    if cursor.start_us >= now || cursor.info.is_none() {
-        return None;
-    }
-    // Read before the counters: a flow seen finished here has all its bytes counted in
-    // them, so its last interval is complete.
-    let finished = flow.done.load(Ordering::Acquire);
-    let info = sockopt::tcp_info(flow.stream.as_fd()).ok()?;
-    let prev = cursor.info.replace(info).expect("checked above");
-    let moved = flow.bytes.load(Ordering::Relaxed);
-    let elapsed = (now - cursor.start_us) as u64;
-    let limits = match app_paced.filter(|_| flow.role == Role::Send) {
-        Some(app_paced) => {
-            let mem = sockopt::meminfo(flow.stream.as_fd()).ok();
-            cursor.book(flow, watched, now, &info, mem.as_ref(), app_paced);
-            std::mem::take(&mut cursor.tally)
-                .shares()
-                .unwrap_or_else(|| limits::chrono_shares(&prev, &info, elapsed))
-        }
-        None => limits::chrono_shares(&prev, &info, elapsed),
-    };
-    let counted = match flow.role {
-        // The FIN takes one sequence number that tcpi_bytes_acked counts too.
-        Role::Send => info
-            .bytes_acked
-            .saturating_sub(cursor.acked_base)
-            .min(moved),
-        Role::Receive => moved,
-    };
-    let retransmits = u64::from(info.total_retrans.saturating_sub(prev.total_retrans));
-    *watched.retransmits.get_or_insert(0) += retransmits;
-    let record = SideInterval {
-        flow: flow.id,
-        index: cursor.index,
-        role: flow.role,
-        start_us: cursor.start_us,
-        end_us: now,
-        bytes: counted.saturating_sub(cursor.counted),
-        retransmits,
-        cwnd: info.snd_cwnd,
-        srtt_us: info.rtt,
-        limits,
-        udp: None,
-        drain,
-    };
-    if flow.role == Role::Send {
-        watched.rtt.add(info.rtt);
-    }
-    cursor.index += 1;
-    cursor.start_us = now;
-    cursor.counted = counted;
-    if finished {
-        // The flow's last interval: nothing follows it.
-        cursor.info = None;
-    }
-    Some(record)
 }

@@ -33,8 +33,8 @@ use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use serde::{Deserialize, Serialize};
 use tcplab_model::record::{
-    BufferSize, ClockOffset, CpuUse, Direction, Host, HostMeta, LimitShares, RttStats,
-    SampleRecord, TestParams, Transaction, UdpInterval, UdpStats,
+    BufferSize, ClockOffset, CpuUse, HostMeta, LimitShares, RttStats, SampleRecord, TestParams,
+    Transaction, UdpInterval, UdpStats,
 };
 
 pub const MAGIC: &[u8; 6] = b"TCPLAB";
@@ -319,24 +319,7 @@ pub fn read_udp_hello(datagram: &[u8]) -> Option<([u8; COOKIE_LEN], u32)> {
     Some((cookie, flow))
 }
 
-/// What one flow does on one end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Send,
-    Receive,
-}
-
-impl Role {
-    /// What `host` does in a flow going `direction`.
-    pub fn of(host: Host, direction: Direction) -> Role {
-        if direction.sender() == host {
-            Role::Send
-        } else {
-            Role::Receive
-        }
-    }
-}
+pub use tcplab_monitor::{DeadlineCount, Role};
 
 /// One end's view of one report interval of one flow.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -359,6 +342,38 @@ pub struct SideInterval {
     /// After the test's deadline: the drain of the sender's backlog.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drain: bool,
+}
+
+impl From<tcplab_monitor::Interval> for SideInterval {
+    fn from(interval: tcplab_monitor::Interval) -> SideInterval {
+        let tcplab_monitor::Interval {
+            flow,
+            index,
+            role,
+            start_us,
+            end_us,
+            bytes,
+            retransmits,
+            cwnd,
+            srtt_us,
+            limits,
+            drain,
+        } = interval;
+        SideInterval {
+            flow,
+            index,
+            role,
+            start_us,
+            end_us,
+            bytes,
+            retransmits,
+            cwnd,
+            srtt_us,
+            limits,
+            udp: None,
+            drain,
+        }
+    }
 }
 
 /// One end's results for one flow. Times are that end's monotonic µs.
@@ -399,15 +414,6 @@ pub struct SideFlow {
     /// (relative to its t0).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transactions: Vec<Transaction>,
-}
-
-/// A flow's bytes counted when the test's deadline passed: acknowledged (sender) or read
-/// (receiver), and when they were counted (this end's monotonic µs, just after the
-/// deadline).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeadlineCount {
-    pub bytes: u64,
-    pub t_us: i64,
 }
 
 /// One end's results for a whole test.
@@ -476,6 +482,7 @@ fn from_hex(hex: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcplab_model::record::Host;
 
     #[test]
     fn hello_round_trip_and_rejects() {

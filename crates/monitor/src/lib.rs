@@ -1,0 +1,635 @@
+//! The monitor of a set of TCP connections, without I/O: when to sample them, where
+//! report intervals end (report ticks, a timed test's deadline, a connection's end), what
+//! the drain limit asks of a connection, and what held each sender back
+//! ([`tcplab_model::limits`]). Time comes in as µs and sockets as [`Snapshot`]s, so one
+//! core serves tcplab's engine, a watcher of sockets it did not create and stored
+//! samples alike, and is tested in virtual time.
+//!
+//! A shell drives it: at [`Monitor::next_wakeup`] it reads the connections' status,
+//! asks [`Monitor::due`] what to read, ends the connections a [`Read`] names to abort,
+//! reads the sockets in that order (status first: a connection seen ended then has all
+//! its bytes in the counters read after), and hands the snapshots to [`Monitor::tick`],
+//! whose [`Tick`] says what to do: intervals to report, connections to reset, the
+//! senders' window rate.
+
+use serde::{Deserialize, Serialize};
+use tcplab_model::limits::{self, LimitTally, Writer};
+use tcplab_model::path::PaceRtt;
+use tcplab_model::record::{
+    Direction, Host, LimitShares, RttStats, SampleRecord, TestEnd, TestParams,
+};
+use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+
+/// How often BBR's model (TCP_CC_INFO) is kept in the samples, µs: it moves once a
+/// round trip, and reading it every 10 ms keeps the detail and halves the locked
+/// getsockopts of a 1 ms sampler.
+pub const BBR_EVERY_US: i64 = 10_000;
+
+/// Samples reserved up front at most (~100 MB).
+const MAX_RESERVED_SAMPLES: usize = 400_000;
+
+/// What one flow does on one end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Send,
+    Receive,
+}
+
+impl Role {
+    /// What `host` does in a flow going `direction`.
+    pub fn of(host: Host, direction: Direction) -> Role {
+        if direction.sender() == host {
+            Role::Send
+        } else {
+            Role::Receive
+        }
+    }
+}
+
+/// A flow's bytes counted when the test's deadline passed: acknowledged (sender) or read
+/// (receiver), and when they were counted (this end's monotonic µs, just after the
+/// deadline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadlineCount {
+    pub bytes: u64,
+    pub t_us: i64,
+}
+
+/// How a monitor samples and reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The end whose sockets are sampled, as the samples name it.
+    pub host: Host,
+    /// Between samples, µs; 0 samples nothing (limits then come from the kernel's
+    /// chrono counters).
+    pub sample_interval_us: u64,
+    /// Between report intervals' ends, µs.
+    pub report_interval_us: u64,
+    /// A timed test's deadline, µs: an interval ends there, and those after it are the
+    /// drain's.
+    pub deadline_us: Option<i64>,
+    /// The sending application writes at a set rate (`--app-rate`).
+    pub app_paced: bool,
+    /// Sum the senders' window rate over this round trip at every sample, for a dynamic
+    /// pacer.
+    pub pacing: Option<PaceRtt>,
+    /// Samples to make room for up front, so sampling never reallocates mid-test.
+    pub reserved_samples: usize,
+}
+
+impl Config {
+    /// The monitor of one end of a test of `flows` flows starting at `t0_us`.
+    pub fn of_test(
+        params: &TestParams,
+        host: Host,
+        t0_us: i64,
+        flows: usize,
+        pacing: Option<PaceRtt>,
+    ) -> Config {
+        let reserved_samples = match (params.end, params.sample_interval_us) {
+            // A little slack for the drain after the last write.
+            (TestEnd::Duration { us }, every) if every > 0 => {
+                ((us / every + 100) as usize * flows).min(MAX_RESERVED_SAMPLES)
+            }
+            _ => 0,
+        };
+        Config {
+            host,
+            sample_interval_us: params.sample_interval_us,
+            report_interval_us: params.report_interval_us,
+            deadline_us: params.end.deadline_us(t0_us),
+            app_paced: params.tuning.app_rate.is_some(),
+            pacing,
+            reserved_samples,
+        }
+    }
+}
+
+/// A connection as the monitor starts with it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowStart {
+    pub id: u32,
+    pub role: Role,
+    /// tcp_info at the start: its bytes (the handshake, a data intro) are not payload,
+    /// and its counters are where the first interval's start. `None`: the connection
+    /// could not be read and gets no intervals.
+    pub first: Option<TcpInfo>,
+    /// A sender under BBR: its samples carry BBR's model every [`BBR_EVERY_US`].
+    pub bbr: bool,
+}
+
+/// What the shell knows of a connection's life at a tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// It will move no more bytes (its sender has stopped and drained, or it closed):
+    /// its last interval is cut at this tick.
+    pub ended: bool,
+    /// Its sender was stopped by the drain limit with bytes unacknowledged, and its end
+    /// wants the connection ended so the receiver stops waiting.
+    pub cut_drain: bool,
+}
+
+/// One socket read at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub info: TcpInfo,
+    pub mem: Option<SkMemInfo>,
+    pub bbr: Option<BbrInfo>,
+    /// What the application on this socket was doing; `None` for a socket whose
+    /// application is not ours (its sender is then taken to be writing, never inside a
+    /// write, and its bytes come from tcp_info).
+    pub app: Option<App>,
+}
+
+impl Snapshot {
+    /// A stored sample read back: what its socket showed, without the application's
+    /// state, which samples do not keep.
+    pub fn of_sample(sample: &SampleRecord) -> Snapshot {
+        Snapshot {
+            info: sample.info,
+            mem: sample.skmem,
+            bbr: sample.bbr,
+            app: None,
+        }
+    }
+}
+
+/// What tcplab's own flow thread was doing at a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct App {
+    /// Bytes written (sender) or read (receiver) so far.
+    pub moved: u64,
+    /// A sender still writes: after its last write it only waits for acknowledgements,
+    /// which no limit describes.
+    pub writing: bool,
+    /// A sender is inside a write call.
+    pub in_write: bool,
+}
+
+/// What is due at one tick; [`Monitor::tick`] takes it back with the snapshots.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Due {
+    now: i64,
+    sample: bool,
+    cut: bool,
+    at_deadline: bool,
+    reads: Vec<Read>,
+}
+
+impl Due {
+    /// The sockets to read, in flow order.
+    pub fn reads(&self) -> &[Read] {
+        &self.reads
+    }
+
+    /// Samples are due at this tick.
+    pub fn samples(&self) -> bool {
+        self.sample
+    }
+
+    /// Report intervals are cut at this tick.
+    pub fn cuts(&self) -> bool {
+        self.cut
+    }
+}
+
+/// One socket to read at a tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// The flow's index, in the order given to [`Monitor::new`].
+    pub flow: usize,
+    /// Read BBR's model too.
+    pub bbr: bool,
+    /// First end the connection keeping its counters (SOCK_DESTROY), as the drain limit
+    /// stopped its sender: the count read then is its last, as no retransmission can
+    /// follow. Where that worked, pass its [`Status::cut_drain`] as false to
+    /// [`Monitor::tick`]; where not, the tick asks for a reset once the count is taken.
+    pub abort: bool,
+}
+
+/// What a tick produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tick {
+    /// Report intervals cut, in flow order.
+    pub intervals: Vec<Interval>,
+    /// Flows whose connections to reset now (a reset zeroes the counters, so only once
+    /// their last interval is counted): a drain cut where no abort worked.
+    pub resets: Vec<usize>,
+    /// The senders' window rates summed, bit/s, when a pacer follows it and it is known.
+    pub window_rate_bps: Option<u64>,
+    /// Every flow has ended and has its last interval: the monitor is done.
+    pub finished: bool,
+}
+
+/// One report interval of one flow.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interval {
+    pub flow: u32,
+    pub index: u32,
+    pub role: Role,
+    /// Its bounds, µs on the shell's clock.
+    pub start_us: i64,
+    pub end_us: i64,
+    /// Sender: bytes newly acknowledged; receiver: bytes read.
+    pub bytes: u64,
+    pub retransmits: u64,
+    pub cwnd: u32,
+    pub srtt_us: u32,
+    pub limits: LimitShares,
+    /// After the test's deadline: the drain of the sender's backlog.
+    pub drain: bool,
+}
+
+/// What the monitor learned of one flow over its life.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Watched {
+    /// Samples taken.
+    pub samples: u64,
+    /// A sender's smoothed RTT over its samples and intervals.
+    pub rtt: RttStats,
+    /// A sender's time booked sample by sample to what held it back; `None` where
+    /// nothing was booked (no samples: the kernel's chrono shares are all there is).
+    pub limits: Option<LimitShares>,
+    /// Bytes counted when the deadline passed.
+    pub at_deadline: Option<DeadlineCount>,
+    /// Segments retransmitted over the intervals cut: after the last, cut from a read
+    /// once the flow ended, its final count. `None` before any interval.
+    pub retransmits: Option<u64>,
+}
+
+/// The monitor's state of one flow.
+struct Flow {
+    id: u32,
+    role: Role,
+    bbr: bool,
+    /// When BBR's model was last kept, µs.
+    bbr_read_us: i64,
+    samples: u64,
+    rtt: RttAccumulator,
+    /// The flow's whole time, booked to limits.
+    tally: LimitTally,
+    at_deadline: Option<DeadlineCount>,
+    retransmits: Option<u64>,
+    cursor: IntervalCursor,
+}
+
+/// Where the monitor is in a flow's current report interval.
+struct IntervalCursor {
+    index: u32,
+    start_us: i64,
+    /// tcp_info at the interval's start; `None` once the last interval is cut.
+    info: Option<TcpInfo>,
+    /// tcpi_bytes_acked and tcpi_bytes_received at t0: the handshake and a data intro
+    /// are not payload.
+    acked_base: u64,
+    received_base: u64,
+    /// Payload bytes counted so far (acknowledged for a sender, read for a receiver).
+    counted: u64,
+    /// The interval's time so far, booked to limits.
+    tally: LimitTally,
+    /// Up to when the sender's time is booked, µs.
+    booked_us: i64,
+}
+
+impl Flow {
+    fn new(start: FlowStart, t0_us: i64) -> Flow {
+        let FlowStart {
+            id,
+            role,
+            first,
+            bbr,
+        } = start;
+        Flow {
+            id,
+            role,
+            bbr,
+            bbr_read_us: 0,
+            samples: 0,
+            rtt: RttAccumulator::default(),
+            tally: LimitTally::default(),
+            at_deadline: None,
+            retransmits: None,
+            cursor: IntervalCursor {
+                index: 0,
+                start_us: t0_us,
+                acked_base: first.map_or(0, |i| i.bytes_acked),
+                received_base: first.map_or(0, |i| i.bytes_received),
+                info: first,
+                counted: 0,
+                tally: LimitTally::default(),
+                booked_us: t0_us,
+            },
+        }
+    }
+
+    /// Its last interval is not cut yet.
+    fn open(&self) -> bool {
+        self.cursor.info.is_some()
+    }
+
+    fn bbr_due(&self, now: i64) -> bool {
+        self.bbr && now - self.bbr_read_us >= BBR_EVERY_US
+    }
+
+    /// Books a sender's time since its last booking to what `snapshot` shows held it
+    /// back, in the interval and the flow's whole; not once it has stopped writing.
+    fn book(&mut self, now: i64, snapshot: &Snapshot, app_paced: bool) {
+        if snapshot.app.is_none_or(|a| a.writing) {
+            let writer = Writer {
+                paced: app_paced,
+                writing: snapshot.app.is_some_and(|a| a.in_write),
+            };
+            let limit = limits::classify(&snapshot.info, snapshot.mem.as_ref(), writer);
+            let span = (now - self.cursor.booked_us).max(0) as u64;
+            self.cursor.tally.book(limit, span);
+            self.tally.book(limit, span);
+        }
+        self.cursor.booked_us = now;
+    }
+
+    /// Closes the current report interval at `now`, if one is open and the socket was
+    /// read. A sampled sender (`app_paced` is then its application's pacing) books the
+    /// time since its last sample here too; an unsampled one gets the kernel's chrono
+    /// shares.
+    fn cut(
+        &mut self,
+        now: i64,
+        status: Status,
+        snapshot: Option<&Snapshot>,
+        app_paced: Option<bool>,
+        drain: bool,
+    ) -> Option<Interval> {
+        if self.cursor.start_us >= now || !self.open() {
+            return None;
+        }
+        let snapshot = snapshot?;
+        let info = snapshot.info;
+        let prev = self.cursor.info.replace(info).expect("checked above");
+        let elapsed = (now - self.cursor.start_us) as u64;
+        let limits = match app_paced.filter(|_| self.role == Role::Send) {
+            Some(app_paced) => {
+                self.book(now, snapshot, app_paced);
+                std::mem::take(&mut self.cursor.tally)
+                    .shares()
+                    .unwrap_or_else(|| limits::chrono_shares(&prev, &info, elapsed))
+            }
+            None => limits::chrono_shares(&prev, &info, elapsed),
+        };
+        let moved = snapshot.app.map(|a| a.moved);
+        let counted = match self.role {
+            // The FIN takes one sequence number that tcpi_bytes_acked counts too.
+            Role::Send => {
+                let acked = info.bytes_acked.saturating_sub(self.cursor.acked_base);
+                moved.map_or(acked, |m| acked.min(m))
+            }
+            Role::Receive => moved.unwrap_or_else(|| {
+                info.bytes_received
+                    .saturating_sub(self.cursor.received_base)
+            }),
+        };
+        let retransmits = u64::from(info.total_retrans.saturating_sub(prev.total_retrans));
+        *self.retransmits.get_or_insert(0) += retransmits;
+        let interval = Interval {
+            flow: self.id,
+            index: self.cursor.index,
+            role: self.role,
+            start_us: self.cursor.start_us,
+            end_us: now,
+            bytes: counted.saturating_sub(self.cursor.counted),
+            retransmits,
+            cwnd: info.snd_cwnd,
+            srtt_us: info.rtt,
+            limits,
+            drain,
+        };
+        if self.role == Role::Send {
+            self.rtt.add(info.rtt);
+        }
+        self.cursor.index += 1;
+        self.cursor.start_us = now;
+        self.cursor.counted = counted;
+        if status.ended {
+            // The flow's last interval: nothing follows it.
+            self.cursor.info = None;
+        }
+        Some(interval)
+    }
+}
+
+/// Samples a set of connections and cuts their report intervals: see the crate's doc.
+pub struct Monitor {
+    config: Config,
+    flows: Vec<Flow>,
+    samples: Vec<SampleRecord>,
+    next_sample: i64,
+    next_report: i64,
+    past_deadline: bool,
+}
+
+impl Monitor {
+    /// A monitor of `flows` from `t0_us`, when the test starts.
+    pub fn new(config: Config, flows: Vec<FlowStart>, t0_us: i64) -> Monitor {
+        let samples = Vec::with_capacity(config.reserved_samples);
+        Monitor {
+            next_sample: t0_us + config.sample_interval_us as i64,
+            next_report: t0_us + config.report_interval_us.max(1) as i64,
+            flows: flows.into_iter().map(|f| Flow::new(f, t0_us)).collect(),
+            samples,
+            past_deadline: false,
+            config,
+        }
+    }
+
+    fn sample_every(&self) -> i64 {
+        self.config.sample_interval_us as i64
+    }
+
+    fn report_every(&self) -> i64 {
+        self.config.report_interval_us.max(1) as i64
+    }
+
+    /// When something next falls due, µs: a sample, a report tick or the deadline. A
+    /// flow's end is due at once: the shell wakes the monitor for it.
+    pub fn next_wakeup(&self) -> i64 {
+        let mut next = self.next_report;
+        if self.sample_every() > 0 {
+            next = next.min(self.next_sample);
+        }
+        if let Some(d) = self.config.deadline_us.filter(|_| !self.past_deadline) {
+            next = next.min(d);
+        }
+        next
+    }
+
+    /// What falls due at `now` with the flows in `status` (one per flow, in order):
+    /// which sockets to read, which connections to end first.
+    pub fn due(&self, now: i64, status: &[Status]) -> Due {
+        assert_eq!(status.len(), self.flows.len(), "one status per flow");
+        let all_ended = status.iter().all(|s| s.ended);
+        let at_deadline = !self.past_deadline && self.config.deadline_us.is_some_and(|d| now >= d);
+        let sample = self.sample_every() > 0 && now >= self.next_sample;
+        let drain_cut = status.iter().any(|s| s.ended && s.cut_drain);
+        let cut = now >= self.next_report || all_ended || at_deadline || drain_cut;
+        let reads = self
+            .flows
+            .iter()
+            .zip(status)
+            .enumerate()
+            .filter_map(|(i, (flow, st))| {
+                let sampled = sample && !st.ended;
+                let cut_here = cut && flow.open() && flow.cursor.start_us < now;
+                (sampled || cut_here).then_some(Read {
+                    flow: i,
+                    bbr: sampled && flow.bbr_due(now),
+                    abort: cut_here && st.ended && st.cut_drain,
+                })
+            })
+            .collect();
+        Due {
+            now,
+            sample,
+            cut,
+            at_deadline,
+            reads,
+        }
+    }
+
+    /// Takes the snapshots `due` asked for (one slot per flow, `None` where nothing was
+    /// read or the read failed) with the flows' status after any abort.
+    pub fn tick(&mut self, due: Due, status: &[Status], snapshots: &[Option<Snapshot>]) -> Tick {
+        assert_eq!(status.len(), self.flows.len(), "one status per flow");
+        assert_eq!(
+            snapshots.len(),
+            self.flows.len(),
+            "one snapshot slot per flow"
+        );
+        let Due {
+            now,
+            sample,
+            cut,
+            at_deadline,
+            reads: _,
+        } = due;
+        let mut tick = Tick::default();
+        let app_paced = self.config.app_paced;
+        if sample {
+            let mut window_rate_bps = 0.0;
+            for ((flow, st), snapshot) in self.flows.iter_mut().zip(status).zip(snapshots) {
+                let Some(snapshot) = snapshot.as_ref().filter(|_| !st.ended) else {
+                    continue;
+                };
+                let bbr = if flow.bbr_due(now) {
+                    flow.bbr_read_us = now;
+                    snapshot.bbr
+                } else {
+                    None
+                };
+                if flow.role == Role::Send {
+                    flow.book(now, snapshot, app_paced);
+                    flow.rtt.add(snapshot.info.rtt);
+                    if let Some(rtt) = self.config.pacing {
+                        window_rate_bps += rtt.window_rate_bps(&snapshot.info);
+                    }
+                }
+                flow.samples += 1;
+                self.samples.push(SampleRecord {
+                    flow: flow.id,
+                    host: self.config.host,
+                    t_us: now,
+                    info: snapshot.info,
+                    bbr,
+                    skmem: snapshot.mem,
+                });
+            }
+            tick.window_rate_bps = (window_rate_bps > 0.0).then_some(window_rate_bps as u64);
+            // Skip ticks overslept instead of bursting to catch up.
+            let every = self.sample_every();
+            self.next_sample += every * ((now - self.next_sample) / every + 1);
+        }
+        if cut {
+            let sampled = (self.sample_every() > 0).then_some(app_paced);
+            let drain = self.past_deadline;
+            for ((flow, &st), snapshot) in self.flows.iter_mut().zip(status).zip(snapshots) {
+                let Some(interval) = flow.cut(now, st, snapshot.as_ref(), sampled, drain) else {
+                    continue;
+                };
+                if at_deadline {
+                    flow.at_deadline = Some(DeadlineCount {
+                        bytes: flow.cursor.counted,
+                        t_us: now,
+                    });
+                }
+                tick.intervals.push(interval);
+            }
+            self.past_deadline |= at_deadline;
+            tick.resets = self
+                .flows
+                .iter()
+                .zip(status)
+                .enumerate()
+                .filter(|(_, (flow, st))| !flow.open() && st.ended && st.cut_drain)
+                .map(|(i, _)| i)
+                .collect();
+            let every = self.report_every();
+            self.next_report += every * ((now - self.next_report) / every + 1);
+        }
+        tick.finished = cut && status.iter().all(|s| s.ended);
+        tick
+    }
+
+    /// What was learned of each flow, in order, and the samples taken.
+    pub fn finish(self) -> (Vec<Watched>, Vec<SampleRecord>) {
+        let watched = self
+            .flows
+            .into_iter()
+            .map(|f| Watched {
+                samples: f.samples,
+                rtt: f.rtt.stats(),
+                limits: f.tally.shares(),
+                at_deadline: f.at_deadline,
+                retransmits: f.retransmits,
+            })
+            .collect();
+        (watched, self.samples)
+    }
+}
+
+#[derive(Default)]
+struct RttAccumulator {
+    min: u32,
+    max: u32,
+    sum: u64,
+    count: u64,
+}
+
+impl RttAccumulator {
+    fn add(&mut self, rtt_us: u32) {
+        if rtt_us == 0 {
+            return;
+        }
+        self.min = if self.count == 0 {
+            rtt_us
+        } else {
+            self.min.min(rtt_us)
+        };
+        self.max = self.max.max(rtt_us);
+        self.sum += u64::from(rtt_us);
+        self.count += 1;
+    }
+
+    fn stats(&self) -> RttStats {
+        RttStats {
+            min_us: self.min,
+            mean_us: if self.count == 0 {
+                0.0
+            } else {
+                self.sum as f64 / self.count as f64
+            },
+            max_us: self.max,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

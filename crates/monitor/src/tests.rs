@@ -1,0 +1,642 @@
+//! The monitor in virtual time: sockets are made-up tcp_info, the clock is a number.
+
+use super::*;
+use tcplab_model::record::Limit;
+
+const MS: i64 = 1_000;
+const MSS: u32 = 1_000;
+
+fn config(sample_ms: i64, report_ms: i64, deadline_ms: Option<i64>) -> Config {
+    Config {
+        host: Host::Client,
+        sample_interval_us: (sample_ms * MS) as u64,
+        report_interval_us: (report_ms * MS) as u64,
+        deadline_us: deadline_ms.map(|d| d * MS),
+        app_paced: false,
+        pacing: None,
+        reserved_samples: 0,
+    }
+}
+
+/// A socket's tcp_info with every field the kernel fills in.
+fn info() -> TcpInfo {
+    TcpInfo {
+        valid_len: 1_000,
+        snd_mss: MSS,
+        snd_cwnd: 10,
+        snd_wnd: 1 << 30,
+        rtt: 20_000,
+        ..TcpInfo::default()
+    }
+}
+
+/// A sender whose packets in flight fill its congestion window.
+fn cwnd_limited() -> TcpInfo {
+    TcpInfo {
+        unacked: 10,
+        ..info()
+    }
+}
+
+/// A sender whose bytes outstanding fill the receiver's window.
+fn rwnd_limited() -> TcpInfo {
+    TcpInfo {
+        unacked: 5,
+        snd_wnd: 5 * MSS,
+        ..info()
+    }
+}
+
+/// A sender with nothing outstanding or waiting.
+fn idle() -> TcpInfo {
+    info()
+}
+
+fn sender(id: u32, first: TcpInfo) -> FlowStart {
+    FlowStart {
+        id,
+        role: Role::Send,
+        first: Some(first),
+        bbr: false,
+    }
+}
+
+fn receiver(id: u32, first: TcpInfo) -> FlowStart {
+    FlowStart {
+        id,
+        role: Role::Receive,
+        first: Some(first),
+        bbr: false,
+    }
+}
+
+fn ours(info: TcpInfo, moved: u64) -> Snapshot {
+    Snapshot {
+        info,
+        app: Some(App {
+            moved,
+            writing: true,
+            in_write: false,
+        }),
+        ..Snapshot::default()
+    }
+}
+
+fn theirs(info: TcpInfo) -> Snapshot {
+    Snapshot {
+        info,
+        ..Snapshot::default()
+    }
+}
+
+const RUNNING: Status = Status {
+    ended: false,
+    cut_drain: false,
+};
+const ENDED: Status = Status {
+    ended: true,
+    cut_drain: false,
+};
+
+/// One wake-up at `now`: the monitor reads what it asks for from `read` (flow index →
+/// snapshot), as a shell does.
+fn wake(
+    monitor: &mut Monitor,
+    now: i64,
+    status: &[Status],
+    read: impl Fn(usize) -> Snapshot,
+) -> Tick {
+    let due = monitor.due(now, status);
+    let mut snapshots = vec![None; status.len()];
+    for r in due.reads() {
+        snapshots[r.flow] = Some(read(r.flow));
+    }
+    monitor.tick(due, status, &snapshots)
+}
+
+/// Runs one flow that `read_at(now)` describes, waking exactly at each
+/// [`Monitor::next_wakeup`] until `end_ms` (the flow ends there); returns every tick.
+fn run_until(
+    monitor: &mut Monitor,
+    end_ms: i64,
+    read_at: impl Fn(i64) -> Snapshot,
+) -> Vec<(i64, Tick)> {
+    let mut ticks = Vec::new();
+    loop {
+        let now = monitor.next_wakeup().min(end_ms * MS);
+        let status = if now >= end_ms * MS { ENDED } else { RUNNING };
+        let tick = wake(monitor, now, &[status], |_| read_at(now));
+        let finished = tick.finished;
+        ticks.push((now, tick));
+        if finished {
+            return ticks;
+        }
+    }
+}
+
+fn intervals(ticks: &[(i64, Tick)]) -> Vec<Interval> {
+    ticks
+        .iter()
+        .flat_map(|(_, t)| t.intervals.iter().copied())
+        .collect()
+}
+
+fn bounds_ms(intervals: &[Interval]) -> Vec<(i64, i64)> {
+    intervals
+        .iter()
+        .map(|i| (i.start_us / MS, i.end_us / MS))
+        .collect()
+}
+
+#[test]
+fn samples_and_reports_fall_on_their_ticks() {
+    let mut monitor = Monitor::new(config(1, 100, None), vec![sender(1, idle())], 0);
+    assert_eq!(monitor.next_wakeup(), MS);
+    let ticks = run_until(&mut monitor, 300, |_| ours(cwnd_limited(), 0));
+    // Every millisecond a wake-up, the last one the flow's end at 300 ms.
+    let times: Vec<i64> = ticks.iter().map(|(t, _)| *t).collect();
+    assert_eq!(times, (1..=300).map(|t| t * MS).collect::<Vec<_>>());
+    let cut = intervals(&ticks);
+    assert_eq!(bounds_ms(&cut), [(0, 100), (100, 200), (200, 300)]);
+    assert_eq!(cut.iter().map(|i| i.index).collect::<Vec<_>>(), [0, 1, 2]);
+    // The end is not sampled: it only cuts the last interval.
+    let (watched, samples) = monitor.finish();
+    assert_eq!(samples.len(), 299);
+    assert_eq!(watched[0].samples, 299);
+    assert!(samples
+        .iter()
+        .all(|s| s.host == Host::Client && s.flow == 1));
+}
+
+#[test]
+fn an_overslept_tick_is_skipped_not_made_up_in_a_burst() {
+    let mut monitor = Monitor::new(config(1, 10, None), vec![sender(1, idle())], 0);
+    // Woken 25.5 ms late: one sample, one interval, and the next due on the grid.
+    let tick = wake(&mut monitor, 26_500, &[RUNNING], |_| {
+        ours(cwnd_limited(), 0)
+    });
+    assert_eq!(bounds_ms(&tick.intervals), [(0, 26)]);
+    assert_eq!(monitor.next_wakeup(), 27 * MS);
+    let tick = wake(&mut monitor, 27 * MS, &[RUNNING], |_| {
+        ours(cwnd_limited(), 0)
+    });
+    assert!(tick.intervals.is_empty());
+    // The report tick after 26.5 ms is 30 ms, not the 20 ms overslept.
+    for t in 28..=30 {
+        assert_eq!(monitor.next_wakeup(), t * MS);
+        let tick = wake(&mut monitor, t * MS, &[RUNNING], |_| {
+            ours(cwnd_limited(), 0)
+        });
+        assert_eq!(tick.intervals.is_empty(), t < 30, "{t}");
+    }
+    let (_, samples) = monitor.finish();
+    assert_eq!(samples.len(), 5);
+}
+
+#[test]
+fn a_wakeup_with_nothing_due_reads_nothing() {
+    let mut monitor = Monitor::new(config(10, 100, None), vec![sender(1, idle())], 0);
+    // A spurious wake-up (a park that returned early) between ticks.
+    let due = monitor.due(5 * MS, &[RUNNING]);
+    assert!(due.reads().is_empty() && !due.samples() && !due.cuts());
+    let tick = monitor.tick(due, &[RUNNING], &[None]);
+    assert_eq!(tick, Tick::default());
+    assert_eq!(monitor.next_wakeup(), 10 * MS);
+}
+
+#[test]
+fn the_deadline_cuts_an_interval_and_those_after_it_are_the_drain() {
+    let mut monitor = Monitor::new(config(0, 100, Some(250)), vec![sender(1, idle())], 0);
+    // A sender acknowledged at 1 MB per 100 ms, until it ends at 420 ms.
+    let acked = |now: i64| TcpInfo {
+        bytes_acked: (now / MS) as u64 * 10_000,
+        ..cwnd_limited()
+    };
+    let mut wakeups = Vec::new();
+    let ticks = run_until(&mut monitor, 420, |now| ours(acked(now), u64::MAX));
+    for (t, _) in &ticks {
+        wakeups.push(t / MS);
+    }
+    // Unsampled: it wakes for the reports, the deadline, and the end. A cut between
+    // report ticks moves the next one to the tick after it.
+    assert_eq!(wakeups, [100, 200, 250, 400, 420]);
+    let cut = intervals(&ticks);
+    assert_eq!(
+        bounds_ms(&cut),
+        [(0, 100), (100, 200), (200, 250), (250, 400), (400, 420)]
+    );
+    let drains: Vec<bool> = cut.iter().map(|i| i.drain).collect();
+    assert_eq!(drains, [false, false, false, true, true]);
+    let (watched, _) = monitor.finish();
+    assert_eq!(
+        watched[0].at_deadline,
+        Some(DeadlineCount {
+            bytes: 2_500_000,
+            t_us: 250 * MS
+        })
+    );
+}
+
+#[test]
+fn an_ended_flow_gets_its_last_interval_then_none() {
+    let mut monitor = Monitor::new(
+        config(10, 100, None),
+        vec![sender(1, idle()), sender(2, idle())],
+        0,
+    );
+    let read = |_| ours(cwnd_limited(), 0);
+    for t in 1..=13 {
+        wake(&mut monitor, t * 10 * MS, &[RUNNING, RUNNING], read);
+    }
+    // Flow 2 ends at 135 ms and the shell wakes the monitor: not read, nothing cut
+    // while flow 1 runs on.
+    let due = monitor.due(135 * MS, &[RUNNING, ENDED]);
+    assert!(due.reads().is_empty() && !due.cuts());
+    monitor.tick(due, &[RUNNING, ENDED], &[None, None]);
+    // At the report tick its last interval is cut with the rest, from counters read
+    // once it ended.
+    let due = monitor.due(140 * MS, &[RUNNING, ENDED]);
+    assert_eq!(due.reads().iter().map(|r| r.flow).collect::<Vec<_>>(), [0]);
+    let tick = monitor.tick(due, &[RUNNING, ENDED], &[Some(read(0)), None]);
+    assert!(tick.intervals.is_empty());
+    let due = monitor.due(200 * MS, &[RUNNING, ENDED]);
+    assert_eq!(
+        due.reads().iter().map(|r| r.flow).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    let tick = monitor.tick(due, &[RUNNING, ENDED], &[Some(read(0)), Some(read(1))]);
+    assert_eq!(bounds_ms(&tick.intervals), [(100, 200), (100, 200)]);
+    // Flow 1 ends between report ticks: with all ended, its last interval is cut at
+    // once; flow 2 is neither read nor cut again.
+    let due = monitor.due(201 * MS, &[ENDED, ENDED]);
+    assert_eq!(due.reads().iter().map(|r| r.flow).collect::<Vec<_>>(), [0]);
+    let tick = monitor.tick(due, &[ENDED, ENDED], &[Some(read(0)), None]);
+    assert!(tick.finished);
+    assert_eq!(bounds_ms(&tick.intervals), [(200, 201)]);
+    assert_eq!(tick.intervals[0].flow, 1);
+    let (watched, _) = monitor.finish();
+    // Flow 2 was sampled until it ended.
+    assert_eq!(
+        watched.iter().map(|w| w.samples).collect::<Vec<_>>(),
+        [15, 13]
+    );
+}
+
+#[test]
+fn bytes_count_from_the_start_and_a_sender_never_past_what_it_wrote() {
+    // The handshake and intro were acknowledged before t0: 600 bytes.
+    let first = TcpInfo {
+        bytes_acked: 600,
+        ..idle()
+    };
+    let mut monitor = Monitor::new(config(0, 100, None), vec![sender(1, first)], 0);
+    let tick = wake(&mut monitor, 100 * MS, &[RUNNING], |_| {
+        ours(
+            TcpInfo {
+                bytes_acked: 600 + 50_000,
+                ..cwnd_limited()
+            },
+            80_000,
+        )
+    });
+    assert_eq!(tick.intervals[0].bytes, 50_000);
+    // At the end, the FIN's sequence number is acknowledged too: the bytes written cap it.
+    let tick = wake(&mut monitor, 150 * MS, &[ENDED], |_| {
+        ours(
+            TcpInfo {
+                bytes_acked: 600 + 80_001,
+                ..idle()
+            },
+            80_000,
+        )
+    });
+    assert_eq!(tick.intervals[0].bytes, 30_000);
+}
+
+#[test]
+fn retransmits_over_the_intervals_sum_to_the_final_count() {
+    let first = TcpInfo {
+        total_retrans: 3, // the setup's, before t0
+        ..idle()
+    };
+    let mut monitor = Monitor::new(config(1, 50, Some(120)), vec![sender(1, first)], 0);
+    let retrans_at = |now: i64| TcpInfo {
+        total_retrans: 3 + (now / MS / 7) as u32,
+        ..cwnd_limited()
+    };
+    let ticks = run_until(&mut monitor, 333, |now| ours(retrans_at(now), 0));
+    let cut = intervals(&ticks);
+    let summed: u64 = cut.iter().map(|i| i.retransmits).sum();
+    assert_eq!(summed, 333 / 7);
+    assert!(cut.iter().filter(|i| i.retransmits > 0).count() > 3);
+    let (watched, _) = monitor.finish();
+    assert_eq!(watched[0].retransmits, Some(333 / 7));
+}
+
+#[test]
+fn a_senders_time_is_booked_to_what_each_sample_shows() {
+    let mut cfg = config(1, 1_000, None);
+    cfg.app_paced = false;
+    let mut monitor = Monitor::new(cfg, vec![sender(1, idle())], 0);
+    // 0–100 ms the receive window, 100–250 ms the congestion window, 250–300 ms an idle
+    // application, 300–400 ms a writer blocked on its drained buffer. A sample books
+    // the time since the previous one to what it shows.
+    let ticks = run_until(&mut monitor, 400, |now| {
+        let t = now / MS;
+        let (info, in_write) = match t {
+            ..=100 => (rwnd_limited(), false),
+            101..=250 => (cwnd_limited(), false),
+            251..=300 => (idle(), false),
+            _ => (idle(), true),
+        };
+        Snapshot {
+            info,
+            mem: None,
+            bbr: None,
+            app: Some(App {
+                moved: 0,
+                writing: true,
+                in_write,
+            }),
+        }
+    });
+    let cut = intervals(&ticks);
+    assert_eq!(bounds_ms(&cut), [(0, 400)]);
+    let shares = cut[0].limits;
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(shares.rwnd, 0.25), "{shares:?}");
+    assert!(close(shares.cwnd, 0.375), "{shares:?}");
+    assert!(close(shares.app, 0.125), "{shares:?}");
+    assert!(close(shares.sndbuf, 0.25), "{shares:?}");
+    let sum = shares.rwnd + shares.cwnd + shares.app + shares.sndbuf + shares.pacing;
+    assert!(close(sum, 1.0));
+    let (watched, _) = monitor.finish();
+    assert_eq!(watched[0].limits, Some(shares));
+    assert_eq!(shares.dominant(), Limit::Cwnd);
+}
+
+#[test]
+fn a_sender_that_stopped_writing_books_no_more_time() {
+    let mut monitor = Monitor::new(config(10, 1_000, None), vec![sender(1, idle())], 0);
+    let ticks = run_until(&mut monitor, 200, |now| {
+        // After its last write at 100 ms it waits for the acknowledgements, with nothing
+        // left to send: no limit describes that, least of all the application's.
+        let writing = now <= 100 * MS;
+        Snapshot {
+            info: if writing { cwnd_limited() } else { idle() },
+            app: Some(App {
+                moved: 0,
+                writing,
+                in_write: false,
+            }),
+            ..Snapshot::default()
+        }
+    });
+    assert_eq!(intervals(&ticks)[0].limits.cwnd, 1.0);
+    let (watched, _) = monitor.finish();
+    assert_eq!(watched[0].limits.unwrap().cwnd, 1.0);
+}
+
+#[test]
+fn an_unsampled_flow_takes_the_kernels_chrono_shares() {
+    let chrono = |busy: u64, rwnd: u64| TcpInfo {
+        busy_time: busy,
+        rwnd_limited: rwnd,
+        ..idle()
+    };
+    let mut monitor = Monitor::new(config(0, 100, None), vec![sender(1, chrono(0, 0))], 0);
+    // Of 100 ms, 80 busy of which 20 held by the receive window.
+    let tick = wake(&mut monitor, 100 * MS, &[RUNNING], |_| {
+        ours(chrono(80_000, 20_000), 0)
+    });
+    let shares = tick.intervals[0].limits;
+    assert_eq!(
+        shares,
+        limits::chrono_shares(&chrono(0, 0), &chrono(80_000, 20_000), 100_000)
+    );
+    assert!((shares.rwnd - 0.2).abs() < 1e-9 && (shares.cwnd - 0.6).abs() < 1e-9);
+    // Nothing booked: the flow's limits are left to the kernel's counters.
+    let (watched, samples) = monitor.finish();
+    assert_eq!(watched[0].limits, None);
+    assert!(samples.is_empty());
+}
+
+#[test]
+fn bbr_is_read_and_kept_every_10_ms() {
+    let mut monitor = Monitor::new(
+        config(1, 1_000, None),
+        vec![FlowStart {
+            bbr: true,
+            ..sender(1, idle())
+        }],
+        0,
+    );
+    let mut asked = Vec::new();
+    for t in 1..=50 {
+        let due = monitor.due(t * MS, &[RUNNING]);
+        if due.reads()[0].bbr {
+            asked.push(t);
+        }
+        // A socket read that always carries BBR's model, as sock_diag does.
+        let snapshot = Snapshot {
+            bbr: Some(BbrInfo {
+                bw: t as u64,
+                ..BbrInfo::default()
+            }),
+            ..ours(cwnd_limited(), 0)
+        };
+        monitor.tick(due, &[RUNNING], &[Some(snapshot)]);
+    }
+    assert_eq!(asked, [10, 20, 30, 40, 50]);
+    let (_, samples) = monitor.finish();
+    let kept: Vec<i64> = samples
+        .iter()
+        .filter(|s| s.bbr.is_some())
+        .map(|s| s.t_us / MS)
+        .collect();
+    assert_eq!(kept, [10, 20, 30, 40, 50]);
+    assert_eq!(samples[9].bbr.unwrap().bw, 10);
+}
+
+#[test]
+fn the_pacing_target_sums_the_senders_window_rates() {
+    let mut cfg = config(1, 1_000, None);
+    cfg.pacing = Some(PaceRtt::Smoothed);
+    let flows = vec![sender(1, idle()), sender(2, idle()), receiver(3, idle())];
+    let mut monitor = Monitor::new(cfg, flows, 0);
+    // 10 × 1000 B per 20 ms = 4 Mbit/s; 20 × 1000 B per 10 ms = 16 Mbit/s.
+    let windows = [(10, 20_000), (20, 10_000), (1_000, 1_000)];
+    let tick = wake(&mut monitor, MS, &[RUNNING; 3], |i| {
+        let (snd_cwnd, rtt) = windows[i];
+        ours(
+            TcpInfo {
+                snd_cwnd,
+                rtt,
+                ..idle()
+            },
+            0,
+        )
+    });
+    assert_eq!(tick.window_rate_bps, Some(20_000_000));
+    // Without RTTs yet there is no target.
+    let tick = wake(&mut monitor, 2 * MS, &[RUNNING; 3], |_| {
+        ours(TcpInfo { rtt: 0, ..idle() }, 0)
+    });
+    assert_eq!(tick.window_rate_bps, None);
+}
+
+#[test]
+fn a_watched_socket_without_our_flags_still_gets_bytes_and_limits() {
+    let first_send = TcpInfo {
+        bytes_acked: 1,
+        ..idle()
+    };
+    let first_receive = TcpInfo {
+        bytes_received: 1,
+        ..idle()
+    };
+    let mut monitor = Monitor::new(
+        config(10, 100, None),
+        vec![sender(7, first_send), receiver(8, first_receive)],
+        0,
+    );
+    let mut cut = Vec::new();
+    for t in 1..=10 {
+        let now = t * 10 * MS;
+        let tick = wake(&mut monitor, now, &[RUNNING; 2], |i| {
+            let n = (now / MS) as u64 * 1_000;
+            theirs(match i {
+                0 if t <= 5 => TcpInfo {
+                    bytes_acked: 1 + n,
+                    ..rwnd_limited()
+                },
+                0 => TcpInfo {
+                    bytes_acked: 1 + n,
+                    ..cwnd_limited()
+                },
+                _ => TcpInfo {
+                    bytes_received: 1 + n,
+                    ..idle()
+                },
+            })
+        });
+        cut.extend(tick.intervals);
+    }
+    assert_eq!(cut.len(), 2);
+    assert_eq!((cut[0].flow, cut[0].bytes), (7, 100_000));
+    assert_eq!((cut[1].flow, cut[1].bytes), (8, 100_000));
+    assert_eq!(cut[0].limits.rwnd, 0.5);
+    assert_eq!(cut[0].limits.cwnd, 0.5);
+}
+
+#[test]
+fn a_drain_cut_aborts_first_and_resets_only_where_the_abort_failed() {
+    let cut_drain = Status {
+        ended: true,
+        cut_drain: true,
+    };
+    for abort_works in [true, false] {
+        let mut monitor = Monitor::new(
+            config(1, 1_000, Some(100)),
+            vec![sender(1, idle()), sender(2, idle())],
+            0,
+        );
+        for t in 1..=150 {
+            wake(&mut monitor, t * MS, &[RUNNING; 2], |_| {
+                ours(cwnd_limited(), 0)
+            });
+        }
+        // Flow 1's sender stopped at the drain limit: the cut comes at once, not at
+        // the report tick, and asks for the connection's end before its last read.
+        let status = [cut_drain, RUNNING];
+        let due = monitor.due(150 * MS + 300, &status);
+        assert!(due.cuts());
+        assert_eq!(
+            due.reads(),
+            [
+                Read {
+                    flow: 0,
+                    bbr: false,
+                    abort: true
+                },
+                Read {
+                    flow: 1,
+                    bbr: false,
+                    abort: false
+                }
+            ]
+        );
+        let after = [
+            Status {
+                cut_drain: !abort_works,
+                ..cut_drain
+            },
+            RUNNING,
+        ];
+        let snapshots = [Some(ours(idle(), 0)), Some(ours(cwnd_limited(), 0))];
+        let tick = monitor.tick(due, &after, &snapshots);
+        assert_eq!(tick.intervals.len(), 2);
+        assert!(tick.intervals.iter().all(|i| i.drain));
+        let expected: &[usize] = if abort_works { &[] } else { &[0] };
+        assert_eq!(tick.resets, expected);
+    }
+}
+
+#[test]
+fn the_preallocated_samples_fit_a_timed_test() {
+    let params = TestParams {
+        end: TestEnd::Duration { us: 1_000_000 },
+        sample_interval_us: 1_000,
+        report_interval_us: 100_000,
+        ..TestParams::default()
+    };
+    let cfg = Config::of_test(&params, Host::Server, 5, 2, None);
+    assert_eq!(cfg.reserved_samples, 2 * 1_100);
+    assert_eq!(cfg.deadline_us, Some(1_000_005));
+    let mut monitor = Monitor::new(cfg, vec![sender(1, idle()), sender(2, idle())], 5);
+    let reserved = monitor.samples.capacity();
+    assert!(reserved >= 2_200);
+    for t in 1..=1_050 {
+        wake(&mut monitor, 5 + t * MS, &[RUNNING; 2], |_| {
+            ours(cwnd_limited(), 0)
+        });
+    }
+    assert_eq!(monitor.samples.len(), 2_100);
+    assert_eq!(monitor.samples.capacity(), reserved);
+}
+
+#[test]
+fn stored_samples_replayed_give_the_same_intervals() {
+    let sock = |now: i64| {
+        let t = now / MS;
+        theirs(TcpInfo {
+            bytes_acked: t as u64 * 3_000,
+            total_retrans: (t / 40) as u32,
+            ..if t % 30 < 10 {
+                rwnd_limited()
+            } else {
+                cwnd_limited()
+            }
+        })
+    };
+    let mut live = Monitor::new(config(5, 50, Some(180)), vec![sender(4, idle())], 0);
+    let live_cut = intervals(&run_until(&mut live, 200, sock));
+    let (live_watched, samples) = live.finish();
+    assert_eq!(samples.len(), 39);
+    // The same samples, read back from a store, at their own times; then the read at
+    // the end, where the flow's final counters were taken.
+    let mut replay = Monitor::new(config(5, 50, Some(180)), vec![sender(4, idle())], 0);
+    let mut replay_cut = Vec::new();
+    for sample in &samples {
+        // Report ticks and the deadline fall on samples: each wake-up has one.
+        assert_eq!(replay.next_wakeup(), sample.t_us);
+        let snapshot = Snapshot::of_sample(sample);
+        replay_cut.extend(wake(&mut replay, sample.t_us, &[RUNNING], |_| snapshot).intervals);
+    }
+    let tick = wake(&mut replay, 200 * MS, &[ENDED], |_| sock(200 * MS));
+    replay_cut.extend(tick.intervals);
+    assert_eq!(replay_cut, live_cut);
+    let (replay_watched, replayed) = replay.finish();
+    assert_eq!(replay_watched, live_watched);
+    assert_eq!(replayed, samples);
+}

@@ -383,8 +383,20 @@ fn accept(listener: &TcpListener, stop: &AtomicBool, live: &Arc<Live>) {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let Ok((near, _)) = listener.accept() else {
-            continue;
+        let near = match listener.accept() {
+            Ok((near, _)) => near,
+            Err(e) => match e.raw_os_error() {
+                // A client that gave up in the queue, or a signal: the next one.
+                Some(libc::ECONNABORTED | libc::EINTR) => continue,
+                // Out of descriptors or memory: what ends a relay frees some; wait for
+                // it rather than spin, as Go's net/http backs off (5 ms to 1 s there).
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                // The listener is shut down or broken: nothing more will come.
+                _ => return,
+            },
         };
         let live = Arc::clone(live);
         // Threads inherit the namespace: the far connection is this namespace's.

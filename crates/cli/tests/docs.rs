@@ -399,6 +399,14 @@ fn check_page(page: &str) {
         return;
     }
     let _serial = support::serial();
+    // A figure's words can follow the load too (a starved BBR sender makes the verdict
+    // the window's, not the link's): a page whose output alone differs runs again.
+    support::one_of_three_tries(page, || run_page(page, &run));
+}
+
+/// Runs a page's commands in a directory of their own and checks each one's exit status
+/// (outright) and output (`Err`, with the directory kept).
+fn run_page(page: &str, run: &[&Shown]) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     // Nobody works in it as well as root.
     if run.iter().any(|s| s.prompt == Prompt::Nobody) {
@@ -411,7 +419,7 @@ fn check_page(page: &str) {
     )
     .unwrap();
     let script_file = dir.path().join(".doc/page.sh");
-    std::fs::write(&script_file, script(&run, dir.path())).unwrap();
+    std::fs::write(&script_file, script(run, dir.path())).unwrap();
     let path = format!(
         "{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         tcplab_dir().display()
@@ -456,6 +464,7 @@ fn check_page(page: &str) {
     );
     let home = dir.path().display().to_string();
     let mut failures = Vec::new();
+    let mut outright = false;
     for (k, shown) in run.iter().enumerate() {
         if shown.background() {
             continue;
@@ -470,7 +479,8 @@ fn check_page(page: &str) {
             actual.pop();
         }
         let mut wrong = Vec::new();
-        if shown.fails() == (status == 0) {
+        let status_differs = shown.fails() == (status == 0);
+        if status_differs {
             wrong.push(format!(
                 "exit status {status}, where the page shows it {}",
                 if shown.fails() {
@@ -482,7 +492,8 @@ fn check_page(page: &str) {
         }
         // An error alone says what the page shows, figures and all.
         let exact = shown.fails() && shown.output.iter().all(|l| l.starts_with("tcplab: "));
-        if !matches(&shown.output, &actual, exact) {
+        let output_differs = !matches(&shown.output, &actual, exact);
+        if output_differs {
             wrong.push(format!(
                 "output differs{}",
                 first_mismatch(&shown.output, &actual, exact)
@@ -490,6 +501,8 @@ fn check_page(page: &str) {
                     .unwrap_or_default()
             ));
         }
+        // Neither an exit status nor an error's exact words follow the load.
+        outright |= status_differs || (exact && output_differs);
         if !wrong.is_empty() {
             failures.push(format!(
                 "{}: $ {}\n  {}\n  shown:\n    {}\n  printed:\n    {}",
@@ -501,14 +514,17 @@ fn check_page(page: &str) {
             ));
         }
     }
-    if !failures.is_empty() {
-        let kept = dir.keep();
-        panic!(
-            "\n{}\n\n(the page's directory is kept: {})",
-            failures.join("\n\n"),
-            kept.display()
-        );
+    if failures.is_empty() {
+        return Ok(());
     }
+    let kept = dir.keep();
+    let said = format!(
+        "\n{}\n\n(the page's directory is kept: {})",
+        failures.join("\n\n"),
+        kept.display()
+    );
+    assert!(!outright, "{said}");
+    Err(said)
 }
 
 macro_rules! pages {

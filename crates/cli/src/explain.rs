@@ -74,9 +74,57 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
             format_rate(e.measured_bps),
             count(e.tunings.streams, "TCP flow")
         )?;
-        write!(out, "{}", render(e))?;
+        match &run.watch {
+            None => write!(out, "{}", render(e))?,
+            Some(_) => {
+                // A watched run has no tunings of tcplab's: its flows are other programs'.
+                for line in render(e).lines().filter(|l| !l.starts_with("tunings:")) {
+                    writeln!(out, "{line}")?;
+                }
+                write!(out, "{}", watched_connections(&run))?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A watched run's connections, one line each: its socket, process, life, counters and
+/// what held its sending back.
+fn watched_connections(run: &RunRecord) -> String {
+    let mut s =
+        String::from("connections (the watched socket first; limits of its own sending):\n");
+    for f in &run.flows {
+        let Some(w) = &f.watched else { continue };
+        let k = &w.counters;
+        let process = match (&w.comm, w.pid) {
+            (Some(comm), Some(pid)) => format!(" {comm} (pid {pid})"),
+            _ => String::new(),
+        };
+        let limits = if k.limited_us == 0 {
+            "no samples to book".to_string()
+        } else {
+            let dominant = k.limits.dominant();
+            format!(
+                "{} {:.0} % of {}",
+                dominant.name(),
+                k.limits.get(dominant) * 100.0,
+                format_duration_us(k.limited_us)
+            )
+        };
+        s += &format!(
+            "  [{:>4}] {} → {}{process}: {} {}, acked {}, received {}, {}, min RTT {}; {limits}\n",
+            f.id,
+            f.client_addr,
+            f.server_addr,
+            if w.closed { "closed after" } else { "open for" },
+            format_duration_us((w.end_us - w.start_us).max(0) as u64),
+            format_size(k.bytes_acked),
+            format_size(k.bytes_received),
+            count(k.retransmits, "retransmit"),
+            format_duration_us(u64::from(k.min_rtt_us)),
+        );
+    }
+    s
 }
 
 /// The explanation as text, one aspect per line: what `tcplab explain` prints under

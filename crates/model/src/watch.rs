@@ -1,0 +1,751 @@
+//! `tcplab watch` without I/O: TCP connections tcplab did not open, followed from the
+//! sock_diag samples of their sockets ([`crate::sockdiag`]) and the kernel's state
+//! changes (`sock:inet_sock_set_state`), each from its first sample to its final
+//! counters. The shell (the CLI) dumps, looks sockets up, reads the tracepoint and the
+//! clock; the [`Tracker`] decides what is a connection, when it opened and closed, cuts
+//! its intervals and books its limits, in whatever time it is given.
+//!
+//! A connection is one socket, named by its cookie. It opens at its first sample with
+//! tcp_info (a request or timewait mini-socket has none) and closes at the first of:
+//! a sample in TIME_WAIT or CLOSE, a complete dump without it, a lookup that finds it
+//! gone. Its final counters are those of its last sample with tcp_info; while it is
+//! closing (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK, CLOSING) the shell looks it up every
+//! [`CLOSING_POLL_US`], so that sample is as late as the socket allows.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+
+use crate::limits::{chrono_shares, classify, LimitTally, Writer};
+use crate::record::{
+    BufferSize, ClockOffset, Direction, FinalCounters, FlowRecord, Host, HostMeta, IntervalRecord,
+    LimitShares, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams,
+    WatchRecord, WatchedFlow, SCHEMA,
+};
+use crate::sockdiag::{CongestionName, SocketKey, SocketSample, TcpState};
+use crate::tcpinfo::TcpInfo;
+
+/// How often a closing connection is looked up again, µs: its last counters are at most
+/// this old when it goes.
+pub const CLOSING_POLL_US: i64 = 1_000;
+
+/// The process holding a socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// What the shell says of a socket the tracker has not seen: watch it (with its
+/// process, if known), or not.
+pub enum Admit {
+    Watch(Option<Process>),
+    Ignore,
+}
+
+/// One state change of a TCP socket, from a `sock:inet_sock_set_state` trace line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateChange {
+    /// The trace clock's time (CLOCK_MONOTONIC with `trace_clock mono`), µs.
+    pub t_us: i64,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub new: TcpState,
+}
+
+impl StateChange {
+    /// The socket to look up for it.
+    pub fn key(&self) -> SocketKey {
+        SocketKey::tuple(self.local, self.remote)
+    }
+}
+
+/// The tracepoint's filter: TCP sockets only (the same tracepoint serves SCTP and MPTCP).
+pub const TRACE_FILTER: &str = "protocol == 6";
+
+/// Parses one line of `trace_pipe` holding an `inet_sock_set_state` event; `None` for
+/// any other line.
+pub fn parse_state_change(line: &str) -> Option<StateChange> {
+    let at = line.find(": inet_sock_set_state: ")?;
+    let t_us = crate::events::parse_line_time(&line[..at])?;
+    let fields = &line[at + ": inet_sock_set_state: ".len()..];
+    let field = |key: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    };
+    if field("protocol")? != "IPPROTO_TCP" {
+        return None;
+    }
+    let (saddr, daddr) = match field("family")? {
+        "AF_INET" => ("saddr", "daddr"),
+        "AF_INET6" => ("saddrv6", "daddrv6"),
+        _ => return None,
+    };
+    let addr = |key: &str, port: &str| -> Option<SocketAddr> {
+        let ip: IpAddr = field(key)?.parse().ok()?;
+        Some(SocketAddr::new(ip, field(port)?.parse().ok()?))
+    };
+    let new = match field("newstate")?.strip_prefix("TCP_")? {
+        "NEW_SYN_RECV" => TcpState::SynRecv,
+        name => TcpState::ALL.into_iter().find(|s| s.name() == name)?,
+    };
+    Some(StateChange {
+        t_us,
+        local: addr(saddr, "sport")?,
+        remote: addr(daddr, "dport")?,
+        new,
+    })
+}
+
+/// What the tracker tells the shell, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    Opened(u32),
+    Interval(IntervalRecord),
+    Closed(u32),
+}
+
+/// The tracker's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchConfig {
+    /// The watch's t0, on the samples' clock (CLOCK_MONOTONIC µs).
+    pub t0_us: i64,
+    pub sample_interval_us: u64,
+    /// Intervals are cut (and live lines printed) this often.
+    pub report_interval_us: u64,
+    /// Keep every sample of every connection (for `--db`).
+    pub keep_samples: bool,
+}
+
+/// One connection followed: what the shell prints and stores.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub id: u32,
+    pub key: SocketKey,
+    pub process: Option<Process>,
+    pub first_us: i64,
+    pub last_us: i64,
+    /// Opened while watched, rather than found open at the first dump.
+    pub opened: bool,
+    pub closed: bool,
+    pub state: TcpState,
+    pub congestion: Option<CongestionName>,
+    /// Its first and last tcp_info.
+    pub first_info: TcpInfo,
+    pub last_info: TcpInfo,
+    pub samples: Vec<SampleRecord>,
+    pub sample_count: u64,
+    rtt: RttSum,
+    cutter: Cutter,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RttSum {
+    min: u32,
+    max: u32,
+    sum: f64,
+    count: u64,
+}
+
+impl RttSum {
+    fn add(&mut self, rtt_us: u32) {
+        if rtt_us == 0 {
+            return;
+        }
+        self.min = if self.count == 0 {
+            rtt_us
+        } else {
+            self.min.min(rtt_us)
+        };
+        self.max = self.max.max(rtt_us);
+        self.sum += f64::from(rtt_us);
+        self.count += 1;
+    }
+
+    fn stats(&self) -> RttStats {
+        RttStats {
+            min_us: self.min,
+            mean_us: if self.count > 0 {
+                self.sum / self.count as f64
+            } else {
+                0.0
+            },
+            max_us: self.max,
+        }
+    }
+}
+
+/// A connection's intervals and limits: each sample books the time since the previous
+/// one to the limit it shows ([`classify`]); each report tick cuts an interval of the
+/// counters' growth. The one place a watched connection's intervals are made, to be fed
+/// through the shared monitor core once there is one.
+#[derive(Clone, Debug)]
+struct Cutter {
+    index: u32,
+    start_us: i64,
+    at_start: TcpInfo,
+    booked_us: i64,
+    interval: LimitTally,
+    total: LimitTally,
+}
+
+impl Cutter {
+    fn new(t_us: i64, info: &TcpInfo) -> Cutter {
+        Cutter {
+            index: 0,
+            start_us: t_us,
+            at_start: *info,
+            booked_us: t_us,
+            interval: LimitTally::default(),
+            total: LimitTally::default(),
+        }
+    }
+
+    /// Books the span up to sample `info` at `t_us`. The application is not ours: what
+    /// it was doing is unknown, so a sender held by its buffer shows only as a full one.
+    fn book(&mut self, t_us: i64, info: &TcpInfo, sample: &SocketSample) {
+        let limit = classify(info, sample.skmem.as_ref(), Writer::default());
+        let span = (t_us - self.booked_us).max(0) as u64;
+        self.interval.book(limit, span);
+        self.total.book(limit, span);
+        self.booked_us = self.booked_us.max(t_us);
+    }
+
+    /// The interval from the last cut to `t_us`, whose last sample is `info`.
+    fn cut(&mut self, flow: u32, t0_us: i64, t_us: i64, info: &TcpInfo) -> IntervalRecord {
+        let since = |t: i64| (t - t0_us).max(0) as u64;
+        let record = IntervalRecord {
+            flow,
+            index: self.index,
+            start_us: since(self.start_us),
+            end_us: since(t_us),
+            acked_bytes: info.bytes_acked.saturating_sub(self.at_start.bytes_acked),
+            received_bytes: info
+                .bytes_received
+                .saturating_sub(self.at_start.bytes_received),
+            retransmits: u64::from(
+                info.total_retrans
+                    .saturating_sub(self.at_start.total_retrans),
+            ),
+            cwnd: info.snd_cwnd,
+            srtt_us: info.rtt,
+            limits: std::mem::take(&mut self.interval)
+                .shares()
+                .unwrap_or_default(),
+            udp: None,
+            drain: false,
+        };
+        self.index += 1;
+        self.start_us = t_us;
+        self.at_start = *info;
+        record
+    }
+}
+
+impl Connection {
+    /// The record of it a stored run keeps.
+    pub fn watched(&self, t0_us: i64) -> WatchedFlow {
+        let info = &self.last_info;
+        let limited_us = self.cutter.total.total_us();
+        WatchedFlow {
+            cookie: self.key.cookie,
+            pid: self.process.as_ref().map(|p| p.pid),
+            comm: self.process.as_ref().map(|p| p.comm.clone()),
+            start_us: self.first_us - t0_us,
+            end_us: self.last_us - t0_us,
+            opened: self.opened,
+            closed: self.closed,
+            last_state: self.state,
+            counters: FinalCounters {
+                bytes_acked: info.bytes_acked,
+                bytes_received: info.bytes_received,
+                bytes_sent: info.bytes_sent,
+                retransmits: u64::from(info.total_retrans),
+                min_rtt_us: info.min_rtt,
+                limited_us,
+                limits: self.limit_shares(),
+            },
+        }
+    }
+
+    /// What held its sending back over the samples; all `app` where no time was booked.
+    pub fn limit_shares(&self) -> LimitShares {
+        self.cutter.total.shares().unwrap_or(LimitShares {
+            app: 1.0,
+            ..LimitShares::default()
+        })
+    }
+
+    pub fn rtt(&self) -> RttStats {
+        self.rtt.stats()
+    }
+
+    /// Its socket sent more than it received: the flow's sender.
+    pub fn sends(&self) -> bool {
+        self.last_info.bytes_acked >= self.last_info.bytes_received
+    }
+}
+
+/// Follows the connections of one watch.
+pub struct Tracker {
+    config: WatchConfig,
+    open: BTreeMap<u64, Connection>,
+    /// Open connections by 4-tuple: a tracepoint names a socket by it.
+    by_tuple: HashMap<(SocketAddr, SocketAddr), u64>,
+    /// Sockets the shell said not to watch, and closed connections' cookies, so neither
+    /// is asked about or opened again.
+    settled: HashSet<u64>,
+    closed: Vec<Connection>,
+    events: Vec<WatchEvent>,
+    next_id: u32,
+    next_dump_us: i64,
+    next_report_us: i64,
+    next_closing_us: i64,
+    dumps: u64,
+    missed: u64,
+}
+
+impl Tracker {
+    pub fn new(config: WatchConfig) -> Tracker {
+        Tracker {
+            config,
+            open: BTreeMap::new(),
+            by_tuple: HashMap::new(),
+            settled: HashSet::new(),
+            closed: Vec::new(),
+            events: Vec::new(),
+            next_id: 0,
+            next_dump_us: config.t0_us,
+            next_report_us: config.t0_us + config.report_interval_us as i64,
+            next_closing_us: config.t0_us,
+            dumps: 0,
+            missed: 0,
+        }
+    }
+
+    /// When the shell should next call in: a dump, a report tick, or a closing
+    /// connection's lookup.
+    pub fn next_wakeup(&self) -> i64 {
+        let closing = if self.closing().next().is_some() {
+            self.next_closing_us
+        } else {
+            i64::MAX
+        };
+        self.next_dump_us.min(self.next_report_us).min(closing)
+    }
+
+    /// Whether a dump is due at `now`.
+    pub fn dump_due(&self, now: i64) -> bool {
+        now >= self.next_dump_us
+    }
+
+    /// The closing connections to look up at `now`, if their time has come (empty
+    /// otherwise); the next lookup is then [`CLOSING_POLL_US`] later.
+    pub fn closing_due(&mut self, now: i64) -> Vec<SocketKey> {
+        if now < self.next_closing_us {
+            return Vec::new();
+        }
+        self.next_closing_us = now + CLOSING_POLL_US;
+        self.closing().map(|c| c.key).collect()
+    }
+
+    fn closing(&self) -> impl Iterator<Item = &Connection> {
+        self.open.values().filter(|c| {
+            matches!(
+                c.state,
+                TcpState::FinWait1
+                    | TcpState::FinWait2
+                    | TcpState::CloseWait
+                    | TcpState::LastAck
+                    | TcpState::Closing
+            )
+        })
+    }
+
+    /// A complete dump taken at `t_us`: every socket the filter matched. A connection
+    /// missing from it is gone. `admit` is asked once about each socket not seen before.
+    pub fn dump(
+        &mut self,
+        t_us: i64,
+        samples: &[SocketSample],
+        admit: &mut dyn FnMut(&SocketSample) -> Admit,
+    ) {
+        let first = self.dumps == 0;
+        self.dumps += 1;
+        let interval = self.config.sample_interval_us as i64;
+        self.next_dump_us += interval;
+        if self.next_dump_us <= t_us {
+            // Missed ticks are skipped, not caught up.
+            self.next_dump_us = t_us + interval;
+        }
+        let mut seen = HashSet::with_capacity(samples.len());
+        for sample in samples {
+            seen.insert(sample.key.cookie);
+            self.observe(sample, !first, admit);
+        }
+        let gone: Vec<u64> = self
+            .open
+            .keys()
+            .filter(|cookie| !seen.contains(cookie))
+            .copied()
+            .collect();
+        for cookie in gone {
+            self.close(cookie);
+        }
+    }
+
+    /// Lookups taken at `t_us`: the sockets found, and the keys found gone.
+    pub fn looked_up(
+        &mut self,
+        found: &[SocketSample],
+        gone: &[SocketKey],
+        admit: &mut dyn FnMut(&SocketSample) -> Admit,
+    ) {
+        for sample in found {
+            self.observe(sample, true, admit);
+        }
+        for key in gone {
+            let cookie = match key.cookie {
+                SocketKey::NO_COOKIE => self.by_tuple.get(&(key.local, key.remote)).copied(),
+                cookie => Some(cookie),
+            };
+            if let Some(cookie) = cookie {
+                self.close(cookie);
+            }
+        }
+    }
+
+    /// Cuts each open connection's interval when a report tick has come.
+    pub fn advance(&mut self, now: i64) {
+        if now < self.next_report_us {
+            return;
+        }
+        let tick = self.next_report_us;
+        self.next_report_us += self.config.report_interval_us as i64;
+        if self.next_report_us <= now {
+            self.next_report_us = now + self.config.report_interval_us as i64;
+        }
+        let t0 = self.config.t0_us;
+        for conn in self.open.values_mut() {
+            let end = conn.last_us.min(tick).max(conn.cutter.start_us);
+            let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
+            self.events.push(WatchEvent::Interval(record));
+        }
+    }
+
+    /// Ends the watch at `now`: every open connection's last interval is cut and it is
+    /// kept as still open.
+    pub fn finish(&mut self, now: i64) {
+        let t0 = self.config.t0_us;
+        let open = std::mem::take(&mut self.open);
+        for (_, mut conn) in open {
+            let end = conn.last_us.min(now).max(conn.cutter.start_us);
+            let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
+            self.events.push(WatchEvent::Interval(record));
+            self.closed.push(conn);
+        }
+        self.by_tuple.clear();
+    }
+
+    /// What happened since the last call, in order.
+    pub fn events(&mut self) -> std::vec::Drain<'_, WatchEvent> {
+        self.events.drain(..)
+    }
+
+    /// An open or ended connection.
+    pub fn connection(&self, id: u32) -> Option<&Connection> {
+        self.open.values().chain(&self.closed).find(|c| c.id == id)
+    }
+
+    /// The connections that closed (or were open at [`Tracker::finish`]), in the order
+    /// they ended.
+    pub fn ended(&self) -> &[Connection] {
+        &self.closed
+    }
+
+    /// Whether any connection was ever followed.
+    pub fn any(&self) -> bool {
+        self.next_id > 0
+    }
+
+    /// Sockets first seen without tcp_info, after a dump's start: connections that
+    /// opened and reached TIME_WAIT before any sample.
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    pub fn config(&self) -> &WatchConfig {
+        &self.config
+    }
+
+    fn observe(
+        &mut self,
+        sample: &SocketSample,
+        opened: bool,
+        admit: &mut dyn FnMut(&SocketSample) -> Admit,
+    ) {
+        let cookie = sample.key.cookie;
+        if self.settled.contains(&cookie) {
+            return;
+        }
+        let Some(info) = sample.tcp_info else {
+            // A mini-socket: a connection in its handshake, or one that is done.
+            if self.open.contains_key(&cookie) {
+                self.close(cookie);
+            } else if matches!(sample.state, TcpState::TimeWait | TcpState::FinWait2) {
+                self.missed += 1;
+                self.settled.insert(cookie);
+            }
+            return;
+        };
+        if !self.open.contains_key(&cookie) {
+            if matches!(
+                sample.state,
+                TcpState::SynSent | TcpState::SynRecv | TcpState::Listen | TcpState::Close
+            ) {
+                // Not a connection (yet): a handshake is asked about again once
+                // established; a listener, or a socket closed before it was seen, never is.
+                return;
+            }
+            let Admit::Watch(process) = admit(sample) else {
+                self.settled.insert(cookie);
+                return;
+            };
+            let id = self.next_id;
+            self.next_id += 1;
+            let conn = Connection {
+                id,
+                key: sample.key,
+                process,
+                first_us: sample.t_us,
+                last_us: sample.t_us,
+                opened: opened || info.bytes_acked + info.bytes_received == 0,
+                closed: false,
+                state: sample.state,
+                congestion: sample.congestion,
+                first_info: info,
+                last_info: info,
+                samples: Vec::new(),
+                sample_count: 0,
+                rtt: RttSum::default(),
+                cutter: Cutter::new(sample.t_us, &info),
+            };
+            self.by_tuple
+                .insert((sample.key.local, sample.key.remote), cookie);
+            self.open.insert(cookie, conn);
+            self.events.push(WatchEvent::Opened(id));
+        }
+        let t0 = self.config.t0_us;
+        let keep = self.config.keep_samples;
+        let conn = self.open.get_mut(&cookie).expect("opened above");
+        if sample.t_us < conn.last_us {
+            // A lookup answered before a dump read later: nothing new.
+            return;
+        }
+        conn.cutter.book(sample.t_us, &info, sample);
+        conn.rtt.add(info.rtt);
+        conn.last_us = sample.t_us;
+        conn.state = sample.state;
+        conn.last_info = info;
+        conn.congestion = sample.congestion.or(conn.congestion);
+        conn.sample_count += 1;
+        if keep {
+            conn.samples.push(SampleRecord {
+                flow: conn.id,
+                host: Host::Client,
+                t_us: sample.t_us - t0,
+                info,
+                bbr: sample.bbr,
+                skmem: sample.skmem,
+            });
+        }
+        if matches!(sample.state, TcpState::TimeWait | TcpState::Close) {
+            self.close(cookie);
+        }
+    }
+
+    fn close(&mut self, cookie: u64) {
+        let Some(mut conn) = self.open.remove(&cookie) else {
+            return;
+        };
+        self.by_tuple.remove(&(conn.key.local, conn.key.remote));
+        self.settled.insert(cookie);
+        conn.closed = true;
+        let end = conn.last_us.max(conn.cutter.start_us);
+        let record = conn
+            .cutter
+            .cut(conn.id, self.config.t0_us, end, &conn.last_info);
+        self.events.push(WatchEvent::Interval(record));
+        self.events.push(WatchEvent::Closed(conn.id));
+        self.closed.push(conn);
+    }
+}
+
+/// What a watch's stored run says of itself besides its connections.
+#[derive(Clone, Debug)]
+pub struct WatchMeta {
+    pub started_unix_us: i64,
+    pub tool_version: String,
+    pub host: HostMeta,
+    pub label: Option<String>,
+    pub tags: Vec<String>,
+    /// The filter as given.
+    pub filter: String,
+    pub tracepoint: bool,
+    /// How long the watch lasted, µs.
+    pub duration_us: u64,
+    /// Interrupted (Ctrl-C) rather than run to its `-t`.
+    pub interrupted: bool,
+}
+
+/// A finished watch as a run of kind `watch`: each connection a flow, with its intervals
+/// (as the tracker cut them) and samples.
+pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: WatchMeta) -> RunRecord {
+    let config = tracker.config();
+    let mut ended: Vec<&Connection> = tracker.ended().iter().collect();
+    ended.sort_by_key(|c| c.id);
+    let flows: Vec<FlowRecord> = ended.iter().map(|c| flow_record(c, config.t0_us)).collect();
+    let samples = ended
+        .iter()
+        .flat_map(|c| c.samples.iter().cloned())
+        .collect();
+    let window_seconds = meta.duration_us as f64 / 1e6;
+    let rate = |bytes: u64| {
+        if window_seconds > 0.0 {
+            bytes as f64 * 8.0 / window_seconds
+        } else {
+            0.0
+        }
+    };
+    let sent_bytes = flows.iter().map(|f| f.sent_bytes).sum();
+    let received_bytes = flows.iter().map(|f| f.received_bytes).sum();
+    let senders: Vec<(LimitShares, f64)> = flows
+        .iter()
+        .filter(|f| f.direction == Direction::Up)
+        .map(|f| (f.limits, f.sender_seconds))
+        .collect();
+    let limits = LimitShares::weighted_mean(&senders);
+    let rtts: Vec<&RttStats> = flows
+        .iter()
+        .map(|f| &f.rtt)
+        .filter(|r| r.min_us > 0)
+        .collect();
+    let rtt = RttStats {
+        min_us: rtts.iter().map(|r| r.min_us).min().unwrap_or(0),
+        mean_us: if rtts.is_empty() {
+            0.0
+        } else {
+            rtts.iter().map(|r| r.mean_us).sum::<f64>() / rtts.len() as f64
+        },
+        max_us: rtts.iter().map(|r| r.max_us).max().unwrap_or(0),
+    };
+    RunRecord {
+        schema: SCHEMA.into(),
+        tool_version: meta.tool_version,
+        label: meta.label,
+        tags: meta.tags,
+        status: if meta.interrupted {
+            RunStatus::Incomplete
+        } else {
+            RunStatus::Done
+        },
+        error: None,
+        started_unix_us: meta.started_unix_us,
+        target: format!("watch {}", meta.filter).trim_end().to_owned(),
+        params: TestParams {
+            streams: u16::try_from(flows.len()).unwrap_or(u16::MAX),
+            end: TestEnd::Duration {
+                us: meta.duration_us,
+            },
+            sample_interval_us: config.sample_interval_us,
+            report_interval_us: config.report_interval_us,
+            ..TestParams::default()
+        },
+        client: meta.host,
+        server: HostMeta::default(),
+        clock: ClockOffset::default(),
+        summary: Summary {
+            sent_bytes,
+            received_bytes,
+            sent_bps: rate(sent_bytes),
+            received_bps: rate(received_bytes),
+            window_seconds,
+            retransmits: flows.iter().map(|f| f.retransmits).sum(),
+            rtt,
+            limits,
+            dominant_limit: (!senders.is_empty()).then(|| limits.dominant()),
+            ..Summary::default()
+        },
+        flows,
+        intervals,
+        path: None,
+        samples,
+        trace: None,
+        events: Vec::new(),
+        probes: Vec::new(),
+        watch: Some(WatchRecord {
+            filter: meta.filter,
+            tracepoint: meta.tracepoint,
+            missed: tracker.missed(),
+        }),
+    }
+}
+
+/// One connection as a flow: its socket the client end; `up` when it sent more than it
+/// received. Bytes count from its first sample unless it opened while watched.
+fn flow_record(c: &Connection, t0_us: i64) -> FlowRecord {
+    let (first, last) = (&c.first_info, &c.last_info);
+    let base = |v: u64| if c.opened { 0 } else { v };
+    let sent_bytes = last.bytes_acked.saturating_sub(base(first.bytes_acked));
+    let received_bytes = last
+        .bytes_received
+        .saturating_sub(base(first.bytes_received));
+    let seconds = (c.last_us - c.first_us).max(0) as f64 / 1e6;
+    let bps = |bytes: u64| {
+        if seconds > 0.0 {
+            bytes as f64 * 8.0 / seconds
+        } else {
+            0.0
+        }
+    };
+    let sends = c.sends();
+    let elapsed = (c.last_us - c.first_us).max(0) as u64;
+    FlowRecord {
+        id: c.id,
+        host: None,
+        direction: if sends {
+            Direction::Up
+        } else {
+            Direction::Down
+        },
+        client_addr: c.key.local.to_string(),
+        server_addr: c.key.remote.to_string(),
+        cc: c.congestion.map(|n| n.to_string()).unwrap_or_default(),
+        mss: last.snd_mss,
+        sndbuf: BufferSize::default(),
+        rcvbuf: BufferSize::default(),
+        sent_bytes,
+        received_bytes,
+        sent_bps: bps(sent_bytes),
+        received_bps: bps(received_bytes),
+        sender_seconds: seconds,
+        receiver_seconds: seconds,
+        retransmits: u64::from(last.total_retrans.saturating_sub(if c.opened {
+            0
+        } else {
+            first.total_retrans
+        })),
+        samples: if sends { c.sample_count } else { 0 },
+        receiver_samples: if sends { 0 } else { c.sample_count },
+        limits: c.limit_shares(),
+        kernel_limits: chrono_shares(first, last, elapsed),
+        rtt: c.rtt(),
+        udp: None,
+        timed: None,
+        transactions: None,
+        watched: Some(c.watched(t0_us)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

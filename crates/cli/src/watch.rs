@@ -90,6 +90,7 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     let mut intervals: Vec<IntervalRecord> = Vec::new();
     let (mut samples, mut found, mut gone) = (Vec::new(), Vec::new(), Vec::new());
     let mut pending = String::new();
+    let mut lag = Lag::default();
     let mut said_no_match = false;
     let mut interrupted = false;
     loop {
@@ -101,7 +102,20 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         if deadline.is_some_and(|d| now >= d) {
             break;
         }
-        admission.new_round();
+        admission.new_round()?;
+        // The tracepoint's changes and the closing connections, looked up at once and
+        // before a dump, which would take a socket closed since for gone.
+        let mut keys = tracker.closing_due(now);
+        if let Some(trace) = &trace {
+            drain_changes(trace_receiver(trace), &mut pending, &mut keys, &mut lag);
+        }
+        if !keys.is_empty() {
+            found.clear();
+            gone.clear();
+            diag.lookup(&keys, Extensions::ALL, &mut found, &mut gone)?;
+            let gone_keys: Vec<SocketKey> = gone.iter().map(|&i| keys[i]).collect();
+            tracker.looked_up(&found, &gone_keys, &mut |s| admission.admit(s));
+        }
         if tracker.dump_due(now) {
             samples.clear();
             diag.dump(&query, &mut samples)?;
@@ -117,18 +131,6 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
                     }
                 );
             }
-        }
-        // The tracepoint's changes and the closing connections, looked up at once.
-        let mut keys = tracker.closing_due(now);
-        if let Some(trace) = &trace {
-            drain_changes(trace_receiver(trace), &mut pending, &mut keys);
-        }
-        if !keys.is_empty() {
-            found.clear();
-            gone.clear();
-            diag.lookup(&keys, Extensions::ALL, &mut found, &mut gone)?;
-            let gone_keys: Vec<SocketKey> = gone.iter().map(|&i| keys[i]).collect();
-            tracker.looked_up(&found, &gone_keys, &mut |s| admission.admit(s));
         }
         tracker.advance(monotonic_us());
         printer.print(&mut tracker, t0, &mut intervals);
@@ -162,6 +164,9 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
                 ),
             }
         );
+    }
+    if tracepoint && !args.json {
+        errln!("tcplab watch: {}", lag.line());
     }
     if let Some(store) = &mut store {
         let record = run_record(
@@ -211,7 +216,12 @@ fn trace_filter(ports: &[u16]) -> String {
 
 /// Adds the socket of each whole line of `pending` holding a state change to `keys`,
 /// keeping a partial last line for the next chunk.
-fn drain_changes(receiver: &Receiver<Vec<u8>>, pending: &mut String, keys: &mut Vec<SocketKey>) {
+fn drain_changes(
+    receiver: &Receiver<Vec<u8>>,
+    pending: &mut String,
+    keys: &mut Vec<SocketKey>,
+    lag: &mut Lag,
+) {
     while let Ok(chunk) = receiver.try_recv() {
         pending.push_str(&String::from_utf8_lossy(&chunk));
     }
@@ -219,13 +229,41 @@ fn drain_changes(receiver: &Receiver<Vec<u8>>, pending: &mut String, keys: &mut 
         return;
     };
     let mut seen: HashSet<SocketKey> = keys.iter().copied().collect();
+    let now = monotonic_us();
     for change in pending[..last].lines().filter_map(parse_state_change) {
+        lag.add(now - change.t_us);
         let key = change.key();
         if seen.insert(key) {
             keys.push(key);
         }
     }
     pending.drain(..=last);
+}
+
+/// How late state changes were looked up after the kernel made them: the time in which
+/// a socket that closes is gone before its last counters are read.
+#[derive(Default)]
+struct Lag {
+    count: u64,
+    max_us: i64,
+    over_ms: u64,
+}
+
+impl Lag {
+    fn add(&mut self, us: i64) {
+        self.count += 1;
+        self.max_us = self.max_us.max(us);
+        self.over_ms += u64::from(us > 1_000);
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} read from the tracepoint, {} of them over 1 ms after the kernel's change, the latest {}",
+            count(self.count, "state change"),
+            self.over_ms,
+            format_duration_us(self.max_us.max(0) as u64)
+        )
+    }
 }
 
 fn micros(us: i64) -> Duration {
@@ -238,14 +276,24 @@ fn unix_now_us() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-/// What the user selected, checked, and the owners read for it once per round.
+/// The least time between two scans of /proc for sockets' owners (each ~3 ms of
+/// system time on a host of 90 processes): a new socket whose owner the last scan did
+/// not see waits for the next.
+const OWNER_RESCAN_US: i64 = 10_000;
+
+/// What the user selected, checked, and the owners read for it.
 struct Selection {
     /// What the kernel checks (ports, addresses, cgroup); `None`: every socket.
     filter: Option<Filter>,
-    pid: Option<u32>,
+    /// `--pid` and that process's command name.
+    pid: Option<Process>,
     comm: Option<String>,
-    owners: Option<Owners>,
+    owners: Owners,
+    scanned_us: i64,
+    /// The sockets of `--pid`, read once per round.
     pid_inodes: Option<HashSet<u64>>,
+    /// A failed read of /proc, for the loop to report.
+    error: Option<anyhow::Error>,
 }
 
 impl Selection {
@@ -260,21 +308,32 @@ impl Selection {
             )),
             None => None,
         };
-        if let Some(pid) = args.pid {
-            match sockdiag::socket_inodes(pid) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    bail!("--pid {pid}: no such process")
+        let pid = match args.pid {
+            Some(pid) => {
+                match sockdiag::socket_inodes(pid) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        bail!("--pid {pid}: no such process")
+                    }
+                    Err(e) => bail!("--pid {pid}: cannot read its sockets: {e}"),
                 }
-                Err(e) => bail!("--pid {pid}: cannot read its sockets: {e}"),
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .with_context(|| format!("--pid {pid}: reading its command name"))?;
+                Some(Process {
+                    pid,
+                    comm: comm.trim_end().to_owned(),
+                })
             }
-        }
+            None => None,
+        };
         Ok(Selection {
             filter: Filter::all_of([ports, addrs, cgroup].into_iter().flatten()),
-            pid: args.pid,
+            pid,
             comm: args.comm.clone(),
-            owners: None,
+            owners: Owners::default(),
+            scanned_us: i64::MIN,
             pid_inodes: None,
+            error: None,
         })
     }
 
@@ -293,10 +352,11 @@ impl Selection {
         parts.join(" ")
     }
 
-    /// Owners are read again for the sockets of each round.
-    fn new_round(&mut self) {
-        self.owners = None;
+    /// A new round of the loop: `--pid`'s sockets are read again; a failed read of
+    /// /proc in the last one is returned.
+    fn new_round(&mut self) -> Result<()> {
         self.pid_inodes = None;
+        self.error.take().map_or(Ok(()), Err)
     }
 
     fn admit(&mut self, sample: &SocketSample) -> Admit {
@@ -306,35 +366,56 @@ impl Selection {
                 return Admit::Ignore;
             }
         }
+        // 0: an orphan (its application closed it), which no process holds any more.
         let inode = u64::from(sample.inode);
-        if let Some(pid) = self.pid {
+        if let Some(process) = &self.pid {
+            let pid = process.pid;
             let inodes = self.pid_inodes.get_or_insert_with(|| {
+                // A process gone holds nothing.
                 sockdiag::socket_inodes(pid)
                     .map(|v| v.into_iter().collect())
                     .unwrap_or_default()
             });
-            if !inodes.contains(&inode) {
-                return Admit::Ignore;
+            return match inode != 0 && inodes.contains(&inode) {
+                true => Admit::Watch(Some(process.clone())),
+                false => Admit::Ignore,
+            };
+        }
+        let mut process = self.owner(inode);
+        if process.is_none() && inode != 0 && sample.t_us > self.scanned_us {
+            // Newer than the last scan: scan again, unless that was just now.
+            if sample.t_us.saturating_sub(self.scanned_us) >= OWNER_RESCAN_US {
+                self.rescan();
+                process = self.owner(inode);
+            } else if self.comm.is_some() {
+                return Admit::Later;
             }
         }
-        let owners = self
-            .owners
-            .get_or_insert_with(|| Owners::scan().unwrap_or_default());
-        let process = owners
+        match (&self.comm, process) {
+            (Some(comm), Some(p)) if *comm == p.comm => Admit::Watch(Some(p)),
+            (Some(_), _) => Admit::Ignore,
+            (None, process) => Admit::Watch(process),
+        }
+    }
+
+    /// The first process holding socket `inode` (that has `--comm`'s name, if given).
+    fn owner(&self, inode: u64) -> Option<Process> {
+        self.owners
             .of(inode)
             .iter()
-            .find(|o| {
-                self.pid.is_none_or(|p| p == o.pid)
-                    && self.comm.as_ref().is_none_or(|c| *c == o.comm)
-            })
+            .find(|o| self.comm.as_ref().is_none_or(|c| *c == o.comm))
             .map(|o| Process {
                 pid: o.pid,
                 comm: o.comm.clone(),
-            });
-        if (self.pid.is_some() || self.comm.is_some()) && process.is_none() {
-            return Admit::Ignore;
+            })
+    }
+
+    fn rescan(&mut self) {
+        self.scanned_us = monotonic_us();
+        match Owners::scan() {
+            Ok(owners) => self.owners = owners,
+            Err(e) => self.error = Some(anyhow::Error::new(e).context("reading sockets' owners")),
         }
-        Admit::Watch(process)
     }
 }
 

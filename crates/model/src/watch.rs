@@ -36,10 +36,12 @@ pub struct Process {
 }
 
 /// What the shell says of a socket the tracker has not seen: watch it (with its
-/// process, if known), or not.
+/// process, if known), not, or ask again at its next sample (its owner is not known
+/// yet).
 pub enum Admit {
     Watch(Option<Process>),
     Ignore,
+    Later,
 }
 
 /// One state change of a TCP socket, from a `sock:inet_sock_set_state` trace line.
@@ -507,9 +509,13 @@ impl Tracker {
                 // established; a listener, or a socket closed before it was seen, never is.
                 return;
             }
-            let Admit::Watch(process) = admit(sample) else {
-                self.settled.insert(cookie);
-                return;
+            let process = match admit(sample) {
+                Admit::Watch(process) => process,
+                Admit::Ignore => {
+                    self.settled.insert(cookie);
+                    return;
+                }
+                Admit::Later => return,
             };
             let id = self.next_id;
             self.next_id += 1;

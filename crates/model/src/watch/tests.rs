@@ -302,3 +302,19 @@ fn state_changes_parse_from_trace_lines_of_both_families() {
     assert_eq!(parse_state_change(&sctp), None);
     assert_eq!(parse_state_change("# tracer: nop"), None);
 }
+
+#[test]
+fn a_socket_whose_owner_is_not_known_yet_is_asked_about_again() {
+    let mut t = Tracker::new(config());
+    let k = key(40007, 30);
+    let mut later = |_: &SocketSample| Admit::Later;
+    t.looked_up(&[sample(k, T0, TcpState::Established, 0)], &[], &mut later);
+    assert!(!t.any());
+    t.dump(
+        T0 + 10 * MS,
+        &[sample(k, T0 + 10 * MS, TcpState::Established, 5)],
+        &mut watch_all,
+    );
+    assert_eq!(events(&mut t), vec![WatchEvent::Opened(0)]);
+    assert_eq!(t.connection(0).unwrap().process.as_ref().unwrap().pid, 42);
+}

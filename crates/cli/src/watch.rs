@@ -132,6 +132,7 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
                 );
             }
         }
+        admission.fill_owners(&mut tracker);
         tracker.advance(monotonic_us());
         printer.print(&mut tracker, t0, &mut intervals);
         let wait = (tracker.next_wakeup() - monotonic_us()).clamp(0, MAX_SLEEP_US);
@@ -395,6 +396,24 @@ impl Selection {
             (Some(comm), Some(p)) if *comm == p.comm => Admit::Watch(Some(p)),
             (Some(_), _) => Admit::Ignore,
             (None, process) => Admit::Watch(process),
+        }
+    }
+
+    /// Gives the open connections first seen without a process, after the last scan,
+    /// the one the next scan finds (one scan at most every [`OWNER_RESCAN_US`]; a socket
+    /// a scan since its start did not find stays without: another user's, without root).
+    fn fill_owners(&mut self, tracker: &mut Tracker) {
+        let unowned = tracker.unowned(self.scanned_us);
+        if unowned.is_empty() || self.pid.is_some() {
+            return;
+        }
+        if monotonic_us().saturating_sub(self.scanned_us) >= OWNER_RESCAN_US {
+            self.rescan();
+        }
+        for (id, inode) in unowned {
+            if let Some(process) = self.owner(u64::from(inode)) {
+                tracker.set_process(id, process);
+            }
         }
     }
 

@@ -124,6 +124,10 @@ pub struct WatchConfig {
 pub struct Connection {
     pub id: u32,
     pub key: SocketKey,
+    /// Its inode (0: no process holds it — not accepted yet, or an orphan), and when a
+    /// sample first showed it.
+    pub inode: u32,
+    inode_us: i64,
     pub process: Option<Process>,
     pub first_us: i64,
     pub last_us: i64,
@@ -465,6 +469,23 @@ impl Tracker {
         &self.closed
     }
 
+    /// Open connections whose process is not known but may be, their inode first seen at
+    /// or after `since_us`: their id and inode.
+    pub fn unowned(&self, since_us: i64) -> Vec<(u32, u32)> {
+        self.open
+            .values()
+            .filter(|c| c.process.is_none() && c.inode != 0 && c.inode_us >= since_us)
+            .map(|c| (c.id, c.inode))
+            .collect()
+    }
+
+    /// The process of open connection `id`, read after it was first seen.
+    pub fn set_process(&mut self, id: u32, process: Process) {
+        if let Some(conn) = self.open.values_mut().find(|c| c.id == id) {
+            conn.process = Some(process);
+        }
+    }
+
     /// Whether any connection was ever followed.
     pub fn any(&self) -> bool {
         self.next_id > 0
@@ -522,6 +543,8 @@ impl Tracker {
             let conn = Connection {
                 id,
                 key: sample.key,
+                inode: sample.inode,
+                inode_us: sample.t_us,
                 process,
                 first_us: sample.t_us,
                 last_us: sample.t_us,
@@ -547,6 +570,11 @@ impl Tracker {
         if sample.t_us < conn.last_us {
             // A lookup answered before a dump read later: nothing new.
             return;
+        }
+        if conn.inode == 0 && sample.inode != 0 {
+            // Accepted since: a process holds it now.
+            conn.inode = sample.inode;
+            conn.inode_us = sample.t_us;
         }
         conn.cutter.book(sample.t_us, &info, sample);
         conn.rtt.add(info.rtt);

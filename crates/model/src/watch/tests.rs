@@ -318,3 +318,32 @@ fn a_socket_whose_owner_is_not_known_yet_is_asked_about_again() {
     assert_eq!(events(&mut t), vec![WatchEvent::Opened(0)]);
     assert_eq!(t.connection(0).unwrap().process.as_ref().unwrap().pid, 42);
 }
+
+#[test]
+fn a_process_read_later_is_kept_and_a_socket_without_inode_waits_for_one() {
+    let mut t = Tracker::new(config());
+    let mut unknown = |_: &SocketSample| Admit::Watch(None);
+    let orphan = SocketSample {
+        inode: 0,
+        ..sample(key(40009, 41), T0, TcpState::Established, 9)
+    };
+    t.dump(
+        T0,
+        &[sample(key(40008, 40), T0, TcpState::Established, 0), orphan],
+        &mut unknown,
+    );
+    assert_eq!(t.unowned(T0), vec![(0, 1)]);
+    assert!(t.unowned(T0 + 1).is_empty());
+    t.set_process(
+        0,
+        Process {
+            pid: 7,
+            comm: "sshd".into(),
+        },
+    );
+    assert!(t.unowned(T0).is_empty());
+    assert_eq!(
+        t.connection(0).unwrap().process.as_ref().unwrap().comm,
+        "sshd"
+    );
+}

@@ -353,3 +353,89 @@ fn a_filter_matching_nothing_says_so_once_and_keeps_watching() {
     assert_eq!(err.matches("no connection matches").count(), 1, "{err}");
     assert!(err.contains("0 connections over"), "{err}");
 }
+
+/// `--json` streams one JSON document a line as things happen: a loopback connection of
+/// 1 MiB opens, reports and closes, its counters the bytes this test's server read.
+#[test]
+fn json_lines_follow_a_loopback_connection_to_its_final_counters() {
+    let _serial = serial();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let watch = tcplab()
+        .args(["watch", "--json", "--port", &port.to_string(), "-t", "3s"])
+        .args(["--report-interval", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("watch.err")).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).unwrap();
+        buf.len()
+    });
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let client_port = client.local_addr().unwrap().port();
+    for _ in 0..16 {
+        client.write_all(&[1u8; 65536]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Everything acknowledged and sampled before the close.
+    std::thread::sleep(Duration::from_millis(200));
+    drop(client);
+    let read = server.join().unwrap();
+    assert_eq!(read, 1 << 20);
+    let out = watch.wait_with_output().unwrap();
+    let err = std::fs::read_to_string(dir.path().join("watch.err")).unwrap();
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let opened = |local_port: u16| {
+        lines
+            .iter()
+            .find(|l| {
+                l["event"] == "opened"
+                    && l["local"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with(&format!(":{local_port}"))
+            })
+            .unwrap_or_else(|| panic!("no socket on port {local_port}: {lines:?}"))["flow"]
+            .as_u64()
+            .unwrap()
+    };
+    let (client_flow, server_flow) = (opened(client_port), opened(port));
+    let closed = |flow: u64| {
+        lines
+            .iter()
+            .find(|l| l["event"] == "closed" && l["flow"] == flow)
+            .unwrap_or_else(|| panic!("flow {flow} not closed: {lines:?}"))["watched"]["counters"]
+            .clone()
+    };
+    // The kernel counts the SYN among the bytes acknowledged.
+    assert_eq!(closed(client_flow)["bytes_acked"], (1 << 20) + 1);
+    let received = closed(server_flow)["bytes_received"].as_u64().unwrap();
+    assert!(
+        received == 1 << 20 || received == (1 << 20) + 1,
+        "{received}"
+    );
+    let intervals: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "interval" && l["flow"] == client_flow)
+        .collect();
+    assert!(intervals.len() >= 3, "{intervals:?}");
+    let acked: u64 = intervals
+        .iter()
+        .map(|i| i["acked_bytes"].as_u64().unwrap())
+        .sum();
+    // From its first sample (after the handshake, maybe after some data) to its last.
+    assert!(
+        ((1 << 20) - 2 * 65536..=1 << 20).contains(&acked),
+        "{acked}"
+    );
+}

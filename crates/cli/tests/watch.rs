@@ -172,6 +172,12 @@ fn short_connections_are_each_recorded_with_their_bytes() {
             );
         }
         let complete = server_side.iter().filter(|w| after_fin(w)).count();
+        // As flows, the complete ones carried the 10 KiB of payload, FIN left out.
+        let payloads = export_jsonl(&db, "flows")
+            .iter()
+            .filter(|f| f["received_bytes"] == size as u64)
+            .count();
+        assert_eq!(payloads, complete);
         let lived_less_than_a_sample = server_side
             .iter()
             .filter(|w| w["end_us"].as_i64().unwrap() - w["start_us"].as_i64().unwrap() < 100_000)

@@ -725,15 +725,36 @@ pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: Watch
     }
 }
 
+/// The payload a socket's counters show, acknowledged and received: the kernel counts
+/// sequence space, where the connecting side's SYN and each FIN take a byte. What was
+/// acknowledged is at most the data sent once (`bytes_sent` − `bytes_retrans`: data
+/// only), and a socket in `state` past the peer's FIN received it as a byte.
+pub fn payload(info: &TcpInfo, state: TcpState) -> (u64, u64) {
+    let acked = info
+        .bytes_acked
+        .min(info.bytes_sent.saturating_sub(info.bytes_retrans));
+    let fin = matches!(
+        state,
+        TcpState::CloseWait | TcpState::LastAck | TcpState::Closing | TcpState::TimeWait
+    );
+    (acked, info.bytes_received.saturating_sub(u64::from(fin)))
+}
+
 /// One connection as a flow: its socket the client end; `up` when it sent more than it
-/// received. Bytes count from its first sample unless it opened while watched.
+/// received. Its bytes are payload ([`payload`]), from its first sample unless it opened
+/// while watched.
 fn flow_record(c: &Connection, t0_us: i64) -> FlowRecord {
     let (first, last) = (&c.first_info, &c.last_info);
-    let base = |v: u64| if c.opened { 0 } else { v };
-    let sent_bytes = last.bytes_acked.saturating_sub(base(first.bytes_acked));
-    let received_bytes = last
-        .bytes_received
-        .saturating_sub(base(first.bytes_received));
+    let (sent_bytes, received_bytes) = if c.opened {
+        payload(last, c.state)
+    } else {
+        let (first_sent, first_received) = payload(first, TcpState::Established);
+        let (sent, received) = payload(last, c.state);
+        (
+            sent.saturating_sub(first_sent),
+            received.saturating_sub(first_received),
+        )
+    };
     let seconds = (c.last_us - c.first_us).max(0) as f64 / 1e6;
     let bps = |bytes: u64| {
         if seconds > 0.0 {

@@ -347,3 +347,30 @@ fn a_process_read_later_is_kept_and_a_socket_without_inode_waits_for_one() {
         "sshd"
     );
 }
+
+#[test]
+fn payload_leaves_out_the_syn_and_the_fin() {
+    // A client that sent 10 240 bytes, all acknowledged with its SYN and FIN.
+    let sent = TcpInfo {
+        bytes_acked: 10_242,
+        bytes_sent: 10_240,
+        ..TcpInfo::default()
+    };
+    assert_eq!(payload(&sent, TcpState::FinWait2), (10_240, 0));
+    // Half of it acknowledged, a segment retransmitted: the SYN stays in, as nothing
+    // tells it apart from data until all data is acknowledged.
+    let half = TcpInfo {
+        bytes_acked: 5_121,
+        bytes_sent: 11_688,
+        bytes_retrans: 1_448,
+        ..TcpInfo::default()
+    };
+    assert_eq!(payload(&half, TcpState::Established), (5_121, 0));
+    // A server past the client's FIN.
+    let server = TcpInfo {
+        bytes_received: 10_241,
+        ..TcpInfo::default()
+    };
+    assert_eq!(payload(&server, TcpState::LastAck), (0, 10_240));
+    assert_eq!(payload(&server, TcpState::Established), (0, 10_241));
+}

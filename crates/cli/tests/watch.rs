@@ -467,3 +467,89 @@ fn json_lines_follow_a_loopback_connection_to_its_final_counters() {
         "{acked}"
     );
 }
+
+/// `--pid`, `--comm` and `--cgroup` take this test's own loopback connection (both its
+/// sockets are this process's) and leave it out for another process or cgroup.
+#[test]
+fn pid_comm_and_cgroup_select_the_test_s_own_connection() {
+    if !privileged_or_skip("pid_comm_and_cgroup_select_the_test_s_own_connection") {
+        return;
+    }
+    let _serial = serial();
+    let own = std::process::id().to_string();
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+    let comm = comm.trim_end();
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let other = sleeper.id().to_string();
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    // Relative to the cgroup v2 root, wherever it is mounted ("." for the root itself).
+    let cgroup = cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    let cgroup = match cgroup.trim_start_matches('/') {
+        "" => ".".to_string(),
+        path => path.to_string(),
+    };
+    // A cgroup of its own, empty: no socket is made in it.
+    let empty = format!("tcplab-watch-test-{own}");
+    let _empty = RemovedAtEnd::made(tcplab_sys::sockdiag::cgroup2_root().unwrap().join(&empty));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let watched = |filter: &[&str]| -> (usize, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let watch = tcplab()
+            .args(["watch", "--json", "--port", &port, "-t", "1500ms"])
+            .args(filter)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.path().join("err")).unwrap())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop((client, server));
+        let out = watch.wait_with_output().unwrap();
+        let err = std::fs::read_to_string(dir.path().join("err")).unwrap();
+        assert!(out.status.success(), "{filter:?}: {err}");
+        let opened = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(r#""event":"opened""#))
+            .inspect(|l| assert!(l.contains(&format!(r#""pid":{own}"#)), "{filter:?}: {l}"))
+            .count();
+        (opened, err)
+    };
+    for filter in [
+        ["--pid", own.as_str()],
+        ["--comm", comm],
+        ["--cgroup", &cgroup],
+    ] {
+        assert_eq!(watched(&filter).0, 2, "{filter:?}");
+    }
+    for filter in [
+        ["--pid", other.as_str()],
+        ["--comm", "no-such-comm"],
+        ["--cgroup", &empty],
+    ] {
+        let (opened, err) = watched(&filter);
+        assert_eq!(opened, 0, "{filter:?}");
+        assert_eq!(err.matches("no connection matches").count(), 1, "{err}");
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+/// A directory made for a test and removed when it ends, however it ends.
+struct RemovedAtEnd(std::path::PathBuf);
+
+impl RemovedAtEnd {
+    fn made(path: std::path::PathBuf) -> RemovedAtEnd {
+        std::fs::create_dir(&path).unwrap();
+        RemovedAtEnd(path)
+    }
+}
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}

@@ -65,7 +65,7 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         t0_us: t0,
         sample_interval_us: args.sample_interval,
         report_interval_us: args.report_interval,
-        keep_samples: store.is_some(),
+        keep: store.is_some(),
     });
     let printer = Printer {
         json: args.json,
@@ -150,12 +150,11 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     tracker.finish(end);
     printer.print(&mut tracker, t0, &mut intervals);
     drop(trace);
-    let closed = tracker.ended().iter().filter(|c| c.closed).count();
-    let open = tracker.ended().len() - closed;
+    let (closed, open) = tracker.counts();
     if !args.json {
         errln!(
             "tcplab watch: {} over {}: {closed} closed, {open} still open{}",
-            count(tracker.ended().len(), "connection"),
+            count(closed + open, "connection"),
             format_duration_us((end - t0).max(0) as u64),
             match tracker.missed() {
                 0 => String::new(),

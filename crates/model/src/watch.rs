@@ -115,8 +115,9 @@ pub struct WatchConfig {
     pub sample_interval_us: u64,
     /// Intervals are cut (and live lines printed) this often.
     pub report_interval_us: u64,
-    /// Keep every sample of every connection (for `--db`).
-    pub keep_samples: bool,
+    /// Keep every ended connection with every sample (for `--db`); without, an ended
+    /// connection is dropped once the shell has read its events.
+    pub keep: bool,
 }
 
 /// One connection followed: what the shell prints and stores.
@@ -302,6 +303,11 @@ pub struct Tracker {
     /// is asked about or opened again.
     settled: HashSet<u64>,
     closed: Vec<Connection>,
+    /// Each ended connection's place in `closed`.
+    closed_at: HashMap<u32, usize>,
+    /// Connections that closed, and that were open at the end.
+    closed_count: u64,
+    open_at_end: u64,
     events: Vec<WatchEvent>,
     next_id: u32,
     next_dump_us: i64,
@@ -319,6 +325,9 @@ impl Tracker {
             by_tuple: HashMap::new(),
             settled: HashSet::new(),
             closed: Vec::new(),
+            closed_at: HashMap::new(),
+            closed_count: 0,
+            open_at_end: 0,
             events: Vec::new(),
             next_id: 0,
             next_dump_us: config.t0_us,
@@ -448,23 +457,48 @@ impl Tracker {
             let end = conn.last_us.min(now).max(conn.cutter.start_us);
             let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
             self.events.push(WatchEvent::Interval(record));
-            self.closed.push(conn);
+            self.open_at_end += 1;
+            self.end(conn);
         }
         self.by_tuple.clear();
     }
 
-    /// What happened since the last call, in order.
+    /// What happened since the last call, in order. Without [`WatchConfig::keep`],
+    /// the connections that ended before the last call are dropped.
     pub fn events(&mut self) -> std::vec::Drain<'_, WatchEvent> {
+        if !self.config.keep {
+            self.closed.retain(|c| {
+                self.events.iter().any(|e| {
+                    *e == WatchEvent::Closed(c.id)
+                        || matches!(e, WatchEvent::Interval(i) if i.flow == c.id)
+                })
+            });
+            self.closed_at = self
+                .closed
+                .iter()
+                .enumerate()
+                .map(|(k, c)| (c.id, k))
+                .collect();
+        }
         self.events.drain(..)
     }
 
     /// An open or ended connection.
     pub fn connection(&self, id: u32) -> Option<&Connection> {
-        self.open.values().chain(&self.closed).find(|c| c.id == id)
+        match self.closed_at.get(&id) {
+            Some(&k) => self.closed.get(k),
+            None => self.open.values().find(|c| c.id == id),
+        }
+    }
+
+    /// How many connections closed, and how many were open at [`Tracker::finish`].
+    pub fn counts(&self) -> (u64, u64) {
+        (self.closed_count, self.open_at_end)
     }
 
     /// The connections that closed (or were open at [`Tracker::finish`]), in the order
-    /// they ended.
+    /// they ended: all of them with [`WatchConfig::keep`], else those whose events are
+    /// still to be read.
     pub fn ended(&self) -> &[Connection] {
         &self.closed
     }
@@ -565,7 +599,7 @@ impl Tracker {
             self.events.push(WatchEvent::Opened(id));
         }
         let t0 = self.config.t0_us;
-        let keep = self.config.keep_samples;
+        let keep = self.config.keep;
         let conn = self.open.get_mut(&cookie).expect("opened above");
         if sample.t_us < conn.last_us {
             // A lookup answered before a dump read later: nothing new.
@@ -611,6 +645,12 @@ impl Tracker {
             .cut(conn.id, self.config.t0_us, end, &conn.last_info);
         self.events.push(WatchEvent::Interval(record));
         self.events.push(WatchEvent::Closed(conn.id));
+        self.closed_count += 1;
+        self.end(conn);
+    }
+
+    fn end(&mut self, conn: Connection) {
+        self.closed_at.insert(conn.id, self.closed.len());
         self.closed.push(conn);
     }
 }

@@ -12,7 +12,7 @@ fn config() -> WatchConfig {
         t0_us: T0,
         sample_interval_us: 10_000,
         report_interval_us: 1_000_000,
-        keep_samples: true,
+        keep: true,
     }
 }
 
@@ -373,4 +373,28 @@ fn payload_leaves_out_the_syn_and_the_fin() {
     };
     assert_eq!(payload(&server, TcpState::LastAck), (0, 10_240));
     assert_eq!(payload(&server, TcpState::Established), (0, 10_241));
+}
+
+#[test]
+fn without_keep_an_ended_connection_is_dropped_once_its_events_are_read() {
+    let mut t = Tracker::new(WatchConfig {
+        keep: false,
+        ..config()
+    });
+    let k = key(40010, 50);
+    t.dump(
+        T0,
+        &[sample(k, T0, TcpState::Established, 0)],
+        &mut watch_all,
+    );
+    t.dump(T0 + 10 * MS, &[], &mut watch_all);
+    let ev = events(&mut t);
+    assert_eq!(ev.last(), Some(&WatchEvent::Closed(0)));
+    // Read while its events are: still there.
+    assert!(t.connection(0).unwrap().closed);
+    assert!(events(&mut t).is_empty());
+    assert!(t.connection(0).is_none());
+    assert!(t.ended().is_empty());
+    t.finish(T0 + 20 * MS);
+    assert_eq!(t.counts(), (1, 0));
 }

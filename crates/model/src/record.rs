@@ -564,9 +564,10 @@ pub struct FlowRecord {
     pub watched: Option<WatchedFlow>,
 }
 
-/// A TCP connection tcplab did not open, as `tcplab watch` followed it. Its one socket
-/// is the flow's client end (`client_addr` local, `server_addr` remote, its samples of
-/// host `client`); the flow is `up` when that socket sent more than it received.
+/// A socket of a TCP connection tcplab did not open, as `tcplab watch` followed it. The
+/// flow goes `up` from the end that sent more (its client) to the other (its server);
+/// the socket is the one end named by `end` (its samples that host's), and `peer` the
+/// other where that was watched too.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WatchedFlow {
     /// The kernel's id of the socket (unique while the kernel runs).
@@ -587,6 +588,11 @@ pub struct WatchedFlow {
     pub last_state: crate::sockdiag::TcpState,
     /// The socket's own counters in its last sample with tcp_info.
     pub counters: FinalCounters,
+    /// Which end of the flow the socket is: `client`, the sender, or `server`.
+    pub end: Host,
+    /// The other end's socket, where it was watched too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Box<WatchedFlow>>,
 }
 
 /// A watched socket's totals as the kernel counted them, from its last tcp_info. The

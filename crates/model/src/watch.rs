@@ -272,6 +272,12 @@ impl Connection {
                 limited_us,
                 limits: self.limit_shares(),
             },
+            end: if self.sends() {
+                Host::Client
+            } else {
+                Host::Server
+            },
+            peer: None,
         }
     }
 
@@ -678,10 +684,49 @@ pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: Watch
     let config = tracker.config();
     let mut ended: Vec<&Connection> = tracker.ended().iter().collect();
     ended.sort_by_key(|c| c.id);
-    let flows: Vec<FlowRecord> = ended.iter().map(|c| flow_record(c, config.t0_us)).collect();
-    let samples = ended
+    let pairs = pair_ends(&ended);
+    let flows: Vec<FlowRecord> = pairs
         .iter()
-        .flat_map(|c| c.samples.iter().cloned())
+        .enumerate()
+        .map(|(id, ends)| flow_record(id as u32, ends, config.t0_us))
+        .collect();
+    // Each socket's samples and intervals under its flow's id, the receiver's as the
+    // server's; a flow's intervals are its sender's where it was watched.
+    let mut samples = Vec::new();
+    let mut interval_of: HashMap<u32, (u32, bool)> = HashMap::new();
+    for (id, ends) in pairs.iter().enumerate() {
+        let id = id as u32;
+        for (end, host) in [(ends.sender, Host::Client), (ends.receiver, Host::Server)] {
+            let Some(c) = end else { continue };
+            samples.extend(c.samples.iter().map(|s| SampleRecord {
+                flow: id,
+                host,
+                ..s.clone()
+            }));
+        }
+        match (ends.sender, ends.receiver) {
+            (Some(s), _) => interval_of.insert(s.id, (id, true)),
+            (None, Some(r)) => interval_of.insert(r.id, (id, false)),
+            (None, None) => None,
+        };
+    }
+    let intervals = intervals
+        .into_iter()
+        .filter_map(|i| {
+            let (flow, sender) = *interval_of.get(&i.flow)?;
+            // The other end's count: what one end saw acknowledged the other received.
+            let bytes = if sender {
+                i.acked_bytes
+            } else {
+                i.received_bytes
+            };
+            Some(IntervalRecord {
+                flow,
+                acked_bytes: bytes,
+                received_bytes: bytes,
+                ..i
+            })
+        })
         .collect();
     let window_seconds = meta.duration_us as f64 / 1e6;
     let rate = |bytes: u64| {
@@ -695,7 +740,7 @@ pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: Watch
     let received_bytes = flows.iter().map(|f| f.received_bytes).sum();
     let senders: Vec<(LimitShares, f64)> = flows
         .iter()
-        .filter(|f| f.direction == Direction::Up)
+        .filter(|f| f.samples > 0)
         .map(|f| (f.limits, f.sender_seconds))
         .collect();
     let limits = LimitShares::weighted_mean(&senders);
@@ -780,65 +825,154 @@ pub fn payload(info: &TcpInfo, state: TcpState) -> (u64, u64) {
     (acked, info.bytes_received.saturating_sub(u64::from(fin)))
 }
 
-/// One connection as a flow: its socket the client end; `up` when it sent more than it
-/// received. Its bytes are payload ([`payload`]), from its first sample unless it opened
-/// while watched.
-fn flow_record(c: &Connection, t0_us: i64) -> FlowRecord {
-    let (first, last) = (&c.first_info, &c.last_info);
-    let (sent_bytes, received_bytes) = if c.opened {
-        payload(last, c.state)
-    } else {
-        let (first_sent, first_received) = payload(first, TcpState::Established);
-        let (sent, received) = payload(last, c.state);
-        (
-            sent.saturating_sub(first_sent),
-            received.saturating_sub(first_received),
-        )
+/// A connection's payload in a socket's counters, from its first sample unless it
+/// opened while watched: sent (acknowledged) and received.
+fn payload_of(c: &Connection) -> (u64, u64) {
+    let (sent, received) = payload(&c.last_info, c.state);
+    if c.opened {
+        return (sent, received);
+    }
+    let (first_sent, first_received) = payload(&c.first_info, TcpState::Established);
+    (
+        sent.saturating_sub(first_sent),
+        received.saturating_sub(first_received),
+    )
+}
+
+/// The ends of one connection as far as they were watched: the socket that sent more
+/// (the flow's client), and the other (its server).
+struct Ends<'a> {
+    sender: Option<&'a Connection>,
+    receiver: Option<&'a Connection>,
+}
+
+/// Each watched socket with its peer where that was watched too (the reversed 4-tuple,
+/// alive at the same time), in the order of their ids.
+fn pair_ends<'a>(ended: &[&'a Connection]) -> Vec<Ends<'a>> {
+    let mut by_tuple: HashMap<(SocketAddr, SocketAddr), Vec<usize>> = HashMap::new();
+    for (k, c) in ended.iter().enumerate() {
+        by_tuple
+            .entry((c.key.local, c.key.remote))
+            .or_default()
+            .push(k);
+    }
+    let mut used = vec![false; ended.len()];
+    let mut pairs = Vec::new();
+    for (k, c) in ended.iter().enumerate() {
+        if used[k] {
+            continue;
+        }
+        used[k] = true;
+        let peer = by_tuple
+            .get(&(c.key.remote, c.key.local))
+            .and_then(|ks| {
+                ks.iter().copied().find(|&p| {
+                    !used[p] && c.first_us <= ended[p].last_us && ended[p].first_us <= c.last_us
+                })
+            })
+            .map(|p| {
+                used[p] = true;
+                ended[p]
+            });
+        pairs.push(match peer {
+            Some(p) if payload_of(p).0 > payload_of(c).0 => Ends {
+                sender: Some(p),
+                receiver: Some(c),
+            },
+            Some(p) => Ends {
+                sender: Some(c),
+                receiver: Some(p),
+            },
+            None if c.sends() => Ends {
+                sender: Some(c),
+                receiver: None,
+            },
+            None => Ends {
+                sender: None,
+                receiver: Some(c),
+            },
+        });
+    }
+    pairs
+}
+
+/// One connection as flow `id`, `up` from the end that sent more (the client) to the
+/// other (the server). Its bytes are payload ([`payload`]): sent as the sender's socket
+/// saw them acknowledged, received as the receiver's socket counted them — each taken
+/// from the other end where only one was watched.
+fn flow_record(id: u32, ends: &Ends<'_>, t0_us: i64) -> FlowRecord {
+    let main = ends.sender.or(ends.receiver).expect("a watched end");
+    let sent = ends.sender.map(|s| payload_of(s).0);
+    let received = ends.receiver.map(|r| payload_of(r).1);
+    let (sent_bytes, received_bytes) = match (sent, received) {
+        (Some(s), Some(r)) => (s, r),
+        (Some(s), None) => (s, s),
+        (None, Some(r)) => (r, r),
+        (None, None) => (0, 0),
     };
-    let seconds = (c.last_us - c.first_us).max(0) as f64 / 1e6;
-    let bps = |bytes: u64| {
+    let seconds = |c: &Connection| (c.last_us - c.first_us).max(0) as f64 / 1e6;
+    let bps = |bytes: u64, seconds: f64| {
         if seconds > 0.0 {
             bytes as f64 * 8.0 / seconds
         } else {
             0.0
         }
     };
-    let sends = c.sends();
-    let elapsed = (c.last_us - c.first_us).max(0) as u64;
+    let sender_seconds = seconds(ends.sender.unwrap_or(main));
+    let receiver_seconds = seconds(ends.receiver.unwrap_or(main));
+    let (client_addr, server_addr) = match (ends.sender, ends.receiver) {
+        (Some(s), _) => (s.key.local, s.key.remote),
+        (None, Some(r)) => (r.key.remote, r.key.local),
+        (None, None) => unreachable!("a watched end"),
+    };
+    let mut watched = main.watched(t0_us);
+    watched.end = if ends.sender.is_some() {
+        Host::Client
+    } else {
+        Host::Server
+    };
+    watched.peer = ends.receiver.filter(|_| ends.sender.is_some()).map(|r| {
+        let mut peer = r.watched(t0_us);
+        peer.end = Host::Server;
+        Box::new(peer)
+    });
+    let sender = ends.sender;
     FlowRecord {
-        id: c.id,
+        id,
         host: None,
-        direction: if sends {
-            Direction::Up
-        } else {
-            Direction::Down
-        },
-        client_addr: c.key.local.to_string(),
-        server_addr: c.key.remote.to_string(),
-        cc: c.congestion.map(|n| n.to_string()).unwrap_or_default(),
-        mss: last.snd_mss,
+        direction: Direction::Up,
+        client_addr: client_addr.to_string(),
+        server_addr: server_addr.to_string(),
+        cc: main.congestion.map(|n| n.to_string()).unwrap_or_default(),
+        mss: main.last_info.snd_mss,
         sndbuf: BufferSize::default(),
         rcvbuf: BufferSize::default(),
         sent_bytes,
         received_bytes,
-        sent_bps: bps(sent_bytes),
-        received_bps: bps(received_bytes),
-        sender_seconds: seconds,
-        receiver_seconds: seconds,
-        retransmits: u64::from(last.total_retrans.saturating_sub(if c.opened {
-            0
-        } else {
-            first.total_retrans
-        })),
-        samples: if sends { c.sample_count } else { 0 },
-        receiver_samples: if sends { 0 } else { c.sample_count },
-        limits: c.limit_shares(),
-        kernel_limits: chrono_shares(first, last, elapsed),
-        rtt: c.rtt(),
+        sent_bps: bps(sent_bytes, sender_seconds),
+        received_bps: bps(received_bytes, receiver_seconds),
+        sender_seconds,
+        receiver_seconds,
+        retransmits: sender.map_or(0, |s| {
+            let base = if s.opened {
+                0
+            } else {
+                s.first_info.total_retrans
+            };
+            u64::from(s.last_info.total_retrans.saturating_sub(base))
+        }),
+        samples: sender.map_or(0, |s| s.sample_count),
+        receiver_samples: ends.receiver.map_or(0, |r| r.sample_count),
+        limits: sender.map_or_else(LimitShares::default, Connection::limit_shares),
+        kernel_limits: sender.map_or_else(LimitShares::default, |s| {
+            let elapsed = (s.last_us - s.first_us).max(0) as u64;
+            chrono_shares(&s.first_info, &s.last_info, elapsed)
+        }),
+        rtt: main.rtt(),
         udp: None,
         timed: None,
         transactions: None,
-        watched: Some(c.watched(t0_us)),
+        watched: Some(watched),
     }
 }
 

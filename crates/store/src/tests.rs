@@ -1410,6 +1410,8 @@ fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
             limited_us: 30_000,
             limits: run.flows[0].limits,
         },
+        end: tcplab_model::record::Host::Client,
+        peer: None,
     });
     let id = store.insert_run(&run).unwrap();
     assert_eq!(store.load_run(id).unwrap(), run);

@@ -1,7 +1,7 @@
 //! The tracker in virtual time: samples and lookups in, lifecycles and counters out.
 
 use super::*;
-use crate::record::Limit;
+use crate::record::{Direction, HostMeta, Limit};
 use crate::tcpinfo::TCP_INFO_LEN;
 
 const T0: i64 = 1_000_000;
@@ -397,4 +397,108 @@ fn without_keep_an_ended_connection_is_dropped_once_its_events_are_read() {
     assert!(t.ended().is_empty());
     t.finish(T0 + 20 * MS);
     assert_eq!(t.counts(), (1, 0));
+}
+
+fn meta() -> WatchMeta {
+    WatchMeta {
+        started_unix_us: 0,
+        tool_version: "0".into(),
+        host: HostMeta::default(),
+        label: None,
+        tags: Vec::new(),
+        filter: "--port 5201".into(),
+        tracepoint: true,
+        duration_us: 1_000_000,
+        interrupted: false,
+    }
+}
+
+/// The receiving end of `k`: its 4-tuple reversed, `received` bytes in.
+fn receiving(k: SocketKey, cookie: u64, t_us: i64, received: u64) -> SocketSample {
+    let mut s = sample(
+        SocketKey {
+            local: k.remote,
+            remote: k.local,
+            interface: 0,
+            cookie,
+        },
+        t_us,
+        TcpState::Established,
+        0,
+    );
+    let info = s.tcp_info.as_mut().unwrap();
+    (info.bytes_received, info.unacked) = (received, 0);
+    s
+}
+
+#[test]
+fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
+    let mut t = Tracker::new(config());
+    let (both, alone) = (key(40011, 60), key(40012, 62));
+    for step in 0..3 {
+        let now = T0 + step * 10 * MS;
+        let acked = step as u64 * 1448;
+        t.dump(
+            now,
+            &[
+                sample(both, now, TcpState::Established, acked),
+                receiving(both, 61, now, acked),
+                receiving(alone, 63, now, 2 * acked),
+            ],
+            &mut watch_all,
+        );
+    }
+    t.finish(T0 + 30 * MS);
+    let intervals = events(&mut t)
+        .into_iter()
+        .filter_map(|e| match e {
+            WatchEvent::Interval(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    let run = run_record(&t, intervals, meta());
+    assert_eq!(run.kind(), crate::record::RunKind::Watch);
+    assert_eq!(run.flows.len(), 2);
+    let pair = &run.flows[0];
+    assert_eq!(pair.client_addr, both.local.to_string());
+    assert_eq!(pair.server_addr, both.remote.to_string());
+    assert_eq!((pair.sent_bytes, pair.received_bytes), (2 * 1448, 2 * 1448));
+    assert_eq!((pair.samples, pair.receiver_samples), (3, 3));
+    let w = pair.watched.as_ref().unwrap();
+    assert_eq!(
+        (w.end, w.peer.as_ref().unwrap().end),
+        (Host::Client, Host::Server)
+    );
+    assert_eq!(w.peer.as_ref().unwrap().cookie, 61);
+    // The lone receiver (its socket at `alone.remote`): the flow comes up from its
+    // peer, unwatched.
+    let lone = &run.flows[1];
+    assert_eq!(lone.client_addr, alone.local.to_string());
+    assert_eq!(lone.server_addr, alone.remote.to_string());
+    assert_eq!((lone.sent_bytes, lone.received_bytes), (4 * 1448, 4 * 1448));
+    assert_eq!((lone.samples, lone.receiver_samples), (0, 3));
+    assert_eq!(lone.watched.as_ref().unwrap().end, Host::Server);
+    assert!(run.flows.iter().all(|f| f.direction == Direction::Up));
+    let hosts = |flow: u32, host: Host| {
+        run.samples
+            .iter()
+            .filter(|s| s.flow == flow && s.host == host)
+            .count()
+    };
+    assert_eq!((hosts(0, Host::Client), hosts(0, Host::Server)), (3, 3));
+    assert_eq!((hosts(1, Host::Client), hosts(1, Host::Server)), (0, 3));
+    // One interval per flow, the sender's where there is one.
+    let of = |flow: u32| run.intervals.iter().filter(|i| i.flow == flow).count();
+    assert_eq!((of(0), of(1)), (1, 1));
+    assert_eq!(
+        run.intervals
+            .iter()
+            .find(|i| i.flow == 1)
+            .unwrap()
+            .received_bytes,
+        4 * 1448
+    );
+    // The run's throughput counts the pair once.
+    assert_eq!(run.summary.received_bytes, 6 * 1448);
+    assert_eq!(run.summary.dominant_limit, Some(Limit::Cwnd));
 }

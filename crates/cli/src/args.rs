@@ -14,6 +14,7 @@ use tcplab_model::ranges;
 use tcplab_model::record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
 };
+use tcplab_model::sockfilter::Prefix;
 use tcplab_model::stats::Metric;
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_model::units::{parse_duration, parse_rate, parse_size};
@@ -54,6 +55,9 @@ pub enum Command {
     Lab(LabCommand),
     /// Run a command behind an emulated path (as mahimahi's shells do), then remove the lab.
     Shell(ShellArgs),
+    /// Follow every TCP connection a filter matches, any program's (Web100-style): live
+    /// lines per connection, JSON lines (--json), or a run of kind `watch` stored (--db).
+    Watch(WatchArgs),
     /// List the runs stored in a database.
     Runs {
         #[command(flatten)]
@@ -87,6 +91,54 @@ pub enum Command {
     /// The manual (roff): tcplab(1) or one command's page on stdout (`tcplab man | man -l
     /// -`, `tcplab man lab up`), or every page into a directory (`--dir`).
     Man(ManArgs),
+}
+
+/// `tcplab watch`. The namespace is the global --netns (`tcplab watch --netns NAME`).
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Connections with this port at either end (repeatable: any of them).
+    #[arg(long, value_name = "PORT")]
+    pub port: Vec<u16>,
+    /// Connections with an address in this prefix at either end, e.g. 10.0.0.0/8, ::1
+    /// (repeatable: any of them).
+    #[arg(long, value_name = "CIDR")]
+    pub addr: Vec<Prefix>,
+    /// Connections held by this process.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Connections held by a process of this command name (its /proc/PID/comm).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+    /// Connections made in this cgroup v2: a directory under /sys/fs/cgroup, absolute or
+    /// relative to it (e.g. system.slice/ssh.service).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// How often every matching socket is sampled (1ms..=100ms).
+    #[arg(long, short = 'i', default_value = "10ms", value_parser = parse_watch_interval, value_name = "DURATION")]
+    pub sample_interval: u64,
+    /// How often each open connection's line is printed (and its interval cut).
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration, value_name = "DURATION")]
+    pub report_interval: u64,
+    /// Watch this long; without, until Ctrl-C.
+    #[arg(long, short = 't', value_parser = parse_positive_duration, value_name = "DURATION")]
+    pub time: Option<u64>,
+    /// Print JSON lines as things happen (opened, interval, closed) instead of text.
+    #[arg(long, short = 'J')]
+    pub json: bool,
+    /// Store the watch as a run of kind `watch` in this SQLite database, each connection
+    /// a flow with its samples.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// A label for the stored run.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// A tag for the stored run (repeatable).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+}
+
+fn parse_watch_interval(s: &str) -> Result<u64, String> {
+    ranges::check_watch_interval(parse_duration(s).map_err(|e| e.to_string())?)
 }
 
 #[derive(Args, Debug)]

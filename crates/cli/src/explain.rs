@@ -8,7 +8,7 @@ use serde::Serialize;
 use tcplab_model::capture::Vantage;
 use tcplab_model::explain::{explain, Explanation, Source};
 use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{BufferSize, RunRecord};
+use tcplab_model::record::{BufferSize, Host, RunRecord, WatchedFlow};
 use tcplab_model::tseq::run_retransmit_causes;
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
@@ -74,9 +74,63 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
             format_rate(e.measured_bps),
             count(e.tunings.streams, "TCP flow")
         )?;
-        write!(out, "{}", render(e))?;
+        match &run.watch {
+            None => write!(out, "{}", render(e))?,
+            Some(_) => {
+                // A watched run has no tunings of tcplab's: its flows are other programs'.
+                for line in render(e).lines().filter(|l| !l.starts_with("tunings:")) {
+                    writeln!(out, "{line}")?;
+                }
+                write!(out, "{}", watched_connections(&run))?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A watched run's connections, a line per socket watched: the flow, its end, process,
+/// life, counters and what held its own sending back.
+fn watched_connections(run: &RunRecord) -> String {
+    let mut s = String::from("connections (each watched socket; limits of its own sending):\n");
+    for f in &run.flows {
+        let Some(w) = &f.watched else { continue };
+        for w in std::iter::once(w).chain(w.peer.as_deref()) {
+            let (local, remote) = match w.end {
+                Host::Client => (&f.client_addr, &f.server_addr),
+                Host::Server => (&f.server_addr, &f.client_addr),
+            };
+            s += &format!("  [{:>4}] {local} → {remote}{}\n", f.id, watched_line(w));
+        }
+    }
+    s
+}
+
+fn watched_line(w: &WatchedFlow) -> String {
+    let k = &w.counters;
+    let process = match (&w.comm, w.pid) {
+        (Some(comm), Some(pid)) => format!(" {comm} (pid {pid})"),
+        _ => String::new(),
+    };
+    let limits = if k.limited_us == 0 {
+        "no samples to book".to_string()
+    } else {
+        let dominant = k.limits.dominant();
+        format!(
+            "{} {:.0} % of {}",
+            dominant.name(),
+            k.limits.get(dominant) * 100.0,
+            format_duration_us(k.limited_us)
+        )
+    };
+    format!(
+        "{process}: {} {}, acked {}, received {}, {}, min RTT {}; {limits}",
+        if w.closed { "closed after" } else { "open for" },
+        format_duration_us((w.end_us - w.start_us).max(0) as u64),
+        format_size(k.bytes_acked),
+        format_size(k.bytes_received),
+        count(k.retransmits, "retransmit"),
+        format_duration_us(u64::from(k.min_rtt_us)),
+    )
 }
 
 /// The explanation as text, one aspect per line: what `tcplab explain` prints under

@@ -12,6 +12,7 @@ mod output;
 mod report;
 mod stdio;
 mod sweep;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Command::Quickstart(args) => commands::quickstart(args),
         Command::Lab(cmd) => lab::command(cmd),
         Command::Shell(args) => lab::shell(args),
+        Command::Watch(args) => watch::watch(args),
         Command::Runs { db } => commands::list_runs(db.path()),
         Command::Export(args) => commands::export(args),
         Command::Import(args) => commands::import(args),

@@ -107,7 +107,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     )
 }
 
-fn shares(l: &LimitShares) -> String {
+pub(crate) fn shares(l: &LimitShares) -> String {
     let shares: Vec<String> = ALL_LIMITS
         .iter()
         .map(|&limit| format!("{:>3.0}%", l.get(limit) * 100.0))

@@ -556,6 +556,7 @@ pages! {
     studies: "docs/studies.md",
     troubleshooting: "docs/troubleshooting.md",
     udp_and_pacing: "docs/udp-and-pacing.md",
+    watch: "docs/watch.md",
 }
 
 /// Every page of the guide has its test above.

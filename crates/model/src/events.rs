@@ -171,7 +171,7 @@ pub struct TraceLine {
 /// (comments, other events, lines a kernel of another version prints differently).
 pub fn parse_line(line: &str) -> Option<TraceLine> {
     let at = line.find(": tcp_")?;
-    let at_us = parse_seconds(line[..at].split_whitespace().last()?)?;
+    let at_us = parse_line_time(&line[..at])?;
     let rest = &line[at + 2..];
     let (name, fields) = rest.split_once(": ")?;
     let field = |key: &str| {
@@ -232,6 +232,11 @@ pub fn parse_line(line: &str) -> Option<TraceLine> {
         dport,
         event,
     })
+}
+
+/// The time of a trace line from its head (`COMM-PID [CPU] FLAGS SECONDS.MICROS`), µs.
+pub fn parse_line_time(head: &str) -> Option<i64> {
+    parse_seconds(head.split_whitespace().last()?)
 }
 
 /// `SECONDS.MICROS` as the trace prints its timestamps, in µs.

@@ -1782,6 +1782,7 @@ mod tests {
             udp: None,
             timed: None,
             transactions: None,
+            watched: None,
         }
     }
 
@@ -1874,6 +1875,7 @@ mod tests {
             trace: None,
             events: Vec::new(),
             probes: Vec::new(),
+            watch: None,
         }
     }
 

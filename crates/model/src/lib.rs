@@ -29,3 +29,4 @@ pub mod transaction;
 pub mod tseq;
 pub mod udp;
 pub mod units;
+pub mod watch;

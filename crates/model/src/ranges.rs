@@ -33,6 +33,21 @@ pub fn check_end(end: &TestEnd) -> Result<(), String> {
     }
 }
 
+/// The sample interval `watch -i` takes, ms.
+pub const SAMPLE_INTERVAL_MS: std::ops::RangeInclusive<u64> = 1..=100;
+
+/// A sample interval as given, µs, or why not.
+pub fn check_watch_interval(us: u64) -> Result<u64, String> {
+    let (low, high) = (SAMPLE_INTERVAL_MS.start(), SAMPLE_INTERVAL_MS.end());
+    if us.is_multiple_of(1000) && SAMPLE_INTERVAL_MS.contains(&(us / 1000)) {
+        Ok(us)
+    } else {
+        Err(format!(
+            "a watch's sample interval must be {low}..={high} ms in whole milliseconds"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +71,17 @@ mod tests {
         assert!(check_end(&TestEnd::Bytes { bytes: 1 }).is_ok());
         assert!(check_end(&TestEnd::Duration { us: 0 }).is_err());
         assert!(check_end(&TestEnd::Bytes { bytes: 0 }).is_err());
+    }
+
+    #[test]
+    fn a_watch_samples_every_1_to_100_whole_milliseconds() {
+        assert_eq!(check_watch_interval(1_000), Ok(1_000));
+        assert_eq!(check_watch_interval(100_000), Ok(100_000));
+        for bad in [0, 500, 1_500, 101_000] {
+            assert_eq!(
+                check_watch_interval(bad).unwrap_err(),
+                "a watch's sample interval must be 1..=100 ms in whole milliseconds"
+            );
+        }
     }
 }

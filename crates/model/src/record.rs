@@ -559,6 +559,81 @@ pub struct FlowRecord {
     /// A request/response flow's transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactions: Option<TransactionStats>,
+    /// A connection `tcplab watch` followed: its socket is the flow's client end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watched: Option<WatchedFlow>,
+}
+
+/// A socket of a TCP connection tcplab did not open, as `tcplab watch` followed it. The
+/// flow goes `up` from the end that sent more (its client) to the other (its server);
+/// the socket is the one end named by `end` (its samples that host's), and `peer` the
+/// other where that was watched too.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchedFlow {
+    /// The kernel's id of the socket (unique while the kernel runs).
+    pub cookie: u64,
+    /// The process holding the socket when it was first seen, if one could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// First and last sample, µs since the run's t0.
+    pub start_us: i64,
+    pub end_us: i64,
+    /// It opened while watched (its counters start at 0), rather than being found open.
+    pub opened: bool,
+    /// It closed while watched (its last counters are its final ones).
+    pub closed: bool,
+    /// Its state in the last sample with tcp_info.
+    pub last_state: crate::sockdiag::TcpState,
+    /// The socket's own counters in its last sample with tcp_info.
+    pub counters: FinalCounters,
+    /// Which end of the flow the socket is: `client`, the sender, or `server`.
+    pub end: Host,
+    /// The other end's socket, where it was watched too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Box<WatchedFlow>>,
+}
+
+/// A watched socket's totals as the kernel counted them, from its last tcp_info. The
+/// kernel counts sequence space: `bytes_acked` includes the connecting side's SYN, and
+/// either count a FIN once it is acknowledged or received (one byte each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FinalCounters {
+    /// tcpi_bytes_acked: bytes it sent that the peer acknowledged.
+    pub bytes_acked: u64,
+    /// tcpi_bytes_received: bytes it received (in order).
+    pub bytes_received: u64,
+    /// tcpi_bytes_sent: bytes it sent, retransmissions included.
+    pub bytes_sent: u64,
+    /// tcpi_total_retrans: segments retransmitted.
+    pub retransmits: u64,
+    /// tcpi_min_rtt, µs (0: no RTT measured).
+    pub min_rtt_us: u32,
+    /// Time its samples booked to a limit, µs, and the shares of it.
+    pub limited_us: u64,
+    pub limits: LimitShares,
+}
+
+/// What a run is: a test tcplab ran, or connections it watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    Test,
+    Watch,
+}
+
+/// What `tcplab watch` was asked and how it saw connections open and close.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchRecord {
+    /// The filter as given (`--port 443 --comm curl`), "" for every connection.
+    pub filter: String,
+    /// Opens and closes came from the `sock:inet_sock_set_state` tracepoint; without,
+    /// polling alone.
+    pub tracepoint: bool,
+    /// Connections seen only without tcp_info (already in TIME_WAIT or an orphaned
+    /// FIN_WAIT2 when first seen): counted, not recorded.
+    pub missed: u64,
 }
 
 /// What a TCP flow that ran for a duration delivered by its deadline (the part its rates
@@ -985,6 +1060,18 @@ pub struct RunRecord {
     /// always stored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ProbeRecord>,
+    /// Set on a run of kind `watch`: what was watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchRecord>,
+}
+
+impl RunRecord {
+    pub fn kind(&self) -> RunKind {
+        match self.watch {
+            Some(_) => RunKind::Watch,
+            None => RunKind::Test,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -743,6 +743,8 @@ fn run_values(run: &RunRecord, path: &Path) -> Result<Columns> {
     cols.push(("trace_json", opt_json(run.trace.as_ref())));
     cols.push(("latency_json", opt_json(s.latency.as_ref())));
     cols.push(("transactions_json", opt_json(s.transactions.as_ref())));
+    cols.push(("kind", enum_value(&run.kind())));
+    cols.push(("watch_json", opt_json(run.watch.as_ref())));
     Ok(cols)
 }
 
@@ -788,6 +790,7 @@ fn flow_values(run_id: i64, f: &FlowRecord) -> Columns {
     cols.push(("udp_json", opt_json(f.udp.as_ref())));
     cols.push(("timed_json", opt_json(f.timed.as_ref())));
     cols.push(("transactions_json", opt_json(f.transactions.as_ref())));
+    cols.push(("watched_json", opt_json(f.watched.as_ref())));
     cols
 }
 
@@ -923,6 +926,7 @@ fn read_run(r: &RowReader<'_>) -> Result<RunRecord> {
         trace: r.opt_json("trace_json")?,
         events: Vec::new(),
         probes: Vec::new(),
+        watch: r.opt_json("watch_json")?,
     })
 }
 
@@ -964,6 +968,7 @@ fn read_flow(r: &RowReader<'_>) -> Result<FlowRecord> {
         udp: r.opt_json("udp_json")?,
         timed: r.opt_json("timed_json")?,
         transactions: r.opt_json("transactions_json")?,
+        watched: r.opt_json("watched_json")?,
     })
 }
 

@@ -210,10 +210,11 @@ pub(crate) static MIGRATIONS: &[Migration] = &[
     Migration::Sql(migration_8),
     Migration::Sql(migration_9),
     Migration::Code(crate::legacy_samples::migration_10),
+    Migration::Sql(migration_11),
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -375,6 +376,18 @@ fn migration_9() -> String {
     r#"
 ALTER TABLE runs ADD COLUMN transactions_json TEXT;
 ALTER TABLE flows ADD COLUMN transactions_json TEXT;
+"#
+    .to_string()
+}
+
+/// Migration 11: runs of kind `watch` (`tcplab watch`): what was watched (JSON
+/// `WatchRecord`), and each watched connection's socket, process, times and final
+/// counters (JSON `WatchedFlow`).
+fn migration_11() -> String {
+    r#"
+ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'test' CHECK (kind IN ('test', 'watch'));
+ALTER TABLE runs ADD COLUMN watch_json TEXT;
+ALTER TABLE flows ADD COLUMN watched_json TEXT;
 "#
     .to_string()
 }

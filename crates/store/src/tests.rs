@@ -108,6 +108,7 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
             per_second: 41.0,
             latency_us: udp_stats().owd_us,
         }),
+        watched: None,
     }
 }
 
@@ -412,6 +413,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
                 ..ProbeRecord::default()
             },
         ],
+        watch: None,
     }
 }
 
@@ -980,7 +982,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              dominant_limit cpu_client_user_pct cpu_client_system_pct cpu_client_total_pct \
              cpu_server_user_pct cpu_server_system_pct cpu_server_total_pct path_spec path_json \
              experiment_id point repetition udp_json limit_pacing window_seconds trace_json \
-             latency_json transactions_json",
+             latency_json transactions_json kind watch_json",
         ),
         Table::Flows => names(
             "run_id flow direction client_addr server_addr cc mss sndbuf_requested \
@@ -990,7 +992,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
              rtt_mean_us rtt_max_us host udp_json limit_pacing kernel_limit_rwnd \
              kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app timed_json \
-             transactions_json",
+             transactions_json watched_json",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \
@@ -1377,4 +1379,51 @@ fn finishing_planned_runs_links_them_and_counts_attempts() {
     assert!(store
         .finish_planned_run(id, 9, Outcome::Done(&run))
         .is_err());
+}
+
+#[test]
+fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
+    use tcplab_model::record::{FinalCounters, RunKind, WatchRecord, WatchedFlow};
+    use tcplab_model::sockdiag::TcpState;
+    let (_dir, mut store) = temp_store();
+    let mut run = sample_record(3);
+    run.watch = Some(WatchRecord {
+        filter: "--port 443".into(),
+        tracepoint: true,
+        missed: 2,
+    });
+    run.flows[0].watched = Some(WatchedFlow {
+        cookie: 0x1234_5678_9abc,
+        pid: Some(4242),
+        comm: Some("curl".into()),
+        start_us: 1_000,
+        end_us: 31_000,
+        opened: true,
+        closed: true,
+        last_state: TcpState::LastAck,
+        counters: FinalCounters {
+            bytes_acked: 10_241,
+            bytes_received: 77,
+            bytes_sent: 10_241,
+            retransmits: 1,
+            min_rtt_us: 10_123,
+            limited_us: 30_000,
+            limits: run.flows[0].limits,
+        },
+        end: tcplab_model::record::Host::Client,
+        peer: None,
+    });
+    let id = store.insert_run(&run).unwrap();
+    assert_eq!(store.load_run(id).unwrap(), run);
+    assert_eq!(run.kind(), RunKind::Watch);
+    let of_kind = |store: &Store, kind: &str| {
+        count(
+            store,
+            &format!("SELECT count(*) FROM runs WHERE kind = '{kind}'"),
+        )
+    };
+    assert_eq!(of_kind(&store, "watch"), 1);
+    // A test run stays of kind `test`.
+    store.insert_run(&sample_record(1)).unwrap();
+    assert_eq!(of_kind(&store, "test"), 1);
 }

@@ -3,6 +3,9 @@
 //! while the test runs, so the ring buffer is emptied as it fills. The text is kept as
 //! read and parsed after the test (`tcplab_model::events`), off the measurement.
 //!
+//! `watch` streams its events instead ([`Trace::stream`]): each chunk read goes at once
+//! to a channel.
+//!
 //! Each instance is named `tcplab-PID-N`, so `lab gc` removes those of dead processes.
 
 use std::fs::{self, File, OpenOptions};
@@ -10,6 +13,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -50,6 +54,30 @@ impl Trace {
     /// Enables `tracepoints` (names under `events/tcp/`) with `filter` in an instance
     /// of their own, and starts reading it.
     pub fn start(tracepoints: &[&str], filter: &str) -> Result<Trace, TraceError> {
+        Self::start_in("tcp", tracepoints, filter, None)
+    }
+
+    /// Enables `tracepoints` of `group` (`sock` for `events/sock/inet_sock_set_state`)
+    /// with `filter`, and sends each chunk of text read, whole lines or not, on the
+    /// channel returned; it closes when the trace is dropped.
+    pub fn stream(
+        group: &str,
+        tracepoints: &[&str],
+        filter: &str,
+    ) -> Result<(Trace, Receiver<Vec<u8>>), TraceError> {
+        let (sender, receiver) = mpsc::channel();
+        Ok((
+            Self::start_in(group, tracepoints, filter, Some(sender))?,
+            receiver,
+        ))
+    }
+
+    fn start_in(
+        group: &str,
+        tracepoints: &[&str],
+        filter: &str,
+        sink: Option<Sender<Vec<u8>>>,
+    ) -> Result<Trace, TraceError> {
         if userns::mode() == Mode::Rootless {
             return Err(TraceError::Rootless);
         }
@@ -78,8 +106,8 @@ impl Trace {
         trace.write("buffer_size_kb", &BUFFER_KB.to_string())?;
         trace.write("trace_clock", "mono")?;
         for tracepoint in tracepoints {
-            trace.write(&format!("events/tcp/{tracepoint}/filter"), filter)?;
-            trace.write(&format!("events/tcp/{tracepoint}/enable"), "1")?;
+            trace.write(&format!("events/{group}/{tracepoint}/filter"), filter)?;
+            trace.write(&format!("events/{group}/{tracepoint}/enable"), "1")?;
         }
         let pipe = trace.dir.join("trace_pipe");
         let file = OpenOptions::new()
@@ -94,7 +122,7 @@ impl Trace {
         let stop = Arc::clone(&trace.stop);
         let reader = std::thread::Builder::new()
             .name("trace reader".into())
-            .spawn(move || read_until_stopped(file, &stop))
+            .spawn(move || read_until_stopped(file, &stop, sink))
             .map_err(|source| TraceError::Instance {
                 op: "starting a reader for",
                 path: trace.dir.clone(),
@@ -161,8 +189,13 @@ impl Drop for Trace {
     }
 }
 
-/// Reads the pipe until `stop`, then what is left in it.
-fn read_until_stopped(mut file: File, stop: &AtomicBool) -> io::Result<Vec<u8>> {
+/// Reads the pipe until `stop`, then what is left in it: kept, or sent to `sink` as
+/// read.
+fn read_until_stopped(
+    mut file: File,
+    stop: &AtomicBool,
+    sink: Option<Sender<Vec<u8>>>,
+) -> io::Result<Vec<u8>> {
     let mut text = Vec::new();
     let mut chunk = vec![0u8; 1 << 16];
     loop {
@@ -170,7 +203,12 @@ fn read_until_stopped(mut file: File, stop: &AtomicBool) -> io::Result<Vec<u8>> 
         loop {
             match file.read(&mut chunk) {
                 Ok(0) => break,
-                Ok(n) => text.extend_from_slice(&chunk[..n]),
+                Ok(n) => match &sink {
+                    // A receiver gone is a watch ending: stop reading.
+                    Some(sink) if sink.send(chunk[..n].to_vec()).is_err() => return Ok(text),
+                    Some(_) => {}
+                    None => text.extend_from_slice(&chunk[..n]),
+                },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

@@ -279,6 +279,7 @@ pub fn merge(
         trace: None,
         events: Vec::new(),
         probes: Vec::new(),
+        watch: None,
     }
 }
 
@@ -340,6 +341,7 @@ fn flow_record(
             let (end_us, seconds) = transaction_window(params, f);
             transaction::stats(&f.transactions, end_us, seconds)
         }),
+        watched: None,
     }
 }
 

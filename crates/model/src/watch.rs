@@ -1,0 +1,980 @@
+//! `tcplab watch` without I/O: TCP connections tcplab did not open, followed from the
+//! sock_diag samples of their sockets ([`crate::sockdiag`]) and the kernel's state
+//! changes (`sock:inet_sock_set_state`), each from its first sample to its final
+//! counters. The shell (the CLI) dumps, looks sockets up, reads the tracepoint and the
+//! clock; the [`Tracker`] decides what is a connection, when it opened and closed, cuts
+//! its intervals and books its limits, in whatever time it is given.
+//!
+//! A connection is one socket, named by its cookie. It opens at its first sample with
+//! tcp_info (a request or timewait mini-socket has none) and closes at the first of:
+//! a sample in TIME_WAIT or CLOSE, a complete dump without it, a lookup that finds it
+//! gone. Its final counters are those of its last sample with tcp_info; while it is
+//! closing (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK, CLOSING) the shell looks it up every
+//! [`CLOSING_POLL_US`], so that sample is as late as the socket allows.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+
+use crate::limits::{chrono_shares, classify, LimitTally, Writer};
+use crate::record::{
+    BufferSize, ClockOffset, Direction, FinalCounters, FlowRecord, Host, HostMeta, IntervalRecord,
+    LimitShares, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams,
+    WatchRecord, WatchedFlow, SCHEMA,
+};
+use crate::sockdiag::{CongestionName, SocketKey, SocketSample, TcpState};
+use crate::tcpinfo::TcpInfo;
+
+/// How often a closing connection is looked up again, µs: its last counters are at most
+/// this old when it goes.
+pub const CLOSING_POLL_US: i64 = 1_000;
+
+/// The process holding a socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// What the shell says of a socket the tracker has not seen: watch it (with its
+/// process, if known), not, or ask again at its next sample (its owner is not known
+/// yet).
+pub enum Admit {
+    Watch(Option<Process>),
+    Ignore,
+    Later,
+}
+
+/// One state change of a TCP socket, from a `sock:inet_sock_set_state` trace line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateChange {
+    /// The trace clock's time (CLOCK_MONOTONIC with `trace_clock mono`), µs.
+    pub t_us: i64,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub new: TcpState,
+}
+
+impl StateChange {
+    /// The socket to look up for it.
+    pub fn key(&self) -> SocketKey {
+        SocketKey::tuple(self.local, self.remote)
+    }
+}
+
+/// The tracepoint's filter: TCP sockets only (the same tracepoint serves SCTP and MPTCP).
+pub const TRACE_FILTER: &str = "protocol == 6";
+
+/// Parses one line of `trace_pipe` holding an `inet_sock_set_state` event; `None` for
+/// any other line.
+pub fn parse_state_change(line: &str) -> Option<StateChange> {
+    let at = line.find(": inet_sock_set_state: ")?;
+    let t_us = crate::events::parse_line_time(&line[..at])?;
+    let fields = &line[at + ": inet_sock_set_state: ".len()..];
+    let field = |key: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    };
+    if field("protocol")? != "IPPROTO_TCP" {
+        return None;
+    }
+    let (saddr, daddr) = match field("family")? {
+        "AF_INET" => ("saddr", "daddr"),
+        "AF_INET6" => ("saddrv6", "daddrv6"),
+        _ => return None,
+    };
+    let addr = |key: &str, port: &str| -> Option<SocketAddr> {
+        let ip: IpAddr = field(key)?.parse().ok()?;
+        Some(SocketAddr::new(ip, field(port)?.parse().ok()?))
+    };
+    let new = match field("newstate")?.strip_prefix("TCP_")? {
+        "NEW_SYN_RECV" => TcpState::SynRecv,
+        name => TcpState::ALL.into_iter().find(|s| s.name() == name)?,
+    };
+    Some(StateChange {
+        t_us,
+        local: addr(saddr, "sport")?,
+        remote: addr(daddr, "dport")?,
+        new,
+    })
+}
+
+/// What the tracker tells the shell, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    Opened(u32),
+    Interval(IntervalRecord),
+    Closed(u32),
+}
+
+/// The tracker's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchConfig {
+    /// The watch's t0, on the samples' clock (CLOCK_MONOTONIC µs).
+    pub t0_us: i64,
+    pub sample_interval_us: u64,
+    /// Intervals are cut (and live lines printed) this often.
+    pub report_interval_us: u64,
+    /// Keep every ended connection with every sample (for `--db`); without, an ended
+    /// connection is dropped once the shell has read its events.
+    pub keep: bool,
+}
+
+/// One connection followed: what the shell prints and stores.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub id: u32,
+    pub key: SocketKey,
+    /// Its inode (0: no process holds it — not accepted yet, or an orphan), and when a
+    /// sample first showed it.
+    pub inode: u32,
+    inode_us: i64,
+    pub process: Option<Process>,
+    pub first_us: i64,
+    pub last_us: i64,
+    /// Opened while watched, rather than found open at the first dump.
+    pub opened: bool,
+    pub closed: bool,
+    pub state: TcpState,
+    pub congestion: Option<CongestionName>,
+    /// Its first and last tcp_info.
+    pub first_info: TcpInfo,
+    pub last_info: TcpInfo,
+    pub samples: Vec<SampleRecord>,
+    pub sample_count: u64,
+    rtt: RttSum,
+    cutter: Cutter,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RttSum {
+    min: u32,
+    max: u32,
+    sum: f64,
+    count: u64,
+}
+
+impl RttSum {
+    fn add(&mut self, rtt_us: u32) {
+        if rtt_us == 0 {
+            return;
+        }
+        self.min = if self.count == 0 {
+            rtt_us
+        } else {
+            self.min.min(rtt_us)
+        };
+        self.max = self.max.max(rtt_us);
+        self.sum += f64::from(rtt_us);
+        self.count += 1;
+    }
+
+    fn stats(&self) -> RttStats {
+        RttStats {
+            min_us: self.min,
+            mean_us: if self.count > 0 {
+                self.sum / self.count as f64
+            } else {
+                0.0
+            },
+            max_us: self.max,
+        }
+    }
+}
+
+/// A connection's intervals and limits: each sample books the time since the previous
+/// one to the limit it shows ([`classify`]); each report tick cuts an interval of the
+/// counters' growth. The one place a watched connection's intervals are made, to be fed
+/// through the shared monitor core once there is one.
+#[derive(Clone, Debug)]
+struct Cutter {
+    index: u32,
+    start_us: i64,
+    at_start: TcpInfo,
+    booked_us: i64,
+    interval: LimitTally,
+    total: LimitTally,
+}
+
+impl Cutter {
+    fn new(t_us: i64, info: &TcpInfo) -> Cutter {
+        Cutter {
+            index: 0,
+            start_us: t_us,
+            at_start: *info,
+            booked_us: t_us,
+            interval: LimitTally::default(),
+            total: LimitTally::default(),
+        }
+    }
+
+    /// Books the span up to sample `info` at `t_us`. The application is not ours: what
+    /// it was doing is unknown, so a sender held by its buffer shows only as a full one.
+    fn book(&mut self, t_us: i64, info: &TcpInfo, sample: &SocketSample) {
+        let limit = classify(info, sample.skmem.as_ref(), Writer::default());
+        let span = (t_us - self.booked_us).max(0) as u64;
+        self.interval.book(limit, span);
+        self.total.book(limit, span);
+        self.booked_us = self.booked_us.max(t_us);
+    }
+
+    /// The interval from the last cut to `t_us`, whose last sample is `info`.
+    fn cut(&mut self, flow: u32, t0_us: i64, t_us: i64, info: &TcpInfo) -> IntervalRecord {
+        let since = |t: i64| (t - t0_us).max(0) as u64;
+        let record = IntervalRecord {
+            flow,
+            index: self.index,
+            start_us: since(self.start_us),
+            end_us: since(t_us),
+            acked_bytes: info.bytes_acked.saturating_sub(self.at_start.bytes_acked),
+            received_bytes: info
+                .bytes_received
+                .saturating_sub(self.at_start.bytes_received),
+            retransmits: u64::from(
+                info.total_retrans
+                    .saturating_sub(self.at_start.total_retrans),
+            ),
+            cwnd: info.snd_cwnd,
+            srtt_us: info.rtt,
+            limits: std::mem::take(&mut self.interval)
+                .shares()
+                .unwrap_or_default(),
+            udp: None,
+            drain: false,
+        };
+        self.index += 1;
+        self.start_us = t_us;
+        self.at_start = *info;
+        record
+    }
+}
+
+impl Connection {
+    /// The record of it a stored run keeps.
+    pub fn watched(&self, t0_us: i64) -> WatchedFlow {
+        let info = &self.last_info;
+        let limited_us = self.cutter.total.total_us();
+        WatchedFlow {
+            cookie: self.key.cookie,
+            pid: self.process.as_ref().map(|p| p.pid),
+            comm: self.process.as_ref().map(|p| p.comm.clone()),
+            start_us: self.first_us - t0_us,
+            end_us: self.last_us - t0_us,
+            opened: self.opened,
+            closed: self.closed,
+            last_state: self.state,
+            counters: FinalCounters {
+                bytes_acked: info.bytes_acked,
+                bytes_received: info.bytes_received,
+                bytes_sent: info.bytes_sent,
+                retransmits: u64::from(info.total_retrans),
+                min_rtt_us: info.min_rtt,
+                limited_us,
+                limits: self.limit_shares(),
+            },
+            end: if self.sends() {
+                Host::Client
+            } else {
+                Host::Server
+            },
+            peer: None,
+        }
+    }
+
+    /// What held its sending back over the samples; all `app` where no time was booked.
+    pub fn limit_shares(&self) -> LimitShares {
+        self.cutter.total.shares().unwrap_or(LimitShares {
+            app: 1.0,
+            ..LimitShares::default()
+        })
+    }
+
+    pub fn rtt(&self) -> RttStats {
+        self.rtt.stats()
+    }
+
+    /// Its socket sent more than it received: the flow's sender.
+    pub fn sends(&self) -> bool {
+        self.last_info.bytes_acked >= self.last_info.bytes_received
+    }
+}
+
+/// Follows the connections of one watch.
+pub struct Tracker {
+    config: WatchConfig,
+    open: BTreeMap<u64, Connection>,
+    /// Open connections by 4-tuple: a tracepoint names a socket by it.
+    by_tuple: HashMap<(SocketAddr, SocketAddr), u64>,
+    /// Sockets the shell said not to watch, and closed connections' cookies, so neither
+    /// is asked about or opened again.
+    settled: HashSet<u64>,
+    closed: Vec<Connection>,
+    /// Each ended connection's place in `closed`.
+    closed_at: HashMap<u32, usize>,
+    /// Connections that closed, and that were open at the end.
+    closed_count: u64,
+    open_at_end: u64,
+    events: Vec<WatchEvent>,
+    next_id: u32,
+    next_dump_us: i64,
+    next_report_us: i64,
+    next_closing_us: i64,
+    dumps: u64,
+    missed: u64,
+}
+
+impl Tracker {
+    pub fn new(config: WatchConfig) -> Tracker {
+        Tracker {
+            config,
+            open: BTreeMap::new(),
+            by_tuple: HashMap::new(),
+            settled: HashSet::new(),
+            closed: Vec::new(),
+            closed_at: HashMap::new(),
+            closed_count: 0,
+            open_at_end: 0,
+            events: Vec::new(),
+            next_id: 0,
+            next_dump_us: config.t0_us,
+            next_report_us: config.t0_us + config.report_interval_us as i64,
+            next_closing_us: config.t0_us,
+            dumps: 0,
+            missed: 0,
+        }
+    }
+
+    /// When the shell should next call in: a dump, a report tick, or a closing
+    /// connection's lookup.
+    pub fn next_wakeup(&self) -> i64 {
+        let closing = if self.closing().next().is_some() {
+            self.next_closing_us
+        } else {
+            i64::MAX
+        };
+        self.next_dump_us.min(self.next_report_us).min(closing)
+    }
+
+    /// Whether a dump is due at `now`.
+    pub fn dump_due(&self, now: i64) -> bool {
+        now >= self.next_dump_us
+    }
+
+    /// The closing connections to look up at `now`, if their time has come (empty
+    /// otherwise); the next lookup is then [`CLOSING_POLL_US`] later.
+    pub fn closing_due(&mut self, now: i64) -> Vec<SocketKey> {
+        if now < self.next_closing_us {
+            return Vec::new();
+        }
+        self.next_closing_us = now + CLOSING_POLL_US;
+        self.closing().map(|c| c.key).collect()
+    }
+
+    fn closing(&self) -> impl Iterator<Item = &Connection> {
+        self.open.values().filter(|c| {
+            matches!(
+                c.state,
+                TcpState::FinWait1
+                    | TcpState::FinWait2
+                    | TcpState::CloseWait
+                    | TcpState::LastAck
+                    | TcpState::Closing
+            )
+        })
+    }
+
+    /// A complete dump taken at `t_us`: every socket the filter matched. A connection
+    /// missing from it is gone. `admit` is asked once about each socket not seen before.
+    pub fn dump(
+        &mut self,
+        t_us: i64,
+        samples: &[SocketSample],
+        admit: &mut dyn FnMut(&SocketSample) -> Admit,
+    ) {
+        let first = self.dumps == 0;
+        self.dumps += 1;
+        let interval = self.config.sample_interval_us as i64;
+        self.next_dump_us += interval;
+        if self.next_dump_us <= t_us {
+            // Missed ticks are skipped, not caught up.
+            self.next_dump_us = t_us + interval;
+        }
+        let mut seen = HashSet::with_capacity(samples.len());
+        for sample in samples {
+            seen.insert(sample.key.cookie);
+            self.observe(sample, !first, admit);
+        }
+        let gone: Vec<u64> = self
+            .open
+            .keys()
+            .filter(|cookie| !seen.contains(cookie))
+            .copied()
+            .collect();
+        for cookie in gone {
+            self.close(cookie);
+        }
+    }
+
+    /// Lookups taken at `t_us`: the sockets found, and the keys found gone.
+    pub fn looked_up(
+        &mut self,
+        found: &[SocketSample],
+        gone: &[SocketKey],
+        admit: &mut dyn FnMut(&SocketSample) -> Admit,
+    ) {
+        for sample in found {
+            self.observe(sample, true, admit);
+        }
+        for key in gone {
+            let cookie = match key.cookie {
+                SocketKey::NO_COOKIE => self.by_tuple.get(&(key.local, key.remote)).copied(),
+                cookie => Some(cookie),
+            };
+            if let Some(cookie) = cookie {
+                self.close(cookie);
+            }
+        }
+    }
+
+    /// Cuts each open connection's interval when a report tick has come.
+    pub fn advance(&mut self, now: i64) {
+        if now < self.next_report_us {
+            return;
+        }
+        let tick = self.next_report_us;
+        self.next_report_us += self.config.report_interval_us as i64;
+        if self.next_report_us <= now {
+            self.next_report_us = now + self.config.report_interval_us as i64;
+        }
+        let t0 = self.config.t0_us;
+        for conn in self.open.values_mut() {
+            let end = conn.last_us.min(tick).max(conn.cutter.start_us);
+            let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
+            self.events.push(WatchEvent::Interval(record));
+        }
+    }
+
+    /// Ends the watch at `now`: every open connection's last interval is cut and it is
+    /// kept as still open.
+    pub fn finish(&mut self, now: i64) {
+        let t0 = self.config.t0_us;
+        let open = std::mem::take(&mut self.open);
+        for (_, mut conn) in open {
+            let end = conn.last_us.min(now).max(conn.cutter.start_us);
+            let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
+            self.events.push(WatchEvent::Interval(record));
+            self.open_at_end += 1;
+            self.end(conn);
+        }
+        self.by_tuple.clear();
+    }
+
+    /// What happened since the last call, in order. Without [`WatchConfig::keep`],
+    /// the connections that ended before the last call are dropped.
+    pub fn events(&mut self) -> std::vec::Drain<'_, WatchEvent> {
+        if !self.config.keep {
+            self.closed.retain(|c| {
+                self.events.iter().any(|e| {
+                    *e == WatchEvent::Closed(c.id)
+                        || matches!(e, WatchEvent::Interval(i) if i.flow == c.id)
+                })
+            });
+            self.closed_at = self
+                .closed
+                .iter()
+                .enumerate()
+                .map(|(k, c)| (c.id, k))
+                .collect();
+        }
+        self.events.drain(..)
+    }
+
+    /// An open or ended connection.
+    pub fn connection(&self, id: u32) -> Option<&Connection> {
+        match self.closed_at.get(&id) {
+            Some(&k) => self.closed.get(k),
+            None => self.open.values().find(|c| c.id == id),
+        }
+    }
+
+    /// How many connections closed, and how many were open at [`Tracker::finish`].
+    pub fn counts(&self) -> (u64, u64) {
+        (self.closed_count, self.open_at_end)
+    }
+
+    /// The connections that closed (or were open at [`Tracker::finish`]), in the order
+    /// they ended: all of them with [`WatchConfig::keep`], else those whose events are
+    /// still to be read.
+    pub fn ended(&self) -> &[Connection] {
+        &self.closed
+    }
+
+    /// Open connections whose process is not known but may be, their inode first seen at
+    /// or after `since_us`: their id and inode.
+    pub fn unowned(&self, since_us: i64) -> Vec<(u32, u32)> {
+        self.open
+            .values()
+            .filter(|c| c.process.is_none() && c.inode != 0 && c.inode_us >= since_us)
+            .map(|c| (c.id, c.inode))
+            .collect()
+    }
+
+    /// The process of open connection `id`, read after it was first seen.
+    pub fn set_process(&mut self, id: u32, process: Process) {
+        if let Some(conn) = self.open.values_mut().find(|c| c.id == id) {
+            conn.process = Some(process);
+        }
+    }
+
+    /// Whether any connection was ever followed.
+    pub fn any(&self) -> bool {
+        self.next_id > 0
+    }
+
+    /// Sockets first seen without tcp_info, after a dump's start: connections that
+    /// opened and reached TIME_WAIT before any sample.
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    pub fn config(&self) -> &WatchConfig {
+        &self.config
+    }
+
+    fn observe(
+        &mut self,
+        sample: &SocketSample,
+        opened: bool,
+        admit: &mut dyn FnMut(&SocketSample) -> Admit,
+    ) {
+        let cookie = sample.key.cookie;
+        if self.settled.contains(&cookie) {
+            return;
+        }
+        let Some(info) = sample.tcp_info else {
+            // A mini-socket: a connection in its handshake, or one that is done.
+            if self.open.contains_key(&cookie) {
+                self.close(cookie);
+            } else if matches!(sample.state, TcpState::TimeWait | TcpState::FinWait2) {
+                self.missed += 1;
+                self.settled.insert(cookie);
+            }
+            return;
+        };
+        if !self.open.contains_key(&cookie) {
+            if matches!(
+                sample.state,
+                TcpState::SynSent | TcpState::SynRecv | TcpState::Listen | TcpState::Close
+            ) {
+                // Not a connection (yet): a handshake is asked about again once
+                // established; a listener, or a socket closed before it was seen, never is.
+                return;
+            }
+            let process = match admit(sample) {
+                Admit::Watch(process) => process,
+                Admit::Ignore => {
+                    self.settled.insert(cookie);
+                    return;
+                }
+                Admit::Later => return,
+            };
+            let id = self.next_id;
+            self.next_id += 1;
+            let conn = Connection {
+                id,
+                key: sample.key,
+                inode: sample.inode,
+                inode_us: sample.t_us,
+                process,
+                first_us: sample.t_us,
+                last_us: sample.t_us,
+                opened: opened || info.bytes_acked + info.bytes_received == 0,
+                closed: false,
+                state: sample.state,
+                congestion: sample.congestion,
+                first_info: info,
+                last_info: info,
+                samples: Vec::new(),
+                sample_count: 0,
+                rtt: RttSum::default(),
+                cutter: Cutter::new(sample.t_us, &info),
+            };
+            self.by_tuple
+                .insert((sample.key.local, sample.key.remote), cookie);
+            self.open.insert(cookie, conn);
+            self.events.push(WatchEvent::Opened(id));
+        }
+        let t0 = self.config.t0_us;
+        let keep = self.config.keep;
+        let conn = self.open.get_mut(&cookie).expect("opened above");
+        if sample.t_us < conn.last_us {
+            // A lookup answered before a dump read later: nothing new.
+            return;
+        }
+        if conn.inode == 0 && sample.inode != 0 {
+            // Accepted since: a process holds it now.
+            conn.inode = sample.inode;
+            conn.inode_us = sample.t_us;
+        }
+        conn.cutter.book(sample.t_us, &info, sample);
+        conn.rtt.add(info.rtt);
+        conn.last_us = sample.t_us;
+        conn.state = sample.state;
+        conn.last_info = info;
+        conn.congestion = sample.congestion.or(conn.congestion);
+        conn.sample_count += 1;
+        if keep {
+            conn.samples.push(SampleRecord {
+                flow: conn.id,
+                host: Host::Client,
+                t_us: sample.t_us - t0,
+                info,
+                bbr: sample.bbr,
+                skmem: sample.skmem,
+            });
+        }
+        if matches!(sample.state, TcpState::TimeWait | TcpState::Close) {
+            self.close(cookie);
+        }
+    }
+
+    fn close(&mut self, cookie: u64) {
+        let Some(mut conn) = self.open.remove(&cookie) else {
+            return;
+        };
+        self.by_tuple.remove(&(conn.key.local, conn.key.remote));
+        self.settled.insert(cookie);
+        conn.closed = true;
+        let end = conn.last_us.max(conn.cutter.start_us);
+        let record = conn
+            .cutter
+            .cut(conn.id, self.config.t0_us, end, &conn.last_info);
+        self.events.push(WatchEvent::Interval(record));
+        self.events.push(WatchEvent::Closed(conn.id));
+        self.closed_count += 1;
+        self.end(conn);
+    }
+
+    fn end(&mut self, conn: Connection) {
+        self.closed_at.insert(conn.id, self.closed.len());
+        self.closed.push(conn);
+    }
+}
+
+/// What a watch's stored run says of itself besides its connections.
+#[derive(Clone, Debug)]
+pub struct WatchMeta {
+    pub started_unix_us: i64,
+    pub tool_version: String,
+    pub host: HostMeta,
+    pub label: Option<String>,
+    pub tags: Vec<String>,
+    /// The filter as given.
+    pub filter: String,
+    pub tracepoint: bool,
+    /// How long the watch lasted, µs.
+    pub duration_us: u64,
+    /// Interrupted (Ctrl-C) rather than run to its `-t`.
+    pub interrupted: bool,
+}
+
+/// A finished watch as a run of kind `watch`: each connection a flow, with its intervals
+/// (as the tracker cut them) and samples.
+pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: WatchMeta) -> RunRecord {
+    let config = tracker.config();
+    let mut ended: Vec<&Connection> = tracker.ended().iter().collect();
+    ended.sort_by_key(|c| c.id);
+    let pairs = pair_ends(&ended);
+    let flows: Vec<FlowRecord> = pairs
+        .iter()
+        .enumerate()
+        .map(|(id, ends)| flow_record(id as u32, ends, config.t0_us))
+        .collect();
+    // Each socket's samples and intervals under its flow's id, the receiver's as the
+    // server's; a flow's intervals are its sender's where it was watched.
+    let mut samples = Vec::new();
+    let mut interval_of: HashMap<u32, (u32, bool)> = HashMap::new();
+    for (id, ends) in pairs.iter().enumerate() {
+        let id = id as u32;
+        for (end, host) in [(ends.sender, Host::Client), (ends.receiver, Host::Server)] {
+            let Some(c) = end else { continue };
+            samples.extend(c.samples.iter().map(|s| SampleRecord {
+                flow: id,
+                host,
+                ..s.clone()
+            }));
+        }
+        match (ends.sender, ends.receiver) {
+            (Some(s), _) => interval_of.insert(s.id, (id, true)),
+            (None, Some(r)) => interval_of.insert(r.id, (id, false)),
+            (None, None) => None,
+        };
+    }
+    let intervals = intervals
+        .into_iter()
+        .filter_map(|i| {
+            let (flow, sender) = *interval_of.get(&i.flow)?;
+            // The other end's count: what one end saw acknowledged the other received.
+            let bytes = if sender {
+                i.acked_bytes
+            } else {
+                i.received_bytes
+            };
+            Some(IntervalRecord {
+                flow,
+                acked_bytes: bytes,
+                received_bytes: bytes,
+                ..i
+            })
+        })
+        .collect();
+    let window_seconds = meta.duration_us as f64 / 1e6;
+    let rate = |bytes: u64| {
+        if window_seconds > 0.0 {
+            bytes as f64 * 8.0 / window_seconds
+        } else {
+            0.0
+        }
+    };
+    let sent_bytes = flows.iter().map(|f| f.sent_bytes).sum();
+    let received_bytes = flows.iter().map(|f| f.received_bytes).sum();
+    let senders: Vec<(LimitShares, f64)> = flows
+        .iter()
+        .filter(|f| f.samples > 0)
+        .map(|f| (f.limits, f.sender_seconds))
+        .collect();
+    let limits = LimitShares::weighted_mean(&senders);
+    let rtts: Vec<&RttStats> = flows
+        .iter()
+        .map(|f| &f.rtt)
+        .filter(|r| r.min_us > 0)
+        .collect();
+    let rtt = RttStats {
+        min_us: rtts.iter().map(|r| r.min_us).min().unwrap_or(0),
+        mean_us: if rtts.is_empty() {
+            0.0
+        } else {
+            rtts.iter().map(|r| r.mean_us).sum::<f64>() / rtts.len() as f64
+        },
+        max_us: rtts.iter().map(|r| r.max_us).max().unwrap_or(0),
+    };
+    RunRecord {
+        schema: SCHEMA.into(),
+        tool_version: meta.tool_version,
+        label: meta.label,
+        tags: meta.tags,
+        status: if meta.interrupted {
+            RunStatus::Incomplete
+        } else {
+            RunStatus::Done
+        },
+        error: None,
+        started_unix_us: meta.started_unix_us,
+        target: format!("watch {}", meta.filter).trim_end().to_owned(),
+        params: TestParams {
+            streams: u16::try_from(flows.len()).unwrap_or(u16::MAX),
+            end: TestEnd::Duration {
+                us: meta.duration_us,
+            },
+            sample_interval_us: config.sample_interval_us,
+            report_interval_us: config.report_interval_us,
+            ..TestParams::default()
+        },
+        client: meta.host,
+        server: HostMeta::default(),
+        clock: ClockOffset::default(),
+        summary: Summary {
+            sent_bytes,
+            received_bytes,
+            sent_bps: rate(sent_bytes),
+            received_bps: rate(received_bytes),
+            window_seconds,
+            retransmits: flows.iter().map(|f| f.retransmits).sum(),
+            rtt,
+            limits,
+            dominant_limit: (!senders.is_empty()).then(|| limits.dominant()),
+            ..Summary::default()
+        },
+        flows,
+        intervals,
+        path: None,
+        samples,
+        trace: None,
+        events: Vec::new(),
+        probes: Vec::new(),
+        watch: Some(WatchRecord {
+            filter: meta.filter,
+            tracepoint: meta.tracepoint,
+            missed: tracker.missed(),
+        }),
+    }
+}
+
+/// The payload a socket's counters show, acknowledged and received: the kernel counts
+/// sequence space, where the connecting side's SYN and each FIN take a byte. What was
+/// acknowledged is at most the data sent once (`bytes_sent` − `bytes_retrans`: data
+/// only), and a socket in `state` past the peer's FIN received it as a byte.
+pub fn payload(info: &TcpInfo, state: TcpState) -> (u64, u64) {
+    let acked = info
+        .bytes_acked
+        .min(info.bytes_sent.saturating_sub(info.bytes_retrans));
+    let fin = matches!(
+        state,
+        TcpState::CloseWait | TcpState::LastAck | TcpState::Closing | TcpState::TimeWait
+    );
+    (acked, info.bytes_received.saturating_sub(u64::from(fin)))
+}
+
+/// A connection's payload in a socket's counters, from its first sample unless it
+/// opened while watched: sent (acknowledged) and received.
+fn payload_of(c: &Connection) -> (u64, u64) {
+    let (sent, received) = payload(&c.last_info, c.state);
+    if c.opened {
+        return (sent, received);
+    }
+    let (first_sent, first_received) = payload(&c.first_info, TcpState::Established);
+    (
+        sent.saturating_sub(first_sent),
+        received.saturating_sub(first_received),
+    )
+}
+
+/// The ends of one connection as far as they were watched: the socket that sent more
+/// (the flow's client), and the other (its server).
+struct Ends<'a> {
+    sender: Option<&'a Connection>,
+    receiver: Option<&'a Connection>,
+}
+
+/// Each watched socket with its peer where that was watched too (the reversed 4-tuple,
+/// alive at the same time), in the order of their ids.
+fn pair_ends<'a>(ended: &[&'a Connection]) -> Vec<Ends<'a>> {
+    let mut by_tuple: HashMap<(SocketAddr, SocketAddr), Vec<usize>> = HashMap::new();
+    for (k, c) in ended.iter().enumerate() {
+        by_tuple
+            .entry((c.key.local, c.key.remote))
+            .or_default()
+            .push(k);
+    }
+    let mut used = vec![false; ended.len()];
+    let mut pairs = Vec::new();
+    for (k, c) in ended.iter().enumerate() {
+        if used[k] {
+            continue;
+        }
+        used[k] = true;
+        let peer = by_tuple
+            .get(&(c.key.remote, c.key.local))
+            .and_then(|ks| {
+                ks.iter().copied().find(|&p| {
+                    !used[p] && c.first_us <= ended[p].last_us && ended[p].first_us <= c.last_us
+                })
+            })
+            .map(|p| {
+                used[p] = true;
+                ended[p]
+            });
+        pairs.push(match peer {
+            Some(p) if payload_of(p).0 > payload_of(c).0 => Ends {
+                sender: Some(p),
+                receiver: Some(c),
+            },
+            Some(p) => Ends {
+                sender: Some(c),
+                receiver: Some(p),
+            },
+            None if c.sends() => Ends {
+                sender: Some(c),
+                receiver: None,
+            },
+            None => Ends {
+                sender: None,
+                receiver: Some(c),
+            },
+        });
+    }
+    pairs
+}
+
+/// One connection as flow `id`, `up` from the end that sent more (the client) to the
+/// other (the server). Its bytes are payload ([`payload`]): sent as the sender's socket
+/// saw them acknowledged, received as the receiver's socket counted them — each taken
+/// from the other end where only one was watched.
+fn flow_record(id: u32, ends: &Ends<'_>, t0_us: i64) -> FlowRecord {
+    let main = ends.sender.or(ends.receiver).expect("a watched end");
+    let sent = ends.sender.map(|s| payload_of(s).0);
+    let received = ends.receiver.map(|r| payload_of(r).1);
+    let (sent_bytes, received_bytes) = match (sent, received) {
+        (Some(s), Some(r)) => (s, r),
+        (Some(s), None) => (s, s),
+        (None, Some(r)) => (r, r),
+        (None, None) => (0, 0),
+    };
+    let seconds = |c: &Connection| (c.last_us - c.first_us).max(0) as f64 / 1e6;
+    let bps = |bytes: u64, seconds: f64| {
+        if seconds > 0.0 {
+            bytes as f64 * 8.0 / seconds
+        } else {
+            0.0
+        }
+    };
+    let sender_seconds = seconds(ends.sender.unwrap_or(main));
+    let receiver_seconds = seconds(ends.receiver.unwrap_or(main));
+    let (client_addr, server_addr) = match (ends.sender, ends.receiver) {
+        (Some(s), _) => (s.key.local, s.key.remote),
+        (None, Some(r)) => (r.key.remote, r.key.local),
+        (None, None) => unreachable!("a watched end"),
+    };
+    let mut watched = main.watched(t0_us);
+    watched.end = if ends.sender.is_some() {
+        Host::Client
+    } else {
+        Host::Server
+    };
+    watched.peer = ends.receiver.filter(|_| ends.sender.is_some()).map(|r| {
+        let mut peer = r.watched(t0_us);
+        peer.end = Host::Server;
+        Box::new(peer)
+    });
+    let sender = ends.sender;
+    FlowRecord {
+        id,
+        host: None,
+        direction: Direction::Up,
+        client_addr: client_addr.to_string(),
+        server_addr: server_addr.to_string(),
+        cc: main.congestion.map(|n| n.to_string()).unwrap_or_default(),
+        mss: main.last_info.snd_mss,
+        sndbuf: BufferSize::default(),
+        rcvbuf: BufferSize::default(),
+        sent_bytes,
+        received_bytes,
+        sent_bps: bps(sent_bytes, sender_seconds),
+        received_bps: bps(received_bytes, receiver_seconds),
+        sender_seconds,
+        receiver_seconds,
+        retransmits: sender.map_or(0, |s| {
+            let base = if s.opened {
+                0
+            } else {
+                s.first_info.total_retrans
+            };
+            u64::from(s.last_info.total_retrans.saturating_sub(base))
+        }),
+        samples: sender.map_or(0, |s| s.sample_count),
+        receiver_samples: ends.receiver.map_or(0, |r| r.sample_count),
+        limits: sender.map_or_else(LimitShares::default, Connection::limit_shares),
+        kernel_limits: sender.map_or_else(LimitShares::default, |s| {
+            let elapsed = (s.last_us - s.first_us).max(0) as u64;
+            chrono_shares(&s.first_info, &s.last_info, elapsed)
+        }),
+        rtt: main.rtt(),
+        udp: None,
+        timed: None,
+        transactions: None,
+        watched: Some(watched),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -23,6 +23,9 @@ const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the server's program may take to end by itself once the client's has, and
 /// then after SIGTERM, before SIGKILL.
 const END_GRACE: Duration = Duration::from_secs(2);
+/// Once the commands ended, how long the watch waits for their connections to finish
+/// closing (a FIN crossing the path) before it records the rest as still open.
+const DRAIN_US: u64 = 1_000_000;
 /// Each watched connection's interval (the live lines `watch` prints) is cut this often.
 const REPORT_INTERVAL_US: u64 = 1_000_000;
 
@@ -146,6 +149,7 @@ impl Recorder {
             keep: true,
             output: Output::Quiet,
             filter_text: String::new(),
+            drain_us: DRAIN_US,
         };
         let thread = std::thread::Builder::new()
             .name("shell-watch".into())

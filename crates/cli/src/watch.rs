@@ -79,6 +79,7 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
             Output::Lines
         },
         filter_text: filter_text.clone(),
+        drain_us: 0,
     })?;
     let (closed, open) = watched.tracker.counts();
     if !args.json {
@@ -154,6 +155,8 @@ pub(crate) struct Watch {
     pub keep: bool,
     pub output: Output,
     pub filter_text: String,
+    /// Once stopped, how long to go on while connections are still open (closing).
+    pub drain_us: u64,
 }
 
 /// What a watch saw, once it ended.
@@ -227,6 +230,7 @@ pub(crate) fn follow(watch: Watch) -> Result<Watched> {
         keep,
         output,
         filter_text,
+        drain_us,
     } = watch;
     let t0 = monotonic_us();
     let started_unix_us = unix_now_us();
@@ -248,11 +252,15 @@ pub(crate) fn follow(watch: Watch) -> Result<Watched> {
     let mut lag = Lag::default();
     let mut said_no_match = output == Output::Quiet;
     let mut stopped = false;
+    let mut stop_seen: Option<i64> = None;
     loop {
         let now = monotonic_us();
         if stop.load(Ordering::Relaxed) {
-            stopped = true;
-            break;
+            let since = *stop_seen.get_or_insert(now);
+            if tracker.open_now() == 0 || now - since >= drain_us as i64 {
+                stopped = true;
+                break;
+            }
         }
         if deadline.is_some_and(|d| now >= d) {
             break;

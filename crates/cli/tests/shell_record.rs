@@ -81,6 +81,9 @@ fn iperf3_behind_a_path_is_one_run_with_its_bytes_and_a_link_verdict() {
         for f in &flows {
             let w: Value = serde_json::from_str(f["watched_json"].as_str().unwrap()).unwrap();
             assert!(w["peer"].is_object(), "one end only: {w}");
+            // Both ends seen closing: the watch outlasts the FINs crossing the path.
+            assert!(w["closed"].as_bool().unwrap(), "{w}");
+            assert!(w["peer"]["closed"].as_bool().unwrap(), "{w}");
         }
         let data = flows
             .iter()

@@ -526,6 +526,11 @@ impl Tracker {
         }
     }
 
+    /// How many connections are open now.
+    pub fn open_now(&self) -> usize {
+        self.open.len()
+    }
+
     /// Whether any connection was ever followed.
     pub fn any(&self) -> bool {
         self.next_id > 0

@@ -711,6 +711,21 @@ pub struct ShellArgs {
     /// slirp4netns without root
     #[arg(long, value_enum, default_value = "server")]
     pub far: FarArg,
+    /// Run CMD (by `sh -c`, with the same variables) in the server host: started before
+    /// the command (once it listens, or within 5 s), ended (SIGTERM) after it
+    #[arg(long, value_name = "CMD")]
+    pub server_cmd: Option<String>,
+    /// Watch every TCP connection of the client and server hosts while the commands run
+    /// and store them, with the path and both command lines, as a run of kind `watch`
+    /// in this SQLite database (`tcplab explain` reads it)
+    #[arg(long, value_name = "DB")]
+    pub record: Option<std::path::PathBuf>,
+    /// With --record, sample every connection this often (1–100 ms)
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_watch_interval, requires = "record")]
+    pub sample_interval: u64,
+    /// With --record, a label for the stored run
+    #[arg(long, requires = "record")]
+    pub label: Option<String>,
     /// The command, run in the (first) client host; TCPLAB_SERVER, TCPLAB_SERVER6,
     /// TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it where the far side is.
     #[arg(last = true, required = true, value_name = "COMMAND")]

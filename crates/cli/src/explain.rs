@@ -82,6 +82,10 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
                     writeln!(out, "{line}")?;
                 }
                 write!(out, "{}", watched_connections(&run))?;
+                writeln!(
+                    out,
+                    "cannot know: why a program wrote or read no more (an app limit says only that the application did not write); a connection that carried under 1 % of the bytes is listed, not explained"
+                )?;
             }
         }
     }

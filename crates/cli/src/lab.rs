@@ -20,14 +20,17 @@ use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::path::{Pace, PathSpec};
-use tcplab_model::record::DirectionStats;
+use tcplab_model::record::{DirectionStats, ShellCommands};
 use tcplab_model::units::{count, format_duration_us};
 use tcplab_report::table::{aligned, Align};
+use tcplab_store::NotStored;
 use tcplab_sys::{netns, poll, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
-use crate::commands::{interrupt_flag, lab_lines};
+use crate::commands::{interrupt_flag, lab_lines, open_store};
+use crate::shell_record::{Recorder, Server};
 use crate::stdio::{errln, outln, Stdout};
+use crate::watch::{WatchLabels, Watched};
 
 /// How long `show` and `down` wait for a daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -447,6 +450,8 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
         }
         FarHost::possible().context("cannot reach this namespace through the lab")?;
     }
+    // Checked before the lab is built: a database that cannot be opened.
+    let mut store = args.record.as_deref().map(open_store).transpose()?;
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();
     let lab = Lab::up(&config).context("cannot build the lab")?;
@@ -471,12 +476,90 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
             far.host_addr
         );
     }
+    let host_addr = far.as_ref().map(|far| far.host_addr.to_string());
+    let ran = run_commands(&lab, &args, host_addr, store.is_some());
+    drop(far);
+    let entry = lab.entry.clone();
+    let stats = lab.down().context("tearing the lab down")?;
+    let (status, watched) = ran?;
+    if let (Some(store), Some(watched)) = (&mut store, watched) {
+        let (closed, open) = watched.tracker.counts();
+        errln!("tcplab shell: {}", watched.summary_line(closed, open));
+        let mut record = watched.record(WatchLabels {
+            label: args.label.clone(),
+            tags: Vec::new(),
+            filter: String::new(),
+            interrupted: false,
+        });
+        record.target = format!("shell {}", shell_words(&args.command));
+        record.path = Some(stats.record(&entry));
+        if let Some(watch) = &mut record.watch {
+            watch.shell = Some(ShellCommands {
+                client: args.command.clone(),
+                server: args.server_cmd.clone(),
+            });
+        }
+        match store.insert_run(&record) {
+            Ok(id) => errln!(
+                "tcplab shell: stored as run {id} in {}",
+                store.path().display()
+            ),
+            Err(e) => return Err(NotStored::keeping(store.path(), e, Some(&record)).into()),
+        }
+    }
+    Ok(ExitCode::from(status.clamp(0, 255) as u8))
+}
+
+/// The command line as one string, each word quoted where the shell would need it.
+fn shell_words(words: &[String]) -> String {
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|w| {
+            let plain = !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+$".contains(c));
+            if plain {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    quoted.join(" ")
+}
+
+/// Runs `--server-cmd` (if any), then the command, in `lab`'s hosts, watching both hosts
+/// with `record`: the command's exit code, and what was watched.
+fn run_commands(
+    lab: &Lab,
+    args: &ShellArgs,
+    host_addr: Option<String>,
+    record: bool,
+) -> Result<(i32, Option<Watched>)> {
+    let mut env: Vec<(&str, &str)> = lab.entry.host_env().to_vec();
+    if let Some(addr) = &host_addr {
+        env.push(("TCPLAB_HOST", addr));
+    }
+    let recorder = record
+        .then(|| Recorder::start(lab, args.sample_interval))
+        .transpose()?;
+    let server = match &args.server_cmd {
+        Some(command) => match Server::start(lab, command, &env) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                if let Some(recorder) = recorder {
+                    let _ = recorder.finish();
+                }
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     // The command runs under an init of its own (`lab shell-init`), pid 1 of a new pid
     // namespace, which ends whatever the command leaves when it exits and, should this
     // process die (even by SIGKILL), the command too, and removes the lab.
     let exe = std::env::current_exe().context("locating the tcplab binary")?;
     let (name, owner) = (lab.entry.name.clone(), netns::own_pid());
-    let host_addr = far.as_ref().map(|far| far.host_addr.to_string());
     let init = |lifeline: std::os::fd::RawFd| {
         let mut init = Command::new(exe);
         init.args(["lab", "shell-init", &name])
@@ -484,10 +567,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
             .arg(format!("--lifeline={lifeline}"))
             .arg("--")
             .args(&args.command)
-            .envs(lab.entry.host_env());
-        if let Some(addr) = host_addr {
-            init.env("TCPLAB_HOST", addr);
-        }
+            .envs(env.iter().copied());
         init
     };
     // Spawned from a thread inside the client namespace, init and command live there.
@@ -496,14 +576,15 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
         let status = init.wait();
         drop(lifeline);
         status
-    })?;
-    drop(far);
-    lab.down().context("tearing the lab down")?;
-    let code = status
+    });
+    let ended = server.map(Server::end).transpose();
+    let watched = recorder.map(Recorder::finish).transpose()?;
+    ended?;
+    let code = status?
         .context("running the command's init")?
         .code()
         .unwrap_or(1);
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok((code, watched))
 }
 
 /// `lab shell-init`: pid 1 of a `shell` command's pid namespace. Exits with the

@@ -10,6 +10,7 @@ mod lab;
 mod manual;
 mod output;
 mod report;
+mod shell_record;
 mod stdio;
 mod sweep;
 mod watch;

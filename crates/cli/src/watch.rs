@@ -5,14 +5,15 @@
 
 use std::collections::HashSet;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::IntervalRecord;
+use tcplab_model::record::{IntervalRecord, RunRecord};
 use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Side};
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
@@ -46,31 +47,8 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
             .transpose()
             .context("the filter")?,
     );
-    let mut diag = SockDiag::open()?;
-    let stop = interrupt_flag();
-    let trace = match Trace::stream("sock", &["inet_sock_set_state"], &trace_filter(&args.port)) {
-        Ok(trace) => Some(trace),
-        Err(e) => {
-            errln!(
-                "tcplab watch: polling only, every {} ({e}): a connection that opens and closes between two samples is missed",
-                format_duration_us(args.sample_interval)
-            );
-            None
-        }
-    };
-    let tracepoint = trace.is_some();
-    let t0 = monotonic_us();
-    let started_unix_us = unix_now_us();
-    let mut tracker = Tracker::new(WatchConfig {
-        t0_us: t0,
-        sample_interval_us: args.sample_interval,
-        report_interval_us: args.report_interval,
-        keep: store.is_some(),
-    });
-    let printer = Printer {
-        json: args.json,
-        header_shown: Default::default(),
-    };
+    let diag = SockDiag::open()?;
+    let trace = open_trace(&args.port, args.sample_interval, "tcplab watch");
     if !args.json {
         errln!(
             "tcplab watch: {} every {}{}; Ctrl-C ends",
@@ -85,19 +63,204 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    let deadline = args.time.map(|t| t0 + t as i64);
+    let watched = follow(Watch {
+        diags: vec![diag],
+        query,
+        selection,
+        trace,
+        stop: interrupt_flag(),
+        time_us: args.time,
+        sample_interval_us: args.sample_interval,
+        report_interval_us: args.report_interval,
+        keep: store.is_some(),
+        output: if args.json {
+            Output::Json
+        } else {
+            Output::Lines
+        },
+        filter_text: filter_text.clone(),
+        drain_us: 0,
+    })?;
+    let (closed, open) = watched.tracker.counts();
+    if !args.json {
+        errln!("tcplab watch: {}", watched.summary_line(closed, open));
+        if let Some(lag) = &watched.lag {
+            errln!("tcplab watch: {}", lag.line());
+        }
+    }
+    if let Some(store) = &mut store {
+        let interrupted = watched.stopped;
+        let record = watched.record(WatchLabels {
+            label: args.label.clone(),
+            tags: args.tags.clone(),
+            filter: filter_text,
+            interrupted,
+        });
+        match store.insert_run(&record) {
+            Ok(id) if !args.json => {
+                errln!(
+                    "tcplab watch: stored as run {id} in {}",
+                    store.path().display()
+                )
+            }
+            Ok(_) => {}
+            Err(e) => return Err(NotStored::keeping(store.path(), e, Some(&record)).into()),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `sock:inet_sock_set_state` stream, or `None` (said on stderr by `who`) where
+/// tracefs or privilege is missing: polling only.
+pub(crate) fn open_trace(
+    ports: &[u16],
+    sample_interval_us: u64,
+    who: &str,
+) -> Option<(Trace, Receiver<Vec<u8>>)> {
+    match Trace::stream("sock", &["inet_sock_set_state"], &trace_filter(ports)) {
+        Ok(trace) => Some(trace),
+        Err(e) => {
+            errln!(
+                "{who}: polling only, every {} ({e}): a connection that opens and closes between two samples is missed",
+                format_duration_us(sample_interval_us)
+            );
+            None
+        }
+    }
+}
+
+/// How the loop shows what it sees as it goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    Lines,
+    Json,
+    /// Nothing (stdout is another program's): the intervals are only kept.
+    Quiet,
+}
+
+/// What one watch follows, and how.
+pub(crate) struct Watch {
+    /// A sock_diag socket per network namespace watched, all on one clock (each
+    /// socket's cookie is unique across namespaces).
+    pub diags: Vec<SockDiag>,
+    pub query: Query,
+    pub selection: Selection,
+    pub trace: Option<(Trace, Receiver<Vec<u8>>)>,
+    /// Ends the watch once set.
+    pub stop: Arc<AtomicBool>,
+    pub time_us: Option<u64>,
+    pub sample_interval_us: u64,
+    pub report_interval_us: u64,
+    /// Keep every connection's samples, to store them.
+    pub keep: bool,
+    pub output: Output,
+    pub filter_text: String,
+    /// Once stopped, how long to go on while connections are still open (closing).
+    pub drain_us: u64,
+}
+
+/// What a watch saw, once it ended.
+pub(crate) struct Watched {
+    pub tracker: Tracker,
+    pub intervals: Vec<IntervalRecord>,
+    /// How late the tracepoint's changes were read; `None`: polling only.
+    pub lag: Option<Lag>,
+    /// Ended by the stop flag, rather than by its time.
+    pub stopped: bool,
+    pub started_unix_us: i64,
+    pub duration_us: u64,
+}
+
+/// How a stored watch names itself.
+pub(crate) struct WatchLabels {
+    pub label: Option<String>,
+    pub tags: Vec<String>,
+    pub filter: String,
+    /// Ended early (Ctrl-C) rather than as asked.
+    pub interrupted: bool,
+}
+
+impl Watched {
+    pub fn summary_line(&self, closed: u64, open: u64) -> String {
+        format!(
+            "{} over {}: {closed} closed, {open} still open{}",
+            count(closed + open, "connection"),
+            format_duration_us(self.duration_us),
+            match self.tracker.missed() {
+                0 => String::new(),
+                n => format!(
+                    "; {} seen only once done (TIME_WAIT), not recorded",
+                    count(n, "other")
+                ),
+            }
+        )
+    }
+
+    /// The run of kind `watch` it stores as.
+    pub fn record(self, labels: WatchLabels) -> RunRecord {
+        run_record(
+            &self.tracker,
+            self.intervals,
+            WatchMeta {
+                started_unix_us: self.started_unix_us,
+                tool_version: env!("CARGO_PKG_VERSION").into(),
+                host: tcplab_sys::sysctl::host_meta(),
+                label: labels.label,
+                tags: labels.tags,
+                filter: labels.filter,
+                tracepoint: self.lag.is_some(),
+                duration_us: self.duration_us,
+                interrupted: labels.interrupted,
+            },
+        )
+    }
+}
+
+/// Follows the connections `watch` selects until its time is up or its stop flag is set.
+pub(crate) fn follow(watch: Watch) -> Result<Watched> {
+    let Watch {
+        mut diags,
+        query,
+        selection,
+        trace,
+        stop,
+        time_us,
+        sample_interval_us,
+        report_interval_us,
+        keep,
+        output,
+        filter_text,
+        drain_us,
+    } = watch;
+    let t0 = monotonic_us();
+    let started_unix_us = unix_now_us();
+    let mut tracker = Tracker::new(WatchConfig {
+        t0_us: t0,
+        sample_interval_us,
+        report_interval_us,
+        keep,
+    });
+    let printer = Printer {
+        output,
+        header_shown: Default::default(),
+    };
+    let deadline = time_us.map(|t| t0 + t as i64);
     let mut admission = selection;
     let mut intervals: Vec<IntervalRecord> = Vec::new();
     let (mut samples, mut found, mut gone) = (Vec::new(), Vec::new(), Vec::new());
     let mut pending = String::new();
     let mut lag = Lag::default();
-    let mut said_no_match = false;
-    let mut interrupted = false;
+    let mut said_no_match = output == Output::Quiet;
+    let mut stopped = false;
+    let mut stop_seen: Option<i64> = None;
     loop {
         let now = monotonic_us();
         if stop.load(Ordering::Relaxed) {
-            interrupted = true;
-            break;
+            let since = *stop_seen.get_or_insert(now);
+            if tracker.open_now() == 0 || now - since >= drain_us as i64 {
+                stopped = true;
+                break;
+            }
         }
         if deadline.is_some_and(|d| now >= d) {
             break;
@@ -111,14 +274,14 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         }
         if !keys.is_empty() {
             found.clear();
-            gone.clear();
-            diag.lookup(&keys, Extensions::ALL, &mut found, &mut gone)?;
-            let gone_keys: Vec<SocketKey> = gone.iter().map(|&i| keys[i]).collect();
+            let gone_keys = lookup(&mut diags, &keys, &mut found, &mut gone)?;
             tracker.looked_up(&found, &gone_keys, &mut |s| admission.admit(s));
         }
         if tracker.dump_due(now) {
             samples.clear();
-            diag.dump(&query, &mut samples)?;
+            for diag in &mut diags {
+                diag.dump(&query, &mut samples)?;
+            }
             tracker.dump(now, &samples, &mut |s| admission.admit(s));
             if !tracker.any() && !said_no_match {
                 said_no_match = true;
@@ -149,53 +312,36 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     let end = monotonic_us();
     tracker.finish(end);
     printer.print(&mut tracker, t0, &mut intervals);
+    let tracepoint = trace.is_some();
     drop(trace);
-    let (closed, open) = tracker.counts();
-    if !args.json {
-        errln!(
-            "tcplab watch: {} over {}: {closed} closed, {open} still open{}",
-            count(closed + open, "connection"),
-            format_duration_us((end - t0).max(0) as u64),
-            match tracker.missed() {
-                0 => String::new(),
-                n => format!(
-                    "; {} seen only once done (TIME_WAIT), not recorded",
-                    count(n, "other")
-                ),
-            }
-        );
-    }
-    if tracepoint && !args.json {
-        errln!("tcplab watch: {}", lag.line());
-    }
-    if let Some(store) = &mut store {
-        let record = run_record(
-            &tracker,
-            intervals,
-            WatchMeta {
-                started_unix_us,
-                tool_version: env!("CARGO_PKG_VERSION").into(),
-                host: tcplab_sys::sysctl::host_meta(),
-                label: args.label.clone(),
-                tags: args.tags.clone(),
-                filter: filter_text,
-                tracepoint,
-                duration_us: (end - t0).max(0) as u64,
-                interrupted,
-            },
-        );
-        match store.insert_run(&record) {
-            Ok(id) if !args.json => {
-                errln!(
-                    "tcplab watch: stored as run {id} in {}",
-                    store.path().display()
-                )
-            }
-            Ok(_) => {}
-            Err(e) => return Err(NotStored::keeping(store.path(), e, Some(&record)).into()),
+    Ok(Watched {
+        tracker,
+        intervals,
+        lag: tracepoint.then_some(lag),
+        stopped,
+        started_unix_us,
+        duration_us: (end - t0).max(0) as u64,
+    })
+}
+
+/// Looks `keys` up in each namespace in turn, appending what is found to `found`; returns
+/// the keys found in none (gone).
+fn lookup(
+    diags: &mut [SockDiag],
+    keys: &[SocketKey],
+    found: &mut Vec<SocketSample>,
+    gone: &mut Vec<usize>,
+) -> Result<Vec<SocketKey>> {
+    let mut left = keys.to_vec();
+    for diag in diags {
+        if left.is_empty() {
+            break;
         }
+        gone.clear();
+        diag.lookup(&left, Extensions::ALL, found, gone)?;
+        left = gone.iter().map(|&i| left[i]).collect();
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(left)
 }
 
 fn trace_receiver(trace: &(Trace, Receiver<Vec<u8>>)) -> &Receiver<Vec<u8>> {
@@ -243,7 +389,7 @@ fn drain_changes(
 /// How late state changes were looked up after the kernel made them: the time in which
 /// a socket that closes is gone before its last counters are read.
 #[derive(Default)]
-struct Lag {
+pub(crate) struct Lag {
     count: u64,
     max_us: i64,
     over_ms: u64,
@@ -256,7 +402,7 @@ impl Lag {
         self.over_ms += u64::from(us > 1_000);
     }
 
-    fn line(&self) -> String {
+    pub fn line(&self) -> String {
         format!(
             "{} read from the tracepoint, {} of them over 1 ms after the kernel's change, the latest {}",
             count(self.count, "state change"),
@@ -282,7 +428,7 @@ fn unix_now_us() -> i64 {
 const OWNER_RESCAN_US: i64 = 10_000;
 
 /// What the user selected, checked, and the owners read for it.
-struct Selection {
+pub(crate) struct Selection {
     /// What the kernel checks (ports, addresses, cgroup); `None`: every socket.
     filter: Option<Filter>,
     /// `--pid` and that process's command name.
@@ -335,6 +481,19 @@ impl Selection {
             pid_inodes: None,
             error: None,
         })
+    }
+
+    /// Every connection, whoever holds it.
+    pub fn everything() -> Selection {
+        Selection {
+            filter: None,
+            pid: None,
+            comm: None,
+            owners: Owners::default(),
+            scanned_us: i64::MIN,
+            pid_inodes: None,
+            error: None,
+        }
     }
 
     /// The filter as the user gave it.
@@ -439,7 +598,7 @@ impl Selection {
 
 /// Prints the tracker's events as text lines or JSON lines, keeping the intervals.
 struct Printer {
-    json: bool,
+    output: Output,
     header_shown: std::cell::Cell<bool>,
 }
 
@@ -447,6 +606,12 @@ impl Printer {
     fn print(&self, tracker: &mut Tracker, t0: i64, intervals: &mut Vec<IntervalRecord>) {
         let events: Vec<WatchEvent> = tracker.events().collect();
         for event in events {
+            if self.output == Output::Quiet {
+                if let WatchEvent::Interval(record) = event {
+                    intervals.push(record);
+                }
+                continue;
+            }
             match event {
                 WatchEvent::Opened(id) => {
                     let c = tracker.connection(id).expect("opened");
@@ -466,7 +631,7 @@ impl Printer {
 
     fn opened(&self, c: &Connection, t0: i64) {
         let process = c.process.as_ref();
-        if self.json {
+        if self.output == Output::Json {
             outln!(
                 "{}",
                 json!({
@@ -507,7 +672,7 @@ impl Printer {
                 0.0
             }
         };
-        if self.json {
+        if self.output == Output::Json {
             let mut value = serde_json::to_value(r).expect("a record serializes");
             value["event"] = json!("interval");
             value["sent_bps"] = json!(bps(r.acked_bytes));
@@ -538,7 +703,7 @@ impl Printer {
 
     fn closed(&self, c: &Connection, t0: i64) {
         let w = c.watched(t0);
-        if self.json {
+        if self.output == Output::Json {
             outln!("{}", json!({"event": "closed", "flow": c.id, "watched": w}));
         } else {
             let k = &w.counters;

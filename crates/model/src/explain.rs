@@ -38,6 +38,9 @@ const CA_LOSS: u8 = 4;
 const REACHED: f64 = 0.8;
 /// The link counts as full at this share of its goodput.
 const LINK_FULL: f64 = 0.85;
+/// The least share of a watched run's bytes a connection carries to bear on its
+/// throughput's explanation.
+const CARRIED_DATA: f64 = 0.01;
 const SHARE_NOTED: f64 = 0.1;
 /// Samples from the first fifth of a flow are slow start, not its steady state.
 const STEADY_FROM: f64 = 0.2;
@@ -305,8 +308,14 @@ pub fn binding_bound(run: &RunRecord) -> Option<(&'static str, f64)> {
 /// [`explain`] for the TCP flows going `direction`.
 fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let all_tcp: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.udp.is_none()).collect();
-    let (tcp, other): (Vec<&FlowRecord>, Vec<&FlowRecord>) =
+    let (mut tcp, other): (Vec<&FlowRecord>, Vec<&FlowRecord>) =
         all_tcp.iter().partition(|f| f.direction == direction);
+    if run.watch.is_some() {
+        // Another program's connections include some that carried next to nothing (a
+        // control connection, a keep-alive): idle, they would book their time as `app`.
+        let total: u64 = tcp.iter().map(|f| f.received_bytes).sum();
+        tcp.retain(|f| f.received_bytes as f64 >= CARRIED_DATA * total as f64);
+    }
     let spec: Option<PathSpec> = run.path.as_ref().and_then(|p| p.spec.parse().ok());
     let window = throughput::window(&run.intervals, Counted::Received, 0, |id| {
         tcp.iter().any(|f| f.id == id)

@@ -634,6 +634,19 @@ pub struct WatchRecord {
     /// Connections seen only without tcp_info (already in TIME_WAIT or an orphaned
     /// FIN_WAIT2 when first seen): counted, not recorded.
     pub missed: u64,
+    /// Set where `tcplab shell --record` watched its programs behind a lab's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<ShellCommands>,
+}
+
+/// The programs `tcplab shell --record` ran: their connections are the run's flows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShellCommands {
+    /// The command run in the client host, word by word.
+    pub client: Vec<String>,
+    /// `--server-cmd`, run by `sh -c` in the server host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// What a TCP flow that ran for a duration delivered by its deadline (the part its rates

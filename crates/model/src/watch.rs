@@ -526,6 +526,11 @@ impl Tracker {
         }
     }
 
+    /// How many connections are open now.
+    pub fn open_now(&self) -> usize {
+        self.open.len()
+    }
+
     /// Whether any connection was ever followed.
     pub fn any(&self) -> bool {
         self.next_id > 0
@@ -806,6 +811,7 @@ pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: Watch
             filter: meta.filter,
             tracepoint: meta.tracepoint,
             missed: tracker.missed(),
+            shell: None,
         }),
     }
 }
@@ -849,10 +855,12 @@ struct Ends<'a> {
 /// Each watched socket with its peer where that was watched too (the reversed 4-tuple,
 /// alive at the same time), in the order of their ids.
 fn pair_ends<'a>(ended: &[&'a Connection]) -> Vec<Ends<'a>> {
+    // An IPv6 listener's accepted socket names an IPv4 peer as ::ffff:a.b.c.d.
+    let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
     let mut by_tuple: HashMap<(SocketAddr, SocketAddr), Vec<usize>> = HashMap::new();
     for (k, c) in ended.iter().enumerate() {
         by_tuple
-            .entry((c.key.local, c.key.remote))
+            .entry((canonical(c.key.local), canonical(c.key.remote)))
             .or_default()
             .push(k);
     }
@@ -864,7 +872,7 @@ fn pair_ends<'a>(ended: &[&'a Connection]) -> Vec<Ends<'a>> {
         }
         used[k] = true;
         let peer = by_tuple
-            .get(&(c.key.remote, c.key.local))
+            .get(&(canonical(c.key.remote), canonical(c.key.local)))
             .and_then(|ks| {
                 ks.iter().copied().find(|&p| {
                     !used[p] && c.first_us <= ended[p].last_us && ended[p].first_us <= c.last_us

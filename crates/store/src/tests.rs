@@ -1383,7 +1383,7 @@ fn finishing_planned_runs_links_them_and_counts_attempts() {
 
 #[test]
 fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
-    use tcplab_model::record::{FinalCounters, RunKind, WatchRecord, WatchedFlow};
+    use tcplab_model::record::{FinalCounters, RunKind, ShellCommands, WatchRecord, WatchedFlow};
     use tcplab_model::sockdiag::TcpState;
     let (_dir, mut store) = temp_store();
     let mut run = sample_record(3);
@@ -1391,6 +1391,10 @@ fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
         filter: "--port 443".into(),
         tracepoint: true,
         missed: 2,
+        shell: Some(ShellCommands {
+            client: vec!["curl".into(), "-s".into(), "http://10.77.0.1/".into()],
+            server: Some("python3 -m http.server 80".into()),
+        }),
     });
     run.flows[0].watched = Some(WatchedFlow {
         cookie: 0x1234_5678_9abc,

@@ -502,3 +502,30 @@ fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
     assert_eq!(run.summary.received_bytes, 6 * 1448);
     assert_eq!(run.summary.dominant_limit, Some(Limit::Cwnd));
 }
+
+#[test]
+fn an_ipv6_socket_s_v4_mapped_end_pairs_with_its_ipv4_peer() {
+    let mut t = Tracker::new(config());
+    let client = key(40013, 70);
+    let mapped = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
+        v6 => v6,
+    };
+    for step in 0..3 {
+        let now = T0 + step * 10 * MS;
+        let acked = step as u64 * 1448;
+        let mut server = receiving(client, 71, now, acked);
+        server.key.local = mapped(server.key.local);
+        server.key.remote = mapped(server.key.remote);
+        t.dump(
+            now,
+            &[sample(client, now, TcpState::Established, acked), server],
+            &mut watch_all,
+        );
+    }
+    t.finish(T0 + 30 * MS);
+    let run = run_record(&t, Vec::new(), meta());
+    assert_eq!(run.flows.len(), 1);
+    let w = run.flows[0].watched.as_ref().unwrap();
+    assert_eq!(w.peer.as_ref().unwrap().cookie, 71);
+}

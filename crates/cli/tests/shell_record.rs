@@ -1,0 +1,192 @@
+//! `tcplab shell --record`: real programs on both ends of a lab's path, every connection
+//! of both hosts stored as one run, checked against the programs' own counts (iperf3's
+//! report, the file curl fetched); explain's verdict on it; bad input.
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+use support::{export_jsonl, one_of_three_tries, serial, stderr, tcplab};
+use tcplab_sys::netns::privileged_or_skip;
+
+/// The run's rows as `tcplab export` writes them.
+fn runs(db: &Path) -> Vec<Value> {
+    export_jsonl(db, "runs")
+}
+
+/// The namespaces a `shell` named on its first stderr line ("lab shNNN: …") are gone.
+fn assert_lab_removed(out: &Output) {
+    let err = stderr(out);
+    let name = err
+        .lines()
+        .find_map(|l| l.strip_prefix("lab ")?.split(':').next())
+        .unwrap_or_else(|| panic!("no lab line in {err}"));
+    for host in ["client", "server"] {
+        let ns = Path::new("/run/netns").join(format!("{name}-{host}"));
+        assert!(!ns.exists(), "{} left behind", ns.display());
+    }
+}
+
+fn explain_json(db: &Path) -> Value {
+    let out = tcplab()
+        .args(["explain", "--db", db.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// iperf3 on both ends through 20 ms and 50 Mbit/s: one run, both command lines, the
+/// data connection's two ends one flow carrying what iperf3's receiver counted (within
+/// 2 %), and explain's verdict the link.
+#[test]
+fn iperf3_behind_a_path_is_one_run_with_its_bytes_and_a_link_verdict() {
+    if !privileged_or_skip("shell_record_iperf3") || !support::iperf3_or_skip("shell_record_iperf3")
+    {
+        return;
+    }
+    let _serial = serial();
+    one_of_three_tries("iperf3's bytes within 2 % and a link verdict", || {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("shell.db");
+        let report = dir.path().join("iperf3.json");
+        let client = format!("iperf3 -c $TCPLAB_SERVER -t 2 -J > {}", report.display());
+        let out = tcplab()
+            .args(["shell", "--path", "rtt 20ms rate 50mbit", "--record"])
+            .arg(&db)
+            .args(["--server-cmd", "iperf3 -s -1", "--", "sh", "-c", &client])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_lab_removed(&out);
+        let runs = runs(&db);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0]["kind"], "watch");
+        let watch: Value = serde_json::from_str(runs[0]["watch_json"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            watch["shell"]["client"],
+            serde_json::json!(["sh", "-c", client])
+        );
+        assert_eq!(watch["shell"]["server"], "iperf3 -s -1");
+        let path: Value = serde_json::from_str(runs[0]["path_json"].as_str().unwrap()).unwrap();
+        assert!(path["spec"]
+            .as_str()
+            .unwrap()
+            .starts_with("rtt 20ms rate 50mbit"));
+        // The control and the data connection, each with both ends watched.
+        let flows = export_jsonl(&db, "flows");
+        assert_eq!(flows.len(), 2, "{flows:?}");
+        for f in &flows {
+            let w: Value = serde_json::from_str(f["watched_json"].as_str().unwrap()).unwrap();
+            assert!(w["peer"].is_object(), "one end only: {w}");
+            // Both ends seen closing: the watch outlasts the FINs crossing the path.
+            assert!(w["closed"].as_bool().unwrap(), "{w}");
+            assert!(w["peer"]["closed"].as_bool().unwrap(), "{w}");
+        }
+        let data = flows
+            .iter()
+            .max_by_key(|f| f["received_bytes"].as_u64().unwrap())
+            .unwrap();
+        let ours = data["received_bytes"].as_f64().unwrap();
+        let iperf3: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let theirs = iperf3["end"]["sum_received"]["bytes"].as_f64().unwrap();
+        let e = explain_json(&db);
+        let verdict = e["verdict"]["limit"].as_str().unwrap().to_owned();
+        println!("received {ours} B, iperf3 {theirs} B; verdict {verdict}");
+        if (ours - theirs).abs() / theirs > 0.02 {
+            return Err(format!("received {ours} B, iperf3 counted {theirs} B"));
+        }
+        if verdict != "link" {
+            return Err(format!("verdict {verdict}: {}", e["verdict"]["reason"]));
+        }
+        Ok(())
+    });
+}
+
+/// curl fetching a file five times from python's http.server: five short connections,
+/// each recorded with the file and the response's header, sent by the server.
+#[test]
+fn short_http_connections_are_each_recorded_with_their_bytes() {
+    if !privileged_or_skip("shell_record_http") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let size = 200_000usize;
+    std::fs::write(dir.path().join("file"), vec![b'x'; size]).unwrap();
+    let db = dir.path().join("shell.db");
+    let server = format!(
+        "exec python3 -m http.server 8000 --bind $TCPLAB_SERVER --directory {}",
+        dir.path().display()
+    );
+    let client = "for i in 1 2 3 4 5; do curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/file || exit 1; done";
+    let out = tcplab()
+        .args(["shell", "--path", "rtt 10ms rate 100mbit", "--record"])
+        .arg(&db)
+        .args(["--server-cmd", &server, "--", "sh", "-c", client])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_lab_removed(&out);
+    assert_eq!(runs(&db).len(), 1);
+    let flows = export_jsonl(&db, "flows");
+    assert_eq!(flows.len(), 5, "{flows:?}");
+    for f in &flows {
+        let w: Value = serde_json::from_str(f["watched_json"].as_str().unwrap()).unwrap();
+        assert!(w["closed"].as_bool().unwrap(), "{w}");
+        assert!(w["peer"].is_object(), "one end only: {w}");
+        // The server's end sends: the file and a header of some 200 bytes.
+        let sent = f["received_bytes"].as_u64().unwrap() as usize;
+        assert!((size..size + 400).contains(&sent), "{sent} B: {f}");
+    }
+}
+
+/// Bad input: one line naming it, a non-zero exit, and no lab left behind.
+#[test]
+fn bad_input_is_one_line_and_leaves_no_lab() {
+    let out = tcplab()
+        .args(["shell", "--record", "/tmp/x.db", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("shell needs --path"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = tcplab()
+        .args(["shell", "--path", "rtt 1ms", "--record", "/dev/null/x.db"])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("/dev/null/x.db"), "{}", stderr(&out));
+
+    if !privileged_or_skip("shell_record_bad_server") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shell.db");
+    let out = tcplab()
+        .args(["shell", "--path", "rtt 1ms", "--record"])
+        .arg(&db)
+        .args(["--server-cmd", "exit 3", "--", "touch"])
+        .arg(dir.path().join("ran"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.contains("--server-cmd 'exit 3' ended (exit status: 3) before the command started"),
+        "{err}"
+    );
+    assert!(!dir.path().join("ran").exists(), "the command ran");
+    assert_lab_removed(&out);
+}

@@ -1,4 +1,4 @@
-//! `tcplab watch`: the I/O around [`tcplab_model::watch::Tracker`]. Dumps the matching
+//! `tcplab watch`: the I/O around [`tcplab_monitor::watch::Tracker`]. Dumps the matching
 //! sockets every sample interval, looks up the sockets the `sock:inet_sock_set_state`
 //! tracepoint names as they change state (and closing ones every millisecond), reads
 //! owners from /proc, prints and stores what the tracker makes of it.
@@ -16,7 +16,7 @@ use tcplab_model::record::IntervalRecord;
 use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Side};
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
-use tcplab_model::watch::{
+use tcplab_monitor::watch::{
     parse_state_change, run_record, Admit, Connection, Process, Tracker, WatchConfig, WatchEvent,
     WatchMeta, TRACE_FILTER,
 };
@@ -147,7 +147,7 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         }
     }
     let end = monotonic_us();
-    tracker.finish(end);
+    tracker.finish();
     printer.print(&mut tracker, t0, &mut intervals);
     drop(trace);
     let (closed, open) = tracker.counts();

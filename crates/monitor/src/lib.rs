@@ -15,7 +15,9 @@
 //! Connections that come and go ([`watch`]'s) join with [`Monitor::add_flow`], are
 //! sampled whenever their shell reads them ([`Monitor::sample_now`]), have their report
 //! intervals cut from their latest samples ([`Monitor::cut_sampled`]) and end at their
-//! final one ([`Monitor::end_flow`]).
+//! final one ([`Monitor::end_flow`]), and are let go of ([`Monitor::remove_flow`]).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::limits::{self, LimitTally, Writer};
@@ -490,7 +492,10 @@ impl Flow {
 /// Samples a set of connections and cuts their report intervals: see the crate's doc.
 pub struct Monitor {
     config: Config,
-    flows: Vec<Flow>,
+    /// By index, in the order added; a watcher removes those that ended.
+    flows: BTreeMap<usize, Flow>,
+    /// The index the next flow added gets: none is given twice.
+    next_flow: usize,
     samples: Vec<SampleRecord>,
     next_sample: i64,
     next_report: i64,
@@ -504,7 +509,12 @@ impl Monitor {
         Monitor {
             next_sample: t0_us + config.sample_interval_us as i64,
             next_report: t0_us + config.report_interval_us.max(1) as i64,
-            flows: flows.into_iter().map(|f| Flow::new(f, t0_us)).collect(),
+            next_flow: flows.len(),
+            flows: flows
+                .into_iter()
+                .map(|f| Flow::new(f, t0_us))
+                .enumerate()
+                .collect(),
             samples,
             past_deadline: false,
             config,
@@ -543,7 +553,7 @@ impl Monitor {
         let cut = now >= self.next_report || all_ended || at_deadline || drain_cut;
         let reads = self
             .flows
-            .iter()
+            .values()
             .zip(status)
             .enumerate()
             .filter_map(|(i, (flow, st))| {
@@ -585,7 +595,7 @@ impl Monitor {
         let app_paced = self.config.app_paced;
         if sample {
             let mut window_rate_bps = 0.0;
-            for ((flow, st), snapshot) in self.flows.iter_mut().zip(status).zip(snapshots) {
+            for ((flow, st), snapshot) in self.flows.values_mut().zip(status).zip(snapshots) {
                 let Some(snapshot) = snapshot.as_ref().filter(|_| !st.ended) else {
                     continue;
                 };
@@ -607,7 +617,7 @@ impl Monitor {
         if cut {
             let sampled = (self.sample_every() > 0).then_some(app_paced);
             let drain = self.past_deadline;
-            for ((flow, &st), snapshot) in self.flows.iter_mut().zip(status).zip(snapshots) {
+            for ((flow, &st), snapshot) in self.flows.values_mut().zip(status).zip(snapshots) {
                 let Some(interval) = flow.cut(now, st, snapshot.as_ref(), sampled, drain) else {
                     continue;
                 };
@@ -622,7 +632,7 @@ impl Monitor {
             self.past_deadline |= at_deadline;
             tick.resets = self
                 .flows
-                .iter()
+                .values()
                 .zip(status)
                 .enumerate()
                 .filter(|(_, (flow, st))| !flow.open() && st.ended && st.cut_drain)
@@ -638,8 +648,14 @@ impl Monitor {
     /// A connection that joins at `now` (it opened, or was first seen, while the others
     /// ran): its intervals start there. Returns its index.
     pub fn add_flow(&mut self, start: FlowStart, now: i64) -> usize {
-        self.flows.push(Flow::new(start, now));
-        self.flows.len() - 1
+        let index = self.next_flow;
+        self.next_flow += 1;
+        self.flows.insert(index, Flow::new(start, now));
+        index
+    }
+
+    fn flow_mut(&mut self, flow: usize) -> &mut Flow {
+        self.flows.get_mut(&flow).expect("a flow of this monitor")
     }
 
     /// Samples flow `flow` read at `now`, off the schedule (a state change, a closing
@@ -647,12 +663,14 @@ impl Monitor {
     /// as a scheduled one is. A sample older than the flow's latest is nothing new.
     pub fn sample_now(&mut self, flow: usize, now: i64, snapshot: &Snapshot) {
         let app_paced = self.config.app_paced;
-        let flow = &mut self.flows[flow];
+        let host = self.config.host;
+        let keep = self.config.keep_samples;
+        let flow = self.flow_mut(flow);
         if !flow.open() || flow.last.is_some_and(|(t, _)| now < t) {
             return;
         }
-        let record = flow.sample(now, snapshot, app_paced, self.config.host);
-        if self.config.keep_samples {
+        let record = flow.sample(now, snapshot, app_paced, host);
+        if keep {
             self.samples.push(record);
         }
     }
@@ -679,7 +697,7 @@ impl Monitor {
         self.next_report += every * ((now - self.next_report) / every + 1);
         let app_paced = Some(self.config.app_paced);
         self.flows
-            .iter_mut()
+            .values_mut()
             .filter_map(|flow| {
                 let (t, snapshot) = flow.last?;
                 flow.cut(
@@ -697,7 +715,7 @@ impl Monitor {
     /// there from it (none if no time passed since the last cut), and nothing after.
     pub fn end_flow(&mut self, flow: usize) -> Option<Interval> {
         let app_paced = Some(self.config.app_paced);
-        let flow = &mut self.flows[flow];
+        let flow = self.flow_mut(flow);
         let ended = Status {
             ended: true,
             cut_drain: false,
@@ -711,12 +729,25 @@ impl Monitor {
 
     /// What was learned of flow `flow` so far.
     pub fn watched(&self, flow: usize) -> Watched {
-        self.flows[flow].watched()
+        self.flows
+            .get(&flow)
+            .expect("a flow of this monitor")
+            .watched()
+    }
+
+    /// Lets go of a flow ended by [`Monitor::end_flow`]: what was learned of it, and its
+    /// place freed, so a watch that sees connections come and go for days keeps only
+    /// those open. The others keep their indices; [`Monitor::due`] and
+    /// [`Monitor::tick`] then take one status per flow held, in order.
+    pub fn remove_flow(&mut self, flow: usize) -> Watched {
+        let removed = self.flows.remove(&flow).expect("a flow of this monitor");
+        assert!(!removed.open(), "only an ended flow is removed");
+        removed.watched()
     }
 
     /// What was learned of each flow, in order, and the samples taken.
     pub fn finish(self) -> (Vec<Watched>, Vec<SampleRecord>) {
-        let watched = self.flows.iter().map(Flow::watched).collect();
+        let watched = self.flows.values().map(Flow::watched).collect();
         (watched, self.samples)
     }
 }

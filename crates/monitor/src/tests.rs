@@ -751,3 +751,34 @@ fn a_report_tick_before_the_latest_sample_books_no_time_twice() {
     let last = monitor.end_flow(flow).unwrap();
     assert_eq!(bounds_ms(&[last]), [(100, 130)]);
 }
+
+#[test]
+fn an_ended_flow_removed_gives_what_was_learned_and_the_others_keep_their_indices() {
+    let mut monitor = watcher();
+    let first = monitor.add_flow(sender(1, moved(0, 0, 0)), 0);
+    let last = monitor.add_flow(sender(2, moved(0, 0, 0)), 0);
+    monitor.sample_now(first, 5 * MS, &theirs(moved(2_000, 0, 0)));
+    monitor.sample_now(last, 5 * MS, &theirs(moved(1_000, 0, 1)));
+    monitor.end_flow(last).unwrap();
+    let learned = monitor.remove_flow(last);
+    assert_eq!((learned.samples, learned.limited_us), (1, 5_000));
+    assert_eq!(learned.retransmits, Some(1));
+    // A flow added after is not given the removed one's index.
+    let third = monitor.add_flow(sender(3, moved(0, 0, 0)), 10 * MS);
+    assert_eq!(third, 2);
+    monitor.sample_now(first, 20 * MS, &theirs(moved(5_000, 0, 0)));
+    monitor.sample_now(third, 20 * MS, &theirs(moved(1_000, 0, 0)));
+    let cut = monitor.cut_sampled(100 * MS);
+    assert_eq!(cut.iter().map(|i| i.flow).collect::<Vec<_>>(), [1, 3]);
+    assert_eq!(cut[0].acked_bytes, 5_000);
+    let (watched, _) = monitor.finish();
+    assert_eq!(watched.len(), 2);
+}
+
+#[test]
+#[should_panic(expected = "only an ended flow is removed")]
+fn an_open_flow_is_not_removed() {
+    let mut monitor = watcher();
+    let flow = monitor.add_flow(sender(1, idle()), 0);
+    monitor.remove_flow(flow);
+}

@@ -611,7 +611,7 @@ impl Tracker {
             let record = self.record(interval);
             self.events.push(WatchEvent::Interval(record));
         }
-        conn.learned = self.monitor.watched(conn.flow);
+        conn.learned = self.monitor.remove_flow(conn.flow);
         self.closed_at.insert(conn.id, self.closed.len());
         self.closed.push(conn);
     }

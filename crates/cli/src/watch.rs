@@ -1,4 +1,4 @@
-//! `tcplab watch`: the I/O around [`tcplab_model::watch::Tracker`]. Dumps the matching
+//! `tcplab watch`: the I/O around [`tcplab_monitor::watch::Tracker`]. Dumps the matching
 //! sockets every sample interval, looks up the sockets the `sock:inet_sock_set_state`
 //! tracepoint names as they change state (and closing ones every millisecond), reads
 //! owners from /proc, prints and stores what the tracker makes of it.
@@ -17,7 +17,7 @@ use tcplab_model::record::{IntervalRecord, RunRecord};
 use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Side};
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
-use tcplab_model::watch::{
+use tcplab_monitor::watch::{
     parse_state_change, run_record, Admit, Connection, Process, Tracker, WatchConfig, WatchEvent,
     WatchMeta, TRACE_FILTER,
 };
@@ -310,7 +310,7 @@ pub(crate) fn follow(watch: Watch) -> Result<Watched> {
         }
     }
     let end = monotonic_us();
-    tracker.finish(end);
+    tracker.finish();
     printer.print(&mut tracker, t0, &mut intervals);
     let tracepoint = trace.is_some();
     drop(trace);

@@ -29,4 +29,3 @@ pub mod transaction;
 pub mod tseq;
 pub mod udp;
 pub mod units;
-pub mod watch;

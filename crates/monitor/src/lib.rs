@@ -11,6 +11,13 @@
 //! its bytes in the counters read after), and hands the snapshots to [`Monitor::tick`],
 //! whose [`Tick`] says what to do: intervals to report, connections to reset, the
 //! senders' window rate.
+//!
+//! Connections that come and go ([`watch`]'s) join with [`Monitor::add_flow`], are
+//! sampled whenever their shell reads them ([`Monitor::sample_now`]), have their report
+//! intervals cut from their latest samples ([`Monitor::cut_sampled`]) and end at their
+//! final one ([`Monitor::end_flow`]), and are let go of ([`Monitor::remove_flow`]).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tcplab_model::limits::{self, LimitTally, Writer};
@@ -76,6 +83,9 @@ pub struct Config {
     pub pacing: Option<PaceRtt>,
     /// Samples to make room for up front, so sampling never reallocates mid-test.
     pub reserved_samples: usize,
+    /// Keep every sample taken, for [`Monitor::finish`]; a shell that keeps them its own
+    /// way (or not at all) leaves them out.
+    pub keep_samples: bool,
 }
 
 impl Config {
@@ -102,6 +112,7 @@ impl Config {
             app_paced: params.tuning.app_rate.is_some(),
             pacing,
             reserved_samples,
+            keep_samples: true,
         }
     }
 }
@@ -110,6 +121,9 @@ impl Config {
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlowStart {
     pub id: u32,
+    /// What it does. A socket tcplab did not open is a [`Role::Send`] whichever way its
+    /// data goes: its own sending is what its time is booked to, and its intervals count
+    /// both directions ([`Interval::acked_bytes`], [`Interval::received_bytes`]).
     pub role: Role,
     /// tcp_info at the start: its bytes (the handshake, a data intro) are not payload,
     /// and its counters are where the first interval's start. `None`: the connection
@@ -233,6 +247,10 @@ pub struct Interval {
     pub end_us: i64,
     /// Sender: bytes newly acknowledged; receiver: bytes read.
     pub bytes: u64,
+    /// The socket's own counters over the interval, whatever its role: bytes newly
+    /// acknowledged (tcpi_bytes_acked) and received (tcpi_bytes_received).
+    pub acked_bytes: u64,
+    pub received_bytes: u64,
     pub retransmits: u64,
     pub cwnd: u32,
     pub srtt_us: u32,
@@ -251,6 +269,8 @@ pub struct Watched {
     /// A sender's time booked sample by sample to what held it back; `None` where
     /// nothing was booked (no samples: the kernel's chrono shares are all there is).
     pub limits: Option<LimitShares>,
+    /// The time booked to those limits, µs.
+    pub limited_us: u64,
     /// Bytes counted when the deadline passed.
     pub at_deadline: Option<DeadlineCount>,
     /// Segments retransmitted over the intervals cut: after the last, cut from a read
@@ -271,6 +291,9 @@ struct Flow {
     tally: LimitTally,
     at_deadline: Option<DeadlineCount>,
     retransmits: Option<u64>,
+    /// Its latest sample and when it was taken: the counters an interval cut without
+    /// reading the socket ends on.
+    last: Option<(i64, Snapshot)>,
     cursor: IntervalCursor,
 }
 
@@ -310,6 +333,7 @@ impl Flow {
             tally: LimitTally::default(),
             at_deadline: None,
             retransmits: None,
+            last: None,
             cursor: IntervalCursor {
                 index: 0,
                 start_us: t0_us,
@@ -345,7 +369,51 @@ impl Flow {
             self.cursor.tally.book(limit, span);
             self.tally.book(limit, span);
         }
-        self.cursor.booked_us = now;
+        // An interval cut at a report tick before the latest sample does not take back
+        // the time booked up to that sample.
+        self.cursor.booked_us = self.cursor.booked_us.max(now);
+    }
+
+    /// Takes `snapshot` read at `now` as a sample: a sender's time booked, its RTT
+    /// counted; the record to keep, with BBR's model when due.
+    fn sample(
+        &mut self,
+        now: i64,
+        snapshot: &Snapshot,
+        app_paced: bool,
+        host: Host,
+    ) -> SampleRecord {
+        let bbr = if self.bbr_due(now) {
+            self.bbr_read_us = now;
+            snapshot.bbr
+        } else {
+            None
+        };
+        if self.role == Role::Send {
+            self.book(now, snapshot, app_paced);
+            self.rtt.add(snapshot.info.rtt);
+        }
+        self.samples += 1;
+        self.last = Some((now, *snapshot));
+        SampleRecord {
+            flow: self.id,
+            host,
+            t_us: now,
+            info: snapshot.info,
+            bbr,
+            skmem: snapshot.mem,
+        }
+    }
+
+    fn watched(&self) -> Watched {
+        Watched {
+            samples: self.samples,
+            rtt: self.rtt.stats(),
+            limits: self.tally.shares(),
+            limited_us: self.tally.total_us(),
+            at_deadline: self.at_deadline,
+            retransmits: self.retransmits,
+        }
     }
 
     /// Closes the current report interval at `now`, if one is open and the socket was
@@ -389,6 +457,8 @@ impl Flow {
             }),
         };
         let retransmits = u64::from(info.total_retrans.saturating_sub(prev.total_retrans));
+        let acked_bytes = info.bytes_acked.saturating_sub(prev.bytes_acked);
+        let received_bytes = info.bytes_received.saturating_sub(prev.bytes_received);
         *self.retransmits.get_or_insert(0) += retransmits;
         let interval = Interval {
             flow: self.id,
@@ -397,6 +467,8 @@ impl Flow {
             start_us: self.cursor.start_us,
             end_us: now,
             bytes: counted.saturating_sub(self.cursor.counted),
+            acked_bytes,
+            received_bytes,
             retransmits,
             cwnd: info.snd_cwnd,
             srtt_us: info.rtt,
@@ -420,7 +492,10 @@ impl Flow {
 /// Samples a set of connections and cuts their report intervals: see the crate's doc.
 pub struct Monitor {
     config: Config,
-    flows: Vec<Flow>,
+    /// By index, in the order added; a watcher removes those that ended.
+    flows: BTreeMap<usize, Flow>,
+    /// The index the next flow added gets: none is given twice.
+    next_flow: usize,
     samples: Vec<SampleRecord>,
     next_sample: i64,
     next_report: i64,
@@ -434,7 +509,12 @@ impl Monitor {
         Monitor {
             next_sample: t0_us + config.sample_interval_us as i64,
             next_report: t0_us + config.report_interval_us.max(1) as i64,
-            flows: flows.into_iter().map(|f| Flow::new(f, t0_us)).collect(),
+            next_flow: flows.len(),
+            flows: flows
+                .into_iter()
+                .map(|f| Flow::new(f, t0_us))
+                .enumerate()
+                .collect(),
             samples,
             past_deadline: false,
             config,
@@ -473,7 +553,7 @@ impl Monitor {
         let cut = now >= self.next_report || all_ended || at_deadline || drain_cut;
         let reads = self
             .flows
-            .iter()
+            .values()
             .zip(status)
             .enumerate()
             .filter_map(|(i, (flow, st))| {
@@ -515,32 +595,19 @@ impl Monitor {
         let app_paced = self.config.app_paced;
         if sample {
             let mut window_rate_bps = 0.0;
-            for ((flow, st), snapshot) in self.flows.iter_mut().zip(status).zip(snapshots) {
+            for ((flow, st), snapshot) in self.flows.values_mut().zip(status).zip(snapshots) {
                 let Some(snapshot) = snapshot.as_ref().filter(|_| !st.ended) else {
                     continue;
                 };
-                let bbr = if flow.bbr_due(now) {
-                    flow.bbr_read_us = now;
-                    snapshot.bbr
-                } else {
-                    None
-                };
+                let record = flow.sample(now, snapshot, app_paced, self.config.host);
                 if flow.role == Role::Send {
-                    flow.book(now, snapshot, app_paced);
-                    flow.rtt.add(snapshot.info.rtt);
                     if let Some(rtt) = self.config.pacing {
                         window_rate_bps += rtt.window_rate_bps(&snapshot.info);
                     }
                 }
-                flow.samples += 1;
-                self.samples.push(SampleRecord {
-                    flow: flow.id,
-                    host: self.config.host,
-                    t_us: now,
-                    info: snapshot.info,
-                    bbr,
-                    skmem: snapshot.mem,
-                });
+                if self.config.keep_samples {
+                    self.samples.push(record);
+                }
             }
             tick.window_rate_bps = (window_rate_bps > 0.0).then_some(window_rate_bps as u64);
             // Skip ticks overslept instead of bursting to catch up.
@@ -550,7 +617,7 @@ impl Monitor {
         if cut {
             let sampled = (self.sample_every() > 0).then_some(app_paced);
             let drain = self.past_deadline;
-            for ((flow, &st), snapshot) in self.flows.iter_mut().zip(status).zip(snapshots) {
+            for ((flow, &st), snapshot) in self.flows.values_mut().zip(status).zip(snapshots) {
                 let Some(interval) = flow.cut(now, st, snapshot.as_ref(), sampled, drain) else {
                     continue;
                 };
@@ -565,7 +632,7 @@ impl Monitor {
             self.past_deadline |= at_deadline;
             tick.resets = self
                 .flows
-                .iter()
+                .values()
                 .zip(status)
                 .enumerate()
                 .filter(|(_, (flow, st))| !flow.open() && st.ended && st.cut_drain)
@@ -578,19 +645,109 @@ impl Monitor {
         tick
     }
 
+    /// A connection that joins at `now` (it opened, or was first seen, while the others
+    /// ran): its intervals start there. Returns its index.
+    pub fn add_flow(&mut self, start: FlowStart, now: i64) -> usize {
+        let index = self.next_flow;
+        self.next_flow += 1;
+        self.flows.insert(index, Flow::new(start, now));
+        index
+    }
+
+    fn flow_mut(&mut self, flow: usize) -> &mut Flow {
+        self.flows.get_mut(&flow).expect("a flow of this monitor")
+    }
+
+    /// Samples flow `flow` read at `now`, off the schedule (a state change, a closing
+    /// socket's lookup, a dump of its own timing): its time booked and the sample kept
+    /// as a scheduled one is. A sample older than the flow's latest is nothing new.
+    pub fn sample_now(&mut self, flow: usize, now: i64, snapshot: &Snapshot) {
+        let app_paced = self.config.app_paced;
+        let host = self.config.host;
+        let keep = self.config.keep_samples;
+        let flow = self.flow_mut(flow);
+        if !flow.open() || flow.last.is_some_and(|(t, _)| now < t) {
+            return;
+        }
+        let record = flow.sample(now, snapshot, app_paced, host);
+        if keep {
+            self.samples.push(record);
+        }
+    }
+
+    /// When the next report tick comes, µs.
+    pub fn next_report(&self) -> i64 {
+        self.next_report
+    }
+
+    /// A report tick has come at `now`, for [`Monitor::cut_sampled`].
+    pub fn report_due(&self, now: i64) -> bool {
+        now >= self.next_report
+    }
+
+    /// At a report tick, cuts every open flow's interval without reading its socket: at
+    /// its latest sample, or at the tick where that sample came later. Nothing before
+    /// the tick.
+    pub fn cut_sampled(&mut self, now: i64) -> Vec<Interval> {
+        if !self.report_due(now) {
+            return Vec::new();
+        }
+        let tick = self.next_report;
+        let every = self.report_every();
+        self.next_report += every * ((now - self.next_report) / every + 1);
+        let app_paced = Some(self.config.app_paced);
+        self.flows
+            .values_mut()
+            .filter_map(|flow| {
+                let (t, snapshot) = flow.last?;
+                flow.cut(
+                    t.min(tick),
+                    Status::default(),
+                    Some(&snapshot),
+                    app_paced,
+                    false,
+                )
+            })
+            .collect()
+    }
+
+    /// Ends flow `flow` at its latest sample, whenever that was: its last interval cut
+    /// there from it (none if no time passed since the last cut), and nothing after.
+    pub fn end_flow(&mut self, flow: usize) -> Option<Interval> {
+        let app_paced = Some(self.config.app_paced);
+        let flow = self.flow_mut(flow);
+        let ended = Status {
+            ended: true,
+            cut_drain: false,
+        };
+        let last = flow.last;
+        let interval =
+            last.and_then(|(t, snapshot)| flow.cut(t, ended, Some(&snapshot), app_paced, false));
+        flow.cursor.info = None;
+        interval
+    }
+
+    /// What was learned of flow `flow` so far.
+    pub fn watched(&self, flow: usize) -> Watched {
+        self.flows
+            .get(&flow)
+            .expect("a flow of this monitor")
+            .watched()
+    }
+
+    /// Lets go of a flow ended by [`Monitor::end_flow`]: what was learned of it, and its
+    /// place freed, so a watch that sees connections come and go for days keeps only
+    /// those open. The others keep their indices; [`Monitor::due`] and
+    /// [`Monitor::tick`] then take one status per flow held, in order.
+    pub fn remove_flow(&mut self, flow: usize) -> Watched {
+        let removed = self.flows.remove(&flow).expect("a flow of this monitor");
+        assert!(!removed.open(), "only an ended flow is removed");
+        removed.watched()
+    }
+
     /// What was learned of each flow, in order, and the samples taken.
     pub fn finish(self) -> (Vec<Watched>, Vec<SampleRecord>) {
-        let watched = self
-            .flows
-            .into_iter()
-            .map(|f| Watched {
-                samples: f.samples,
-                rtt: f.rtt.stats(),
-                limits: f.tally.shares(),
-                at_deadline: f.at_deadline,
-                retransmits: f.retransmits,
-            })
-            .collect();
+        let watched = self.flows.values().map(Flow::watched).collect();
         (watched, self.samples)
     }
 }
@@ -630,6 +787,8 @@ impl RttAccumulator {
         }
     }
 }
+
+pub mod watch;
 
 #[cfg(test)]
 mod tests;

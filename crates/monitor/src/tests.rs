@@ -15,6 +15,7 @@ fn config(sample_ms: i64, report_ms: i64, deadline_ms: Option<i64>) -> Config {
         app_paced: false,
         pacing: None,
         reserved_samples: 0,
+        keep_samples: true,
     }
 }
 
@@ -639,4 +640,145 @@ fn stored_samples_replayed_give_the_same_intervals() {
     let (replay_watched, replayed) = replay.finish();
     assert_eq!(replay_watched, live_watched);
     assert_eq!(replayed, samples);
+}
+
+/// A monitor of connections that come and go, sampled when their shell likes: none at
+/// the start, its samples its shell's own.
+fn watcher() -> Monitor {
+    let config = Config {
+        keep_samples: true,
+        ..config(10, 100, None)
+    };
+    Monitor::new(config, Vec::new(), 0)
+}
+
+fn moved(acked: u64, received: u64, retransmits: u32) -> TcpInfo {
+    TcpInfo {
+        bytes_acked: acked,
+        bytes_received: received,
+        total_retrans: retransmits,
+        ..cwnd_limited()
+    }
+}
+
+#[test]
+fn a_flow_added_while_running_starts_its_intervals_where_it_joins() {
+    let mut monitor = watcher();
+    let flow = monitor.add_flow(sender(7, moved(1_000, 0, 0)), 30 * MS);
+    assert_eq!(flow, 0);
+    monitor.sample_now(flow, 30 * MS, &theirs(moved(1_000, 0, 0)));
+    monitor.sample_now(flow, 50 * MS, &theirs(moved(6_000, 0, 0)));
+    assert!(!monitor.report_due(99 * MS));
+    assert!(monitor.cut_sampled(99 * MS).is_empty());
+    let cut = monitor.cut_sampled(100 * MS);
+    // Cut at its latest sample, from where it joined; its bytes since then only.
+    assert_eq!(bounds_ms(&cut), [(30, 50)]);
+    assert_eq!((cut[0].flow, cut[0].acked_bytes), (7, 5_000));
+    assert_eq!(monitor.next_report(), 200 * MS);
+    // A second one joins later: the first's next interval starts at its last cut.
+    let late = monitor.add_flow(sender(8, moved(0, 0, 0)), 150 * MS);
+    monitor.sample_now(flow, 190 * MS, &theirs(moved(9_000, 0, 0)));
+    monitor.sample_now(late, 160 * MS, &theirs(moved(2_000, 0, 0)));
+    let cut = monitor.cut_sampled(200 * MS);
+    assert_eq!(bounds_ms(&cut), [(50, 190), (150, 160)]);
+    assert_eq!(
+        cut.iter().map(|i| i.acked_bytes).collect::<Vec<_>>(),
+        [3_000, 2_000]
+    );
+}
+
+#[test]
+fn samples_off_the_schedule_book_their_time_and_are_kept() {
+    let mut monitor = watcher();
+    let flow = monitor.add_flow(sender(1, idle()), 0);
+    monitor.sample_now(flow, 3 * MS, &theirs(cwnd_limited()));
+    monitor.sample_now(flow, 4_500, &theirs(rwnd_limited()));
+    // A sample older than the latest (a lookup answered before a dump read later).
+    monitor.sample_now(flow, 4 * MS, &theirs(cwnd_limited()));
+    // The schedule does not move for them.
+    assert_eq!(monitor.next_wakeup(), 10 * MS);
+    let watched = monitor.watched(flow);
+    assert_eq!((watched.samples, watched.limited_us), (2, 4_500));
+    let limits = watched.limits.unwrap();
+    assert!((limits.cwnd - 3.0 / 4.5).abs() < 1e-9, "{limits:?}");
+    assert!((limits.rwnd - 1.5 / 4.5).abs() < 1e-9, "{limits:?}");
+    let (_, samples) = monitor.finish();
+    assert_eq!(
+        samples.iter().map(|s| s.t_us).collect::<Vec<_>>(),
+        [3 * MS, 4_500]
+    );
+}
+
+#[test]
+fn a_flow_ended_at_any_time_has_its_last_interval_from_its_final_sample() {
+    let mut monitor = watcher();
+    let flow = monitor.add_flow(sender(1, moved(0, 0, 0)), 0);
+    monitor.sample_now(flow, 2 * MS, &theirs(moved(4_000, 100, 0)));
+    monitor.sample_now(flow, 5 * MS, &theirs(moved(10_000, 300, 2)));
+    let last = monitor.end_flow(flow).expect("time passed since the start");
+    assert_eq!(bounds_ms(&[last]), [(0, 5)]);
+    // Both directions' counts, whatever its role.
+    assert_eq!(
+        (last.acked_bytes, last.received_bytes, last.retransmits),
+        (10_000, 300, 2)
+    );
+    assert_eq!(last.limits.dominant(), Limit::Cwnd);
+    // Nothing after its end: no sample, no interval at the report tick.
+    monitor.sample_now(flow, 7 * MS, &theirs(moved(20_000, 300, 2)));
+    assert!(monitor.cut_sampled(100 * MS).is_empty());
+    assert_eq!(monitor.watched(flow).samples, 2);
+    assert_eq!(monitor.watched(flow).retransmits, Some(2));
+    // One that ends where its last interval was cut has no interval more, and is over.
+    let other = monitor.add_flow(sender(2, moved(0, 0, 0)), 110 * MS);
+    monitor.sample_now(other, 120 * MS, &theirs(moved(1, 0, 0)));
+    assert_eq!(monitor.cut_sampled(200 * MS).len(), 1);
+    assert_eq!(monitor.end_flow(other), None);
+    monitor.sample_now(other, 250 * MS, &theirs(moved(2, 0, 0)));
+    assert!(monitor.cut_sampled(300 * MS).is_empty());
+}
+
+#[test]
+fn a_report_tick_before_the_latest_sample_books_no_time_twice() {
+    let mut monitor = watcher();
+    let flow = monitor.add_flow(sender(1, idle()), 0);
+    monitor.sample_now(flow, 90 * MS, &theirs(cwnd_limited()));
+    monitor.sample_now(flow, 110 * MS, &theirs(cwnd_limited()));
+    // The tick at 100 ms seen late: cut there, with the 110 ms sample's counters.
+    let cut = monitor.cut_sampled(115 * MS);
+    assert_eq!(bounds_ms(&cut), [(0, 100)]);
+    monitor.sample_now(flow, 130 * MS, &theirs(cwnd_limited()));
+    assert_eq!(monitor.watched(flow).limited_us, 130 * MS as u64);
+    let last = monitor.end_flow(flow).unwrap();
+    assert_eq!(bounds_ms(&[last]), [(100, 130)]);
+}
+
+#[test]
+fn an_ended_flow_removed_gives_what_was_learned_and_the_others_keep_their_indices() {
+    let mut monitor = watcher();
+    let first = monitor.add_flow(sender(1, moved(0, 0, 0)), 0);
+    let last = monitor.add_flow(sender(2, moved(0, 0, 0)), 0);
+    monitor.sample_now(first, 5 * MS, &theirs(moved(2_000, 0, 0)));
+    monitor.sample_now(last, 5 * MS, &theirs(moved(1_000, 0, 1)));
+    monitor.end_flow(last).unwrap();
+    let learned = monitor.remove_flow(last);
+    assert_eq!((learned.samples, learned.limited_us), (1, 5_000));
+    assert_eq!(learned.retransmits, Some(1));
+    // A flow added after is not given the removed one's index.
+    let third = monitor.add_flow(sender(3, moved(0, 0, 0)), 10 * MS);
+    assert_eq!(third, 2);
+    monitor.sample_now(first, 20 * MS, &theirs(moved(5_000, 0, 0)));
+    monitor.sample_now(third, 20 * MS, &theirs(moved(1_000, 0, 0)));
+    let cut = monitor.cut_sampled(100 * MS);
+    assert_eq!(cut.iter().map(|i| i.flow).collect::<Vec<_>>(), [1, 3]);
+    assert_eq!(cut[0].acked_bytes, 5_000);
+    let (watched, _) = monitor.finish();
+    assert_eq!(watched.len(), 2);
+}
+
+#[test]
+#[should_panic(expected = "only an ended flow is removed")]
+fn an_open_flow_is_not_removed() {
+    let mut monitor = watcher();
+    let flow = monitor.add_flow(sender(1, idle()), 0);
+    monitor.remove_flow(flow);
 }

@@ -353,6 +353,9 @@ impl From<tcplab_monitor::Interval> for SideInterval {
             start_us,
             end_us,
             bytes,
+            // Each end sends the count of its role; the merge pairs them.
+            acked_bytes: _,
+            received_bytes: _,
             retransmits,
             cwnd,
             srtt_us,

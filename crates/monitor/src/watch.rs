@@ -1,9 +1,10 @@
 //! `tcplab watch` without I/O: TCP connections tcplab did not open, followed from the
-//! sock_diag samples of their sockets ([`crate::sockdiag`]) and the kernel's state
+//! sock_diag samples of their sockets ([`tcplab_model::sockdiag`]) and the kernel's state
 //! changes (`sock:inet_sock_set_state`), each from its first sample to its final
 //! counters. The shell (the CLI) dumps, looks sockets up, reads the tracepoint and the
-//! clock; the [`Tracker`] decides what is a connection, when it opened and closed, cuts
-//! its intervals and books its limits, in whatever time it is given.
+//! clock; the [`Tracker`] decides what is a connection and when it opened and closed, in
+//! whatever time it is given, and has a [`Monitor`] cut its intervals and book its
+//! limits as it does for tcplab's own flows.
 //!
 //! A connection is one socket, named by its cookie. It opens at its first sample with
 //! tcp_info (a request or timewait mini-socket has none) and closes at the first of:
@@ -15,14 +16,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::limits::{chrono_shares, classify, LimitTally, Writer};
-use crate::record::{
+use tcplab_model::limits::chrono_shares;
+use tcplab_model::record::{
     BufferSize, ClockOffset, Direction, FinalCounters, FlowRecord, Host, HostMeta, IntervalRecord,
     LimitShares, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams,
     WatchRecord, WatchedFlow, SCHEMA,
 };
-use crate::sockdiag::{CongestionName, SocketKey, SocketSample, TcpState};
-use crate::tcpinfo::TcpInfo;
+use tcplab_model::sockdiag::{CongestionName, SocketKey, SocketSample, TcpState};
+use tcplab_model::tcpinfo::TcpInfo;
+
+use crate::{Config, FlowStart, Interval, Monitor, Role, Snapshot, Watched};
 
 /// How often a closing connection is looked up again, µs: its last counters are at most
 /// this old when it goes.
@@ -68,7 +71,7 @@ pub const TRACE_FILTER: &str = "protocol == 6";
 /// any other line.
 pub fn parse_state_change(line: &str) -> Option<StateChange> {
     let at = line.find(": inet_sock_set_state: ")?;
-    let t_us = crate::events::parse_line_time(&line[..at])?;
+    let t_us = tcplab_model::events::parse_line_time(&line[..at])?;
     let fields = &line[at + ": inet_sock_set_state: ".len()..];
     let field = |key: &str| {
         fields
@@ -142,118 +145,17 @@ pub struct Connection {
     pub last_info: TcpInfo,
     pub samples: Vec<SampleRecord>,
     pub sample_count: u64,
-    rtt: RttSum,
-    cutter: Cutter,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct RttSum {
-    min: u32,
-    max: u32,
-    sum: f64,
-    count: u64,
-}
-
-impl RttSum {
-    fn add(&mut self, rtt_us: u32) {
-        if rtt_us == 0 {
-            return;
-        }
-        self.min = if self.count == 0 {
-            rtt_us
-        } else {
-            self.min.min(rtt_us)
-        };
-        self.max = self.max.max(rtt_us);
-        self.sum += f64::from(rtt_us);
-        self.count += 1;
-    }
-
-    fn stats(&self) -> RttStats {
-        RttStats {
-            min_us: self.min,
-            mean_us: if self.count > 0 {
-                self.sum / self.count as f64
-            } else {
-                0.0
-            },
-            max_us: self.max,
-        }
-    }
-}
-
-/// A connection's intervals and limits: each sample books the time since the previous
-/// one to the limit it shows ([`classify`]); each report tick cuts an interval of the
-/// counters' growth. The one place a watched connection's intervals are made, to be fed
-/// through the shared monitor core once there is one.
-#[derive(Clone, Debug)]
-struct Cutter {
-    index: u32,
-    start_us: i64,
-    at_start: TcpInfo,
-    booked_us: i64,
-    interval: LimitTally,
-    total: LimitTally,
-}
-
-impl Cutter {
-    fn new(t_us: i64, info: &TcpInfo) -> Cutter {
-        Cutter {
-            index: 0,
-            start_us: t_us,
-            at_start: *info,
-            booked_us: t_us,
-            interval: LimitTally::default(),
-            total: LimitTally::default(),
-        }
-    }
-
-    /// Books the span up to sample `info` at `t_us`. The application is not ours: what
-    /// it was doing is unknown, so a sender held by its buffer shows only as a full one.
-    fn book(&mut self, t_us: i64, info: &TcpInfo, sample: &SocketSample) {
-        let limit = classify(info, sample.skmem.as_ref(), Writer::default());
-        let span = (t_us - self.booked_us).max(0) as u64;
-        self.interval.book(limit, span);
-        self.total.book(limit, span);
-        self.booked_us = self.booked_us.max(t_us);
-    }
-
-    /// The interval from the last cut to `t_us`, whose last sample is `info`.
-    fn cut(&mut self, flow: u32, t0_us: i64, t_us: i64, info: &TcpInfo) -> IntervalRecord {
-        let since = |t: i64| (t - t0_us).max(0) as u64;
-        let record = IntervalRecord {
-            flow,
-            index: self.index,
-            start_us: since(self.start_us),
-            end_us: since(t_us),
-            acked_bytes: info.bytes_acked.saturating_sub(self.at_start.bytes_acked),
-            received_bytes: info
-                .bytes_received
-                .saturating_sub(self.at_start.bytes_received),
-            retransmits: u64::from(
-                info.total_retrans
-                    .saturating_sub(self.at_start.total_retrans),
-            ),
-            cwnd: info.snd_cwnd,
-            srtt_us: info.rtt,
-            limits: std::mem::take(&mut self.interval)
-                .shares()
-                .unwrap_or_default(),
-            udp: None,
-            drain: false,
-        };
-        self.index += 1;
-        self.start_us = t_us;
-        self.at_start = *info;
-        record
-    }
+    /// Its flow in the tracker's monitor.
+    flow: usize,
+    /// What the monitor learned of it, once it ended.
+    learned: Watched,
 }
 
 impl Connection {
     /// The record of it a stored run keeps.
     pub fn watched(&self, t0_us: i64) -> WatchedFlow {
         let info = &self.last_info;
-        let limited_us = self.cutter.total.total_us();
+        let limited_us = self.learned.limited_us;
         WatchedFlow {
             cookie: self.key.cookie,
             pid: self.process.as_ref().map(|p| p.pid),
@@ -283,14 +185,14 @@ impl Connection {
 
     /// What held its sending back over the samples; all `app` where no time was booked.
     pub fn limit_shares(&self) -> LimitShares {
-        self.cutter.total.shares().unwrap_or(LimitShares {
+        self.learned.limits.unwrap_or(LimitShares {
             app: 1.0,
             ..LimitShares::default()
         })
     }
 
     pub fn rtt(&self) -> RttStats {
-        self.rtt.stats()
+        self.learned.rtt
     }
 
     /// Its socket sent more than it received: the flow's sender.
@@ -302,6 +204,8 @@ impl Connection {
 /// Follows the connections of one watch.
 pub struct Tracker {
     config: WatchConfig,
+    /// Every connection's intervals and limits: a flow each, added as it opens.
+    monitor: Monitor,
     open: BTreeMap<u64, Connection>,
     /// Open connections by 4-tuple: a tracepoint names a socket by it.
     by_tuple: HashMap<(SocketAddr, SocketAddr), u64>,
@@ -317,7 +221,6 @@ pub struct Tracker {
     events: Vec<WatchEvent>,
     next_id: u32,
     next_dump_us: i64,
-    next_report_us: i64,
     next_closing_us: i64,
     dumps: u64,
     missed: u64,
@@ -325,8 +228,24 @@ pub struct Tracker {
 
 impl Tracker {
     pub fn new(config: WatchConfig) -> Tracker {
+        let monitor = Monitor::new(
+            Config {
+                host: Host::Client,
+                sample_interval_us: config.sample_interval_us,
+                report_interval_us: config.report_interval_us,
+                deadline_us: None,
+                app_paced: false,
+                pacing: None,
+                reserved_samples: 0,
+                // Each connection keeps its own, to be dropped with it.
+                keep_samples: false,
+            },
+            Vec::new(),
+            config.t0_us,
+        );
         Tracker {
             config,
+            monitor,
             open: BTreeMap::new(),
             by_tuple: HashMap::new(),
             settled: HashSet::new(),
@@ -337,7 +256,6 @@ impl Tracker {
             events: Vec::new(),
             next_id: 0,
             next_dump_us: config.t0_us,
-            next_report_us: config.t0_us + config.report_interval_us as i64,
             next_closing_us: config.t0_us,
             dumps: 0,
             missed: 0,
@@ -352,7 +270,9 @@ impl Tracker {
         } else {
             i64::MAX
         };
-        self.next_dump_us.min(self.next_report_us).min(closing)
+        self.next_dump_us
+            .min(self.monitor.next_report())
+            .min(closing)
     }
 
     /// Whether a dump is due at `now`.
@@ -438,31 +358,52 @@ impl Tracker {
 
     /// Cuts each open connection's interval when a report tick has come.
     pub fn advance(&mut self, now: i64) {
-        if now < self.next_report_us {
-            return;
-        }
-        let tick = self.next_report_us;
-        self.next_report_us += self.config.report_interval_us as i64;
-        if self.next_report_us <= now {
-            self.next_report_us = now + self.config.report_interval_us as i64;
-        }
-        let t0 = self.config.t0_us;
-        for conn in self.open.values_mut() {
-            let end = conn.last_us.min(tick).max(conn.cutter.start_us);
-            let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
+        for interval in self.monitor.cut_sampled(now) {
+            let record = self.record(interval);
             self.events.push(WatchEvent::Interval(record));
         }
     }
 
-    /// Ends the watch at `now`: every open connection's last interval is cut and it is
-    /// kept as still open.
-    pub fn finish(&mut self, now: i64) {
-        let t0 = self.config.t0_us;
+    /// A monitor's interval as the run keeps it, on the watch's time base.
+    fn record(&self, interval: Interval) -> IntervalRecord {
+        let Interval {
+            flow,
+            index,
+            role: _,
+            start_us,
+            end_us,
+            // A watched socket's count is one of the two below, as its run pairs it.
+            bytes: _,
+            acked_bytes,
+            received_bytes,
+            retransmits,
+            cwnd,
+            srtt_us,
+            limits,
+            drain,
+        } = interval;
+        let since = |t: i64| (t - self.config.t0_us).max(0) as u64;
+        IntervalRecord {
+            flow,
+            index,
+            start_us: since(start_us),
+            end_us: since(end_us),
+            acked_bytes,
+            received_bytes,
+            retransmits,
+            cwnd,
+            srtt_us,
+            limits,
+            udp: None,
+            drain,
+        }
+    }
+
+    /// Ends the watch: every open connection's last interval is cut at its latest sample
+    /// and it is kept as still open.
+    pub fn finish(&mut self) {
         let open = std::mem::take(&mut self.open);
-        for (_, mut conn) in open {
-            let end = conn.last_us.min(now).max(conn.cutter.start_us);
-            let record = conn.cutter.cut(conn.id, t0, end, &conn.last_info);
-            self.events.push(WatchEvent::Interval(record));
+        for (_, conn) in open {
             self.open_at_end += 1;
             self.end(conn);
         }
@@ -601,8 +542,16 @@ impl Tracker {
                 last_info: info,
                 samples: Vec::new(),
                 sample_count: 0,
-                rtt: RttSum::default(),
-                cutter: Cutter::new(sample.t_us, &info),
+                flow: self.monitor.add_flow(
+                    FlowStart {
+                        id,
+                        role: Role::Send,
+                        first: Some(info),
+                        bbr: false,
+                    },
+                    sample.t_us,
+                ),
+                learned: Watched::default(),
             };
             self.by_tuple
                 .insert((sample.key.local, sample.key.remote), cookie);
@@ -621,8 +570,13 @@ impl Tracker {
             conn.inode = sample.inode;
             conn.inode_us = sample.t_us;
         }
-        conn.cutter.book(sample.t_us, &info, sample);
-        conn.rtt.add(info.rtt);
+        let snapshot = Snapshot {
+            info,
+            mem: sample.skmem,
+            bbr: sample.bbr,
+            app: None,
+        };
+        self.monitor.sample_now(conn.flow, sample.t_us, &snapshot);
         conn.last_us = sample.t_us;
         conn.state = sample.state;
         conn.last_info = info;
@@ -650,17 +604,19 @@ impl Tracker {
         self.by_tuple.remove(&(conn.key.local, conn.key.remote));
         self.settled.insert(cookie);
         conn.closed = true;
-        let end = conn.last_us.max(conn.cutter.start_us);
-        let record = conn
-            .cutter
-            .cut(conn.id, self.config.t0_us, end, &conn.last_info);
-        self.events.push(WatchEvent::Interval(record));
-        self.events.push(WatchEvent::Closed(conn.id));
         self.closed_count += 1;
+        let id = conn.id;
         self.end(conn);
+        self.events.push(WatchEvent::Closed(id));
     }
 
-    fn end(&mut self, conn: Connection) {
+    /// Cuts its last interval, at its latest sample, and keeps what was learned of it.
+    fn end(&mut self, mut conn: Connection) {
+        if let Some(interval) = self.monitor.end_flow(conn.flow) {
+            let record = self.record(interval);
+            self.events.push(WatchEvent::Interval(record));
+        }
+        conn.learned = self.monitor.remove_flow(conn.flow);
         self.closed_at.insert(conn.id, self.closed.len());
         self.closed.push(conn);
     }

@@ -1,8 +1,8 @@
 //! The tracker in virtual time: samples and lookups in, lifecycles and counters out.
 
 use super::*;
-use crate::record::{Direction, HostMeta, Limit};
-use crate::tcpinfo::TCP_INFO_LEN;
+use tcplab_model::record::{Direction, HostMeta, Limit};
+use tcplab_model::tcpinfo::TCP_INFO_LEN;
 
 const T0: i64 = 1_000_000;
 const MS: i64 = 1_000;
@@ -243,7 +243,7 @@ fn report_ticks_cut_every_open_connection_and_finish_cuts_the_rest() {
         );
         t.advance(now);
     }
-    t.finish(T0 + 150 * MS);
+    t.finish();
     let intervals: Vec<IntervalRecord> = events(&mut t)
         .into_iter()
         .filter_map(|e| match e {
@@ -395,7 +395,7 @@ fn without_keep_an_ended_connection_is_dropped_once_its_events_are_read() {
     assert!(events(&mut t).is_empty());
     assert!(t.connection(0).is_none());
     assert!(t.ended().is_empty());
-    t.finish(T0 + 20 * MS);
+    t.finish();
     assert_eq!(t.counts(), (1, 0));
 }
 
@@ -448,7 +448,7 @@ fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
             &mut watch_all,
         );
     }
-    t.finish(T0 + 30 * MS);
+    t.finish();
     let intervals = events(&mut t)
         .into_iter()
         .filter_map(|e| match e {
@@ -457,7 +457,7 @@ fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
         })
         .collect();
     let run = run_record(&t, intervals, meta());
-    assert_eq!(run.kind(), crate::record::RunKind::Watch);
+    assert_eq!(run.kind(), tcplab_model::record::RunKind::Watch);
     assert_eq!(run.flows.len(), 2);
     let pair = &run.flows[0];
     assert_eq!(pair.client_addr, both.local.to_string());
@@ -523,7 +523,7 @@ fn an_ipv6_socket_s_v4_mapped_end_pairs_with_its_ipv4_peer() {
             &mut watch_all,
         );
     }
-    t.finish(T0 + 30 * MS);
+    t.finish();
     let run = run_record(&t, Vec::new(), meta());
     assert_eq!(run.flows.len(), 1);
     let w = run.flows[0].watched.as_ref().unwrap();

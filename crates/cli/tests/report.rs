@@ -240,9 +240,10 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
     let shot = screenshot(browser, &page, height, dir.path());
     for (id, drawn, coloured) in pixels_per_chart(&shot, &charts) {
         // A frame with labels alone has no series colour; a line of a series has
-        // hundreds of pixels of it.
+        // hundreds of pixels of it (the fewest seen: 286, the UDP run's nearly flat
+        // throughput line, which held 457–533 in other runs).
         assert!(
-            coloured >= 300 && drawn >= 2000,
+            coloured >= 200 && drawn >= 2000,
             "{id}: {drawn} pixels drawn, {coloured} in series colours: empty?"
         );
     }

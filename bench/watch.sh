@@ -56,20 +56,22 @@ hold() {
 
 echo "CPU time per sampled socket (µs), medians of $REPS interleaved repetitions"
 echo
-echo "| connections | ss -tin | tcplab dump | tcplab lookup | ss / dump | ss / lookup |"
-echo "|---|---|---|---|---|---|"
+echo "| connections | ss -tin | tcplab dump | tcplab lookup | dump a family at a time | ss / dump | ss / lookup |"
+echo "|---|---|---|---|---|---|---|"
 for n in $CONNS; do
     hold "$n"
-    : >"$DIR/ss" && : >"$DIR/dump" && : >"$DIR/lookup"
+    : >"$DIR/ss" && : >"$DIR/dump" && : >"$DIR/lookup" && : >"$DIR/per-family"
     for _ in $(seq "$REPS"); do
         in_ns "$COST" command "$SS_RUNS" ss -tin "dport = :$PORT" | field per_run_us |
             awk -v n="$n" '{ print $1 / n }' >>"$DIR/ss"
         in_ns "$COST" dump "$TICKS" 0 "$PORT" | field per_socket_us >>"$DIR/dump"
         in_ns "$COST" lookup "$TICKS" 0 "$PORT" | field per_socket_us >>"$DIR/lookup"
+        in_ns "$COST" dump-per-family "$TICKS" 0 "$PORT" | field per_socket_us >>"$DIR/per-family"
     done
     ss=$(median <"$DIR/ss") dump=$(median <"$DIR/dump") lookup=$(median <"$DIR/lookup")
-    awk -v n="$n" -v s="$ss" -v d="$dump" -v l="$lookup" \
-        'BEGIN { printf "| %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n", n, s, d, l, s / d, s / l }'
+    per_family=$(median <"$DIR/per-family")
+    awk -v n="$n" -v s="$ss" -v d="$dump" -v l="$lookup" -v f="$per_family" \
+        'BEGIN { printf "| %d | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f |\n", n, s, d, l, f, s / d, s / l }'
 done
 
 echo

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::Lab;
-use tcplab_model::sockdiag::{Extensions, Family, StateSet, TcpState};
+use tcplab_model::sockdiag::{Extensions, Families, StateSet, TcpState};
 use tcplab_sys::sockdiag::{Query, SockDiag};
 
 use crate::stdio::errln;
@@ -42,7 +42,7 @@ impl Server {
     pub fn start(lab: &Lab, command: &str, env: &[(&str, &str)]) -> Result<Server> {
         let mut diag = SockDiag::open_in(&lab.server.ns)?;
         let listening = Query {
-            families: &Family::BOTH,
+            families: Families::Both,
             states: StateSet::EMPTY.with(TcpState::Listen),
             extensions: Extensions::NONE,
             filter: None,

@@ -36,13 +36,18 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
-/// The one request and reply type of sock_diag.
+/// sock_diag's request and reply type: one family a request.
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// inet_diag's first request and reply type, which the kernel still serves: a dump of
+/// it covers every family (AF_UNSPEC) in one walk of the table.
+const TCPDIAG_GETSOCK: u16 = 18;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 const IPPROTO_TCP: u8 = 6;
 /// `sizeof(struct inet_diag_req_v2)`.
 const REQ_V2_LEN: usize = 56;
+/// `sizeof(struct inet_diag_req)`, [`TCPDIAG_GETSOCK`]'s request.
+const REQ_V1_LEN: usize = 60;
 /// `sizeof(struct inet_diag_msg)`.
 pub const INET_DIAG_MSG_LEN: usize = 72;
 const NLA_HDRLEN: usize = 4;
@@ -57,14 +62,18 @@ const INET_DIAG_SKMEMINFO: u16 = 7;
 const INET_DIAG_BBRINFO: u16 = 16;
 const INET_DIAG_CGROUP_ID: u16 = 21;
 
-/// The size of a dump request with `bytecode_len` bytes of filter.
-pub fn dump_request_len(bytecode_len: usize) -> usize {
+/// The size of a dump request of `families` with `bytecode_len` bytes of filter.
+pub fn dump_request_len(families: Families, bytecode_len: usize) -> usize {
     let filter = if bytecode_len > 0 {
         NLA_HDRLEN + bytecode_len
     } else {
         0
     };
-    NLMSG_HDRLEN + REQ_V2_LEN + filter
+    let request = match families {
+        Families::Both => REQ_V1_LEN,
+        Families::Only(_) => REQ_V2_LEN,
+    };
+    NLMSG_HDRLEN + request + filter
 }
 
 /// A TCP state as the kernel numbers it (include/net/tcp_states.h). The kernel reports
@@ -216,6 +225,16 @@ pub enum Family {
     V6,
 }
 
+/// Which families a dump covers. The kernel walks its whole table of connections once
+/// per dump request, whatever matches: `Both` is one walk (an inet_diag request of the
+/// first kind, [`TCPDIAG_GETSOCK`], whose dump takes every family), where a request of
+/// each family would walk it twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Families {
+    Both,
+    Only(Family),
+}
+
 impl Family {
     pub const BOTH: [Family; 2] = [Family::V4, Family::V6];
 
@@ -350,20 +369,34 @@ pub struct SocketSample {
     pub cgroup_id: Option<u64>,
 }
 
-/// Appends a dump request: every socket of `family` in `states`, with `extensions`,
+/// Appends a dump request: every socket of `families` in `states`, with `extensions`,
 /// that `filter` accepts (all, without one).
 pub fn encode_dump(
     out: &mut Vec<u8>,
     seq: u32,
-    family: Family,
+    families: Families,
     states: StateSet,
     extensions: Extensions,
     filter: Option<&Bytecode>,
 ) {
     let bytecode = filter.map_or(&[][..], Bytecode::as_bytes);
-    let len = dump_request_len(bytecode.len());
-    put_nlmsghdr(out, len, NLM_F_REQUEST | NLM_F_DUMP, seq);
-    put_req_v2(out, family.af(), extensions, states.bits(), None);
+    let len = dump_request_len(families, bytecode.len());
+    match families {
+        Families::Both => {
+            put_nlmsghdr(out, len, TCPDIAG_GETSOCK, NLM_F_REQUEST | NLM_F_DUMP, seq);
+            put_req_v1(out, extensions, states.bits());
+        }
+        Families::Only(family) => {
+            put_nlmsghdr(
+                out,
+                len,
+                SOCK_DIAG_BY_FAMILY,
+                NLM_F_REQUEST | NLM_F_DUMP,
+                seq,
+            );
+            put_req_v2(out, family.af(), extensions, states.bits(), None);
+        }
+    }
     if !bytecode.is_empty() {
         // The compiler keeps the filter below u16::MAX less this header.
         out.extend_from_slice(&((NLA_HDRLEN + bytecode.len()) as u16).to_ne_bytes());
@@ -376,19 +409,45 @@ pub fn encode_dump(
 /// 4-tuple (no walk over the others) and, unless the cookie is
 /// [`SocketKey::NO_COOKIE`], answers ESTALE if the socket there has another cookie.
 pub fn encode_lookup(out: &mut Vec<u8>, seq: u32, key: &SocketKey, extensions: Extensions) {
-    put_nlmsghdr(out, NLMSG_HDRLEN + REQ_V2_LEN, NLM_F_REQUEST, seq);
+    put_nlmsghdr(
+        out,
+        NLMSG_HDRLEN + REQ_V2_LEN,
+        SOCK_DIAG_BY_FAMILY,
+        NLM_F_REQUEST,
+        seq,
+    );
     // A lookup ignores the states; all of them, as ss sends.
     put_req_v2(out, key.family().af(), extensions, u32::MAX, Some(key));
 }
 
-fn put_nlmsghdr(out: &mut Vec<u8>, len: usize, flags: u16, seq: u32) {
+fn put_nlmsghdr(out: &mut Vec<u8>, len: usize, kind: u16, flags: u16, seq: u32) {
     // Requests are a few hundred bytes to 64 KiB: they fit.
     out.extend_from_slice(&(len as u32).to_ne_bytes());
-    out.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(&flags.to_ne_bytes());
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes()); // the kernel's port
 }
+
+/// `struct inet_diag_req` of a dump: the family is not asked (the kernel dumps them all),
+/// nor are address prefix lengths (a filter says which addresses).
+fn put_req_v1(out: &mut Vec<u8>, extensions: Extensions, states: u32) {
+    out.extend_from_slice(&[0, 0, 0, extensions.bits()]);
+    out.extend_from_slice(&NO_SOCKET_ID);
+    out.extend_from_slice(&states.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes()); // idiag_dbs, unused
+}
+
+/// `struct inet_diag_sockid` of a dump: no socket, no cookie.
+const NO_SOCKET_ID: [u8; 48] = {
+    let mut id = [0u8; 48];
+    let mut i = 40;
+    while i < 48 {
+        id[i] = 0xff;
+        i += 1;
+    }
+    id
+};
 
 fn put_req_v2(
     out: &mut Vec<u8>,
@@ -401,18 +460,15 @@ fn put_req_v2(
     out.extend_from_slice(&states.to_ne_bytes());
     // struct inet_diag_sockid: ports and addresses in network order, then the interface
     // and the cookie's two native words, low first.
-    let mut id = [0u8; 48];
-    match key {
-        None => id[40..48].copy_from_slice(&[0xff; 8]),
-        Some(key) => {
-            id[0..2].copy_from_slice(&key.local.port().to_be_bytes());
-            id[2..4].copy_from_slice(&key.remote.port().to_be_bytes());
-            put_addr(&mut id[4..20], key.local.ip());
-            put_addr(&mut id[20..36], key.remote.ip());
-            id[36..40].copy_from_slice(&key.interface.to_ne_bytes());
-            id[40..44].copy_from_slice(&(key.cookie as u32).to_ne_bytes());
-            id[44..48].copy_from_slice(&((key.cookie >> 32) as u32).to_ne_bytes());
-        }
+    let mut id = NO_SOCKET_ID;
+    if let Some(key) = key {
+        id[0..2].copy_from_slice(&key.local.port().to_be_bytes());
+        id[2..4].copy_from_slice(&key.remote.port().to_be_bytes());
+        put_addr(&mut id[4..20], key.local.ip());
+        put_addr(&mut id[20..36], key.remote.ip());
+        id[36..40].copy_from_slice(&key.interface.to_ne_bytes());
+        id[40..44].copy_from_slice(&(key.cookie as u32).to_ne_bytes());
+        id[44..48].copy_from_slice(&((key.cookie >> 32) as u32).to_ne_bytes());
     }
     out.extend_from_slice(&id);
 }
@@ -515,7 +571,7 @@ impl Iterator for Messages<'_> {
                     }),
                 },
             },
-            SOCK_DIAG_BY_FAMILY => {
+            SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK => {
                 decode_socket(payload, at + NLMSG_HDRLEN, self.t_us).map(Message::Socket)
             }
             _ => Ok(Message::Other),
@@ -677,7 +733,7 @@ pub(crate) mod tests {
                 body.resize(body.len().next_multiple_of(4), 0);
             }
             let mut msg = Vec::new();
-            put_nlmsghdr(&mut msg, 16 + body.len(), 0x2, seq);
+            put_nlmsghdr(&mut msg, 16 + body.len(), SOCK_DIAG_BY_FAMILY, 0x2, seq);
             msg.extend_from_slice(&body);
             msg
         }
@@ -685,16 +741,14 @@ pub(crate) mod tests {
 
     fn done(seq: u32) -> Vec<u8> {
         let mut m = Vec::new();
-        put_nlmsghdr(&mut m, 20, 0x2, seq);
-        m[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        put_nlmsghdr(&mut m, 20, NLMSG_DONE, 0x2, seq);
         m.extend_from_slice(&0i32.to_ne_bytes());
         m
     }
 
     fn error(seq: u32, errno: i32) -> Vec<u8> {
         let mut m = Vec::new();
-        put_nlmsghdr(&mut m, 36, 0, seq);
-        m[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        put_nlmsghdr(&mut m, 36, NLMSG_ERROR, 0, seq);
         m.extend_from_slice(&(-errno).to_ne_bytes());
         m.extend_from_slice(&[0; 16]); // the request's header, echoed
         m
@@ -772,6 +826,16 @@ pub(crate) mod tests {
         assert_eq!(
             (s.tcp_info, s.congestion, s.skmem, s.cgroup_id),
             (None, None, None, None)
+        );
+    }
+
+    #[test]
+    fn a_reply_to_a_dump_of_both_families_is_a_socket_too() {
+        let mut message = ReplyImage::v4().message(1);
+        message[4..6].copy_from_slice(&TCPDIAG_GETSOCK.to_ne_bytes());
+        assert_eq!(
+            decode_all(&message),
+            decode_all(&ReplyImage::v4().message(1))
         );
     }
 
@@ -880,7 +944,14 @@ pub(crate) mod tests {
             skmem: false,
             ..Extensions::ALL
         };
-        encode_dump(&mut out, 123456, Family::V4, states, ext, None);
+        encode_dump(
+            &mut out,
+            123456,
+            Families::Only(Family::V4),
+            states,
+            ext,
+            None,
+        );
         assert_eq!(out.len(), 72);
         assert_eq!(
             u16::from_ne_bytes([out[6], out[7]]),
@@ -888,6 +959,42 @@ pub(crate) mod tests {
         );
         assert_eq!(&out[16..20], &[AF_INET, IPPROTO_TCP, 2 | 4 | 8, 0]);
         assert_eq!(&out[16 + 48..16 + 56], &[0xff; 8]);
+    }
+
+    #[test]
+    fn a_dump_of_both_families_is_one_request_of_inet_diag_s_first_kind() {
+        // struct inet_diag_req: family (0: all), prefix lengths, extensions, the socket
+        // id (no cookie), states, tables.
+        let mut out = Vec::new();
+        let filter = crate::sockfilter::Filter::port(crate::sockfilter::Side::Remote, 5201)
+            .compile()
+            .unwrap();
+        let states = StateSet::CONNECTED;
+        encode_dump(
+            &mut out,
+            7,
+            Families::Both,
+            states,
+            Extensions::ALL,
+            Some(&filter),
+        );
+        assert_eq!(
+            out.len(),
+            dump_request_len(Families::Both, filter.as_bytes().len())
+        );
+        assert_eq!(u32_at(&out, 0) as usize, out.len());
+        assert_eq!(u16::from_ne_bytes([out[4], out[5]]), TCPDIAG_GETSOCK);
+        assert_eq!(&out[16..20], &[0, 0, 0, Extensions::ALL.bits()]);
+        assert_eq!(&out[16 + 4..16 + 44], &[0; 40]);
+        assert_eq!(&out[16 + 44..16 + 52], &[0xff; 8]);
+        assert_eq!(u32_at(&out, 16 + 52), states.bits());
+        assert_eq!(u32_at(&out, 16 + 56), 0);
+        let attribute = 16 + REQ_V1_LEN;
+        assert_eq!(
+            u16::from_ne_bytes([out[attribute + 2], out[attribute + 3]]),
+            INET_DIAG_REQ_BYTECODE
+        );
+        assert_eq!(&out[attribute + NLA_HDRLEN..], filter.as_bytes());
     }
 
     #[test]

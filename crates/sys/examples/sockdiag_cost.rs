@@ -4,6 +4,7 @@
 //!
 //!   sockdiag_cost hold server|client N PORT   # N connections to 127.0.0.1:PORT, held until stdin closes
 //!   sockdiag_cost dump TICKS INTERVAL_MS PORT # dumps of the sockets whose remote port is PORT
+//!   sockdiag_cost dump-per-family TICKS INTERVAL_MS PORT # the same, one dump (one walk) a family
 //!   sockdiag_cost lookup TICKS INTERVAL_MS PORT # the same sockets looked up by 4-tuple
 //!   sockdiag_cost own SOCKETS TICKS [busy]    # K own sockets: getsockopt against a lookup
 //!   sockdiag_cost command RUNS CMD [ARG…]     # CMD run RUNS times, stdout to /dev/null
@@ -17,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
+use tcplab_model::sockdiag::{Extensions, Families, Family, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Side};
 use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::sockopt;
@@ -35,6 +36,7 @@ fn main() -> Result<()> {
     match arg(0)? {
         "hold" => hold(arg(1)?, num(2)? as usize, num(3)? as u16),
         "dump" => sample(Mode::Dump, num(1)?, num(2)?, num(3)? as u16),
+        "dump-per-family" => sample(Mode::DumpPerFamily, num(1)?, num(2)?, num(3)? as u16),
         "lookup" => sample(Mode::Lookup, num(1)?, num(2)?, num(3)? as u16),
         "own" => own(
             num(1)? as usize,
@@ -106,6 +108,7 @@ fn cpu_of(who: libc::c_int) -> (i64, i64) {
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Dump,
+    DumpPerFamily,
     Lookup,
 }
 
@@ -125,6 +128,15 @@ fn sample(mode: Mode, ticks: u64, interval_ms: u64, port: u16) -> Result<()> {
         match mode {
             Mode::Dump => {
                 diag.dump(&query, &mut samples)?;
+            }
+            Mode::DumpPerFamily => {
+                for family in Family::BOTH {
+                    let one = Query {
+                        families: Families::Only(family),
+                        ..query.clone()
+                    };
+                    diag.dump(&one, &mut samples)?;
+                }
             }
             Mode::Lookup => diag.lookup(&keys, Extensions::ALL, &mut samples, &mut gone)?,
         }

@@ -37,7 +37,7 @@ use std::os::fd::AsRawFd;
 
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 use tcplab_model::sockdiag::{
-    encode_dump, encode_lookup, messages, DecodeError, Extensions, Family, Message, SocketKey,
+    encode_dump, encode_lookup, messages, DecodeError, Extensions, Families, Message, SocketKey,
     SocketSample, StateSet,
 };
 use tcplab_model::sockfilter::Bytecode;
@@ -48,9 +48,9 @@ use crate::netns::NetNs;
 /// One dump's question: which families, states and attributes, and which sockets.
 #[derive(Clone, Debug)]
 pub struct Query {
-    /// One dump per family, in order. Both by default: an IPv4 peer may be on an IPv6
-    /// socket (`::ffff:a.b.c.d`).
-    pub families: &'static [Family],
+    /// Both by default, in one dump: an IPv4 peer may be on an IPv6 socket
+    /// (`::ffff:a.b.c.d`).
+    pub families: Families,
     pub states: StateSet,
     pub extensions: Extensions,
     /// Run by the kernel on every socket; `None` takes all.
@@ -61,7 +61,7 @@ impl Query {
     /// Both families, the connected states ([`StateSet::CONNECTED`]), every attribute.
     pub fn new(filter: Option<Bytecode>) -> Query {
         Query {
-            families: &Family::BOTH,
+            families: Families::Both,
             states: StateSet::CONNECTED,
             extensions: Extensions::ALL,
             filter,
@@ -142,32 +142,30 @@ impl SockDiag {
         out: &mut Vec<SocketSample>,
     ) -> Result<usize, SockDiagError> {
         let before = out.len();
-        for &family in query.families {
-            let seq = self.next_seq();
-            self.request.clear();
-            encode_dump(
-                &mut self.request,
-                seq,
-                family,
-                query.states,
-                query.extensions,
-                query.filter.as_ref(),
-            );
-            self.send()?;
-            if let Err(e) = self.read_dump(seq, out) {
-                // The kernel refuses a new dump while one runs: read this one out first.
-                self.drain(seq);
-                return Err(match e {
-                    SockDiagError::Refused(e)
-                        if e.raw_os_error() == Some(libc::EINVAL) && query.filter.is_some() =>
-                    {
-                        SockDiagError::FilterRefused {
-                            cgroup: query.filter.as_ref().is_some_and(Bytecode::uses_cgroup),
-                        }
+        let seq = self.next_seq();
+        self.request.clear();
+        encode_dump(
+            &mut self.request,
+            seq,
+            query.families,
+            query.states,
+            query.extensions,
+            query.filter.as_ref(),
+        );
+        self.send()?;
+        if let Err(e) = self.read_dump(seq, out) {
+            // The kernel refuses a new dump while one runs: read this one out first.
+            self.drain(seq);
+            return Err(match e {
+                SockDiagError::Refused(e)
+                    if e.raw_os_error() == Some(libc::EINVAL) && query.filter.is_some() =>
+                {
+                    SockDiagError::FilterRefused {
+                        cgroup: query.filter.as_ref().is_some_and(Bytecode::uses_cgroup),
                     }
-                    e => e,
-                });
-            }
+                }
+                e => e,
+            });
         }
         Ok(out.len() - before)
     }

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 
 use tcplab_model::sockdiag::{
-    encode_dump, Extensions, Family, SocketKey, SocketSample, StateSet, TcpState,
+    encode_dump, Extensions, Families, Family, SocketKey, SocketSample, StateSet, TcpState,
 };
 use tcplab_model::sockfilter::{Filter, PortOp, Prefix, Side};
 
@@ -146,7 +146,7 @@ fn a_dump_returns_exactly_the_sockets_each_filter_matches() {
     // A v4-only dump leaves them out.
     let mut v4 = Vec::new();
     let query = Query {
-        families: &[Family::V4],
+        families: Families::Only(Family::V4),
         ..Query::new(Some(Filter::port(Side::Local, 5203).compile().unwrap()))
     };
     assert_eq!(diag.dump(&query, &mut v4).unwrap(), 0);
@@ -326,7 +326,7 @@ fn a_filter_the_kernel_refuses_is_an_error_and_the_next_dump_works() {
     encode_dump(
         &mut request,
         1,
-        Family::V4,
+        Families::Only(Family::V4),
         StateSet::CONNECTED,
         Extensions::ALL,
         Some(&bad),
@@ -367,7 +367,7 @@ fn rust_netlink_reads_the_kernel_s_replies_as_we_do() {
         encode_dump(
             &mut diag.request,
             99,
-            family,
+            Families::Only(family),
             StateSet::CONNECTED,
             Extensions::ALL,
             None,

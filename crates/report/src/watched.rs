@@ -334,3 +334,127 @@ fn grouped(n: u64) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::watched_run;
+
+    /// The first flow of a watched run, its socket living `life_us` and its peer, if
+    /// any, `peer_us`.
+    fn living(life_us: i64, peer_us: Option<i64>) -> FlowRecord {
+        let mut f = watched_run(1, 0).flows.remove(0);
+        let w = f.watched.as_mut().unwrap();
+        w.end_us = w.start_us + life_us;
+        w.peer = peer_us.map(|life| {
+            let mut peer = w.clone();
+            peer.end = Host::Server;
+            peer.end_us = w.start_us + life;
+            Box::new(peer)
+        });
+        f
+    }
+
+    #[test]
+    fn a_connection_is_long_from_20_sample_intervals_and_half_a_second() {
+        // At 10 ms, 500 ms is the floor: 20 intervals (200 ms) would be two bins.
+        assert_eq!(Length::of(&living(499_999, None), 10_000), Length::Short);
+        assert_eq!(Length::of(&living(500_000, None), 10_000), Length::Long);
+        // At 100 ms, 20 intervals: 2 s.
+        assert_eq!(Length::of(&living(1_999_999, None), 100_000), Length::Short);
+        assert_eq!(Length::of(&living(2_000_000, None), 100_000), Length::Long);
+        // The connection lives from either end's first sample to either end's last.
+        assert_eq!(
+            Length::of(&living(100_000, Some(600_000)), 10_000),
+            Length::Long
+        );
+        // A flow tcplab ran is drawn whatever its length.
+        let mut ours = living(1, None);
+        ours.watched = None;
+        assert_eq!(Length::of(&ours, 10_000), Length::Long);
+    }
+
+    #[test]
+    fn the_table_sums_the_short_connections_into_one_row() {
+        let run = watched_run(2, 1000);
+        let c = Connections::of(&run);
+        assert_eq!(c.long.iter().map(|f| f.id).collect::<Vec<_>>(), [0, 1]);
+        let short: Vec<&FlowRecord> = run.flows.iter().filter(|f| f.id >= 2).collect();
+        let s = &c.short;
+        assert_eq!(s.count, 1000);
+        assert_eq!(
+            s.acked_bytes,
+            short.iter().map(|f| f.sent_bytes).sum::<u64>()
+        );
+        assert_eq!(
+            s.received_bytes,
+            short.iter().map(|f| f.received_bytes).sum::<u64>()
+        );
+        assert_eq!(
+            s.retransmits,
+            short.iter().map(|f| f.retransmits).sum::<u64>()
+        );
+        assert_eq!(s.lives_us.len(), 1000);
+        assert_eq!(
+            (s.first_start_us, s.last_start_us),
+            (1_000_000, 1_000_000 + 999 * 5_000)
+        );
+        assert_eq!(s.programs, ["nginx", "curl"]);
+        // Half the short senders were rwnd-limited, half app-limited, for equal times.
+        assert!((s.limits.rwnd - 0.5).abs() < 1e-9, "{:?}", s.limits);
+
+        let rows = c.rows(&run);
+        // A header, the long ones, one row for the 1 000 short ones, the total.
+        assert_eq!(rows.len(), 1 + 2 + 1 + 1, "{rows:?}");
+        let row = |name: &str| rows.iter().find(|r| r[0] == name).unwrap();
+        let column = |title: &str| rows[0].iter().position(|c| c == title).unwrap();
+        let (acked, received, retrans) = (
+            column("acked, bytes"),
+            column("received, bytes"),
+            column("retransmits"),
+        );
+        let number = |cell: &str| -> u64 { cell.replace(' ', "").parse().unwrap() };
+        assert_eq!(row("short")[1], "1000 connections, each under 500 ms");
+        assert_eq!(number(&row("short")[acked]), s.acked_bytes);
+        for (column, total) in [
+            (acked, run.flows.iter().map(|f| f.sent_bytes).sum::<u64>()),
+            (received, run.flows.iter().map(|f| f.received_bytes).sum()),
+            (retrans, run.flows.iter().map(|f| f.retransmits).sum()),
+        ] {
+            assert_eq!(number(&row("all")[column]), total);
+            // The rows above the total add up to it.
+            let rows_sum: u64 = rows[1..rows.len() - 1]
+                .iter()
+                .map(|r| number(&r[column]))
+                .sum();
+            assert_eq!(rows_sum, total);
+        }
+        assert_eq!(row("0")[1], "10.0.0.1:40000 → 10.0.0.2:80");
+        assert_eq!(row("0")[2], "nginx (pid 10) → curl (pid 20)");
+        assert_eq!(row("0")[9], "cwnd 90 % of 2.00 s");
+        assert_eq!(row("all")[1], "1002 connections");
+    }
+
+    #[test]
+    fn only_the_long_connections_are_kept_for_the_charts() {
+        let run = watched_run(1, 50);
+        let samples = run.samples.iter().filter(|s| s.flow == 0).count();
+        let charted = long_only(run);
+        assert_eq!(charted.flows.len(), 1);
+        assert_eq!(charted.samples.len(), samples);
+        assert!(charted.samples.iter().all(|s| s.flow == 0));
+        assert!(charted.intervals.iter().all(|i| i.flow == 0));
+    }
+
+    #[test]
+    fn numbers_are_grouped_by_three_digits() {
+        for (n, text) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1 000"),
+            (49_912_832, "49 912 832"),
+        ] {
+            assert_eq!(grouped(n), text);
+        }
+    }
+}

@@ -489,3 +489,131 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
         );
     }
 }
+
+/// A watched run as `tcplab shell --record` stores it: curl fetching one large file
+/// (one long connection, some 2 s at 20 Mbit/s) and then five small ones (short: a few
+/// round trips of 10 ms each) from python's http.server behind a path. Its report draws
+/// the long connection's charts, named by its program and ends, in Chromium, and its
+/// table's rows hold the stored connections: the long one alone, the five short ones
+/// in one row, the totals those of the database's flows.
+#[test]
+fn a_watched_run_draws_its_long_connection_and_tables_every_connection() {
+    let test = "watched_report";
+    if !privileged_or_skip(test) {
+        return;
+    }
+    let Some(browser) = chromium_or_skip(test) else {
+        return;
+    };
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("large"), vec![b'x'; 5_000_000]).unwrap();
+    std::fs::write(dir.path().join("small"), vec![b'x'; 20_000]).unwrap();
+    let db = dir.path().join("shell.db");
+    let server = format!(
+        "exec python3 -m http.server 8000 --bind $TCPLAB_SERVER --directory {}",
+        dir.path().display()
+    );
+    let client = "curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/large && for i in 1 2 3 4 5; do curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/small || exit 1; done";
+    run_ok(
+        tcplab()
+            .args(["shell", "--path", "rtt 10ms rate 20mbit", "--record"])
+            .arg(&db)
+            .args(["--server-cmd", &server, "--", "sh", "-c", client]),
+    );
+    let flows = export_jsonl(&db, "flows");
+    assert_eq!(flows.len(), 6, "{flows:?}");
+    let long = flows
+        .iter()
+        .find(|f| f["received_bytes"].as_u64().unwrap() >= 5_000_000)
+        .expect("the large file's connection");
+    let long_id = long["flow"].as_u64().unwrap();
+
+    let out = dir.path().join("report");
+    run_ok(tcplab().arg("report").arg(&db).arg("-o").arg(&out));
+    let page = out.join("index.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let table = &html[html.find("<summary>Connections: ").expect("a table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    let rows: Vec<Vec<&str>> = table
+        .split("<tr>")
+        .skip(1)
+        .map(|r| {
+            r.split("<td>")
+                .skip(1)
+                .map(|c| c.split("</td>").next().unwrap())
+                .collect()
+        })
+        .collect();
+    // The header (th), the long connection, the short ones' row and the total.
+    let cells: Vec<&Vec<&str>> = rows.iter().filter(|r| !r.is_empty()).collect();
+    let first: Vec<&str> = cells.iter().map(|r| r[0]).collect();
+    assert_eq!(
+        first,
+        [long_id.to_string().as_str(), "short", "all"],
+        "{table}"
+    );
+    assert_eq!(cells[1][1], "5 connections, each under 500 ms", "{table}");
+    let number = |cell: &str| -> u64 { cell.replace(' ', "").parse().unwrap() };
+    let sum = |key: &str| flows.iter().map(|f| f[key].as_u64().unwrap()).sum::<u64>();
+    // Columns 5, 6, 7: acked, received, retransmits.
+    for (column, key) in [(5, "sent_bytes"), (6, "received_bytes"), (7, "retransmits")] {
+        assert_eq!(number(cells[2][column]), sum(key), "{key}: {table}");
+        assert_eq!(
+            number(cells[0][column]),
+            long[key].as_u64().unwrap(),
+            "{key}: {table}"
+        );
+        assert_eq!(
+            number(cells[0][column]) + number(cells[1][column]),
+            sum(key),
+            "{key}: {table}"
+        );
+    }
+    // The charts name the long connection only: by its number, program and ends.
+    let name = format!(
+        "#{long_id} python3 {} → {}",
+        long["client_addr"].as_str().unwrap(),
+        long["server_addr"].as_str().unwrap()
+    );
+    let store = tcplab_store::Store::open(&db).unwrap();
+    let drawn =
+        tcplab_report::charts(&store, tcplab_report::Target::Run(1), Default::default()).unwrap();
+    let throughput = drawn.iter().find(|c| c.id == "throughput").unwrap();
+    assert_eq!(throughput.series_names()[0], name);
+    for chart in &drawn {
+        let flows: Vec<&str> = chart
+            .series_names()
+            .into_iter()
+            .filter(|s| s.starts_with('#'))
+            .collect();
+        assert!(
+            flows.iter().all(|s| s.starts_with(&name)),
+            "{}: {flows:?}",
+            chart.id
+        );
+    }
+
+    let (charts, height) = boxes(&chromium(
+        browser,
+        &page,
+        &[
+            format!("--window-size={WINDOW_WIDTH},1000"),
+            "--dump-dom".into(),
+        ],
+    ));
+    let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
+    for expected in ["throughput", "cwnd", "rtt", "inflight", "limits"] {
+        assert!(
+            ids.contains(&format!("run-1-{expected}").as_str()),
+            "no chart {expected} in {ids:?}"
+        );
+    }
+    let shot = screenshot(browser, &page, height, dir.path());
+    for (id, drawn, coloured) in pixels_per_chart(&shot, &charts) {
+        assert!(
+            coloured >= 200 && drawn >= 2000,
+            "{id}: {drawn} pixels drawn, {coloured} in series colours: empty?"
+        );
+    }
+}

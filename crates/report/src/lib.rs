@@ -7,6 +7,8 @@
 //!   reading units and geometric spacing from the axis values (`axes`).
 //! - `experiments`, `runs`: the charts' data — means with confidence intervals per point;
 //!   one run's throughput over time ([`rates`]), tcp_info samples and bottleneck queue.
+//! - [`watched`]: a watched run's connections — which are long enough to draw over time,
+//!   and the table of all of them, the short ones in one row.
 //! - `draw`: a chart as SVG or PNG with plotters (an embedded font); `html`: the page.
 //!
 //! Colours come from one palette (`palette`): within an experiment a series name keeps
@@ -27,6 +29,7 @@ mod sequence;
 pub mod table;
 #[cfg(test)]
 mod tests;
+pub mod watched;
 
 use std::path::{Path, PathBuf};
 
@@ -132,7 +135,7 @@ pub fn write_report(
                 anchor: "runs".into(),
                 title: "Single runs".into(),
                 text: vec![
-                    "Runs stored by `tcplab run --db` or `quickstart`, outside any experiment."
+                    "Runs stored by `tcplab run --db` or `quickstart`, and connections watched by `tcplab watch --db` or `tcplab shell --record`, outside any experiment."
                         .into(),
                 ],
                 source: None,
@@ -236,12 +239,18 @@ pub fn charts(
 ) -> Result<Vec<Chart>, ReportError> {
     Ok(match target {
         Target::Experiment(id) => experiment_charts(store, id)?.2,
-        Target::Run(id) => {
-            let run = load_run(store, id)?;
-            let evidence = evidence(&run, view);
-            runs::charts(id, &run, &evidence, &mut Palette::new())
-        }
+        Target::Run(id) => run_charts(id, load_run(store, id)?, view),
     })
+}
+
+/// A run's charts; of a watched run, its long connections' (see [`watched::Length`]).
+fn run_charts(id: i64, run: RunRecord, view: SequenceView) -> Vec<Chart> {
+    let evidence = evidence(&run, view);
+    let run = match run.watch {
+        Some(_) => watched::long_only(run),
+        None => run,
+    };
+    runs::charts(id, &run, &evidence, &mut Palette::new())
 }
 
 /// A run's packets, read back from its capture file where it has one that can still be
@@ -400,40 +409,93 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
     let run = load_run(store, id)?;
     let started =
         std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
+    let started = humantime::format_rfc3339_seconds(started);
     let s = &run.summary;
-    let mut text = vec![format!(
-        "{:?}, started {} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
-        run.status,
-        humantime::format_rfc3339_seconds(started),
-        run.target,
-        format_rate(s.received_bps),
-        s.window_seconds,
-        format_size(s.received_bytes),
-        s.retransmits,
-        format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
-    )];
+    let mut text = vec![match &run.watch {
+        None => format!(
+            "{:?}, started {started} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
+            run.status,
+            run.target,
+            format_rate(s.received_bps),
+            s.window_seconds,
+            format_size(s.received_bytes),
+            s.retransmits,
+            format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
+        ),
+        Some(watch) => format!(
+            "{:?}, started {started} (UTC), watched by {} for {:.2} s: {}, {} received in all, retransmits {}.",
+            run.status,
+            watched::what(watch),
+            s.window_seconds,
+            count(run.flows.len(), "connection"),
+            format_size(s.received_bytes),
+            s.retransmits,
+        ),
+    }];
     if let Some(e) = &run.error {
         text.push(format!("Error: {e}"));
     }
+    let mut boards = Vec::new();
+    if let Some(watch) = &run.watch {
+        text.extend(watched_text(&run, watch));
+        if !run.flows.is_empty() {
+            let connections = watched::Connections::of(&run);
+            boards.push((
+                format!(
+                    "Connections: {} drawn below, {} in one row",
+                    connections.long.len(),
+                    count(connections.short.count, "short one")
+                ),
+                connections.rows(&run),
+            ));
+        }
+    }
+    let title = match (&run.watch, run.label.as_deref()) {
+        (_, Some(l)) => format!("Run {id}: {}", l.trim()),
+        (Some(watch), None) => format!("Run {id}: {}", watched::what(watch)),
+        (None, None) => format!("Run {id}"),
+    };
     Ok(Section {
         anchor: format!("run-{id}"),
-        title: format!(
-            "Run {id}{}",
-            run.label
-                .as_deref()
-                .map(|l| format!(": {}", l.trim()))
-                .unwrap_or_default()
-        ),
+        title,
         text,
         source: None,
         tables: Vec::new(),
-        boards: Vec::new(),
-        charts: runs::charts(
-            id,
-            &run,
-            &evidence(&run, SequenceView::default()),
-            &mut Palette::new(),
-        ),
+        boards,
+        charts: run_charts(id, run, SequenceView::default()),
         subsections: Vec::new(),
     })
+}
+
+/// How a watched run saw its connections, and which of them it draws.
+fn watched_text(run: &RunRecord, watch: &tcplab_model::record::WatchRecord) -> Vec<String> {
+    let interval = run.params.sample_interval_us;
+    let mut text = vec![format!(
+        "Each connection sampled every {} through sock_diag, {}.{}",
+        format_duration_us(interval),
+        if watch.tracepoint {
+            "opens and closes from the sock:inet_sock_set_state tracepoint"
+        } else {
+            "polling only (no tracepoint): a connection that opened and closed between two samples is missing"
+        },
+        if watch.missed > 0 {
+            format!(
+                " {} seen only once done (TIME_WAIT), without counters: not recorded.",
+                count(watch.missed, "connection")
+            )
+        } else {
+            String::new()
+        }
+    )];
+    text.push(if run.flows.is_empty() {
+        "No connection was recorded.".into()
+    } else {
+        format!(
+            "A connection that lived {} or more ({} sample intervals, and at least {}) is drawn over time as a tcplab flow is; the shorter ones, which such charts would show as a dot or two, are counted together in the table's row \"short\".",
+            format_duration_us(watched::Length::long_from_us(interval)),
+            watched::LONG_SAMPLE_INTERVALS,
+            format_duration_us(watched::LONG_MIN_US),
+        )
+    });
+    text
 }

@@ -18,6 +18,7 @@ use crate::describe;
 use crate::palette::{Palette, ALL_FLOWS, TOTAL};
 use crate::rates::{self, Cell, Rates, Source};
 use crate::sequence;
+use crate::watched;
 
 /// Linux's "no threshold yet" ssthresh (TCP_INFINITE_SSTHRESH): not a value to plot.
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -320,10 +321,19 @@ fn context(id: i64, run: &RunRecord) -> String {
         .as_deref()
         .map(|l| format!(" \"{}\"", l.trim()))
         .unwrap_or_default();
-    let path = run.path.as_ref().map_or_else(
-        || format!("no emulated path (server {})", run.target),
-        |p| format!("path \"{}\"", p.spec),
-    );
+    let path = match (&run.path, &run.watch) {
+        (Some(p), _) => format!("path \"{}\"", p.spec),
+        (None, Some(_)) => "no emulated path (the host's own network, or its namespace's)".into(),
+        (None, None) => format!("no emulated path (server {})", run.target),
+    };
+    if let Some(watch) = &run.watch {
+        return format!(
+            "Run {id}{label}: {path}; watched by {}, sampled every {}; the connections lasting {} or more, each named by its number in the run's table, its program and its ends (sender → receiver).",
+            watched::what(watch),
+            format_duration_us(run.params.sample_interval_us),
+            format_duration_us(watched::Length::long_from_us(run.params.sample_interval_us)),
+        );
+    }
     // Equal flows once, counted: a dumbbell of 64 flows is one phrase, not 64.
     let mut kinds: Vec<(String, usize)> = Vec::new();
     for f in &run.flows {
@@ -351,8 +361,12 @@ fn context(id: i64, run: &RunRecord) -> String {
     )
 }
 
+/// A flow's name in charts: "flow 0", or a watched connection's number, program and ends.
 pub fn flow_name(f: &FlowRecord) -> String {
-    format!("flow {}", f.id)
+    match &f.watched {
+        Some(w) => watched::flow_name(f, w),
+        None => format!("flow {}", f.id),
+    }
 }
 
 /// The end of the run's last interval or sample, seconds since t0.

@@ -5,8 +5,10 @@ use std::path::Path;
 
 use tcplab_model::experiment;
 use tcplab_model::record::{
-    Direction, Host, IntervalRecord, QueueSample, RunRecord, SampleRecord, UdpInterval,
+    Direction, FinalCounters, FlowRecord, Host, IntervalRecord, LimitShares, QueueSample,
+    RunRecord, SampleRecord, UdpInterval, WatchRecord, WatchedFlow,
 };
+use tcplab_model::sockdiag::TcpState;
 use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_store::{Outcome, Store};
 
@@ -109,6 +111,126 @@ pub(crate) fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
             bytes: (k % 100) * 1000,
         })
         .collect();
+    run
+}
+
+/// A watched run (`tcplab watch --db`) of `long` connections of 2 s (nginx sending to
+/// curl, sampled every 10 ms, cwnd-limited 90 % of the time) and `short` ones of 3 ms
+/// starting every 5 ms from 1 s, each sampled once with one interval, with 10 KiB and
+/// a byte more each, half rwnd-limited and half app-limited.
+pub(crate) fn watched_run(long: u32, short: u32) -> RunRecord {
+    let mut run = run(10.0, long, false);
+    run.path = None;
+    run.params.sample_interval_us = 10_000;
+    run.watch = Some(WatchRecord {
+        filter: "--port 80".into(),
+        tracepoint: true,
+        missed: 3,
+        shell: None,
+    });
+    let one = self::run(10.0, 1, false);
+    let (template, interval) = (&one.flows[0], &one.intervals[0]);
+    let socket = |comm: &str, pid, end, start_us, end_us, limits, limited_us| WatchedFlow {
+        cookie: 7,
+        pid: Some(pid),
+        comm: Some(comm.into()),
+        start_us,
+        end_us,
+        opened: true,
+        closed: true,
+        last_state: TcpState::Established,
+        counters: FinalCounters {
+            min_rtt_us: 20_000,
+            limited_us,
+            limits,
+            ..FinalCounters::default()
+        },
+        end,
+        peer: None,
+    };
+    let cwnd = LimitShares {
+        cwnd: 0.9,
+        app: 0.1,
+        ..LimitShares::default()
+    };
+    for f in &mut run.flows {
+        let mut w = socket("nginx", 10, Host::Client, 0, 2_000_000, cwnd, 2_000_000);
+        w.peer = Some(Box::new(socket(
+            "curl",
+            20,
+            Host::Server,
+            0,
+            2_000_000,
+            cwnd,
+            0,
+        )));
+        f.client_addr = format!("10.0.0.1:{}", 40_000 + f.id);
+        f.server_addr = "10.0.0.2:80".into();
+        f.sent_bytes = 1_000_000 * u64::from(f.id + 1);
+        // The receiver short of a few bytes, so that no column can stand for the other.
+        f.received_bytes = f.sent_bytes - 5;
+        f.retransmits = 3;
+        f.watched = Some(w);
+    }
+    for k in 0..short {
+        let id = long + k;
+        let start = 1_000_000 + i64::from(k) * 5_000;
+        let limits = if k % 2 == 0 {
+            LimitShares {
+                rwnd: 1.0,
+                ..LimitShares::default()
+            }
+        } else {
+            LimitShares {
+                app: 1.0,
+                ..LimitShares::default()
+            }
+        };
+        let mut w = socket(
+            "nginx",
+            10,
+            Host::Client,
+            start,
+            start + 3_000,
+            limits,
+            3_000,
+        );
+        w.peer = Some(Box::new(socket(
+            "curl",
+            30 + k,
+            Host::Server,
+            start,
+            start + 3_000,
+            limits,
+            0,
+        )));
+        let bytes = 10_240 + u64::from(k);
+        run.flows.push(FlowRecord {
+            id,
+            client_addr: "10.0.0.2:80".into(),
+            server_addr: format!("10.0.0.1:{}", 50_000 + k),
+            sent_bytes: bytes,
+            received_bytes: bytes - u64::from(k % 2),
+            retransmits: u64::from(k % 3),
+            watched: Some(w),
+            ..template.clone()
+        });
+        run.samples.push(SampleRecord {
+            flow: id,
+            host: Host::Client,
+            t_us: start,
+            info: TcpInfo::default(),
+            skmem: None,
+            bbr: None,
+        });
+        run.intervals.push(IntervalRecord {
+            flow: id,
+            index: 0,
+            start_us: start as u64,
+            end_us: start as u64 + 3_000,
+            ..interval.clone()
+        });
+    }
     run
 }
 
@@ -638,5 +760,61 @@ fn compare_runs_sets_two_labels_runs_against_each_other() {
         c.heading().contains("base before (runs.db, 3 done)"),
         "{}",
         c.heading()
+    );
+}
+
+#[test]
+fn watched_runs_of_no_short_and_mixed_connections_each_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("watched.db")).unwrap();
+    let none = store.insert_run(&watched_run(0, 0)).unwrap();
+    let short = store.insert_run(&watched_run(0, 30)).unwrap();
+    let mixed = store.insert_run(&watched_run(2, 1000)).unwrap();
+    let written = write_report(&store, &[], &dir.path().join("out")).unwrap();
+    assert_eq!(written.runs, 3);
+    let html = std::fs::read_to_string(&written.path).unwrap();
+    let section = |id: i64| {
+        let start = html.find(&format!("<section id=\"run-{id}\">")).unwrap();
+        let len = html[start..].find("</section>").unwrap();
+        &html[start..start + len]
+    };
+    // No connection: said, no table, no chart.
+    let s = section(none);
+    assert!(s.contains("No connection was recorded."), "{s}");
+    assert!(!s.contains("<table>") && !s.contains("<svg"), "{s}");
+    // Only short ones: their row and the total, no chart.
+    let s = section(short);
+    assert!(s.contains("Connections: 0 drawn below, 30 short ones in one row"));
+    assert!(s.contains("<td>short</td><td>30 connections, each under 500 ms</td>"));
+    assert!(!s.contains("<svg"), "a chart of short connections");
+    // Mixed: the 2 long ones drawn, named by number, program and ends; the 1 000
+    // short ones in one row and in no chart.
+    let s = section(mixed);
+    assert!(s.contains(&format!("<h3>Run {mixed}: tcplab watch --port 80</h3>")));
+    assert_eq!(s.matches("<tr>").count(), 1 + 2 + 1 + 1);
+    assert!(s.contains("<td>short</td><td>1000 connections, each under 500 ms</td>"));
+    for chart in ["throughput", "cwnd", "rtt", "inflight", "limits"] {
+        assert!(s.contains(&format!("data-chart=\"{chart}\"")), "no {chart}");
+    }
+    assert!(s.contains("no emulated path"), "{s}");
+    assert!(
+        !s.contains("128 KiB writes"),
+        "a test's parameters in a watch's caption"
+    );
+    let chart = find_chart(
+        &store,
+        Some(Target::Run(mixed)),
+        "throughput",
+        SequenceView::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        chart.series_names(),
+        [
+            "#0 nginx 10.0.0.1:40000 → 10.0.0.2:80",
+            "#1 nginx 10.0.0.1:40001 → 10.0.0.2:80",
+            "all flows",
+            "bound: window",
+        ]
     );
 }

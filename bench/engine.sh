@@ -35,9 +35,23 @@ ip netns exec "$B" iperf3 -s -p 5202 >/dev/null 2>&1 &
 ip netns exec "$B" "$BIN" serve --listen "$ADDR:5201" 2>/dev/null &
 sleep 0.5
 
+# Runs "$@" while `tcplab watch` samples its connections every 1 ms on both ends (the
+# client's namespace and the server's), as a user watching iperf3 would.
+watched() {
+    "$BIN" --netns "$A" watch --port 5202 -i 1ms >/dev/null 2>&1 &
+    local client=$!
+    "$BIN" --netns "$B" watch --port 5202 -i 1ms >/dev/null 2>&1 &
+    local server=$!
+    sleep 0.3
+    "$@"
+    kill -INT "$client" "$server"
+    wait "$client" "$server" || true
+}
+
 # variant name → command printing one JSON document; the second word says how to read it.
 declare -A CMD=(
     [iperf3_P1]="iperf3 ip netns exec $A iperf3 -c $ADDR -p 5202 -t $DUR -J"
+    [iperf3_P1_watched]="iperf3 watched ip netns exec $A iperf3 -c $ADDR -p 5202 -t $DUR -J"
     [iperf3_P4]="iperf3 ip netns exec $A iperf3 -c $ADDR -p 5202 -t $DUR -P 4 -J"
     [tcplab_P1]="tcplab $BIN --netns $A run $ADDR -t $DUR --json"
     [tcplab_P4]="tcplab $BIN --netns $A run $ADDR -t $DUR -P 4 --json"
@@ -46,7 +60,7 @@ declare -A CMD=(
     [tcplab_P1_sample_off]="tcplab $BIN --netns $A run $ADDR -t $DUR --sample-interval 0 --json"
 )
 # VARIANTS="a b" runs only those (e.g. the sampling pair, alternated many times).
-read -r -a ORDER <<<"${VARIANTS:-iperf3_P1 tcplab_P1 iperf3_P4 tcplab_P4 tcplab_P1_sendfile tcplab_P1_sample_1ms tcplab_P1_sample_off}"
+read -r -a ORDER <<<"${VARIANTS:-iperf3_P1 tcplab_P1 iperf3_P4 tcplab_P4 tcplab_P1_sendfile tcplab_P1_sample_1ms tcplab_P1_sample_off iperf3_P1_watched}"
 
 for rep in $(seq "$REPS"); do
     for name in "${ORDER[@]}"; do
@@ -82,5 +96,6 @@ def ratio(label, a, b, fmt):
 ratio("tcplab / iperf3, 1 stream", "tcplab_P1", "iperf3_P1", lambda r: f"{r:.3f}")
 ratio("tcplab / iperf3, 4 streams", "tcplab_P4", "iperf3_P4", lambda r: f"{r:.3f}")
 ratio("sendfile / write()", "tcplab_P1_sendfile", "tcplab_P1", lambda r: f"{r:.3f}")
+ratio("cost to iperf3 of `tcplab watch -i 1ms` on both ends", "iperf3_P1_watched", "iperf3_P1", lambda r: f"{(1 - r) * 100:.1f} %")
 ratio("cost of 1 ms sampling on both ends vs off", "tcplab_P1_sample_1ms", "tcplab_P1_sample_off", lambda r: f"{(1 - r) * 100:.1f} %")
 PY

@@ -37,7 +37,7 @@ const MAX_SLEEP_US: i64 = 50_000;
 pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     // Everything the user named is checked before anything starts.
     let selection = Selection::new(&args)?;
-    let mut store = args.db.as_deref().map(open_store).transpose()?;
+    let mut store = args.store.db.as_deref().map(open_store).transpose()?;
     let filter_text = selection.describe(&args);
     let query = Query::new(
         selection
@@ -91,8 +91,8 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     if let Some(store) = &mut store {
         let interrupted = watched.stopped;
         let record = watched.record(WatchLabels {
-            label: args.label.clone(),
-            tags: args.tags.clone(),
+            label: args.store.label.clone(),
+            tags: args.store.tags.clone(),
             filter: filter_text,
             interrupted,
         });

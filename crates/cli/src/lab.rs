@@ -555,9 +555,32 @@ fn run_commands(
         },
         None => None,
     };
-    // The command runs under an init of its own (`lab shell-init`), pid 1 of a new pid
-    // namespace, which ends whatever the command leaves when it exits and, should this
-    // process die (even by SIGKILL), the command too, and removes the lab.
+    let status = under_init(lab, &lab.clients[0].ns, &args.command, &env, |_| {}).and_then(
+        |(mut init, lifeline)| {
+            let status = init.wait().context("running the command's init");
+            drop(lifeline);
+            status
+        },
+    );
+    let ended = server.map(Server::end).transpose();
+    let watched = recorder.map(Recorder::finish).transpose()?;
+    ended?;
+    let code = status?.code().unwrap_or(1);
+    Ok((code, watched))
+}
+
+/// Starts `command` in `host` (a namespace of `lab`) under an init of its own (`lab
+/// shell-init`), pid 1 of a new pid namespace, which ends whatever the command leaves
+/// when it exits and, should this process die (even by SIGKILL), the command too, and
+/// removes the lab. `configure` sets the init's stdio and the like, which the command
+/// inherits. Hold the lifeline until the init has ended.
+pub fn under_init(
+    lab: &Lab,
+    host: &netns::NetNs,
+    command: &[String],
+    env: &[(&str, &str)],
+    configure: impl FnOnce(&mut Command) + Send,
+) -> Result<(std::process::Child, reaper::Lifeline)> {
     let exe = std::env::current_exe().context("locating the tcplab binary")?;
     let (name, owner) = (lab.entry.name.clone(), netns::own_pid());
     let init = |lifeline: std::os::fd::RawFd| {
@@ -566,25 +589,14 @@ fn run_commands(
             .arg(format!("--owner={owner}"))
             .arg(format!("--lifeline={lifeline}"))
             .arg("--")
-            .args(&args.command)
+            .args(command)
             .envs(env.iter().copied());
+        configure(&mut init);
         init
     };
-    // Spawned from a thread inside the client namespace, init and command live there.
-    let status = lab.clients[0].ns.run(move || {
-        let (mut init, lifeline) = reaper::spawn_init(init)?;
-        let status = init.wait();
-        drop(lifeline);
-        status
-    });
-    let ended = server.map(Server::end).transpose();
-    let watched = recorder.map(Recorder::finish).transpose()?;
-    ended?;
-    let code = status?
-        .context("running the command's init")?
-        .code()
-        .unwrap_or(1);
-    Ok((code, watched))
+    // Spawned from a thread inside the namespace, init and command live there.
+    host.run(move || reaper::spawn_init(init))?
+        .context("starting the command's init")
 }
 
 /// `lab shell-init`: pid 1 of a `shell` command's pid namespace. Exits with the

@@ -5,10 +5,11 @@
 mod support;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{export_jsonl, one_of_three_tries, serial, stderr, tcplab};
+use support::{export_jsonl, kill_once_running, one_of_three_tries, serial, stderr, tcplab};
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The run's rows as `tcplab export` writes them.
@@ -189,4 +190,47 @@ fn bad_input_is_one_line_and_leaves_no_lab() {
     );
     assert!(!dir.path().join("ran").exists(), "the command ran");
     assert_lab_removed(&out);
+}
+
+/// kill -9 of `tcplab shell --server-cmd …`: the server's program goes with it, and the
+/// lab, without `lab gc` — killed while waiting for the server to listen (only the
+/// server's init is there to clean up), or while the command runs (the command's and
+/// the server's inits both remove the lab, one at a time).
+#[test]
+fn a_killed_shell_takes_its_server_command_with_it() {
+    if !privileged_or_skip("shell_killed_server") {
+        return;
+    }
+    let _serial = serial();
+    // `sleep` listens on nothing: the command starts after the 5 s of waiting for it.
+    for running in ["sleep 1000", "sleep 1001"] {
+        let shell = tcplab()
+            .args(["shell", "--path", "rtt 1ms", "--server-cmd", "sleep 1000"])
+            .args(["--", "sleep", "1001"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let name = format!("sh{}", shell.id());
+        let left = kill_once_running(shell, running);
+        assert!(
+            left.is_empty(),
+            "killed once `{running}` ran: {left:?} left"
+        );
+        let namespaces =
+            ["client", "server"].map(|h| Path::new("/run/netns").join(format!("{name}-{h}")));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while namespaces.iter().any(|ns| ns.exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for ns in &namespaces {
+            assert!(
+                !ns.exists(),
+                "killed once `{running}` ran: {} left",
+                ns.display()
+            );
+        }
+        let entry = Path::new("/run/tcplab/labs").join(format!("{name}.json"));
+        assert!(!entry.exists(), "{} left", entry.display());
+    }
 }

@@ -218,6 +218,11 @@ pub fn remove(entry: &LabEntry) -> io::Result<Vec<Ended>> {
 /// Removes lab `name` if it is a leftover (its process died): returns it and the
 /// processes left in it that were ended.
 pub fn remove_leftover(name: &str) -> io::Result<Option<(LabEntry, Vec<Ended>)>> {
+    // One at a time: a shell's command and server each have an init that removes the
+    // lab when the shell dies, and each ends the processes in the other's namespace —
+    // the init waiting here, harmlessly. The lock goes with its descriptor.
+    let registry = fs::File::open(run_dir()?)?;
+    registry.lock()?;
     match get(name)? {
         Some(entry) if !pid_alive(entry.pid) => {
             let ended = remove(&entry)?;

@@ -139,7 +139,7 @@ impl Recorder {
             diags,
             query: Query::new(None),
             selection: Selection::everything(),
-            trace: open_trace(&[], sample_interval_us, "tcplab shell"),
+            trace: open_trace(&[], sample_interval_us, "tcplab shell", ""),
             stop: stop.clone(),
             time_us: None,
             sample_interval_us,

@@ -1,6 +1,7 @@
 //! `tcplab shell --record`: real programs on both ends of a lab's path, every connection
 //! of both hosts stored as one run, checked against the programs' own counts (iperf3's
-//! report, the file curl fetched); explain's verdict on it; bad input.
+//! report, the file curl fetched, a capture read by tshark); explain's verdict on it;
+//! the server's program dying with tcplab; bad input.
 
 mod support;
 
@@ -9,7 +10,10 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{export_jsonl, kill_once_running, one_of_three_tries, serial, stderr, tcplab};
+use support::{
+    export_jsonl, kill_once_running, one_of_three_tries, serial, stderr, tcplab, tshark,
+    tshark_or_skip,
+};
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The run's rows as `tcplab export` writes them.
@@ -142,6 +146,89 @@ fn short_http_connections_are_each_recorded_with_their_bytes() {
         let sent = f["received_bytes"].as_u64().unwrap() as usize;
         assert!((size..size + 400).contains(&sent), "{sent} B: {f}");
     }
+}
+
+/// curl fetching a file twice from python's http.server through a path that loses 2 %
+/// of what the server sends, with `--capture`: each connection's bytes (the client's
+/// count, header and file) and retransmissions (the server's) are what tshark reads in
+/// the capture — the highest sequence number the server sent, and the segments tshark
+/// calls retransmitted or out of order (the capture holds the lost originals too).
+#[test]
+fn curl_watched_has_a_captures_bytes_and_retransmits() {
+    if !privileged_or_skip("shell_record_capture") || !tshark_or_skip("shell_record_capture") {
+        return;
+    }
+    let _serial = serial();
+    one_of_three_tries(
+        "each connection's bytes and retransmits as tshark reads them",
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let size = 2_000_000usize;
+            std::fs::write(dir.path().join("file"), vec![b'x'; size]).unwrap();
+            let (db, capture) = (dir.path().join("shell.db"), dir.path().join("cap.pcapng"));
+            let server = format!(
+                "exec python3 -m http.server 8000 --bind $TCPLAB_SERVER --directory {}",
+                dir.path().display()
+            );
+            let client = "for i in 1 2; do curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/file || exit 1; done";
+            let out = tcplab()
+                .args([
+                    "shell",
+                    "--path",
+                    "rtt 10ms rate 50mbit down.loss 2%",
+                    "--record",
+                ])
+                .arg(&db)
+                .arg("--capture")
+                .arg(&capture)
+                .args(["--server-cmd", &server, "--", "sh", "-c", client])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+            let flows = export_jsonl(&db, "flows");
+            assert_eq!(flows.len(), 2, "{flows:?}");
+            for f in &flows {
+                let client_port = f["server_addr"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit_once(':')
+                    .unwrap()
+                    .1;
+                let from_server =
+                    format!("tcp.srcport == 8000 && tcp.dstport == {client_port} && tcp.len > 0");
+                // Relative sequence numbers: the first byte is 1.
+                let highest = tshark(&capture, &from_server, &["tcp.seq", "tcp.len"])
+                    .iter()
+                    .map(|l| {
+                        let (seq, len) = l.split_once('\t').unwrap();
+                        seq.parse::<u64>().unwrap() + len.parse::<u64>().unwrap() - 1
+                    })
+                    .max()
+                    .unwrap();
+                let retransmitted = tshark(
+                &capture,
+                &format!("{from_server} && (tcp.analysis.retransmission || tcp.analysis.out_of_order)"),
+                &["frame.number"],
+            )
+            .len() as u64;
+                let received = f["received_bytes"].as_u64().unwrap();
+                let retransmits = f["retransmits"].as_u64().unwrap();
+                println!("port {client_port}: received {received} B, capture {highest} B; retransmits {retransmits}, capture {retransmitted}");
+                // The file and a response header of some 200 bytes.
+                assert!(
+                    (size..size + 400).contains(&(highest as usize)),
+                    "{highest} B"
+                );
+                assert!(retransmitted > 0, "no segment lost of {highest} B");
+                if received != highest || retransmits != retransmitted {
+                    return Err(format!(
+                    "port {client_port}: received {received} B, retransmits {retransmits}; the capture's {highest} B, {retransmitted}"
+                ));
+                }
+            }
+            Ok(())
+        },
+    );
 }
 
 /// Bad input: one line naming it, a non-zero exit, and no lab left behind.

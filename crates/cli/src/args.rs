@@ -733,6 +733,12 @@ pub struct ShellArgs {
     /// With --record, a label for the stored run
     #[arg(long, requires = "record")]
     pub label: Option<String>,
+    /// With --record, store the kernel's events of the watched connections, both ends:
+    /// tcp_probe on every segment received, retransmissions, congestion-state changes,
+    /// receive-buffer growth (tracefs; needs root); filtered on the ports the server
+    /// host listens on once --server-cmd listens, else on none
+    #[arg(long, requires = "record")]
+    pub trace_events: bool,
     /// The command, run in the (first) client host; TCPLAB_SERVER, TCPLAB_SERVER6,
     /// TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it where the far side is.
     #[arg(last = true, required = true, value_name = "COMMAND")]

@@ -19,11 +19,15 @@ use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
+use tcplab_model::events::{self, ConnectionPorts};
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::{DirectionStats, ShellCommands};
+use tcplab_model::sockdiag::{Extensions, Family, StateSet, TcpState};
 use tcplab_model::units::{count, format_duration_us};
 use tcplab_report::table::{aligned, Align};
 use tcplab_store::NotStored;
+use tcplab_sys::sockdiag::{Query, SockDiag};
+use tcplab_sys::trace::{Trace, TraceError};
 use tcplab_sys::{netns, poll, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
@@ -478,6 +482,10 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     }
     let host_addr = far.as_ref().map(|far| far.host_addr.to_string());
     let ran = run_commands(&lab, &args, host_addr, store.is_some());
+    let (ran, trace) = match ran {
+        Ok((status, watched, trace)) => (Ok((status, watched)), trace),
+        Err(e) => (Err(e), None),
+    };
     drop(far);
     let entry = lab.entry.clone();
     let stats = lab.down().context("tearing the lab down")?;
@@ -485,6 +493,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     if let (Some(store), Some(watched)) = (&mut store, watched) {
         let (closed, open) = watched.tracker.counts();
         errln!("tcplab shell: {}", watched.summary_line(closed, open));
+        let t0_us = watched.tracker.config().t0_us;
         let mut record = watched.record(WatchLabels {
             label: args.label.clone(),
             tags: Vec::new(),
@@ -498,6 +507,23 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
                 client: args.command.clone(),
                 server: args.server_cmd.clone(),
             });
+        }
+        if let Some(trace) = trace {
+            let port = |addr: &str| addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port());
+            let ports = ConnectionPorts {
+                flows: record
+                    .flows
+                    .iter()
+                    .filter_map(|f| Some((f.id, port(&f.client_addr)?, port(&f.server_addr)?)))
+                    .collect(),
+            };
+            let (taken, events) =
+                tcplab_traffic::events::finish(trace, |line| ports.attribute(line, t0_us));
+            if let Some(note) = &taken.note {
+                errln!("tcplab shell: {note}");
+            }
+            record.trace = Some(taken);
+            record.events = events;
         }
         match store.insert_run(&record) {
             Ok(id) => errln!(
@@ -529,13 +555,14 @@ fn shell_words(words: &[String]) -> String {
 }
 
 /// Runs `--server-cmd` (if any), then the command, in `lab`'s hosts, watching both hosts
-/// with `record`: the command's exit code, and what was watched.
+/// with `record`: the command's exit code, what was watched, and the kernel's events
+/// (`--trace-events`), still to be read.
 fn run_commands(
     lab: &Lab,
     args: &ShellArgs,
     host_addr: Option<String>,
     record: bool,
-) -> Result<(i32, Option<Watched>)> {
+) -> Result<(i32, Option<Watched>, Option<TraceStarted>)> {
     let mut env: Vec<(&str, &str)> = lab.entry.host_env().to_vec();
     if let Some(addr) = &host_addr {
         env.push(("TCPLAB_HOST", addr));
@@ -555,6 +582,8 @@ fn run_commands(
         },
         None => None,
     };
+    // Started once the server listens: its ports are the filter.
+    let trace = args.trace_events.then(|| start_trace(lab));
     let status = under_init(lab, &lab.clients[0].ns, &args.command, &env, |_| {}).and_then(
         |(mut init, lifeline)| {
             let status = init.wait().context("running the command's init");
@@ -566,7 +595,38 @@ fn run_commands(
     let watched = recorder.map(Recorder::finish).transpose()?;
     ended?;
     let code = status?.code().unwrap_or(1);
-    Ok((code, watched))
+    Ok((code, watched, trace))
+}
+
+/// A trace of the kernel's events, or why it could not be started.
+type TraceStarted = Result<Trace, TraceError>;
+
+/// The kernel's tcp events of the connections to the ports the server host listens on,
+/// or of every connection where it listens on none.
+fn start_trace(lab: &Lab) -> TraceStarted {
+    let listening = Query {
+        families: &Family::BOTH,
+        states: StateSet::EMPTY.with(TcpState::Listen),
+        extensions: Extensions::NONE,
+        filter: None,
+    };
+    let mut listeners = Vec::new();
+    // A failed dump leaves the filter open: the events are attributed by their ports.
+    if let Ok(mut diag) = SockDiag::open_in(&lab.server.ns) {
+        let _ = diag.dump(&listening, &mut listeners);
+    }
+    let mut ports: Vec<u16> = listeners.iter().map(|l| l.key.local.port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    let filter = match ports.is_empty() {
+        true => "sport != 0".to_owned(),
+        false => ports
+            .iter()
+            .map(|&p| events::port_filter(p))
+            .collect::<Vec<_>>()
+            .join(" || "),
+    };
+    Trace::start(&events::TRACEPOINTS, &filter)
 }
 
 /// Starts `command` in `host` (a namespace of `lab`) under an init of its own (`lab

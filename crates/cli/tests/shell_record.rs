@@ -231,6 +231,61 @@ fn curl_watched_has_a_captures_bytes_and_retransmits() {
     );
 }
 
+/// `--trace-events`: the kernel's events of a curl fetch through 2 % loss, stored with
+/// the run and attributed to its one flow: segments received at both ends (tcp_probe),
+/// and at the sender (python3, the flow's client) as many retransmission events as the
+/// kernel's counter says or fewer (one event per skb, which may carry several), and a
+/// recovery for each cwnd cut.
+#[test]
+fn trace_events_are_stored_with_the_watched_flow() {
+    if !privileged_or_skip("shell_record_trace") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), vec![b'x'; 2_000_000]).unwrap();
+    let db = dir.path().join("shell.db");
+    let server = format!(
+        "exec python3 -m http.server 8000 --bind $TCPLAB_SERVER --directory {}",
+        dir.path().display()
+    );
+    let out = tcplab()
+        .args([
+            "shell",
+            "--path",
+            "rtt 10ms rate 50mbit down.loss 2%",
+            "--record",
+        ])
+        .arg(&db)
+        .args(["--trace-events", "--server-cmd", &server, "--", "sh", "-c"])
+        .arg("curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/file")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs = runs(&db);
+    let trace: Value = serde_json::from_str(runs[0]["trace_json"].as_str().unwrap()).unwrap();
+    assert_eq!(trace["taken"], true, "{trace}");
+    let flows = export_jsonl(&db, "flows");
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    let events = export_jsonl(&db, "events");
+    assert_eq!(trace["events"].as_u64().unwrap() as usize, events.len());
+    let count = |host: &str, kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["host"] == host && e["kind"] == kind)
+            .count() as u64
+    };
+    assert!(count("client", "probe") > 0 && count("server", "probe") > 0);
+    let retransmits = flows[0]["retransmits"].as_u64().unwrap();
+    let traced = count("client", "retransmit");
+    println!("retransmits {retransmits}, retransmission events {traced}");
+    assert!(
+        traced > 0 && traced <= retransmits,
+        "{traced} events, {retransmits} retransmits"
+    );
+    assert!(count("client", "cong_state") > 0);
+}
+
 /// Bad input: one line naming it, a non-zero exit, and no lab left behind.
 #[test]
 fn bad_input_is_one_line_and_leaves_no_lab() {

@@ -125,8 +125,15 @@ pub struct WatchArgs {
     /// Print JSON lines as things happen (opened, interval, closed) instead of text.
     #[arg(long, short = 'J')]
     pub json: bool,
-    /// Store the watch as a run of kind `watch` in this SQLite database, each connection
-    /// a flow with its samples.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Where `run` and `watch` store what they measured, and how the run is named there.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Store the run in this SQLite database (`watch`: a run of kind `watch`, each
+    /// connection a flow with its samples).
     #[arg(long, value_name = "FILE")]
     pub db: Option<PathBuf>,
     /// A label for the stored run.
@@ -726,6 +733,12 @@ pub struct ShellArgs {
     /// With --record, a label for the stored run
     #[arg(long, requires = "record")]
     pub label: Option<String>,
+    /// With --record, store the kernel's events of the watched connections, both ends:
+    /// tcp_probe on every segment received, retransmissions, congestion-state changes,
+    /// receive-buffer growth (tracefs; needs root); filtered on the ports the server
+    /// host listens on once --server-cmd listens, else on none
+    #[arg(long, requires = "record")]
+    pub trace_events: bool,
     /// The command, run in the (first) client host; TCPLAB_SERVER, TCPLAB_SERVER6,
     /// TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it where the far side is.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -814,15 +827,8 @@ pub struct OutputArgs {
     /// With --json, include every kernel event (--trace-events).
     #[arg(long, requires_all = ["json", "trace_events"])]
     pub json_events: bool,
-    /// Store the run in this SQLite database.
-    #[arg(long, value_name = "FILE")]
-    pub db: Option<PathBuf>,
-    /// A label for the run.
-    #[arg(long)]
-    pub label: Option<String>,
-    /// A tag for the run (repeatable).
-    #[arg(long = "tag", value_name = "TAG")]
-    pub tags: Vec<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 #[derive(Args, Debug)]

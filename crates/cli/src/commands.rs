@@ -101,9 +101,12 @@ const QUICKSTART_DB: &str = "tcplab-quickstart.db";
 pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     let params = checked_params(&args.test)?;
     let mut output = args.output;
-    let default_db = output.db.is_none();
-    output.db.get_or_insert_with(|| QUICKSTART_DB.into());
-    output.label.get_or_insert_with(|| "quickstart".into());
+    let default_db = output.store.db.is_none();
+    output.store.db.get_or_insert_with(|| QUICKSTART_DB.into());
+    output
+        .store
+        .label
+        .get_or_insert_with(|| "quickstart".into());
     let store = open_output_store(&output).map_err(|e| {
         if default_db {
             anyhow::anyhow!(
@@ -124,7 +127,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     };
     let record = run_in_lab(&config, &params, &output, interrupt_flag())?;
     let code = report(record, &output, store)?;
-    if let (Some(db), false) = (&output.db, output.json) {
+    if let (Some(db), false) = (&output.store.db, output.json) {
         let dir = crate::report::default_dir(db);
         let written = tcplab_report::write_report(&open_existing_store(db)?, &[], &dir)?;
         // Regenerated output, never source: git leaves the folder alone in any checkout
@@ -157,8 +160,8 @@ fn run_in_lab(
             client,
             start_us: 0,
             params: params.clone(),
-            label: out.label.clone(),
-            tags: out.tags.clone(),
+            label: out.store.label.clone(),
+            tags: out.store.tags.clone(),
             trace_events: out.trace_events,
         })
         .collect();
@@ -239,8 +242,8 @@ fn run_client(
     let request = Request {
         target: target.to_string(),
         params: params.clone(),
-        label: out.label.clone(),
-        tags: out.tags.clone(),
+        label: out.store.label.clone(),
+        tags: out.store.tags.clone(),
         pacing: None,
         key,
         trace_events: out.trace_events,
@@ -340,7 +343,7 @@ fn exit_code(record: &RunRecord) -> ExitCode {
 }
 
 fn open_output_store(out: &OutputArgs) -> Result<Option<Store>> {
-    out.db.as_deref().map(open_store).transpose()
+    out.store.db.as_deref().map(open_store).transpose()
 }
 
 /// Opens a database the command only reads, which must exist, without writing to it:

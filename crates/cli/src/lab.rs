@@ -19,11 +19,15 @@ use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
+use tcplab_model::events::{self, ConnectionPorts};
 use tcplab_model::path::{Pace, PathSpec};
 use tcplab_model::record::{DirectionStats, ShellCommands};
+use tcplab_model::sockdiag::{Extensions, Families, StateSet, TcpState};
 use tcplab_model::units::{count, format_duration_us};
 use tcplab_report::table::{aligned, Align};
 use tcplab_store::NotStored;
+use tcplab_sys::sockdiag::{Query, SockDiag};
+use tcplab_sys::trace::{Trace, TraceError};
 use tcplab_sys::{netns, poll, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
@@ -478,6 +482,10 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     }
     let host_addr = far.as_ref().map(|far| far.host_addr.to_string());
     let ran = run_commands(&lab, &args, host_addr, store.is_some());
+    let (ran, trace) = match ran {
+        Ok((status, watched, trace)) => (Ok((status, watched)), trace),
+        Err(e) => (Err(e), None),
+    };
     drop(far);
     let entry = lab.entry.clone();
     let stats = lab.down().context("tearing the lab down")?;
@@ -485,6 +493,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     if let (Some(store), Some(watched)) = (&mut store, watched) {
         let (closed, open) = watched.tracker.counts();
         errln!("tcplab shell: {}", watched.summary_line(closed, open));
+        let t0_us = watched.tracker.config().t0_us;
         let mut record = watched.record(WatchLabels {
             label: args.label.clone(),
             tags: Vec::new(),
@@ -498,6 +507,23 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
                 client: args.command.clone(),
                 server: args.server_cmd.clone(),
             });
+        }
+        if let Some(trace) = trace {
+            let port = |addr: &str| addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port());
+            let ports = ConnectionPorts {
+                flows: record
+                    .flows
+                    .iter()
+                    .filter_map(|f| Some((f.id, port(&f.client_addr)?, port(&f.server_addr)?)))
+                    .collect(),
+            };
+            let (taken, events) =
+                tcplab_traffic::events::finish(trace, |line| ports.attribute(line, t0_us));
+            if let Some(note) = &taken.note {
+                errln!("tcplab shell: {note}");
+            }
+            record.trace = Some(taken);
+            record.events = events;
         }
         match store.insert_run(&record) {
             Ok(id) => errln!(
@@ -529,13 +555,14 @@ fn shell_words(words: &[String]) -> String {
 }
 
 /// Runs `--server-cmd` (if any), then the command, in `lab`'s hosts, watching both hosts
-/// with `record`: the command's exit code, and what was watched.
+/// with `record`: the command's exit code, what was watched, and the kernel's events
+/// (`--trace-events`), still to be read.
 fn run_commands(
     lab: &Lab,
     args: &ShellArgs,
     host_addr: Option<String>,
     record: bool,
-) -> Result<(i32, Option<Watched>)> {
+) -> Result<(i32, Option<Watched>, Option<TraceStarted>)> {
     let mut env: Vec<(&str, &str)> = lab.entry.host_env().to_vec();
     if let Some(addr) = &host_addr {
         env.push(("TCPLAB_HOST", addr));
@@ -555,9 +582,65 @@ fn run_commands(
         },
         None => None,
     };
-    // The command runs under an init of its own (`lab shell-init`), pid 1 of a new pid
-    // namespace, which ends whatever the command leaves when it exits and, should this
-    // process die (even by SIGKILL), the command too, and removes the lab.
+    // Started once the server listens: its ports are the filter.
+    let trace = args.trace_events.then(|| start_trace(lab));
+    let status = under_init(lab, &lab.clients[0].ns, &args.command, &env, |_| {}).and_then(
+        |(mut init, lifeline)| {
+            let status = init.wait().context("running the command's init");
+            drop(lifeline);
+            status
+        },
+    );
+    let ended = server.map(Server::end).transpose();
+    let watched = recorder.map(Recorder::finish).transpose()?;
+    ended?;
+    let code = status?.code().unwrap_or(1);
+    Ok((code, watched, trace))
+}
+
+/// A trace of the kernel's events, or why it could not be started.
+type TraceStarted = Result<Trace, TraceError>;
+
+/// The kernel's tcp events of the connections to the ports the server host listens on,
+/// or of every connection where it listens on none.
+fn start_trace(lab: &Lab) -> TraceStarted {
+    let listening = Query {
+        families: Families::Both,
+        states: StateSet::EMPTY.with(TcpState::Listen),
+        extensions: Extensions::NONE,
+        filter: None,
+    };
+    let mut listeners = Vec::new();
+    // A failed dump leaves the filter open: the events are attributed by their ports.
+    if let Ok(mut diag) = SockDiag::open_in(&lab.server.ns) {
+        let _ = diag.dump(&listening, &mut listeners);
+    }
+    let mut ports: Vec<u16> = listeners.iter().map(|l| l.key.local.port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    let filter = match ports.is_empty() {
+        true => "sport != 0".to_owned(),
+        false => ports
+            .iter()
+            .map(|&p| events::port_filter(p))
+            .collect::<Vec<_>>()
+            .join(" || "),
+    };
+    Trace::start(&events::TRACEPOINTS, &filter)
+}
+
+/// Starts `command` in `host` (a namespace of `lab`) under an init of its own (`lab
+/// shell-init`), pid 1 of a new pid namespace, which ends whatever the command leaves
+/// when it exits and, should this process die (even by SIGKILL), the command too, and
+/// removes the lab. `configure` sets the init's stdio and the like, which the command
+/// inherits. Hold the lifeline until the init has ended.
+pub fn under_init(
+    lab: &Lab,
+    host: &netns::NetNs,
+    command: &[String],
+    env: &[(&str, &str)],
+    configure: impl FnOnce(&mut Command) + Send,
+) -> Result<(std::process::Child, reaper::Lifeline)> {
     let exe = std::env::current_exe().context("locating the tcplab binary")?;
     let (name, owner) = (lab.entry.name.clone(), netns::own_pid());
     let init = |lifeline: std::os::fd::RawFd| {
@@ -566,25 +649,14 @@ fn run_commands(
             .arg(format!("--owner={owner}"))
             .arg(format!("--lifeline={lifeline}"))
             .arg("--")
-            .args(&args.command)
+            .args(command)
             .envs(env.iter().copied());
+        configure(&mut init);
         init
     };
-    // Spawned from a thread inside the client namespace, init and command live there.
-    let status = lab.clients[0].ns.run(move || {
-        let (mut init, lifeline) = reaper::spawn_init(init)?;
-        let status = init.wait();
-        drop(lifeline);
-        status
-    });
-    let ended = server.map(Server::end).transpose();
-    let watched = recorder.map(Recorder::finish).transpose()?;
-    ended?;
-    let code = status?
-        .context("running the command's init")?
-        .code()
-        .unwrap_or(1);
-    Ok((code, watched))
+    // Spawned from a thread inside the namespace, init and command live there.
+    host.run(move || reaper::spawn_init(init))?
+        .context("starting the command's init")
 }
 
 /// `lab shell-init`: pid 1 of a `shell` command's pid namespace. Exits with the

@@ -4,7 +4,7 @@
 
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::Lab;
 use tcplab_model::sockdiag::{Extensions, Families, StateSet, TcpState};
+use tcplab_sys::reaper::Lifeline;
 use tcplab_sys::sockdiag::{Query, SockDiag};
 
+use crate::lab::under_init;
 use crate::stdio::errln;
 use crate::watch::{follow, open_trace, Output, Selection, Watch, Watched};
 
@@ -29,9 +31,12 @@ const DRAIN_US: u64 = 1_000_000;
 /// Each watched connection's interval (the live lines `watch` prints) is cut this often.
 const REPORT_INTERVAL_US: u64 = 1_000_000;
 
-/// `--server-cmd`'s program, running in the server host in a process group of its own.
+/// `--server-cmd`'s program, running in the server host under an init of its own
+/// ([`under_init`]), in a process group of its own: SIGTERM to the group reaches the
+/// program (an init ignores it), SIGKILL ends the init and with it everything inside.
 pub struct Server {
     child: Child,
+    _lifeline: Lifeline,
     command: String,
 }
 
@@ -50,22 +55,15 @@ impl Server {
         let mut listeners = || -> Result<usize> { Ok(diag.dump(&listening, &mut Vec::new())?) };
         let before = listeners()?;
         let stdout = std::io::stderr().as_fd().try_clone_to_owned()?;
-        let child = lab
-            .server
-            .ns
-            .run(|| {
-                Command::new("sh")
-                    .arg("-c")
-                    .arg(command)
-                    .envs(env.iter().copied())
-                    .stdin(Stdio::null())
-                    .stdout(stdout)
-                    .process_group(0)
-                    .spawn()
-            })?
-            .with_context(|| format!("--server-cmd '{command}': cannot start sh"))?;
+        // Under an init, as the client's command: it cannot outlive tcplab.
+        let words = ["sh".to_owned(), "-c".to_owned(), command.to_owned()];
+        let (child, lifeline) = under_init(lab, &lab.server.ns, &words, env, |init| {
+            init.stdin(Stdio::null()).stdout(stdout).process_group(0);
+        })
+        .with_context(|| format!("--server-cmd '{command}'"))?;
         let mut server = Server {
             child,
+            _lifeline: lifeline,
             command: command.to_owned(),
         };
         let deadline = Instant::now() + LISTEN_TIMEOUT;
@@ -141,7 +139,7 @@ impl Recorder {
             diags,
             query: Query::new(None),
             selection: Selection::everything(),
-            trace: open_trace(&[], sample_interval_us, "tcplab shell"),
+            trace: open_trace(&[], sample_interval_us, "tcplab shell", ""),
             stop: stop.clone(),
             time_us: None,
             sample_interval_us,

@@ -25,6 +25,7 @@ use tcplab_store::NotStored;
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::sockdiag::{self, Owners, Query, SockDiag};
 use tcplab_sys::trace::Trace;
+use tcplab_sys::userns::{self, Mode};
 
 use crate::args::WatchArgs;
 use crate::commands::{interrupt_flag, open_store};
@@ -37,7 +38,7 @@ const MAX_SLEEP_US: i64 = 50_000;
 pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     // Everything the user named is checked before anything starts.
     let selection = Selection::new(&args)?;
-    let mut store = args.db.as_deref().map(open_store).transpose()?;
+    let mut store = args.store.db.as_deref().map(open_store).transpose()?;
     let filter_text = selection.describe(&args);
     let query = Query::new(
         selection
@@ -48,7 +49,15 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
             .context("the filter")?,
     );
     let diag = SockDiag::open()?;
-    let trace = open_trace(&args.port, args.sample_interval, "tcplab watch");
+    // Without root, the one line that says polling only says the rest of what is less.
+    let less = match userns::mode() {
+        Mode::Rootless => {
+            "; as a user, the sockets of other users' processes show no process (their \
+             /proc/PID/fd is closed to you), so --pid and --comm find only your own"
+        }
+        Mode::Privileged => "",
+    };
+    let trace = open_trace(&args.port, args.sample_interval, "tcplab watch", less);
     if !args.json {
         errln!(
             "tcplab watch: {} every {}{}; Ctrl-C ends",
@@ -91,8 +100,8 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     if let Some(store) = &mut store {
         let interrupted = watched.stopped;
         let record = watched.record(WatchLabels {
-            label: args.label.clone(),
-            tags: args.tags.clone(),
+            label: args.store.label.clone(),
+            tags: args.store.tags.clone(),
             filter: filter_text,
             interrupted,
         });
@@ -110,18 +119,19 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `sock:inet_sock_set_state` stream, or `None` (said on stderr by `who`) where
-/// tracefs or privilege is missing: polling only.
+/// The `sock:inet_sock_set_state` stream, or `None` (said on stderr by `who`, with
+/// `less` after) where tracefs or privilege is missing: polling only.
 pub(crate) fn open_trace(
     ports: &[u16],
     sample_interval_us: u64,
     who: &str,
+    less: &str,
 ) -> Option<(Trace, Receiver<Vec<u8>>)> {
     match Trace::stream("sock", &["inet_sock_set_state"], &trace_filter(ports)) {
         Ok(trace) => Some(trace),
         Err(e) => {
             errln!(
-                "{who}: polling only, every {} ({e}): a connection that opens and closes between two samples is missed",
+                "{who}: polling only, every {} ({e}): a connection that opens and closes between two samples is missed{less}",
                 format_duration_us(sample_interval_us)
             );
             None

@@ -752,3 +752,104 @@ fn without_user_namespaces_labs_stop_in_one_line() {
     assert!(!nobody.home().join("tiny.db").exists(), "nothing planned");
     nobody.assert_nothing_left();
 }
+
+/// `tcplab watch` in the machine's own namespace, as nobody and as root, of two loopback
+/// connections: one held by root (this test), one by nobody (a python3 of its own).
+/// Nobody sees all four sockets with their tcp_info, only its own with their process,
+/// and says so in its one line at the start; root sees every process.
+#[test]
+fn watch_as_nobody_sees_every_socket_and_only_its_own_processes() {
+    if !nobody_or_skip("rootless_watch") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let root_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let root_port = root_listener.local_addr().unwrap().port();
+    let _root_client = std::net::TcpStream::connect(("127.0.0.1", root_port)).unwrap();
+    let _root_server = root_listener.accept().unwrap();
+    let held = "import socket, time\n\
+                l = socket.create_server(('127.0.0.1', 0))\n\
+                print(l.getsockname()[1], flush=True)\n\
+                c = socket.create_connection(l.getsockname())\n\
+                s, _ = l.accept()\n\
+                time.sleep(30)\n";
+    let mut python = as_nobody(nobody.home())
+        .args(["python3", "-c", held])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(python.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let user_port: u16 = line.trim().parse().unwrap();
+    let ports = [root_port.to_string(), user_port.to_string()];
+    let watch = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["watch", "--port", &ports[0], "--port", &ports[1]];
+        args.extend(["-t", "500ms", "--json"]);
+        args.extend(extra);
+        args.into_iter().map(String::from).collect()
+    };
+    // Each socket opened as its local port and its process's pid.
+    let opened = |out: &Output| -> BTreeSet<(u16, Option<u64>)> {
+        assert_success(out);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["event"] == "opened")
+            .map(|v| {
+                let local: std::net::SocketAddr = v["local"].as_str().unwrap().parse().unwrap();
+                (local.port(), v["pid"].as_u64())
+            })
+            .collect()
+    };
+    let python_pid = u64::from(python.id());
+    let root_pid = u64::from(std::process::id());
+
+    let args = watch(&[]);
+    let out = nobody.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let seen = opened(&out);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("polling only")
+            && err.contains("as a user, the sockets of other users' processes show no process"),
+        "{err}"
+    );
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let with_pid = |pid: Option<u64>| seen.iter().filter(|(_, p)| *p == pid).count();
+    assert_eq!(with_pid(Some(python_pid)), 2, "nobody's own: {seen:?}");
+    assert_eq!(with_pid(None), 2, "root's, without process: {seen:?}");
+
+    let args = watch(&["--comm", "python3"]);
+    let seen = opened(&nobody.run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.iter().all(|(_, p)| *p == Some(python_pid)), "{seen:?}");
+
+    // Root's process is not nobody's to read: one line, a non-zero exit.
+    let pid = root_pid.to_string();
+    let out = nobody.run(&["watch", "--pid", &pid, "-t", "100ms"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("--pid {pid}: cannot read its sockets")),
+        "{err}"
+    );
+
+    // Root sees every socket's process.
+    let args = watch(&[]);
+    let out = tcplab().args(&args).output().unwrap();
+    let seen = opened(&out);
+    assert!(!stderr(&out).contains("as a user"), "{}", stderr(&out));
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let with_pid = |pid: Option<u64>| seen.iter().filter(|(_, p)| *p == pid).count();
+    assert_eq!(with_pid(Some(python_pid)), 2, "{seen:?}");
+    assert_eq!(with_pid(Some(root_pid)), 2, "{seen:?}");
+
+    python.kill().unwrap();
+    python.wait().unwrap();
+    nobody.assert_nothing_left();
+}

@@ -1,14 +1,19 @@
 //! `tcplab shell --record`: real programs on both ends of a lab's path, every connection
 //! of both hosts stored as one run, checked against the programs' own counts (iperf3's
-//! report, the file curl fetched); explain's verdict on it; bad input.
+//! report, the file curl fetched, a capture read by tshark); explain's verdict on it;
+//! the server's program dying with tcplab; bad input.
 
 mod support;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{export_jsonl, one_of_three_tries, serial, stderr, tcplab};
+use support::{
+    export_jsonl, kill_once_running, one_of_three_tries, serial, stderr, tcplab, tshark,
+    tshark_or_skip,
+};
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The run's rows as `tcplab export` writes them.
@@ -143,6 +148,144 @@ fn short_http_connections_are_each_recorded_with_their_bytes() {
     }
 }
 
+/// curl fetching a file twice from python's http.server through a path that loses 2 %
+/// of what the server sends, with `--capture`: each connection's bytes (the client's
+/// count, header and file) and retransmissions (the server's) are what tshark reads in
+/// the capture — the highest sequence number the server sent, and the segments tshark
+/// calls retransmitted or out of order (the capture holds the lost originals too).
+#[test]
+fn curl_watched_has_a_captures_bytes_and_retransmits() {
+    if !privileged_or_skip("shell_record_capture") || !tshark_or_skip("shell_record_capture") {
+        return;
+    }
+    let _serial = serial();
+    one_of_three_tries(
+        "each connection's bytes and retransmits as tshark reads them",
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let size = 2_000_000usize;
+            std::fs::write(dir.path().join("file"), vec![b'x'; size]).unwrap();
+            let (db, capture) = (dir.path().join("shell.db"), dir.path().join("cap.pcapng"));
+            let server = format!(
+                "exec python3 -m http.server 8000 --bind $TCPLAB_SERVER --directory {}",
+                dir.path().display()
+            );
+            let client = "for i in 1 2; do curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/file || exit 1; done";
+            let out = tcplab()
+                .args([
+                    "shell",
+                    "--path",
+                    "rtt 10ms rate 50mbit down.loss 2%",
+                    "--record",
+                ])
+                .arg(&db)
+                .arg("--capture")
+                .arg(&capture)
+                .args(["--server-cmd", &server, "--", "sh", "-c", client])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+            let flows = export_jsonl(&db, "flows");
+            assert_eq!(flows.len(), 2, "{flows:?}");
+            for f in &flows {
+                let client_port = f["server_addr"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit_once(':')
+                    .unwrap()
+                    .1;
+                let from_server =
+                    format!("tcp.srcport == 8000 && tcp.dstport == {client_port} && tcp.len > 0");
+                // Relative sequence numbers: the first byte is 1.
+                let highest = tshark(&capture, &from_server, &["tcp.seq", "tcp.len"])
+                    .iter()
+                    .map(|l| {
+                        let (seq, len) = l.split_once('\t').unwrap();
+                        seq.parse::<u64>().unwrap() + len.parse::<u64>().unwrap() - 1
+                    })
+                    .max()
+                    .unwrap();
+                let retransmitted = tshark(
+                &capture,
+                &format!("{from_server} && (tcp.analysis.retransmission || tcp.analysis.out_of_order)"),
+                &["frame.number"],
+            )
+            .len() as u64;
+                let received = f["received_bytes"].as_u64().unwrap();
+                let retransmits = f["retransmits"].as_u64().unwrap();
+                println!("port {client_port}: received {received} B, capture {highest} B; retransmits {retransmits}, capture {retransmitted}");
+                // The file and a response header of some 200 bytes.
+                assert!(
+                    (size..size + 400).contains(&(highest as usize)),
+                    "{highest} B"
+                );
+                assert!(retransmitted > 0, "no segment lost of {highest} B");
+                if received != highest || retransmits != retransmitted {
+                    return Err(format!(
+                    "port {client_port}: received {received} B, retransmits {retransmits}; the capture's {highest} B, {retransmitted}"
+                ));
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+/// `--trace-events`: the kernel's events of a curl fetch through 2 % loss, stored with
+/// the run and attributed to its one flow: segments received at both ends (tcp_probe),
+/// and at the sender (python3, the flow's client) as many retransmission events as the
+/// kernel's counter says or fewer (one event per skb, which may carry several), and a
+/// recovery for each cwnd cut.
+#[test]
+fn trace_events_are_stored_with_the_watched_flow() {
+    if !privileged_or_skip("shell_record_trace") {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), vec![b'x'; 2_000_000]).unwrap();
+    let db = dir.path().join("shell.db");
+    let server = format!(
+        "exec python3 -m http.server 8000 --bind $TCPLAB_SERVER --directory {}",
+        dir.path().display()
+    );
+    let out = tcplab()
+        .args([
+            "shell",
+            "--path",
+            "rtt 10ms rate 50mbit down.loss 2%",
+            "--record",
+        ])
+        .arg(&db)
+        .args(["--trace-events", "--server-cmd", &server, "--", "sh", "-c"])
+        .arg("curl -sf -o /dev/null http://$TCPLAB_SERVER:8000/file")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs = runs(&db);
+    let trace: Value = serde_json::from_str(runs[0]["trace_json"].as_str().unwrap()).unwrap();
+    assert_eq!(trace["taken"], true, "{trace}");
+    let flows = export_jsonl(&db, "flows");
+    assert_eq!(flows.len(), 1, "{flows:?}");
+    let events = export_jsonl(&db, "events");
+    assert_eq!(trace["events"].as_u64().unwrap() as usize, events.len());
+    let count = |host: &str, kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["host"] == host && e["kind"] == kind)
+            .count() as u64
+    };
+    assert!(count("client", "probe") > 0 && count("server", "probe") > 0);
+    let retransmits = flows[0]["retransmits"].as_u64().unwrap();
+    let traced = count("client", "retransmit");
+    println!("retransmits {retransmits}, retransmission events {traced}");
+    assert!(
+        traced > 0 && traced <= retransmits,
+        "{traced} events, {retransmits} retransmits"
+    );
+    assert!(count("client", "cong_state") > 0);
+}
+
 /// Bad input: one line naming it, a non-zero exit, and no lab left behind.
 #[test]
 fn bad_input_is_one_line_and_leaves_no_lab() {
@@ -189,4 +332,47 @@ fn bad_input_is_one_line_and_leaves_no_lab() {
     );
     assert!(!dir.path().join("ran").exists(), "the command ran");
     assert_lab_removed(&out);
+}
+
+/// kill -9 of `tcplab shell --server-cmd …`: the server's program goes with it, and the
+/// lab, without `lab gc` — killed while waiting for the server to listen (only the
+/// server's init is there to clean up), or while the command runs (the command's and
+/// the server's inits both remove the lab, one at a time).
+#[test]
+fn a_killed_shell_takes_its_server_command_with_it() {
+    if !privileged_or_skip("shell_killed_server") {
+        return;
+    }
+    let _serial = serial();
+    // `sleep` listens on nothing: the command starts after the 5 s of waiting for it.
+    for running in ["sleep 1000", "sleep 1001"] {
+        let shell = tcplab()
+            .args(["shell", "--path", "rtt 1ms", "--server-cmd", "sleep 1000"])
+            .args(["--", "sleep", "1001"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let name = format!("sh{}", shell.id());
+        let left = kill_once_running(shell, running);
+        assert!(
+            left.is_empty(),
+            "killed once `{running}` ran: {left:?} left"
+        );
+        let namespaces =
+            ["client", "server"].map(|h| Path::new("/run/netns").join(format!("{name}-{h}")));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while namespaces.iter().any(|ns| ns.exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for ns in &namespaces {
+            assert!(
+                !ns.exists(),
+                "killed once `{running}` ran: {} left",
+                ns.display()
+            );
+        }
+        let entry = Path::new("/run/tcplab/labs").join(format!("{name}.json"));
+        assert!(!entry.exists(), "{} left", entry.display());
+    }
 }

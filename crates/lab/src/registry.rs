@@ -218,6 +218,17 @@ pub fn remove(entry: &LabEntry) -> io::Result<Vec<Ended>> {
 /// Removes lab `name` if it is a leftover (its process died): returns it and the
 /// processes left in it that were ended.
 pub fn remove_leftover(name: &str) -> io::Result<Option<(LabEntry, Vec<Ended>)>> {
+    // One at a time, and once: a shell's command and server each have an init that
+    // removes the lab when the shell dies, each in a pid namespace of its own, from
+    // which it cannot signal the other. The one that finds the lock taken leaves the
+    // lab to its holder and exits (having ended its own namespace), which is what the
+    // holder waits for. The lock goes with its descriptor.
+    let registry = fs::File::open(run_dir()?)?;
+    match registry.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Ok(None),
+        Err(fs::TryLockError::Error(e)) => return Err(e),
+    }
     match get(name)? {
         Some(entry) if !pid_alive(entry.pid) => {
             let ended = remove(&entry)?;

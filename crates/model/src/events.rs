@@ -275,12 +275,45 @@ impl TestPorts {
             return None;
         };
         let flow = self.flows.iter().find(|(_, port)| *port == client_port)?.0;
-        Some(EventRecord {
+        Some(line.record(flow, host, t0_us))
+    }
+}
+
+/// How watched connections' sockets are told apart (`shell --record --trace-events`):
+/// each flow's port at its client (the end that sent more) and at its server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionPorts {
+    /// `(flow, the client's port, the server's port)`.
+    pub flows: Vec<(u32, u16, u16)>,
+}
+
+impl ConnectionPorts {
+    /// The flow and end a line belongs to, on the watch's time base (`t0_us`); `None`
+    /// for another socket's, and for what came before the watch.
+    pub fn attribute(&self, line: TraceLine, t0_us: i64) -> Option<EventRecord> {
+        if line.at_us < t0_us {
+            return None;
+        }
+        let (flow, host) = self.flows.iter().find_map(|&(flow, client, server)| {
+            match (line.sport, line.dport) {
+                (s, d) if s == client && d == server => Some((flow, Host::Client)),
+                (s, d) if s == server && d == client => Some((flow, Host::Server)),
+                _ => None,
+            }
+        })?;
+        Some(line.record(flow, host, t0_us))
+    }
+}
+
+impl TraceLine {
+    /// The line as flow `flow`'s event at `host`, on the time base `t0_us`.
+    fn record(self, flow: u32, host: Host, t0_us: i64) -> EventRecord {
+        EventRecord {
             flow,
             host,
-            t_us: line.at_us - t0_us,
-            event: line.event,
-        })
+            t_us: self.at_us - t0_us,
+            event: self.event,
+        }
     }
 }
 
@@ -524,6 +557,31 @@ mod tests {
         // The setup's, before the test's start: a retransmitted intro is not the test's.
         assert_eq!(ports.attribute(at(40314, 39001), 5_000_251), None);
         assert!(ports.attribute(at(40314, 39001), 5_000_250).is_some());
+    }
+
+    #[test]
+    fn watched_connections_events_are_attributed_by_both_ports() {
+        // Two connections to one server port, and one to another.
+        let ports = ConnectionPorts {
+            flows: vec![(0, 8000, 40312), (1, 40314, 8000), (2, 40316, 22)],
+        };
+        let at = |sport, dport| TraceLine {
+            at_us: 5_000_250,
+            sport,
+            dport,
+            event: KernelEvent::Retransmit,
+        };
+        let t0 = 5_000_000;
+        let of = |line| ports.attribute(line, t0).map(|e| (e.flow, e.host, e.t_us));
+        assert_eq!(of(at(8000, 40312)), Some((0, Host::Client, 250)));
+        assert_eq!(of(at(40312, 8000)), Some((0, Host::Server, 250)));
+        assert_eq!(of(at(8000, 40314)), Some((1, Host::Server, 250)));
+        assert_eq!(of(at(22, 40316)), Some((2, Host::Server, 250)));
+        // Another socket on a watched port, and one of a watched pair's ports crossed.
+        assert_eq!(of(at(8000, 50000)), None);
+        assert_eq!(of(at(40316, 8000)), None);
+        // Before the watch began.
+        assert_eq!(ports.attribute(at(8000, 40312), 5_000_251), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! flows and ends afterwards. Both ends' sockets are seen when the server runs on this
 //! machine (a lab, loopback); a remote server's are not.
 
-use tcplab_model::events::{self, EventRecord, TestPorts, TraceRecord};
+use tcplab_model::events::{self, EventRecord, TestPorts, TraceLine, TraceRecord};
 use tcplab_model::record::RunRecord;
 use tcplab_sys::trace::{Trace, TraceError};
 
@@ -38,31 +38,41 @@ impl TestTrace {
     /// Ends the trace: its record and the test's events on its time base (`t0_us` on
     /// the monotonic clock), in time order.
     pub fn finish(self, t0_us: i64) -> (TraceRecord, Vec<EventRecord>) {
-        let (text, lost) = match self.trace.and_then(Trace::finish) {
-            Ok(read) => read,
-            Err(e) => {
-                let record = TraceRecord {
-                    taken: false,
-                    note: Some(e.to_string()),
-                    ..TraceRecord::default()
-                };
-                return (record, Vec::new());
-            }
-        };
-        let mut events: Vec<EventRecord> = String::from_utf8_lossy(&text)
-            .lines()
-            .filter_map(events::parse_line)
-            .filter_map(|line| self.ports.attribute(line, t0_us))
-            .collect();
-        events.sort_by_key(|e| e.t_us);
-        let record = TraceRecord {
-            taken: true,
-            note: None,
-            events: events.len() as u64,
-            lost,
-        };
-        (record, events)
+        let ports = self.ports;
+        finish(self.trace, |line| ports.attribute(line, t0_us))
     }
+}
+
+/// Ends `trace`: its record and the events `attribute` finds a socket for, in time
+/// order; a trace that could not be taken is a record saying why.
+pub fn finish(
+    trace: Result<Trace, TraceError>,
+    attribute: impl Fn(TraceLine) -> Option<EventRecord>,
+) -> (TraceRecord, Vec<EventRecord>) {
+    let (text, lost) = match trace.and_then(Trace::finish) {
+        Ok(read) => read,
+        Err(e) => {
+            let record = TraceRecord {
+                taken: false,
+                note: Some(e.to_string()),
+                ..TraceRecord::default()
+            };
+            return (record, Vec::new());
+        }
+    };
+    let mut events: Vec<EventRecord> = String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(events::parse_line)
+        .filter_map(attribute)
+        .collect();
+    events.sort_by_key(|e| e.t_us);
+    let record = TraceRecord {
+        taken: true,
+        note: None,
+        events: events.len() as u64,
+        lost,
+    };
+    (record, events)
 }
 
 /// Puts a test's events into its record: those of `trace`, or, when events were asked

@@ -18,8 +18,8 @@ use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Side};
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_monitor::watch::{
-    parse_state_change, run_record, Admit, Connection, Process, Tracker, WatchConfig, WatchEvent,
-    WatchMeta, TRACE_FILTER,
+    parse_state_change, run_record, Admit, Connection, Process, SampleRead, Tracker, WatchConfig,
+    WatchEvent, WatchMeta, TRACE_FILTER,
 };
 use tcplab_store::NotStored;
 use tcplab_sys::clock::monotonic_us;
@@ -249,6 +249,7 @@ pub(crate) fn follow(watch: Watch) -> Result<Watched> {
         sample_interval_us,
         report_interval_us,
         keep,
+        announced: trace.is_some(),
     });
     let printer = Printer {
         output,
@@ -287,22 +288,30 @@ pub(crate) fn follow(watch: Watch) -> Result<Watched> {
             let gone_keys = lookup(&mut diags, &keys, &mut found, &mut gone)?;
             tracker.looked_up(&found, &gone_keys, &mut |s| admission.admit(s));
         }
-        if tracker.dump_due(now) {
-            samples.clear();
-            for diag in &mut diags {
-                diag.dump(&query, &mut samples)?;
+        match tracker.sample_due(now) {
+            None => {}
+            Some(SampleRead::Lookup(keys)) => {
+                found.clear();
+                let gone_keys = lookup(&mut diags, &keys, &mut found, &mut gone)?;
+                tracker.sampled(now, &found, &gone_keys, &mut |s| admission.admit(s));
             }
-            tracker.dump(now, &samples, &mut |s| admission.admit(s));
-            if !tracker.any() && !said_no_match {
-                said_no_match = true;
-                errln!(
-                    "tcplab watch: no connection matches {} now; watching",
-                    if filter_text.is_empty() {
-                        "at all"
-                    } else {
-                        &filter_text
-                    }
-                );
+            Some(SampleRead::Dump) => {
+                samples.clear();
+                for diag in &mut diags {
+                    diag.dump(&query, &mut samples)?;
+                }
+                tracker.dump(now, &samples, &mut |s| admission.admit(s));
+                if !tracker.any() && !said_no_match {
+                    said_no_match = true;
+                    errln!(
+                        "tcplab watch: no connection matches {} now; watching",
+                        if filter_text.is_empty() {
+                            "at all"
+                        } else {
+                            &filter_text
+                        }
+                    );
+                }
             }
         }
         admission.fill_owners(&mut tracker);

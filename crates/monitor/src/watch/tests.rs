@@ -13,6 +13,7 @@ fn config() -> WatchConfig {
         sample_interval_us: 10_000,
         report_interval_us: 1_000_000,
         keep: true,
+        announced: false,
     }
 }
 
@@ -275,8 +276,72 @@ fn report_ticks_cut_every_open_connection_and_finish_cuts_the_rest() {
 fn missed_dump_ticks_are_skipped_not_caught_up() {
     let mut t = Tracker::new(config());
     t.dump(T0 + 35 * MS, &[], &mut watch_all);
-    assert!(!t.dump_due(T0 + 44 * MS));
-    assert!(t.dump_due(T0 + 45 * MS));
+    assert_eq!(t.sample_due(T0 + 44 * MS), None);
+    assert_eq!(t.sample_due(T0 + 45 * MS), Some(SampleRead::Dump));
+}
+
+#[test]
+fn with_the_tracepoint_ticks_look_the_open_connections_up_and_dump_now_and_then() {
+    let mut t = Tracker::new(WatchConfig {
+        announced: true,
+        ..config()
+    });
+    // The first tick dumps: what was open before the watch is announced by nothing.
+    assert_eq!(t.sample_due(T0), Some(SampleRead::Dump));
+    let (a, b) = (key(40001, 1), key(40002, 2));
+    t.dump(
+        T0,
+        &[sample(a, T0, TcpState::Established, 0)],
+        &mut watch_all,
+    );
+    // One opens: the tracepoint's lookup announces it.
+    t.looked_up(
+        &[sample(b, T0 + 3 * MS, TcpState::Established, 0)],
+        &[],
+        &mut watch_all,
+    );
+    assert_eq!(t.sample_due(T0 + 9 * MS), None);
+    let tick = T0 + 10 * MS;
+    assert_eq!(t.sample_due(tick), Some(SampleRead::Lookup(vec![a, b])));
+    // b is gone: the lookup closes it, a is sampled.
+    t.sampled(
+        tick,
+        &[sample(a, tick, TcpState::Established, 5_000)],
+        &[b],
+        &mut watch_all,
+    );
+    assert_eq!(t.connection(0).unwrap().samples.len(), 2);
+    assert_eq!(t.open_now(), 1);
+    assert_eq!(t.sample_due(tick + 5 * MS), None);
+    assert_eq!(
+        t.sample_due(tick + 10 * MS),
+        Some(SampleRead::Lookup(vec![a]))
+    );
+    // A dump again once DISCOVERY_DUMP_US has passed since the last.
+    assert_eq!(t.sample_due(T0 + DISCOVERY_DUMP_US), Some(SampleRead::Dump));
+}
+
+#[test]
+fn with_the_tracepoint_many_open_connections_are_dumped_and_without_it_always() {
+    let many: Vec<SocketSample> = (0..=LOOKUP_AT_MOST as u16)
+        .map(|i| {
+            sample(
+                key(41000 + i, 100 + u64::from(i)),
+                T0,
+                TcpState::Established,
+                0,
+            )
+        })
+        .collect();
+    let mut announced = Tracker::new(WatchConfig {
+        announced: true,
+        ..config()
+    });
+    announced.dump(T0, &many, &mut watch_all);
+    assert_eq!(announced.sample_due(T0 + 10 * MS), Some(SampleRead::Dump));
+    let mut polling = Tracker::new(config());
+    polling.dump(T0, &many[..1], &mut watch_all);
+    assert_eq!(polling.sample_due(T0 + 10 * MS), Some(SampleRead::Dump));
 }
 
 #[test]

@@ -5,4 +5,6 @@
 pub mod estimate;
 pub mod labrun;
 pub mod merge;
+pub mod programs;
 pub mod sweep;
+pub mod watch;

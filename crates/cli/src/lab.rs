@@ -498,6 +498,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
             watch.shell = Some(ShellCommands {
                 client: args.command.clone(),
                 server: args.server_cmd.clone(),
+                ended: None,
             });
         }
         match store.insert_run(&record) {

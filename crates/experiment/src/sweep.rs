@@ -15,13 +15,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
 use tcplab_model::capture::{CapturePoint, DEFAULT_SNAPLEN};
-use tcplab_model::experiment::{Experiment, Point, RemoteHost, Shard};
+use tcplab_model::experiment::{Experiment, FlowConfig, Point, RemoteHost, Shard};
 use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
 use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
 use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};
 
+use crate::command::{run_command_in_lab, CommandFlow};
 use crate::labrun::{run_against, run_in_lab, FlowGroup, RealHost};
 
 /// What the user asked of a sweep.
@@ -424,6 +425,23 @@ fn run_point(
     stop: &Arc<AtomicBool>,
 ) -> std::result::Result<(RunRecord, Duration), String> {
     let c = &point.config;
+    let tags = |f: &FlowConfig| -> Vec<String> {
+        std::iter::once(format!("flow={}", f.name))
+            .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
+            .collect()
+    };
+    // A command flow runs alone (the file's check): its programs, watched.
+    let command = c.flows.iter().find_map(|f| {
+        Some(CommandFlow {
+            name: f.name.clone(),
+            client: usize::from(f.client) - 1,
+            start_us: f.start_us,
+            spec: f.command.clone()?,
+            params: f.params.clone(),
+            label: label.clone(),
+            tags: tags(f),
+        })
+    });
     let groups: Vec<FlowGroup> = c
         .flows
         .iter()
@@ -432,9 +450,7 @@ fn run_point(
             start_us: f.start_us,
             params: f.params.clone(),
             label: label.clone(),
-            tags: std::iter::once(format!("flow={}", f.name))
-                .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
-                .collect(),
+            tags: tags(f),
             trace_events: c.trace_events,
         })
         .collect();
@@ -461,7 +477,10 @@ fn run_point(
                 capture,
                 control_port: None,
             };
-            run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
+            match &command {
+                Some(flow) => run_command_in_lab(&config, flow, Arc::clone(stop)),
+                None => run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None),
+            }
         }
     };
     run.map(|run| (run.record, run.test))

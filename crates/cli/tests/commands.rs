@@ -339,6 +339,11 @@ values = [
         ),
         "{said}"
     );
+    assert!(
+        said.contains("sleep 30; touch")
+            && said.contains("rep 1: done, the command cut at its time limit"),
+        "{said}"
+    );
     let runs = export_jsonl(&db, "runs");
     assert_eq!(runs.len(), 3, "the sweep went on: {said}");
     let by_what = |needle: &str| {
@@ -360,6 +365,50 @@ values = [
         by_what("reno")["status"],
         "done",
         "the hosts' cc is not reno"
+    );
+}
+
+/// A congestion control a namespace may not default to is refused before any run, with
+/// the sysctl that allows it; one it may is taken (the test above).
+#[test]
+fn a_command_s_cc_must_be_one_a_namespace_may_default_to() {
+    if !privileged_or_skip("command_cc") {
+        return;
+    }
+    let list = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let allowed = list("tcp_allowed_congestion_control");
+    let Some(restricted) = list("tcp_available_congestion_control")
+        .into_iter()
+        .find(|cc| !allowed.contains(cc))
+    else {
+        println!("every available congestion control is allowed here: nothing to refuse");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cc.toml");
+    std::fs::write(
+        &file,
+        format!("[[flow]]\nprotocol = \"command\"\ncommand = \"true\"\ncc = \"{restricted}\"\n"),
+    )
+    .unwrap();
+    let out = sweep(&file, &dir.path().join("cc.db"));
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("cc '{restricted}' of a command flow"))
+            && err.contains("net.ipv4.tcp_allowed_congestion_control"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("cc.db").exists(),
+        "planned before refusing"
     );
 }
 

@@ -136,10 +136,30 @@ pub fn check_congestion(points: &[Point]) -> Result<()> {
     }
     let available =
         sockopt::available_congestion().context("reading the available congestion controls")?;
-    match wanted.iter().find(|cc| !available.iter().any(|a| a == *cc)) {
-        Some(cc) => bail!(
+    if let Some(cc) = wanted.iter().find(|cc| !available.iter().any(|a| a == *cc)) {
+        bail!(
             "unknown congestion control '{cc}' in a flow's cc (available: {})",
             available.join(" ")
+        );
+    }
+    // A command's sockets take their hosts' default, which a lab's namespace may set
+    // only to an allowed one.
+    let commands: BTreeSet<&str> = points
+        .iter()
+        .flat_map(|p| &p.config.flows)
+        .filter(|f| f.command.is_some())
+        .filter_map(|f| f.params.tuning.cc.as_deref())
+        .collect();
+    if commands.is_empty() {
+        return Ok(());
+    }
+    let allowed =
+        sockopt::allowed_congestion().context("reading the allowed congestion controls")?;
+    match commands.iter().find(|cc| !allowed.iter().any(|a| a == *cc)) {
+        Some(cc) => bail!(
+            "cc '{cc}' of a command flow: a lab's hosts may default only to the congestion controls in net.ipv4.tcp_allowed_congestion_control ({}); add it there (sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{} {cc}\") or choose one of them",
+            allowed.join(" "),
+            allowed.join(" ")
         ),
         None => Ok(()),
     }
@@ -263,6 +283,8 @@ pub struct Finished<'a> {
     pub run_id: Option<i64>,
     /// Throughput after the warm-up, bit/s.
     pub throughput_bps: Option<f64>,
+    /// A command flow's program was ended at its time limit.
+    pub timed_out: bool,
     pub error: Option<String>,
     /// The run's wall time, and the part of it that was not the test itself (building
     /// and removing the lab, storing).
@@ -331,6 +353,12 @@ pub fn execute(
             &lab_name, hosts, point, prepared, lab_seed, label, capture, &stop,
         );
         let stopped = stop.load(Ordering::Relaxed);
+        let timed_out = result.as_ref().is_ok_and(|(run, _)| {
+            run.watch
+                .as_ref()
+                .and_then(|w| w.shell.as_ref()?.ended.as_ref())
+                .is_some_and(|e| e.timed_out)
+        });
         let (outcome, test_time, throughput_bps) = match &result {
             Ok((run, test)) => {
                 let throughput = Metric::Throughput.of(run, point.config.warmup_us);
@@ -389,6 +417,7 @@ pub fn execute(
             status,
             run_id,
             throughput_bps,
+            timed_out,
             error,
             wall,
             overhead: overhead.unwrap_or_default(),

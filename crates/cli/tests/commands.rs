@@ -366,6 +366,20 @@ values = [
         "done",
         "the hosts' cc is not reno"
     );
+
+    // A server's program that fails before listening fails the run, with its stderr.
+    let file = dir.path().join("server.toml");
+    std::fs::write(
+        &file,
+        "[[flow]]\nprotocol = \"command\"\ncommand = \"true\"\nserver_command = \"\"\"\necho bad config >&2\nexit 1\n\"\"\"\n",
+    )
+    .unwrap();
+    let out = sweep(&file, &dir.path().join("server.db"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("FAILED: flow 'flow1': server_command ended (exit status: 1) before the command started; its stderr ends: bad config ("),
+        "{said}"
+    );
 }
 
 /// A congestion control a namespace may not default to is refused before any run, with

@@ -43,6 +43,8 @@ pub struct CommandFlow {
 
 /// How often the client's program is looked at (its end, the time limit, a stop).
 const POLL: Duration = Duration::from_millis(10);
+/// How long a program's stderr may stay open after it ended (held by what it left).
+const TAIL_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs `flow` across a lab made from `config` and removes the lab, whatever happens. A
 /// program that exits non-zero makes the run failed, with its status and the end of its
@@ -94,14 +96,16 @@ fn run_programs(
         params.report_interval_us,
         "tcplab sweep",
     )?;
+    let what = format!("flow '{}': server_command", flow.name);
     let server = match &flow.spec.server {
         Some(command) => {
-            let what = format!("flow '{}': server_command '{command}'", flow.name);
-            match Server::start(lab, command, &what, &env, Stdio::null(), Stdio::null()) {
-                Ok(server) => Some(server),
+            let (stderr, writer) = std::io::pipe().context("a pipe for the server's stderr")?;
+            let tail = keep_tail(stderr);
+            match Server::start(lab, command, &what, &env, Stdio::null(), writer.into()) {
+                Ok(server) => Some((server, tail)),
                 Err(e) => {
                     let _ = recorder.finish();
-                    return Err(e);
+                    return Err(anyhow!(with_tail(format!("{e:#}"), &tail_of(tail))));
                 }
             }
         }
@@ -114,10 +118,7 @@ fn run_programs(
     } else {
         Ok(None)
     };
-    let server_ended = server.map(|s| {
-        let what = s.what().to_owned();
-        s.end().map(|status| (what, status))
-    });
+    let server_ended = server.map(|(s, tail)| s.end().map(|status| (status, tail_of(tail))));
     let watched = recorder.finish()?;
     let test = test.elapsed();
     let ended = ran?;
@@ -141,10 +142,13 @@ fn run_programs(
     } else if let Some(error) = failure(flow, ended.as_ref()) {
         record.status = RunStatus::Failed;
         record.error = Some(error);
-    } else if let Some(Ok((what, Some(status)))) = &server_ended {
+    } else if let Some(Ok((Some(status), tail))) = &server_ended {
         if !status.success() {
             record.status = RunStatus::Failed;
-            record.error = Some(format!("{what} ended ({status}) before the command did"));
+            record.error = Some(with_tail(
+                format!("{what} ended ({status}) before the command did"),
+                tail,
+            ));
         }
     }
     if let Some(Err(e)) = server_ended {
@@ -165,22 +169,36 @@ fn failure(flow: &CommandFlow, ended: Option<&CommandEnd>) -> Option<String> {
         (None, Some(signal)) => format!("was killed by signal {signal}"),
         (None, None) => "ended without a status".to_owned(),
     };
-    let tail = ended.stderr_tail.trim_end();
-    Some(if tail.is_empty() {
-        format!("flow '{}': command {how}", flow.name)
-    } else {
-        // One line: the stderr's lines joined.
-        let tail: Vec<&str> = tail
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        format!(
-            "flow '{}': command {how}; its stderr ends: {}",
-            flow.name,
-            tail.join(" / ")
-        )
-    })
+    Some(with_tail(
+        format!("flow '{}': command {how}", flow.name),
+        &ended.stderr_tail,
+    ))
+}
+
+/// `message`, and the end of a program's stderr where it wrote any, on one line.
+fn with_tail(message: String, tail: &str) -> String {
+    let lines: Vec<&str> = tail
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        return message;
+    }
+    format!("{message}; its stderr ends: {}", lines.join(" / "))
+}
+
+/// What a program's stderr reader kept, once the program's end closed the pipe; empty
+/// where something it left still holds the pipe after [`TAIL_WAIT`].
+fn tail_of(reader: JoinHandle<String>) -> String {
+    let until = Instant::now() + TAIL_WAIT;
+    while !reader.is_finished() && Instant::now() < until {
+        std::thread::sleep(POLL);
+    }
+    match reader.is_finished() {
+        true => reader.join().unwrap_or_default(),
+        false => String::new(),
+    }
 }
 
 /// The hosts' settings a command's sockets take, having no tunings of their own: the
@@ -240,9 +258,7 @@ fn run_client(
         }
     };
     let wall_us = started.elapsed().as_micros() as u64;
-    let stderr_tail = tail
-        .join()
-        .map_err(|_| anyhow!("the reader of the command's stderr panicked"))?;
+    let stderr_tail = tail_of(tail);
     Ok(CommandEnd {
         code: status.code(),
         signal: status.signal(),

@@ -7,6 +7,7 @@
 //! runs a command in a host; without root it joins the daemon's user namespace first.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
@@ -15,6 +16,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
+use tcplab_experiment::programs::{under_init, Recorder, Server, LISTEN_TIMEOUT};
+use tcplab_experiment::watch::{WatchLabels, Watched};
 use tcplab_lab::far::FarHost;
 use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
@@ -32,9 +35,7 @@ use tcplab_sys::{netns, poll, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
 use crate::commands::{interrupt_flag, lab_lines, open_store};
-use crate::shell_record::{Recorder, Server};
 use crate::stdio::{errln, outln, Stdout};
-use crate::watch::{WatchLabels, Watched};
 
 /// How long `show` and `down` wait for a daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -506,6 +507,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
             watch.shell = Some(ShellCommands {
                 client: args.command.clone(),
                 server: args.server_cmd.clone(),
+                ended: None,
             });
         }
         if let Some(trace) = trace {
@@ -568,10 +570,21 @@ fn run_commands(
         env.push(("TCPLAB_HOST", addr));
     }
     let recorder = record
-        .then(|| Recorder::start(lab, args.sample_interval))
+        .then(|| {
+            Recorder::start(
+                lab,
+                0,
+                args.sample_interval,
+                SHELL_REPORT_INTERVAL_US,
+                "tcplab shell",
+            )
+        })
         .transpose()?;
+    if let Some(line) = recorder.as_ref().and_then(|r| r.polling_only.as_ref()) {
+        errln!("{line}");
+    }
     let server = match &args.server_cmd {
-        Some(command) => match Server::start(lab, command, &env) {
+        Some(command) => match start_server(lab, command, &env) {
             Ok(server) => Some(server),
             Err(e) => {
                 if let Some(recorder) = recorder {
@@ -591,7 +604,7 @@ fn run_commands(
             status
         },
     );
-    let ended = server.map(Server::end).transpose();
+    let ended = server.map(end_server).transpose();
     let watched = recorder.map(Recorder::finish).transpose()?;
     ended?;
     let code = status?.code().unwrap_or(1);
@@ -629,34 +642,33 @@ fn start_trace(lab: &Lab) -> TraceStarted {
     Trace::start(&events::TRACEPOINTS, &filter)
 }
 
-/// Starts `command` in `host` (a namespace of `lab`) under an init of its own (`lab
-/// shell-init`), pid 1 of a new pid namespace, which ends whatever the command leaves
-/// when it exits and, should this process die (even by SIGKILL), the command too, and
-/// removes the lab. `configure` sets the init's stdio and the like, which the command
-/// inherits. Hold the lifeline until the init has ended.
-pub fn under_init(
-    lab: &Lab,
-    host: &netns::NetNs,
-    command: &[String],
-    env: &[(&str, &str)],
-    configure: impl FnOnce(&mut Command) + Send,
-) -> Result<(std::process::Child, reaper::Lifeline)> {
-    let exe = std::env::current_exe().context("locating the tcplab binary")?;
-    let (name, owner) = (lab.entry.name.clone(), netns::own_pid());
-    let init = |lifeline: std::os::fd::RawFd| {
-        let mut init = Command::new(exe);
-        init.args(["lab", "shell-init", &name])
-            .arg(format!("--owner={owner}"))
-            .arg(format!("--lifeline={lifeline}"))
-            .arg("--")
-            .args(command)
-            .envs(env.iter().copied());
-        configure(&mut init);
-        init
-    };
-    // Spawned from a thread inside the namespace, init and command live there.
-    host.run(move || reaper::spawn_init(init))?
-        .context("starting the command's init")
+/// Each watched connection's interval of `shell --record` is cut this often.
+const SHELL_REPORT_INTERVAL_US: u64 = 1_000_000;
+
+/// `--server-cmd`'s program in the server host, its stdout on our stderr (stdout is the
+/// command's); said if it listens on no port in time.
+fn start_server(lab: &Lab, command: &str, env: &[(&str, &str)]) -> Result<Server> {
+    let stdout = std::io::stderr().as_fd().try_clone_to_owned()?;
+    let what = format!("--server-cmd '{command}'");
+    let server = Server::start(lab, command, &what, env, stdout.into(), Stdio::inherit())?;
+    if !server.listening {
+        errln!(
+            "tcplab shell: {what} listens on no TCP port after {} s; starting the command anyway",
+            LISTEN_TIMEOUT.as_secs()
+        );
+    }
+    Ok(server)
+}
+
+/// Ends `--server-cmd`'s program, saying how it ended unless it was told to.
+fn end_server(server: Server) -> Result<()> {
+    let what = server.what().to_owned();
+    if let Some(status) = server.end()? {
+        if !status.success() {
+            errln!("tcplab shell: {what} ended ({status})");
+        }
+    }
+    Ok(())
 }
 
 /// `lab shell-init`: pid 1 of a `shell` command's pid namespace. Exits with the

@@ -10,7 +10,6 @@ mod lab;
 mod manual;
 mod output;
 mod report;
-mod shell_record;
 mod stdio;
 mod sweep;
 mod watch;

@@ -111,7 +111,13 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
             )),
             Event::Finish(f) => {
                 let result = match (f.status, &f.error) {
-                    (PlanStatus::Done, _) => f.throughput_bps.map_or("done".into(), format_rate),
+                    (PlanStatus::Done, _) => {
+                        let done = f.throughput_bps.map_or("done".into(), format_rate);
+                        match f.timed_out {
+                            true => format!("{done}, the command cut at its time limit"),
+                            false => done,
+                        }
+                    }
                     (PlanStatus::Failed, Some(e)) => format!("FAILED: {e}"),
                     (PlanStatus::Failed, None) => "FAILED".into(),
                     (PlanStatus::Pending, _) => "interrupted; runs again on resume".into(),

@@ -1,30 +1,20 @@
-//! `tcplab watch`: the I/O around [`tcplab_monitor::watch::Tracker`]. Dumps the matching
-//! sockets every sample interval, looks up the sockets the `sock:inet_sock_set_state`
-//! tracepoint names as they change state (and closing ones every millisecond), reads
-//! owners from /proc, prints and stores what the tracker makes of it.
+//! `tcplab watch`: the matching connections followed by
+//! [`tcplab_experiment::watch::follow`], printed as lines or JSON lines and stored.
 
-use std::collections::HashSet;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::json;
-use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{IntervalRecord, RunRecord};
-use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
-use tcplab_model::sockfilter::{Filter, Side};
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
-use tcplab_monitor::watch::{
-    parse_state_change, run_record, Admit, Connection, Process, SampleRead, Tracker, WatchConfig,
-    WatchEvent, WatchMeta, TRACE_FILTER,
+use tcplab_experiment::watch::{
+    follow, open_trace, polling_only, Selection, Watch, WatchLabels, WatchOutput,
 };
+use tcplab_model::limits::ALL_LIMITS;
+use tcplab_model::record::IntervalRecord;
+use tcplab_model::sockfilter::Filter;
+use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_monitor::watch::{Connection, Tracker, WatchEvent};
 use tcplab_store::NotStored;
-use tcplab_sys::clock::monotonic_us;
-use tcplab_sys::sockdiag::{self, Owners, Query, SockDiag};
-use tcplab_sys::trace::Trace;
+use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::userns::{self, Mode};
 
 use crate::args::WatchArgs;
@@ -32,18 +22,20 @@ use crate::commands::{interrupt_flag, open_store};
 use crate::output;
 use crate::stdio::{errln, outln};
 
-/// The longest the loop sleeps: how late Ctrl-C is noticed.
-const MAX_SLEEP_US: i64 = 50_000;
-
 pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     // Everything the user named is checked before anything starts.
-    let selection = Selection::new(&args)?;
+    let selection = Selection::new(
+        &args.port,
+        &args.addr,
+        args.cgroup.as_deref(),
+        args.pid,
+        args.comm.clone(),
+    )?;
     let mut store = args.store.db.as_deref().map(open_store).transpose()?;
-    let filter_text = selection.describe(&args);
+    let filter_text = describe(&args);
     let query = Query::new(
         selection
-            .filter
-            .as_ref()
+            .filter()
             .map(Filter::compile)
             .transpose()
             .context("the filter")?,
@@ -57,7 +49,14 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         }
         Mode::Privileged => "",
     };
-    let trace = open_trace(&args.port, args.sample_interval, "tcplab watch", less);
+    let trace = open_trace(&args.port)
+        .map_err(|e| {
+            errln!(
+                "{}{less}",
+                polling_only("tcplab watch", args.sample_interval, &e)
+            )
+        })
+        .ok();
     if !args.json {
         errln!(
             "tcplab watch: {} every {}{}; Ctrl-C ends",
@@ -82,11 +81,10 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         sample_interval_us: args.sample_interval,
         report_interval_us: args.report_interval,
         keep: store.is_some(),
-        output: if args.json {
-            Output::Json
-        } else {
-            Output::Lines
-        },
+        output: Box::new(Printer {
+            json: args.json,
+            header_shown: false,
+        }),
         filter_text: filter_text.clone(),
         drain_us: 0,
     })?;
@@ -119,538 +117,58 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `sock:inet_sock_set_state` stream, or `None` (said on stderr by `who`, with
-/// `less` after) where tracefs or privilege is missing: polling only.
-pub(crate) fn open_trace(
-    ports: &[u16],
-    sample_interval_us: u64,
-    who: &str,
-    less: &str,
-) -> Option<(Trace, Receiver<Vec<u8>>)> {
-    match Trace::stream("sock", &["inet_sock_set_state"], &trace_filter(ports)) {
-        Ok(trace) => Some(trace),
-        Err(e) => {
-            errln!(
-                "{who}: polling only, every {} ({e}): a connection that opens and closes between two samples is missed{less}",
-                format_duration_us(sample_interval_us)
-            );
-            None
-        }
-    }
-}
-
-/// How the loop shows what it sees as it goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Output {
-    Lines,
-    Json,
-    /// Nothing (stdout is another program's): the intervals are only kept.
-    Quiet,
-}
-
-/// What one watch follows, and how.
-pub(crate) struct Watch {
-    /// A sock_diag socket per network namespace watched, all on one clock (each
-    /// socket's cookie is unique across namespaces).
-    pub diags: Vec<SockDiag>,
-    pub query: Query,
-    pub selection: Selection,
-    pub trace: Option<(Trace, Receiver<Vec<u8>>)>,
-    /// Ends the watch once set.
-    pub stop: Arc<AtomicBool>,
-    pub time_us: Option<u64>,
-    pub sample_interval_us: u64,
-    pub report_interval_us: u64,
-    /// Keep every connection's samples, to store them.
-    pub keep: bool,
-    pub output: Output,
-    pub filter_text: String,
-    /// Once stopped, how long to go on while connections are still open (closing).
-    pub drain_us: u64,
-}
-
-/// What a watch saw, once it ended.
-pub(crate) struct Watched {
-    pub tracker: Tracker,
-    pub intervals: Vec<IntervalRecord>,
-    /// How late the tracepoint's changes were read; `None`: polling only.
-    pub lag: Option<Lag>,
-    /// Ended by the stop flag, rather than by its time.
-    pub stopped: bool,
-    pub started_unix_us: i64,
-    pub duration_us: u64,
-}
-
-/// How a stored watch names itself.
-pub(crate) struct WatchLabels {
-    pub label: Option<String>,
-    pub tags: Vec<String>,
-    pub filter: String,
-    /// Ended early (Ctrl-C) rather than as asked.
-    pub interrupted: bool,
-}
-
-impl Watched {
-    pub fn summary_line(&self, closed: u64, open: u64) -> String {
-        format!(
-            "{} over {}: {closed} closed, {open} still open{}",
-            count(closed + open, "connection"),
-            format_duration_us(self.duration_us),
-            match self.tracker.missed() {
-                0 => String::new(),
-                n => format!(
-                    "; {} seen only once done (TIME_WAIT), not recorded",
-                    count(n, "other")
-                ),
-            }
-        )
-    }
-
-    /// The run of kind `watch` it stores as.
-    pub fn record(self, labels: WatchLabels) -> RunRecord {
-        run_record(
-            &self.tracker,
-            self.intervals,
-            WatchMeta {
-                started_unix_us: self.started_unix_us,
-                tool_version: env!("CARGO_PKG_VERSION").into(),
-                host: tcplab_sys::sysctl::host_meta(),
-                label: labels.label,
-                tags: labels.tags,
-                filter: labels.filter,
-                tracepoint: self.lag.is_some(),
-                duration_us: self.duration_us,
-                interrupted: labels.interrupted,
-            },
-        )
-    }
-}
-
-/// Follows the connections `watch` selects until its time is up or its stop flag is set.
-pub(crate) fn follow(watch: Watch) -> Result<Watched> {
-    let Watch {
-        mut diags,
-        query,
-        selection,
-        trace,
-        stop,
-        time_us,
-        sample_interval_us,
-        report_interval_us,
-        keep,
-        output,
-        filter_text,
-        drain_us,
-    } = watch;
-    let t0 = monotonic_us();
-    let started_unix_us = unix_now_us();
-    let mut tracker = Tracker::new(WatchConfig {
-        t0_us: t0,
-        sample_interval_us,
-        report_interval_us,
-        keep,
-        announced: trace.is_some(),
-    });
-    let printer = Printer {
-        output,
-        header_shown: Default::default(),
-    };
-    let deadline = time_us.map(|t| t0 + t as i64);
-    let mut admission = selection;
-    let mut intervals: Vec<IntervalRecord> = Vec::new();
-    let (mut samples, mut found, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-    let mut pending = String::new();
-    let mut lag = Lag::default();
-    let mut said_no_match = output == Output::Quiet;
-    let mut stopped = false;
-    let mut stop_seen: Option<i64> = None;
-    loop {
-        let now = monotonic_us();
-        if stop.load(Ordering::Relaxed) {
-            let since = *stop_seen.get_or_insert(now);
-            if tracker.open_now() == 0 || now - since >= drain_us as i64 {
-                stopped = true;
-                break;
-            }
-        }
-        if deadline.is_some_and(|d| now >= d) {
-            break;
-        }
-        admission.new_round()?;
-        // The tracepoint's changes and the closing connections, looked up at once and
-        // before a dump, which would take a socket closed since for gone.
-        let mut keys = tracker.closing_due(now);
-        if let Some(trace) = &trace {
-            drain_changes(trace_receiver(trace), &mut pending, &mut keys, &mut lag);
-        }
-        if !keys.is_empty() {
-            found.clear();
-            let gone_keys = lookup(&mut diags, &keys, &mut found, &mut gone)?;
-            tracker.looked_up(&found, &gone_keys, &mut |s| admission.admit(s));
-        }
-        match tracker.sample_due(now) {
-            None => {}
-            Some(SampleRead::Lookup(keys)) => {
-                found.clear();
-                let gone_keys = lookup(&mut diags, &keys, &mut found, &mut gone)?;
-                tracker.sampled(now, &found, &gone_keys, &mut |s| admission.admit(s));
-            }
-            Some(SampleRead::Dump) => {
-                samples.clear();
-                for diag in &mut diags {
-                    diag.dump(&query, &mut samples)?;
-                }
-                tracker.dump(now, &samples, &mut |s| admission.admit(s));
-                if !tracker.any() && !said_no_match {
-                    said_no_match = true;
-                    errln!(
-                        "tcplab watch: no connection matches {} now; watching",
-                        if filter_text.is_empty() {
-                            "at all"
-                        } else {
-                            &filter_text
-                        }
-                    );
-                }
-            }
-        }
-        admission.fill_owners(&mut tracker);
-        tracker.advance(monotonic_us());
-        printer.print(&mut tracker, t0, &mut intervals);
-        let wait = (tracker.next_wakeup() - monotonic_us()).clamp(0, MAX_SLEEP_US);
-        let wait = deadline.map_or(wait, |d| wait.min((d - monotonic_us()).max(0)));
-        match &trace {
-            Some(trace) => match trace_receiver(trace).recv_timeout(micros(wait)) {
-                Ok(chunk) => pending.push_str(&String::from_utf8_lossy(&chunk)),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => bail!("the trace reader stopped"),
-            },
-            None => std::thread::sleep(micros(wait)),
-        }
-    }
-    let end = monotonic_us();
-    tracker.finish();
-    printer.print(&mut tracker, t0, &mut intervals);
-    let tracepoint = trace.is_some();
-    drop(trace);
-    Ok(Watched {
-        tracker,
-        intervals,
-        lag: tracepoint.then_some(lag),
-        stopped,
-        started_unix_us,
-        duration_us: (end - t0).max(0) as u64,
-    })
-}
-
-/// Looks `keys` up in each namespace in turn, appending what is found to `found`; returns
-/// the keys found in none (gone).
-fn lookup(
-    diags: &mut [SockDiag],
-    keys: &[SocketKey],
-    found: &mut Vec<SocketSample>,
-    gone: &mut Vec<usize>,
-) -> Result<Vec<SocketKey>> {
-    let mut left = keys.to_vec();
-    for diag in diags {
-        if left.is_empty() {
-            break;
-        }
-        gone.clear();
-        diag.lookup(&left, Extensions::ALL, found, gone)?;
-        left = gone.iter().map(|&i| left[i]).collect();
-    }
-    Ok(left)
-}
-
-fn trace_receiver(trace: &(Trace, Receiver<Vec<u8>>)) -> &Receiver<Vec<u8>> {
-    &trace.1
-}
-
-/// The tracepoint's kernel-side filter: TCP, and the ports asked for.
-fn trace_filter(ports: &[u16]) -> String {
-    if ports.is_empty() {
-        return TRACE_FILTER.into();
-    }
-    let any: Vec<String> = ports
-        .iter()
-        .map(|p| format!("sport == {p} || dport == {p}"))
-        .collect();
-    format!("{TRACE_FILTER} && ({})", any.join(" || "))
-}
-
-/// Adds the socket of each whole line of `pending` holding a state change to `keys`,
-/// keeping a partial last line for the next chunk.
-fn drain_changes(
-    receiver: &Receiver<Vec<u8>>,
-    pending: &mut String,
-    keys: &mut Vec<SocketKey>,
-    lag: &mut Lag,
-) {
-    while let Ok(chunk) = receiver.try_recv() {
-        pending.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let Some(last) = pending.rfind('\n') else {
-        return;
-    };
-    let mut seen: HashSet<SocketKey> = keys.iter().copied().collect();
-    let now = monotonic_us();
-    for change in pending[..last].lines().filter_map(parse_state_change) {
-        lag.add(now - change.t_us);
-        let key = change.key();
-        if seen.insert(key) {
-            keys.push(key);
-        }
-    }
-    pending.drain(..=last);
-}
-
-/// How late state changes were looked up after the kernel made them: the time in which
-/// a socket that closes is gone before its last counters are read.
-#[derive(Default)]
-pub(crate) struct Lag {
-    count: u64,
-    max_us: i64,
-    over_ms: u64,
-}
-
-impl Lag {
-    fn add(&mut self, us: i64) {
-        self.count += 1;
-        self.max_us = self.max_us.max(us);
-        self.over_ms += u64::from(us > 1_000);
-    }
-
-    pub fn line(&self) -> String {
-        format!(
-            "{} read from the tracepoint, {} of them over 1 ms after the kernel's change, the latest {}",
-            count(self.count, "state change"),
-            self.over_ms,
-            format_duration_us(self.max_us.max(0) as u64)
-        )
-    }
-}
-
-fn micros(us: i64) -> Duration {
-    Duration::from_micros(us.max(0) as u64)
-}
-
-fn unix_now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
-/// The least time between two scans of /proc for sockets' owners (each ~3 ms of
-/// system time on a host of 90 processes): a new socket whose owner the last scan did
-/// not see waits for the next.
-const OWNER_RESCAN_US: i64 = 10_000;
-
-/// What the user selected, checked, and the owners read for it.
-pub(crate) struct Selection {
-    /// What the kernel checks (ports, addresses, cgroup); `None`: every socket.
-    filter: Option<Filter>,
-    /// `--pid` and that process's command name.
-    pid: Option<Process>,
-    comm: Option<String>,
-    owners: Owners,
-    scanned_us: i64,
-    /// The sockets of `--pid`, read once per round.
-    pid_inodes: Option<HashSet<u64>>,
-    /// A failed read of /proc, for the loop to report.
-    error: Option<anyhow::Error>,
-}
-
-impl Selection {
-    fn new(args: &WatchArgs) -> Result<Selection> {
-        let either = |f: &dyn Fn(Side) -> Filter| f(Side::Local).or(f(Side::Remote));
-        let ports = Filter::any_of(args.port.iter().map(|&p| either(&|s| Filter::port(s, p))));
-        let addrs = Filter::any_of(args.addr.iter().map(|&a| either(&|s| Filter::addr(s, a))));
-        let cgroup = match &args.cgroup {
-            Some(path) => Some(Filter::Cgroup(
-                sockdiag::cgroup_id(path)
-                    .with_context(|| format!("--cgroup {}", path.display()))?,
-            )),
-            None => None,
-        };
-        let pid = match args.pid {
-            Some(pid) => {
-                match sockdiag::socket_inodes(pid) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        bail!("--pid {pid}: no such process")
-                    }
-                    Err(e) => bail!("--pid {pid}: cannot read its sockets: {e}"),
-                }
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .with_context(|| format!("--pid {pid}: reading its command name"))?;
-                Some(Process {
-                    pid,
-                    comm: comm.trim_end().to_owned(),
-                })
-            }
-            None => None,
-        };
-        Ok(Selection {
-            filter: Filter::all_of([ports, addrs, cgroup].into_iter().flatten()),
-            pid,
-            comm: args.comm.clone(),
-            owners: Owners::default(),
-            scanned_us: i64::MIN,
-            pid_inodes: None,
-            error: None,
-        })
-    }
-
-    /// Every connection, whoever holds it.
-    pub fn everything() -> Selection {
-        Selection {
-            filter: None,
-            pid: None,
-            comm: None,
-            owners: Owners::default(),
-            scanned_us: i64::MIN,
-            pid_inodes: None,
-            error: None,
-        }
-    }
-
-    /// The filter as the user gave it.
-    fn describe(&self, args: &WatchArgs) -> String {
-        let mut parts = Vec::new();
-        parts.extend(args.port.iter().map(|p| format!("--port {p}")));
-        parts.extend(args.addr.iter().map(|a| format!("--addr {a}")));
-        parts.extend(args.pid.iter().map(|p| format!("--pid {p}")));
-        parts.extend(args.comm.iter().map(|c| format!("--comm {c}")));
-        parts.extend(
-            args.cgroup
-                .iter()
-                .map(|c| format!("--cgroup {}", c.display())),
-        );
-        parts.join(" ")
-    }
-
-    /// A new round of the loop: `--pid`'s sockets are read again; a failed read of
-    /// /proc in the last one is returned.
-    fn new_round(&mut self) -> Result<()> {
-        self.pid_inodes = None;
-        self.error.take().map_or(Ok(()), Err)
-    }
-
-    fn admit(&mut self, sample: &SocketSample) -> Admit {
-        if let Some(filter) = &self.filter {
-            // A lookup's socket passed no kernel filter.
-            if !filter.matches(&sample.key, sample.cgroup_id.unwrap_or(0)) {
-                return Admit::Ignore;
-            }
-        }
-        // 0: an orphan (its application closed it), which no process holds any more.
-        let inode = u64::from(sample.inode);
-        if let Some(process) = &self.pid {
-            let pid = process.pid;
-            let inodes = self.pid_inodes.get_or_insert_with(|| {
-                // A process gone holds nothing.
-                sockdiag::socket_inodes(pid)
-                    .map(|v| v.into_iter().collect())
-                    .unwrap_or_default()
-            });
-            return match inode != 0 && inodes.contains(&inode) {
-                true => Admit::Watch(Some(process.clone())),
-                false => Admit::Ignore,
-            };
-        }
-        let mut process = self.owner(inode);
-        if process.is_none() && inode != 0 && sample.t_us > self.scanned_us {
-            // Newer than the last scan: scan again, unless that was just now.
-            if sample.t_us.saturating_sub(self.scanned_us) >= OWNER_RESCAN_US {
-                self.rescan();
-                process = self.owner(inode);
-            } else if self.comm.is_some() {
-                return Admit::Later;
-            }
-        }
-        match (&self.comm, process) {
-            (Some(comm), Some(p)) if *comm == p.comm => Admit::Watch(Some(p)),
-            (Some(_), _) => Admit::Ignore,
-            (None, process) => Admit::Watch(process),
-        }
-    }
-
-    /// Gives the open connections first seen without a process, after the last scan,
-    /// the one the next scan finds (one scan at most every [`OWNER_RESCAN_US`]; a socket
-    /// a scan since its start did not find stays without: another user's, without root).
-    fn fill_owners(&mut self, tracker: &mut Tracker) {
-        let unowned = tracker.unowned(self.scanned_us);
-        if unowned.is_empty() || self.pid.is_some() {
-            return;
-        }
-        if monotonic_us().saturating_sub(self.scanned_us) >= OWNER_RESCAN_US {
-            self.rescan();
-        }
-        for (id, inode) in unowned {
-            if let Some(process) = self.owner(u64::from(inode)) {
-                tracker.set_process(id, process);
-            }
-        }
-    }
-
-    /// The first process holding socket `inode` (that has `--comm`'s name, if given).
-    fn owner(&self, inode: u64) -> Option<Process> {
-        self.owners
-            .of(inode)
+/// The filter as the user gave it.
+fn describe(args: &WatchArgs) -> String {
+    let mut parts = Vec::new();
+    parts.extend(args.port.iter().map(|p| format!("--port {p}")));
+    parts.extend(args.addr.iter().map(|a| format!("--addr {a}")));
+    parts.extend(args.pid.iter().map(|p| format!("--pid {p}")));
+    parts.extend(args.comm.iter().map(|c| format!("--comm {c}")));
+    parts.extend(
+        args.cgroup
             .iter()
-            .find(|o| self.comm.as_ref().is_none_or(|c| *c == o.comm))
-            .map(|o| Process {
-                pid: o.pid,
-                comm: o.comm.clone(),
-            })
-    }
-
-    fn rescan(&mut self) {
-        self.scanned_us = monotonic_us();
-        match Owners::scan() {
-            Ok(owners) => self.owners = owners,
-            Err(e) => self.error = Some(anyhow::Error::new(e).context("reading sockets' owners")),
-        }
-    }
+            .map(|c| format!("--cgroup {}", c.display())),
+    );
+    parts.join(" ")
 }
 
-/// Prints the tracker's events as text lines or JSON lines, keeping the intervals.
+/// Prints the tracker's events as text lines or JSON lines.
 struct Printer {
-    output: Output,
-    header_shown: std::cell::Cell<bool>,
+    json: bool,
+    header_shown: bool,
+}
+
+impl WatchOutput for Printer {
+    fn event(&mut self, tracker: &Tracker, t0: i64, event: &WatchEvent) {
+        match event {
+            WatchEvent::Opened(id) => {
+                let c = tracker.connection(*id).expect("opened");
+                self.opened(c, t0);
+            }
+            WatchEvent::Interval(record) => self.interval(record),
+            WatchEvent::Closed(id) => {
+                let c = tracker.connection(*id).expect("closed");
+                self.closed(c, t0);
+            }
+        }
+    }
+
+    fn no_match(&mut self, filter_text: &str) {
+        errln!(
+            "tcplab watch: no connection matches {} now; watching",
+            if filter_text.is_empty() {
+                "at all"
+            } else {
+                filter_text
+            }
+        );
+    }
 }
 
 impl Printer {
-    fn print(&self, tracker: &mut Tracker, t0: i64, intervals: &mut Vec<IntervalRecord>) {
-        let events: Vec<WatchEvent> = tracker.events().collect();
-        for event in events {
-            if self.output == Output::Quiet {
-                if let WatchEvent::Interval(record) = event {
-                    intervals.push(record);
-                }
-                continue;
-            }
-            match event {
-                WatchEvent::Opened(id) => {
-                    let c = tracker.connection(id).expect("opened");
-                    self.opened(c, t0);
-                }
-                WatchEvent::Interval(record) => {
-                    self.interval(&record);
-                    intervals.push(record);
-                }
-                WatchEvent::Closed(id) => {
-                    let c = tracker.connection(id).expect("closed");
-                    self.closed(c, t0);
-                }
-            }
-        }
-    }
-
     fn opened(&self, c: &Connection, t0: i64) {
         let process = c.process.as_ref();
-        if self.output == Output::Json {
+        if self.json {
             outln!(
                 "{}",
                 json!({
@@ -682,7 +200,7 @@ impl Printer {
         }
     }
 
-    fn interval(&self, r: &IntervalRecord) {
+    fn interval(&mut self, r: &IntervalRecord) {
         let seconds = r.end_us.saturating_sub(r.start_us) as f64 / 1e6;
         let bps = |bytes: u64| {
             if seconds > 0.0 {
@@ -691,14 +209,14 @@ impl Printer {
                 0.0
             }
         };
-        if self.output == Output::Json {
+        if self.json {
             let mut value = serde_json::to_value(r).expect("a record serializes");
             value["event"] = json!("interval");
             value["sent_bps"] = json!(bps(r.acked_bytes));
             value["received_bps"] = json!(bps(r.received_bytes));
             outln!("{value}");
         } else if seconds > 0.0 {
-            if !self.header_shown.replace(true) {
+            if !std::mem::replace(&mut self.header_shown, true) {
                 let names: Vec<&str> = ALL_LIMITS.iter().map(|l| l.name()).collect();
                 outln!(
                     "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits {}",
@@ -722,7 +240,7 @@ impl Printer {
 
     fn closed(&self, c: &Connection, t0: i64) {
         let w = c.watched(t0);
-        if self.output == Output::Json {
+        if self.json {
             outln!("{}", json!({"event": "closed", "flow": c.id, "watched": w}));
         } else {
             let k = &w.counters;

@@ -53,8 +53,11 @@ pub fn run_time(point: &Point) -> Duration {
 }
 
 /// From the run's start to the end of one flow group's test, µs. A byte count is taken
-/// to last the run's duration.
+/// to last the run's duration; a command, its time limit (the most it can take).
 fn test_time_us(flow: &FlowConfig, path: &PathSpec, access: Option<&PathSpec>, run_us: u64) -> u64 {
+    if let Some(command) = &flow.command {
+        return flow.start_us + command.limit_us;
+    }
     let rtt_us = path.rtt_us() + access.map_or(0, PathSpec::rtt_us);
     let p = &flow.params;
     let directions = if p.mode == Mode::Bidir { 2 } else { 1 };
@@ -130,5 +133,14 @@ mod tests {
         // The bulk flow: 8 round trips, 3 s, half the drain limit; the UDP flow ends at
         // 1 s + 8 round trips + 1 s + 0.2 s + half a round trip, sooner.
         assert_eq!(run_time(&p), Duration::from_millis(20 + 80 + 3000 + 250));
+    }
+
+    #[test]
+    fn a_command_takes_at_most_its_time_limit() {
+        let p = point(
+            "duration = \"3s\"\npath = \"rtt 100ms\"\n\
+             [[flow]]\nprotocol = \"command\"\ncommand = \"true\"\nstart = \"1s\"\nduration = \"30s\"\n",
+        );
+        assert_eq!(run_time(&p), Duration::from_millis(20 + 1000 + 30_000));
     }
 }

@@ -264,7 +264,7 @@ fn run_groups(
 }
 
 /// Sleeps `duration` in short steps; `false` when `stop` was set meanwhile.
-fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) -> bool {
+pub(crate) fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) -> bool {
     const STEP: Duration = Duration::from_millis(50);
     let until = Instant::now() + duration;
     loop {

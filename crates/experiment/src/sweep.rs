@@ -15,13 +15,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
 use tcplab_model::capture::{CapturePoint, DEFAULT_SNAPLEN};
-use tcplab_model::experiment::{Experiment, Point, RemoteHost, Shard};
+use tcplab_model::experiment::{Experiment, FlowConfig, Point, RemoteHost, Shard};
 use tcplab_model::record::{Mode, RunRecord, RunStatus};
 use tcplab_model::stats::Metric;
 use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
 use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};
 
+use crate::command::{run_command_in_lab, CommandFlow};
 use crate::labrun::{run_against, run_in_lab, FlowGroup, RealHost};
 
 /// What the user asked of a sweep.
@@ -135,10 +136,30 @@ pub fn check_congestion(points: &[Point]) -> Result<()> {
     }
     let available =
         sockopt::available_congestion().context("reading the available congestion controls")?;
-    match wanted.iter().find(|cc| !available.iter().any(|a| a == *cc)) {
-        Some(cc) => bail!(
+    if let Some(cc) = wanted.iter().find(|cc| !available.iter().any(|a| a == *cc)) {
+        bail!(
             "unknown congestion control '{cc}' in a flow's cc (available: {})",
             available.join(" ")
+        );
+    }
+    // A command's sockets take their hosts' default, which a lab's namespace may set
+    // only to an allowed one.
+    let commands: BTreeSet<&str> = points
+        .iter()
+        .flat_map(|p| &p.config.flows)
+        .filter(|f| f.command.is_some())
+        .filter_map(|f| f.params.tuning.cc.as_deref())
+        .collect();
+    if commands.is_empty() {
+        return Ok(());
+    }
+    let allowed =
+        sockopt::allowed_congestion().context("reading the allowed congestion controls")?;
+    match commands.iter().find(|cc| !allowed.iter().any(|a| a == *cc)) {
+        Some(cc) => bail!(
+            "cc '{cc}' of a command flow: a lab's hosts may default only to the congestion controls in net.ipv4.tcp_allowed_congestion_control ({}); add it there (sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{} {cc}\") or choose one of them",
+            allowed.join(" "),
+            allowed.join(" ")
         ),
         None => Ok(()),
     }
@@ -262,6 +283,8 @@ pub struct Finished<'a> {
     pub run_id: Option<i64>,
     /// Throughput after the warm-up, bit/s.
     pub throughput_bps: Option<f64>,
+    /// A command flow's program was ended at its time limit.
+    pub timed_out: bool,
     pub error: Option<String>,
     /// The run's wall time, and the part of it that was not the test itself (building
     /// and removing the lab, storing).
@@ -330,6 +353,12 @@ pub fn execute(
             &lab_name, hosts, point, prepared, lab_seed, label, capture, &stop,
         );
         let stopped = stop.load(Ordering::Relaxed);
+        let timed_out = result.as_ref().is_ok_and(|(run, _)| {
+            run.watch
+                .as_ref()
+                .and_then(|w| w.shell.as_ref()?.ended.as_ref())
+                .is_some_and(|e| e.timed_out)
+        });
         let (outcome, test_time, throughput_bps) = match &result {
             Ok((run, test)) => {
                 let throughput = Metric::Throughput.of(run, point.config.warmup_us);
@@ -388,6 +417,7 @@ pub fn execute(
             status,
             run_id,
             throughput_bps,
+            timed_out,
             error,
             wall,
             overhead: overhead.unwrap_or_default(),
@@ -424,6 +454,23 @@ fn run_point(
     stop: &Arc<AtomicBool>,
 ) -> std::result::Result<(RunRecord, Duration), String> {
     let c = &point.config;
+    let tags = |f: &FlowConfig| -> Vec<String> {
+        std::iter::once(format!("flow={}", f.name))
+            .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
+            .collect()
+    };
+    // A command flow runs alone (the file's check): its programs, watched.
+    let command = c.flows.iter().find_map(|f| {
+        Some(CommandFlow {
+            name: f.name.clone(),
+            client: usize::from(f.client) - 1,
+            start_us: f.start_us,
+            spec: f.command.clone()?,
+            params: f.params.clone(),
+            label: label.clone(),
+            tags: tags(f),
+        })
+    });
     let groups: Vec<FlowGroup> = c
         .flows
         .iter()
@@ -432,9 +479,7 @@ fn run_point(
             start_us: f.start_us,
             params: f.params.clone(),
             label: label.clone(),
-            tags: std::iter::once(format!("flow={}", f.name))
-                .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
-                .collect(),
+            tags: tags(f),
             trace_events: c.trace_events,
         })
         .collect();
@@ -461,7 +506,10 @@ fn run_point(
                 capture,
                 control_port: None,
             };
-            run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None)
+            match &command {
+                Some(flow) => run_command_in_lab(&config, flow, Arc::clone(stop)),
+                None => run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None),
+            }
         }
     };
     run.map(|run| (run.record, run.test))

@@ -155,7 +155,8 @@ pub struct RemoteHost {
     pub iperf3: bool,
 }
 
-/// One group of flows: parallel streams with one set of tunings, from one client.
+/// One group of flows: parallel streams with one set of tunings, from one client; or a
+/// command whose connections are the run's flows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlowConfig {
     pub name: String,
@@ -163,7 +164,25 @@ pub struct FlowConfig {
     pub client: u16,
     /// When its test starts, µs after the run's start.
     pub start_us: u64,
+    /// A command flow's: its time limit (`end`, as the command's `limit_us`), its hosts'
+    /// congestion control (`cc`) and ECN; the rest left at their defaults.
     pub params: TestParams,
+    /// `protocol = "command"`: the programs run instead of tcplab's own flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandSpec>,
+}
+
+/// A command flow's programs, each run by `sh -c` in a lab's host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandSpec {
+    /// Run in the flow's client host; the run ends when it does (or at its time limit).
+    pub client: String,
+    /// Started first in the server host, waited on until it listens, ended after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The client's program is ended (its process group) this long after it started,
+    /// µs: the flow's `duration`, the run's by default.
+    pub limit_us: u64,
 }
 
 /// A run in the plan: which point, which repetition (0-based).
@@ -491,6 +510,10 @@ struct FlowFile {
     probe_idle: Option<Micros>,
     /// Ask for ECN: net.ipv4.tcp_ecn = 1 on the flow's client host.
     ecn: Option<bool>,
+    /// `protocol = "command"`: the program run in the client host.
+    command: Option<String>,
+    /// `protocol = "command"`: the program run in the server host first.
+    server_command: Option<String>,
 }
 
 #[derive(Clone, Copy, Deserialize, PartialEq)]
@@ -504,6 +527,33 @@ enum Protocol {
     Crr,
     /// Round-trip probes alone, no load (`probe`, 10 ms when not given).
     Probe,
+    /// A program (`command`, with `server_command` in the server host) whose TCP
+    /// connections, watched, are the run's flows.
+    Command,
+}
+
+/// The protocols of tcplab's own flows, which the engine runs with their tunings.
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Tcp,
+    Udp,
+    Rr,
+    Crr,
+    Probe,
+}
+
+impl Protocol {
+    /// The engine's protocol; `None` for a command's.
+    fn engine(self) -> Option<Engine> {
+        match self {
+            Protocol::Tcp => Some(Engine::Tcp),
+            Protocol::Udp => Some(Engine::Udp),
+            Protocol::Rr => Some(Engine::Rr),
+            Protocol::Crr => Some(Engine::Crr),
+            Protocol::Probe => Some(Engine::Probe),
+            Protocol::Command => None,
+        }
+    }
 }
 
 /// A probe flow's interval unless the file says otherwise (flent samples every 200 ms).
@@ -589,6 +639,21 @@ impl File {
         let mut names = HashSet::new();
         if let Some(dup) = flows.iter().find(|f| !names.insert(&f.name)) {
             return Err(format!("two flows are named '{}'", dup.name));
+        }
+        if let Some(command) = flows.iter().find(|f| f.command.is_some()) {
+            // Its watch takes every connection of the lab's hosts as the command's.
+            if let Some(other) = flows.iter().find(|f| f.name != command.name) {
+                return Err(format!(
+                    "flow '{}': protocol = \"command\" takes every TCP connection of the lab's hosts as its own, so it runs alone, but flow '{}' runs beside it: give one [[flow]]",
+                    command.name, other.name
+                ));
+            }
+            if self.trace_events {
+                return Err(format!(
+                    "flow '{}': trace_events is not taken for protocol = \"command\" (the kernel's events are filtered on tcplab's own ports): remove one of them",
+                    command.name
+                ));
+            }
         }
         // ECN is the client host's: its flows ask for it together or not at all.
         for (i, a) in flows.iter().enumerate() {
@@ -693,6 +758,12 @@ impl File {
             ));
         }
         for (i, flow) in flows.iter().enumerate() {
+            if flow.protocol == Some(Protocol::Command) {
+                return Err(format!(
+                    "flow '{}': protocol = \"command\" runs its programs in a lab's hosts, but server = '{name}' is a real host: remove one of them",
+                    flow.name(i)
+                ));
+            }
             if let Some(client) = flow.client.filter(|&c| c != 1) {
                 return Err(format!(
                     "flow '{}': client {client}, but against a real host every flow runs from this machine (client 1)",
@@ -761,17 +832,30 @@ impl FlowFile {
                 crate::units::count(clients, "client")
             ));
         }
-        let protocol = self.protocol.unwrap_or(Protocol::Tcp);
+        let Some(protocol) = self.protocol.unwrap_or(Protocol::Tcp).engine() else {
+            return self.command_config(
+                name,
+                client,
+                run_us,
+                sample_interval_us,
+                report_interval_us,
+            );
+        };
+        if self.command.is_some() || self.server_command.is_some() {
+            return Err(format!(
+                "flow '{name}': command and server_command are for protocol = \"command\""
+            ));
+        }
         let streams = match (protocol, self.streams) {
-            (Protocol::Probe, Some(_)) => {
+            (Engine::Probe, Some(_)) => {
                 return Err(format!(
                     "flow '{name}': protocol = \"probe\" is probes alone: it has no streams"
                 ))
             }
-            (Protocol::Probe, None) => 0,
+            (Engine::Probe, None) => 0,
             (_, streams) => streams.unwrap_or(1),
         };
-        if protocol != Protocol::Probe && !(1..=MAX_STREAMS).contains(&streams) {
+        if protocol != Engine::Probe && !(1..=MAX_STREAMS).contains(&streams) {
             return Err(format!(
                 "flow '{name}': streams {streams} is not in 1..={MAX_STREAMS}"
             ));
@@ -850,7 +934,7 @@ impl FlowFile {
             send_method: self.send_method.unwrap_or(defaults.send_method),
             ecn: self.ecn.unwrap_or(defaults.ecn),
         };
-        let transacts = matches!(protocol, Protocol::Rr | Protocol::Crr);
+        let transacts = matches!(protocol, Engine::Rr | Engine::Crr);
         if !transacts
             && (self.request.is_some() || self.response.is_some() || self.request_writes.is_some())
         {
@@ -859,7 +943,7 @@ impl FlowFile {
             ));
         }
         let udp = match protocol {
-            Protocol::Tcp | Protocol::Rr | Protocol::Crr | Protocol::Probe => {
+            Engine::Tcp | Engine::Rr | Engine::Crr | Engine::Probe => {
                 if self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some() {
                     return Err(format!(
                         "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
@@ -867,7 +951,7 @@ impl FlowFile {
                 }
                 None
             }
-            Protocol::Udp => {
+            Engine::Udp => {
                 let size = self.datagram_size.map_or(DEFAULT_DATAGRAM, |b| b.0 as u32);
                 if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&size)
                     || self
@@ -893,8 +977,8 @@ impl FlowFile {
             }
         };
         let probe_interval = match protocol {
-            Protocol::Probe => self.probe.or(Some(Micros(DEFAULT_PROBE_INTERVAL_US))),
-            Protocol::Tcp | Protocol::Udp | Protocol::Rr | Protocol::Crr => self.probe,
+            Engine::Probe => self.probe.or(Some(Micros(DEFAULT_PROBE_INTERVAL_US))),
+            Engine::Tcp | Engine::Udp | Engine::Rr | Engine::Crr => self.probe,
         };
         let probe = match (probe_interval, self.probe_idle) {
             (None, Some(_)) => return Err(format!("flow '{name}': probe_idle needs probe")),
@@ -909,16 +993,16 @@ impl FlowFile {
             }
         };
         let transactions = match protocol {
-            Protocol::Rr | Protocol::Crr => {
+            Engine::Rr | Engine::Crr => {
                 let request = u32_size("request", self.request, 1)?;
                 Some(TransactionParams {
                     request_size: request,
                     response_size: u32_size("response", self.response, request)?,
                     request_writes: self.request_writes.unwrap_or(1),
-                    new_connection: protocol == Protocol::Crr,
+                    new_connection: protocol == Engine::Crr,
                 })
             }
-            Protocol::Tcp | Protocol::Udp | Protocol::Probe => None,
+            Engine::Tcp | Engine::Udp | Engine::Probe => None,
         };
         let params = TestParams {
             streams,
@@ -939,6 +1023,130 @@ impl FlowFile {
             client,
             start_us,
             params,
+            command: None,
+        })
+    }
+}
+
+impl FlowFile {
+    /// A `protocol = "command"` flow: its programs, its time limit (`duration`, the run's
+    /// by default), and the host-wide settings its sockets take (`cc`, `ecn`); every key
+    /// that tunes tcplab's own sockets refused.
+    fn command_config(
+        &self,
+        name: String,
+        client: u16,
+        run_us: u64,
+        sample_interval_us: u64,
+        report_interval_us: u64,
+    ) -> Result<FlowConfig, String> {
+        let FlowFile {
+            name: _,
+            protocol: _,
+            client: _,
+            start,
+            duration,
+            cc,
+            ecn,
+            command,
+            server_command,
+            rate,
+            datagram_size,
+            burst,
+            request,
+            response,
+            request_writes,
+            direction,
+            streams,
+            bytes,
+            window,
+            sndbuf,
+            rcvbuf,
+            write_size,
+            read_size,
+            nodelay,
+            mss,
+            pacing,
+            pacing_rate,
+            send_method,
+            probe,
+            probe_idle,
+        } = self;
+        let engine_only = [
+            ("rate", rate.is_some()),
+            ("datagram_size", datagram_size.is_some()),
+            ("burst", burst.is_some()),
+            ("request", request.is_some()),
+            ("response", response.is_some()),
+            ("request_writes", request_writes.is_some()),
+            ("direction", direction.is_some()),
+            ("streams", streams.is_some()),
+            ("bytes", bytes.is_some()),
+            ("window", window.is_some()),
+            ("sndbuf", sndbuf.is_some()),
+            ("rcvbuf", rcvbuf.is_some()),
+            ("write_size", write_size.is_some()),
+            ("read_size", read_size.is_some()),
+            ("nodelay", nodelay.is_some()),
+            ("mss", mss.is_some()),
+            ("pacing", pacing.is_some()),
+            ("pacing_rate", pacing_rate.is_some()),
+            ("send_method", send_method.is_some()),
+            ("probe", probe.is_some()),
+            ("probe_idle", probe_idle.is_some()),
+        ];
+        if let Some((key, _)) = engine_only.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "flow '{name}': {key} tunes tcplab's own flows, but protocol = \"command\" runs a program with sockets of its own: set the hosts' [sysctl] instead"
+            ));
+        }
+        let program = |key: &str, text: &Option<String>| -> Result<Option<String>, String> {
+            match text.as_deref().map(str::trim) {
+                Some("") => Err(format!("flow '{name}': {key} is empty")),
+                other => Ok(other.map(str::to_owned)),
+            }
+        };
+        let client_command = program("command", command)?.ok_or_else(|| {
+            format!(
+                "flow '{name}': protocol = \"command\" needs command = \"…\", the program run in its client host"
+            )
+        })?;
+        let start_us = start.map_or(0, |s| s.0);
+        let limit_us = match duration {
+            Some(Micros(us)) => *us,
+            None if start_us < run_us => run_us - start_us,
+            None => {
+                return Err(format!(
+                    "flow '{name}': start {} is not before the end of the run ({})",
+                    us(start_us),
+                    us(run_us)
+                ))
+            }
+        };
+        let end = TestEnd::Duration { us: limit_us };
+        crate::ranges::check_end(&end).map_err(|e| format!("flow '{name}': duration: {e}"))?;
+        let defaults = Tuning::default();
+        Ok(FlowConfig {
+            name: name.clone(),
+            client,
+            start_us,
+            params: TestParams {
+                streams: 1,
+                end,
+                sample_interval_us,
+                report_interval_us,
+                tuning: Tuning {
+                    cc: cc.clone(),
+                    ecn: ecn.unwrap_or(defaults.ecn),
+                    ..defaults
+                },
+                ..TestParams::default()
+            },
+            command: Some(CommandSpec {
+                client: client_command,
+                server: program("server_command", server_command)?,
+                limit_us,
+            }),
         })
     }
 }

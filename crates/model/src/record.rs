@@ -647,7 +647,30 @@ pub struct ShellCommands {
     /// `--server-cmd`, run by `sh -c` in the server host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// How the client's command ended, where an experiment's command flow ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<CommandEnd>,
 }
+
+/// How a command flow's client program ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandEnd {
+    /// Its exit code; `None` where a signal ended it.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Its time limit ended it (SIGTERM, then SIGKILL, to its process group).
+    pub timed_out: bool,
+    /// From its start to its end, µs.
+    pub wall_us: u64,
+    /// The end of what it wrote on stderr (at most [`STDERR_TAIL`] bytes).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+}
+
+/// How much of a command's stderr a run keeps: its last bytes.
+pub const STDERR_TAIL: usize = 1024;
 
 /// What a TCP flow that ran for a duration delivered by its deadline (the part its rates
 /// measure), and how its sender's backlog drained after it. The sender stops writing at

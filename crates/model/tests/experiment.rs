@@ -362,6 +362,100 @@ fn a_probe_flow_is_probes_alone() {
 }
 
 #[test]
+fn a_command_flow_runs_programs_with_a_time_limit_and_the_hosts_settings() {
+    let e = ok(r#"
+        duration = "20s"
+        [[flow]]
+        name = "scp"
+        protocol = "command"
+        command = " scp root@$TCPLAB_SERVER:/f /tmp/f "
+        server_command = "exec /usr/sbin/sshd -D"
+        cc = "reno"
+        ecn = true
+        start = "1s"
+        [[axis]]
+        key = "sysctl.net.ipv4.tcp_window_scaling"
+        values = [0, 1]
+    "#);
+    assert_eq!(e.points.len(), 2);
+    let flow = &e.points[1].config.flows[0];
+    let command = flow.command.as_ref().unwrap();
+    assert_eq!(command.client, "scp root@$TCPLAB_SERVER:/f /tmp/f");
+    assert_eq!(command.server.as_deref(), Some("exec /usr/sbin/sshd -D"));
+    // The run's duration less the start: its time limit.
+    assert_eq!(command.limit_us, 19_000_000);
+    assert_eq!(flow.params.end, TestEnd::Duration { us: 19_000_000 });
+    assert_eq!(flow.params.tuning.cc.as_deref(), Some("reno"));
+    assert!(flow.params.tuning.ecn);
+    assert_eq!(
+        e.points[1].config.sysctl["net.ipv4.tcp_window_scaling"],
+        "1"
+    );
+    let limited = ok("[[flow]]\nprotocol = \"command\"\ncommand = \"true\"\nduration = \"90s\"\n");
+    let flow = &limited.points[0].config.flows[0];
+    assert_eq!(flow.command.as_ref().unwrap().limit_us, 90_000_000);
+    assert_eq!(flow.command.as_ref().unwrap().server, None);
+    // tcplab's own flows have none, and plan as before (their hash unchanged).
+    assert_eq!(ok("[[flow]]\n").points[0].config.flows[0].command, None);
+}
+
+#[test]
+fn command_keys_and_engine_keys_stay_with_their_protocol() {
+    let command = "[[flow]]\nprotocol = \"command\"\ncommand = \"true\"\n";
+    for (text, needle) in [
+        (
+            "[[flow]]\nprotocol = \"command\"\n".to_owned(),
+            "flow 'flow1': protocol = \"command\" needs command = \"…\"",
+        ),
+        (
+            "[[flow]]\nprotocol = \"command\"\ncommand = \"  \"\n".to_owned(),
+            "flow 'flow1': command is empty",
+        ),
+        (
+            format!("{command}server_command = \"\"\n"),
+            "flow 'flow1': server_command is empty",
+        ),
+        (
+            "[[flow]]\ncommand = \"scp a b\"\n".to_owned(),
+            "flow 'flow1': command and server_command are for protocol = \"command\"",
+        ),
+        (
+            "[[flow]]\nprotocol = \"udp\"\nrate = 1\nserver_command = \"sshd\"\n".to_owned(),
+            "command and server_command are for protocol = \"command\"",
+        ),
+        (
+            format!("{command}window = \"64K\"\n"),
+            "flow 'flow1': window tunes tcplab's own flows, but protocol = \"command\" runs a program",
+        ),
+        (format!("{command}streams = 2\n"), "streams tunes tcplab's own flows"),
+        (format!("{command}bytes = \"1M\"\n"), "bytes tunes tcplab's own flows"),
+        (format!("{command}probe = \"10ms\"\n"), "probe tunes tcplab's own flows"),
+        (
+            format!("{command}start = \"10s\"\n"),
+            "start 10.0 s is not before the end of the run",
+        ),
+        (
+            format!("{command}[[flow]]\nname = \"bulk\"\n"),
+            "flow 'flow1': protocol = \"command\" takes every TCP connection of the lab's hosts as its own, so it runs alone, but flow 'bulk' runs beside it",
+        ),
+        (
+            format!("trace_events = true\n{command}"),
+            "trace_events is not taken for protocol = \"command\"",
+        ),
+        (
+            format!("server = \"near\"\n{command}{HOSTS}"),
+            "flow 'flow1': protocol = \"command\" runs its programs in a lab's hosts, but server = 'near' is a real host",
+        ),
+    ] {
+        let e = err(&text);
+        assert!(e.message.contains(needle), "{text:?}: {e}");
+    }
+    // An unknown key is named where it is.
+    let e = err("[[flow]]\nprotocol = \"command\"\nclient_command = \"x\"\n");
+    assert_eq!(e.at, Some((3, 1)), "{e}");
+}
+
+#[test]
 fn ecn_is_asked_per_flow_and_held_per_client_host() {
     let e = ok(r#"
         access = ["", ""]

@@ -194,6 +194,7 @@ mod tests {
                 client: 1,
                 start_us: 0,
                 params,
+                command: None,
             }
         };
         let (a, b) = ([flow(8192)], [flow(65536)]);

@@ -1383,7 +1383,9 @@ fn finishing_planned_runs_links_them_and_counts_attempts() {
 
 #[test]
 fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
-    use tcplab_model::record::{FinalCounters, RunKind, ShellCommands, WatchRecord, WatchedFlow};
+    use tcplab_model::record::{
+        CommandEnd, FinalCounters, RunKind, ShellCommands, WatchRecord, WatchedFlow,
+    };
     use tcplab_model::sockdiag::TcpState;
     let (_dir, mut store) = temp_store();
     let mut run = sample_record(3);
@@ -1394,6 +1396,13 @@ fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
         shell: Some(ShellCommands {
             client: vec!["curl".into(), "-s".into(), "http://10.77.0.1/".into()],
             server: Some("python3 -m http.server 80".into()),
+            ended: Some(CommandEnd {
+                code: None,
+                signal: Some(15),
+                timed_out: true,
+                wall_us: 60_000_123,
+                stderr_tail: "lost connection\n".into(),
+            }),
         }),
     });
     run.flows[0].watched = Some(WatchedFlow {

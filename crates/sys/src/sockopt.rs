@@ -147,6 +147,14 @@ pub fn available_congestion() -> io::Result<Vec<String>> {
     Ok(list.split_whitespace().map(str::to_owned).collect())
 }
 
+/// The congestion controls a network namespace other than the first may take as its
+/// default (`net.ipv4.tcp_allowed_congestion_control`, which only the first namespace
+/// has): a socket of root's may still choose any available one.
+pub fn allowed_congestion() -> io::Result<Vec<String>> {
+    let list = sysctl::read("net.ipv4.tcp_allowed_congestion_control")?;
+    Ok(list.split_whitespace().map(str::to_owned).collect())
+}
+
 /// Sets TCP_CONGESTION. Only algorithms already loaded are accepted: for a root
 /// process the kernel would otherwise load a module on the fly, and a typo would
 /// surface as a module-loading attempt rather than as a clear error.

@@ -991,7 +991,7 @@ pub fn tcptrace_or_skip(test: &str) -> bool {
 }
 
 /// Whether `program -v` runs: in CI it must, elsewhere the test skips.
-fn program_or_skip(test: &str, program: &str) -> bool {
+pub fn program_or_skip(test: &str, program: &str) -> bool {
     let found = Command::new(program).arg("-v").output().is_ok();
     match (found, tcplab_sys::netns::in_ci()) {
         (true, _) => true,

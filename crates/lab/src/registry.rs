@@ -223,7 +223,12 @@ pub fn remove_leftover(name: &str) -> io::Result<Option<(LabEntry, Vec<Ended>)>>
     // which it cannot signal the other. The one that finds the lock taken leaves the
     // lab to its holder and exits (having ended its own namespace), which is what the
     // holder waits for. The lock goes with its descriptor.
-    let registry = fs::File::open(run_dir()?)?;
+    let registry = match fs::File::open(run_dir()?) {
+        Ok(registry) => registry,
+        // No registry yet: no lab to remove.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
     match registry.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => return Ok(None),

@@ -101,6 +101,19 @@ fn the_quick_scp_study_runs_each_copy_as_a_watched_connection() {
                 return Err(format!("the copy's connection carried {bytes} B: {data}"));
             }
             assert!(str_at(data, "/client_addr").ends_with(":22"), "{data}");
+            // A bound is never exceeded by what it bounds, a watched run's included.
+            let explained = tcplab()
+                .args(["explain", "--json", "--db"])
+                .arg(&db)
+                .arg(run["id"].to_string())
+                .output()
+                .unwrap();
+            let e = parse_success(&explained);
+            let measured = f64_at(&e, "/measured_bps");
+            for bound in ["link_bps", "window_bps"] {
+                let b = f64_at(&e, &format!("/bounds/{bound}"));
+                assert!(measured <= b, "run {}: {measured} > {bound} {b}", run["id"]);
+            }
         }
         let mean = |loss: &str, where_: &str| {
             r["points"]

@@ -177,7 +177,7 @@ fn exec(name: &str, host: &str, command: &[String]) -> Result<ExitCode> {
     let (program, rest) = command.split_first().expect("clap requires a command");
     let error = Command::new(program)
         .args(rest)
-        .envs(entry.host_env())
+        .envs(entry.host_env(0))
         .exec();
     bail!("cannot run {program}: {error}")
 }
@@ -565,7 +565,7 @@ fn run_commands(
     host_addr: Option<String>,
     record: bool,
 ) -> Result<(i32, Option<Watched>, Option<TraceStarted>)> {
-    let mut env: Vec<(&str, &str)> = lab.entry.host_env().to_vec();
+    let mut env: Vec<(&str, &str)> = lab.entry.host_env(0).to_vec();
     if let Some(addr) = &host_addr {
         env.push(("TCPLAB_HOST", addr));
     }

@@ -87,7 +87,7 @@ fn run_programs(
     started: Instant,
 ) -> Result<(RunRecord, Duration, Duration)> {
     set_host_tunings(lab, flow)?;
-    let env: Vec<(&str, &str)> = lab.entry.host_env().to_vec();
+    let env: Vec<(&str, &str)> = lab.entry.host_env(flow.client).to_vec();
     let params = &flow.params;
     let recorder = Recorder::start(
         lab,

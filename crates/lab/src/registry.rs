@@ -88,13 +88,14 @@ impl LabEntry {
             })
     }
 
-    /// Where a command in one of the lab's hosts finds the others.
-    pub fn host_env(&self) -> [(&'static str, &str); 4] {
+    /// Where a command in one of the lab's hosts finds the others, `client` (0-based)
+    /// being the client host it is about.
+    pub fn host_env(&self, client: usize) -> [(&'static str, &str); 4] {
         [
             ("TCPLAB_SERVER", &self.server.addr),
             ("TCPLAB_SERVER6", &self.server.addr6),
             ("TCPLAB_SERVER_NS", &self.server.ns),
-            ("TCPLAB_CLIENT_NS", &self.clients[0].ns),
+            ("TCPLAB_CLIENT_NS", &self.clients[client].ns),
         ]
     }
 
@@ -362,5 +363,12 @@ mod tests {
             let err = lab.host(bad).unwrap_err();
             assert!(err.ends_with("server and client1 … client2"), "{err}");
         }
+        // A command run from the second client host is told that host's namespace.
+        let env = |client| lab.host_env(client).map(|(k, v)| format!("{k}={v}"));
+        assert_eq!(
+            env(1)[2..],
+            ["TCPLAB_SERVER_NS=w-server", "TCPLAB_CLIENT_NS=w-client2"]
+        );
+        assert_eq!(env(0)[3], "TCPLAB_CLIENT_NS=w-client1");
     }
 }

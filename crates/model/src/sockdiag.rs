@@ -227,7 +227,7 @@ pub enum Family {
 
 /// Which families a dump covers. The kernel walks its whole table of connections once
 /// per dump request, whatever matches: `Both` is one walk (an inet_diag request of the
-/// first kind, [`TCPDIAG_GETSOCK`], whose dump takes every family), where a request of
+/// first kind, `TCPDIAG_GETSOCK`, whose dump takes every family), where a request of
 /// each family would walk it twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Families {

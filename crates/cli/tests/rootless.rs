@@ -767,11 +767,13 @@ fn watch_as_nobody_sees_every_socket_and_only_its_own_processes() {
     let root_port = root_listener.local_addr().unwrap().port();
     let _root_client = std::net::TcpStream::connect(("127.0.0.1", root_port)).unwrap();
     let _root_server = root_listener.accept().unwrap();
+    // The port is said once the connection is accepted: a socket still in the accept
+    // queue has no inode, so no process to show.
     let held = "import socket, time\n\
                 l = socket.create_server(('127.0.0.1', 0))\n\
-                print(l.getsockname()[1], flush=True)\n\
                 c = socket.create_connection(l.getsockname())\n\
                 s, _ = l.accept()\n\
+                print(l.getsockname()[1], flush=True)\n\
                 time.sleep(30)\n";
     let mut python = as_nobody(nobody.home())
         .args(["python3", "-c", held])

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -170,46 +169,6 @@ fn the_quick_http_study_records_every_short_connection() {
     });
 }
 
-/// One direction of a TCP connection in a capture, as tshark reads its packets.
-#[derive(Default, Debug)]
-struct Direction {
-    /// The payload: the highest relative sequence number reached, less the SYN's.
-    payload: u64,
-    /// Data packets starting below what the direction had already sent: the
-    /// retransmissions (the capture is at the bottleneck's entry, so it holds the
-    /// originals that were lost too).
-    retransmitted: u64,
-}
-
-/// Each direction of each TCP connection in `file`, by "src:port dst:port".
-fn directions(file: &Path) -> BTreeMap<(String, String), Direction> {
-    let mut seen: BTreeMap<(String, String), Direction> = BTreeMap::new();
-    let lines = tshark(
-        file,
-        "tcp.len > 0",
-        &[
-            "ip.src",
-            "tcp.srcport",
-            "ip.dst",
-            "tcp.dstport",
-            "tcp.seq",
-            "tcp.len",
-        ],
-    );
-    for line in lines {
-        let f: Vec<&str> = line.split('\t').collect();
-        let key = (format!("{}:{}", f[0], f[1]), format!("{}:{}", f[2], f[3]));
-        let (seq, len): (u64, u64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
-        let d = seen.entry(key).or_default();
-        // Relative sequence numbers: the first byte of data is 1.
-        if seq <= d.payload {
-            d.retransmitted += 1;
-        }
-        d.payload = d.payload.max(seq + len - 1);
-    }
-    seen
-}
-
 /// Sweeps `example` with a capture of every run and holds each watched connection
 /// against it: the bytes its receiver read (and its sender saw acknowledged, where its
 /// last sample came after the last ACK) equal the capture's payload that way, each end's
@@ -226,7 +185,7 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
     for (run, flows) in runs_and_flows(&db) {
         let path = json_column(&run, "path_json");
         let capture = PathBuf::from(str_at(&path, "/capture_file"));
-        let mut captured = directions(&capture);
+        let mut captured = capture_directions(&capture);
         let label = run["label"].as_str().unwrap().to_owned();
         for flow in &flows {
             let watched = json_column(flow, "watched_json");

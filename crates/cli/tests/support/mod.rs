@@ -1052,6 +1052,61 @@ pub fn tshark(file: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Stri
         .collect()
 }
 
+/// One direction of a TCP connection in a capture, as tshark reads its packets.
+#[derive(Default, Debug)]
+pub struct CapturedDirection {
+    /// The payload: the highest relative sequence number reached, less the SYN's.
+    pub payload: u64,
+    /// The relative sequence number after the last one sent so far: a SYN and a FIN
+    /// take one each, as in the kernel's count.
+    sent_end: u64,
+    /// Segments starting below what the direction had already sent: the
+    /// retransmissions of data, SYN and FIN alike, as the kernel's `total_retrans`
+    /// counts them (the capture is at the bottleneck's entry, so it holds the
+    /// originals that were lost too).
+    pub retransmitted: u64,
+}
+
+/// Each direction of each TCP connection in `file`, by ("src:port", "dst:port").
+pub fn capture_directions(
+    file: &Path,
+) -> std::collections::BTreeMap<(String, String), CapturedDirection> {
+    let mut seen: std::collections::BTreeMap<(String, String), CapturedDirection> =
+        Default::default();
+    let lines = tshark(
+        file,
+        "tcp.len > 0 or tcp.flags.syn == 1 or tcp.flags.fin == 1",
+        &[
+            "ip.src",
+            "tcp.srcport",
+            "ip.dst",
+            "tcp.dstport",
+            "tcp.seq",
+            "tcp.len",
+            "tcp.flags.syn",
+            "tcp.flags.fin",
+        ],
+    );
+    // tshark prints a flag as 1 or 0, newer releases as True or False.
+    let flag = |field: &str| matches!(field, "1" | "True");
+    for line in lines {
+        let f: Vec<&str> = line.split('\t').collect();
+        let key = (format!("{}:{}", f[0], f[1]), format!("{}:{}", f[2], f[3]));
+        let (seq, len): (u64, u64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
+        let span = len + u64::from(flag(f[6])) + u64::from(flag(f[7]));
+        let d = seen.entry(key).or_default();
+        // Relative sequence numbers: the SYN is 0, the first byte of data 1.
+        if seq < d.sent_end {
+            d.retransmitted += 1;
+        }
+        d.sent_end = d.sent_end.max(seq + span);
+        if len > 0 {
+            d.payload = d.payload.max(seq + len - 1);
+        }
+    }
+    seen
+}
+
 /// `tcplab report DB -o DIR/report`, which must succeed; the page's HTML.
 pub fn report_html(db: &std::path::Path, dir: &std::path::Path) -> String {
     let report = dir.join("report");

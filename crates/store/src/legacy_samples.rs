@@ -38,7 +38,7 @@ pub(crate) fn migration_10(tx: &Transaction<'_>, path: &Path) -> Result<()> {
         .map_err(err())?;
     for run_id in runs {
         let samples = load(tx, path, run_id)?;
-        sample_blocks::insert(tx, run_id, &samples).map_err(err())?;
+        sample_blocks::insert(tx, run_id, 0, &samples).map_err(err())?;
     }
     tx.execute_batch("DROP TABLE samples").map_err(err())
 }

@@ -24,6 +24,7 @@ mod probes;
 mod rows;
 mod sample_blocks;
 mod schema;
+mod spool;
 #[cfg(test)]
 mod tests;
 
@@ -45,6 +46,7 @@ pub use experiments::{ExperimentRow, Outcome, PlanRow, PlanStatus};
 pub use export::{ExportFormat, Table};
 pub use kept::{keep_beside, NotStored};
 pub use schema::SCHEMA_VERSION;
+pub use spool::SampleSpool;
 
 use rows::{enum_value, int, opt_enum_value, opt_int, opt_json, opt_text, real, text, RowReader};
 use schema::{Migration, MIGRATIONS};
@@ -530,6 +532,14 @@ impl Store {
 
 /// Inserts a whole run inside `tx` and returns its id.
 fn insert_run_in(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i64> {
+    let run_id = insert_run_but_samples(tx, run, path)?;
+    sample_blocks::insert(tx, run_id, 0, &run.samples)
+        .map_err(sqlite_err(path, "inserting a run (samples)"))?;
+    Ok(run_id)
+}
+
+/// Inserts a run inside `tx`, all of it but its samples, and returns its id.
+fn insert_run_but_samples(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i64> {
     let run_id = insert_named(tx, "runs", &run_values(run, path)?)
         .map_err(sqlite_err(path, "inserting a run (runs)"))?;
     for flow in &run.flows {
@@ -540,8 +550,6 @@ fn insert_run_in(tx: &Transaction<'_>, run: &RunRecord, path: &Path) -> Result<i
         insert_named(tx, "intervals", &interval_values(run_id, interval))
             .map_err(sqlite_err(path, "inserting a run (intervals)"))?;
     }
-    sample_blocks::insert(tx, run_id, &run.samples)
-        .map_err(sqlite_err(path, "inserting a run (samples)"))?;
     events::insert(tx, run_id, &run.events)
         .map_err(sqlite_err(path, "inserting a run (events)"))?;
     probes::insert(tx, run_id, &run.probes)

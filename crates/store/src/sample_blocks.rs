@@ -39,19 +39,23 @@ pub(crate) const BLOCK_SAMPLES: usize = 65_536;
 
 const VERSION: u64 = 1;
 
-/// Stores a run's samples as blocks.
+/// Stores samples of a run as blocks numbered from `first_block`, after those already
+/// stored; the number of the next block.
 pub(crate) fn insert(
     tx: &Transaction<'_>,
     run_id: i64,
+    first_block: i64,
     samples: &[SampleRecord],
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<i64> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO sample_blocks (run_id, block, samples, data) VALUES (?1, ?2, ?3, ?4)",
     )?;
-    for (block, chunk) in samples.chunks(BLOCK_SAMPLES).enumerate() {
-        stmt.execute((run_id, block as i64, chunk.len() as i64, encode(chunk)))?;
+    let mut block = first_block;
+    for chunk in samples.chunks(BLOCK_SAMPLES) {
+        stmt.execute((run_id, block, chunk.len() as i64, encode(chunk)))?;
+        block += 1;
     }
-    Ok(())
+    Ok(block)
 }
 
 /// A run's samples in the order they were stored.
@@ -68,13 +72,42 @@ pub(crate) fn load(tx: &Transaction<'_>, path: &Path, run_id: i64) -> Result<Vec
             .get_ref(1)
             .and_then(|v| Ok(v.as_blob()?))
             .map_err(err())?;
-        out.extend(decode(data).map_err(|e| StoreError::BadValue {
-            path: path.to_owned(),
-            run_id,
-            what: format!("sample_blocks block {block}: {e}"),
-        })?);
+        out.extend(decode_stored(data, path, run_id, block)?);
     }
     Ok(out)
+}
+
+/// One stored block of a run's samples; empty where the run has no such block.
+pub(crate) fn load_block(
+    tx: &Transaction<'_>,
+    path: &Path,
+    run_id: i64,
+    block: i64,
+) -> Result<Vec<SampleRecord>> {
+    let err = || sqlite_err(path, "loading a run (samples)");
+    let mut stmt = tx
+        .prepare_cached("SELECT data FROM sample_blocks WHERE run_id = ?1 AND block = ?2")
+        .map_err(err())?;
+    let mut rows = stmt.query((run_id, block)).map_err(err())?;
+    match rows.next().map_err(err())? {
+        Some(row) => {
+            let data = row
+                .get_ref(0)
+                .and_then(|v| Ok(v.as_blob()?))
+                .map_err(err())?;
+            decode_stored(data, path, run_id, block)
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+/// [`decode`] of a stored block, its failure named by where the block is.
+fn decode_stored(data: &[u8], path: &Path, run_id: i64, block: i64) -> Result<Vec<SampleRecord>> {
+    decode(data).map_err(|e| StoreError::BadValue {
+        path: path.to_owned(),
+        run_id,
+        what: format!("sample_blocks block {block}: {e}"),
+    })
 }
 const BBR_FIELDS: usize = 4;
 

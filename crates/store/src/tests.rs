@@ -940,6 +940,74 @@ fn deleting_a_run_cascades() {
     assert_eq!(count(&store, "SELECT count(*) FROM sample_blocks"), 0);
 }
 
+/// A spool's samples, taken in batches under their own labels, come back under the
+/// finished run as relabelled, in the order taken and before the run's own; those the
+/// relabelling leaves out are gone, and so is the provisional run.
+#[test]
+fn spooled_samples_are_stored_relabelled_with_their_run() {
+    let (dir, mut store) = temp_store();
+    let want = sample_record(3 * 1000 + 7);
+    let (spooled, own) = want.samples.split_at(3 * 1000);
+    // Taken under other labels (flow + 10), with samples of a connection to leave out.
+    let taken = |s: &SampleRecord| SampleRecord {
+        flow: s.flow + 10,
+        ..s.clone()
+    };
+    let provisional = failed_record();
+    let mut spool = SampleSpool::open(dir.path().join("lab.db"), &provisional).unwrap();
+    for batch in spooled.chunks(1000) {
+        let mut batch: Vec<SampleRecord> = batch.iter().map(taken).collect();
+        batch.push(SampleRecord {
+            flow: 99,
+            ..batch[0].clone()
+        });
+        spool.append(&batch).unwrap();
+    }
+    let provisional_id = spool.run_id();
+    assert_eq!(
+        store.load_run(provisional_id).unwrap().samples.len(),
+        3 * 1001
+    );
+    let run = RunRecord {
+        samples: own.to_vec(),
+        ..want.clone()
+    };
+    let id = store
+        .insert_spooled_run(&run, spool, |s| {
+            (s.flow != 99).then(|| SampleRecord {
+                flow: s.flow - 10,
+                ..s
+            })
+        })
+        .unwrap();
+    assert_eq!(store.load_run(id).unwrap(), want);
+    assert_eq!(store.list_runs().unwrap().len(), 1);
+    assert!(matches!(
+        store.load_run(provisional_id),
+        Err(StoreError::NoSuchRun { .. })
+    ));
+}
+
+/// A spool whose run never ends leaves the provisional run, with every sample taken.
+#[test]
+fn a_spool_never_finished_leaves_its_provisional_run_and_samples() {
+    let (dir, store) = temp_store();
+    let samples = sample_record(500).samples;
+    let mut provisional = failed_record();
+    provisional.status = RunStatus::Incomplete;
+    provisional.error = Some("the watch did not end".into());
+    let mut spool = SampleSpool::open(dir.path().join("lab.db"), &provisional).unwrap();
+    spool.append(&samples[..200]).unwrap();
+    spool.append(&samples[200..]).unwrap();
+    spool.append(&[]).unwrap();
+    let id = spool.run_id();
+    drop(spool);
+    let kept = store.load_run(id).unwrap();
+    assert_eq!(kept.status, RunStatus::Incomplete);
+    assert_eq!(kept.error, provisional.error);
+    assert_eq!(kept.samples, samples);
+}
+
 /// Timing, printed (run with `--nocapture`), not asserted: the aim is < 1 s for 100k
 /// samples in a release build.
 #[test]

@@ -74,6 +74,9 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode> {
             format_rate(e.measured_bps),
             count(e.tunings.streams, "TCP flow")
         )?;
+        if let Some(error) = &run.error {
+            writeln!(out, "error:     {error}")?;
+        }
         match &run.watch {
             None => write!(out, "{}", render(e))?,
             Some(_) => {

@@ -6,14 +6,14 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use serde_json::json;
 use tcplab_experiment::watch::{
-    follow, open_trace, polling_only, Selection, Watch, WatchLabels, WatchOutput,
+    follow, open_trace, polling_only, provisional_record, Keep, Selection, SpoolTarget, Watch,
+    WatchLabels, WatchOutput,
 };
 use tcplab_model::limits::ALL_LIMITS;
 use tcplab_model::record::IntervalRecord;
 use tcplab_model::sockfilter::Filter;
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_monitor::watch::{Connection, Tracker, WatchEvent};
-use tcplab_store::NotStored;
 use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::userns::{self, Mode};
 
@@ -71,6 +71,20 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
+    let labels = |interrupted| WatchLabels {
+        label: args.store.label.clone(),
+        tags: args.store.tags.clone(),
+        filter: filter_text.clone(),
+        interrupted,
+    };
+    // Samples go to the database as they come, so a long watch does not grow.
+    let keep = match &store {
+        Some(store) => Keep::Spool(Box::new(SpoolTarget {
+            db: store.path().to_owned(),
+            provisional: provisional_record(labels(true), args.sample_interval),
+        })),
+        None => Keep::Nothing,
+    };
     let watched = follow(Watch {
         diags: vec![diag],
         query,
@@ -80,7 +94,7 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
         time_us: args.time,
         sample_interval_us: args.sample_interval,
         report_interval_us: args.report_interval,
-        keep: store.is_some(),
+        keep,
         output: Box::new(Printer {
             json: args.json,
             header_shown: false,
@@ -97,21 +111,12 @@ pub fn watch(args: WatchArgs) -> Result<ExitCode> {
     }
     if let Some(store) = &mut store {
         let interrupted = watched.stopped;
-        let record = watched.record(WatchLabels {
-            label: args.store.label.clone(),
-            tags: args.store.tags.clone(),
-            filter: filter_text,
-            interrupted,
-        });
-        match store.insert_run(&record) {
-            Ok(id) if !args.json => {
-                errln!(
-                    "tcplab watch: stored as run {id} in {}",
-                    store.path().display()
-                )
-            }
-            Ok(_) => {}
-            Err(e) => return Err(NotStored::keeping(store.path(), e, Some(&record)).into()),
+        let id = watched.store(labels(interrupted), store)?;
+        if !args.json {
+            errln!(
+                "tcplab watch: stored as run {id} in {}",
+                store.path().display()
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

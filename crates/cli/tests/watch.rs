@@ -204,6 +204,146 @@ fn short_connections_are_each_recorded_with_their_bytes() {
     stop.store(true, Ordering::Relaxed);
 }
 
+/// `streams` connections from the lab's client host, each writing as fast as it can
+/// until `db` holds a run with a batch of samples (at most 60 s), then closing.
+fn busy_until_spooled(ns: &NetNs, port: u16, streams: usize, db: &Path) -> Vec<(Value, usize)> {
+    let to: SocketAddr = (SERVER.parse::<std::net::IpAddr>().unwrap(), port).into();
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..streams)
+        .map(|_| {
+            let (ns, stop) = (ns.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                ns.run(move || {
+                    let payload = vec![7u8; 64 * 1024];
+                    let mut s = TcpStream::connect(to).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        s.write_all(&payload).unwrap();
+                    }
+                    s.shutdown(Shutdown::Write).unwrap();
+                    let mut rest = Vec::new();
+                    s.read_to_end(&mut rest).unwrap();
+                })
+                .unwrap()
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spooled = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let runs = runs_and_samples(db);
+        if runs.iter().any(|(_, n)| *n > 0) {
+            break runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no samples stored in 60 s: {runs:?}"
+        );
+    };
+    // Samples beyond the batch stored, for the end to store.
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    spooled
+}
+
+/// The stored runs and how many samples each holds, by `tcplab export`.
+fn runs_and_samples(db: &Path) -> Vec<(Value, usize)> {
+    if !db.exists() {
+        return Vec::new();
+    }
+    let samples = export_jsonl(db, "samples");
+    export_jsonl(db, "runs")
+        .into_iter()
+        .map(|run| {
+            let n = samples.iter().filter(|s| s["run_id"] == run["id"]).count();
+            (run, n)
+        })
+        .collect()
+}
+
+/// `watch --db` stores samples in batches as it goes: while it runs the database holds
+/// a provisional run with those taken so far; once it ends, one run with every sample
+/// its flows counted and no provisional run. Killed, it leaves the provisional run,
+/// incomplete and saying why, with every batch stored before.
+#[test]
+fn a_watch_stores_its_samples_as_it_goes_and_a_killed_one_keeps_them() {
+    if !privileged_or_skip("watch_spool") {
+        return;
+    }
+    let _serial = serial();
+    let lab = LabGuard::up(&lab_name("ws", 1), &["--path", "rtt 2ms"]);
+    let server_ns = NetNs::open(&lab.server_ns()).unwrap();
+    let client_ns = NetNs::open(&lab.client_ns()).unwrap();
+    let port = 7302;
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = counting_server(&server_ns, port, Arc::clone(&stop));
+    // Four connections, both ends, sampled every millisecond until a batch
+    // (tcplab_experiment::watch::SPOOL_SAMPLES, 8 192) is stored.
+    let streams = 4;
+    let start = |dir: &Path| {
+        let db = dir.join("watch.db");
+        let port = port.to_string();
+        let args = ["--port", &port, "-i", "1ms", "--db", db.to_str().unwrap()];
+        (start_watch(&lab.client_ns(), &args, dir), db)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (watch, db) = start(dir.path());
+    let during = busy_until_spooled(&client_ns, port, streams, &db);
+    let (ok, _, err) = interrupt(watch, dir.path());
+    assert!(ok, "watch failed: {err}");
+    assert_eq!(counts.lock().unwrap().len(), streams);
+    assert_eq!(during.len(), 1, "{during:?}");
+    let (provisional, spooled) = &during[0];
+    assert_eq!(provisional["status"], "incomplete", "{provisional}");
+    assert!(*spooled >= 8_192, "{spooled} samples stored while watching");
+    let after = runs_and_samples(&db);
+    assert_eq!(after.len(), 1, "{after:?}");
+    let (run, stored) = &after[0];
+    assert!(run["id"] != provisional["id"], "{run}");
+    assert!(run["error"].is_null(), "{run}");
+    let flows = export_jsonl(&db, "flows");
+    assert_eq!(flows.len(), streams, "{flows:?}");
+    let counted: u64 = flows
+        .iter()
+        .map(|f| f["samples"].as_u64().unwrap() + f["receiver_samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(*stored as u64, counted);
+    assert!(
+        *stored > *spooled,
+        "{stored} stored, {spooled} before the end"
+    );
+    println!("{spooled} samples stored while watching, {stored} in the run");
+
+    // Killed: the batches stored so far stay, under a run that says what happened.
+    let killed_dir = tempfile::tempdir().unwrap();
+    let (mut watch, db) = start(killed_dir.path());
+    busy_until_spooled(&client_ns, port, streams, &db);
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+    let left = runs_and_samples(&db);
+    assert_eq!(left.len(), 1, "{left:?}");
+    let (run, kept) = &left[0];
+    assert_eq!(run["status"], "incomplete", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(error.contains("did not store its connections"), "{run}");
+    assert!(*kept >= 8_192, "{kept} samples kept");
+    let explained = tcplab()
+        .args(["explain", "--db", db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(explained.status.success(), "{}", stderr(&explained));
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("error:") && l.contains("did not store")),
+        "{text}"
+    );
+    stop.store(true, Ordering::Relaxed);
+}
+
 /// iperf3 through a lab, watched in its client host, against tcplab's own run over the
 /// same path: the same dominant limit, throughput within 2 % and each limit's share
 /// within 5 points.

@@ -17,7 +17,7 @@ use tcplab_sys::netns;
 use tcplab_sys::reaper::{self, Lifeline};
 use tcplab_sys::sockdiag::{Query, SockDiag};
 
-use crate::watch::{follow, open_trace, polling_only, Quiet, Selection, Watch, Watched};
+use crate::watch::{follow, open_trace, polling_only, Keep, Quiet, Selection, Watch, Watched};
 
 /// How long the server's program may take to listen before the client's starts anyway.
 pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -205,7 +205,7 @@ impl Recorder {
             time_us: None,
             sample_interval_us,
             report_interval_us,
-            keep: true,
+            keep: Keep::InMemory,
             output: Box::new(Quiet),
             filter_text: String::new(),
             drain_us: DRAIN_US,

@@ -6,27 +6,51 @@
 //! flows ([`crate::programs`]) all follow connections through [`follow`].
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tcplab_model::record::{IntervalRecord, RunRecord};
+use tcplab_model::record::{IntervalRecord, RunRecord, SampleRecord};
 use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Prefix, Side};
 use tcplab_model::units::{count, format_duration_us};
 use tcplab_monitor::watch::{
-    parse_state_change, run_record, Admit, Process, SampleRead, Tracker, WatchConfig, WatchEvent,
-    WatchMeta, TRACE_FILTER,
+    parse_state_change, run_record, Admit, Process, SampleOwners, SampleRead, Tracker, WatchConfig,
+    WatchEvent, WatchMeta, TRACE_FILTER,
 };
+use tcplab_store::{NotStored, SampleSpool, Store};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::sockdiag::{self, Owners, Query, SockDiag};
 use tcplab_sys::trace::{Trace, TraceError};
 
 /// The longest the loop sleeps: how late a stop is noticed.
 const MAX_SLEEP_US: i64 = 50_000;
+
+/// Samples a spooling watch holds before it stores them: some 5 MB.
+pub const SPOOL_SAMPLES: usize = 8_192;
+
+/// What a watch keeps of the connections it followed.
+pub enum Keep {
+    /// Nothing: each connection is dropped once shown.
+    Nothing,
+    /// Every connection and sample, in memory, for a run stored once the watch ends.
+    InMemory,
+    /// Every connection; the samples go to a database in batches of
+    /// [`SPOOL_SAMPLES`] as the watch goes ([`Watched::store`]).
+    Spool(Box<SpoolTarget>),
+}
+
+/// Where a spooling watch stores its batches: the database, and the run that stays
+/// there should the watch never store its connections ([`provisional_record`]),
+/// stored with the first batch.
+pub struct SpoolTarget {
+    pub db: PathBuf,
+    pub provisional: RunRecord,
+}
 
 /// The `sock:inet_sock_set_state` tracepoint's text, as read.
 pub type TraceStream = (Trace, Receiver<Vec<u8>>);
@@ -76,8 +100,7 @@ pub struct Watch {
     pub time_us: Option<u64>,
     pub sample_interval_us: u64,
     pub report_interval_us: u64,
-    /// Keep every connection's samples, to store them.
-    pub keep: bool,
+    pub keep: Keep,
     pub output: Box<dyn WatchOutput>,
     pub filter_text: String,
     /// Once stopped, how long to go on while connections are still open (closing).
@@ -88,6 +111,9 @@ pub struct Watch {
 pub struct Watched {
     pub tracker: Tracker,
     pub intervals: Vec<IntervalRecord>,
+    /// The samples kept and not spooled, as the tracker took them.
+    samples: Vec<SampleRecord>,
+    spool: Option<SampleSpool>,
     /// How late the tracepoint's changes were read; `None`: polling only.
     pub lag: Option<Lag>,
     /// Ended by the stop flag, rather than by its time.
@@ -121,23 +147,68 @@ impl Watched {
         )
     }
 
-    /// The run of kind `watch` it stores as.
+    /// The run of kind `watch` it stores as, with the samples kept in memory (not
+    /// those spooled: see [`Watched::store`]).
     pub fn record(self, labels: WatchLabels) -> RunRecord {
-        run_record(
-            &self.tracker,
-            self.intervals,
-            WatchMeta {
-                started_unix_us: self.started_unix_us,
-                tool_version: env!("CARGO_PKG_VERSION").into(),
-                host: tcplab_sys::sysctl::host_meta(),
-                label: labels.label,
-                tags: labels.tags,
-                filter: labels.filter,
-                tracepoint: self.lag.is_some(),
-                duration_us: self.duration_us,
-                interrupted: labels.interrupted,
-            },
-        )
+        let meta = WatchMeta {
+            started_unix_us: self.started_unix_us,
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            host: tcplab_sys::sysctl::host_meta(),
+            label: labels.label,
+            tags: labels.tags,
+            filter: labels.filter,
+            tracepoint: self.lag.is_some(),
+            duration_us: self.duration_us,
+            interrupted: labels.interrupted,
+        };
+        run_record(&self.tracker, self.intervals, self.samples, meta)
+    }
+
+    /// Stores it in `store` as a run of kind `watch` with every sample, those spooled
+    /// first (the spool must be on `store`'s database); its id. A run the database
+    /// refuses is kept beside it, with the samples not spooled (those spooled stay
+    /// under the spool's provisional run).
+    pub fn store(mut self, labels: WatchLabels, store: &mut Store) -> Result<i64> {
+        let spool = self.spool.take();
+        let owners = SampleOwners::of(&self.tracker);
+        let record = self.record(labels);
+        let stored = match spool {
+            Some(spool) => store.insert_spooled_run(&record, spool, |s| owners.relabel(s)),
+            None => store.insert_run(&record),
+        };
+        stored.map_err(|e| NotStored::keeping(store.path(), e, Some(&record)).into())
+    }
+}
+
+/// The run a spooling watch stores before it starts, as what stays should it never
+/// store its connections: `incomplete`, saying so, its samples under each
+/// connection's number.
+pub fn provisional_record(labels: WatchLabels, sample_interval_us: u64) -> RunRecord {
+    let tracker = Tracker::new(WatchConfig {
+        t0_us: 0,
+        sample_interval_us,
+        report_interval_us: sample_interval_us,
+        keep: false,
+        announced: false,
+    });
+    let meta = WatchMeta {
+        started_unix_us: unix_now_us(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        host: tcplab_sys::sysctl::host_meta(),
+        label: labels.label,
+        tags: labels.tags,
+        filter: labels.filter,
+        tracepoint: false,
+        duration_us: 0,
+        interrupted: true,
+    };
+    RunRecord {
+        error: Some(
+            "the watch did not store its connections (it was killed, or storing them \
+             failed): only its samples are here, each under its connection's number"
+                .into(),
+        ),
+        ..run_record(&tracker, Vec::new(), Vec::new(), meta)
     }
 }
 
@@ -163,9 +234,13 @@ pub fn follow(watch: Watch) -> Result<Watched> {
         t0_us: t0,
         sample_interval_us,
         report_interval_us,
-        keep,
+        keep: !matches!(keep, Keep::Nothing),
         announced: trace.is_some(),
     });
+    let mut spool = match keep {
+        Keep::Spool(target) => Some(SpoolWriter::start(*target)?),
+        Keep::Nothing | Keep::InMemory => None,
+    };
     let deadline = time_us.map(|t| t0 + t as i64);
     let mut admission = selection;
     let mut intervals: Vec<IntervalRecord> = Vec::new();
@@ -221,6 +296,13 @@ pub fn follow(watch: Watch) -> Result<Watched> {
         admission.fill_owners(&mut tracker);
         tracker.advance(monotonic_us());
         show(&mut tracker, output.as_mut(), t0, &mut intervals);
+        if tracker.kept_samples() >= SPOOL_SAMPLES
+            && spool
+                .as_ref()
+                .is_some_and(|writer| !writer.send(tracker.take_samples()))
+        {
+            spool.take().map(SpoolWriter::finish).transpose()?;
+        }
         let wait = (tracker.next_wakeup() - monotonic_us()).clamp(0, MAX_SLEEP_US);
         let wait = deadline.map_or(wait, |d| wait.min((d - monotonic_us()).max(0)));
         match &trace {
@@ -238,6 +320,8 @@ pub fn follow(watch: Watch) -> Result<Watched> {
     let tracepoint = trace.is_some();
     drop(trace);
     Ok(Watched {
+        samples: tracker.take_samples(),
+        spool: spool.map(SpoolWriter::finish).transpose()?.flatten(),
         tracker,
         intervals,
         lag: tracepoint.then_some(lag),
@@ -245,6 +329,54 @@ pub fn follow(watch: Watch) -> Result<Watched> {
         started_unix_us,
         duration_us: (end - t0).max(0) as u64,
     })
+}
+
+/// A spool's appends on a thread of their own, so the sampling loop never waits while a
+/// batch is compressed and written: at most [`SPOOL_QUEUE`] batches wait, beyond which
+/// the loop waits.
+struct SpoolWriter {
+    batches: SyncSender<Vec<SampleRecord>>,
+    thread: JoinHandle<tcplab_store::Result<Option<SampleSpool>>>,
+}
+
+/// Batches that may wait for the spool's thread.
+const SPOOL_QUEUE: usize = 2;
+
+impl SpoolWriter {
+    fn start(target: SpoolTarget) -> Result<SpoolWriter> {
+        let (batches, received) = sync_channel::<Vec<SampleRecord>>(SPOOL_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("watch-spool".into())
+            .spawn(move || {
+                let mut spool = None;
+                for batch in received {
+                    let open = match spool.take() {
+                        Some(open) => spool.insert(open),
+                        None => spool.insert(SampleSpool::open(&target.db, &target.provisional)?),
+                    };
+                    open.append(&batch)?;
+                }
+                Ok(spool)
+            })
+            .context("starting the thread that stores the watch's samples")?;
+        Ok(SpoolWriter { batches, thread })
+    }
+
+    /// Hands `batch` to the thread; false once the thread has stopped, which it does
+    /// only on an error ([`SpoolWriter::finish`] returns it).
+    fn send(&self, batch: Vec<SampleRecord>) -> bool {
+        self.batches.send(batch).is_ok()
+    }
+
+    /// Waits until every batch is stored; the spool to finish the run with, if a batch
+    /// was stored.
+    fn finish(self) -> Result<Option<SampleSpool>> {
+        drop(self.batches);
+        match self.thread.join() {
+            Ok(spool) => spool.context("storing the watch's samples"),
+            Err(_) => bail!("the thread that stores the watch's samples panicked"),
+        }
+    }
 }
 
 /// Hands the tracker's new events to `output`, keeping the intervals.

@@ -143,8 +143,9 @@ pub struct WatchConfig {
     pub sample_interval_us: u64,
     /// Intervals are cut (and live lines printed) this often.
     pub report_interval_us: u64,
-    /// Keep every ended connection with every sample (for `--db`); without, an ended
-    /// connection is dropped once the shell has read its events.
+    /// Keep every ended connection, and every sample until the shell takes it
+    /// ([`Tracker::take_samples`]), for `--db`; without, an ended connection is dropped
+    /// once the shell has read its events.
     pub keep: bool,
     /// The shell reads the tracepoint and looks up each socket whose state changes, so
     /// every connection that opens is announced: sample ticks may look the open ones up
@@ -172,7 +173,6 @@ pub struct Connection {
     /// Its first and last tcp_info.
     pub first_info: TcpInfo,
     pub last_info: TcpInfo,
-    pub samples: Vec<SampleRecord>,
     pub sample_count: u64,
     /// Its flow in the tracker's monitor.
     flow: usize,
@@ -248,6 +248,9 @@ pub struct Tracker {
     closed_count: u64,
     open_at_end: u64,
     events: Vec<WatchEvent>,
+    /// With [`WatchConfig::keep`], the samples not yet taken, each under its
+    /// connection's id, on the client's side.
+    kept: Vec<SampleRecord>,
     next_id: u32,
     next_sample_us: i64,
     /// With [`WatchConfig::announced`], when a tick must dump rather than look up.
@@ -285,6 +288,7 @@ impl Tracker {
             closed_count: 0,
             open_at_end: 0,
             events: Vec::new(),
+            kept: Vec::new(),
             next_id: 0,
             next_sample_us: config.t0_us,
             next_discovery_us: config.t0_us,
@@ -513,6 +517,17 @@ impl Tracker {
         &self.closed
     }
 
+    /// The samples kept since the last call, in the order taken, each under its
+    /// connection's id on the client's side ([`SampleOwners`] names them as stored).
+    pub fn take_samples(&mut self) -> Vec<SampleRecord> {
+        std::mem::take(&mut self.kept)
+    }
+
+    /// How many samples are kept and not yet taken.
+    pub fn kept_samples(&self) -> usize {
+        self.kept.len()
+    }
+
     /// Open connections whose process is not known but may be, their inode first seen at
     /// or after `since_us`: their id and inode.
     pub fn unowned(&self, since_us: i64) -> Vec<(u32, u32)> {
@@ -603,7 +618,6 @@ impl Tracker {
                 congestion: sample.congestion,
                 first_info: info,
                 last_info: info,
-                samples: Vec::new(),
                 sample_count: 0,
                 flow: self.monitor.add_flow(
                     FlowStart {
@@ -646,7 +660,7 @@ impl Tracker {
         conn.congestion = sample.congestion.or(conn.congestion);
         conn.sample_count += 1;
         if keep {
-            conn.samples.push(SampleRecord {
+            self.kept.push(SampleRecord {
                 flow: conn.id,
                 host: Host::Client,
                 t_us: sample.t_us - t0,
@@ -702,32 +716,75 @@ pub struct WatchMeta {
     pub interrupted: bool,
 }
 
-/// A finished watch as a run of kind `watch`: each connection a flow, with its intervals
-/// (as the tracker cut them) and samples.
-pub fn run_record(tracker: &Tracker, intervals: Vec<IntervalRecord>, meta: WatchMeta) -> RunRecord {
-    let config = tracker.config();
+/// Where a finished watch's run keeps each connection's samples: under its flow's id,
+/// the receiver's as the server's.
+pub struct SampleOwners {
+    by_connection: HashMap<u32, (u32, Host)>,
+}
+
+impl SampleOwners {
+    /// The ended connections' owners in `tracker`'s run.
+    pub fn of(tracker: &Tracker) -> SampleOwners {
+        SampleOwners::of_pairs(&pair_ends(&ended_in_order(tracker)))
+    }
+
+    /// The owners where each flow is one of `pairs`, in order.
+    fn of_pairs(pairs: &[Ends]) -> SampleOwners {
+        let mut by_connection = HashMap::new();
+        for (id, ends) in pairs.iter().enumerate() {
+            for (end, host) in [(ends.sender, Host::Client), (ends.receiver, Host::Server)] {
+                if let Some(c) = end {
+                    by_connection.insert(c.id, (id as u32, host));
+                }
+            }
+        }
+        SampleOwners { by_connection }
+    }
+
+    /// `sample`, as [`Tracker::take_samples`] gave it, as the run keeps it; `None` for
+    /// a connection the run does not keep.
+    pub fn relabel(&self, sample: SampleRecord) -> Option<SampleRecord> {
+        let &(flow, host) = self.by_connection.get(&sample.flow)?;
+        Some(SampleRecord {
+            flow,
+            host,
+            ..sample
+        })
+    }
+}
+
+/// The connections that ended, in the order they opened.
+fn ended_in_order(tracker: &Tracker) -> Vec<&Connection> {
     let mut ended: Vec<&Connection> = tracker.ended().iter().collect();
     ended.sort_by_key(|c| c.id);
+    ended
+}
+
+/// A finished watch as a run of kind `watch`: each connection a flow, with its intervals
+/// (as the tracker cut them) and `samples` (as [`Tracker::take_samples`] gave them).
+pub fn run_record(
+    tracker: &Tracker,
+    intervals: Vec<IntervalRecord>,
+    samples: Vec<SampleRecord>,
+    meta: WatchMeta,
+) -> RunRecord {
+    let config = tracker.config();
+    let ended = ended_in_order(tracker);
     let pairs = pair_ends(&ended);
     let flows: Vec<FlowRecord> = pairs
         .iter()
         .enumerate()
         .map(|(id, ends)| flow_record(id as u32, ends, config.t0_us))
         .collect();
-    // Each socket's samples and intervals under its flow's id, the receiver's as the
-    // server's; a flow's intervals are its sender's where it was watched.
-    let mut samples = Vec::new();
+    let owners = SampleOwners::of_pairs(&pairs);
+    let samples = samples
+        .into_iter()
+        .filter_map(|s| owners.relabel(s))
+        .collect();
+    // A flow's intervals are its sender's where it was watched.
     let mut interval_of: HashMap<u32, (u32, bool)> = HashMap::new();
     for (id, ends) in pairs.iter().enumerate() {
         let id = id as u32;
-        for (end, host) in [(ends.sender, Host::Client), (ends.receiver, Host::Server)] {
-            let Some(c) = end else { continue };
-            samples.extend(c.samples.iter().map(|s| SampleRecord {
-                flow: id,
-                host,
-                ..s.clone()
-            }));
-        }
         match (ends.sender, ends.receiver) {
             (Some(s), _) => interval_of.insert(s.id, (id, true)),
             (None, Some(r)) => interval_of.insert(r.id, (id, false)),

@@ -118,8 +118,12 @@ fn a_connection_found_open_then_gone_from_a_dump_keeps_its_last_counters() {
     // The window was full in every sample: the 10 ms between them were cwnd's.
     assert_eq!(w.counters.limited_us, 10_000);
     assert_eq!(w.counters.limits.dominant(), Limit::Cwnd);
-    assert_eq!(ended.samples.len(), 2);
-    assert_eq!(ended.samples[1].t_us, 10_000);
+    let id = ended.id;
+    let samples = t.take_samples();
+    assert_eq!(samples.len(), 2);
+    assert!(samples.iter().all(|s| s.flow == id));
+    assert_eq!(samples[1].t_us, 10_000);
+    assert!(t.take_samples().is_empty(), "taken once");
 }
 
 #[test]
@@ -310,7 +314,8 @@ fn with_the_tracepoint_ticks_look_the_open_connections_up_and_dump_now_and_then(
         &[b],
         &mut watch_all,
     );
-    assert_eq!(t.connection(0).unwrap().samples.len(), 2);
+    let a_samples = t.take_samples().iter().filter(|s| s.flow == 0).count();
+    assert_eq!(a_samples, 2);
     assert_eq!(t.open_now(), 1);
     assert_eq!(t.sample_due(tick + 5 * MS), None);
     assert_eq!(
@@ -521,7 +526,8 @@ fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
             _ => None,
         })
         .collect();
-    let run = run_record(&t, intervals, meta());
+    let samples = t.take_samples();
+    let run = run_record(&t, intervals, samples, meta());
     assert_eq!(run.kind(), tcplab_model::record::RunKind::Watch);
     assert_eq!(run.flows.len(), 2);
     let pair = &run.flows[0];
@@ -589,7 +595,8 @@ fn an_ipv6_socket_s_v4_mapped_end_pairs_with_its_ipv4_peer() {
         );
     }
     t.finish();
-    let run = run_record(&t, Vec::new(), meta());
+    let samples = t.take_samples();
+    let run = run_record(&t, Vec::new(), samples, meta());
     assert_eq!(run.flows.len(), 1);
     let w = run.flows[0].watched.as_ref().unwrap();
     assert_eq!(w.peer.as_ref().unwrap().cookie, 71);

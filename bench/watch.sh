@@ -6,7 +6,10 @@
 # (each connection's client end is sampled: `dport = :5201`), the three interleaved,
 # REPS times; then the share of one CPU that sampling 1 000 connections every 10 ms
 # takes; then, for the engine's own few sockets, getsockopt (TCP_INFO + SO_MEMINFO, as
-# the engine reads them) against one lookup, idle and carrying data.
+# the engine reads them) against one lookup, idle and carrying data; then what `watch
+# --db` holds in memory: its peak resident size against the same watch printing JSON
+# lines (which keeps nothing), interleaved, while iperf3 -P MEM_STREAMS moves data on
+# loopback in the namespace for MEM_S seconds, sampled every millisecond.
 #
 # m-lab/tcp-info is not measured: the Go module proxy refuses the module here (403).
 #
@@ -15,14 +18,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # SHORT=1: the smallest run, as CI makes it (bench/build.sh).
-if [ "${SHORT:-0}" = 1 ]; then CONNS=100; REPS=1; TICKS=20; SS_RUNS=5; SHARE_S=1; OWN_TICKS=1000; fi
+if [ "${SHORT:-0}" = 1 ]; then CONNS=100; REPS=1; TICKS=20; SS_RUNS=5; SHARE_S=1; OWN_TICKS=1000; MEM_S=2; fi
 CONNS=${CONNS:-"100 1000 10000"}
 REPS=${REPS:-3}
 TICKS=${TICKS:-200}
 SS_RUNS=${SS_RUNS:-20}
 SHARE_S=${SHARE_S:-10}
 OWN_TICKS=${OWN_TICKS:-100000}
+MEM_S=${MEM_S:-8}
+MEM_STREAMS=${MEM_STREAMS:-9}
 PORT=5201
+source bench/build.sh -p tcplab
 source bench/build.sh -p tcplab-sys --example sockdiag_cost
 COST=$PWD/target/$PROFILE/examples/sockdiag_cost
 NS=tlbench-watch-$$
@@ -102,4 +108,37 @@ for k in 1 2 4; do
     busy=$(in_ns "$COST" own "$k" "$OWN_TICKS" busy)
     g=$(echo "$busy" | field getsockopt_per_socket_us) l=$(echo "$busy" | field lookup_per_socket_us)
     echo "| $k | $(echo "$idle" | field getsockopt_per_socket_us) | $(echo "$idle" | field lookup_per_socket_us) | $g | $l | $(awk -v g="$g" -v l="$l" 'BEGIN { printf "%.1f", l / g }') |"
+done
+
+echo
+echo "watch -i 1ms of iperf3 -P $MEM_STREAMS on loopback for ${MEM_S} s: peak resident size, medians of $REPS interleaved repetitions"
+echo
+echo "| watch | peak RSS (MB) | samples stored |"
+echo "|---|---|---|"
+MEM_PORT=5299
+in_ns iperf3 -s -p "$MEM_PORT" >/dev/null 2>&1 &
+IPERF3_SERVER=$!
+until in_ns ss -tln | grep -q ":$MEM_PORT "; do sleep 0.05; done
+: >"$DIR/mem-db" && : >"$DIR/mem-json"
+for _ in $(seq "$REPS"); do
+    for mode in db json; do
+        rm -f "$DIR"/m.db*
+        case $mode in
+            db) out=(--db "$DIR/m.db") ;;
+            json) out=(--json) ;;
+        esac
+        in_ns /usr/bin/time -f "peak_kb=%M" -o "$DIR/time" \
+            "$BIN" watch --port "$MEM_PORT" -i 1ms -t "$((MEM_S + 1))s" "${out[@]}" >/dev/null 2>&1 &
+        sleep 0.5
+        in_ns iperf3 -c 127.0.0.1 -p "$MEM_PORT" -P "$MEM_STREAMS" -t "$MEM_S" >/dev/null
+        wait $!
+        samples=0
+        [ "$mode" = db ] && samples=$(($("$BIN" export "$DIR/m.db" --table samples | wc -l) - 1))
+        echo "peak_kb=$(field peak_kb <"$DIR/time") samples=$samples" >>"$DIR/mem-$mode"
+    done
+done
+kill "$IPERF3_SERVER" && wait "$IPERF3_SERVER" 2>/dev/null || true
+for mode in db json; do
+    label=$([ "$mode" = db ] && echo "--db (samples stored as it goes)" || echo "--json (keeps nothing)")
+    echo "| $label | $(field peak_kb <"$DIR/mem-$mode" | median | awk '{ printf "%.1f", $1 / 1024 }') | $(field samples <"$DIR/mem-$mode" | median) |"
 done

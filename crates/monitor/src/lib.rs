@@ -10,7 +10,10 @@
 //! reads the sockets in that order (status first: a connection seen ended then has all
 //! its bytes in the counters read after), and hands the snapshots to [`Monitor::tick`],
 //! whose [`Tick`] says what to do: intervals to report, connections to reset, the
-//! senders' window rate.
+//! senders' window rate. A flow's own thread may read its socket between two of its
+//! writes or reads, where no lock it holds is waited for, and hand that in
+//! ([`Monitor::self_sampled`]): sample ticks then leave the flow unread while such
+//! samples come at least once an interval.
 //!
 //! Connections that come and go ([`watch`]'s) join with [`Monitor::add_flow`], are
 //! sampled whenever their shell reads them ([`Monitor::sample_now`]), have their report
@@ -31,6 +34,12 @@ use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 /// round trip, and reading it every 10 ms keeps the detail and halves the locked
 /// getsockopts of a 1 ms sampler.
 pub const BBR_EVERY_US: i64 = 10_000;
+
+/// How often the monitor reads a flow whose own thread samples it all the same, µs: a
+/// sender's time is booked to its limits at these reads only, since a sample taken
+/// between two writes always sees the moment the writer has just filled its buffer,
+/// never the writer blocked on it.
+pub const BOOK_EVERY_US: i64 = 10_000;
 
 /// Samples reserved up front at most (~100 MB).
 const MAX_RESERVED_SAMPLES: usize = 400_000;
@@ -294,6 +303,10 @@ struct Flow {
     /// Its latest sample and when it was taken: the counters an interval cut without
     /// reading the socket ends on.
     last: Option<(i64, Snapshot)>,
+    /// When the flow's own thread last sampled its socket ([`Monitor::self_sampled`]).
+    self_sampled_us: Option<i64>,
+    /// When a tick last read its socket.
+    read_us: i64,
     cursor: IntervalCursor,
 }
 
@@ -334,6 +347,8 @@ impl Flow {
             at_deadline: None,
             retransmits: None,
             last: None,
+            self_sampled_us: None,
+            read_us: t0_us,
             cursor: IntervalCursor {
                 index: 0,
                 start_us: t0_us,
@@ -356,6 +371,12 @@ impl Flow {
         self.bbr && now - self.bbr_read_us >= BBR_EVERY_US
     }
 
+    /// Its own thread sampled it less than `every` before `now`, and a tick read it less
+    /// than [`BOOK_EVERY_US`] before: a sample tick need not read it.
+    fn carried(&self, now: i64, every: i64) -> bool {
+        self.self_sampled_us.is_some_and(|t| now - t < every) && now - self.read_us < BOOK_EVERY_US
+    }
+
     /// Books a sender's time since its last booking to what `snapshot` shows held it
     /// back, in the interval and the flow's whole; not once it has stopped writing.
     fn book(&mut self, now: i64, snapshot: &Snapshot, app_paced: bool) {
@@ -374,23 +395,27 @@ impl Flow {
         self.cursor.booked_us = self.cursor.booked_us.max(now);
     }
 
-    /// Takes `snapshot` read at `now` as a sample: a sender's time booked, its RTT
-    /// counted; the record to keep, with BBR's model when due.
+    /// Takes `snapshot` read at `now` as a sample: where `book`, a sender's time booked;
+    /// its RTT counted; the record to keep, with BBR's model when due.
     fn sample(
         &mut self,
         now: i64,
         snapshot: &Snapshot,
         app_paced: bool,
         host: Host,
+        book: bool,
     ) -> SampleRecord {
-        let bbr = if self.bbr_due(now) {
+        // A snapshot without BBR's model (a self-sample) leaves it due.
+        let bbr = if self.bbr_due(now) && snapshot.bbr.is_some() {
             self.bbr_read_us = now;
             snapshot.bbr
         } else {
             None
         };
         if self.role == Role::Send {
-            self.book(now, snapshot, app_paced);
+            if book {
+                self.book(now, snapshot, app_paced);
+            }
             self.rtt.add(snapshot.info.rtt);
         }
         self.samples += 1;
@@ -500,6 +525,8 @@ pub struct Monitor {
     next_sample: i64,
     next_report: i64,
     past_deadline: bool,
+    /// At the last sample tick, every flow still going sampled itself.
+    all_self_sampled: bool,
 }
 
 impl Monitor {
@@ -517,6 +544,7 @@ impl Monitor {
                 .collect(),
             samples,
             past_deadline: false,
+            all_self_sampled: false,
             config,
         }
     }
@@ -529,12 +557,27 @@ impl Monitor {
         self.config.report_interval_us.max(1) as i64
     }
 
-    /// When something next falls due, µs: a sample, a report tick or the deadline. A
-    /// flow's end is due at once: the shell wakes the monitor for it.
+    fn next_sample_wakeup(&self) -> i64 {
+        let booking = self
+            .flows
+            .values()
+            .filter(|f| f.open())
+            .map(|f| f.read_us + BOOK_EVERY_US)
+            .min();
+        match booking {
+            Some(t) if self.all_self_sampled => t.max(self.next_sample),
+            _ => self.next_sample,
+        }
+    }
+
+    /// When something next falls due, µs: a sample, a report tick or the deadline; a
+    /// flow's end is due at once (the shell wakes the monitor for it). While every flow
+    /// samples itself, no sample tick is due until the next booking read
+    /// ([`BOOK_EVERY_US`]): a flow whose own samples stop is read from then on.
     pub fn next_wakeup(&self) -> i64 {
         let mut next = self.next_report;
         if self.sample_every() > 0 {
-            next = next.min(self.next_sample);
+            next = next.min(self.next_sample_wakeup());
         }
         if let Some(d) = self.config.deadline_us.filter(|_| !self.past_deadline) {
             next = next.min(d);
@@ -558,10 +601,12 @@ impl Monitor {
             .enumerate()
             .filter_map(|(i, (flow, st))| {
                 let sampled = sample && !st.ended;
+                let bbr = sampled && flow.bbr_due(now);
                 let cut_here = cut && flow.open() && flow.cursor.start_us < now;
-                (sampled || cut_here).then_some(Read {
+                let read = cut_here || bbr || (sampled && !flow.carried(now, self.sample_every()));
+                read.then_some(Read {
                     flow: i,
-                    bbr: sampled && flow.bbr_due(now),
+                    bbr,
                     abort: cut_here && st.ended && st.cut_drain,
                 })
             })
@@ -599,7 +644,8 @@ impl Monitor {
                 let Some(snapshot) = snapshot.as_ref().filter(|_| !st.ended) else {
                     continue;
                 };
-                let record = flow.sample(now, snapshot, app_paced, self.config.host);
+                let record = flow.sample(now, snapshot, app_paced, self.config.host, true);
+                flow.read_us = now;
                 if flow.role == Role::Send {
                     if let Some(rtt) = self.config.pacing {
                         window_rate_bps += rtt.window_rate_bps(&snapshot.info);
@@ -610,6 +656,13 @@ impl Monitor {
                 }
             }
             tick.window_rate_bps = (window_rate_bps > 0.0).then_some(window_rate_bps as u64);
+            let every = self.sample_every();
+            self.all_self_sampled = self
+                .flows
+                .values()
+                .zip(status)
+                .filter(|(flow, st)| flow.open() && !st.ended)
+                .all(|(flow, _)| flow.self_sampled_us.is_some_and(|t| now - t < every));
             // Skip ticks overslept instead of bursting to catch up.
             let every = self.sample_every();
             self.next_sample += every * ((now - self.next_sample) / every + 1);
@@ -662,16 +715,40 @@ impl Monitor {
     /// socket's lookup, a dump of its own timing): its time booked and the sample kept
     /// as a scheduled one is. A sample older than the flow's latest is nothing new.
     pub fn sample_now(&mut self, flow: usize, now: i64, snapshot: &Snapshot) {
+        self.sample_off_schedule(flow, now, snapshot, true);
+    }
+
+    /// A sample off the schedule, its time booked where `book`; whether it was taken.
+    fn sample_off_schedule(
+        &mut self,
+        flow: usize,
+        now: i64,
+        snapshot: &Snapshot,
+        book: bool,
+    ) -> bool {
         let app_paced = self.config.app_paced;
         let host = self.config.host;
         let keep = self.config.keep_samples;
         let flow = self.flow_mut(flow);
         if !flow.open() || flow.last.is_some_and(|(t, _)| now < t) {
-            return;
+            return false;
         }
-        let record = flow.sample(now, snapshot, app_paced, host);
+        let record = flow.sample(now, snapshot, app_paced, host, book);
         if keep {
             self.samples.push(record);
+        }
+        true
+    }
+
+    /// Samples flow `flow` as its own thread read it at `now`, between two of its writes
+    /// or reads (where reading its socket waits for no lock the thread holds): kept as
+    /// [`Monitor::sample_now`] keeps a sample, but no time booked by it (see
+    /// [`BOOK_EVERY_US`]). For the next interval the sample ticks leave the flow unread
+    /// ([`Monitor::due`]) unless a cut, BBR's model or the booking asks, and while every
+    /// flow samples itself the monitor wakes only for those ([`Monitor::next_wakeup`]).
+    pub fn self_sampled(&mut self, flow: usize, now: i64, snapshot: &Snapshot) {
+        if self.sample_off_schedule(flow, now, snapshot, false) {
+            self.flow_mut(flow).self_sampled_us = Some(now);
         }
     }
 

@@ -782,3 +782,149 @@ fn an_open_flow_is_not_removed() {
     let flow = monitor.add_flow(sender(1, idle()), 0);
     monitor.remove_flow(flow);
 }
+
+/// The samples a flow's own thread takes stand in for the sample ticks' reads: a tick
+/// reads only a flow whose last self-sample is an interval old or older, but still reads
+/// every flow where a report interval is cut, and a BBR sender for its model; no sample
+/// is kept twice.
+#[test]
+fn self_samples_leave_the_sample_ticks_nothing_to_read_while_they_come() {
+    let mut monitor = Monitor::new(
+        config(1, 10, None),
+        vec![
+            FlowStart {
+                bbr: true,
+                ..sender(0, idle())
+            },
+            sender(1, idle()),
+        ],
+        0,
+    );
+    let status = [RUNNING, RUNNING];
+    let mut reads: Vec<(i64, usize, bool)> = Vec::new();
+    for t in 1..=30 {
+        let now = t * MS;
+        // Flow 1's thread samples itself 0.4 ms before each tick up to 15 ms, then
+        // blocks in a write; flow 0's every tick.
+        if t <= 15 {
+            monitor.self_sampled(1, now - 400, &ours(cwnd_limited(), 0));
+        }
+        monitor.self_sampled(0, now - 400, &ours(cwnd_limited(), 0));
+        let due = monitor.due(now, &status);
+        let mut snapshots = vec![None; 2];
+        for r in due.reads() {
+            reads.push((t, r.flow, r.bbr));
+            snapshots[r.flow] = Some(Snapshot {
+                bbr: r.bbr.then(BbrInfo::default),
+                ..ours(cwnd_limited(), 0)
+            });
+        }
+        monitor.tick(due, &status, &snapshots);
+    }
+    // Flow 0: at the report cuts (10, 20, 30 ms), with BBR's model due at each.
+    let flow0: Vec<(i64, bool)> = reads
+        .iter()
+        .filter(|r| r.1 == 0)
+        .map(|r| (r.0, r.2))
+        .collect();
+    assert_eq!(flow0, [(10, true), (20, true), (30, true)]);
+    // Flow 1: at the cut of 10 ms, then at every tick once its samples stopped.
+    let flow1: Vec<i64> = reads.iter().filter(|r| r.1 == 1).map(|r| r.0).collect();
+    assert_eq!(flow1, [10].into_iter().chain(16..=30).collect::<Vec<_>>());
+    let (watched, samples) = monitor.finish();
+    // One sample a millisecond each: the self-samples, and the reads that took none's
+    // place (a read at a cut comes after a self-sample of the same tick).
+    let of = |flow: u32| samples.iter().filter(|s| s.flow == flow).count();
+    assert_eq!(of(0), 30 + 3);
+    assert_eq!(of(1), 15 + 1 + 15);
+    let times: Vec<i64> = samples
+        .iter()
+        .filter(|s| s.flow == 1)
+        .map(|s| s.t_us)
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    // Every millisecond booked once, to the window that held the sender.
+    assert_eq!(watched[1].limited_us, 30 * MS as u64);
+    assert_eq!(watched[1].limits.unwrap().dominant(), Limit::Cwnd);
+}
+
+/// A self-sample older than a read the monitor took is nothing new, and one without
+/// BBR's model leaves the model due at the next tick.
+#[test]
+fn a_late_self_sample_is_dropped_and_one_without_bbr_leaves_it_due() {
+    let mut monitor = Monitor::new(
+        config(1, 1_000, None),
+        vec![FlowStart {
+            bbr: true,
+            ..sender(0, idle())
+        }],
+        0,
+    );
+    monitor.self_sampled(0, 10 * MS, &ours(cwnd_limited(), 0));
+    let due = monitor.due(11 * MS, &[RUNNING]);
+    assert!(due.reads()[0].bbr, "{due:?}");
+    let snapshot = Snapshot {
+        bbr: Some(BbrInfo::default()),
+        ..ours(cwnd_limited(), 0)
+    };
+    monitor.tick(due, &[RUNNING], &[Some(snapshot)]);
+    // Posted before the read, handed in after it.
+    monitor.self_sampled(0, 10_900, &ours(cwnd_limited(), 0));
+    let (_, samples) = monitor.finish();
+    let times: Vec<(i64, bool)> = samples.iter().map(|s| (s.t_us, s.bbr.is_some())).collect();
+    assert_eq!(times, [(10 * MS, false), (11 * MS, true)]);
+}
+
+/// Driven as a shell drives it, waking at each `next_wakeup`: while its thread samples a
+/// sender every millisecond, the monitor wakes only to read it every
+/// [`BOOK_EVERY_US`], and books the sender's time at those reads alone (here the
+/// self-samples see an idle writer, the reads a full send buffer); once the thread's
+/// samples stop, its next booking read finds the flow unsampled, and it wakes at every
+/// tick from then on.
+#[test]
+fn self_sampled_flows_are_booked_at_the_monitor_s_reads_which_come_every_10_ms() {
+    let mut monitor = Monitor::new(config(1, 1_000, None), vec![sender(0, idle())], 0);
+    let full_buffer = Snapshot {
+        mem: Some(SkMemInfo {
+            sndbuf: 8_192,
+            wmem_queued: 8_192,
+            ..SkMemInfo::default()
+        }),
+        ..ours(
+            TcpInfo {
+                unacked: 2,
+                ..info()
+            },
+            0,
+        )
+    };
+    let (mut wakes, mut reads) = (Vec::new(), Vec::new());
+    // The flow's thread samples itself at every half millisecond past a whole one, up
+    // to 50 ms.
+    let mut posted = 0;
+    while monitor.next_wakeup() <= 70 * MS {
+        let now = monitor.next_wakeup();
+        while posted * MS + 500 < now.min(50 * MS) {
+            monitor.self_sampled(0, posted * MS + 500, &ours(idle(), 0));
+            posted += 1;
+        }
+        wakes.push(now / MS);
+        let due = monitor.due(now, &[RUNNING]);
+        let snapshots: Vec<Option<Snapshot>> =
+            vec![(!due.reads().is_empty()).then_some(full_buffer)];
+        if snapshots[0].is_some() {
+            reads.push(now / MS);
+        }
+        monitor.tick(due, &[RUNNING], &snapshots);
+    }
+    let mut want: Vec<i64> = vec![1, 10, 20, 30, 40, 50];
+    want.extend(60..=70);
+    assert_eq!(wakes, want);
+    assert_eq!(reads, want[1..]);
+    let (watched, samples) = monitor.finish();
+    assert_eq!(samples.len(), 50 + 5 + 11);
+    // Every millisecond booked once, all to the send buffer the reads saw.
+    assert_eq!(watched[0].limited_us, 70 * MS as u64);
+    assert_eq!(watched[0].limits.unwrap().dominant(), Limit::Sndbuf);
+    assert_eq!(watched[0].limits.unwrap().sndbuf, 1.0);
+}

@@ -4,14 +4,18 @@
 //! differ. Each flow runs on its own OS thread with blocking-or-polled I/O (no async
 //! runtime: namespace work must stay on dedicated threads). One monitor thread reads
 //! the sockets when [`tcplab_monitor::Monitor`] wakes it and does what its ticks say:
-//! samples, report intervals, the ends of connections the drain limit stopped.
+//! samples, report intervals, the ends of connections the drain limit stopped. A bulk
+//! flow's thread samples its own socket between two writes or reads, once an interval
+//! has passed since its last sample (`FlowShared::sample_if_due`): reading it there
+//! waits for no lock, where the monitor's read would wait for the one the thread holds
+//! while it copies, and the monitor's ticks then leave that flow unread.
 
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -22,7 +26,7 @@ use tcplab_model::record::{
 };
 use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_model::throughput;
-use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched};
+use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched, BBR_EVERY_US};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
@@ -146,6 +150,18 @@ pub(crate) struct FlowShared {
     reset: AtomicBool,
     reset_cut_drains: bool,
     pub(crate) renew: Option<Renew>,
+    /// How often the flow's thread samples its own socket, µs; 0: never (sampling off,
+    /// or a pacer that follows the senders' window, which reads them all at each tick).
+    self_sample_every_us: i64,
+    /// A sender under BBR, whose samples carry BBR's model every
+    /// [`tcplab_monitor::BBR_EVERY_US`].
+    bbr: bool,
+    /// When its thread last read BBR's model (monotonic µs).
+    bbr_read_us: AtomicI64,
+    /// When its socket was last sampled, by its thread or the monitor (monotonic µs).
+    last_sample_us: AtomicI64,
+    /// The samples its thread took, for the monitor to take in at its next wake-up.
+    self_samples: Mutex<Vec<(i64, Snapshot)>>,
 }
 
 /// Runs this end's flows from `t0_us` (this end's monotonic clock) to their end.
@@ -170,9 +186,15 @@ pub fn run_side(
         return idle_until_deadline(params, t0_us, &stop);
     }
     let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
+    let self_sample_every_us = if pacing.is_some() {
+        0
+    } else {
+        params.sample_interval_us as i64
+    };
     let shared: Vec<Arc<FlowShared>> = flows
         .into_iter()
         .map(|f| {
+            let bbr = f.role == Role::Send && sockopt::runs_bbr(&f.stream).unwrap_or(false);
             Arc::new(FlowShared {
                 id: f.id,
                 role: f.role,
@@ -186,6 +208,11 @@ pub fn run_side(
                 reset: AtomicBool::new(false),
                 reset_cut_drains,
                 renew: f.renew,
+                self_sample_every_us,
+                bbr,
+                bbr_read_us: AtomicI64::new(i64::MIN),
+                last_sample_us: AtomicI64::new(i64::MIN),
+                self_samples: Mutex::new(Vec::new()),
             })
         })
         .collect();
@@ -485,6 +512,7 @@ fn send_until_end(
                 sent += n as u64;
                 budget -= n as u64;
                 flow.bytes.store(sent, Ordering::Relaxed);
+                flow.sample_if_due();
                 if let Some(bps) = app_rate {
                     // The next write falls due when these bytes have left at the rate;
                     // a writer that fell behind catches up by one write, not in a burst.
@@ -616,6 +644,7 @@ fn receive_until_eof(
             Ok(n) => {
                 total += n as u64;
                 flow.bytes.store(total, Ordering::Relaxed);
+                flow.sample_if_due();
                 // A slow stream never times out a read: look at the flag here too.
                 if stop.load(Ordering::Relaxed) {
                     return done(total);
@@ -708,15 +737,21 @@ fn monitor(
             id: flow.id,
             role: flow.role,
             first,
-            bbr: flow.role == Role::Send && sockopt::runs_bbr(&flow.stream).unwrap_or(false),
+            bbr: flow.bbr,
         })
         .collect();
     let mut core = Monitor::new(config, starts, t0_us);
     let mut snapshots: Vec<Option<Snapshot>> = vec![None; flows.len()];
     loop {
+        for (i, flow) in flows.iter().enumerate() {
+            for (t, snapshot) in flow.take_self_samples() {
+                core.self_sampled(i, t, &snapshot);
+            }
+        }
         // Read before the counters: a flow seen ended here has all its bytes in them.
         let mut status: Vec<Status> = flows.iter().map(|f| f.status()).collect();
-        let due = core.due(monotonic_us(), &status);
+        let now = monotonic_us();
+        let due = core.due(now, &status);
         for read in due.reads() {
             let flow = &flows[read.flow];
             if read.abort && sockopt::abort_connection(&flow.stream).is_ok() {
@@ -724,6 +759,7 @@ fn monitor(
                 status[read.flow].cut_drain = false;
             }
             snapshots[read.flow] = flow.snapshot(read.bbr);
+            flow.last_sample_us.store(now, Ordering::Relaxed);
         }
         let tick = core.tick(due, &status, &snapshots);
         snapshots.fill(None);
@@ -759,6 +795,43 @@ impl FlowShared {
             ended: self.done.load(Ordering::Acquire),
             cut_drain: self.reset.load(Ordering::Acquire),
         }
+    }
+
+    /// From the flow's own thread, between two of its writes or reads: samples its socket
+    /// if an interval has passed since its last sample, for the monitor to take in
+    /// (which books no time by it: [`tcplab_monitor::BOOK_EVERY_US`]).
+    fn sample_if_due(&self) {
+        if self.self_sample_every_us == 0 {
+            return;
+        }
+        let now = monotonic_us();
+        let last = self.last_sample_us.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < self.self_sample_every_us {
+            return;
+        }
+        let with_bbr = self.bbr
+            && now.saturating_sub(self.bbr_read_us.load(Ordering::Relaxed)) >= BBR_EVERY_US;
+        let Some(snapshot) = self.snapshot(with_bbr) else {
+            return;
+        };
+        if snapshot.bbr.is_some() {
+            self.bbr_read_us.store(now, Ordering::Relaxed);
+        }
+        self.last_sample_us.store(now, Ordering::Relaxed);
+        self.self_samples
+            .lock()
+            .expect("a flow thread panicked holding its samples")
+            .push((now, snapshot));
+    }
+
+    /// The samples its thread took since the last call, oldest first.
+    fn take_self_samples(&self) -> Vec<(i64, Snapshot)> {
+        std::mem::take(
+            &mut *self
+                .self_samples
+                .lock()
+                .expect("a flow thread panicked holding its samples"),
+        )
     }
 
     /// The socket and the flow thread now; `None` when tcp_info cannot be read.

@@ -38,7 +38,8 @@ pub const BBR_EVERY_US: i64 = 10_000;
 /// How often the monitor reads a flow whose own thread samples it all the same, µs: a
 /// sender's time is booked to its limits at these reads only, since a sample taken
 /// between two writes always sees the moment the writer has just filled its buffer,
-/// never the writer blocked on it.
+/// never the writer blocked on it. A read within an interval of such a sample books
+/// and keeps no record (unless it carries BBR's model): the flow's own samples do.
 pub const BOOK_EVERY_US: i64 = 10_000;
 
 /// Samples reserved up front at most (~100 MB).
@@ -371,10 +372,15 @@ impl Flow {
         self.bbr && now - self.bbr_read_us >= BBR_EVERY_US
     }
 
-    /// Its own thread sampled it less than `every` before `now`, and a tick read it less
-    /// than [`BOOK_EVERY_US`] before: a sample tick need not read it.
+    /// Its own thread sampled it less than `every` before `now`.
+    fn self_sampled_within(&self, now: i64, every: i64) -> bool {
+        self.self_sampled_us.is_some_and(|t| now - t < every)
+    }
+
+    /// [`Flow::self_sampled_within`] an interval, and a tick read it less than
+    /// [`BOOK_EVERY_US`] before: a sample tick need not read it.
     fn carried(&self, now: i64, every: i64) -> bool {
-        self.self_sampled_us.is_some_and(|t| now - t < every) && now - self.read_us < BOOK_EVERY_US
+        self.self_sampled_within(now, every) && now - self.read_us < BOOK_EVERY_US
     }
 
     /// Books a sender's time since its last booking to what `snapshot` shows held it
@@ -640,12 +646,20 @@ impl Monitor {
         let app_paced = self.config.app_paced;
         if sample {
             let mut window_rate_bps = 0.0;
+            let every = self.sample_every();
             for ((flow, st), snapshot) in self.flows.values_mut().zip(status).zip(snapshots) {
                 let Some(snapshot) = snapshot.as_ref().filter(|_| !st.ended) else {
                     continue;
                 };
-                let record = flow.sample(now, snapshot, app_paced, self.config.host, true);
                 flow.read_us = now;
+                if flow.self_sampled_within(now, every) && snapshot.bbr.is_none() {
+                    // The flow's own samples keep the record: this read only books.
+                    if flow.role == Role::Send {
+                        flow.book(now, snapshot, app_paced);
+                    }
+                    continue;
+                }
+                let record = flow.sample(now, snapshot, app_paced, self.config.host, true);
                 if flow.role == Role::Send {
                     if let Some(rtt) = self.config.pacing {
                         window_rate_bps += rtt.window_rate_bps(&snapshot.info);
@@ -656,13 +670,12 @@ impl Monitor {
                 }
             }
             tick.window_rate_bps = (window_rate_bps > 0.0).then_some(window_rate_bps as u64);
-            let every = self.sample_every();
             self.all_self_sampled = self
                 .flows
                 .values()
                 .zip(status)
                 .filter(|(flow, st)| flow.open() && !st.ended)
-                .all(|(flow, _)| flow.self_sampled_us.is_some_and(|t| now - t < every));
+                .all(|(flow, _)| flow.self_sampled_within(now, every));
             // Skip ticks overslept instead of bursting to catch up.
             let every = self.sample_every();
             self.next_sample += every * ((now - self.next_sample) / every + 1);

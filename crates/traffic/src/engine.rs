@@ -26,7 +26,7 @@ use tcplab_model::record::{
 };
 use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_model::throughput;
-use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched, BBR_EVERY_US};
+use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched, BOOK_EVERY_US};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
@@ -150,14 +150,13 @@ pub(crate) struct FlowShared {
     reset: AtomicBool,
     reset_cut_drains: bool,
     pub(crate) renew: Option<Renew>,
-    /// How often the flow's thread samples its own socket, µs; 0: never (sampling off,
-    /// or a pacer that follows the senders' window, which reads them all at each tick).
+    /// How often the flow's thread samples its own socket, µs; 0: never (sampling off or
+    /// every [`BOOK_EVERY_US`] or longer, when the monitor reads every flow at each
+    /// tick anyway, or a pacer that follows the senders' window, which reads them all).
     self_sample_every_us: i64,
-    /// A sender under BBR, whose samples carry BBR's model every
-    /// [`tcplab_monitor::BBR_EVERY_US`].
+    /// A sender under BBR: its thread's samples carry BBR's model, which the monitor
+    /// keeps every [`tcplab_monitor::BBR_EVERY_US`].
     bbr: bool,
-    /// When its thread last read BBR's model (monotonic µs).
-    bbr_read_us: AtomicI64,
     /// When its socket was last sampled, by its thread or the monitor (monotonic µs).
     last_sample_us: AtomicI64,
     /// The samples its thread took, for the monitor to take in at its next wake-up.
@@ -186,10 +185,12 @@ pub fn run_side(
         return idle_until_deadline(params, t0_us, &stop);
     }
     let buffers: Vec<BufferSize> = flows.iter().map(|f| f.buffer).collect();
-    let self_sample_every_us = if pacing.is_some() {
+    // At BOOK_EVERY_US or longer the monitor reads every flow at each tick anyway.
+    let every = params.sample_interval_us as i64;
+    let self_sample_every_us = if pacing.is_some() || every >= BOOK_EVERY_US {
         0
     } else {
-        params.sample_interval_us as i64
+        every
     };
     let shared: Vec<Arc<FlowShared>> = flows
         .into_iter()
@@ -210,7 +211,6 @@ pub fn run_side(
                 renew: f.renew,
                 self_sample_every_us,
                 bbr,
-                bbr_read_us: AtomicI64::new(i64::MIN),
                 last_sample_us: AtomicI64::new(i64::MIN),
                 self_samples: Mutex::new(Vec::new()),
             })
@@ -809,14 +809,10 @@ impl FlowShared {
         if now.saturating_sub(last) < self.self_sample_every_us {
             return;
         }
-        let with_bbr = self.bbr
-            && now.saturating_sub(self.bbr_read_us.load(Ordering::Relaxed)) >= BBR_EVERY_US;
-        let Some(snapshot) = self.snapshot(with_bbr) else {
+        // BBR's model always: the monitor keeps it when due, and never reads for it.
+        let Some(snapshot) = self.snapshot(self.bbr) else {
             return;
         };
-        if snapshot.bbr.is_some() {
-            self.bbr_read_us.store(now, Ordering::Relaxed);
-        }
         self.last_sample_us.store(now, Ordering::Relaxed);
         self.self_samples
             .lock()

@@ -33,7 +33,9 @@ source bench/build.sh -p tcplab-sys --example sockdiag_cost
 COST=$PWD/target/$PROFILE/examples/sockdiag_cost
 NS=tlbench-watch-$$
 DIR=$(mktemp -d)
+IPERF3_SERVER=
 cleanup() {
+    [ -z "$IPERF3_SERVER" ] || kill "$IPERF3_SERVER" 2>/dev/null || true
     exec 3>&- 2>/dev/null || true
     wait 2>/dev/null || true
     ip netns delete "$NS" 2>/dev/null || true
@@ -116,7 +118,8 @@ echo
 echo "| watch | peak RSS (MB) | samples stored |"
 echo "|---|---|---|"
 MEM_PORT=5299
-in_ns iperf3 -s -p "$MEM_PORT" >/dev/null 2>&1 &
+# Not through in_ns: a function in the background is a subshell, and $! would be it.
+ip netns exec "$NS" iperf3 -s -p "$MEM_PORT" >/dev/null 2>&1 &
 IPERF3_SERVER=$!
 until in_ns ss -tln | grep -q ":$MEM_PORT "; do sleep 0.05; done
 : >"$DIR/mem-db" && : >"$DIR/mem-json"
@@ -138,6 +141,7 @@ for _ in $(seq "$REPS"); do
     done
 done
 kill "$IPERF3_SERVER" && wait "$IPERF3_SERVER" 2>/dev/null || true
+IPERF3_SERVER=
 for mode in db json; do
     label=$([ "$mode" = db ] && echo "--db (samples stored as it goes)" || echo "--json (keeps nothing)")
     echo "| $label | $(field peak_kb <"$DIR/mem-$mode" | median | awk '{ printf "%.1f", $1 / 1024 }') | $(field samples <"$DIR/mem-$mode" | median) |"

@@ -131,6 +131,23 @@ pub struct WatchLabels {
     pub interrupted: bool,
 }
 
+impl WatchLabels {
+    /// What a stored watch that started at `started_unix_us` says of itself.
+    fn meta(self, started_unix_us: i64, tracepoint: bool, duration_us: u64) -> WatchMeta {
+        WatchMeta {
+            started_unix_us,
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            host: tcplab_sys::sysctl::host_meta(),
+            label: self.label,
+            tags: self.tags,
+            filter: self.filter,
+            tracepoint,
+            duration_us,
+            interrupted: self.interrupted,
+        }
+    }
+}
+
 impl Watched {
     pub fn summary_line(&self, closed: u64, open: u64) -> String {
         format!(
@@ -150,17 +167,7 @@ impl Watched {
     /// The run of kind `watch` it stores as, with the samples kept in memory (not
     /// those spooled: see [`Watched::store`]).
     pub fn record(self, labels: WatchLabels) -> RunRecord {
-        let meta = WatchMeta {
-            started_unix_us: self.started_unix_us,
-            tool_version: env!("CARGO_PKG_VERSION").into(),
-            host: tcplab_sys::sysctl::host_meta(),
-            label: labels.label,
-            tags: labels.tags,
-            filter: labels.filter,
-            tracepoint: self.lag.is_some(),
-            duration_us: self.duration_us,
-            interrupted: labels.interrupted,
-        };
+        let meta = labels.meta(self.started_unix_us, self.lag.is_some(), self.duration_us);
         run_record(&self.tracker, self.intervals, self.samples, meta)
     }
 
@@ -191,17 +198,11 @@ pub fn provisional_record(labels: WatchLabels, sample_interval_us: u64) -> RunRe
         keep: false,
         announced: false,
     });
-    let meta = WatchMeta {
-        started_unix_us: unix_now_us(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        host: tcplab_sys::sysctl::host_meta(),
-        label: labels.label,
-        tags: labels.tags,
-        filter: labels.filter,
-        tracepoint: false,
-        duration_us: 0,
+    let meta = WatchLabels {
         interrupted: true,
-    };
+        ..labels
+    }
+    .meta(unix_now_us(), false, 0);
     RunRecord {
         error: Some(
             "the watch did not store its connections (it was killed, or storing them \

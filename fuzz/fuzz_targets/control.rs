@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = read_data_intro(&mut &data[..]);
     let _ = read_udp_hello(data);
     let _ = Header::read(data);
-    let _ = tcplab_model::probe::Probe::read(data);
+    let _ = tcplab_netsim::probe_datagram::Probe::read(data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = protocol::parse_hex::<COOKIE_LEN>(text);
         let _ = protocol::parse_hex::<NONCE_LEN>(text);

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcplab_model::packet::{Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr};
-use tcplab_model::traffic::Classifier;
+use tcplab_netsim::packet::{Coalescer, CsumMode, PacketInfo, Segmenter, VirtioNetHdr};
+use tcplab_netsim::traffic::Classifier;
 
 fuzz_target!(|data: &[u8]| {
     let Ok((hdr, ip)) = VirtioNetHdr::split(data) else {

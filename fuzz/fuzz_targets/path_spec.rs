@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcplab_model::path::PathSpec;
+use tcplab_netsim::path::PathSpec;
 
 fuzz_target!(|text: &str| {
     if let Ok(spec) = text.parse::<PathSpec>() {

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcplab_model::link::Trace;
+use tcplab_netsim::link::Trace;
 
 fuzz_target!(|text: &str| {
     let _ = Trace::parse(text);

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcplab_model::units::{parse_duration, parse_rate, parse_size};
+use tcplab_record::units::{parse_duration, parse_rate, parse_size};
 
 fuzz_target!(|text: &str| {
     let _ = parse_size(text);

@@ -5,19 +5,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tcplab_analysis::compare::FailOn;
+use tcplab_analysis::stats::Metric;
 use tcplab_lab::capture::CaptureSpec;
-use tcplab_model::capture::{CapturePoint, DEFAULT_SNAPLEN};
-use tcplab_model::compare::FailOn;
 use tcplab_model::experiment::Shard;
-use tcplab_model::path::PathSpec;
 use tcplab_model::ranges;
-use tcplab_model::record::{
+use tcplab_model::sockfilter::Prefix;
+use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
+use tcplab_netsim::capture::DEFAULT_SNAPLEN;
+use tcplab_netsim::path::PathSpec;
+use tcplab_record::capture::CapturePoint;
+use tcplab_record::units::{parse_duration, parse_rate, parse_size};
+use tcplab_record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
 };
-use tcplab_model::sockfilter::Prefix;
-use tcplab_model::stats::Metric;
-use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
-use tcplab_model::units::{parse_duration, parse_rate, parse_size};
 use tcplab_traffic::limits::ServerLimits;
 
 #[derive(Parser, Debug)]
@@ -286,7 +287,7 @@ pub struct PlotArgs {
 
 /// A duration as a user types it, in seconds.
 fn duration_seconds(text: &str) -> Result<f64, String> {
-    tcplab_model::units::parse_duration(text)
+    tcplab_record::units::parse_duration(text)
         .map(|us| us as f64 / 1e6)
         .map_err(|e| e.to_string())
 }
@@ -705,7 +706,7 @@ pub enum BackendArg {
     Netem,
 }
 
-pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_model::path::PathError> {
+pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_netsim::path::PathError> {
     s.parse()
 }
 

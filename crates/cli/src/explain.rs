@@ -5,12 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use tcplab_model::capture::Vantage;
-use tcplab_model::explain::{explain, Explanation, Source};
-use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{BufferSize, Host, RunRecord, WatchedFlow};
-use tcplab_model::tseq::run_retransmit_causes;
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_analysis::explain::{explain, Explanation, Source};
+use tcplab_analysis::tseq::run_retransmit_causes;
+use tcplab_record::capture::Vantage;
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::Limit;
+use tcplab_record::{BufferSize, Host, RunRecord, WatchedFlow};
 
 use crate::args::ExplainArgs;
 use crate::commands::open_existing_store;
@@ -26,7 +26,7 @@ pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
     let sees_the_senders = run
         .flows
         .iter()
-        .all(|f| at.vantage(f.direction.into()) != Vantage::Receiver);
+        .all(|f| at.vantage(f.direction) != Vantage::Receiver);
     if let (true, Some(packets)) = (sees_the_senders, tcplab_report::run_capture(run)) {
         explanation.cite_capture(run_retransmit_causes(&packets, run), at);
     }
@@ -220,7 +220,7 @@ pub fn render(e: &Explanation) -> String {
             100.0 * e.measured_bps / b
         );
     }
-    let shares: Vec<String> = ALL_LIMITS
+    let shares: Vec<String> = Limit::ALL
         .iter()
         .map(|&l| format!("{} {:.1} %", l.name(), 100.0 * e.limits.get(l)))
         .collect();

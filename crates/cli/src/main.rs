@@ -55,7 +55,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::report(args),
         Command::Plot(args) => report::plot(args),
         Command::PathSpec => {
-            out!("{}", tcplab_model::path::grammar());
+            out!("{}", tcplab_netsim::path::grammar());
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {

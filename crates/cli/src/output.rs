@@ -1,14 +1,14 @@
 //! Text shown to a person: the live interval lines and the final summary.
 
-use tcplab_model::events::{EventRecord, TraceRecord};
-use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::path::PathSpec;
-use tcplab_model::record::{
+use tcplab_netsim::path::PathSpec;
+use tcplab_record::events::{EventRecord, TraceRecord};
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::Limit;
+use tcplab_record::{
     BufferSize, ClockOffset, FlowRecord, IntervalRecord, LatencySummary, LimitShares,
     NamedCounters, PathRecord, Quantiles, RunRecord, RunStatus, Timed, TransactionParams,
     TransactionStats, UdpStats, CLOCK_STEP_TOLERANCE_US,
 };
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 /// The columns over `group`'s lines: a TCP flow's window, RTT and limits, which UDP
 /// flows have none of.
@@ -19,7 +19,7 @@ pub fn interval_header(group: &[IntervalRecord]) -> String {
             "[flow]", "interval", "throughput"
         );
     }
-    let names: Vec<&str> = ALL_LIMITS.iter().map(|l| l.name()).collect();
+    let names: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
     format!(
         "{:<7} {:>15}  {:>12} {:>6} {:>7} {:>10}   limits {}",
         "[flow]",
@@ -108,7 +108,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
 }
 
 pub(crate) fn shares(l: &LimitShares) -> String {
-    let shares: Vec<String> = ALL_LIMITS
+    let shares: Vec<String> = Limit::ALL
         .iter()
         .map(|&limit| format!("{:>3.0}%", l.get(limit) * 100.0))
         .collect();
@@ -214,7 +214,7 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         ));
     }
     if let Some(limit) = s.dominant_limit {
-        let shares: Vec<String> = ALL_LIMITS
+        let shares: Vec<String> = Limit::ALL
             .iter()
             .map(|&l| format!("{} {:.1}%", l.name(), s.limits.get(l) * 100.0))
             .collect();
@@ -532,7 +532,7 @@ fn events_line(trace: &TraceRecord, events: &[EventRecord]) -> String {
 
 /// Where the capture went and what it holds: "capture: run.pcapng (52 301 packets; 0 lost
 /// to a full buffer)".
-fn capture_line(file: &str, path: &tcplab_model::record::PathRecord) -> String {
+fn capture_line(file: &str, path: &tcplab_record::PathRecord) -> String {
     let [up, down] = [&path.up, &path.down].map(|d| d.capture.clone().unwrap_or_default());
     let lost = up.overflow + down.overflow;
     let mut line = format!(

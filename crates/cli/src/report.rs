@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tcplab_model::units::count;
+use tcplab_record::units::count;
 use tcplab_report::{find_chart, write_report, SequenceView, Target};
 
 use crate::args::{PlotArgs, ReportArgs};

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use tcplab_analysis::stats::Metric;
 use tcplab_experiment::estimate;
 use tcplab_experiment::sweep::{self, Event, SweepRequest};
 use tcplab_model::experiment::{self, Experiment};
-use tcplab_model::record::RunRecord;
-use tcplab_model::stats::Metric;
-use tcplab_model::units::{count, format_duration_us, format_rate};
+use tcplab_record::units::{count, format_duration_us, format_rate};
+use tcplab_record::RunRecord;
 use tcplab_report::experiments;
 use tcplab_report::results::{self, summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};

@@ -9,11 +9,10 @@ use tcplab_experiment::watch::{
     follow, open_trace, polling_only, provisional_record, Keep, Selection, SpoolTarget, Watch,
     WatchLabels, WatchOutput,
 };
-use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::IntervalRecord;
 use tcplab_model::sockfilter::Filter;
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_monitor::watch::{Connection, Tracker, WatchEvent};
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::{IntervalRecord, Limit};
 use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::userns::{self, Mode};
 
@@ -222,7 +221,7 @@ impl Printer {
             outln!("{value}");
         } else if seconds > 0.0 {
             if !std::mem::replace(&mut self.header_shown, true) {
-                let names: Vec<&str> = ALL_LIMITS.iter().map(|l| l.name()).collect();
+                let names: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
                 outln!(
                     "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits {}",
                     names.join("/")

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::*;
-use tcplab_model::record::DelayQuantiles;
+use tcplab_record::DelayQuantiles;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// 20 Mbit/s and a 1-BDP queue (50 KB, 20 ms at the link's rate): cubic fills it, so the

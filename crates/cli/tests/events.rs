@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use support::*;
-use tcplab_model::events::{cwnd_agreement, KernelEvent};
-use tcplab_model::record::{Host, RunRecord};
+use tcplab_analysis::events::cwnd_agreement;
+use tcplab_record::events::KernelEvent;
+use tcplab_record::{Host, RunRecord};
 use tcplab_sys::netns::privileged_or_skip;
 
 /// A run on the capture's path with events, a capture and a database.

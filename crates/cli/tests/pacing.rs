@@ -11,11 +11,11 @@ use std::process::Command;
 
 use serde_json::Value;
 use support::*;
-use tcplab_model::burst::BurstMeter;
-use tcplab_model::explain::{explain, Explanation};
-use tcplab_model::packet::FlowKey;
-use tcplab_model::path::{Bottleneck, Direction, PathSpec};
-use tcplab_model::record::BurstStats;
+use tcplab_analysis::burst::BurstMeter;
+use tcplab_analysis::explain::{explain, Explanation};
+use tcplab_netsim::packet::FlowKey;
+use tcplab_netsim::path::{Bottleneck, Direction, PathSpec};
+use tcplab_record::BurstStats;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// The path: 100 Mbit/s, 10 ms, a 1-BDP queue (125 KB); cubic fills it in slow start.
@@ -267,7 +267,7 @@ fn captured_trains(pcap: &Path, flow: &str, mss: u32, rate_bps: u64) -> BurstSta
         let segments = payload.div_ceil(mss).max(1);
         for k in 0..segments {
             let len = headers + (payload - k * mss).min(mss);
-            meter.arrival(key, tcplab_model::traffic::Traffic::Test, at, len, 0);
+            meter.arrival(key, tcplab_record::traffic::Traffic::Test, at, len, 0);
         }
     }
     let (flows, _) = meter.report();

@@ -51,7 +51,7 @@ fn said_floor_ms(lab: &str) -> f64 {
         })
         .and_then(|rest| rest.split(':').next())
         .unwrap_or_else(|| panic!("no floor in {text}"));
-    tcplab_model::units::parse_duration(&floor.replace(' ', ""))
+    tcplab_record::units::parse_duration(&floor.replace(' ', ""))
         .unwrap_or_else(|e| panic!("{floor}: {e}")) as f64
         / 1e3
 }
@@ -126,7 +126,7 @@ fn tcp_min_rtt_is_the_base_rtt_or_explain_names_the_difference() {
             .unwrap();
         let e = parse_success(&out);
         let base_us = u64_at(&e, "/path/base_rtt_us");
-        let configured_us = tcplab_model::units::parse_duration(rtt).unwrap();
+        let configured_us = tcplab_record::units::parse_duration(rtt).unwrap();
         assert_eq!(base_us, configured_us, "{e}");
         let named: Vec<&str> = e["findings"]
             .as_array()
@@ -144,7 +144,7 @@ fn tcp_min_rtt_is_the_base_rtt_or_explain_names_the_difference() {
         if off > 0.03 {
             let said = format!(
                 "TCP's shortest round trip (tcpi_min_rtt) was {}, ",
-                tcplab_model::units::format_duration_us(kernel_min_us)
+                tcplab_record::units::format_duration_us(kernel_min_us)
             );
             assert!(
                 named.len() == 1
@@ -743,7 +743,7 @@ fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
         let wall = started.elapsed().as_secs_f64();
         let flow = &flows(&v)[0];
         let srtt_max_us = u64_at(flow, "/rtt/max_us");
-        let limit_s = tcplab_model::throughput::drain_limit_us(srtt_max_us as u32) as f64 / 1e6;
+        let limit_s = tcplab_analysis::throughput::drain_limit_us(srtt_max_us as u32) as f64 / 1e6;
         // Issue 24's bar: 3.5 s. The 2 s and the drain limit (0.5 s), the control
         // protocol's 8 round trips (estimate::CONTROL_RTTS and one connection: 0.4 s;
         // no clock probes on one clock), the process, the lab up and down and storing

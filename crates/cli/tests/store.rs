@@ -510,7 +510,7 @@ fn a_kept_run_is_stored_by_the_command_its_message_names() {
     );
     let store = tcplab_store::Store::open_to_read(&db).unwrap();
     assert_eq!(store.list_runs().unwrap().len(), 1);
-    let measured: tcplab_model::record::RunRecord =
+    let measured: tcplab_record::RunRecord =
         serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
     assert_eq!(store.load_run(1).unwrap(), measured);
 

@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use tcplab_lab::{Lab, LabConfig};
 use tcplab_model::experiment::CommandSpec;
-use tcplab_model::record::{
-    CommandEnd, RunRecord, RunStatus, ShellCommands, TestParams, STDERR_TAIL,
-};
+use tcplab_record::{CommandEnd, RunRecord, RunStatus, ShellCommands, TestParams, STDERR_TAIL};
 use tcplab_sys::netns::write_sysctl_in;
 
 use crate::labrun::{sleep_unless_stopped, LabRun};

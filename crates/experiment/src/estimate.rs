@@ -10,10 +10,10 @@
 
 use std::time::Duration;
 
+use tcplab_analysis::throughput::drain_limit_us;
 use tcplab_model::experiment::{FlowConfig, Point};
-use tcplab_model::path::{Loss, PathSpec};
-use tcplab_model::record::{Mode, TestEnd};
-use tcplab_model::throughput::drain_limit_us;
+use tcplab_netsim::path::{Loss, PathSpec};
+use tcplab_record::{Mode, TestEnd};
 use tcplab_traffic::udp::QUIET_AFTER_END_US;
 
 /// A run's cost besides its tests: the lab up and down, the server, storing the run.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use tcplab_lab::{Lab, LabConfig};
-use tcplab_model::path::Direction;
-use tcplab_model::record::{IntervalRecord, RunRecord, TestParams};
+use tcplab_netsim::path::Direction;
+use tcplab_record::{IntervalRecord, RunRecord, TestParams};
 use tcplab_traffic::auth::PreSharedKey;
 use tcplab_traffic::client::{self, Request};
 use tcplab_traffic::engine::RateTarget;

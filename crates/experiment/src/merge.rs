@@ -124,13 +124,13 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<Merged> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::RunRecord;
+    use tcplab_record::RunRecord;
 
     const STUDY: &str = "name = \"m\"\nrepetitions = 2\n[[flow]]\n[[axis]]\nkey = \"flow.window\"\nvalues = [\"8K\", \"64K\"]\n";
 
     fn record(label: &str) -> RunRecord {
         let mut run: RunRecord =
-            serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
+            serde_json::from_str(include_str!("../../record/tests/run.json")).unwrap();
         run.label = Some(label.into());
         run
     }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_lab::Lab;
-use tcplab_model::sockdiag::{Extensions, Families, StateSet, TcpState};
+use tcplab_model::sockdiag::{Extensions, Families, StateSet};
+use tcplab_record::tcp_state::TcpState;
 use tcplab_sys::netns;
 use tcplab_sys::reaper::{self, Lifeline};
 use tcplab_sys::sockdiag::{Query, SockDiag};

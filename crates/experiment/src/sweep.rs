@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use tcplab_analysis::stats::Metric;
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
-use tcplab_model::capture::{CapturePoint, DEFAULT_SNAPLEN};
 use tcplab_model::experiment::{Experiment, FlowConfig, Point, RemoteHost, Shard};
-use tcplab_model::record::{Mode, RunRecord, RunStatus};
-use tcplab_model::stats::Metric;
+use tcplab_netsim::capture::DEFAULT_SNAPLEN;
+use tcplab_record::capture::CapturePoint;
+use tcplab_record::{Mode, RunRecord, RunStatus};
 use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
 use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};

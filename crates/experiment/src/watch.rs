@@ -14,14 +14,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tcplab_model::record::{IntervalRecord, RunRecord, SampleRecord};
 use tcplab_model::sockdiag::{Extensions, SocketKey, SocketSample};
 use tcplab_model::sockfilter::{Filter, Prefix, Side};
-use tcplab_model::units::{count, format_duration_us};
 use tcplab_monitor::watch::{
     parse_state_change, run_record, Admit, Process, SampleOwners, SampleRead, Tracker, WatchConfig,
     WatchEvent, WatchMeta, TRACE_FILTER,
 };
+use tcplab_record::units::{count, format_duration_us};
+use tcplab_record::{IntervalRecord, RunRecord, SampleRecord};
 use tcplab_store::{NotStored, SampleSpool, Store};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::sockdiag::{self, Owners, Query, SockDiag};

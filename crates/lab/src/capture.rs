@@ -31,10 +31,9 @@ use pcap_file::pcapng::blocks::interface_description::{
 use pcap_file::pcapng::blocks::section_header::{SectionHeaderBlock, SectionHeaderOption};
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
-use tcplab_model::capture::{
-    head, CaptureCounts, CapturePoint, CapturedPacket, Fate, TimeOrder, Vantage,
-};
-use tcplab_model::path::Direction;
+use tcplab_netsim::capture::{head, CapturedPacket, Fate, TimeOrder};
+use tcplab_netsim::path::Direction;
+use tcplab_record::capture::{CaptureCounts, CapturePoint, Vantage};
 
 use crate::pool::BufId;
 
@@ -363,7 +362,7 @@ fn block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::link::DropReason;
+    use tcplab_netsim::link::DropReason;
 
     /// A tap seeing from `vantage`, whose writer has room for `room` batches and never
     /// reads them.

@@ -3,7 +3,7 @@
 //! Packets read from the ingress devices pass through a chain of links (an access
 //! link, then the shared bottleneck, or the reverse) and are written to an egress
 //! device when the last link delivers them. The links are the sans-IO models of
-//! `tcplab_model::link`; this loop only reads the clock, moves buffers and sleeps until
+//! `tcplab_netsim::link`; this loop only reads the clock, moves buffers and sleeps until
 //! the next deadline.
 //!
 //! Where any link of the direction applies a per-packet effect, GSO super-packets
@@ -20,18 +20,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
-use tcplab_model::burst::BurstMeter;
-use tcplab_model::capture::Fate;
-use tcplab_model::delay::DelayMeter;
-use tcplab_model::link::{Link, PacketMeta, PushOutcome};
-use tcplab_model::packet::{
+use tcplab_analysis::burst::BurstMeter;
+use tcplab_analysis::delay::DelayMeter;
+use tcplab_netsim::capture::Fate;
+use tcplab_netsim::link::{Link, PacketMeta, PushOutcome};
+use tcplab_netsim::packet::{
     finish_checksum, is_ect, set_ce, Coalescer, CsumMode, FlowKey, PacketInfo, Segmenter,
     Transport, VirtioNetHdr, MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
 };
-use tcplab_model::record::{
-    CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters,
-};
-use tcplab_model::traffic::{Classifier, Traffic};
+use tcplab_netsim::traffic::Classifier;
+use tcplab_record::traffic::Traffic;
+use tcplab_record::{CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
 use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
@@ -175,7 +174,7 @@ fn ip_of(bytes: &[u8]) -> &[u8] {
 }
 
 /// fq_codel's queue of a flow: a fixed hash of its 5-tuple, the same in every run.
-fn flow_hash(key: &tcplab_model::packet::FlowKey) -> u32 {
+fn flow_hash(key: &tcplab_netsim::packet::FlowKey) -> u32 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
@@ -186,7 +185,7 @@ fn flow_hash(key: &tcplab_model::packet::FlowKey) -> u32 {
 /// whose it is.
 #[derive(Clone, Copy)]
 struct Headers {
-    key: tcplab_model::packet::FlowKey,
+    key: tcplab_netsim::packet::FlowKey,
     ect: bool,
     traffic: Traffic,
 }

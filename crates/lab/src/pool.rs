@@ -11,7 +11,7 @@
 //! A segment the links change (ECN mark, corruption) or duplicate is first copied into
 //! a small buffer of its own.
 
-use tcplab_model::packet::{CsumMode, Segmenter, VirtioNetHdr};
+use tcplab_netsim::packet::{CsumMode, Segmenter, VirtioNetHdr};
 
 /// A packet of a [`Pool`]; what the link model carries as its packet handle: a small or
 /// large buffer, or a segment of a large one.
@@ -342,7 +342,7 @@ mod tests {
     /// A TCP/IPv4 GSO super-packet (virtio header first) of `payload` in segments of
     /// `mss` bytes, as a kernel with TSO writes it.
     fn super_packet(payload: &[u8], mss: u16) -> Vec<u8> {
-        use tcplab_model::packet::{internet_checksum, pseudo_header_sum};
+        use tcplab_netsim::packet::{internet_checksum, pseudo_header_sum};
         let total = 20 + 20 + payload.len();
         let mut ip = vec![0u8; 40];
         ip[0] = 0x45;

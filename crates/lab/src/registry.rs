@@ -11,8 +11,8 @@ use std::io;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use tcplab_model::dumbbell::Dumbbell;
-use tcplab_model::path::PathSpec;
+use tcplab_netsim::dumbbell::Dumbbell;
+use tcplab_netsim::path::PathSpec;
 use tcplab_sys::netns::{self, Ended, Leftover, NetNs};
 use tcplab_sys::userns;
 

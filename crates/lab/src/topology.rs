@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
-use tcplab_model::burst::BurstMeter;
-use tcplab_model::capture::CapturePoint;
-use tcplab_model::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
-use tcplab_model::link::{Link, LinkError, Trace};
-use tcplab_model::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
-use tcplab_model::traffic::Classifier;
+use tcplab_analysis::burst::BurstMeter;
+use tcplab_netsim::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
+use tcplab_netsim::link::{Link, LinkError, Trace};
+use tcplab_netsim::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
+use tcplab_netsim::traffic::Classifier;
+use tcplab_record::capture::CapturePoint;
 
 /// Where a direction's senders publish the rate its window-following gap pacer
 /// follows (bit/s), and the round trip that rate is over.
@@ -33,7 +33,7 @@ use tcplab_sys::userns::{self, Mode};
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
-use tcplab_model::record::{DirectionStats, HostQueue, PathRecord};
+use tcplab_record::{DirectionStats, HostQueue, PathRecord};
 
 pub(crate) const TUN_NAME: &str = "tcplab0";
 

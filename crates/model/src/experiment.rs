@@ -38,14 +38,14 @@ use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use toml::{Spanned, Table, Value};
 
-use crate::dumbbell::{derive_seed, Dumbbell};
-use crate::path::{Pace, PaceRtt, PathSpec};
 use crate::probe::DEFAULT_IDLE_US as DEFAULT_PROBE_IDLE_US;
-use crate::record::{
+use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
+use tcplab_netsim::dumbbell::{derive_seed, Dumbbell};
+use tcplab_netsim::path::{Pace, PaceRtt, PathSpec};
+use tcplab_record::units::{parse_duration, parse_rate, parse_size, UnitError};
+use tcplab_record::{
     Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
 };
-use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
-use crate::units::{parse_duration, parse_rate, parse_size, UnitError};
 
 /// Defaults of the keys a file leaves out.
 pub const DEFAULT_DURATION_US: u64 = 10_000_000;
@@ -829,7 +829,7 @@ impl FlowFile {
         if client == 0 || usize::from(client) > clients {
             return Err(format!(
                 "flow '{name}': client {client} does not exist (the lab has {}; `access` lists one link per client)",
-                crate::units::count(clients, "client")
+                tcplab_record::units::count(clients, "client")
             ));
         }
         let Some(protocol) = self.protocol.unwrap_or(Protocol::Tcp).engine() else {
@@ -1152,7 +1152,7 @@ impl FlowFile {
 }
 
 fn us(v: u64) -> String {
-    crate::units::format_duration_us(v)
+    tcplab_record::units::format_duration_us(v)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1216,7 +1216,7 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-/// A path spec as one line of text or as a table (see [`crate::path`]).
+/// A path spec as one line of text or as a table (see [`tcplab_netsim::path`]).
 struct PathValue(PathSpec);
 
 impl<'de> Deserialize<'de> for PathValue {

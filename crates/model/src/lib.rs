@@ -1,31 +1,12 @@
-//! Pure logic of tcplab: units, records, tcp_info decoding, limit attribution and
-//! statistics. Nothing here reads a clock or makes a syscall, so all of it is testable
-//! without privileges and in virtual time.
+//! What a tcplab test is, without I/O: experiment files (axes, plans, shards), the
+//! ranges a test's settings may take, the UDP, probe and transaction traffic (their
+//! datagrams, schedules and figures), and the kernel's sock_diag messages and socket
+//! filters. Nothing here reads a clock or makes a syscall.
 
-pub mod bounds;
-pub mod burst;
-pub mod capture;
-pub mod clock;
-pub mod compare;
-pub mod delay;
-pub mod dumbbell;
-pub mod events;
 pub mod experiment;
-pub mod explain;
-pub mod limits;
-pub mod link;
-pub mod packet;
-pub mod path;
 pub mod probe;
 pub mod ranges;
-pub mod record;
 pub mod sockdiag;
 pub mod sockfilter;
-pub mod stats;
-pub mod tcpinfo;
-pub mod throughput;
-pub mod traffic;
 pub mod transaction;
-pub mod tseq;
 pub mod udp;
-pub mod units;

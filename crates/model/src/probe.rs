@@ -8,9 +8,10 @@
 //! t2 − offset − t1 and the way down t4 − (t3 − offset): the two add up to the round
 //! trip whatever the offset, and each is exact when both ends read one clock.
 
-use crate::record::{LatencySummary, ProbeParams, ProbeRecord, TestEnd, TestParams};
-use crate::udp::quantiles;
-use crate::units::format_duration_us;
+use tcplab_analysis::stats::quantiles;
+use tcplab_netsim::probe_datagram::Probe;
+use tcplab_record::units::format_duration_us;
+use tcplab_record::{LatencySummary, ProbeParams, ProbeRecord, TestEnd, TestParams};
 
 /// The shortest interval between probes: 1000 a second, 44 bytes each.
 pub const MIN_INTERVAL_US: u64 = 1_000;
@@ -54,53 +55,6 @@ pub fn check_alone(params: &TestParams) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-const MAGIC: [u8; 4] = *b"TLP1";
-/// Request and answer have one size, so an echo never amplifies what a sender sends.
-pub const PROBE_LEN: usize = 44;
-
-/// Whether a datagram's payload starts as a probe's does.
-pub fn has_magic(payload: &[u8]) -> bool {
-    payload.starts_with(&MAGIC)
-}
-
-/// One probe datagram: the request has zero server times, the answer both.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Probe {
-    /// The test's secret: a server answers only its own test's probes.
-    pub token: u64,
-    pub seq: u64,
-    /// Monotonic µs: t1 on the client's clock, t2 and t3 on the server's.
-    pub client_send_us: i64,
-    pub server_recv_us: i64,
-    pub server_send_us: i64,
-}
-
-impl Probe {
-    pub fn write(&self, buf: &mut [u8; PROBE_LEN]) {
-        buf[..4].copy_from_slice(&MAGIC);
-        buf[4..12].copy_from_slice(&self.token.to_be_bytes());
-        buf[12..20].copy_from_slice(&self.seq.to_be_bytes());
-        buf[20..28].copy_from_slice(&self.client_send_us.to_be_bytes());
-        buf[28..36].copy_from_slice(&self.server_recv_us.to_be_bytes());
-        buf[36..44].copy_from_slice(&self.server_send_us.to_be_bytes());
-    }
-
-    /// `None` for anything but a probe of this size and magic.
-    pub fn read(buf: &[u8]) -> Option<Probe> {
-        if buf.len() != PROBE_LEN || !has_magic(buf) {
-            return None;
-        }
-        let word = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());
-        Some(Probe {
-            token: word(4),
-            seq: word(12),
-            client_send_us: word(20) as i64,
-            server_recv_us: word(28) as i64,
-            server_send_us: word(36) as i64,
-        })
-    }
 }
 
 /// A probe as the client saw it leave: its schedule and send time, monotonic µs.
@@ -236,17 +190,6 @@ mod tests {
         };
         refused(|p| p.probe = None);
         refused(|p| p.end = TestEnd::Bytes { bytes: 1 });
-    }
-
-    #[test]
-    fn a_probe_reads_back_what_was_written_and_nothing_else_reads() {
-        let p = probe(u64::MAX, -5, 1 << 40, i64::MAX);
-        let mut buf = [0u8; PROBE_LEN];
-        p.write(&mut buf);
-        assert_eq!(Probe::read(&buf), Some(p));
-        assert_eq!(Probe::read(&buf[..PROBE_LEN - 1]), None);
-        buf[0] = b'X';
-        assert_eq!(Probe::read(&buf), None);
     }
 
     #[test]

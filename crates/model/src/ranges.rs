@@ -4,7 +4,7 @@
 //! `flow 'bulk': mss 10`) before the same message, so a bad value is refused before a
 //! lab is built and reads the same from either end.
 
-use crate::record::TestEnd;
+use tcplab_record::TestEnd;
 
 /// The MSS Linux's TCP_MAXSEG accepts (`TCP_MIN_MSS` and `MAX_TCP_WINDOW` in
 /// include/net/tcp.h); anything else is EINVAL.

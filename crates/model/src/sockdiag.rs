@@ -28,7 +28,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use serde::{Deserialize, Serialize};
 
 use crate::sockfilter::Bytecode;
-use crate::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+use tcplab_record::tcp_state::TcpState;
+use tcplab_record::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
 /// `sizeof(struct nlmsghdr)`.
 pub const NLMSG_HDRLEN: usize = 16;
@@ -74,69 +75,6 @@ pub fn dump_request_len(families: Families, bytecode_len: usize) -> usize {
         Families::Only(_) => REQ_V2_LEN,
     };
     NLMSG_HDRLEN + request + filter
-}
-
-/// A TCP state as the kernel numbers it (include/net/tcp_states.h). The kernel reports
-/// a request socket (`TCP_NEW_SYN_RECV`) as [`TcpState::SynRecv`] and a bound, inactive
-/// one as [`TcpState::Close`], so these eleven are all a reply carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[repr(u8)]
-pub enum TcpState {
-    Established = 1,
-    SynSent = 2,
-    SynRecv = 3,
-    FinWait1 = 4,
-    FinWait2 = 5,
-    TimeWait = 6,
-    Close = 7,
-    CloseWait = 8,
-    LastAck = 9,
-    Listen = 10,
-    Closing = 11,
-}
-
-impl TcpState {
-    pub const ALL: [TcpState; 11] = [
-        TcpState::Established,
-        TcpState::SynSent,
-        TcpState::SynRecv,
-        TcpState::FinWait1,
-        TcpState::FinWait2,
-        TcpState::TimeWait,
-        TcpState::Close,
-        TcpState::CloseWait,
-        TcpState::LastAck,
-        TcpState::Listen,
-        TcpState::Closing,
-    ];
-
-    /// The state of the kernel's number, `None` for one this decoder does not know.
-    pub fn from_kernel(state: u8) -> Option<TcpState> {
-        TcpState::ALL.into_iter().find(|s| *s as u8 == state)
-    }
-
-    /// The kernel's name without `TCP_`, as tracepoints print it (`ESTABLISHED`).
-    pub fn name(self) -> &'static str {
-        match self {
-            TcpState::Established => "ESTABLISHED",
-            TcpState::SynSent => "SYN_SENT",
-            TcpState::SynRecv => "SYN_RECV",
-            TcpState::FinWait1 => "FIN_WAIT1",
-            TcpState::FinWait2 => "FIN_WAIT2",
-            TcpState::TimeWait => "TIME_WAIT",
-            TcpState::Close => "CLOSE",
-            TcpState::CloseWait => "CLOSE_WAIT",
-            TcpState::LastAck => "LAST_ACK",
-            TcpState::Listen => "LISTEN",
-            TcpState::Closing => "CLOSING",
-        }
-    }
-}
-
-impl fmt::Display for TcpState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// The states a dump asks for (`idiag_states`, one bit per [`TcpState`]); the kernel
@@ -671,7 +609,7 @@ fn decode_socket(payload: &[u8], at: usize, t_us: i64) -> Result<SocketSample, D
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::tcpinfo::TCP_INFO_LEN;
+    use tcplab_record::tcpinfo::TCP_INFO_LEN;
 
     /// A reply as the kernel lays it out, written field by field from the header's
     /// struct definitions (independently of the decoder's offsets).

@@ -2,9 +2,9 @@
 //! request is split into writes, and the figures of a flow's or a run's transactions.
 //! Pure: the traffic crate moves the bytes and reads the clock.
 
-use crate::record::{Mode, TestParams, Transaction, TransactionParams, TransactionStats};
-use crate::udp::quantiles;
-use crate::units::format_size;
+use tcplab_analysis::stats::quantiles;
+use tcplab_record::units::format_size;
+use tcplab_record::{Mode, TestParams, Transaction, TransactionParams, TransactionStats};
 
 /// The largest request or response: a transaction is a message, not a transfer.
 pub const MAX_MESSAGE: u32 = 16 << 20;
@@ -55,27 +55,6 @@ pub fn check(params: &TestParams) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-impl TransactionParams {
-    /// "requests of 100 B in 2 writes, responses of 1 KiB, a new connection each": the
-    /// words every output uses for a request/response flow.
-    pub fn describe(&self) -> String {
-        format!(
-            "requests of {}{}, responses of {}{}",
-            format_size(u64::from(self.request_size)),
-            match self.request_writes {
-                1 => String::new(),
-                n => format!(" in {n} writes"),
-            },
-            format_size(u64::from(self.response_size)),
-            if self.new_connection {
-                ", a new connection each"
-            } else {
-                ""
-            }
-        )
-    }
 }
 
 /// The sizes of a request's writes: `writes` parts as even as whole bytes allow, the

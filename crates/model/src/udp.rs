@@ -2,7 +2,8 @@
 //! receiver's accounting (loss, duplicates, reordering, RFC 3550 jitter, one-way
 //! delay). The engine feeds them clock readings; tests feed them virtual time.
 
-use crate::record::{Quantiles, UdpHeaderFormat, UdpInterval, UdpParams};
+use tcplab_analysis::stats::quantiles;
+use tcplab_record::{Quantiles, UdpHeaderFormat, UdpInterval, UdpParams};
 
 /// Every data datagram starts with this header (big-endian): magic, flow id, sequence
 /// number, and the sender's monotonic clock at sending, ns.
@@ -273,22 +274,6 @@ impl Receiver {
         self.cut_out_of_order = self.out_of_order;
         self.in_range = 0;
         interval
-    }
-}
-
-/// min, p50, p90, p99, max of `values` (sorted in place), as f64; zeros for none.
-pub fn quantiles<T: Copy + Ord + Into<i64>>(values: &mut [T]) -> Quantiles {
-    if values.is_empty() {
-        return Quantiles::default();
-    }
-    values.sort_unstable();
-    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize].into() as f64;
-    Quantiles {
-        min: at(0.0),
-        p50: at(0.5),
-        p90: at(0.9),
-        p99: at(0.99),
-        max: at(1.0),
     }
 }
 

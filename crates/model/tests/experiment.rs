@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
-use tcplab_model::path::{Pace, PaceRtt};
-use tcplab_model::record::{Mode, ProbeParams, TestEnd, TransactionParams};
+use tcplab_netsim::path::{Pace, PaceRtt};
+use tcplab_record::{Mode, ProbeParams, TestEnd, TransactionParams};
 
 fn ok(text: &str) -> Experiment {
     parse(text, "test").unwrap_or_else(|e| panic!("{e}"))

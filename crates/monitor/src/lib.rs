@@ -1,7 +1,7 @@
 //! The monitor of a set of TCP connections, without I/O: when to sample them, where
 //! report intervals end (report ticks, a timed test's deadline, a connection's end), what
 //! the drain limit asks of a connection, and what held each sender back
-//! ([`tcplab_model::limits`]). Time comes in as µs and sockets as [`Snapshot`]s, so one
+//! ([`tcplab_analysis::limits`]). Time comes in as µs and sockets as [`Snapshot`]s, so one
 //! core serves tcplab's engine, a watcher of sockets it did not create and stored
 //! samples alike, and is tested in virtual time.
 //!
@@ -23,12 +23,10 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tcplab_model::limits::{self, LimitTally, Writer};
-use tcplab_model::path::PaceRtt;
-use tcplab_model::record::{
-    Direction, Host, LimitShares, RttStats, SampleRecord, TestEnd, TestParams,
-};
-use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+use tcplab_analysis::limits::{self, LimitTally, Writer};
+use tcplab_netsim::path::PaceRtt;
+use tcplab_record::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+use tcplab_record::{Direction, Host, LimitShares, RttStats, SampleRecord, TestEnd, TestParams};
 
 /// How often BBR's model (TCP_CC_INFO) is kept in the samples, µs: it moves once a
 /// round trip, and reading it every 10 ms keeps the detail and halves the locked

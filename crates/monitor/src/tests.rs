@@ -1,7 +1,7 @@
 //! The monitor in virtual time: sockets are made-up tcp_info, the clock is a number.
 
 use super::*;
-use tcplab_model::record::Limit;
+use tcplab_record::Limit;
 
 const MS: i64 = 1_000;
 const MSS: u32 = 1_000;

@@ -23,14 +23,15 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
-use tcplab_model::limits::chrono_shares;
-use tcplab_model::record::{
+use tcplab_analysis::limits::chrono_shares;
+use tcplab_model::sockdiag::{CongestionName, SocketKey, SocketSample};
+use tcplab_record::tcp_state::TcpState;
+use tcplab_record::tcpinfo::TcpInfo;
+use tcplab_record::{
     BufferSize, ClockOffset, Direction, FinalCounters, FlowRecord, Host, HostMeta, IntervalRecord,
     LimitShares, RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams,
     WatchRecord, WatchedFlow, SCHEMA,
 };
-use tcplab_model::sockdiag::{CongestionName, SocketKey, SocketSample, TcpState};
-use tcplab_model::tcpinfo::TcpInfo;
 
 use crate::{Config, FlowStart, Interval, Monitor, Role, Snapshot, Watched};
 
@@ -96,7 +97,7 @@ pub const TRACE_FILTER: &str = "protocol == 6";
 /// any other line.
 pub fn parse_state_change(line: &str) -> Option<StateChange> {
     let at = line.find(": inet_sock_set_state: ")?;
-    let t_us = tcplab_model::events::parse_line_time(&line[..at])?;
+    let t_us = tcplab_analysis::events::parse_line_time(&line[..at])?;
     let fields = &line[at + ": inet_sock_set_state: ".len()..];
     let field = |key: &str| {
         fields

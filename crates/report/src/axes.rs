@@ -3,7 +3,7 @@
 //! the values grow geometrically), or categories (`cubic`, `true`, a zip of mixed texts).
 
 use tcplab_model::experiment::Axis;
-use tcplab_model::units::{parse_duration, parse_percent, parse_rate, parse_size};
+use tcplab_record::units::{parse_duration, parse_percent, parse_rate, parse_size};
 
 /// A numeric kind of value and the base unit it is kept in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

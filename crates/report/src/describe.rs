@@ -1,8 +1,8 @@
 //! Captions' words: what a test's flows were asked to do, in the units people type.
 
 use tcplab_model::experiment::FlowConfig;
-use tcplab_model::record::{Mode, TestEnd, TestParams, TransactionParams, Tuning};
-use tcplab_model::units::{format_duration_us, format_rate, format_size};
+use tcplab_record::units::{format_duration_us, format_rate, format_size};
+use tcplab_record::{Mode, TestEnd, TestParams, TransactionParams, Tuning};
 
 /// "1 TCP stream up for 2.00 s, cubic, window 64 KiB, 128 KiB writes, Nagle on".
 pub fn params(p: &TestParams) -> String {
@@ -128,7 +128,7 @@ pub fn flows_in_common(points: &[&[FlowConfig]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::UdpParams;
+    use tcplab_record::UdpParams;
 
     #[test]
     fn tcp_and_udp_flows_in_words() {
@@ -167,7 +167,7 @@ mod tests {
                 request_writes: 2,
                 new_connection: true,
             }),
-            probe: Some(tcplab_model::record::ProbeParams {
+            probe: Some(tcplab_record::ProbeParams {
                 interval_us: 10_000,
                 idle_us: 0,
             }),

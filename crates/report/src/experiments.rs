@@ -4,9 +4,9 @@
 
 use std::collections::HashMap;
 
+use tcplab_analysis::stats::Metric;
 use tcplab_model::experiment::{FlowConfig, Point};
-use tcplab_model::stats::Metric;
-use tcplab_model::units::format_duration_us;
+use tcplab_record::units::format_duration_us;
 
 use crate::axes::{numeric, Quantity};
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
@@ -27,7 +27,7 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
             .iter()
             .filter(|f| f.params.udp.is_none())
             .map(|f| {
-                let both_ways = f.params.mode == tcplab_model::record::Mode::Bidir;
+                let both_ways = f.params.mode == tcplab_record::Mode::Bidir;
                 u32::from(f.params.streams) * if both_ways { 2 } else { 1 }
             })
             .sum()
@@ -51,7 +51,7 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
     if flows().any(|f| f.params.transactions.is_some()) {
         out.extend([Metric::Transactions, Metric::TransactionTime]);
     }
-    let delays = |p: &tcplab_model::record::PathRecord| p.up.delay.or(p.down.delay).is_some();
+    let delays = |p: &tcplab_record::PathRecord| p.up.delay.or(p.down.delay).is_some();
     if data
         .runs
         .values()
@@ -60,9 +60,9 @@ pub fn metrics(data: &ExperimentRuns) -> Vec<Metric> {
         out.push(Metric::Delay);
     }
     // A study of the hosts' interface queues: what they dropped, how bursty the senders.
-    let sets_txqueuelen = |p: &tcplab_model::record::PathRecord| {
+    let sets_txqueuelen = |p: &tcplab_record::PathRecord| {
         p.spec
-            .parse::<tcplab_model::path::PathSpec>()
+            .parse::<tcplab_netsim::path::PathSpec>()
             .is_ok_and(|s| s.up.txqueuelen.or(s.down.txqueuelen).is_some())
     };
     if data

@@ -33,11 +33,11 @@ pub mod watched;
 
 use std::path::{Path, PathBuf};
 
-use tcplab_model::capture::read_pcapng;
-use tcplab_model::explain::binding_bound;
-use tcplab_model::record::RunRecord;
-use tcplab_model::stats::Metric;
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_analysis::explain::binding_bound;
+use tcplab_analysis::stats::Metric;
+use tcplab_netsim::capture::read_pcapng;
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::RunRecord;
 use tcplab_store::{Store, StoreError};
 
 pub use chart::{Body, Chart, Pt, Series};
@@ -265,7 +265,7 @@ fn evidence(run: &RunRecord, view: SequenceView) -> runs::Evidence {
 
 /// The packets of a run's capture, read back; `None` for a run without one, or whose
 /// file was moved, deleted or cannot be read.
-pub fn run_capture(run: &RunRecord) -> Option<Vec<tcplab_model::capture::CapturedPacket>> {
+pub fn run_capture(run: &RunRecord) -> Option<Vec<tcplab_netsim::capture::CapturedPacket>> {
     let file = run.path.as_ref()?.capture_file.as_deref()?;
     let reader = std::io::BufReader::new(std::fs::File::open(file).ok()?);
     read_pcapng(reader).ok()
@@ -468,7 +468,7 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
 }
 
 /// How a watched run saw its connections, and which of them it draws.
-fn watched_text(run: &RunRecord, watch: &tcplab_model::record::WatchRecord) -> Vec<String> {
+fn watched_text(run: &RunRecord, watch: &tcplab_record::WatchRecord) -> Vec<String> {
     let interval = run.params.sample_interval_us;
     let mut text = vec![format!(
         "Each connection sampled every {} through sock_diag, {}.{}",

@@ -2,8 +2,8 @@
 //! (of a report section, or of a `tcplab plot`, which builds the same section); a
 //! packet's fate in the link one colour in every chart.
 
-use tcplab_model::capture::Fate;
-use tcplab_model::link::DropReason;
+use tcplab_netsim::capture::Fate;
+use tcplab_netsim::link::DropReason;
 
 /// An RGB colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -26,10 +26,10 @@
 //! - All flows: the flows' bytes in each bin over the bin's length, on the one grid, so
 //!   the sum is what the path carried in it.
 
-use tcplab_model::explain::{min_rtt_us, sender_samples};
-use tcplab_model::record::{Direction, FlowRecord, Host, IntervalRecord, RunRecord};
-use tcplab_model::tcpinfo::{Field, TcpInfo};
-use tcplab_model::throughput::{counter, Counted};
+use tcplab_analysis::explain::{min_rtt_us, sender_samples};
+use tcplab_analysis::throughput::{counter, Counted};
+use tcplab_record::tcpinfo::{Field, TcpInfo};
+use tcplab_record::{Direction, FlowRecord, Host, IntervalRecord, RunRecord};
 
 /// The shortest bin: slow start's doublings stay apart on a path of tens of ms.
 pub const MIN_BIN_US: u64 = 100_000;
@@ -411,9 +411,9 @@ fn merge_short(spans: Vec<(u64, u64)>, min_us: u64) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::bounds::link_goodput_bps;
-    use tcplab_model::record::{Direction, SampleRecord, UdpInterval};
-    use tcplab_model::tcpinfo::TCP_INFO_LEN;
+    use tcplab_analysis::bounds::link_goodput_bps;
+    use tcplab_record::tcpinfo::TCP_INFO_LEN;
+    use tcplab_record::{Direction, SampleRecord, UdpInterval};
 
     const MSS: u32 = 1448;
     /// What the data connection's handshake and greeting put in tcpi_bytes_acked.
@@ -422,7 +422,7 @@ mod tests {
     /// A run of no flows, sampled every 10 ms, reported every second.
     fn empty_run() -> RunRecord {
         let mut run: RunRecord =
-            serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
+            serde_json::from_str(include_str!("../../record/tests/run.json")).unwrap();
         run.flows.clear();
         run.intervals.clear();
         run
@@ -430,7 +430,7 @@ mod tests {
 
     fn add_flow(run: &mut RunRecord, id: u32, udp: bool) {
         let mut f: RunRecord =
-            serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
+            serde_json::from_str(include_str!("../../record/tests/run.json")).unwrap();
         let mut flow = f.flows.remove(0);
         flow.id = id;
         flow.direction = Direction::Up;

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use tcplab_model::compare::{welch, Change};
+use tcplab_analysis::compare::{welch, Change};
+use tcplab_analysis::stats::{Metric, Stats};
 use tcplab_model::experiment::{point_label, Axis, Point};
-use tcplab_model::record::RunRecord;
-use tcplab_model::stats::{Metric, Stats};
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::RunRecord;
 use tcplab_store::{ExperimentRow, PlanRow, PlanStatus, Store};
 
 use crate::table::{aligned, Align};

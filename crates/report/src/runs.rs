@@ -2,15 +2,15 @@
 //! ssthresh, smoothed RTT, bytes in flight), what limited them, UDP loss and jitter, and
 //! the bottleneck queue moved onto the run's time base.
 
-use tcplab_model::capture::CapturedPacket;
-use tcplab_model::events::KernelEvent;
-use tcplab_model::explain::explain;
-use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{
+use tcplab_analysis::explain::explain;
+use tcplab_netsim::capture::CapturedPacket;
+use tcplab_record::events::KernelEvent;
+use tcplab_record::units::{format_duration_us, format_size};
+use tcplab_record::Limit;
+use tcplab_record::{
     DelaySample, Direction, DirectionStats, FlowRecord, ProbeRecord, QueueSample, RunRecord,
     SampleRecord, UdpInterval,
 };
-use tcplab_model::units::{format_duration_us, format_size};
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
@@ -483,7 +483,7 @@ fn envelope(points: Vec<Pt>, max: usize) -> Vec<Pt> {
 fn steps(
     run: &RunRecord,
     flow: u32,
-    value: &dyn Fn(&tcplab_model::record::IntervalRecord) -> Option<f64>,
+    value: &dyn Fn(&tcplab_record::IntervalRecord) -> Option<f64>,
 ) -> Vec<Pt> {
     run.intervals
         .iter()
@@ -643,7 +643,7 @@ fn limits(run: &RunRecord, tcp: &[&FlowRecord], x: XAxis, palette: &mut Palette)
         .collect();
     let last = intervals.iter().map(|i| i.index).max()?;
     let mut spans = Vec::new();
-    let mut shares: Vec<[f64; ALL_LIMITS.len()]> = Vec::new();
+    let mut shares: Vec<[f64; Limit::ALL.len()]> = Vec::new();
     for index in 0..=last {
         let these: Vec<_> = intervals.iter().filter(|i| i.index == index).collect();
         if these.is_empty() {
@@ -654,10 +654,10 @@ fn limits(run: &RunRecord, tcp: &[&FlowRecord], x: XAxis, palette: &mut Palette)
         let n = these.len() as f64;
         spans.push((seconds(start as f64), seconds(end as f64)));
         shares.push(
-            ALL_LIMITS.map(|limit| these.iter().map(|i| i.limits.get(limit)).sum::<f64>() / n),
+            Limit::ALL.map(|limit| these.iter().map(|i| i.limits.get(limit)).sum::<f64>() / n),
         );
     }
-    let layers = ALL_LIMITS
+    let layers = Limit::ALL
         .iter()
         .enumerate()
         .map(|(k, limit)| Series {

@@ -1,4 +1,4 @@
-//! A flow's time-sequence graph from a run's capture (`tcplab_model::tseq`), drawn at
+//! A flow's time-sequence graph from a run's capture (`tcplab_analysis::tseq`), drawn at
 //! the chart's resolution: each pixel column holds the lowest and highest sequence
 //! number of the segments sent in it, each retransmission is its own mark (up to
 //! [`EACH_RETRANSMISSION_UP_TO`] in view), the highest ACK and window edge of each
@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tcplab_model::capture::{CapturePoint, CapturedPacket, Fate};
-use tcplab_model::events::KernelEvent;
-use tcplab_model::record::{FlowRecord, RunRecord};
-use tcplab_model::tseq::{flow_graph, Segment};
+use tcplab_analysis::tseq::{flow_graph, Segment};
+use tcplab_netsim::capture::{CapturedPacket, Fate};
+use tcplab_record::capture::CapturePoint;
+use tcplab_record::events::KernelEvent;
+use tcplab_record::{FlowRecord, RunRecord};
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Layer, Marks, Pt, Series, Shape, XAxis, YAxis};
@@ -270,9 +271,9 @@ pub fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::link::DropReason;
-    use tcplab_model::path;
-    use tcplab_model::record::Direction;
+    use tcplab_netsim::link::DropReason;
+    use tcplab_netsim::path;
+    use tcplab_record::Direction;
 
     /// An IPv4 TCP packet from `from` to `to` with `payload` bytes after its headers.
     fn packet(
@@ -407,7 +408,7 @@ mod tests {
         );
         // The caption names where the run captured.
         let mut client = run.clone();
-        client.path = Some(tcplab_model::record::PathRecord {
+        client.path = Some(tcplab_record::PathRecord {
             capture_at: CapturePoint::Client,
             ..Default::default()
         });

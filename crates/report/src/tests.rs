@@ -4,12 +4,12 @@
 use std::path::Path;
 
 use tcplab_model::experiment;
-use tcplab_model::record::{
+use tcplab_record::tcp_state::TcpState;
+use tcplab_record::tcpinfo::TcpInfo;
+use tcplab_record::{
     Direction, FinalCounters, FlowRecord, Host, IntervalRecord, LimitShares, QueueSample,
     RunRecord, SampleRecord, UdpInterval, WatchRecord, WatchedFlow,
 };
-use tcplab_model::sockdiag::TcpState;
-use tcplab_model::tcpinfo::TcpInfo;
 use tcplab_store::{Outcome, Store};
 
 use crate::chart::Body;
@@ -41,7 +41,7 @@ values = [false, true]
 /// `mbit` Mbit/s each, with tcp_info samples every 10 ms and a bottleneck queue.
 pub(crate) fn run(mbit: f64, flows: u32, udp: bool) -> RunRecord {
     let mut run: RunRecord =
-        serde_json::from_str(include_str!("../../model/tests/run.json")).unwrap();
+        serde_json::from_str(include_str!("../../record/tests/run.json")).unwrap();
     let template = run.flows[0].clone();
     run.flows = (0..flows + u32::from(udp))
         .map(|id| {
@@ -442,7 +442,7 @@ fn a_tcp_run_has_no_udp_charts_and_empty_charts_are_left_out() {
 /// probe before the one that shows it; without, it follows the samples.
 #[test]
 fn the_cwnd_chart_follows_the_events_where_there_are_any() {
-    use tcplab_model::events::{EventRecord, KernelEvent};
+    use tcplab_record::events::{EventRecord, KernelEvent};
     let mut record = run(50.0, 1, false);
     let probe = |t_us, snd_cwnd| EventRecord {
         flow: 0,
@@ -637,7 +637,7 @@ fn the_throughput_chart_draws_the_rates_and_the_bound() {
 fn results_of(mbits: &[f64]) -> crate::results::ResultTable {
     crate::results::summarize(
         &experiment_of(mbits),
-        tcplab_model::stats::Metric::Throughput,
+        tcplab_analysis::stats::Metric::Throughput,
         None,
     )
 }
@@ -671,8 +671,8 @@ fn experiment_of(mbits: &[f64]) -> crate::results::ExperimentRuns {
 /// nothing; a shift inside the runs' spread is not significant.
 #[test]
 fn compare_flags_a_halved_throughput_and_not_the_same_runs() {
-    use tcplab_model::compare::FailOn;
-    use tcplab_model::stats::Metric;
+    use tcplab_analysis::compare::FailOn;
+    use tcplab_analysis::stats::Metric;
     let base = experiment_of(&[50.0, 51.0, 49.0, 50.0]);
     let fail_on: FailOn = "throughput:-5%".parse().unwrap();
     let change = |new: &[f64]| {
@@ -729,7 +729,7 @@ fn one_run_has_no_spread_and_no_interval_reaches_below_zero() {
 #[test]
 fn compare_runs_sets_two_labels_runs_against_each_other() {
     use crate::results::{compare_runs, Side};
-    use tcplab_model::stats::Metric;
+    use tcplab_analysis::stats::Metric;
     let side = |name: &str, runs: usize| Side {
         name: name.into(),
         source: "runs.db".into(),

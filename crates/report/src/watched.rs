@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use tcplab_model::record::{FlowRecord, Host, LimitShares, RunRecord, WatchRecord, WatchedFlow};
-use tcplab_model::units::{count, format_duration_us};
+use tcplab_record::units::{count, format_duration_us};
+use tcplab_record::{FlowRecord, Host, LimitShares, RunRecord, WatchRecord, WatchedFlow};
 
 /// A connection is long when its life spans at least this many sample intervals: its
 /// cwnd and RTT charts then have a line of 20 points or more, not a dot or two.

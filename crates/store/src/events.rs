@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rusqlite::types::Value;
 use rusqlite::Transaction;
-use tcplab_model::events::{CaState, EventRecord, KernelEvent};
+use tcplab_record::events::{CaState, EventRecord, KernelEvent};
 
 use crate::error::Result;
 use crate::rows::{enum_name, RowReader};

@@ -5,7 +5,7 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior};
 use tcplab_model::experiment::{Axis, Experiment, PlannedRun, Point};
-use tcplab_model::record::RunRecord;
+use tcplab_record::RunRecord;
 
 use crate::rows::{int, opt_text, real, text};
 use crate::{insert_named, insert_run_in, json_err, sqlite_err, Result, Store, StoreError};

@@ -6,7 +6,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use tcplab_model::record::RunRecord;
+use tcplab_record::RunRecord;
 
 use crate::{Result, StoreError};
 

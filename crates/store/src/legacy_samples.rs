@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use rusqlite::Transaction;
-use tcplab_model::record::SampleRecord;
-use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
+use tcplab_record::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
+use tcplab_record::SampleRecord;
 
 use crate::error::Result;
 use crate::rows::RowReader;

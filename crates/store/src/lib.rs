@@ -35,8 +35,8 @@ use std::time::Duration;
 use rusqlite::{
     params_from_iter, Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior,
 };
-use tcplab_model::limits::ALL_LIMITS;
-use tcplab_model::record::{
+use tcplab_record::Limit;
+use tcplab_record::{
     BufferSize, ClockOffset, CpuUse, FlowRecord, IntervalRecord, LimitShares, Mode, RttStats,
     RunRecord, Summary, TestEnd,
 };
@@ -646,9 +646,9 @@ fn insert_named(tx: &Transaction<'_>, table: &str, cols: &Columns) -> rusqlite::
     Ok(tx.last_insert_rowid())
 }
 
-/// The columns of the limit shares in [`ALL_LIMITS`] order: `limit_` + each name
+/// The columns of the limit shares in [`Limit::ALL`] order: `limit_` + each name
 /// (`limit_columns_follow_the_names`).
-pub(crate) const LIMIT_COLUMNS: [&str; ALL_LIMITS.len()] = [
+pub(crate) const LIMIT_COLUMNS: [&str; Limit::ALL.len()] = [
     "limit_rwnd",
     "limit_sndbuf",
     "limit_cwnd",
@@ -666,7 +666,7 @@ const KERNEL_LIMIT_COLUMNS: [&str; 4] = [
 fn limit_values(l: &LimitShares) -> Vec<(&'static str, rusqlite::types::Value)> {
     LIMIT_COLUMNS
         .into_iter()
-        .zip(ALL_LIMITS)
+        .zip(Limit::ALL)
         .map(|(column, limit)| (column, real(l.get(limit))))
         .collect()
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use rusqlite::Transaction;
-use tcplab_model::record::ProbeRecord;
+use tcplab_record::ProbeRecord;
 
 use crate::error::Result;
 use crate::rows::{int, opt_int, RowReader};

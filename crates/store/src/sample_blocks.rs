@@ -23,8 +23,8 @@ use std::path::Path;
 use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 use flate2::Compression;
-use tcplab_model::record::{Host, SampleRecord};
-use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
+use tcplab_record::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
+use tcplab_record::{Host, SampleRecord};
 
 use rusqlite::types::ValueRef;
 use rusqlite::Transaction;

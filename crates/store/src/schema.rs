@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use rusqlite::Transaction;
-use tcplab_model::tcpinfo::{TcpInfo, SK_MEMINFO_WORDS};
+use tcplab_record::tcpinfo::{TcpInfo, SK_MEMINFO_WORDS};
 
 use crate::error::Result;
 
@@ -163,12 +163,12 @@ tcp_info_columns!(
 
 /// The `samples` columns before the `TcpInfo` ones.
 pub(crate) const SAMPLE_KEY_COLUMNS: [&str; 4] = ["run_id", "flow", "host", "t_us"];
-/// The nullable `samples` columns after the `TcpInfo` ones ([`tcplab_model::tcpinfo::BbrInfo`]).
+/// The nullable `samples` columns after the `TcpInfo` ones ([`tcplab_record::tcpinfo::BbrInfo`]).
 pub(crate) const SAMPLE_BBR_COLUMNS: [&str; 4] =
     ["bbr_bw", "bbr_min_rtt", "bbr_pacing_gain", "bbr_cwnd_gain"];
 
 /// The nullable `samples` columns of the socket's memory
-/// ([`tcplab_model::tcpinfo::SkMemInfo`], migration 5), in its field order.
+/// ([`tcplab_record::tcpinfo::SkMemInfo`], migration 5), in its field order.
 pub(crate) const SAMPLE_SKMEM_COLUMNS: [&str; SK_MEMINFO_WORDS] = [
     "skmem_rmem_alloc",
     "skmem_rcvbuf",

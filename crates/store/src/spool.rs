@@ -13,7 +13,7 @@
 use std::path::Path;
 
 use rusqlite::TransactionBehavior;
-use tcplab_model::record::{RunRecord, SampleRecord};
+use tcplab_record::{RunRecord, SampleRecord};
 
 use crate::error::Result;
 use crate::{insert_run_but_samples, sample_blocks, sqlite_err, with_os_cause, Store};

@@ -4,14 +4,14 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::{json, Value as Json};
-use tcplab_model::events::{CaState, EventRecord, KernelEvent, TraceRecord};
-use tcplab_model::record::{
+use tcplab_record::events::{CaState, EventRecord, KernelEvent, TraceRecord};
+use tcplab_record::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+use tcplab_record::{
     BufferSize, ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord,
     LatencySummary, Limit, LimitShares, Mode, ProbeParams, ProbeRecord, Quantiles, RttStats,
     RunRecord, RunStatus, SampleRecord, SendMethod, Summary, TestEnd, TestParams, Timed,
     TransactionStats, Tuning, UdpInterval, UdpStats, SCHEMA,
 };
-use tcplab_model::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
 
 use super::*;
 
@@ -302,25 +302,25 @@ fn sample_record(n_samples: usize) -> RunRecord {
         },
         flows,
         intervals,
-        path: Some(tcplab_model::record::PathRecord {
+        path: Some(tcplab_record::PathRecord {
             spec: "rtt 20ms rate 100mbit up.queue 1bdp seed 5".into(),
             access: vec![String::new()],
-            up: tcplab_model::record::DirectionStats {
+            up: tcplab_record::DirectionStats {
                 per_packet: true,
-                lateness: tcplab_model::record::Lateness {
+                lateness: tcplab_record::Lateness {
                     packets: 9,
                     p50_us: 1.5,
                     p99_us: 20.0,
                     max_us: 31.0,
                 },
-                links: vec![tcplab_model::record::NamedCounters {
+                links: vec![tcplab_record::NamedCounters {
                     name: "bottleneck".into(),
-                    counters: tcplab_model::link::LinkCounters {
+                    counters: tcplab_record::link::LinkCounters {
                         packets_in: 900,
                         dropped_queue: 12,
                         ..Default::default()
                     },
-                    control: Some(tcplab_model::link::LinkCounters {
+                    control: Some(tcplab_record::link::LinkCounters {
                         packets_in: 40,
                         dropped_queue: 3,
                         ..Default::default()
@@ -331,14 +331,14 @@ fn sample_record(n_samples: usize) -> RunRecord {
             },
             down: Default::default(),
             epoch_unix_us: 1_795_000_000_000_000,
-            bdp: Some(tcplab_model::record::BdpSizing {
+            bdp: Some(tcplab_record::BdpSizing {
                 rtt_us: 20_000,
                 client: 1,
                 up_bytes: Some(250_000),
                 down_bytes: None,
             }),
             capture_file: Some("/tmp/run.pcapng".into()),
-            capture_at: tcplab_model::capture::CapturePoint::Client,
+            capture_at: tcplab_record::capture::CapturePoint::Client,
         }),
         samples,
         trace: Some(TraceRecord {
@@ -712,7 +712,7 @@ fn a_run_goes_to_the_first_directory_that_takes_it() {
 
 #[test]
 fn limit_columns_follow_the_names() {
-    for (column, limit) in LIMIT_COLUMNS.into_iter().zip(ALL_LIMITS) {
+    for (column, limit) in LIMIT_COLUMNS.into_iter().zip(Limit::ALL) {
         assert_eq!(column, format!("limit_{}", limit.name()));
     }
 }
@@ -1451,10 +1451,10 @@ fn finishing_planned_runs_links_them_and_counts_attempts() {
 
 #[test]
 fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
-    use tcplab_model::record::{
+    use tcplab_record::tcp_state::TcpState;
+    use tcplab_record::{
         CommandEnd, FinalCounters, RunKind, ShellCommands, WatchRecord, WatchedFlow,
     };
-    use tcplab_model::sockdiag::TcpState;
     let (_dir, mut store) = temp_store();
     let mut run = sample_record(3);
     run.watch = Some(WatchRecord {
@@ -1491,7 +1491,7 @@ fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
             limited_us: 30_000,
             limits: run.flows[0].limits,
         },
-        end: tcplab_model::record::Host::Client,
+        end: tcplab_record::Host::Client,
         peer: None,
     });
     let id = store.insert_run(&run).unwrap();

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
-use tcplab_model::packet::CsumMode;
+use tcplab_netsim::packet::CsumMode;
 use tcplab_sys::netns::NetNs;
 use tcplab_sys::tun::{self, ForwardMode, Offloads, TunOptions};
 

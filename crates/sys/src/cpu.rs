@@ -3,7 +3,7 @@
 use std::io;
 use std::ops::{Add, Sub};
 
-use tcplab_model::record::CpuUse;
+use tcplab_record::CpuUse;
 
 /// CPU time spent in user space and in the kernel, µs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use netlink_packet_core::NLM_F_DUMP;
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcStats2};
 use netlink_packet_route::RouteNetlinkMessage;
-use tcplab_model::record::HostQueue;
+use tcplab_record::HostQueue;
 
 use crate::netns::{context, if_index, rtnl, set_link_attribute};
 use crate::snmp;

@@ -1,4 +1,4 @@
-//! The `netem` backend: one direction of a [`PathSpec`](tcplab_model::path::PathSpec)
+//! The `netem` backend: one direction of a [`PathSpec`](tcplab_netsim::path::PathSpec)
 //! applied with the kernel's netem qdisc instead of the tcplab emulator, through
 //! rtnetlink (no `tc` process).
 //!
@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-use tcplab_model::path::{Aqm, Bottleneck, JitterDist, Limit, LinkSpec, Loss, Prob};
+use tcplab_netsim::path::{Aqm, Bottleneck, JitterDist, Limit, LinkSpec, Loss, Prob};
 
 /// The one line a user sees when the kernel has no netem.
 pub const NETEM_UNAVAILABLE: &str = "this kernel has no sch_netem (netem backend unavailable): use the default tcplab emulator backend";
@@ -878,7 +878,7 @@ fn ext_ack_message(body: &[u8], flags: u16) -> Option<String> {
 mod tests {
     use super::*;
     use crate::netns::{privileged_or_skip, NetNs};
-    use tcplab_model::path::{Jitter, QueueLimit, Reorder};
+    use tcplab_netsim::path::{Jitter, QueueLimit, Reorder};
 
     fn pct(text: &str) -> Prob {
         let value: f64 = text.trim_end_matches('%').parse().unwrap();

@@ -1,5 +1,5 @@
 //! Linux TCP socket options, thin over socket2 and libc. Decoding of the kernel's
-//! structs lives in [`tcplab_model::tcpinfo`].
+//! structs lives in [`tcplab_record::tcpinfo`].
 //!
 //! Every function takes anything that lends a socket's fd: `&TcpStream`,
 //! `&TcpListener`, a `BorrowedFd`, a `socket2::Socket`.
@@ -8,10 +8,10 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use socket2::SockRef;
-use tcplab_model::record::BufferSize;
-use tcplab_model::tcpinfo::{
+use tcplab_record::tcpinfo::{
     BbrInfo, SkMemInfo, TcpInfo, BBR_INFO_LEN, SK_MEMINFO_WORDS, TCP_INFO_LEN,
 };
+use tcplab_record::BufferSize;
 
 use crate::sysctl;
 

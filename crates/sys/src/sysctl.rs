@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use std::io;
 use std::path::PathBuf;
 
-use tcplab_model::record::HostMeta;
+use tcplab_record::HostMeta;
 
 /// The sysctls that explain TCP numbers, recorded with every run.
 const HOST_SYSCTLS: &[&str] = &[

@@ -1,7 +1,7 @@
 //! A tracefs instance of one test's own (`--trace-events`): the tcp tracepoints enabled
 //! with a filter, on the monotonic clock, read from `trace_pipe` by a thread of its own
 //! while the test runs, so the ring buffer is emptied as it fills. The text is kept as
-//! read and parsed after the test (`tcplab_model::events`), off the measurement.
+//! read and parsed after the test (`tcplab_analysis::events`), off the measurement.
 //!
 //! `watch` streams its events instead ([`Trace::stream`]): each chunk read goes at once
 //! to a channel.

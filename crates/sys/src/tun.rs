@@ -9,7 +9,7 @@
 //! all the routing a lab needs.
 //!
 //! With [`TunOptions::vnet_hdr`], every packet read or written starts with a 10-byte
-//! `struct virtio_net_hdr` (see [`tcplab_model::packet`]), little-endian on every host
+//! `struct virtio_net_hdr` (see [`tcplab_netsim::packet`]), little-endian on every host
 //! (`TUNSETVNETLE`). With [`Offloads`] on, the kernel hands over GSO super-packets of up
 //! to 64 KiB with `NEEDS_CSUM`, so reads need a buffer of [`MAX_PACKET`] bytes (a short
 //! buffer silently truncates the packet). Writing such a packet, header included, into
@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tcplab_model::packet::{Coalescer, CsumMode, Segmenter, VirtioNetHdr, MAX_SEGMENT_HEAD};
+use tcplab_netsim::packet::{Coalescer, CsumMode, Segmenter, VirtioNetHdr, MAX_SEGMENT_HEAD};
 
 use crate::netns::{self, NetNs};
 
@@ -800,7 +800,7 @@ mod tests {
 
     /// A SYN from the client's address to `port`, written straight into tun-s.
     fn syn(port: u16, sport: u16, vnet: VirtioNetHdr, corrupt_after_checksum: bool) -> Vec<u8> {
-        use tcplab_model::packet::{internet_checksum, pseudo_header_sum};
+        use tcplab_netsim::packet::{internet_checksum, pseudo_header_sum};
         let mut p = vec![0u8; 40];
         p[0] = 0x45;
         p[2..4].copy_from_slice(&40u16.to_be_bytes());
@@ -821,7 +821,7 @@ mod tests {
         let field = if vnet.needs_csum() {
             seed
         } else {
-            !tcplab_model::packet::csum_add(seed, tcplab_model::packet::csum_sum(&p[20..]))
+            !tcplab_netsim::packet::csum_add(seed, tcplab_netsim::packet::csum_sum(&p[20..]))
         };
         p[36..38].copy_from_slice(&field.to_be_bytes());
         if corrupt_after_checksum {

@@ -28,7 +28,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use tcplab_model::clock::Exchange;
+use tcplab_analysis::clock::Exchange;
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::sysctl;
 
@@ -421,7 +421,7 @@ mod tests {
         let clock = client.unwrap().expect("the server's clock");
         assert_eq!(clock.boot_id, sysctl::boot_id());
         // One clock: the exchange's round trip is real and its offset within it of 0.
-        let offset = tcplab_model::clock::estimate(&[clock.exchange]).unwrap();
+        let offset = tcplab_analysis::clock::estimate(&[clock.exchange]).unwrap();
         assert!(clock.exchange.rtt_us().is_some(), "{clock:?}");
         assert!(
             offset.same_clock(&clock.boot_id, &sysctl::boot_id()),

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::clock::{self, Exchange};
-use tcplab_model::record::{Host, IntervalRecord, RunRecord, TestParams};
+use tcplab_analysis::clock::{self, Exchange};
+use tcplab_record::{Host, IntervalRecord, RunRecord, TestParams};
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
 
@@ -301,7 +301,7 @@ fn measure_clock_offset(
     control: &mut TcpStream,
     welcome: Option<auth::WelcomeClock>,
     boot_id: &str,
-) -> Result<tcplab_model::record::ClockOffset, TrafficError> {
+) -> Result<tcplab_record::ClockOffset, TrafficError> {
     let mut exchanges = Vec::with_capacity(TIME_PROBES + 1);
     if let Some(welcome) = welcome {
         let one_clock = clock::estimate(&[welcome.exchange])

@@ -19,14 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::limits;
-use tcplab_model::path::PaceRtt;
-use tcplab_model::record::{
+use tcplab_analysis::limits;
+use tcplab_analysis::throughput;
+use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched, BOOK_EVERY_US};
+use tcplab_netsim::path::PaceRtt;
+use tcplab_record::tcpinfo::TcpInfo;
+use tcplab_record::{
     BufferSize, Host, LimitShares, SampleRecord, SendMethod, TestEnd, TestParams, Transaction,
 };
-use tcplab_model::tcpinfo::TcpInfo;
-use tcplab_model::throughput;
-use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched, BOOK_EVERY_US};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;

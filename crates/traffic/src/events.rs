@@ -2,8 +2,9 @@
 //! flows and ends afterwards. Both ends' sockets are seen when the server runs on this
 //! machine (a lab, loopback); a remote server's are not.
 
-use tcplab_model::events::{self, EventRecord, TestPorts, TraceLine, TraceRecord};
-use tcplab_model::record::RunRecord;
+use tcplab_analysis::events::{self, TestPorts, TraceLine};
+use tcplab_record::events::{EventRecord, TraceRecord};
+use tcplab_record::RunRecord;
 use tcplab_sys::trace::{Trace, TraceError};
 
 use crate::engine::FlowSocket;

@@ -4,7 +4,7 @@
 //! Data flow of one test: [`client::run`] connects and negotiates over the control
 //! protocol ([`protocol`]), both ends run their flows with [`engine::run_side`], the
 //! server's report and samples travel back, and [`merge`] turns both ends' views into one
-//! [`tcplab_model::record::RunRecord`] on the client's time base.
+//! [`tcplab_record::RunRecord`] on the client's time base.
 
 pub mod auth;
 pub mod client;
@@ -20,7 +20,7 @@ pub mod setup;
 pub mod transact;
 pub mod udp;
 
-use tcplab_model::record::{Direction, Mode, TestParams};
+use tcplab_record::{Direction, Mode, TestParams};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrafficError {

@@ -12,8 +12,8 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tcplab_model::record::{Mode, TestEnd, TestParams};
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::{Mode, TestEnd, TestParams};
 
 /// Bounds on what clients may ask of a server; each field is the `tcplab serve` flag of
 /// the same name. `Default` is the public server's: sane for a host on the Internet.
@@ -489,7 +489,7 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::{Mode, UdpParams};
+    use tcplab_record::{Mode, UdpParams};
 
     fn refused(params: &TestParams, limits: &ServerLimits) -> String {
         check_request(params, limits).unwrap_err()

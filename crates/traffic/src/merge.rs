@@ -8,14 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use tcplab_model::events::TraceRecord;
-use tcplab_model::record::{
+use tcplab_analysis::throughput::{self, Counted};
+use tcplab_model::transaction;
+use tcplab_record::events::TraceRecord;
+use tcplab_record::{
     ClockOffset, CpuUse, Direction, FlowRecord, Host, HostMeta, IntervalRecord, LimitShares,
     RttStats, RunRecord, RunStatus, SampleRecord, Summary, TestEnd, TestParams, Timed, Transaction,
     UdpInterval, UdpStats, CLOCK_STEP_TOLERANCE_US, SCHEMA,
 };
-use tcplab_model::throughput::{self, Counted};
-use tcplab_model::transaction;
 
 use crate::flow_roles;
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
@@ -504,8 +504,8 @@ pub fn combine(runs: Vec<(String, RunRecord)>) -> Option<RunRecord> {
 fn summarize(
     flows: &[FlowRecord],
     intervals: &[IntervalRecord],
-    cpu_client: tcplab_model::record::CpuUse,
-    cpu_server: tcplab_model::record::CpuUse,
+    cpu_client: tcplab_record::CpuUse,
+    cpu_server: tcplab_record::CpuUse,
 ) -> Summary {
     let measured: Vec<&FlowRecord> = flows.iter().filter(|f| f.rtt.max_us > 0).collect();
     let rtt = if measured.is_empty() {
@@ -547,7 +547,7 @@ fn summarize(
 mod tests {
     use super::*;
     use crate::protocol::DeadlineCount;
-    use tcplab_model::record::{BufferSize, CpuUse, Mode, TestEnd};
+    use tcplab_record::{BufferSize, CpuUse, Mode, TestEnd};
 
     fn context(mode: Mode, streams: u16) -> TestContext {
         TestContext {
@@ -738,10 +738,7 @@ mod tests {
         assert_eq!(run.error.as_deref(), Some("server vanished"));
         assert_eq!(run.summary.sent_bytes, 40);
         assert_eq!(run.summary.received_bytes, 0);
-        assert_eq!(
-            run.summary.dominant_limit,
-            Some(tcplab_model::record::Limit::Rwnd)
-        );
+        assert_eq!(run.summary.dominant_limit, Some(tcplab_record::Limit::Rwnd));
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use tcplab_model::probe::{Answer, Probe, Sent, PROBE_LEN};
+use tcplab_model::probe::{Answer, Sent};
+use tcplab_netsim::probe_datagram::{Probe, PROBE_LEN};
 use tcplab_sys::clock::{monotonic_ns, monotonic_us, realtime_minus_monotonic_ns, sleep_until_ns};
 use tcplab_sys::{sockopt, stamp};
 

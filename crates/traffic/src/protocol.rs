@@ -32,7 +32,7 @@ use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use serde::{Deserialize, Serialize};
-use tcplab_model::record::{
+use tcplab_record::{
     BufferSize, ClockOffset, CpuUse, HostMeta, LimitShares, RttStats, SampleRecord, TestParams,
     Transaction, UdpInterval, UdpStats,
 };
@@ -396,7 +396,7 @@ pub struct SideFlow {
     pub end_us: i64,
     pub retransmits: u64,
     pub samples: u64,
-    /// What held a sender back, from its samples (see `tcplab_model::limits`).
+    /// What held a sender back, from its samples (see `tcplab_analysis::limits`).
     pub limits: LimitShares,
     /// The same from the kernel's chrono counters alone, a cross-check.
     #[serde(default)]
@@ -485,7 +485,7 @@ fn from_hex(hex: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::Host;
+    use tcplab_record::Host;
 
     #[test]
     fn hello_round_trip_and_rejects() {
@@ -589,7 +589,7 @@ mod tests {
     fn deflated_samples_round_trip_and_are_bounded() {
         let samples: Vec<SampleRecord> = (0..1000)
             .map(|k| {
-                let info = tcplab_model::tcpinfo::TcpInfo {
+                let info = tcplab_record::tcpinfo::TcpInfo {
                     rtt: 20_000 + (k % 7) as u32,
                     bytes_acked: 1448 * k as u64,
                     ..Default::default()

@@ -21,8 +21,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tcplab_model::record::{BufferSize, Host, HostMeta, TestParams};
-use tcplab_model::units::{count, format_duration_us, format_size};
+use tcplab_record::units::{count, format_duration_us, format_size};
+use tcplab_record::{BufferSize, Host, HostMeta, TestParams};
 use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
@@ -899,7 +899,7 @@ pub fn default_listen() -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::TestEnd;
+    use tcplab_record::TestEnd;
 
     #[test]
     fn a_congestion_control_the_kernel_lacks_is_refused_by_name() {
@@ -1032,7 +1032,7 @@ mod tests {
                 )
                 .unwrap();
             let params = TestParams {
-                udp: Some(tcplab_model::record::UdpParams {
+                udp: Some(tcplab_record::UdpParams {
                     rate_bps: 1_000_000,
                     datagram_size: 1000,
                     burst: 1,

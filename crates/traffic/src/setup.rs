@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tcplab_model::record::{BufferSize, Tuning};
-use tcplab_model::units::{format_rate, format_size};
+use tcplab_record::units::{format_rate, format_size};
+use tcplab_record::{BufferSize, Tuning};
 use tcplab_sys::sockopt;
 
 use crate::protocol::Role;

@@ -17,9 +17,9 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tcplab_model::record::{TestEnd, TestParams, Transaction, TransactionParams};
-use tcplab_model::throughput;
+use tcplab_analysis::throughput;
 use tcplab_model::transaction::write_sizes;
+use tcplab_record::{TestEnd, TestParams, Transaction, TransactionParams};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::poll::wait_for;
 use tcplab_sys::sockopt;

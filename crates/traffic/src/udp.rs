@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::record::{
+use tcplab_model::udp::{Header, Receiver, Schedule, HEADER_LEN};
+use tcplab_record::{
     BufferSize, LimitShares, RttStats, TestEnd, TestParams, UdpInterval, UdpParams, UdpStats,
 };
-use tcplab_model::udp::{Header, Receiver, Schedule, HEADER_LEN};
 use tcplab_sys::clock::{self, monotonic_ns, monotonic_us, sleep_until_ns};
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tcplab_model::packet::MAX_COALESCE_SEGMENTS;
+use tcplab_netsim::packet::MAX_COALESCE_SEGMENTS;
 use tcplab_sys::netns::{privileged_or_skip, VethLab};
 
 pub const PORT: u16 = 5201;
@@ -774,7 +774,7 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
         let what = format!("run {id} of {}", db.display());
         // Both ways, a sender's ACKs wait behind the other direction's data: its bytes
         // move between bins by as much as that queue holds them.
-        let stall_us = if run.params.mode == tcplab_model::record::Mode::Bidir {
+        let stall_us = if run.params.mode == tcplab_record::Mode::Bidir {
             stall_us.max(longest_queue_us(&run))
         } else {
             stall_us
@@ -842,7 +842,7 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
                 .map(|c| excess_bytes(c, bps) - held)
                 .fold(0.0, f64::max)
         };
-        let explained = tcplab_model::explain::explain(&run);
+        let explained = tcplab_analysis::explain::explain(&run);
         let all: Vec<&[rates::Cell]> = r
             .flows
             .iter()
@@ -922,8 +922,8 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
 
 /// The longest a packet waited in either bottleneck queue of the run, µs: its largest
 /// queue over the direction's rate.
-fn longest_queue_us(run: &tcplab_model::record::RunRecord) -> u64 {
-    use tcplab_model::path::{Bottleneck, Direction, PathSpec};
+fn longest_queue_us(run: &tcplab_record::RunRecord) -> u64 {
+    use tcplab_netsim::path::{Bottleneck, Direction, PathSpec};
     let Some(path) = &run.path else { return 0 };
     let Ok(spec) = path.spec.parse::<PathSpec>() else {
         return 0;
@@ -944,7 +944,7 @@ fn longest_queue_us(run: &tcplab_model::record::RunRecord) -> u64 {
 /// The bins of `cells` that hold more than `goodput_share` of what the run's trace
 /// bottleneck offered from `lead_us` before them to their end.
 fn trace_bin_errors(
-    run: &tcplab_model::record::RunRecord,
+    run: &tcplab_record::RunRecord,
     cells: &[&[tcplab_report::rates::Cell]],
     goodput_share: f64,
     lead_us: u64,
@@ -1192,7 +1192,7 @@ pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
     tcplab_lab::Lab::up(&tcplab_lab::LabConfig {
         name: name.into(),
         path: path.parse().expect("a path spec"),
-        clients: vec![tcplab_model::path::PathSpec::default()],
+        clients: vec![tcplab_netsim::path::PathSpec::default()],
         backend: tcplab_lab::Backend::Emulator,
         sysctls: Default::default(),
         capture: None,
@@ -1204,11 +1204,11 @@ pub fn emulator_lab(name: &str, path: &str) -> tcplab_lab::Lab {
 
 /// The run `tcplab run --json` printed in `out`, through `lab`: the lab taken down and
 /// its final counters (the run's `path`) put in the record, as `run --path` would.
-pub fn run_through(lab: tcplab_lab::Lab, out: &Output) -> tcplab_model::record::RunRecord {
+pub fn run_through(lab: tcplab_lab::Lab, out: &Output) -> tcplab_record::RunRecord {
     let entry = lab.entry.clone();
     let stats = lab.down().expect("taking the lab down");
     assert_success(out);
-    let mut run: tcplab_model::record::RunRecord =
+    let mut run: tcplab_record::RunRecord =
         serde_json::from_slice(&out.stdout).expect("the run's JSON");
     run.path = Some(stats.record(&entry));
     run

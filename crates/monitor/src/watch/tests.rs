@@ -1,8 +1,8 @@
 //! The tracker in virtual time: samples and lookups in, lifecycles and counters out.
 
 use super::*;
-use tcplab_model::record::{Direction, HostMeta, Limit};
-use tcplab_model::tcpinfo::TCP_INFO_LEN;
+use tcplab_record::tcpinfo::TCP_INFO_LEN;
+use tcplab_record::{Direction, HostMeta, Limit};
 
 const T0: i64 = 1_000_000;
 const MS: i64 = 1_000;
@@ -528,7 +528,7 @@ fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
         .collect();
     let samples = t.take_samples();
     let run = run_record(&t, intervals, samples, meta());
-    assert_eq!(run.kind(), tcplab_model::record::RunKind::Watch);
+    assert_eq!(run.kind(), tcplab_record::RunKind::Watch);
     assert_eq!(run.flows.len(), 2);
     let pair = &run.flows[0];
     assert_eq!(pair.client_addr, both.local.to_string());

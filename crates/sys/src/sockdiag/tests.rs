@@ -9,9 +9,10 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 
 use tcplab_model::sockdiag::{
-    encode_dump, Extensions, Families, Family, SocketKey, SocketSample, StateSet, TcpState,
+    encode_dump, Extensions, Families, Family, SocketKey, SocketSample, StateSet,
 };
 use tcplab_model::sockfilter::{Filter, PortOp, Prefix, Side};
+use tcplab_record::tcp_state::TcpState;
 
 use super::*;
 use crate::netns::{privileged_or_skip, NetNs};
@@ -399,7 +400,7 @@ fn rust_netlink_reads_the_kernel_s_replies_as_we_do() {
                 for nla in &response.nlas {
                     match nla {
                         Nla::TcpInfo(bytes) => {
-                            let info = tcplab_model::tcpinfo::TcpInfo::decode(bytes);
+                            let info = tcplab_record::tcpinfo::TcpInfo::decode(bytes);
                             assert_eq!(info.valid_len, s.tcp_info.unwrap().valid_len);
                         }
                         Nla::Congestion(name) => {

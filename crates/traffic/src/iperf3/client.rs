@@ -15,7 +15,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
-use tcplab_model::record::{
+use tcplab_record::{
     BufferSize, CpuUse, Host, HostMeta, Mode, RunRecord, TestEnd, TestParams, UdpHeaderFormat,
     UdpStats,
 };
@@ -303,7 +303,7 @@ pub fn to_iperf3(params: &TestParams) -> Result<Params, Iperf3Error> {
         burst: params.udp.map(|u| u.burst).filter(|&b| b > 1),
         fqrate: tuning.pacing_rate,
         congestion: tuning.cc.clone(),
-        zerocopy: tuning.send_method == tcplab_model::record::SendMethod::Sendfile,
+        zerocopy: tuning.send_method == tcplab_record::SendMethod::Sendfile,
         pacing_timer: Some(1000),
         client_version: Some(format!("tcplab {}", env!("CARGO_PKG_VERSION"))),
         ..Params::default()
@@ -553,7 +553,7 @@ fn their_udp(stream: &StreamResult, our_role: Role) -> UdpStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcplab_model::record::{Tuning, UdpParams};
+    use tcplab_record::{Tuning, UdpParams};
 
     /// `tcplab run -t 1 -P 2 -w 256K -l 64K -C cubic`.
     fn like_iperf3_example() -> TestParams {
@@ -624,7 +624,7 @@ mod tests {
         refused(&|p| p.mode = Mode::Bidir, "--bidir");
         refused(
             &|p| {
-                p.probe = Some(tcplab_model::record::ProbeParams {
+                p.probe = Some(tcplab_record::ProbeParams {
                     interval_us: 10_000,
                     idle_us: 0,
                 })
@@ -633,7 +633,7 @@ mod tests {
         );
         refused(
             &|p| {
-                p.transactions = Some(tcplab_model::record::TransactionParams {
+                p.transactions = Some(tcplab_record::TransactionParams {
                     request_size: 100,
                     response_size: 100,
                     request_writes: 2,

@@ -16,9 +16,9 @@ use std::thread;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tcplab_model::record::{Host, Mode, TestEnd, TestParams, Tuning, UdpHeaderFormat, UdpParams};
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
-use tcplab_model::units::count;
+use tcplab_record::units::count;
+use tcplab_record::{Host, Mode, TestEnd, TestParams, Tuning, UdpHeaderFormat, UdpParams};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::localnet::Neighbourhood;
 

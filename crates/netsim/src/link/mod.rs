@@ -38,9 +38,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::dumbbell::{link_seed, Dumbbell, LinkRole};
 use crate::path::{Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob};
-use crate::traffic::Traffic;
 use aqm::Scheduler;
 use queue::Queued;
+use tcplab_record::link::LinkCounters;
+use tcplab_record::traffic::Traffic;
 use trace::TraceCursor;
 pub use trace::{Trace, TraceError, OPPORTUNITY_BYTES};
 
@@ -132,89 +133,6 @@ pub struct Delivered<P> {
     pub due: u64,
     /// Whose it is, as pushed.
     pub traffic: Traffic,
-}
-
-/// What happened in the link so far, to the packets of one kind of traffic or to all.
-/// Every packet that entered (`packets_in`, copies included) is delivered, dropped or
-/// still inside.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LinkCounters {
-    /// Packets that entered, duplicates included.
-    pub packets_in: u64,
-    pub bytes_in: u64,
-    pub delivered_packets: u64,
-    pub delivered_bytes: u64,
-    pub dropped_loss: u64,
-    pub dropped_queue: u64,
-    pub dropped_aqm: u64,
-    pub dropped_oversize: u64,
-    /// Copies made by `duplicate`.
-    pub duplicated: u64,
-    /// Packets marked corrupt (decided on entry).
-    pub corrupted: u64,
-    /// Packets delivered after one that left the bottleneck later.
-    pub reordered: u64,
-    /// Packets an AQM marked Congestion Experienced instead of dropping them.
-    #[serde(default)]
-    pub marked_ce: u64,
-    /// Now in the queue (not counting the one being serialized).
-    pub queue_packets: u64,
-    pub queue_bytes: u64,
-    pub max_queue_bytes: u64,
-}
-
-impl LinkCounters {
-    pub fn dropped(&self) -> u64 {
-        self.dropped_loss + self.dropped_queue + self.dropped_aqm + self.dropped_oversize
-    }
-
-    /// Nothing entered.
-    pub fn is_empty(&self) -> bool {
-        self.packets_in == 0
-    }
-
-    /// The packet came into the queue.
-    fn enqueued(&mut self, wire_len: u32) {
-        self.queue_packets += 1;
-        self.queue_bytes += u64::from(wire_len);
-    }
-
-    /// The packet left the queue (served or dropped).
-    fn dequeued(&mut self, wire_len: u32) {
-        self.queue_packets -= 1;
-        self.queue_bytes -= u64::from(wire_len);
-    }
-
-    fn count_drop(&mut self, reason: DropReason) {
-        match reason {
-            DropReason::Loss => self.dropped_loss += 1,
-            DropReason::Queue => self.dropped_queue += 1,
-            DropReason::Aqm => self.dropped_aqm += 1,
-            DropReason::Oversize => self.dropped_oversize += 1,
-        }
-    }
-
-    /// The counts of `self` and `other` together; the queue's peak is the larger (the
-    /// sum may exceed any moment's).
-    fn plus(self, other: &LinkCounters) -> LinkCounters {
-        LinkCounters {
-            packets_in: self.packets_in + other.packets_in,
-            bytes_in: self.bytes_in + other.bytes_in,
-            delivered_packets: self.delivered_packets + other.delivered_packets,
-            delivered_bytes: self.delivered_bytes + other.delivered_bytes,
-            dropped_loss: self.dropped_loss + other.dropped_loss,
-            dropped_queue: self.dropped_queue + other.dropped_queue,
-            dropped_aqm: self.dropped_aqm + other.dropped_aqm,
-            dropped_oversize: self.dropped_oversize + other.dropped_oversize,
-            duplicated: self.duplicated + other.duplicated,
-            corrupted: self.corrupted + other.corrupted,
-            reordered: self.reordered + other.reordered,
-            marked_ce: self.marked_ce + other.marked_ce,
-            queue_packets: self.queue_packets + other.queue_packets,
-            queue_bytes: self.queue_bytes + other.queue_bytes,
-            max_queue_bytes: self.max_queue_bytes.max(other.max_queue_bytes),
-        }
-    }
 }
 
 /// Why a link could not be built from its spec.
@@ -952,6 +870,36 @@ impl<P> Link<P> {
         let u: f64 = self.rng.random();
         let offset = dist::offset(j.dist, u) * (j.jitter_us * NS_PER_US) as f64;
         (self.delay_ns as f64 + offset).max(0.0).round() as u64
+    }
+}
+
+/// The link's own bookkeeping of its counters, packet by packet.
+trait Tally {
+    fn enqueued(&mut self, wire_len: u32);
+    fn dequeued(&mut self, wire_len: u32);
+    fn count_drop(&mut self, reason: DropReason);
+}
+
+impl Tally for LinkCounters {
+    /// The packet came into the queue.
+    fn enqueued(&mut self, wire_len: u32) {
+        self.queue_packets += 1;
+        self.queue_bytes += u64::from(wire_len);
+    }
+
+    /// The packet left the queue (served or dropped).
+    fn dequeued(&mut self, wire_len: u32) {
+        self.queue_packets -= 1;
+        self.queue_bytes -= u64::from(wire_len);
+    }
+
+    fn count_drop(&mut self, reason: DropReason) {
+        match reason {
+            DropReason::Loss => self.dropped_loss += 1,
+            DropReason::Queue => self.dropped_queue += 1,
+            DropReason::Aqm => self.dropped_aqm += 1,
+            DropReason::Oversize => self.dropped_oversize += 1,
+        }
     }
 }
 

@@ -459,7 +459,7 @@ mod tests {
             flow,
             ect,
             ce: false,
-            traffic: crate::traffic::Traffic::Test,
+            traffic: tcplab_record::traffic::Traffic::Test,
         }
     }
 

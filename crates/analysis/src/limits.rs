@@ -29,17 +29,8 @@
 //! counted 4 % of the time and `busy` the rest. They serve where nothing was sampled
 //! (`--sample-interval 0`) and as a cross-check where they do fire (the receive window).
 
-use crate::record::{Limit, LimitShares};
-use crate::tcpinfo::{SkMemInfo, TcpInfo};
-
-/// Every [`Limit`], in the order [`LimitShares::dominant`] breaks ties.
-pub const ALL_LIMITS: [Limit; 5] = [
-    Limit::Rwnd,
-    Limit::Sndbuf,
-    Limit::Cwnd,
-    Limit::Pacing,
-    Limit::App,
-];
+use tcplab_record::tcpinfo::{SkMemInfo, TcpInfo};
+use tcplab_record::{Limit, LimitShares};
 
 /// End of `tcpi_sndbuf_limited` in the kernel struct: kernels before 4.10 return a
 /// shorter `tcp_info` without the chrono counters.
@@ -104,13 +95,13 @@ pub fn classify(info: &TcpInfo, mem: Option<&SkMemInfo>, writer: Writer) -> Limi
 /// Time booked to each limit over a span of one sender, µs.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LimitTally {
-    us: [u64; ALL_LIMITS.len()],
+    us: [u64; Limit::ALL.len()],
 }
 
 impl LimitTally {
     /// Books `span_us` to `limit`.
     pub fn book(&mut self, limit: Limit, span_us: u64) {
-        self.us[index(limit)] += span_us;
+        self.us[limit.index()] += span_us;
     }
 
     pub fn total_us(&self) -> u64 {
@@ -121,7 +112,7 @@ impl LimitTally {
     pub fn shares(&self) -> Option<LimitShares> {
         let total = self.total_us();
         (total > 0).then(|| {
-            let share = |l: Limit| self.us[index(l)] as f64 / total as f64;
+            let share = |l: Limit| self.us[l.index()] as f64 / total as f64;
             LimitShares {
                 rwnd: share(Limit::Rwnd),
                 sndbuf: share(Limit::Sndbuf),
@@ -131,13 +122,6 @@ impl LimitTally {
             }
         })
     }
-}
-
-fn index(limit: Limit) -> usize {
-    ALL_LIMITS
-        .iter()
-        .position(|&l| l == limit)
-        .expect("every limit is in ALL_LIMITS")
 }
 
 /// The kernel's chrono shares of the `elapsed_us` between two samples of one sender
@@ -157,7 +141,7 @@ pub fn chrono_shares(prev: &TcpInfo, cur: &TcpInfo, elapsed_us: u64) -> LimitSha
     let limited = rwnd + sndbuf + cwnd;
     let span = elapsed.max(limited);
     if span <= 0.0 {
-        return all_app();
+        return LimitShares::all_app();
     }
     LimitShares {
         rwnd: rwnd / span,
@@ -165,67 +149,6 @@ pub fn chrono_shares(prev: &TcpInfo, cur: &TcpInfo, elapsed_us: u64) -> LimitSha
         cwnd: cwnd / span,
         pacing: 0.0,
         app: (span - limited) / span,
-    }
-}
-
-fn all_app() -> LimitShares {
-    LimitShares {
-        app: 1.0,
-        ..LimitShares::default()
-    }
-}
-
-impl LimitShares {
-    /// The share of `limit`.
-    pub fn get(&self, limit: Limit) -> f64 {
-        match limit {
-            Limit::Rwnd => self.rwnd,
-            Limit::Sndbuf => self.sndbuf,
-            Limit::Cwnd => self.cwnd,
-            Limit::Pacing => self.pacing,
-            Limit::App => self.app,
-        }
-    }
-
-    /// The limit with the largest share; ties go to the first in [`ALL_LIMITS`].
-    pub fn dominant(&self) -> Limit {
-        let mut best = Limit::App;
-        let mut best_share = f64::NEG_INFINITY;
-        for limit in ALL_LIMITS {
-            // `>` keeps the earlier limit on ties and skips NaN.
-            if self.get(limit) > best_share {
-                best = limit;
-                best_share = self.get(limit);
-            }
-        }
-        best
-    }
-
-    /// Mean of shares weighted by `f64` (typically the span's length). Weights that are
-    /// not positive and finite are left out; with no weight left the result is all `app`.
-    pub fn weighted_mean(items: &[(LimitShares, f64)]) -> LimitShares {
-        let mut sum = [0.0; ALL_LIMITS.len()];
-        let mut total = 0.0;
-        for &(s, w) in items {
-            if !(w.is_finite() && w > 0.0) {
-                continue;
-            }
-            for (k, limit) in ALL_LIMITS.into_iter().enumerate() {
-                sum[k] += s.get(limit) * w;
-            }
-            total += w;
-        }
-        if total == 0.0 {
-            return all_app();
-        }
-        let share = |l: Limit| sum[index(l)] / total;
-        LimitShares {
-            rwnd: share(Limit::Rwnd),
-            sndbuf: share(Limit::Sndbuf),
-            cwnd: share(Limit::Cwnd),
-            pacing: share(Limit::Pacing),
-            app: share(Limit::App),
-        }
     }
 }
 
@@ -282,13 +205,13 @@ mod tests {
             pacing: 0.0,
             app,
         };
-        for l in ALL_LIMITS {
+        for l in Limit::ALL {
             assert!(
                 (got.get(l) - want.get(l)).abs() < EPS,
                 "{l:?}: got {got:?}, want {want:?}"
             );
         }
-        let sum: f64 = ALL_LIMITS.iter().map(|&l| got.get(l)).sum();
+        let sum: f64 = Limit::ALL.iter().map(|&l| got.get(l)).sum();
         assert!((sum - 1.0).abs() < EPS, "sum {sum}");
     }
 
@@ -423,7 +346,7 @@ mod tests {
     /// field; nothing paced.
     fn sender(unacked: u32, cwnd: u32, rwnd: u32, notsent: u32) -> TcpInfo {
         TcpInfo {
-            valid_len: crate::tcpinfo::TCP_INFO_LEN as u32,
+            valid_len: tcplab_record::tcpinfo::TCP_INFO_LEN as u32,
             snd_mss: MSS,
             unacked,
             snd_cwnd: cwnd,

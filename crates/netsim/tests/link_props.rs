@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tcplab_model::link::{Link, Trace};
-use tcplab_model::path::{Bottleneck, Limit, PathSpec};
+use tcplab_netsim::link::{Link, Trace};
+use tcplab_netsim::path::{Bottleneck, Limit, PathSpec};
 
 fn spec() -> impl Strategy<Value = String> {
     let delay = prop_oneof![

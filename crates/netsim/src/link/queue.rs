@@ -18,7 +18,7 @@ pub(crate) struct Queued<P> {
     /// An AQM marked it Congestion Experienced instead of dropping it.
     pub ce: bool,
     /// Whose it is: counted apart.
-    pub traffic: crate::traffic::Traffic,
+    pub traffic: tcplab_record::traffic::Traffic,
 }
 
 #[derive(Debug)]

@@ -8,11 +8,20 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::CapturePoint;
-use crate::events::{EventRecord, TraceRecord};
-use crate::link::LinkCounters;
-use crate::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
-use crate::traffic::Traffic;
+pub mod capture;
+pub mod events;
+pub mod link;
+pub mod tcp_state;
+pub mod tcpinfo;
+pub mod traffic;
+pub mod units;
+
+use capture::CapturePoint;
+use events::{EventRecord, TraceRecord};
+use link::LinkCounters;
+use tcp_state::TcpState;
+use tcpinfo::{BbrInfo, SkMemInfo, TcpInfo};
+use traffic::Traffic;
 
 /// Version tag of the JSON document. Additive changes keep it; a renamed or removed
 /// field bumps it.
@@ -36,16 +45,6 @@ pub enum Direction {
     Down,
 }
 
-/// The link that carries a flow's data.
-impl From<Direction> for crate::path::Direction {
-    fn from(d: Direction) -> crate::path::Direction {
-        match d {
-            Direction::Up => crate::path::Direction::Up,
-            Direction::Down => crate::path::Direction::Down,
-        }
-    }
-}
-
 /// One end of a test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -55,6 +54,13 @@ pub enum Host {
 }
 
 impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+
     pub fn sender(self) -> Host {
         match self {
             Direction::Up => Host::Client,
@@ -209,6 +215,27 @@ pub struct TransactionParams {
     pub new_connection: bool,
 }
 
+impl TransactionParams {
+    /// "requests of 100 B in 2 writes, responses of 1 KiB, a new connection each": the
+    /// words every output uses for a request/response flow.
+    pub fn describe(&self) -> String {
+        format!(
+            "requests of {}{}, responses of {}{}",
+            units::format_size(u64::from(self.request_size)),
+            match self.request_writes {
+                1 => String::new(),
+                n => format!(" in {n} writes"),
+            },
+            units::format_size(u64::from(self.response_size)),
+            if self.new_connection {
+                ", a new connection each"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// One transaction as its client timed it: from its request's first write to its
 /// response's last byte read, µs; `start_us` relative to t0 on the client's clock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,7 +244,7 @@ pub struct Transaction {
     pub latency_us: i64,
 }
 
-/// What a flow's (or a run's) transactions did ([`crate::transaction::stats`]).
+/// What a flow's (or a run's) transactions did (`tcplab_model::transaction::stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TransactionStats {
     /// Transactions completed within the run's window.
@@ -251,7 +278,7 @@ pub struct ProbeRecord {
     pub down_owd_us: Option<i64>,
 }
 
-/// What the round-trip probes measured ([`crate::probe::latency`]).
+/// What the round-trip probes measured (`tcplab_model::probe::latency`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub interval_us: u64,
@@ -295,7 +322,7 @@ pub struct UdpParams {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UdpHeaderFormat {
-    /// Magic, flow id, 64-bit sequence number, monotonic send time ([`crate::udp::Header`]).
+    /// Magic, flow id, 64-bit sequence number, monotonic send time (`tcplab_model::udp::Header`).
     #[default]
     Tcplab,
     /// iperf3's: wall-clock seconds and µs at sending, then the datagram's number from 1.
@@ -406,6 +433,20 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// Every limit, in the order [`LimitShares::dominant`] breaks ties.
+    pub const ALL: [Limit; 5] = [
+        Limit::Rwnd,
+        Limit::Sndbuf,
+        Limit::Cwnd,
+        Limit::Pacing,
+        Limit::App,
+    ];
+
+    /// Its place in [`Limit::ALL`], for per-limit arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name in JSON, the store and the text output.
     pub fn name(self) -> &'static str {
         match self {
@@ -414,6 +455,68 @@ impl Limit {
             Limit::Cwnd => "cwnd",
             Limit::Pacing => "pacing",
             Limit::App => "app",
+        }
+    }
+}
+
+impl LimitShares {
+    /// All of the time to `app`: what a span with nothing to tell limits apart gets.
+    pub fn all_app() -> LimitShares {
+        LimitShares {
+            app: 1.0,
+            ..LimitShares::default()
+        }
+    }
+
+    /// The share of `limit`.
+    pub fn get(&self, limit: Limit) -> f64 {
+        match limit {
+            Limit::Rwnd => self.rwnd,
+            Limit::Sndbuf => self.sndbuf,
+            Limit::Cwnd => self.cwnd,
+            Limit::Pacing => self.pacing,
+            Limit::App => self.app,
+        }
+    }
+
+    /// The limit with the largest share; ties go to the first in [`Limit::ALL`].
+    pub fn dominant(&self) -> Limit {
+        let mut best = Limit::App;
+        let mut best_share = f64::NEG_INFINITY;
+        for limit in Limit::ALL {
+            // `>` keeps the earlier limit on ties and skips NaN.
+            if self.get(limit) > best_share {
+                best = limit;
+                best_share = self.get(limit);
+            }
+        }
+        best
+    }
+
+    /// Mean of shares weighted by `f64` (typically the span's length). Weights that are
+    /// not positive and finite are left out; with no weight left the result is all `app`.
+    pub fn weighted_mean(items: &[(LimitShares, f64)]) -> LimitShares {
+        let mut sum = [0.0; Limit::ALL.len()];
+        let mut total = 0.0;
+        for &(s, w) in items {
+            if !(w.is_finite() && w > 0.0) {
+                continue;
+            }
+            for (k, limit) in Limit::ALL.into_iter().enumerate() {
+                sum[k] += s.get(limit) * w;
+            }
+            total += w;
+        }
+        if total == 0.0 {
+            return LimitShares::all_app();
+        }
+        let share = |l: Limit| sum[l.index()] / total;
+        LimitShares {
+            rwnd: share(Limit::Rwnd),
+            sndbuf: share(Limit::Sndbuf),
+            cwnd: share(Limit::Cwnd),
+            pacing: share(Limit::Pacing),
+            app: share(Limit::App),
         }
     }
 }
@@ -542,7 +645,7 @@ pub struct FlowRecord {
     pub samples: u64,
     /// tcp_info samples taken on the receiver.
     pub receiver_samples: u64,
-    /// What held the sender back, from its samples (see [`crate::limits`]); from the
+    /// What held the sender back, from its samples (see `tcplab_analysis::limits`); from the
     /// kernel's chrono counters where it was not sampled.
     pub limits: LimitShares,
     /// What the kernel's chrono counters alone say (tcpi_busy_time, rwnd_limited,
@@ -585,7 +688,7 @@ pub struct WatchedFlow {
     /// It closed while watched (its last counters are its final ones).
     pub closed: bool,
     /// Its state in the last sample with tcp_info.
-    pub last_state: crate::sockdiag::TcpState,
+    pub last_state: TcpState,
     /// The socket's own counters in its last sample with tcp_info.
     pub counters: FinalCounters,
     /// Which end of the flow the socket is: `client`, the sender, or `server`.
@@ -675,7 +778,7 @@ pub const STDERR_TAIL: usize = 1024;
 /// What a TCP flow that ran for a duration delivered by its deadline (the part its rates
 /// measure), and how its sender's backlog drained after it. The sender stops writing at
 /// the deadline; what its socket still holds then is delivered in the drain, which
-/// [`crate::throughput::drain_limit_us`] bounds.
+/// `tcplab_analysis::throughput::drain_limit_us` bounds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timed {
     /// The flow's duration: from its start to its deadline, s.
@@ -727,7 +830,7 @@ pub struct IntervalRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpInterval>,
     /// After the flow's deadline: its sender delivering what its socket still held.
-    /// Left out of every rate ([`crate::throughput`]).
+    /// Left out of every rate (`tcplab_analysis::throughput`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drain: bool,
 }
@@ -766,10 +869,10 @@ pub struct Summary {
     pub sent_bytes: u64,
     pub received_bytes: u64,
     /// The run's throughput as the senders saw it, bit/s: the bytes acknowledged to them
-    /// (sent, for UDP) within the run's window, over it ([`crate::throughput`]).
+    /// (sent, for UDP) within the run's window, over it (`tcplab_analysis::throughput`).
     pub sent_bps: f64,
     /// The run's throughput, bit/s: the bytes the receivers read within the run's window,
-    /// over it ([`crate::throughput`]).
+    /// over it (`tcplab_analysis::throughput`).
     pub received_bps: f64,
     /// The run's window, s: from its first flow's start to its last flow's end (the
     /// deadline of a timed flow, the last byte of one sending a byte count).
@@ -872,7 +975,7 @@ pub struct DirectionStats {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity: Vec<CapacitySample>,
     /// One-way delay of the test's data packets (with a TCP or UDP payload) across the
-    /// emulator, all together (`crate::delay`).
+    /// emulator, all together (`tcplab_analysis::delay`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay: Option<DelayQuantiles>,
     /// The same per flow, busiest first; tcplab's own flows among them, named.
@@ -883,7 +986,7 @@ pub struct DirectionStats {
     pub delay_series: Vec<DelaySample>,
     /// What a capture recorded of this direction (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capture: Option<crate::capture::CaptureCounts>,
+    pub capture: Option<capture::CaptureCounts>,
     /// The interface queues of the hosts that send into this direction (up: each
     /// client's, down: the server's), before the emulator reads their packets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -942,7 +1045,7 @@ impl DirectionStats {
 }
 
 /// How one flow arrived at the bottleneck, in trains: runs of packets arriving back to
-/// back (`crate::burst`).
+/// back (`tcplab_analysis::burst`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BurstStats {
     /// "tcp 10.77.1.1:40000 > 10.77.0.1:39001".
@@ -1113,6 +1216,35 @@ impl RunRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_limit_and_kind_of_traffic_is_at_its_index() {
+        for (i, limit) in Limit::ALL.into_iter().enumerate() {
+            assert_eq!(limit.index(), i);
+        }
+        for (i, traffic) in Traffic::ALL.into_iter().enumerate() {
+            assert_eq!(traffic.index(), i);
+        }
+    }
+
+    #[test]
+    fn weighted_shares_skip_bad_weights_and_fall_back_to_app() {
+        let cwnd = LimitShares {
+            cwnd: 1.0,
+            ..LimitShares::default()
+        };
+        let rwnd = LimitShares {
+            rwnd: 1.0,
+            ..LimitShares::default()
+        };
+        let mean = LimitShares::weighted_mean(&[(cwnd, 3.0), (rwnd, 1.0), (rwnd, f64::NAN)]);
+        assert_eq!((mean.cwnd, mean.rwnd), (0.75, 0.25));
+        assert_eq!(mean.dominant(), Limit::Cwnd);
+        assert_eq!(
+            LimitShares::weighted_mean(&[(cwnd, 0.0)]),
+            LimitShares::all_app()
+        );
+    }
 
     #[test]
     fn a_clock_offset_resolves_delays_ten_times_its_uncertainty() {

@@ -5,8 +5,8 @@
 //! together, and the seed of each link's randomness.
 
 use crate::path::{Bottleneck, Direction, Limit, Pace, PathSpec, QueueLimit};
-use crate::record::BdpSizing;
-use crate::units::{format_duration_us, format_rate, format_size, parse_duration};
+use tcplab_record::units::{format_duration_us, format_rate, format_size, parse_duration};
+use tcplab_record::BdpSizing;
 
 /// One link of a lab.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -77,7 +77,7 @@ use serde::de::Error as _;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::units::{parse_duration, parse_percent, parse_rate, parse_size};
+use tcplab_record::units::{parse_duration, parse_percent, parse_rate, parse_size};
 
 pub const DEFAULT_MTU: u32 = 1500;
 pub const DEFAULT_QUEUE_PACKETS: u64 = 1000;
@@ -98,22 +98,8 @@ pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 68..=65_535;
 /// none drops every packet, and a million is far beyond any real host's.
 pub const TXQUEUELEN_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;
 
-/// Which way packets travel: up = client → server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    Up,
-    Down,
-}
-
-impl Direction {
-    pub fn name(self) -> &'static str {
-        match self {
-            Direction::Up => "up",
-            Direction::Down => "down",
-        }
-    }
-}
+/// Which way packets travel: up = client → server (the record's own).
+pub use tcplab_record::Direction;
 
 /// A probability, exact to one part per billion so that printing and parsing it again
 /// gives the same value.
@@ -396,7 +382,7 @@ impl PaceRtt {
 
     /// A sender's window rate, bit/s: cwnd × MSS over this round trip (0 before the
     /// kernel has one).
-    pub fn window_rate_bps(self, info: &crate::tcpinfo::TcpInfo) -> f64 {
+    pub fn window_rate_bps(self, info: &tcplab_record::tcpinfo::TcpInfo) -> f64 {
         let rtt_us = match self {
             PaceRtt::Smoothed => info.rtt,
             PaceRtt::Min => info.min_rtt,

@@ -1,7 +1,7 @@
 //! The path spec: normalized printing, the TOML form, and errors.
 
 use proptest::prelude::*;
-use tcplab_model::path::*;
+use tcplab_netsim::path::*;
 
 fn prob() -> impl Strategy<Value = Prob> {
     prop_oneof![
@@ -384,7 +384,7 @@ fn the_grammar_in_the_docs_is_the_parsers() {
     let end = start + doc[start..].find("```").expect("the block's end");
     assert_eq!(
         &doc[start..end],
-        tcplab_model::path::grammar(),
+        tcplab_netsim::path::grammar(),
         "regenerate: tcplab path-spec"
     );
     // Every key the grammar names parses.
@@ -394,7 +394,7 @@ fn the_grammar_in_the_docs_is_the_parsers() {
         "aqm codel target 5ms interval 100ms",
         "loss gemodel 1% 10%",
     ] {
-        spec.parse::<tcplab_model::path::PathSpec>()
+        spec.parse::<tcplab_netsim::path::PathSpec>()
             .unwrap_or_else(|e| panic!("{spec}: {e}"));
     }
 }

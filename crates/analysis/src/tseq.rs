@@ -4,10 +4,10 @@
 //! retransmissions, and each packet the emulator dropped with its reason. Sequence
 //! numbers are relative to the sender's initial one and unwrapped past 4 GiB.
 
-use crate::capture::{CapturedPacket, Fate};
-use crate::link::DropReason;
-use crate::packet::{PacketInfo, Transport};
-use crate::record::{FlowRecord, Host, RunRecord};
+use tcplab_netsim::capture::{CapturedPacket, Fate};
+use tcplab_netsim::link::DropReason;
+use tcplab_netsim::packet::{PacketInfo, Transport};
+use tcplab_record::{FlowRecord, Host, RunRecord};
 
 /// One data segment of the flow as it entered the bottleneck.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,7 +311,7 @@ fn window_scale(mut options: &[u8]) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::path::Direction;
+    use tcplab_netsim::path::Direction;
 
     const SENDER: u16 = 40_000;
     const RECEIVER: u16 = 5_001;

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use crate::record::{Direction, DirectionStats, RunRecord};
 use crate::throughput::{self, Counted};
+use tcplab_record::{Direction, DirectionStats, Quantiles, RunRecord};
 
 /// Above this coefficient of variation (stddev / mean) a point's runs disagree enough
 /// that its mean deserves doubt: `results` warns.
@@ -296,6 +296,22 @@ pub fn flow_goodputs_bps(run: &RunRecord, from_us: u64) -> Vec<f64> {
         .collect()
 }
 
+/// min, p50, p90, p99, max of `values` (sorted in place), as f64; zeros for none.
+pub fn quantiles<T: Copy + Ord + Into<i64>>(values: &mut [T]) -> Quantiles {
+    if values.is_empty() {
+        return Quantiles::default();
+    }
+    values.sort_unstable();
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize].into() as f64;
+    Quantiles {
+        min: at(0.0),
+        p50: at(0.5),
+        p90: at(0.9),
+        p99: at(0.99),
+        max: at(1.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,7 +399,7 @@ mod tests {
 
     #[test]
     fn goodput_excludes_the_warmup_and_prorates_the_straddling_interval() {
-        use crate::record::IntervalRecord;
+        use tcplab_record::IntervalRecord;
         let interval = |flow, index, start_us, end_us, received_bytes| IntervalRecord {
             flow,
             index,
@@ -398,7 +414,8 @@ mod tests {
             udp: None,
             drain: false,
         };
-        let mut run: RunRecord = serde_json::from_str(include_str!("../tests/run.json")).unwrap();
+        let mut run: RunRecord =
+            serde_json::from_str(include_str!("../../record/tests/run.json")).unwrap();
         run.intervals = vec![
             interval(0, 0, 0, 1_000_000, 1_000_000),
             interval(0, 1, 1_000_000, 2_000_000, 3_000_000),
@@ -433,8 +450,9 @@ mod tests {
 
     #[test]
     fn host_drops_and_burst_are_the_data_directions() {
-        use crate::record::{BurstStats, HostQueue, PathRecord};
-        let mut run: RunRecord = serde_json::from_str(include_str!("../tests/run.json")).unwrap();
+        use tcplab_record::{BurstStats, HostQueue, PathRecord};
+        let mut run: RunRecord =
+            serde_json::from_str(include_str!("../../record/tests/run.json")).unwrap();
         run.path = None;
         assert_eq!(Metric::HostDrops.of(&run, 0), None);
         let mut path = PathRecord::default();

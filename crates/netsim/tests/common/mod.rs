@@ -2,8 +2,8 @@
 //! quinn-proto's tests do.
 #![allow(dead_code)]
 
-use tcplab_model::link::{Delivered, Dropped, Link, PacketMeta, PushOutcome};
-use tcplab_model::path::PathSpec;
+use tcplab_netsim::link::{Delivered, Dropped, Link, PacketMeta, PushOutcome};
+use tcplab_netsim::path::PathSpec;
 
 /// Marks the id of a duplicate copy.
 pub const DUP: u64 = 1 << 63;

@@ -12,20 +12,22 @@
 use serde::Serialize;
 
 use crate::bounds;
-use crate::capture::CapturePoint;
-use crate::dumbbell::{Dumbbell, LinkRole};
-use crate::events::{kernel_episodes, EventRecord, KernelEpisodes};
-use crate::link::DropReason;
-use crate::path::{self, Bottleneck, Pace, PathSpec};
-use crate::record::{
-    self, BufferSize, Direction, DirectionStats, FlowRecord, Host, LimitShares, PathRecord,
-    RunRecord, SampleRecord,
-};
+use crate::events::{kernel_episodes, KernelEpisodes};
 use crate::stats::jain;
-use crate::tcpinfo::TcpInfo;
 use crate::throughput::{self, Counted};
 use crate::tseq::RetransmitCauses;
-use crate::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_netsim::dumbbell::{Dumbbell, LinkRole};
+use tcplab_netsim::link::DropReason;
+use tcplab_netsim::path::{self, Bottleneck, Pace, PathSpec};
+use tcplab_record as record;
+use tcplab_record::capture::CapturePoint;
+use tcplab_record::events::EventRecord;
+use tcplab_record::tcpinfo::TcpInfo;
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_record::{
+    BufferSize, Direction, DirectionStats, FlowRecord, Host, LimitShares, PathRecord, RunRecord,
+    SampleRecord,
+};
 
 /// tcp_info's ssthresh before the first loss ("infinite").
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -360,12 +362,9 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         kernel_episodes(&run.events, &senders)
     });
     let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
-    let gap_pacer = spec.as_ref().is_some_and(|s| {
-        matches!(
-            s.link(path::Direction::from(direction)).pace,
-            Some(Pace::Rate(_))
-        )
-    });
+    let gap_pacer = spec
+        .as_ref()
+        .is_some_and(|s| matches!(s.link(direction).pace, Some(Pace::Rate(_))));
     let link = match facts.as_ref().and_then(|p| p.trace_bps) {
         Some(_) => "the trace's mean",
         None => "the bottleneck's",
@@ -430,7 +429,7 @@ fn path_facts(
     let lab = Dumbbell::new(spec, &access);
     let client = flows_client(&lab, tcp);
     let base_rtt_us = lab.client_rtt_us(client);
-    let dir = path::Direction::from(direction);
+    let dir = direction;
     let bottleneck_bps = match spec.link(dir).bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
         _ => None,
@@ -463,7 +462,7 @@ fn trace_capacity_bps(
     direction: Direction,
     window: &throughput::Window,
 ) -> Option<f64> {
-    let stats = match path::Direction::from(direction) {
+    let stats = match direction {
         path::Direction::Up => &path.up,
         path::Direction::Down => &path.down,
     };
@@ -515,7 +514,7 @@ fn tuning_facts(
     let pacing = match (
         t.pacing_rate,
         t.app_rate,
-        spec.and_then(|s| s.link(path::Direction::from(direction)).pace),
+        spec.and_then(|s| s.link(direction).pace),
     ) {
         (_, _, Some(Pace::Window(rtt))) => format!("gap {}", rtt.name()),
         (_, _, Some(Pace::Rate(bps))) => format!("gap {}", format_rate(bps as f64)),
@@ -833,7 +832,7 @@ fn pacing_cap(
     mss: u32,
 ) -> Option<(&'static str, f64)> {
     let gap = spec
-        .and_then(|s| match s.link(path::Direction::from(direction)).pace {
+        .and_then(|s| match s.link(direction).pace {
             Some(Pace::Rate(bps)) => Some(bps),
             _ => None,
         })
@@ -1517,7 +1516,7 @@ fn min_rtt_beside_base(
             head
         });
     }
-    let data = path::Direction::from(direction);
+    let data = direction;
     let acks = match data {
         path::Direction::Up => path::Direction::Down,
         path::Direction::Down => path::Direction::Up,
@@ -1758,12 +1757,12 @@ fn queue_overflow(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::link::LinkCounters;
-    use crate::record::{
+    use tcplab_record::link::LinkCounters;
+    use tcplab_record::traffic::Traffic;
+    use tcplab_record::{
         BurstStats, CapacitySample, ClockOffset, HostMeta, IntervalRecord, NamedCounters,
         PathRecord, RttStats, RunStatus, Summary, TestParams,
     };
-    use crate::traffic::Traffic;
 
     const MSS: u32 = 1448;
 
@@ -1848,7 +1847,7 @@ mod tests {
         set(&mut info);
         SampleRecord {
             flow: 0,
-            host: crate::record::Host::Client,
+            host: tcplab_record::Host::Client,
             t_us: k * 10_000,
             info,
             bbr: None,
@@ -1907,7 +1906,7 @@ mod tests {
     /// one timeout: explain cites both; without events it cites neither.
     #[test]
     fn the_kernels_events_are_cited_where_they_were_taken() {
-        use crate::events::{CaState, EventRecord, KernelEvent, TraceRecord};
+        use tcplab_record::events::{CaState, EventRecord, KernelEvent, TraceRecord};
         let event = |t_us, event| EventRecord {
             flow: 0,
             host: record::Host::Client,
@@ -2911,7 +2910,7 @@ mod tests {
     /// alike; without them, the samples' spans, said to be sampled.
     #[test]
     fn recovery_episodes_come_from_the_kernels_events_where_it_has_them() {
-        use crate::events::{CaState, EventRecord, KernelEvent, TraceRecord};
+        use tcplab_record::events::{CaState, EventRecord, KernelEvent, TraceRecord};
         let mut samples = steady_samples(100 * MSS, 100 * MSS, 1 << 22, 1 << 20);
         // Two spans in recovery; the events hold five entries, the samples missed some.
         for k in [2, 3, 7] {

@@ -7,90 +7,11 @@
 //! emulator fills a record in as the packet's fate becomes known; a writer thread turns
 //! records into pcapng blocks. Pure: the text and the tally are tested here.
 
-use serde::{Deserialize, Serialize};
-
 use crate::link::DropReason;
 use crate::path::Direction;
 
 /// Bytes of each packet kept by default: IPv4/IPv6 and TCP headers with options.
 pub const DEFAULT_SNAPLEN: u32 = 128;
-
-/// Where a capture sees the packets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CapturePoint {
-    /// Each direction where it enters its bottleneck, drops included: what the link
-    /// did, packet by packet.
-    #[default]
-    Bottleneck,
-    /// The client's interface: what the client sent, when it sent it (those lost on
-    /// the way included, with their fate), and what reached it, when it arrived.
-    Client,
-    /// The server's interface, likewise.
-    Server,
-}
-
-/// What a capture point sees of one direction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Vantage {
-    /// Every packet, when it entered the bottleneck.
-    Bottleneck,
-    /// Every packet, when its sender sent it.
-    Sender,
-    /// The packets that got through, when they arrived.
-    Receiver,
-}
-
-impl CapturePoint {
-    pub const ALL: [CapturePoint; 3] = [
-        CapturePoint::Bottleneck,
-        CapturePoint::Client,
-        CapturePoint::Server,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            CapturePoint::Bottleneck => "bottleneck",
-            CapturePoint::Client => "client",
-            CapturePoint::Server => "server",
-        }
-    }
-
-    pub fn is_bottleneck(&self) -> bool {
-        *self == CapturePoint::Bottleneck
-    }
-
-    /// Where it sees the packets, as a line about the capture says it.
-    pub fn place(self) -> &'static str {
-        match self {
-            CapturePoint::Bottleneck => "at the bottleneck's entry",
-            CapturePoint::Client => "at the client's interface",
-            CapturePoint::Server => "at the server's interface",
-        }
-    }
-
-    /// What it sees of `direction` (up: client → server).
-    pub fn vantage(self, direction: Direction) -> Vantage {
-        match (self, direction) {
-            (CapturePoint::Bottleneck, _) => Vantage::Bottleneck,
-            (CapturePoint::Client, Direction::Up) | (CapturePoint::Server, Direction::Down) => {
-                Vantage::Sender
-            }
-            (CapturePoint::Client, Direction::Down) | (CapturePoint::Server, Direction::Up) => {
-                Vantage::Receiver
-            }
-        }
-    }
-
-    /// Whether a packet of `direction` leaves the capture's host (pcapng's outbound),
-    /// rather than arrives; seen from the client at the bottleneck.
-    pub fn outbound(self, direction: Direction) -> bool {
-        match self {
-            CapturePoint::Bottleneck | CapturePoint::Client => direction == Direction::Up,
-            CapturePoint::Server => direction == Direction::Down,
-        }
-    }
-}
 
 impl Fate {
     /// Whether the packet got through the link (marked, corrupted or not).
@@ -330,16 +251,6 @@ impl TimeOrder {
     }
 }
 
-/// What a capture took, in the run's record.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CaptureCounts {
-    /// Packets recorded with their fate.
-    pub packets: u64,
-    /// Packets the writer had no room for (its buffer was full): the link carried
-    /// them, the file lacks them.
-    pub overflow: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,23 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn a_host_sees_what_it_sends_and_what_reaches_it() {
-        use Direction::{Down, Up};
-        let seen = |point: CapturePoint| [Up, Down].map(|d| (point.vantage(d), point.outbound(d)));
-        assert_eq!(
-            seen(CapturePoint::Bottleneck),
-            [(Vantage::Bottleneck, true), (Vantage::Bottleneck, false)]
-        );
-        assert_eq!(
-            seen(CapturePoint::Client),
-            [(Vantage::Sender, true), (Vantage::Receiver, false)]
-        );
-        assert_eq!(
-            seen(CapturePoint::Server),
-            [(Vantage::Receiver, false), (Vantage::Sender, true)]
-        );
-        let names: Vec<&str> = CapturePoint::ALL.map(CapturePoint::name).to_vec();
-        assert_eq!(names, ["bottleneck", "client", "server"]);
+    fn a_fate_is_delivered_unless_dropped() {
         assert!(Fate::MarkedCe.delivered() && !Fate::Dropped(DropReason::Aqm).delivered());
     }
 

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::IntervalRecord;
+use tcplab_record::IntervalRecord;
 
 /// Which end's count of a flow's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

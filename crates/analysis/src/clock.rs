@@ -10,7 +10,7 @@
 //! |offset − θ| ≤ rtt / 2. The exchange with the smallest round trip gives the tightest
 //! bound.
 
-use crate::record::ClockOffset;
+use tcplab_record::ClockOffset;
 
 /// One timestamped request/response, µs: client times on the client's clock, server
 /// times on the server's.

@@ -5,50 +5,9 @@
 //! test's alone, and tcplab's own packets are named beside it. Pure: the emulator hands
 //! over the headers it parsed.
 
-use serde::{Deserialize, Serialize};
-
 use crate::packet::{PacketInfo, Transport, UDP_HEADER};
-use crate::probe;
-
-/// The kinds of traffic a lab's links count apart.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Traffic {
-    /// The test's flows: every packet that is not tcplab's own (all of a lab's traffic
-    /// where tcplab runs no test of its own, as `lab up`).
-    #[default]
-    Test,
-    /// tcplab's control connection: its handshake, the live intervals, and the samples
-    /// each end sends after the test.
-    Control,
-    /// tcplab's round-trip probes (`--probe`) and their echoes.
-    Probe,
-}
-
-impl Traffic {
-    pub const ALL: [Traffic; 3] = [Traffic::Test, Traffic::Control, Traffic::Probe];
-    pub const COUNT: usize = Traffic::ALL.len();
-
-    /// The name in JSON and the text output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Traffic::Test => "test",
-            Traffic::Control => "control",
-            Traffic::Probe => "probe",
-        }
-    }
-
-    /// Its place in [`Traffic::ALL`], for per-kind arrays.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    pub fn is_test(&self) -> bool {
-        *self == Traffic::Test
-    }
-}
+use crate::probe_datagram::{has_magic, PROBE_LEN};
+use tcplab_record::traffic::Traffic;
 
 /// Tells tcplab's own packets from the test's by their headers: the control
 /// connection by its listening port, probes by their size and magic.
@@ -74,7 +33,7 @@ impl Classifier {
             }
             Transport::Udp { len, .. } => {
                 let payload = ip.get(info.ip_header_len + UDP_HEADER..).unwrap_or(&[]);
-                if usize::from(len) == UDP_HEADER + probe::PROBE_LEN && probe::has_magic(payload) {
+                if usize::from(len) == UDP_HEADER + PROBE_LEN && has_magic(payload) {
                     Traffic::Probe
                 } else {
                     Traffic::Test
@@ -94,7 +53,7 @@ impl Classifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::{Probe, PROBE_LEN};
+    use crate::probe_datagram::{Probe, PROBE_LEN};
 
     /// An IPv4 packet from 10.77.1.1:`sport` to 10.77.0.1:`dport` of protocol `proto`
     /// (6 TCP, 17 UDP) carrying `payload`.

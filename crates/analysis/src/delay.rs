@@ -10,9 +10,9 @@ use std::collections::HashMap;
 
 use hdrhistogram::Histogram;
 
-use crate::packet::FlowKey;
-use crate::record::{DelayQuantiles, DelaySample, FlowDelay};
-use crate::traffic::Traffic;
+use tcplab_netsim::packet::FlowKey;
+use tcplab_record::traffic::Traffic;
+use tcplab_record::{DelayQuantiles, DelaySample, FlowDelay};
 
 /// Flows kept apart at most (the first seen); later ones count in the direction's
 /// total only, so a flood of one-packet flows cannot grow the emulator's memory.

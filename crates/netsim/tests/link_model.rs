@@ -3,17 +3,17 @@
 mod common;
 
 use common::*;
-use tcplab_model::dumbbell::{Dumbbell, LinkRole};
-use tcplab_model::link::{DropReason, Link, PushOutcome, Trace};
-use tcplab_model::path::Direction::{Down, Up};
-use tcplab_model::path::PathSpec;
+use tcplab_netsim::dumbbell::{Dumbbell, LinkRole};
+use tcplab_netsim::link::{DropReason, Link, PushOutcome, Trace};
+use tcplab_netsim::path::Direction::{Down, Up};
+use tcplab_netsim::path::PathSpec;
 
 /// One link of a lab of `path` and `access` links, seeded as a lab with `seed` seeds it.
 fn lab_link(
     path: &PathSpec,
     access: &[PathSpec],
     role: LinkRole,
-    dir: tcplab_model::path::Direction,
+    dir: tcplab_netsim::path::Direction,
     seed: u64,
 ) -> Link<u64> {
     Link::in_lab(
@@ -47,7 +47,7 @@ fn saturated_link_delivers_at_rate() {
     ] {
         let mut l = link(spec);
         let path: PathSpec = spec.parse().unwrap();
-        let tcplab_model::path::Bottleneck::Rate { bps, overhead } = path.up.bottleneck else {
+        let tcplab_netsim::path::Bottleneck::Rate { bps, overhead } = path.up.bottleneck else {
             unreachable!()
         };
         // Arrivals at 1.5× the rate keep the queue from ever emptying.
@@ -141,7 +141,7 @@ fn queue_limit_in_bdp_is_bytes() {
     let path: PathSpec = "rtt 40ms rate 12mbit queue 0.5bdp".parse().unwrap();
     let l = lab_link(&path, &[], LinkRole::Bottleneck, Up, 1);
     // 12 Mbit/s × 40 ms = 60 000 B; half of it.
-    assert_eq!(l.limit(), tcplab_model::path::Limit::Bytes(30_000));
+    assert_eq!(l.limit(), tcplab_netsim::path::Limit::Bytes(30_000));
 }
 
 /// A trace of examples/traces.
@@ -226,7 +226,7 @@ fn sojourns(sim: &Sim, from: u64) -> Vec<u64> {
 /// and the link's counters.
 struct Aimd {
     sojourns: Vec<u64>,
-    counters: tcplab_model::link::LinkCounters,
+    counters: tcplab_record::link::LinkCounters,
 }
 
 fn aimd_sojourns(spec: &str, seconds: u64) -> Vec<u64> {
@@ -239,12 +239,12 @@ fn aimd_sojourns(spec: &str, seconds: u64) -> Vec<u64> {
 fn aimd(spec: &str, seconds: u64, ect: bool) -> Aimd {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    use tcplab_model::link::{PacketMeta, PushOutcome};
+    use tcplab_netsim::link::{PacketMeta, PushOutcome};
     let meta = PacketMeta {
         wire_len: 1500,
         flow: 7,
         ect,
-        traffic: tcplab_model::traffic::Traffic::Test,
+        traffic: tcplab_record::traffic::Traffic::Test,
     };
     let mut l = link(spec);
     let (mut cwnd, mut inflight, mut next_id) = (10.0f64, 0u64, 0u64);
@@ -589,18 +589,21 @@ fn an_idle_link_always_takes_a_packet() {
 
 /// Packets of `flows` flows: flow `f` sends `len`-byte packets every `gap` ns from 0 for
 /// `seconds`, merged in time order.
-fn flows_of(specs: &[(u32, u64, u32)], seconds: u64) -> Vec<(u64, tcplab_model::link::PacketMeta)> {
-    let mut all: Vec<(u64, tcplab_model::link::PacketMeta)> = specs
+fn flows_of(
+    specs: &[(u32, u64, u32)],
+    seconds: u64,
+) -> Vec<(u64, tcplab_netsim::link::PacketMeta)> {
+    let mut all: Vec<(u64, tcplab_netsim::link::PacketMeta)> = specs
         .iter()
         .flat_map(|&(flow, gap, len)| {
             (0..seconds * S / gap).map(move |k| {
                 (
                     k * gap,
-                    tcplab_model::link::PacketMeta {
+                    tcplab_netsim::link::PacketMeta {
                         wire_len: len,
                         flow,
                         ect: false,
-                        traffic: tcplab_model::traffic::Traffic::Test,
+                        traffic: tcplab_record::traffic::Traffic::Test,
                     },
                 )
             })
@@ -720,8 +723,9 @@ fn with_ecn_the_aqms_mark_instead_of_dropping() {
 #[test]
 fn each_kind_of_traffic_is_counted_apart() {
     use std::collections::HashMap;
-    use tcplab_model::link::{LinkCounters, PacketMeta, PushOutcome};
-    use tcplab_model::traffic::Traffic;
+    use tcplab_netsim::link::{PacketMeta, PushOutcome};
+    use tcplab_record::link::LinkCounters;
+    use tcplab_record::traffic::Traffic;
     for spec in [
         "delay 5ms rate 10mbit queue 20p loss 1%",
         "delay 5ms rate 10mbit queue 200p aqm codel ecn",
@@ -743,19 +747,19 @@ fn each_kind_of_traffic_is_counted_apart() {
         let mut seen: HashMap<Traffic, LinkCounters> = HashMap::new();
         let mut kind_of: HashMap<u64, Traffic> = HashMap::new();
         let mut queue_peak: HashMap<Traffic, u64> = HashMap::new();
-        let count_drops = |l: &mut tcplab_model::link::Link<u64>,
+        let count_drops = |l: &mut tcplab_netsim::link::Link<u64>,
                            seen: &mut HashMap<Traffic, LinkCounters>,
                            kind_of: &HashMap<u64, Traffic>| {
             while let Some(d) = l.pop_dropped() {
                 let c = seen.entry(kind_of[&d.packet]).or_default();
                 match d.reason {
-                    tcplab_model::link::DropReason::Queue => c.dropped_queue += 1,
-                    tcplab_model::link::DropReason::Aqm => c.dropped_aqm += 1,
+                    tcplab_netsim::link::DropReason::Queue => c.dropped_queue += 1,
+                    tcplab_netsim::link::DropReason::Aqm => c.dropped_aqm += 1,
                     other => panic!("{spec}: {other:?} inside"),
                 }
             }
         };
-        let deliver = |l: &mut tcplab_model::link::Link<u64>,
+        let deliver = |l: &mut tcplab_netsim::link::Link<u64>,
                        now: u64,
                        seen: &mut HashMap<Traffic, LinkCounters>,
                        kind_of: &HashMap<u64, Traffic>| {
@@ -790,9 +794,9 @@ fn each_kind_of_traffic_is_counted_apart() {
             if let PushOutcome::Dropped(d) = outcome {
                 let c = seen.entry(traffic).or_default();
                 match d.reason {
-                    tcplab_model::link::DropReason::Loss => c.dropped_loss += 1,
-                    tcplab_model::link::DropReason::Queue => c.dropped_queue += 1,
-                    tcplab_model::link::DropReason::Aqm => c.dropped_aqm += 1,
+                    tcplab_netsim::link::DropReason::Loss => c.dropped_loss += 1,
+                    tcplab_netsim::link::DropReason::Queue => c.dropped_queue += 1,
+                    tcplab_netsim::link::DropReason::Aqm => c.dropped_aqm += 1,
                     other => panic!("{spec}: {other:?}"),
                 }
             }

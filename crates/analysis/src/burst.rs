@@ -8,10 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::packet::FlowKey;
-use crate::record::{BurstStats, QueueSample};
-use crate::traffic::Traffic;
-use crate::udp::quantiles;
+use crate::stats::quantiles;
+use tcplab_netsim::packet::FlowKey;
+use tcplab_record::traffic::Traffic;
+use tcplab_record::{BurstStats, QueueSample};
 
 /// The longest gap inside a train. Well below the spacing of paced sends (BBR at
 /// 1 Gbit/s spaces its 64 KB GSO packets 430–550 µs apart), and above what the

@@ -150,7 +150,7 @@ impl SockDiag {
             query.families,
             query.states,
             query.extensions,
-            query.filter.as_ref(),
+            query.filter.as_ref().map_or(&[], Bytecode::as_bytes),
         );
         self.send()?;
         if let Err(e) = self.read_dump(seq, out) {

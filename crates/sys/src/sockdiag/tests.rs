@@ -330,7 +330,7 @@ fn a_filter_the_kernel_refuses_is_an_error_and_the_next_dump_works() {
         Families::Only(Family::V4),
         StateSet::CONNECTED,
         Extensions::ALL,
-        Some(&bad),
+        bad.as_bytes(),
     );
     let truncated = &request[..request.len() - 4];
     let mut header = truncated.to_vec();
@@ -371,7 +371,7 @@ fn rust_netlink_reads_the_kernel_s_replies_as_we_do() {
             Families::Only(family),
             StateSet::CONNECTED,
             Extensions::ALL,
-            None,
+            &[],
         );
         diag.send().unwrap();
         'dump: loop {

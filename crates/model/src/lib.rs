@@ -23,6 +23,7 @@ pub mod sockdiag;
 pub mod sockfilter;
 pub mod stats;
 pub mod tcpinfo;
+pub mod test_builder;
 pub mod throughput;
 pub mod traffic;
 pub mod transaction;

@@ -11,14 +11,14 @@ use tcplab_lab::capture::CaptureSpec;
 use tcplab_model::experiment::Shard;
 use tcplab_model::ranges;
 use tcplab_model::sockfilter::Prefix;
-use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
+use tcplab_model::test_builder::{
+    self, ProbeInput, Source, Streams, TestError, TestInput, TransactionInput, UdpInput,
+};
 use tcplab_netsim::capture::DEFAULT_SNAPLEN;
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::capture::CapturePoint;
 use tcplab_record::units::{parse_duration, parse_rate, parse_size};
-use tcplab_record::{
-    Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
-};
+use tcplab_record::{Mode, SendMethod, TestEnd, TestParams};
 use tcplab_traffic::limits::ServerLimits;
 
 #[derive(Parser, Debug)]
@@ -487,7 +487,7 @@ pub struct TestArgs {
     #[arg(long, short = 'n', value_parser = parse_size, allow_hyphen_values = true, value_name = "SIZE")]
     pub bytes: Option<u64>,
     /// Parallel streams (per direction); 0 with --probe: the probes alone, no load.
-    #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=128))]
+    #[arg(long, short = 'P', default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=i64::from(test_builder::MAX_STREAMS)))]
     pub parallel: u16,
     /// Reverse: the server sends, the client receives.
     #[arg(long, short = 'R', conflicts_with = "bidir")]
@@ -541,7 +541,7 @@ pub struct TestArgs {
     #[arg(long, short = 'b', default_value = "1mbit", value_parser = parse_rate, allow_hyphen_values = true, value_name = "RATE", requires = "udp")]
     pub bitrate: u64,
     /// UDP datagrams sent back to back each time (1 = evenly spaced).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), requires = "udp")]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(test_builder::MAX_BURST)), requires = "udp")]
     pub burst: u32,
     /// Seconds between live report lines.
     #[arg(long, short = 'i', default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true, value_name = "DURATION")]
@@ -871,118 +871,65 @@ pub struct ExportArgs {
 }
 
 impl TestArgs {
-    pub fn params(&self) -> Result<TestParams, String> {
-        let size_u32 = |what: &str, v: u64| -> Result<u32, String> {
-            u32::try_from(v)
-                .ok()
-                .filter(|&v| v > 0)
-                .ok_or_else(|| format!("{what} must be between 1 byte and 4 GiB, got {v}"))
-        };
-        if self.interval == 0 {
-            return Err("--interval must be positive".into());
-        }
-        let min = tcplab_traffic::limits::MIN_SAMPLE_INTERVAL_US;
-        if self.sample_interval > 0 && self.sample_interval < min {
-            return Err(format!(
-                "--sample-interval must be 0 (off) or at least {min}us"
-            ));
-        }
-        let end = match self.bytes {
-            Some(bytes) => TestEnd::Bytes { bytes },
-            None => TestEnd::Duration { us: self.time },
-        };
-        ranges::check_end(&end).map_err(|e| match end {
-            TestEnd::Bytes { .. } => format!("-n/--bytes: {e}"),
-            TestEnd::Duration { .. } => format!("-t/--time: {e}"),
-        })?;
-        let mss = self
-            .mss
-            .map(|m| ranges::check_mss(m).map_err(|e| format!("-M/--set-mss {m}: {e}")))
-            .transpose()?;
-        Ok(TestParams {
-            streams: self.parallel,
-            end,
-            mode: if self.bidir {
+    /// The test the flags ask for, checked by the rules experiment files share.
+    pub fn params(&self) -> Result<TestParams, TestError> {
+        test_builder::build(&self.input(), Source::Flag)
+    }
+
+    /// The flags as the builder takes them; clap has refused what conflicts.
+    fn input(&self) -> TestInput {
+        TestInput {
+            streams: match self.parallel {
+                0 => Streams::ProbesAlone,
+                n => Streams::Parallel(n),
+            },
+            end: Some(match self.bytes {
+                Some(bytes) => TestEnd::Bytes { bytes },
+                None => TestEnd::Duration { us: self.time },
+            }),
+            mode: Some(if self.bidir {
                 Mode::Bidir
             } else if self.reverse {
                 Mode::Down
             } else {
                 Mode::Up
-            },
-            tuning: Tuning {
-                sndbuf: self.sndbuf.or(self.window),
-                rcvbuf: self.rcvbuf.or(self.window),
-                write_size: size_u32("--length", self.length.unwrap_or(128 << 10))?,
-                read_size: size_u32("--read-size", self.read_size)?,
-                nodelay: self.no_delay,
-                mss,
-                cc: self.congestion.clone(),
-                pacing_rate: self.pacing_rate,
-                app_rate: self.app_rate,
-                send_method: match (self.zerocopy, self.send_method) {
-                    (true, _) | (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
-                    (false, SendMethodArg::Write) => SendMethod::Write,
-                },
-                ecn: self.ecn,
-            },
-            sample_interval_us: self.sample_interval,
-            report_interval_us: self.interval,
-            udp: self.udp.then(|| UdpParams {
-                rate_bps: self.bitrate,
-                datagram_size: self.length.unwrap_or(DEFAULT_DATAGRAM) as u32,
-                burst: self.burst,
-                header: Default::default(),
             }),
-            probe: self
-                .probe
-                .map(|interval_us| ProbeParams {
-                    interval_us,
-                    idle_us: self.probe_idle,
-                })
-                .map(|p| {
-                    tcplab_model::probe::check(&p)
-                        .map(|()| p)
-                        .map_err(|e| format!("--probe: {e}"))
-                })
-                .transpose()?,
-            transactions: self
-                .rr
-                .map(|(request, response)| -> Result<_, String> {
-                    Ok(TransactionParams {
-                        request_size: size_u32("--rr's request", request)?,
-                        response_size: size_u32("--rr's response", response)?,
-                        request_writes: self.rr_writes,
-                        new_connection: self.crr,
-                    })
-                })
-                .transpose()?,
-        })
-        .and_then(|p| {
-            tcplab_model::transaction::check(&p)
-                .map(|()| p)
-                .map_err(|e| format!("--rr: {e}"))
-        })
-        .and_then(|p| {
-            tcplab_model::probe::check_alone(&p)
-                .map(|()| p)
-                .map_err(|e| format!("-P 0: {e}"))
-        })
-        .and_then(|p| match &p.udp {
-            Some(u) if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&u.datagram_size)
-                || self.length.is_some_and(|l| l > u64::from(MAX_DATAGRAM)) =>
-            {
-                Err(format!(
-                    "--length with --udp must be {MIN_DATAGRAM}..={MAX_DATAGRAM} bytes (a datagram's payload)"
-                ))
-            }
-            _ => Ok(p),
-        })
+            window: self.window,
+            sndbuf: self.sndbuf,
+            rcvbuf: self.rcvbuf,
+            write_size: self.length,
+            read_size: Some(self.read_size),
+            nodelay: Some(self.no_delay),
+            mss: self.mss,
+            cc: self.congestion.clone(),
+            pacing_rate: self.pacing_rate,
+            app_rate: self.app_rate,
+            send_method: Some(match (self.zerocopy, self.send_method) {
+                (true, _) | (false, SendMethodArg::Sendfile) => SendMethod::Sendfile,
+                (false, SendMethodArg::Write) => SendMethod::Write,
+            }),
+            ecn: Some(self.ecn),
+            sample_interval_us: Some(self.sample_interval),
+            report_interval_us: Some(self.interval),
+            // -l is a UDP flow's datagram size too.
+            udp: self.udp.then_some(UdpInput {
+                rate_bps: self.bitrate,
+                datagram_size: self.length,
+                burst: Some(self.burst),
+            }),
+            probe: self.probe.map(|interval_us| ProbeInput {
+                interval_us,
+                idle_us: Some(self.probe_idle),
+            }),
+            transactions: self.rr.map(|(request, response)| TransactionInput {
+                request: Some(request),
+                response: Some(response),
+                request_writes: Some(self.rr_writes),
+                new_connection: self.crr,
+            }),
+        }
     }
 }
-
-/// A UDP payload that fits a 1500-byte MTU with IPv4 and UDP headers and room to spare,
-/// like iperf3's TCP-MSS-sized default.
-const DEFAULT_DATAGRAM: u64 = 1448;
 
 #[cfg(test)]
 mod tests {
@@ -1011,6 +958,103 @@ mod tests {
             limits(&["--max-rate", "100mbit"]).max_rate_bps,
             Some(100_000_000)
         );
+    }
+
+    /// The same mistake made with flags and in an experiment file gets one message, but
+    /// for the option's name: each front-end hands its values to the one builder.
+    #[test]
+    fn flags_and_files_refuse_a_mistake_in_the_same_words() {
+        use tcplab_model::test_builder::Setting;
+        let cases: &[(&[&str], &str, Setting)] = &[
+            (&["-M", "10"], "[[flow]]\nmss = 10", Setting::Mss),
+            (
+                &["-t", "0"],
+                "[[flow]]\nduration = \"0s\"",
+                Setting::Duration,
+            ),
+            (&["-n", "0"], "[[flow]]\nbytes = 0", Setting::Bytes),
+            (
+                &["-l", "8G"],
+                "[[flow]]\nwrite_size = \"8G\"",
+                Setting::WriteSize,
+            ),
+            (
+                &["--read-size", "0"],
+                "[[flow]]\nread_size = 0",
+                Setting::ReadSize,
+            ),
+            (&["-i", "0"], "interval = \"0s\"", Setting::ReportInterval),
+            (
+                &["--sample-interval", "50us"],
+                "sample_interval = \"50us\"",
+                Setting::SampleInterval,
+            ),
+            (
+                &["--probe", "100us"],
+                "[[flow]]\nprobe = \"100us\"",
+                Setting::Probe,
+            ),
+            (
+                &["--probe", "1ms", "--probe-idle", "1h"],
+                "[[flow]]\nprobe = \"1ms\"\nprobe_idle = \"1h\"",
+                Setting::Probe,
+            ),
+            (
+                &["-u", "-l", "10"],
+                "[[flow]]\nprotocol = \"udp\"\nrate = 1\ndatagram_size = 10",
+                Setting::DatagramSize,
+            ),
+            (
+                &["-P", "0", "--probe", "10ms", "-n", "1M"],
+                "[[flow]]\nprotocol = \"probe\"\nbytes = \"1M\"",
+                Setting::ProbesAlone,
+            ),
+            (
+                &["--rr", "0"],
+                "[[flow]]\nprotocol = \"rr\"\nrequest = 0",
+                Setting::Request,
+            ),
+            (
+                &["--rr", "100,20M"],
+                "[[flow]]\nprotocol = \"rr\"\nrequest = 100\nresponse = \"20M\"",
+                Setting::Transactions,
+            ),
+            (
+                &["--rr", "10", "--rr-writes", "11"],
+                "[[flow]]\nprotocol = \"rr\"\nrequest = 10\nrequest_writes = 11",
+                Setting::Transactions,
+            ),
+            (
+                &["--rr", "1", "--crr", "-P", "2"],
+                "[[flow]]\nprotocol = \"crr\"\nstreams = 2",
+                Setting::ConnectionPerTransaction,
+            ),
+        ];
+        for (flags, file, setting) in cases {
+            let cli = Cli::try_parse_from(["tcplab", "run", "h"].iter().chain(*flags)).unwrap();
+            let Command::Run(run) = cli.command else {
+                panic!("not run");
+            };
+            let from_flags = run.test.params().unwrap_err().to_string();
+            let from_file = tcplab_model::experiment::parse(file, "t")
+                .unwrap_err()
+                .message;
+            let (flag, key) = (setting.spelled(Source::Flag), setting.spelled(Source::Key));
+            assert!(from_flags.starts_with(flag), "{flags:?}: {from_flags}");
+            let in_flow = |m: &str| {
+                m.split_once(": ")
+                    .map_or(m.to_owned(), |(_, r)| r.to_owned())
+            };
+            let from_file = match from_file.strip_prefix("flow '") {
+                Some(_) => in_flow(&from_file),
+                None => from_file,
+            };
+            assert_eq!(
+                from_flags.replacen(flag, key, 1),
+                from_file,
+                "{flags:?} against {file:?}"
+            );
+        }
     }
 
     #[test]

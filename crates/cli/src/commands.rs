@@ -262,7 +262,7 @@ fn run_client(
 
 /// The parameters, checked here where a bad value can name its flag.
 fn checked_params(test: &TestArgs) -> Result<TestParams> {
-    let params = test.params().map_err(anyhow::Error::msg)?;
+    let params = test.params()?;
     if let Some(cc) = &params.tuning.cc {
         let available =
             sockopt::available_congestion().context("reading the available congestion controls")?;

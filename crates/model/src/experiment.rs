@@ -38,19 +38,17 @@ use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use toml::{Spanned, Table, Value};
 
-use crate::probe::DEFAULT_IDLE_US as DEFAULT_PROBE_IDLE_US;
-use crate::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
+use crate::test_builder::{
+    self, ProbeInput, Source, Streams, TestInput, TransactionInput, UdpInput,
+};
 use tcplab_netsim::dumbbell::{derive_seed, Dumbbell};
 use tcplab_netsim::path::{Pace, PaceRtt, PathSpec};
 use tcplab_record::units::{parse_duration, parse_rate, parse_size, UnitError};
-use tcplab_record::{
-    Mode, ProbeParams, SendMethod, TestEnd, TestParams, TransactionParams, Tuning, UdpParams,
-};
+use tcplab_record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
 
 /// Defaults of the keys a file leaves out.
 pub const DEFAULT_DURATION_US: u64 = 10_000_000;
 pub const DEFAULT_CONFIDENCE: f64 = 0.95;
-const MAX_STREAMS: u16 = 128;
 /// A range that would plan more values than this is refused as a likely typo.
 const MAX_RANGE_VALUES: usize = 10_000;
 
@@ -559,9 +557,6 @@ impl Protocol {
 /// A probe flow's interval unless the file says otherwise (flent samples every 200 ms).
 const DEFAULT_PROBE_INTERVAL_US: u64 = 10_000;
 
-/// A UDP flow's payload per datagram unless the file says otherwise.
-const DEFAULT_DATAGRAM: u32 = 1448;
-
 /// How a flow's sender is paced.
 #[derive(Clone, Copy, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
@@ -590,8 +585,8 @@ impl File {
             return Err(format!("confidence {c} is not between 0 and 1 (e.g. 0.95)"));
         }
         let duration_us = self.duration.map_or(DEFAULT_DURATION_US, |d| d.0);
-        crate::ranges::check_end(&TestEnd::Duration { us: duration_us })
-            .map_err(|e| format!("duration: {e}"))?;
+        test_builder::check_end(Source::Key, &TestEnd::Duration { us: duration_us })
+            .map_err(|e| e.to_string())?;
         let warmup_us = self.warmup.map_or(0, |d| d.0);
         if warmup_us >= duration_us {
             return Err(format!(
@@ -605,9 +600,10 @@ impl File {
             .sample_interval
             .map_or(defaults.sample_interval_us, |d| d.0);
         let report_interval_us = self.interval.map_or(defaults.report_interval_us, |d| d.0);
-        if report_interval_us == 0 {
-            return Err("interval must be above 0".into());
-        }
+        // Keys of the run, checked once for it rather than for each flow.
+        test_builder::check_sample_interval(Source::Key, sample_interval_us)
+            .and_then(|()| test_builder::check_report_interval(Source::Key, report_interval_us))
+            .map_err(|e| e.to_string())?;
         let access: Vec<PathSpec> = if self.access.is_empty() {
             vec![PathSpec::default()]
         } else {
@@ -846,18 +842,9 @@ impl FlowFile {
                 "flow '{name}': command and server_command are for protocol = \"command\""
             ));
         }
-        let streams = match (protocol, self.streams) {
-            (Engine::Probe, Some(_)) => {
-                return Err(format!(
-                    "flow '{name}': protocol = \"probe\" is probes alone: it has no streams"
-                ))
-            }
-            (Engine::Probe, None) => 0,
-            (_, streams) => streams.unwrap_or(1),
-        };
-        if protocol != Engine::Probe && !(1..=MAX_STREAMS).contains(&streams) {
+        if protocol == Engine::Probe && self.streams.is_some() {
             return Err(format!(
-                "flow '{name}': streams {streams} is not in 1..={MAX_STREAMS}"
+                "flow '{name}': protocol = \"probe\" is probes alone: it has no streams"
             ));
         }
         let start_us = self.start.map_or(0, |s| s.0);
@@ -878,62 +865,6 @@ impl FlowFile {
                 ))
             }
         };
-        crate::ranges::check_end(&end).map_err(|e| match end {
-            TestEnd::Duration { .. } => format!("flow '{name}': duration: {e}"),
-            TestEnd::Bytes { .. } => format!("flow '{name}': bytes: {e}"),
-        })?;
-        let defaults = Tuning::default();
-        let u32_size = |what: &str, v: Option<Bytes>, default: u32| -> Result<u32, String> {
-            match v {
-                None => Ok(default),
-                Some(Bytes(0)) => Err(format!("flow '{name}': {what} must be above 0")),
-                Some(Bytes(b)) => u32::try_from(b)
-                    .map_err(|_| format!("flow '{name}': {what} {b} is above 4 GiB")),
-            }
-        };
-        let tuning = Tuning {
-            sndbuf: self.sndbuf.or(self.window).map(|b| b.0),
-            rcvbuf: self.rcvbuf.or(self.window).map(|b| b.0),
-            write_size: u32_size("write_size", self.write_size, defaults.write_size)?,
-            read_size: u32_size("read_size", self.read_size, defaults.read_size)?,
-            nodelay: self.nodelay.unwrap_or(defaults.nodelay),
-            mss: self
-                .mss
-                .map(|Bytes(m)| {
-                    crate::ranges::check_mss(m).map_err(|e| format!("flow '{name}': mss {m}: {e}"))
-                })
-                .transpose()?,
-            cc: self.cc.clone(),
-            pacing_rate: match (self.pacing, self.pacing_rate) {
-                (
-                    Some(
-                        Pacing::None
-                        | Pacing::App
-                        | Pacing::Gap
-                        | Pacing::GapCwnd
-                        | Pacing::GapCwndMinrtt,
-                    ),
-                    _,
-                ) => None,
-                (Some(Pacing::Kernel), None) => {
-                    return Err(format!(
-                        "flow '{name}': pacing = \"kernel\" needs a pacing_rate"
-                    ))
-                }
-                (_, rate) => rate.map(|r| r.0),
-            },
-            app_rate: match (self.pacing, self.pacing_rate) {
-                (Some(Pacing::App), None) => {
-                    return Err(format!(
-                        "flow '{name}': pacing = \"app\" needs a pacing_rate"
-                    ))
-                }
-                (Some(Pacing::App), rate) => rate.map(|r| r.0),
-                _ => None,
-            },
-            send_method: self.send_method.unwrap_or(defaults.send_method),
-            ecn: self.ecn.unwrap_or(defaults.ecn),
-        };
         let transacts = matches!(protocol, Engine::Rr | Engine::Crr);
         if !transacts
             && (self.request.is_some() || self.response.is_some() || self.request_writes.is_some())
@@ -942,82 +873,66 @@ impl FlowFile {
                 "flow '{name}': request, response and request_writes are for protocol = \"rr\" or \"crr\""
             ));
         }
-        let udp = match protocol {
-            Engine::Tcp | Engine::Rr | Engine::Crr | Engine::Probe => {
-                if self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some() {
-                    return Err(format!(
-                        "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
-                    ));
-                }
-                None
-            }
-            Engine::Udp => {
-                let size = self.datagram_size.map_or(DEFAULT_DATAGRAM, |b| b.0 as u32);
-                if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&size)
-                    || self
-                        .datagram_size
-                        .is_some_and(|b| b.0 > u64::from(MAX_DATAGRAM))
-                {
-                    return Err(format!(
-                        "flow '{name}': datagram_size must be {MIN_DATAGRAM}..={MAX_DATAGRAM} bytes"
-                    ));
-                }
-                Some(UdpParams {
-                    rate_bps: self
-                        .rate
-                        .ok_or_else(|| format!("flow '{name}': a UDP flow needs a rate"))?
-                        .0,
-                    datagram_size: size,
-                    burst: match self.burst {
-                        Some(0) => return Err(format!("flow '{name}': burst must be at least 1")),
-                        b => b.unwrap_or(1),
-                    },
-                    header: Default::default(),
-                })
-            }
-        };
+        if protocol != Engine::Udp
+            && (self.rate.is_some() || self.datagram_size.is_some() || self.burst.is_some())
+        {
+            return Err(format!(
+                "flow '{name}': rate, datagram_size and burst are for protocol = \"udp\""
+            ));
+        }
         let probe_interval = match protocol {
             Engine::Probe => self.probe.or(Some(Micros(DEFAULT_PROBE_INTERVAL_US))),
             Engine::Tcp | Engine::Udp | Engine::Rr | Engine::Crr => self.probe,
         };
-        let probe = match (probe_interval, self.probe_idle) {
-            (None, Some(_)) => return Err(format!("flow '{name}': probe_idle needs probe")),
-            (None, None) => None,
-            (Some(interval), idle) => {
-                let probe = ProbeParams {
-                    interval_us: interval.0,
-                    idle_us: idle.map_or(DEFAULT_PROBE_IDLE_US, |d| d.0),
-                };
-                crate::probe::check(&probe).map_err(|e| format!("flow '{name}': {e}"))?;
-                Some(probe)
-            }
+        if probe_interval.is_none() && self.probe_idle.is_some() {
+            return Err(format!("flow '{name}': probe_idle needs probe"));
+        }
+        let input = TestInput {
+            streams: match (protocol, self.streams) {
+                (Engine::Probe, _) => Streams::ProbesAlone,
+                (_, Some(n)) => Streams::Parallel(n),
+                (_, None) => Streams::Default,
+            },
+            end: Some(end),
+            mode: self.direction,
+            window: self.window.map(|b| b.0),
+            sndbuf: self.sndbuf.map(|b| b.0),
+            rcvbuf: self.rcvbuf.map(|b| b.0),
+            write_size: self.write_size.map(|b| b.0),
+            read_size: self.read_size.map(|b| b.0),
+            nodelay: self.nodelay,
+            mss: self.mss.map(|b| b.0),
+            cc: self.cc.clone(),
+            pacing_rate: self.kernel_pacing_rate(&name)?,
+            app_rate: self.app_rate(&name)?,
+            send_method: self.send_method,
+            ecn: self.ecn,
+            sample_interval_us: Some(sample_interval_us),
+            report_interval_us: Some(report_interval_us),
+            udp: match protocol {
+                Engine::Udp => Some(UdpInput {
+                    rate_bps: self
+                        .rate
+                        .ok_or_else(|| format!("flow '{name}': a UDP flow needs a rate"))?
+                        .0,
+                    datagram_size: self.datagram_size.map(|b| b.0),
+                    burst: self.burst,
+                }),
+                Engine::Tcp | Engine::Rr | Engine::Crr | Engine::Probe => None,
+            },
+            probe: probe_interval.map(|interval| ProbeInput {
+                interval_us: interval.0,
+                idle_us: self.probe_idle.map(|d| d.0),
+            }),
+            transactions: transacts.then_some(TransactionInput {
+                request: self.request.map(|b| b.0),
+                response: self.response.map(|b| b.0),
+                request_writes: self.request_writes,
+                new_connection: protocol == Engine::Crr,
+            }),
         };
-        let transactions = match protocol {
-            Engine::Rr | Engine::Crr => {
-                let request = u32_size("request", self.request, 1)?;
-                Some(TransactionParams {
-                    request_size: request,
-                    response_size: u32_size("response", self.response, request)?,
-                    request_writes: self.request_writes.unwrap_or(1),
-                    new_connection: protocol == Engine::Crr,
-                })
-            }
-            Engine::Tcp | Engine::Udp | Engine::Probe => None,
-        };
-        let params = TestParams {
-            streams,
-            end,
-            mode: self.direction.unwrap_or(Mode::Up),
-            tuning,
-            sample_interval_us,
-            report_interval_us,
-            udp,
-            probe,
-            transactions,
-        };
-        crate::transaction::check(&params)
-            .and_then(|()| crate::probe::check_alone(&params))
-            .map_err(|e| format!("flow '{name}': {e}"))?;
+        let params =
+            test_builder::build(&input, Source::Key).map_err(|e| format!("flow '{name}': {e}"))?;
         Ok(FlowConfig {
             name,
             client,
@@ -1025,6 +940,37 @@ impl FlowFile {
             params,
             command: None,
         })
+    }
+
+    /// SO_MAX_PACING_RATE: `pacing_rate` with `pacing = "kernel"` or no `pacing`.
+    fn kernel_pacing_rate(&self, name: &str) -> Result<Option<u64>, String> {
+        match (self.pacing, self.pacing_rate) {
+            (Some(Pacing::Kernel), None) => Err(format!(
+                "flow '{name}': pacing = \"kernel\" needs a pacing_rate"
+            )),
+            (None | Some(Pacing::Kernel), rate) => Ok(rate.map(|r| r.0)),
+            (
+                Some(
+                    Pacing::None
+                    | Pacing::App
+                    | Pacing::Gap
+                    | Pacing::GapCwnd
+                    | Pacing::GapCwndMinrtt,
+                ),
+                _,
+            ) => Ok(None),
+        }
+    }
+
+    /// The application's own pacing: `pacing_rate` with `pacing = "app"`.
+    fn app_rate(&self, name: &str) -> Result<Option<u64>, String> {
+        match (self.pacing, self.pacing_rate) {
+            (Some(Pacing::App), None) => Err(format!(
+                "flow '{name}': pacing = \"app\" needs a pacing_rate"
+            )),
+            (Some(Pacing::App), Some(rate)) => Ok(Some(rate.0)),
+            _ => Ok(None),
+        }
     }
 }
 

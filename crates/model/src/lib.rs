@@ -8,5 +8,6 @@ pub mod probe;
 pub mod ranges;
 pub mod sockdiag;
 pub mod sockfilter;
+pub mod test_builder;
 pub mod transaction;
 pub mod udp;

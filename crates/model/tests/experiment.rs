@@ -248,14 +248,6 @@ fn udp_flows_take_a_rate_a_size_and_a_burst() {
     for (text, needle) in [
         ("[[flow]]\nprotocol = \"udp\"\n", "needs a rate"),
         ("[[flow]]\nrate = \"1mbit\"\n", "for protocol = \"udp\""),
-        (
-            "[[flow]]\nprotocol = \"udp\"\nrate = 1\ndatagram_size = 10\n",
-            "datagram_size",
-        ),
-        (
-            "[[flow]]\nprotocol = \"udp\"\nrate = 1\nburst = 0\n",
-            "burst",
-        ),
     ] {
         let e = err(text);
         assert!(e.message.contains(needle), "{text:?}: {e}");
@@ -303,18 +295,9 @@ fn request_response_flows_take_sizes_and_writes() {
             "[[flow]]\nrequest = 100\n",
             "for protocol = \"rr\" or \"crr\"",
         ),
-        ("[[flow]]\nprotocol = \"crr\"\nstreams = 2\n", "TCP_CRR"),
-        (
-            "[[flow]]\nprotocol = \"rr\"\nrequest = 10\nrequest_writes = 11\n",
-            "11 writes",
-        ),
         (
             "[[flow]]\nprotocol = \"rr\"\ndirection = \"down\"\n",
             "-R and --bidir",
-        ),
-        (
-            "[[flow]]\nprotocol = \"rr\"\nresponse = 0\n",
-            "response must be above 0",
         ),
     ] {
         let e = err(text);
@@ -346,10 +329,6 @@ fn a_probe_flow_is_probes_alone() {
         (
             "[[flow]]\nprotocol = \"probe\"\nstreams = 2\n",
             "no streams",
-        ),
-        (
-            "[[flow]]\nprotocol = \"probe\"\nbytes = \"1M\"\n",
-            "a duration",
         ),
         (
             "[[flow]]\nprotocol = \"probe\"\nrate = \"1mbit\"\n",
@@ -508,17 +487,8 @@ fn a_flow_takes_probes_beside_it() {
             idle_us: 2_000_000
         })
     );
-    for (text, needle) in [
-        ("[[flow]]\nprobe_idle = \"1s\"\n", "probe_idle needs probe"),
-        ("[[flow]]\nprobe = \"100us\"\n", "probe interval 100 µs"),
-        (
-            "[[flow]]\nprobe = \"1ms\"\nprobe_idle = \"1m\"\n",
-            "idle probing",
-        ),
-    ] {
-        let e = err(text);
-        assert!(e.message.contains(needle), "{text:?}: {e}");
-    }
+    let e = err("[[flow]]\nprobe_idle = \"1s\"\n");
+    assert!(e.message.contains("probe_idle needs probe"), "{e}");
 }
 
 #[test]
@@ -565,7 +535,6 @@ fn run_level_mistakes_are_named() {
             "warmup 2.00 s is not shorter",
         ),
         ("[[flow]]\nclient = 2\n", "client 2 does not exist"),
-        ("[[flow]]\nstreams = 0\n", "streams 0"),
         (
             "duration = \"2s\"\n[[flow]]\nstart = \"3s\"\n",
             "start 3.00 s is not before",

@@ -84,8 +84,8 @@ impl ServerLimits {
     }
 }
 
-/// Smallest sampling interval a client may ask for: finer would only burn the server's CPU.
-pub const MIN_SAMPLE_INTERVAL_US: u64 = 100;
+/// Smallest sampling interval a client may ask for, as its own front-ends check it.
+pub use tcplab_model::test_builder::MIN_SAMPLE_INTERVAL_US;
 
 /// Checks a test request against the limits, before any resource is spent on it.
 pub fn check_request(params: &TestParams, limits: &ServerLimits) -> Result<(), String> {

@@ -18,7 +18,7 @@ use crate::throughput::{self, Counted};
 use crate::tseq::RetransmitCauses;
 use tcplab_netsim::dumbbell::{Dumbbell, LinkRole};
 use tcplab_netsim::link::DropReason;
-use tcplab_netsim::path::{self, Bottleneck, Pace, PathSpec};
+use tcplab_netsim::path::{self, Bottleneck, LinkSpec, Pace, PathSpec};
 use tcplab_record as record;
 use tcplab_record::capture::CapturePoint;
 use tcplab_record::events::EventRecord;
@@ -430,9 +430,26 @@ fn path_facts(
     let client = flows_client(&lab, tcp);
     let base_rtt_us = lab.client_rtt_us(client);
     let dir = direction;
-    let bottleneck_bps = match spec.link(dir).bottleneck {
+    // Each setting of the data's way, destructured whole: a new one does not compile
+    // until explain says what it makes of it.
+    let LinkSpec {
+        delay_us: _, // in the base RTT, through the lab's dumbbell
+        // Losses the flows measured, never the configured ones: retransmissions and
+        // the estimates read them from tcp_info.
+        jitter: _,
+        loss: _,
+        duplicate: _,
+        corrupt: _,
+        reorder: _,
+        bottleneck,
+        queue: _,      // through the lab's queue limit, which sizes a queue in BDP
+        aqm: _,        // the aqm finding reads the link's counters
+        pace: _,       // the pacing bound (`pacing_cap`)
+        txqueuelen: _, // the host_queue finding reads the hosts' queues
+    } = spec.link(dir);
+    let bottleneck_bps = match *bottleneck {
         Bottleneck::Rate { bps, .. } => Some(bps),
-        _ => None,
+        Bottleneck::Trace { .. } | Bottleneck::Unlimited => None,
     };
     let queue_bytes = lab.queue_limit(LinkRole::Bottleneck, dir).map(|l| match l {
         path::Limit::Bytes(b) => b,
@@ -448,7 +465,7 @@ fn path_facts(
             .any(|a| a.rtt_us() > 0)
             .then_some(client as u32 + 1),
         bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
-        queue_bytes: queue_bytes.filter(|_| spec.link(dir).bottleneck != Bottleneck::Unlimited),
+        queue_bytes: queue_bytes.filter(|_| *bottleneck != Bottleneck::Unlimited),
     }
 }
 

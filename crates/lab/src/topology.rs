@@ -607,6 +607,7 @@ impl Lab {
             ));
         }
         let path = &config.path;
+        netem::check_path(path)?;
         let rtt_us = config.dumbbell().bdp_rtt_us(LinkRole::Bottleneck);
         let options = |dir| -> Result<_, LabError> {
             let mut options = netem::netem_options(path.link(dir), rtt_us, path.mtu)?;

@@ -1,50 +1,9 @@
 //! The path spec: what the two links between client and server do, in one line.
 //!
-//! ```text
-//! spec      := clause*                       (clauses separated by spaces, any order)
-//! clause    := [dir "."] key value
-//! dir       := "up" | "down"                 (up = client → server; no prefix = both)
-//!
-//! key value:
-//!   delay D                                  one-way propagation delay
-//!   rtt D                                    D/2 each way (an odd µs goes to up); no prefix,
-//!                                            and no `delay` on a direction rtt already sets
-//!   jitter D [dist uniform|normal|pareto|paretonormal] [reorder|noreorder]
-//!                                            delay varies by D (normal: σ = D); default
-//!                                            `dist normal noreorder`: a packet is never
-//!                                            delivered before an earlier one
-//!   loss P                                   random loss (also `loss random P`)
-//!   loss gemodel p [r [1-h [1-k]]]           Gilbert–Elliott as netem: p good→bad, r bad→good
-//!                                            (default 1-p), 1-h loss when bad (default 100%),
-//!                                            1-k loss when good (default 0%)
-//!   duplicate P                              P of packets arrive twice
-//!   corrupt P                                P of packets arrive with a flipped bit
-//!   reorder P [CORR] [gap N]                 as netem: P of packets (after N-1 delayed ones,
-//!                                            default N = 1) skip the delay; needs a delay
-//!   rate R [overhead BYTES]                  bottleneck rate; BYTES added to every packet
-//!   pace R | pace cwnd                       a gap pacer (PSPacer) where the path enters the
-//!                                            bottleneck: packets leave it spaced as at rate
-//!                                            R, none dropped; `cwnd`: R follows the sending
-//!                                            flows' cwnd × MSS / RTT (PSPacer's dynamic mode)
-//!   trace FILE                               mahimahi trace instead of a rate (no spaces in
-//!                                            FILE); a direction has a rate or a trace
-//!   queue N                                  bottleneck buffer, default 1000p:
-//!                                              100 or 100p   packets (a bare number)
-//!                                              64KiB, 1500B  bytes (any size with a unit)
-//!                                              1bdp, 0.5bdp  times rate × path RTT (needs rate)
-//!   aqm droptail | aqm codel [target D] [interval D] [ecn]
-//!   aqm fq_codel [target D] [interval D] [quantum BYTES] [flows N] [noecn]
-//!   aqm pie [target D] [tupdate D] [alpha N] [beta N] [ecn]
-//!                                            CoDel defaults: target 5ms, interval 100ms
-//!   mtu BYTES                                whole path only, default 1500
-//!   seed N                                   whole path only: pins the randomness of
-//!                                            every link of the lab (default: each lab
-//!                                            draws its own and prints it back)
-//!
-//! D: 250us, 10ms, 1.5s, always with a unit (at most 1h; an rtt 2h)
-//! R: 100mbit, 1gbit, 500kbit (`Bps` spellings are bytes/s)
-//! P: 1%, 0.25%   BYTES: 1500, 64K, 1MiB, 64kB
-//! ```
+//! The grammar is written once, in the parser's own key table (`Key::usage`):
+//! [`grammar`] prints it, as `tcplab path-spec` does and docs/paths.md shows (a test
+//! holds the two equal). In short: `[up.|down.]key value`, clauses in any order,
+//! e.g. `rtt 20ms rate 100mbit queue 1bdp up.loss 1%`.
 //!
 //! A direction-prefixed key overrides the same key without prefix (`rate 100mbit
 //! down.rate 10mbit`); the same key twice in one scope is an error, whatever the order.
@@ -1648,27 +1607,39 @@ impl PathSpec {
                 }
             }
         }
-        // Each per-direction field as (key, value) when not the default.
-        type Field = fn(&LinkSpec) -> Option<(Key, String)>;
-        let fields: [Field; 10] = [
-            |l| l.jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
-            |l| fmt_loss(&l.loss).map(|v| (Key::Loss, v)),
-            |l| (!l.duplicate.is_zero()).then(|| (Key::Duplicate, l.duplicate.to_string())),
-            |l| (!l.corrupt.is_zero()).then(|| (Key::Corrupt, l.corrupt.to_string())),
-            |l| l.reorder.as_ref().map(|r| (Key::Reorder, fmt_reorder(r))),
-            |l| fmt_bottleneck(&l.bottleneck),
-            |l| (l.queue != QueueLimit::default()).then(|| (Key::Queue, l.queue.to_string())),
-            |l| fmt_aqm(&l.aqm).map(|v| (Key::Aqm, v)),
-            |l| {
-                l.pace.map(|p| match p {
+        // Each per-direction setting as (key, value) when not the default. Destructured
+        // whole: a new setting does not compile until it says how it prints.
+        let settings = |l: &LinkSpec| -> [Option<(Key, String)>; 10] {
+            let LinkSpec {
+                delay_us: _, // printed above, as rtt or per direction
+                jitter,
+                loss,
+                duplicate,
+                corrupt,
+                reorder,
+                bottleneck,
+                queue,
+                aqm,
+                pace,
+                txqueuelen,
+            } = l;
+            [
+                jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
+                fmt_loss(loss).map(|v| (Key::Loss, v)),
+                (!duplicate.is_zero()).then(|| (Key::Duplicate, duplicate.to_string())),
+                (!corrupt.is_zero()).then(|| (Key::Corrupt, corrupt.to_string())),
+                reorder.as_ref().map(|r| (Key::Reorder, fmt_reorder(r))),
+                fmt_bottleneck(bottleneck),
+                (*queue != QueueLimit::default()).then(|| (Key::Queue, queue.to_string())),
+                fmt_aqm(aqm).map(|v| (Key::Aqm, v)),
+                pace.map(|p| match p {
                     Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
                     Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
-                })
-            },
-            |l| l.txqueuelen.map(|n| (Key::TxQueueLen, n.to_string())),
-        ];
-        for field in fields {
-            let (u, d) = (field(up), field(down));
+                }),
+                txqueuelen.map(|n| (Key::TxQueueLen, n.to_string())),
+            ]
+        };
+        for (u, d) in settings(up).into_iter().zip(settings(down)) {
             if u == d {
                 if let Some((key, value)) = u {
                     items.push(Item {

@@ -332,7 +332,23 @@ impl<P> Link<P> {
         seed: u64,
         trace: Option<Trace>,
     ) -> Result<Self, LinkError> {
-        let server = match (&spec.bottleneck, trace) {
+        // Destructured whole: a new setting does not compile until the link decides.
+        let LinkSpec {
+            delay_us,
+            jitter,
+            loss,
+            duplicate,
+            corrupt,
+            reorder,
+            bottleneck,
+            queue: _, // through `spec.queue_limit`, which sizes a queue in BDP
+            aqm,
+            // The gap pacer is a hop of its own before the bottleneck (the lab's).
+            pace: _,
+            // The sending hosts' interface queue: the lab sets their device's.
+            txqueuelen: _,
+        } = spec;
+        let server = match (bottleneck, trace) {
             (Bottleneck::Trace { path }, None) => {
                 return Err(LinkError::MissingTrace { path: path.clone() })
             }
@@ -351,7 +367,7 @@ impl<P> Link<P> {
         let limit = spec
             .queue_limit(path_rtt_us)
             .ok_or(LinkError::BdpWithoutRate)?;
-        let loss = match spec.loss {
+        let loss = match *loss {
             Loss::None => LossState::None,
             Loss::Random(p) => LossState::Random(p.ppb()),
             Loss::GilbertElliott {
@@ -368,7 +384,7 @@ impl<P> Link<P> {
             },
         };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let reorder = spec.reorder.map(|r| ReorderState {
+        let reorder_state = reorder.map(|r| ReorderState {
             prob: r.prob.as_f64(),
             correlation: r.correlation.as_f64(),
             gap: r.gap.max(1),
@@ -376,20 +392,20 @@ impl<P> Link<P> {
             last: rng.random(),
         });
         Ok(Link {
-            delay_ns: spec.delay_us * NS_PER_US,
-            jitter: spec.jitter,
+            delay_ns: delay_us * NS_PER_US,
+            jitter: *jitter,
             loss,
-            duplicate: spec.duplicate.ppb(),
-            corrupt: spec.corrupt.ppb(),
-            reorder,
+            duplicate: duplicate.ppb(),
+            corrupt: corrupt.ppb(),
+            reorder: reorder_state,
             server,
             limit,
             mtu,
             rng,
             now: 0,
-            queue: Scheduler::new(&spec.aqm, mtu),
+            queue: Scheduler::new(aqm, mtu),
             in_service: None,
-            wire: Wire::new(spec.reorder.is_some() || spec.jitter.is_some_and(|j| j.reorder)),
+            wire: Wire::new(reorder.is_some() || jitter.is_some_and(|j| j.reorder)),
             dropped: VecDeque::new(),
             next_seq: 0,
             max_delivered: None,

@@ -545,6 +545,7 @@ pages! {
     development: "docs/development.md",
     experiments: "docs/experiments.md",
     explain: "docs/explain.md",
+    internals: "docs/internals.md",
     iperf3: "docs/iperf3.md",
     json: "docs/json.md",
     paths: "docs/paths.md",

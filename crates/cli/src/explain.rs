@@ -13,7 +13,7 @@ use tcplab_model::tseq::run_retransmit_causes;
 use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
-use crate::commands::open_existing_store;
+use crate::shared::open_existing_store;
 use crate::stdio::Stdout;
 
 /// `explain`, citing the run's capture where it has one that can still be read and it

@@ -19,7 +19,6 @@ use serde_json::json;
 use tcplab_experiment::programs::{under_init, Recorder, Server, LISTEN_TIMEOUT};
 use tcplab_experiment::watch::{WatchLabels, Watched};
 use tcplab_lab::far::FarHost;
-use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::events::{self, ConnectionPorts};
@@ -34,7 +33,7 @@ use tcplab_sys::trace::{Trace, TraceError};
 use tcplab_sys::{netns, poll, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
-use crate::commands::{interrupt_flag, lab_lines, open_store};
+use crate::shared::{interrupt_flag, lab_lines, open_store, priority_note};
 use crate::stdio::{errln, outln, Stdout};
 
 /// How long `show` and `down` wait for a daemon's answer.
@@ -153,13 +152,6 @@ fn ended_line(p: &netns::Ended, place: &str) -> String {
         "ended process {} ({}) left in leftover {place}",
         p.pid, p.command
     )
-}
-
-/// The one line that says the emulator cannot have real-time priority here, if so.
-pub fn priority_note() -> Option<String> {
-    (!pipeline::realtime_allowed()).then(|| {
-        "note: the emulator runs at normal priority (real-time priority needs root or CAP_SYS_NICE), so load on this machine shows as lateness".to_owned()
-    })
 }
 
 /// `lab exec NAME HOST -- CMD…`: becomes the command, inside the host. Runs before any

@@ -22,6 +22,7 @@ use tcplab_traffic::server::{self, Access, ServerConfig};
 use crate::args::{
     ExportArgs, ImportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs,
 };
+use crate::shared::{interrupt_flag, lab_lines, open_existing_store, open_store};
 use crate::stdio::{errln, out, outln, Stdout};
 use crate::{lab, output};
 
@@ -187,36 +188,6 @@ fn describe_lab(lab: &Lab) {
     }
 }
 
-/// The lab's opening lines: its path (with the seed its links draw from), how a queue
-/// in BDP was sized, and each client's way to the server.
-pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
-    let mut lines = vec![format!("lab {}: path \"{}\"", lab.name(), lab.entry.path)];
-    lines.extend(lab.entry.bdp_lines().iter().map(|l| format!("  {l}")));
-    for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {
-        let access = entry
-            .access
-            .as_deref()
-            .map(|a| format!(" via \"{a}\""))
-            .unwrap_or_default();
-        lines.push(format!(
-            "  client {} ({}){access} → server {} ({})",
-            host.addr,
-            host.ns.name(),
-            lab.server.addr,
-            lab.server.ns.name()
-        ));
-    }
-    lines.push(format!("  {}", lab.entry.floor_line()));
-    if let Some((file, at)) = lab.capture() {
-        lines.push(format!(
-            "  capturing both directions {}, with each packet's fate, into {file}",
-            at.place()
-        ));
-    }
-    lines.extend(lab::priority_note().map(|note| format!("  {note}")));
-    lines
-}
-
 /// Prints intervals as they arrive, under a header printed once.
 fn live_lines() -> IntervalSink {
     let header_shown = AtomicBool::new(false);
@@ -344,41 +315,6 @@ fn exit_code(record: &RunRecord) -> ExitCode {
 
 fn open_output_store(out: &OutputArgs) -> Result<Option<Store>> {
     out.store.db.as_deref().map(open_store).transpose()
-}
-
-/// Opens a database the command only reads, which must exist, without writing to it:
-/// a file this user may not write reads all the same.
-pub(crate) fn open_existing_store(path: &Path) -> Result<Store> {
-    if !path.exists() {
-        bail!("no database at {}", path.display());
-    }
-    Ok(Store::open_to_read(path)?)
-}
-
-/// Opens (or creates) a database to write, refusing one that cannot be written. The
-/// store's errors name the file.
-pub(crate) fn open_store(path: &Path) -> Result<Store> {
-    Ok(Store::open(path)?)
-}
-
-/// The flag Ctrl-C (or SIGTERM) sets: tests end early, and what was measured is still
-/// reported, stored and cleaned up after.
-pub fn interrupt_flag() -> Arc<AtomicBool> {
-    static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    extern "C" fn on_signal(_: libc::c_int) {
-        if let Some(stop) = STOP.get() {
-            stop.store(true, Ordering::Relaxed);
-        }
-    }
-    Arc::clone(STOP.get_or_init(|| {
-        let handler: extern "C" fn(libc::c_int) = on_signal;
-        // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
-        unsafe {
-            libc::signal(libc::SIGINT, handler as libc::sighandler_t);
-            libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
-        }
-        Arc::new(AtomicBool::new(false))
-    }))
 }
 
 pub fn list_runs(db: &Path) -> Result<ExitCode> {

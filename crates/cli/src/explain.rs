@@ -13,7 +13,7 @@ use tcplab_record::Limit;
 use tcplab_record::{BufferSize, Host, RunRecord, WatchedFlow};
 
 use crate::args::ExplainArgs;
-use crate::commands::open_existing_store;
+use crate::shared::open_existing_store;
 use crate::stdio::Stdout;
 
 /// `explain`, citing the run's capture where it has one that can still be read and it

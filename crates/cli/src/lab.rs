@@ -1,17 +1,17 @@
 //! `tcplab lab …`: labs that outlive the command that made them.
 //!
 //! `lab up` starts `tcplab lab daemon` as a detached process that builds the lab, runs
-//! its emulator and answers on a Unix socket (`show`, `down`) until told to stop or
-//! signalled. The registry (`tcplab_lab::registry`) remembers every lab with its
+//! its emulator and answers on a Unix socket (`show`, `down`; the protocol and the
+//! serving are `tcplab_lab::daemon`'s, this module parses and prints) until told to stop
+//! or signalled. The registry (`tcplab_lab::registry`) remembers every lab with its
 //! process, so `lab gc` can remove the namespaces of a daemon that died. `lab exec`
 //! runs a command in a host; without root it joins the daemon's user namespace first.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -19,27 +19,24 @@ use serde_json::json;
 use tcplab_analysis::events::{self, ConnectionPorts};
 use tcplab_experiment::programs::{under_init, Recorder, Server, LISTEN_TIMEOUT};
 use tcplab_experiment::watch::{WatchLabels, Watched};
+use tcplab_lab::daemon::{self, Startup, ANSWER_TIMEOUT};
 use tcplab_lab::far::FarHost;
-use tcplab_lab::pipeline;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Lab, LabConfig};
 use tcplab_model::sockdiag::{Extensions, Families, StateSet};
 use tcplab_netsim::path::{Pace, PathSpec};
 use tcplab_record::tcp_state::TcpState;
 use tcplab_record::units::{count, format_duration_us};
-use tcplab_record::{DirectionStats, ShellCommands};
+use tcplab_record::ShellCommands;
 use tcplab_report::table::{aligned, Align};
 use tcplab_store::NotStored;
 use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::trace::{Trace, TraceError};
-use tcplab_sys::{netns, poll, reaper};
+use tcplab_sys::{netns, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
-use crate::commands::{interrupt_flag, lab_lines, open_store};
+use crate::shared::{interrupt_flag, lab_lines, open_store, priority_note};
 use crate::stdio::{errln, outln, Stdout};
-
-/// How long `show` and `down` wait for a daemon's answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The lab `PathArgs` ask for, or `None` without `--path`.
 pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
@@ -156,13 +153,6 @@ fn ended_line(p: &netns::Ended, place: &str) -> String {
     )
 }
 
-/// The one line that says the emulator cannot have real-time priority here, if so.
-pub fn priority_note() -> Option<String> {
-    (!pipeline::realtime_allowed()).then(|| {
-        "note: the emulator runs at normal priority (real-time priority needs root or CAP_SYS_NICE), so load on this machine shows as lateness".to_owned()
-    })
-}
-
 /// `lab exec NAME HOST -- CMD…`: becomes the command, inside the host. Runs before any
 /// thread exists (entering a namespace moves one thread only).
 fn exec(name: &str, host: &str, command: &[String]) -> Result<ExitCode> {
@@ -241,14 +231,16 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
         .context("starting the lab daemon")?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-    if line.trim() != "ready" {
-        let _ = child.wait();
-        bail!(
-            "{}",
-            line.trim()
-                .strip_prefix(ERROR_ANSWER)
-                .unwrap_or("the lab daemon exited without a word")
-        );
+    match Startup::decode(&line) {
+        Ok(Startup::Ready) => {}
+        Ok(Startup::Failed(why)) => {
+            let _ = child.wait();
+            bail!("{why}");
+        }
+        Err(e) => {
+            let _ = child.wait();
+            bail!(e);
+        }
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
@@ -292,31 +284,6 @@ fn print_entry(entry: &LabEntry) {
     outln!("  {}", entry.floor_line());
 }
 
-/// How a daemon says what went wrong: in the line it prints instead of "ready", or in
-/// its answer to a request.
-const ERROR_ANSWER: &str = "error: ";
-
-/// Sends one request to a lab's daemon and returns its answer.
-fn ask(name: &str, request: &str) -> Result<String> {
-    let mut stream = UnixStream::connect(registry::socket_path(name)?).with_context(|| {
-        match registry::get(name) {
-            Ok(Some(entry)) if !registry::pid_alive(entry.pid) => {
-                format!("lab {name} is a leftover of a dead process (run tcplab lab gc)")
-            }
-            Ok(Some(_)) => format!("lab {name} does not answer"),
-            _ => format!("no lab named {name} (see tcplab lab list)"),
-        }
-    })?;
-    stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
-    writeln!(stream, "{request}")?;
-    let mut answer = String::new();
-    BufReader::new(stream).read_line(&mut answer)?;
-    if let Some(error) = answer.strip_prefix(ERROR_ANSWER) {
-        bail!("lab {name}: {}", error.trim());
-    }
-    Ok(answer)
-}
-
 fn down(name: &str) -> Result<ExitCode> {
     registry::check_name(name).map_err(anyhow::Error::msg)?;
     match registry::get(name)? {
@@ -327,10 +294,7 @@ fn down(name: &str) -> Result<ExitCode> {
             outln!("lab {name} was a leftover of a dead process; removed");
         }
         Some(_) => {
-            let answer = ask(name, "down")?;
-            if answer.trim() != "ok" {
-                bail!("lab {name}: {}", answer.trim());
-            }
+            daemon::down(name)?;
             outln!("lab {name} down");
         }
         None => bail!("no lab named {name} (see tcplab lab list)"),
@@ -387,21 +351,13 @@ fn list(json: bool) -> Result<ExitCode> {
 
 fn show(name: &str, json: bool) -> Result<ExitCode> {
     registry::check_name(name).map_err(anyhow::Error::msg)?;
-    let answer = ask(name, "show")?;
-    let doc: serde_json::Value =
-        serde_json::from_str(&answer).context("reading the lab's answer")?;
+    let shown = daemon::show(name)?;
     if json {
-        outln!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!("{}", serde_json::to_string_pretty(&shown)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let entry: LabEntry = serde_json::from_value(doc["lab"].clone())?;
-    let direction = |d: &str| -> Result<DirectionStats> {
-        serde_json::from_value(doc[d].clone())
-            .with_context(|| format!("reading the lab's {d} counters"))
-    };
-    let (up, down) = (direction("up")?, direction("down")?);
-    print_entry(&entry);
-    for (dir, s) in [("up", &up), ("down", &down)] {
+    print_entry(&shown.lab);
+    for (dir, s) in [("up", &shown.up), ("down", &shown.down)] {
         for link in &s.links {
             let c = &link.counters;
             outln!(
@@ -694,23 +650,8 @@ fn shell_init(name: &str, owner: u32, lifeline: i32, command: &[String]) -> Resu
     Ok(ExitCode::from(end.code().clamp(0, 255) as u8))
 }
 
-/// The document `lab show --json` prints.
-fn show_document(lab: &Lab) -> Result<serde_json::Value> {
-    let stats = lab.stats()?;
-    let host = |h: &registry::HostEntry| json!({"ns": h.ns, "addr": h.addr, "addr6": h.addr6, "access": h.access});
-    Ok(json!({
-        "lab": lab.entry,
-        "path": lab.entry.path,
-        "server": host(&lab.entry.server),
-        "client": host(&lab.entry.clients[0]),
-        "clients": lab.entry.clients.iter().map(host).collect::<Vec<_>>(),
-        "up": stats.up,
-        "down": stats.down,
-    }))
-}
-
-/// Builds the lab and serves requests about it until `down` or a signal. Before
-/// "ready", errors go to stdout, where `lab up` reads them.
+/// Builds the lab and serves requests about it until `down` or a signal. Before it
+/// serves, says `ready` or why not on stdout, where `lab up` reads it.
 fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let stop = interrupt_flag();
     let started = config(args, name)
@@ -726,52 +667,12 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
     let (lab, listener) = match started {
         Ok(started) => started,
         Err(e) => {
-            outln!("{ERROR_ANSWER}{e:#}");
+            outln!("{}", Startup::Failed(format!("{e:#}")).encode());
             return Ok(ExitCode::FAILURE);
         }
     };
-    outln!("ready");
+    outln!("{}", Startup::Ready.encode());
     let _ = Stdout.flush();
-    listener.set_nonblocking(true)?;
-    while !stop.load(Ordering::Relaxed) && lab.is_running() {
-        let mut stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                poll::wait_for(&listener, libc::POLLIN, 100)?;
-                continue;
-            }
-            Err(_) => continue,
-        };
-        stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
-        let mut request = String::new();
-        if BufReader::new(&stream).read_line(&mut request).is_err() {
-            continue;
-        }
-        match request.trim() {
-            "show" => {
-                let _ = match show_document(&lab) {
-                    Ok(doc) => writeln!(stream, "{doc}"),
-                    Err(e) => writeln!(stream, "{ERROR_ANSWER}{e:#}"),
-                };
-            }
-            "down" => {
-                let result = lab.down();
-                let _ = match &result {
-                    Ok(_) => writeln!(stream, "ok"),
-                    Err(e) => writeln!(stream, "{e}"),
-                };
-                return Ok(if result.is_ok() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                });
-            }
-            other => {
-                let _ = writeln!(stream, "unknown request '{other}'");
-            }
-        }
-    }
-    lab.down()?;
+    daemon::serve(lab, &listener, &stop)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ mod lab;
 mod manual;
 mod output;
 mod report;
+mod shared;
 mod stdio;
 mod sweep;
 mod watch;

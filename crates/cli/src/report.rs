@@ -10,7 +10,7 @@ use tcplab_record::units::count;
 use tcplab_report::{find_chart, write_report, SequenceView, Target};
 
 use crate::args::{PlotArgs, ReportArgs};
-use crate::commands::open_existing_store;
+use crate::shared::open_existing_store;
 use crate::stdio::outln;
 
 pub fn report(args: ReportArgs) -> Result<ExitCode> {

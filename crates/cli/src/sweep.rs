@@ -19,7 +19,7 @@ use tcplab_report::results::{self, summarize, ExperimentRuns, ResultTable};
 use tcplab_store::{PlanStatus, Store};
 
 use crate::args::{CompareArgs, MergeArgs, ResultsArgs, SweepArgs};
-use crate::commands::{interrupt_flag, open_existing_store, open_store};
+use crate::shared::{interrupt_flag, open_existing_store, open_store};
 use crate::stdio::{errln, out, outln, Stdout};
 
 pub fn sweep(args: SweepArgs) -> Result<ExitCode> {

@@ -17,8 +17,8 @@ use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::userns::{self, Mode};
 
 use crate::args::WatchArgs;
-use crate::commands::{interrupt_flag, open_store};
 use crate::output;
+use crate::shared::{interrupt_flag, open_store};
 use crate::stdio::{errln, outln};
 
 pub fn watch(args: WatchArgs) -> Result<ExitCode> {

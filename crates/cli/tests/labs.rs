@@ -651,7 +651,11 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
         "--backend",
         "netem",
     ]);
-    one_line(&out, 1, "cannot emulate trace, up.pace: use the tcplab emulator");
+    one_line(
+        &out,
+        1,
+        "cannot emulate trace, up.pace: use the tcplab emulator",
+    );
     if tcplab_sys::netem::netem_available() {
         // A kernel with netem: the same spec comes up on a veth pair.
         let guard = LabGuard::up(&name, &["--path", "rtt 20ms", "--backend", "netem"]);

@@ -31,8 +31,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tcplab_sys::ffi::cvt;
 use tcplab_sys::localnet::Neighbourhood;
-use tcplab_sys::netns::{self, cvt};
+use tcplab_sys::netns;
 use tcplab_sys::nft;
 use tcplab_sys::poll;
 use tcplab_sys::relay;

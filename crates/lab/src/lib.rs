@@ -7,9 +7,11 @@
 //! link. Every lab is registered ([`registry`]) and every namespace marked with its
 //! process, so that `tcplab lab gc` can remove what a crashed process left behind.
 //! Without root, a lab lives in the process's own user namespace
-//! ([`tcplab_sys::userns`]).
+//! ([`tcplab_sys::userns`]). A lab that outlives its command is held by a daemon,
+//! which answers on the lab's socket ([`daemon`]).
 
 pub mod capture;
+pub mod daemon;
 pub mod far;
 pub mod pipeline;
 pub mod pool;

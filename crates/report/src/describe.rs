@@ -1,8 +1,19 @@
-//! Captions' words: what a test's flows were asked to do, in the units people type.
+//! Captions' words: what a test's flows were asked to do, in the units people type;
+//! each flow's name in legends.
 
 use tcplab_model::experiment::FlowConfig;
 use tcplab_record::units::{format_duration_us, format_rate, format_size};
-use tcplab_record::{Mode, TestEnd, TestParams, TransactionParams, Tuning};
+use tcplab_record::{FlowRecord, Mode, TestEnd, TestParams, TransactionParams, Tuning};
+
+use crate::watched;
+
+/// A flow's name in charts: "flow 0", or a watched connection's number, program and ends.
+pub fn flow_name(f: &FlowRecord) -> String {
+    match &f.watched {
+        Some(w) => watched::flow_name(f, w),
+        None => format!("flow {}", f.id),
+    }
+}
 
 /// "1 TCP stream up for 2.00 s, cubic, window 64 KiB, 128 KiB writes, Nagle on".
 pub fn params(p: &TestParams) -> String {

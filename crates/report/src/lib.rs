@@ -19,6 +19,8 @@ mod chart;
 mod describe;
 mod draw;
 pub mod experiments;
+#[cfg(test)]
+mod fixtures;
 mod html;
 mod layout;
 mod palette;

@@ -14,7 +14,7 @@ use tcplab_record::{
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
-use crate::describe;
+use crate::describe::{self, flow_name};
 use crate::palette::{Palette, ALL_FLOWS, TOTAL};
 use crate::rates::{self, Cell, Rates, Source};
 use crate::sequence;
@@ -359,14 +359,6 @@ fn context(id: i64, run: &RunRecord) -> String {
         describe::params(&run.params),
         kinds.join(", ")
     )
-}
-
-/// A flow's name in charts: "flow 0", or a watched connection's number, program and ends.
-pub fn flow_name(f: &FlowRecord) -> String {
-    match &f.watched {
-        Some(w) => watched::flow_name(f, w),
-        None => format!("flow {}", f.id),
-    }
 }
 
 /// The end of the run's last interval or sample, seconds since t0.

@@ -15,6 +15,7 @@ use tcplab_record::{FlowRecord, RunRecord};
 
 use crate::axes::Quantity;
 use crate::chart::{Body, Layer, Marks, Pt, Series, Shape, XAxis, YAxis};
+use crate::describe;
 use crate::palette::{self, Palette};
 
 /// Pixel columns and rows a graph is aggregated to: about the plot's size.
@@ -127,7 +128,7 @@ pub fn chart(
             .collect()
     };
     retransmitted.extend(bars(&by_column));
-    let flow_name = crate::runs::flow_name(flow);
+    let flow_name = describe::flow_name(flow);
     // Under the lines, the fates, then the sent segments; the retransmissions over all.
     let mut marks = Vec::new();
     fates.sort_by_key(|(f, _)| Fate::ALL.iter().position(|a| a == f));
@@ -311,7 +312,7 @@ mod tests {
 
     /// A run whose t0 is 1 s after the packets' epoch, and its flow up from port 40000.
     fn run_and_flow() -> (RunRecord, FlowRecord) {
-        let mut run = crate::tests::run(50.0, 1, false);
+        let mut run = crate::fixtures::run(50.0, 1, false);
         run.started_unix_us = 1_001_000;
         let flow = FlowRecord {
             client_addr: "10.77.1.1:40000".into(),

@@ -338,7 +338,7 @@ fn grouped(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::watched_run;
+    use crate::fixtures::watched_run;
 
     /// The first flow of a watched run, its socket living `life_us` and its peer, if
     /// any, `peer_us`.

@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use rusqlite::types::ValueRef;
 
+use crate::columns::sample_columns;
 use crate::error::{ParseNameError, Result, StoreError};
-use crate::schema::sample_columns;
 use crate::{sample_blocks, sqlite_err, Store};
 
 /// A table of the store.

@@ -8,11 +8,11 @@ use rusqlite::Transaction;
 use tcplab_record::tcpinfo::{BbrInfo, SkMemInfo, TcpInfo, SK_MEMINFO_WORDS};
 use tcplab_record::SampleRecord;
 
-use crate::error::Result;
-use crate::rows::RowReader;
-use crate::schema::{
+use crate::columns::{
     SAMPLE_BBR_COLUMNS, SAMPLE_KEY_COLUMNS, SAMPLE_SKMEM_COLUMNS, TCP_INFO_COLUMNS,
 };
+use crate::error::Result;
+use crate::rows::RowReader;
 use crate::{sample_blocks, sqlite_err};
 
 /// The `tcp_info` columns `samples` had when it was last written (version 9): a field

@@ -14,6 +14,7 @@
 //! Tables, columns and units are documented in `SCHEMA.md` next to this crate's
 //! `Cargo.toml`.
 
+mod columns;
 mod error;
 mod events;
 mod experiments;

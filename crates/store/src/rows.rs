@@ -13,8 +13,8 @@ use rusqlite::Row;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use serde::Serialize;
 
+use crate::columns::SqlInt;
 use crate::error::{Result, StoreError};
-use crate::schema::SqlInt;
 
 pub(crate) fn int<T: SqlInt>(v: T) -> Value {
     Value::Integer(v.to_sql())

@@ -29,8 +29,8 @@ use tcplab_record::{Host, SampleRecord};
 use rusqlite::types::ValueRef;
 use rusqlite::Transaction;
 
+use crate::columns::{SqlInt, TCP_INFO_COLUMNS};
 use crate::error::{Result, StoreError};
-use crate::schema::{SqlInt, TCP_INFO_COLUMNS};
 use crate::sqlite_err;
 
 /// The most samples one block holds: a long run is several blocks, so no BLOB nears
@@ -160,7 +160,7 @@ fn encode_fields(samples: &[SampleRecord], fields: usize) -> Vec<u8> {
     out.finish().expect("write to Vec")
 }
 
-/// A sample's values in the order of [`crate::schema::sample_columns`], as the
+/// A sample's values in the order of [`crate::columns::sample_columns`], as the
 /// exported `samples` table has them: NULL for an absent BBR or socket-memory group.
 pub(crate) fn values(run_id: i64, s: &SampleRecord, mut push: impl FnMut(ValueRef<'static>)) {
     push(ValueRef::Integer(run_id));
@@ -534,7 +534,7 @@ mod tests {
         let s = sample(2, Host::Server, 6);
         let mut row = Vec::new();
         values(9, &s, |v| row.push(v));
-        let names: Vec<&str> = crate::schema::sample_columns().collect();
+        let names: Vec<&str> = crate::columns::sample_columns().collect();
         assert_eq!(row.len(), names.len());
         let at = |name| row[names.iter().position(|n| *n == name).unwrap()];
         assert_eq!(at("run_id"), ValueRef::Integer(9));

@@ -517,7 +517,7 @@ fn old_database(path: &std::path::Path, version: usize, run: &RunRecord) {
         .unwrap();
     }
     // The samples as rows of the old table, in the columns it had.
-    let names: Vec<&str> = schema::sample_columns().collect();
+    let names: Vec<&str> = columns::sample_columns().collect();
     let have = columns_of("samples");
     let marks: Vec<String> = (1..=have.len()).map(|i| format!("?{i}")).collect();
     let mut insert = conn

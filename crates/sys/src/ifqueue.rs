@@ -18,7 +18,8 @@ use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcStats2};
 use netlink_packet_route::RouteNetlinkMessage;
 use tcplab_record::HostQueue;
 
-use crate::netns::{context, if_index, rtnl, set_link_attribute};
+use crate::ffi::context;
+use crate::netns::{if_index, rtnl, set_link_attribute};
 use crate::snmp;
 
 /// Sets link `ifname`'s transmit queue to `packets`.

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod ffi;
 pub mod ifqueue;
 pub mod localnet;
 pub mod netem;

@@ -17,8 +17,6 @@
 //! The link functions ([`link_up`], [`set_mtu`], [`add_address`], [`create_veth`],
 //! [`link_mtu`], [`wait_oper_up`]) act on the calling thread's namespace: call them inside `run`.
 
-use std::ffi::CString;
-use std::fmt::Display;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -47,6 +45,7 @@ use netlink_packet_route::route::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
+use crate::ffi::{context, cstring, cvt, invalid};
 use crate::userns::{self, Mode};
 
 /// Where `ip netns` keeps its namespaces, and tcplab as root.
@@ -1063,28 +1062,6 @@ fn check_name(name: &str) -> io::Result<()> {
         return Err(invalid(format!("invalid netns name {name:?}")));
     }
     Ok(())
-}
-
-pub(crate) fn cstring(bytes: &[u8]) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| invalid("path contains a NUL byte".to_owned()))
-}
-
-/// A libc return value: -1 is the thread's errno.
-pub fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
-
-/// Prefixes `e` with what was being done, keeping its kind.
-pub(crate) fn context(e: io::Error, what: impl Display) -> io::Error {
-    io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 #[cfg(test)]

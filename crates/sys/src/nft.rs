@@ -13,7 +13,8 @@ use std::net::Ipv4Addr;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use crate::netns::{context, if_index};
+use crate::ffi::context;
+use crate::netns::if_index;
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;

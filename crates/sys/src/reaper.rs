@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 
-use crate::netns::cvt;
+use crate::ffi::cvt;
 
 /// The owner's end of the pipe whose closing tells an init that its owner is gone:
 /// hold it as long as the init runs.
@@ -43,7 +43,7 @@ pub fn spawn_init(make: impl FnOnce(RawFd) -> Command) -> io::Result<(Child, Lif
     }
     // SAFETY: plain syscall; it changes where this thread's children are placed.
     cvt(unsafe { libc::unshare(libc::CLONE_NEWPID) })
-        .map_err(|e| crate::netns::context(e, "creating a pid namespace"))?;
+        .map_err(|e| crate::ffi::context(e, "creating a pid namespace"))?;
     let child = command.spawn()?;
     drop(read);
     Ok((child, Lifeline { _write: write }))

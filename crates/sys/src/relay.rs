@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::thread;
 
-use crate::netns::cvt;
+use crate::ffi::cvt;
 
 /// How much one splice moves at most.
 const CHUNK: usize = 1 << 16;

@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::netns::{cstring, cvt};
+use crate::ffi::{cstring, cvt};
 use crate::userns::{self, Mode};
 
 /// Where tracefs is, or is mounted when it is not.

@@ -20,7 +20,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::netns::{context, cstring, cvt};
+use crate::ffi::{context, cstring, cvt};
 
 /// How this process builds namespaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,13 +16,13 @@ use tcplab_sys::sysctl;
 use crate::auth::{self, PreSharedKey};
 use crate::engine::{self, End, FlowSocket, Flows, RateTarget};
 use crate::events::{self, TestTrace};
+use crate::flow::Renew;
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::probe::{self, Prober};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
 };
 use crate::setup;
-use crate::transact::Renew;
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 
@@ -228,7 +228,7 @@ fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
 pub(crate) fn answer(control: &mut impl Read) -> Result<Message, TrafficError> {
     match protocol::recv(control, protocol::MAX_MESSAGE) {
         Ok(message) => unless_refused(message),
-        Err(ProtocolError::Io(e)) if engine::timed_out(&e) => Err(TrafficError::Silent {
+        Err(ProtocolError::Io(e)) if crate::flow::timed_out(&e) => Err(TrafficError::Silent {
             waited_s: SERVER_SILENCE.as_secs(),
         }),
         Err(e) => Err(e.into()),

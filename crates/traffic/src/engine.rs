@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tcplab_analysis::limits;
 use tcplab_analysis::throughput;
-use tcplab_monitor::{App, Config, FlowStart, Monitor, Snapshot, Status, Watched, BOOK_EVERY_US};
+use tcplab_monitor::{Config, FlowStart, Monitor, Snapshot, Status, Watched, BOOK_EVERY_US};
 use tcplab_netsim::path::PaceRtt;
 use tcplab_record::tcpinfo::TcpInfo;
 use tcplab_record::{
@@ -31,8 +31,9 @@ use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
+use crate::flow::{timed_out, FlowResult, FlowShared, Moved, Renew};
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
-use crate::transact::{self, Renew};
+use crate::transact;
 
 /// How long the sender of a byte count waits, after its last write, for the receiver to
 /// acknowledge everything (a timed test's drain is bounded by
@@ -110,14 +111,18 @@ impl Flows {
     ) -> SideOutcome {
         match self {
             Flows::Tcp(flows) => run_side(params, flows, end, intervals, stop),
-            Flows::Udp(flows) => crate::udp::run_side(
-                params,
-                flows,
-                end.t0_us,
-                end.peer_offset_ns,
-                intervals,
-                stop,
-            ),
+            Flows::Udp(flows) => SideOutcome {
+                report: crate::udp::run_side(
+                    params,
+                    flows,
+                    end.t0_us,
+                    end.peer_offset_ns,
+                    intervals,
+                    stop,
+                ),
+                // UDP sockets have no tcp_info to sample.
+                samples: Vec::new(),
+            },
         }
     }
 }
@@ -127,40 +132,6 @@ pub struct SideOutcome {
     pub report: SideReport,
     /// Samples with `t_us` in this end's monotonic µs.
     pub samples: Vec<SampleRecord>,
-}
-
-/// Shared between a flow's thread and the monitor.
-pub(crate) struct FlowShared {
-    pub(crate) id: u32,
-    role: Role,
-    pub(crate) stream: TcpStream,
-    /// Taken at setup: a socket closed by its peer no longer knows them.
-    local_addr: String,
-    peer_addr: String,
-    /// Bytes written (sender) or read (receiver) so far.
-    pub(crate) bytes: AtomicU64,
-    /// A sender is still writing: after its last write it only waits for the
-    /// acknowledgements, which no limit describes.
-    pub(crate) writing: AtomicBool,
-    /// A sender is inside a write call (blocked on its buffer, or copying).
-    pub(crate) in_write: AtomicBool,
-    done: AtomicBool,
-    /// Set by a sender that the drain limit stopped, when its end resets such
-    /// connections: the monitor ends it, before its last interval is cut where it can.
-    reset: AtomicBool,
-    reset_cut_drains: bool,
-    pub(crate) renew: Option<Renew>,
-    /// How often the flow's thread samples its own socket, µs; 0: never (sampling off or
-    /// every [`BOOK_EVERY_US`] or longer, when the monitor reads every flow at each
-    /// tick anyway, or a pacer that follows the senders' window, which reads them all).
-    self_sample_every_us: i64,
-    /// A sender under BBR: its thread's samples carry BBR's model, which the monitor
-    /// keeps every [`tcplab_monitor::BBR_EVERY_US`].
-    bbr: bool,
-    /// When its socket was last sampled, by its thread or the monitor (monotonic µs).
-    last_sample_us: AtomicI64,
-    /// The samples its thread took, for the monitor to take in at its next wake-up.
-    self_samples: Mutex<Vec<(i64, Snapshot)>>,
 }
 
 /// Runs this end's flows from `t0_us` (this end's monotonic clock) to their end.
@@ -435,23 +406,6 @@ fn run_flow(
         error,
         transactions,
     }
-}
-
-/// What a flow's thread moved: bytes written (sender) or read (receiver), and a sender's
-/// bytes left unacknowledged when the drain limit ended its connection.
-pub(crate) struct Moved {
-    pub(crate) bytes: u64,
-    pub(crate) unacked: u64,
-}
-
-pub(crate) type FlowResult = Result<Moved, (u64, io::Error)>;
-
-/// A blocked read or write that SO_RCVTIMEO/SO_SNDTIMEO or a signal cut short.
-pub(crate) fn timed_out(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
 }
 
 /// Sends until the duration or byte budget is spent, then closes the write side and
@@ -787,64 +741,4 @@ fn monitor(
         thread::park_timeout(Duration::from_micros(wait as u64));
     }
     core.finish()
-}
-
-impl FlowShared {
-    fn status(&self) -> Status {
-        Status {
-            ended: self.done.load(Ordering::Acquire),
-            cut_drain: self.reset.load(Ordering::Acquire),
-        }
-    }
-
-    /// From the flow's own thread, between two of its writes or reads: samples its socket
-    /// if an interval has passed since its last sample, for the monitor to take in
-    /// (which books no time by it: [`tcplab_monitor::BOOK_EVERY_US`]).
-    fn sample_if_due(&self) {
-        if self.self_sample_every_us == 0 {
-            return;
-        }
-        let now = monotonic_us();
-        let last = self.last_sample_us.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < self.self_sample_every_us {
-            return;
-        }
-        // BBR's model always: the monitor keeps it when due, and never reads for it.
-        let Some(snapshot) = self.snapshot(self.bbr) else {
-            return;
-        };
-        self.last_sample_us.store(now, Ordering::Relaxed);
-        self.self_samples
-            .lock()
-            .expect("a flow thread panicked holding its samples")
-            .push((now, snapshot));
-    }
-
-    /// The samples its thread took since the last call, oldest first.
-    fn take_self_samples(&self) -> Vec<(i64, Snapshot)> {
-        std::mem::take(
-            &mut *self
-                .self_samples
-                .lock()
-                .expect("a flow thread panicked holding its samples"),
-        )
-    }
-
-    /// The socket and the flow thread now; `None` when tcp_info cannot be read.
-    fn snapshot(&self, with_bbr: bool) -> Option<Snapshot> {
-        let fd = self.stream.as_fd();
-        let info = sockopt::tcp_info(fd).ok()?;
-        Some(Snapshot {
-            info,
-            mem: sockopt::meminfo(fd).ok(),
-            bbr: with_bbr
-                .then(|| sockopt::bbr_info_of_bbr_socket(fd).ok().flatten())
-                .flatten(),
-            app: Some(App {
-                moved: self.bytes.load(Ordering::Relaxed),
-                writing: self.writing.load(Ordering::Acquire),
-                in_write: self.in_write.load(Ordering::Relaxed),
-            }),
-        })
-    }
 }

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod client;
 pub mod engine;
 pub mod events;
+pub mod flow;
 pub mod iperf3;
 pub mod limits;
 pub mod merge;

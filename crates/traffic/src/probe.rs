@@ -15,7 +15,7 @@ use tcplab_netsim::probe_datagram::{Probe, PROBE_LEN};
 use tcplab_sys::clock::{monotonic_ns, monotonic_us, realtime_minus_monotonic_ns, sleep_until_ns};
 use tcplab_sys::{sockopt, stamp};
 
-use crate::engine::timed_out;
+use crate::flow::timed_out;
 
 /// How long one read waits before it looks at the stop flag.
 const READ_TIMEOUT: Duration = Duration::from_millis(20);

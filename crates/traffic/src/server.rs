@@ -28,13 +28,13 @@ use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
 use crate::auth::{self, PreSharedKey};
 use crate::engine::{End, FlowSocket, Flows, RateTarget};
+use crate::flow::Renew;
 use crate::limits::{self, Admission, ServerLimits, Slot, Source};
 use crate::probe::{self, Echo};
 use crate::protocol::{
     self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
 };
 use crate::setup;
-use crate::transact::Renew;
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
 

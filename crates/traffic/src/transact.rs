@@ -12,7 +12,7 @@
 //! the anchor ends the server's accepting.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,25 +24,9 @@ use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::poll::wait_for;
 use tcplab_sys::sockopt;
 
-use crate::engine::{timed_out, FlowResult, FlowShared, Moved};
-use crate::protocol::{self, ConnKind, Role, COOKIE_LEN, DATA_INTRO_LEN};
+use crate::flow::{timed_out, FlowResult, FlowShared, Moved, Renew};
+use crate::protocol::{self, ConnKind, Role, DATA_INTRO_LEN};
 use crate::setup;
-
-/// Where a flow of a connection per transaction (TCP_CRR) gets each new connection.
-pub enum Renew {
-    /// The client connects to the test's data port.
-    Connect {
-        addr: SocketAddr,
-        cookie: [u8; COOKIE_LEN],
-    },
-    /// The server accepts on the test's data listener, from the client's address, the
-    /// connections that present the test's cookie and this flow's id.
-    Accept {
-        listener: TcpListener,
-        cookie: [u8; COOKIE_LEN],
-        client: IpAddr,
-    },
-}
 
 /// How long a connect may take: five SYNs, as the client's first data connections.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(16);

@@ -21,7 +21,6 @@ use tcplab_sys::clock::{self, monotonic_ns, monotonic_us, sleep_until_ns};
 use tcplab_sys::cpu::{self, CpuTime};
 use tcplab_sys::sockopt;
 
-use crate::engine::SideOutcome;
 use crate::protocol::{Role, SideFlow, SideInterval, SideReport};
 use crate::setup::untouched;
 
@@ -76,8 +75,9 @@ struct Shared {
     done: AtomicBool,
 }
 
-/// Runs this end's UDP flows from `t0_us` to their end. `offset_ns` is the peer's
-/// monotonic clock minus ours (0 when both share one clock).
+/// Runs this end's UDP flows from `t0_us` to their end: their report (UDP sockets have
+/// no tcp_info to sample). `offset_ns` is the peer's monotonic clock minus ours (0 when
+/// both share one clock).
 pub fn run_side(
     params: &TestParams,
     flows: Vec<UdpFlow>,
@@ -85,7 +85,7 @@ pub fn run_side(
     offset_ns: i64,
     intervals: Sender<Vec<SideInterval>>,
     stop: Arc<AtomicBool>,
-) -> SideOutcome {
+) -> SideReport {
     let udp = params.udp.expect("a UDP test has UDP parameters");
     let shared: Vec<Arc<Shared>> = flows
         .iter()
@@ -130,12 +130,9 @@ pub fn run_side(
         })
         .collect();
     let end_us = flows.iter().map(|f| f.end_us).max().unwrap_or(t0_us);
-    SideOutcome {
-        report: SideReport {
-            flows,
-            cpu: cpu::usage(cpu_spent, (end_us - t0_us).max(1) as u64),
-        },
-        samples: Vec::new(),
+    SideReport {
+        flows,
+        cpu: cpu::usage(cpu_spent, (end_us - t0_us).max(1) as u64),
     }
 }
 

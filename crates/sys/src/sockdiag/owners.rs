@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::netns::{context, cstring};
+use crate::ffi::{context, cstring};
 
 /// A process holding a socket.
 #[derive(Clone, Debug, PartialEq, Eq)]

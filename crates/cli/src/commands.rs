@@ -143,6 +143,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
             written.path.display(),
             count(written.charts, "chart")
         );
+        crate::report::say_unread_captures(&written);
     }
     Ok(code)
 }

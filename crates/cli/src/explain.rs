@@ -14,10 +14,11 @@ use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
 
 use crate::args::ExplainArgs;
 use crate::commands::open_existing_store;
-use crate::stdio::Stdout;
+use crate::stdio::{errln, Stdout};
 
-/// `explain`, citing the run's capture where it has one that can still be read and it
-/// saw what the senders sent (a capture at a receiving host lacks what was lost).
+/// `explain`, citing the run's capture where it has one and it saw what the senders
+/// sent (a capture at a receiving host lacks what was lost). A capture that cannot be
+/// read is said on stderr, and the run explained without it.
 pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
     let mut explanation = explain(run);
     let Some(at) = run.path.as_ref().map(|p| p.capture_at) else {
@@ -27,8 +28,15 @@ pub fn explain_with_evidence(run: &RunRecord) -> Explanation {
         .flows
         .iter()
         .all(|f| at.vantage(f.direction.into()) != Vantage::Receiver);
-    if let (true, Some(packets)) = (sees_the_senders, tcplab_report::run_capture(run)) {
-        explanation.cite_capture(run_retransmit_causes(&packets, run), at);
+    if !sees_the_senders {
+        return explanation;
+    }
+    match tcplab_report::run_capture(run) {
+        Ok(Some(packets)) => {
+            explanation.cite_capture(run_retransmit_causes(&packets, run), at);
+        }
+        Ok(None) => {}
+        Err(e) => errln!("tcplab explain: {e}: explained without it"),
     }
     explanation
 }

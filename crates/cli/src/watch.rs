@@ -19,7 +19,6 @@ use tcplab_sys::userns::{self, Mode};
 
 use crate::args::WatchArgs;
 use crate::commands::{interrupt_flag, open_store};
-use crate::output;
 use crate::stdio::{errln, outln};
 
 pub fn watch(args: WatchArgs) -> Result<ExitCode> {
@@ -238,7 +237,7 @@ impl Printer {
                 r.retransmits,
                 r.cwnd,
                 format_duration_us(u64::from(r.srtt_us)),
-                output::shares(&r.limits)
+                tcplab_report::describe::run::shares(&r.limits)
             );
         }
     }

@@ -512,13 +512,12 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
             other.iter().any(|f| f.id == id)
         })
         .unwrap_or(0.0);
-        let name = |d: Direction| format!("{d:?}").to_lowercase();
         explanation.findings.push(Finding {
             kind: FindingKind::OtherDirection,
             message: format!(
                 "the run is bidirectional: these figures are its {} flows'; its {} flows ({}) carried {} through their own bottleneck",
-                name(direction),
-                name(other[0].direction),
+                direction.name(),
+                other[0].direction.name(),
                 other.len(),
                 format_rate(back)
             ),

@@ -55,6 +55,14 @@ pub enum Host {
 }
 
 impl Direction {
+    /// "up" or "down", as the JSON and the text name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+
     pub fn sender(self) -> Host {
         match self {
             Direction::Up => Host::Client,

@@ -16,7 +16,7 @@
 
 mod axes;
 mod chart;
-mod describe;
+pub mod describe;
 mod draw;
 pub mod experiments;
 mod html;
@@ -37,7 +37,7 @@ use tcplab_model::capture::{read_pcapng, CaptureReadError, CapturedPacket};
 use tcplab_model::explain::binding_bound;
 use tcplab_model::record::RunRecord;
 use tcplab_model::stats::Metric;
-use tcplab_model::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_model::units::{count, format_duration_us};
 use tcplab_store::{Store, StoreError};
 
 pub use chart::{Body, Chart, Pt, Series};
@@ -459,31 +459,7 @@ fn run_section(
     unread_captures: &mut Vec<CaptureError>,
 ) -> Result<Section, ReportError> {
     let run = load_run(store, id)?;
-    let started =
-        std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
-    let started = humantime::format_rfc3339_seconds(started);
-    let s = &run.summary;
-    let mut text = vec![match &run.watch {
-        None => format!(
-            "{:?}, started {started} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
-            run.status,
-            run.target,
-            format_rate(s.received_bps),
-            s.window_seconds,
-            format_size(s.received_bytes),
-            s.retransmits,
-            format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
-        ),
-        Some(watch) => format!(
-            "{:?}, started {started} (UTC), watched by {} for {:.2} s: {}, {} received in all, retransmits {}.",
-            run.status,
-            watched::what(watch),
-            s.window_seconds,
-            count(run.flows.len(), "connection"),
-            format_size(s.received_bytes),
-            s.retransmits,
-        ),
-    }];
+    let mut text = vec![describe::run::in_a_sentence(&run)];
     if let Some(e) = &run.error {
         text.push(format!("Error: {e}"));
     }

@@ -1,4 +1,5 @@
-//! Text shown to a person: the live interval lines and the final summary.
+//! A run as `tcplab run` shows it: the live interval lines, the flows' setup, the
+//! final summary, and a line of `tcplab runs`.
 
 use tcplab_model::events::{EventRecord, TraceRecord};
 use tcplab_model::limits::ALL_LIMITS;
@@ -107,7 +108,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     )
 }
 
-pub(crate) fn shares(l: &LimitShares) -> String {
+pub fn shares(l: &LimitShares) -> String {
     let shares: Vec<String> = ALL_LIMITS
         .iter()
         .map(|&limit| format!("{:>3.0}%", l.get(limit) * 100.0))
@@ -141,7 +142,7 @@ pub fn flow_setup(run: &RunRecord) -> Vec<String> {
         lines.push(format!(
             "[{:>4}]  {:<5} {:<8} {:>5}  {:<36} {}",
             f.id,
-            format!("{:?}", f.direction).to_lowercase(),
+            f.direction.name(),
             cc,
             mss,
             buffer(&f.sndbuf, "wmem_max"),
@@ -481,24 +482,53 @@ fn drain(t: &Timed) -> String {
     }
 }
 
+/// The run in one sentence, as the report's page opens its section: how it ended, when,
+/// against what, and what it moved.
+pub fn in_a_sentence(run: &RunRecord) -> String {
+    let started = started_utc(run.started_unix_us);
+    let s = &run.summary;
+    match &run.watch {
+        None => format!(
+            "{:?}, started {started} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
+            run.status,
+            run.target,
+            format_rate(s.received_bps),
+            s.window_seconds,
+            format_size(s.received_bytes),
+            s.retransmits,
+            format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
+        ),
+        Some(watch) => format!(
+            "{:?}, started {started} (UTC), watched by {} for {:.2} s: {}, {} received in all, retransmits {}.",
+            run.status,
+            crate::watched::what(watch),
+            s.window_seconds,
+            count(run.flows.len(), "connection"),
+            format_size(s.received_bytes),
+            s.retransmits,
+        ),
+    }
+}
+
+/// When a run started, UTC to the second: "2026-11-28T00:47:47Z".
+fn started_utc(unix_us: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(unix_us.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 /// One line of `tcplab runs`.
 pub fn run_row(run: &tcplab_store::RunSummaryRow) -> String {
-    let started =
-        std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
     let rate = |bps: Option<f64>| bps.map_or_else(|| "-".to_string(), format_rate);
     format!(
         "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  {}{}",
         run.id,
-        humantime::format_rfc3339_seconds(started).to_string(),
+        started_utc(run.started_unix_us),
         run.status,
         format!("{:?}", run.mode).to_lowercase(),
         rate(run.sent_bps),
         rate(run.received_bps),
         run.target,
-        run.label
-            .as_deref()
-            .map(|l| format!(" ({l})"))
-            .unwrap_or_default(),
+        super::label(&run.label),
     )
 }
 

@@ -62,8 +62,17 @@ pub fn interval_lines(group: &[IntervalRecord]) -> Vec<String> {
     lines
 }
 
+/// `bytes` over `r`'s span, bit/s; 0 over none.
+pub fn interval_bps(r: &IntervalRecord, bytes: u64) -> f64 {
+    let seconds = r.end_us.saturating_sub(r.start_us) as f64 / 1e6;
+    if seconds > 0.0 {
+        bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
+    }
+}
+
 fn interval_line(tag: &str, r: &IntervalRecord) -> String {
-    let seconds = (r.end_us.saturating_sub(r.start_us)) as f64 / 1e6;
     // The receiver's count is what arrived; the sender's acked count is the same bytes
     // seen from the other end, used when the receiver's half is missing.
     let bytes = if r.received_bytes > 0 {
@@ -71,11 +80,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     } else {
         r.acked_bytes
     };
-    let bps = if seconds > 0.0 {
-        bytes as f64 * 8.0 / seconds
-    } else {
-        0.0
-    };
+    let bps = interval_bps(r, bytes);
     let drain = if r.drain {
         "   drain (after the deadline; in no rate)"
     } else {
@@ -108,7 +113,34 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     )
 }
 
-pub fn shares(l: &LimitShares) -> String {
+/// The columns over `tcplab watch`'s interval lines.
+pub fn watched_interval_header() -> String {
+    let names: Vec<&str> = ALL_LIMITS.iter().map(|l| l.name()).collect();
+    format!(
+        "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits {}",
+        names.join("/")
+    )
+}
+
+/// One interval of a connection `tcplab watch` follows: a socket not tcplab's both
+/// sends and receives, so the line has both.
+pub fn watched_interval_line(r: &IntervalRecord) -> String {
+    format!(
+        "[{:>4}] {:>6.2}-{:>6.2} s  sent {:>12}  received {:>12}  retr {:>4}  cwnd {:>5}  srtt {:>9}   {}",
+        r.flow,
+        r.start_us as f64 / 1e6,
+        r.end_us as f64 / 1e6,
+        format_rate(interval_bps(r, r.acked_bytes)),
+        format_rate(interval_bps(r, r.received_bytes)),
+        r.retransmits,
+        r.cwnd,
+        format_duration_us(u64::from(r.srtt_us)),
+        shares(&r.limits)
+    )
+}
+
+/// Each limit's share of an interval, in the order the header names them: "  0%  12%".
+fn shares(l: &LimitShares) -> String {
     let shares: Vec<String> = ALL_LIMITS
         .iter()
         .map(|&limit| format!("{:>3.0}%", l.get(limit) * 100.0))
@@ -578,4 +610,47 @@ fn capture_line(file: &str, path: &tcplab_model::record::PathRecord) -> String {
         );
     }
     line + ")"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(start_us: u64, end_us: u64) -> IntervalRecord {
+        IntervalRecord {
+            flow: 3,
+            index: 0,
+            start_us,
+            end_us,
+            acked_bytes: 1_000_000,
+            received_bytes: 250,
+            retransmits: 2,
+            cwnd: 10,
+            srtt_us: 1500,
+            limits: LimitShares {
+                cwnd: 0.25,
+                app: 0.75,
+                ..LimitShares::default()
+            },
+            udp: None,
+            drain: false,
+        }
+    }
+
+    /// A watched socket's interval: what it sent and received, each over the span, and
+    /// its limits in the header's order.
+    #[test]
+    fn a_watched_interval_has_both_rates_and_its_limits() {
+        let r = interval(500_000, 1_000_000);
+        assert_eq!(interval_bps(&r, r.acked_bytes), 16e6);
+        assert_eq!(interval_bps(&interval(7, 7), 1000), 0.0);
+        assert_eq!(
+            watched_interval_header(),
+            "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits rwnd/sndbuf/cwnd/pacing/app"
+        );
+        assert_eq!(
+            watched_interval_line(&r),
+            "[   3]   0.50-  1.00 s  sent  16.0 Mbit/s  received  4.00 kbit/s  retr    2  cwnd    10  srtt   1.50 ms     0%   0%  25%   0%  75%"
+        );
+    }
 }

@@ -263,11 +263,122 @@ pub struct Verdict {
 /// One thing a detector noticed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Finding {
-    /// buffer_below_bdp, buffer_capped, nagle_delayed_ack, queue_overflow, aqm, host_queue,
-    /// unfair_streams, receiver_limited, window_segments, application_limited, loss,
-    /// kernel_events, zero_window, retransmit_causes, other_direction.
-    pub kind: &'static str,
+    pub kind: FindingKind,
     pub message: String,
+}
+
+/// The one registry of finding kinds: each variant's stable name (the JSON's
+/// `findings[].kind`, the list in docs/explain.md) and what it means, so the enum, its
+/// names, [`FindingKind::ALL`] and the docs cannot disagree.
+macro_rules! finding_kinds {
+    ($($variant:ident => $name:literal: $meaning:literal,)+) => {
+        /// What a finding is about.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum FindingKind {
+            $($variant,)+
+        }
+
+        impl FindingKind {
+            /// Every kind, in the order the detectors look.
+            pub const ALL: &'static [FindingKind] = &[$(FindingKind::$variant,)+];
+
+            /// Its stable snake_case name, as the JSON and the docs spell it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(FindingKind::$variant => $name,)+
+                }
+            }
+
+            /// What a finding of this kind says, in one line.
+            pub fn meaning(self) -> &'static str {
+                match self {
+                    $(FindingKind::$variant => $meaning,)+
+                }
+            }
+        }
+    };
+}
+
+finding_kinds! {
+    EmulatorLate => "emulator_late":
+        "the emulator fell behind its path: its median packet was written 1 ms or more after it was due, in either direction",
+    Delay => "delay":
+        "the data packets' one-way delay across an emulator lab, and how much of it was the path's own, queueing and serialization",
+    MinRtt => "min_rtt":
+        "TCP's shortest round trip (tcpi_min_rtt) lies more than 3 % from the path's base RTT, and why",
+    KernelEvents => "kernel_events":
+        "the kernel's own account of the senders (`--trace-events`): cwnd cuts, fast recoveries, timeouts, ECN reductions, retransmission events",
+    ZeroWindow => "zero_window":
+        "the longest time the receiver advertised a zero window, from the kernel's events, with the advice to read faster",
+    BufferCapped => "buffer_capped":
+        "a buffer request was capped by `net.core.wmem_max` or `net.core.rmem_max`",
+    BufferBelowBdp => "buffer_below_bdp":
+        "a buffer asked for is below the path's BDP once Linux doubled it, with the size to ask for",
+    NagleDelayedAck => "nagle_delayed_ack":
+        "writes below the MSS with Nagle on and under half the smallest bound: each may wait for the receiver's delayed ACK",
+    Transactions => "transactions":
+        "a request/response run's transactions (`--rr`): their count, rate and median time in round trips",
+    NagleStall => "nagle_stall":
+        "requests split into writes with Nagle on took 10 ms or more beyond their round trips: the server's delayed ACK, with its arithmetic",
+    QueueOverflow => "queue_overflow":
+        "the bottleneck queue dropped packets, with the flows' trains against the queue (and pacing advised where the trains overflow it from half full)",
+    Aqm => "aqm":
+        "what an AQM at the bottleneck did: its early drops, CE marks and drops on overflow, and the delay its queue held against its target",
+    HostQueue => "host_queue":
+        "a sending host's interface queue (`txqueuelen`) overflowed: its device's drops, and the retransmissions the host held back",
+    UnfairStreams => "unfair_streams":
+        "parallel streams shared unevenly: Jain's index below 0.9",
+    ReceiverLimited => "receiver_limited":
+        "the receiver's window limited the senders 10 % of the time or more",
+    WindowSegments => "window_segments":
+        "a receive window the user set, in the whole segments it has room for, and when and why it changed",
+    ApplicationLimited => "application_limited":
+        "the application had nothing to send 10 % of the time or more",
+    Loss => "loss":
+        "a cwnd-limited run's retransmissions, with its recovery episodes and Mathis' estimate",
+    SlowStart => "slow_start":
+        "when the first sender left slow start, and how many times the senders left it",
+    OtherDirection => "other_direction":
+        "a bidirectional run: what the other direction's flows, left out of the figures, carried through their own bottleneck",
+    RetransmitCauses => "retransmit_causes":
+        "what the retransmissions in the run's capture (`--capture`) followed: the emulator's drops by why, and those no drop explains",
+}
+
+impl FindingKind {
+    /// The kind named `name`, as [`FindingKind::name`] spells it.
+    pub fn from_name(name: &str) -> Option<FindingKind> {
+        FindingKind::ALL.iter().copied().find(|k| k.name() == name)
+    }
+
+    /// The list of kinds docs/explain.md shows under its findings marker (a test holds
+    /// them equal): a line `- `name`: meaning` each.
+    pub fn docs_list() -> String {
+        FindingKind::ALL
+            .iter()
+            .map(|k| format!("- `{}`: {}\n", k.name(), k.meaning()))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Serialized as its name: stored and printed JSON keeps the strings it always had.
+impl Serialize for FindingKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FindingKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        FindingKind::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("no finding kind {name:?}")))
+    }
 }
 
 /// What one TCP flow's sender samples show in its steady state (medians, bytes).
@@ -400,13 +511,12 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
             other.iter().any(|f| f.id == id)
         })
         .unwrap_or(0.0);
-        let name = |d: Direction| format!("{d:?}").to_lowercase();
         explanation.findings.push(Finding {
-            kind: "other_direction",
+            kind: FindingKind::OtherDirection,
             message: format!(
                 "the run is bidirectional: these figures are its {} flows'; its {} flows ({}) carried {} through their own bottleneck",
-                name(direction),
-                name(other[0].direction),
+                direction.name(),
+                other[0].direction.name(),
                 other.len(),
                 format_rate(back)
             ),
@@ -1046,7 +1156,7 @@ impl Explanation {
                 message += &format!("; {n} {} {by}", follow(*n));
             }
             self.findings.push(Finding {
-                kind: "retransmit_causes",
+                kind: FindingKind::RetransmitCauses,
                 message: format!("{message} (the capture at the {})", at.name()),
             });
         }
@@ -1071,18 +1181,18 @@ fn detect(
         }
     };
     if let Some(message) = emulator_behind(run) {
-        find("emulator_late", message, None);
+        find(FindingKind::EmulatorLate, message, None);
     }
     if let Some(message) = own_delay(run, direction) {
-        find("delay", message, None);
+        find(FindingKind::Delay, message, None);
     }
     if let Some(message) = min_rtt_beside_base(run, tcp, direction, e.path.as_ref()) {
-        find("min_rtt", message, None);
+        find(FindingKind::MinRtt, message, None);
     }
     // The kernel's own account, where its events were taken.
     if let Some(k) = kernel {
         find(
-            "kernel_events",
+            FindingKind::KernelEvents,
             format!(
                 "the kernel's events: cwnd cut {} ({}, {}, {}), {}",
                 count(k.cwnd_cuts(), "time"),
@@ -1095,7 +1205,7 @@ fn detect(
         );
         if let Some(z) = k.longest_zero_window.filter(|z| z.lasted_us > 0) {
             find(
-                "zero_window",
+                FindingKind::ZeroWindow,
                 format!(
                     "the send window stalled for {} at {} while the receiver advertised 0 (flow {}, the kernel's tcp_probe events)",
                     format_duration_us(z.lasted_us as u64),
@@ -1118,7 +1228,7 @@ fn detect(
                 "rmem_max"
             };
             find(
-                "buffer_capped",
+                FindingKind::BufferCapped,
                 format!(
                     "the {name} buffer request was capped by net.core.{sysctl} at {}",
                     format_size(cap)
@@ -1133,7 +1243,7 @@ fn detect(
         };
         if buffer.effective < bdp {
             find(
-                "buffer_below_bdp",
+                FindingKind::BufferBelowBdp,
                 format!(
                     "the {name} buffer is below the path's BDP: requested {} became {} effective (Linux doubles a request to cover its bookkeeping); the BDP is {}",
                     format_size(requested),
@@ -1158,7 +1268,7 @@ fn detect(
         let stalled = smallest_bound.is_some_and(|b| e.measured_bps < 0.5 * b);
         if stalled {
             find(
-                "nagle_delayed_ack",
+                FindingKind::NagleDelayedAck,
                 format!(
                     "writes of {} are below the MSS ({mss} B) with Nagle on, and the throughput is under half the smallest bound: a small write waits for the ACK of the previous one, which the receiver may delay up to 40 ms",
                     format_size(u64::from(t.write_size))
@@ -1168,28 +1278,28 @@ fn detect(
         }
     }
     if let Some((message, advice)) = transactions(run, tcp) {
-        find("transactions", message, None);
+        find(FindingKind::Transactions, message, None);
         if let Some(stall) = advice {
-            find("nagle_stall", stall.0, Some(stall.1));
+            find(FindingKind::NagleStall, stall.0, Some(stall.1));
         }
     }
     if let Some((message, pace)) =
         queue_overflow(run, e.path.as_ref(), &e.tunings, direction, tcp.len())
     {
-        find("queue_overflow", message, pace);
+        find(FindingKind::QueueOverflow, message, pace);
     }
     if let Some(message) = aqm_effect(run, direction) {
-        find("aqm", message, None);
+        find(FindingKind::Aqm, message, None);
     }
     if let Some((message, advice)) = host_queue(run, direction, e.episodes.retransmits) {
-        find("host_queue", message, Some(advice));
+        find(FindingKind::HostQueue, message, Some(advice));
     }
     // Parallel streams sharing unevenly.
     if tcp.len() > 1 {
         let rates: Vec<f64> = tcp.iter().map(|f| f.received_bps).collect();
         if let Some(j) = jain(&rates).filter(|j| *j < UNFAIR_BELOW) {
             find(
-                "unfair_streams",
+                FindingKind::UnfairStreams,
                 format!(
                     "the {} streams shared unevenly: Jain's index {j:.2} ({})",
                     tcp.len(),
@@ -1202,7 +1312,7 @@ fn detect(
     if e.limits.rwnd >= SHARE_NOTED {
         let rwnd = steady.iter().map(|s| s.rwnd).fold(0.0, f64::max);
         find(
-            "receiver_limited",
+            FindingKind::ReceiverLimited,
             format!(
                 "the receiver's window limited the senders {:.0} % of the time (advertised {})",
                 100.0 * e.limits.rwnd,
@@ -1212,11 +1322,11 @@ fn detect(
         );
     }
     if let Some(message) = tcp.first().and_then(|f| window_in_segments(run, f)) {
-        find("window_segments", message, None);
+        find(FindingKind::WindowSegments, message, None);
     }
     if !tcp.is_empty() && e.limits.app >= SHARE_NOTED {
         find(
-            "application_limited",
+            FindingKind::ApplicationLimited,
             format!(
                 "the application had nothing to send {:.0} % of the time",
                 100.0 * e.limits.app
@@ -1231,7 +1341,7 @@ fn detect(
             .map(|m| format!("; Mathis' model allows {}", format_rate(m)))
             .unwrap_or_default();
         find(
-            "loss",
+            FindingKind::Loss,
             format!(
                 "{} retransmitted ({:.3} % of those sent) in {}{mathis}",
                 count(e.episodes.retransmits, "segment"),
@@ -1245,7 +1355,7 @@ fn detect(
     }
     if let Some(t) = e.episodes.first_slow_start_exit_us {
         find(
-            "slow_start",
+            FindingKind::SlowStart,
             format!(
                 "the first sender left slow start at {}{}",
                 format_duration_us(t.max(0) as u64),
@@ -1783,6 +1893,73 @@ mod tests {
 
     const MSS: u32 = 1448;
 
+    #[test]
+    fn finding_kinds_have_unique_names_that_serde_round_trips() {
+        let mut names: Vec<&str> = FindingKind::ALL.iter().map(|k| k.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FindingKind::ALL.len(), "a name used twice");
+        for &kind in FindingKind::ALL {
+            let name = kind.name();
+            assert!(
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{name}: not snake_case"
+            );
+            assert!(!kind.meaning().contains('\n'), "{name}: not one line");
+            // The JSON keeps the strings stored runs and scripts already hold.
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<FindingKind>(&json).unwrap(), kind);
+        }
+        assert_eq!(
+            serde_json::to_value(Finding {
+                kind: FindingKind::BufferBelowBdp,
+                message: "m".into()
+            })
+            .unwrap(),
+            serde_json::json!({"kind": "buffer_below_bdp", "message": "m"})
+        );
+        assert!(serde_json::from_str::<FindingKind>("\"no_such_kind\"").is_err());
+    }
+
+    /// docs/explain.md lists every finding kind the enum has, as
+    /// [`FindingKind::docs_list`] writes it: a kind added, renamed or reworded and not
+    /// in the docs fails here, naming it.
+    #[test]
+    fn the_findings_in_the_docs_are_the_enums() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/explain.md"
+        ))
+        .expect("docs/explain.md");
+        let marker = "<!-- findings: FindingKind::docs_list -->\n";
+        let start = doc.find(marker).expect("the findings' marker") + marker.len();
+        // The list runs to the first blank line, or to the end of the file.
+        let end = doc[start..]
+            .find("\n\n")
+            .map_or(doc.len(), |i| start + i + 1);
+        let listed = &doc[start..end];
+        let expected = FindingKind::docs_list();
+        let lines = |text: &str| -> Vec<String> { text.lines().map(String::from).collect() };
+        let (listed_lines, expected_lines) = (lines(listed), lines(&expected));
+        let missing: Vec<&String> = expected_lines
+            .iter()
+            .filter(|l| !listed_lines.contains(l))
+            .collect();
+        let extra: Vec<&String> = listed_lines
+            .iter()
+            .filter(|l| !expected_lines.contains(l))
+            .collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "docs/explain.md's findings differ from FindingKind: missing {missing:#?}, extra {extra:#?}"
+        );
+        assert_eq!(
+            listed, expected,
+            "the docs' findings in another order:\n{expected}"
+        );
+    }
+
     /// A bulk flow up, 10 s, cubic, a 4 MiB send buffer, 10 ms of smoothed RTT.
     fn flow(id: u32, received_bps: f64) -> FlowRecord {
         FlowRecord {
@@ -1968,10 +2145,10 @@ mod tests {
                 .map(|f| f.message.clone())
         };
         assert_eq!(
-            said("kernel_events").unwrap(),
+            said(FindingKind::KernelEvents).unwrap(),
             "the kernel's events: cwnd cut 4 times (3 fast recovery episodes, 1 retransmission timeout, 0 ECN reductions), 2 retransmission events"
         );
-        let stall = said("zero_window").unwrap();
+        let stall = said(FindingKind::ZeroWindow).unwrap();
         assert!(
             stall.starts_with(
                 "the send window stalled for 120 ms at 2.10 s while the receiver advertised 0"
@@ -1980,7 +2157,12 @@ mod tests {
         );
         r.trace = None;
         let e = explain(&r);
-        assert!(e.kernel.is_none() && e.findings.iter().all(|f| f.kind != "kernel_events"));
+        assert!(
+            e.kernel.is_none()
+                && e.findings
+                    .iter()
+                    .all(|f| f.kind != FindingKind::KernelEvents)
+        );
     }
 
     #[test]
@@ -2000,7 +2182,7 @@ mod tests {
         let finding = e
             .findings
             .iter()
-            .find(|f| f.kind == "retransmit_causes")
+            .find(|f| f.kind == FindingKind::RetransmitCauses)
             .unwrap();
         assert_eq!(
             finding.message,
@@ -2059,7 +2241,7 @@ mod tests {
         let e = explain(r);
         e.findings
             .iter()
-            .find(|f| f.kind == "min_rtt")
+            .find(|f| f.kind == FindingKind::MinRtt)
             .map(|f| f.message.clone())
     }
 
@@ -2145,7 +2327,7 @@ mod tests {
         let finding = e
             .findings
             .iter()
-            .find(|f| f.kind == "buffer_below_bdp")
+            .find(|f| f.kind == FindingKind::BufferBelowBdp)
             .expect("buffer finding");
         assert!(
             finding
@@ -2246,7 +2428,10 @@ mod tests {
                 mean_rtt_us: 12_000,
             })
         );
-        assert!(e.findings.iter().all(|f| f.kind != "buffer_below_bdp"));
+        assert!(e
+            .findings
+            .iter()
+            .all(|f| f.kind != FindingKind::BufferBelowBdp));
         // A lab run has its configured path instead.
         let lab = run("rtt 10ms rate 1gbit", vec![flow(0, 30e6)], Vec::new());
         assert_eq!(explain(&lab).real_path, None);
@@ -2295,7 +2480,11 @@ mod tests {
         let mut f = flow(0, 20e6);
         f.retransmits = 1;
         let e = explain(&run("rtt 10ms rate 1gbit", vec![f], samples));
-        let loss = e.findings.iter().find(|f| f.kind == "loss").expect("loss");
+        let loss = e
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::Loss)
+            .expect("loss");
         let (before, after) = loss.message.split_once(" % of those sent) in ").unwrap();
         assert!(before.starts_with("1 segment retransmitted ("), "{before}");
         assert_eq!(after, "1 recovery episode");
@@ -2420,14 +2609,16 @@ mod tests {
         r.params.tuning.write_size = 100;
         let e = explain(&r);
         assert!(
-            e.findings.iter().any(|f| f.kind == "nagle_delayed_ack"),
+            e.findings
+                .iter()
+                .any(|f| f.kind == FindingKind::NagleDelayedAck),
             "{e:?}"
         );
         r.params.tuning.nodelay = true;
         assert!(!explain(&r)
             .findings
             .iter()
-            .any(|f| f.kind == "nagle_delayed_ack"));
+            .any(|f| f.kind == FindingKind::NagleDelayedAck));
 
         // 90 and 10 Mbit/s: Jain = 100² / (2 · (90² + 10²)) = 0.61.
         let r = run(
@@ -2439,7 +2630,7 @@ mod tests {
         let unfair = e
             .findings
             .iter()
-            .find(|f| f.kind == "unfair_streams")
+            .find(|f| f.kind == FindingKind::UnfairStreams)
             .unwrap();
         assert!(unfair.message.contains("0.61"), "{}", unfair.message);
     }
@@ -2474,11 +2665,15 @@ mod tests {
             },
         };
         r.summary.transactions = Some(took(44_000.0));
-        let kinds = |r: &RunRecord| -> Vec<&'static str> {
+        let kinds = |r: &RunRecord| -> Vec<FindingKind> {
             explain(r).findings.iter().map(|f| f.kind).collect()
         };
         let e = explain(&r);
-        let stall = e.findings.iter().find(|f| f.kind == "nagle_stall").unwrap();
+        let stall = e
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::NagleStall)
+            .unwrap();
         assert!(
             stall.message.contains("tcpi_ato, was 40.0 ms"),
             "{}",
@@ -2495,7 +2690,7 @@ mod tests {
         let summary = e
             .findings
             .iter()
-            .find(|f| f.kind == "transactions")
+            .find(|f| f.kind == FindingKind::Transactions)
             .unwrap();
         assert!(
             summary.message.contains("44.0 round trips of 1.00 ms"),
@@ -2505,10 +2700,10 @@ mod tests {
         // Nagle off, one write, or a time a round trip explains: no stall.
         let mut nodelay = r.clone();
         nodelay.params.tuning.nodelay = true;
-        assert!(!kinds(&nodelay).contains(&"nagle_stall"));
+        assert!(!kinds(&nodelay).contains(&FindingKind::NagleStall));
         let mut whole = r.clone();
         whole.params.transactions.as_mut().unwrap().request_writes = 1;
-        assert!(!kinds(&whole).contains(&"nagle_stall"));
+        assert!(!kinds(&whole).contains(&FindingKind::NagleStall));
         // At 20 ms, 84 ms: two round trips and 44 ms, not a round trip and 64 ms.
         let mut far = r.clone();
         for s in &mut far.samples {
@@ -2518,7 +2713,7 @@ mod tests {
         let stall = explain(&far)
             .findings
             .into_iter()
-            .find(|f| f.kind == "nagle_stall")
+            .find(|f| f.kind == FindingKind::NagleStall)
             .unwrap();
         assert!(
             stall
@@ -2532,12 +2727,12 @@ mod tests {
         let mut crr = far.clone();
         crr.params.transactions.as_mut().unwrap().new_connection = true;
         crr.summary.transactions = Some(took(60_400.0));
-        assert!(!kinds(&crr).contains(&"nagle_stall"));
+        assert!(!kinds(&crr).contains(&FindingKind::NagleStall));
         crr.summary.transactions = Some(took(104_000.0));
         let stall = explain(&crr)
             .findings
             .into_iter()
-            .find(|f| f.kind == "nagle_stall")
+            .find(|f| f.kind == FindingKind::NagleStall)
             .unwrap();
         assert!(
             stall.message.contains("= 3 round trips of 20.0 ms (the handshake's, the first write's, the later write's) + 44.0 ms"),
@@ -2548,10 +2743,10 @@ mod tests {
         quick.summary.transactions = Some(took(1_100.0));
         assert_eq!(
             kinds(&quick)
-                .iter()
-                .filter(|k| k.starts_with("trans") || **k == "nagle_stall")
+                .into_iter()
+                .filter(|k| [FindingKind::Transactions, FindingKind::NagleStall].contains(k))
                 .collect::<Vec<_>>(),
-            [&"transactions"]
+            [FindingKind::Transactions]
         );
     }
 
@@ -2616,7 +2811,7 @@ mod tests {
         let late = |e: &Explanation| {
             e.findings
                 .iter()
-                .find(|f| f.kind == "emulator_late")
+                .find(|f| f.kind == FindingKind::EmulatorLate)
                 .map(|f| f.message.clone())
         };
         let path = r.path.as_mut().unwrap();
@@ -2650,7 +2845,7 @@ mod tests {
         let said = |e: &Explanation| {
             e.findings
                 .iter()
-                .find(|f| f.kind == "delay")
+                .find(|f| f.kind == FindingKind::Delay)
                 .map(|f| f.message.clone())
         };
         assert_eq!(said(&explain(&r)), None, "no delays recorded, nothing said");
@@ -2692,7 +2887,7 @@ mod tests {
     fn overflow_finding(e: &Explanation) -> Option<&str> {
         e.findings
             .iter()
-            .find(|f| f.kind == "queue_overflow")
+            .find(|f| f.kind == FindingKind::QueueOverflow)
             .map(|f| f.message.as_str())
     }
 
@@ -2715,7 +2910,7 @@ mod tests {
         let found = |e: &Explanation| {
             e.findings
                 .iter()
-                .find(|f| f.kind == "host_queue")
+                .find(|f| f.kind == FindingKind::HostQueue)
                 .map(|f| f.message.clone())
         };
         assert_eq!(found(&explain(&r)), None);
@@ -2849,7 +3044,7 @@ mod tests {
             explain(r)
                 .findings
                 .into_iter()
-                .find(|f| f.kind == "window_segments")
+                .find(|f| f.kind == FindingKind::WindowSegments)
                 .map(|f| f.message)
         };
         let stayed = run("rtt 20ms", vec![f.clone()], samples(None));
@@ -2973,7 +3168,11 @@ mod tests {
         assert_eq!((k.fast_recoveries, k.timeouts), (4, 1));
         assert_eq!(traced.episodes.recovery_episodes, 5);
         assert_eq!(traced.episodes.recovery_from, Source::KernelEvents);
-        let loss = traced.findings.iter().find(|f| f.kind == "loss").unwrap();
+        let loss = traced
+            .findings
+            .iter()
+            .find(|f| f.kind == FindingKind::Loss)
+            .unwrap();
         assert!(
             loss.message.contains(" in 5 recovery episodes"),
             "{}",

@@ -13,6 +13,7 @@ use tcplab_lab::{Lab, LabConfig};
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::units::count;
 use tcplab_record::{IntervalRecord, RunRecord, RunStatus, TestParams, SCHEMA};
+use tcplab_report::describe::{explanation, run as run_text};
 use tcplab_store::{ExportFormat, NotStored, Store, Table};
 use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};
@@ -22,9 +23,9 @@ use tcplab_traffic::server::{self, Access, ServerConfig};
 use crate::args::{
     ExportArgs, ImportArgs, OutputArgs, QuickstartArgs, RunArgs, ServeArgs, TestArgs,
 };
+use crate::lab;
 use crate::shared::{interrupt_flag, lab_lines, open_existing_store, open_store};
 use crate::stdio::{errln, out, outln, Stdout};
-use crate::{lab, output};
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let (access, who) = match (&args.key_file, args.insecure_open) {
@@ -144,6 +145,7 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
             written.path.display(),
             count(written.charts, "chart")
         );
+        crate::report::say_unread_captures(&written);
     }
     Ok(code)
 }
@@ -193,9 +195,9 @@ fn live_lines() -> IntervalSink {
     let header_shown = AtomicBool::new(false);
     Arc::new(move |group: &[IntervalRecord]| {
         if !header_shown.swap(true, Ordering::Relaxed) {
-            outln!("{}", output::interval_header(group));
+            outln!("{}", run_text::interval_header(group));
         }
-        for line in output::interval_lines(group) {
+        for line in run_text::interval_lines(group) {
             outln!("{line}");
         }
     })
@@ -272,7 +274,7 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         if let Some(cap) = record.server.rate_cap_bps {
             errln!(
                 "tcplab: {}",
-                output::server_cap_line(cap)
+                run_text::server_cap_line(cap)
                     .trim_start_matches("cap:")
                     .trim()
             );
@@ -289,9 +291,9 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
         serde_json::to_writer_pretty(Stdout, &record)?;
         outln!();
     } else {
-        for line in output::flow_setup(record)
+        for line in run_text::flow_setup(record)
             .into_iter()
-            .chain(output::summary(record))
+            .chain(run_text::summary(record))
         {
             outln!("{line}");
         }
@@ -299,7 +301,7 @@ fn print_run(record: &mut RunRecord, out: &OutputArgs) -> Result<()> {
             outln!("\nwhy (tcplab explain):");
             out!(
                 "{}",
-                crate::explain::render(&crate::explain::explain_with_evidence(record))
+                explanation::render(&crate::explain::explain_with_evidence(record))
             );
         }
     }
@@ -329,7 +331,7 @@ pub fn list_runs(db: &Path) -> Result<ExitCode> {
         "received"
     );
     for run in store.list_runs()? {
-        outln!("{}", output::run_row(&run));
+        outln!("{}", run_text::run_row(&run));
     }
     Ok(ExitCode::SUCCESS)
 }

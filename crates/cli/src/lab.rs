@@ -373,7 +373,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
                 c.queue_bytes,
                 c.max_queue_bytes
             );
-            if let Some(own) = crate::output::own_traffic(link) {
+            if let Some(own) = tcplab_report::describe::run::own_traffic(link) {
                 outln!("  {dir:<4} {:<16} {own}", "");
             }
         }

@@ -8,7 +8,6 @@ mod commands;
 mod explain;
 mod lab;
 mod manual;
-mod output;
 mod report;
 mod shared;
 mod stdio;

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tcplab_record::units::count;
-use tcplab_report::{find_chart, write_report, SequenceView, Target};
+use tcplab_report::{find_chart, write_report, SequenceView, Target, Written};
 
 use crate::args::{PlotArgs, ReportArgs};
 use crate::shared::open_existing_store;
-use crate::stdio::outln;
+use crate::stdio::{errln, outln};
 
 pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let started = Instant::now();
@@ -27,7 +27,15 @@ pub fn report(args: ReportArgs) -> Result<ExitCode> {
         written.bytes as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
+    say_unread_captures(&written);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The captures a written report could not read, which its page says too.
+pub fn say_unread_captures(written: &Written) {
+    for e in &written.unread_captures {
+        errln!("tcplab report: {e}: the page has no time-sequence graph of it");
+    }
 }
 
 /// Where a database's report goes unless told: `NAME-report` beside `NAME.db`.

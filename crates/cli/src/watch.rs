@@ -11,13 +11,13 @@ use tcplab_experiment::watch::{
 };
 use tcplab_model::sockfilter::Filter;
 use tcplab_monitor::watch::{Connection, Tracker, WatchEvent};
-use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
-use tcplab_record::{IntervalRecord, Limit};
+use tcplab_record::units::{count, format_duration_us, format_size};
+use tcplab_record::IntervalRecord;
+use tcplab_report::describe::run as run_text;
 use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::userns::{self, Mode};
 
 use crate::args::WatchArgs;
-use crate::output;
 use crate::shared::{interrupt_flag, open_store};
 use crate::stdio::{errln, outln};
 
@@ -205,40 +205,17 @@ impl Printer {
     }
 
     fn interval(&mut self, r: &IntervalRecord) {
-        let seconds = r.end_us.saturating_sub(r.start_us) as f64 / 1e6;
-        let bps = |bytes: u64| {
-            if seconds > 0.0 {
-                bytes as f64 * 8.0 / seconds
-            } else {
-                0.0
-            }
-        };
         if self.json {
             let mut value = serde_json::to_value(r).expect("a record serializes");
             value["event"] = json!("interval");
-            value["sent_bps"] = json!(bps(r.acked_bytes));
-            value["received_bps"] = json!(bps(r.received_bytes));
+            value["sent_bps"] = json!(run_text::interval_bps(r, r.acked_bytes));
+            value["received_bps"] = json!(run_text::interval_bps(r, r.received_bytes));
             outln!("{value}");
-        } else if seconds > 0.0 {
+        } else if r.end_us > r.start_us {
             if !std::mem::replace(&mut self.header_shown, true) {
-                let names: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
-                outln!(
-                    "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits {}",
-                    names.join("/")
-                );
+                outln!("{}", run_text::watched_interval_header());
             }
-            outln!(
-                "[{:>4}] {:>6.2}-{:>6.2} s  sent {:>12}  received {:>12}  retr {:>4}  cwnd {:>5}  srtt {:>9}   {}",
-                r.flow,
-                r.start_us as f64 / 1e6,
-                r.end_us as f64 / 1e6,
-                format_rate(bps(r.acked_bytes)),
-                format_rate(bps(r.received_bytes)),
-                r.retransmits,
-                r.cwnd,
-                format_duration_us(u64::from(r.srtt_us)),
-                output::shares(&r.limits)
-            );
+            outln!("{}", run_text::watched_interval_line(r));
         }
     }
 

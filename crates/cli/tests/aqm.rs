@@ -102,7 +102,8 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
     assert!(u64_at(&plain, "/summary/retransmits") >= d0 * 9 / 10);
     assert!(u64_at(&marked, "/summary/retransmits") <= d1 + 2);
     let e = explained(&dir.path().join("ecn1.db"));
-    let message = finding_message(&e, "aqm").unwrap_or_else(|| panic!("no aqm finding: {e:#}"));
+    let message =
+        finding_message(&e, FindingKind::Aqm).unwrap_or_else(|| panic!("no aqm finding: {e:#}"));
     assert!(
         message.contains("codel") && message.contains(&format!("marked {m1} packets")),
         "{message}"

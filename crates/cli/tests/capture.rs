@@ -378,7 +378,7 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
     }
 
     // explain counts the test's overflow drops only.
-    let overflow = finding_message(&explained(&db), "queue_overflow");
+    let overflow = finding_message(&explained(&db), FindingKind::QueueOverflow);
     let test_drops = tally("down", "dropped queue", &[data_port]);
     match (test_drops, overflow) {
         (0, None) => {}

@@ -220,7 +220,7 @@ fn a_small_receive_buffer_is_named_in_the_whole_segments_its_window_holds() {
             .filter(|&(_, &n)| n * 20 >= acks)
             .map(|(&w, _)| w)
             .collect();
-        let finding = finding_message(&explained(&db), "window_segments");
+        let finding = finding_message(&explained(&db), FindingKind::WindowSegments);
         // "receive window of 7212 B, room for 4 whole segments of 1448 B …"
         let named: Vec<u64> = finding
             .iter()

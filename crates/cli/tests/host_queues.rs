@@ -116,7 +116,7 @@ fn the_hosts_interface_queues_are_set_and_counted_as_the_kernel_counts_them() {
             .find(|l| l.trim_start().starts_with("up   client queue"))
             .unwrap_or_else(|| panic!("no client queue line in {text}"));
         assert!(line.contains("txqueuelen 2, pfifo_fast"), "{line}");
-        match finding_message(&explained(&db), "host_queue") {
+        match finding_message(&explained(&db), FindingKind::HostQueue) {
             Some(message) => {
                 assert!(
                     message.starts_with("the client's interface queue (txqueuelen 2) overflowed: its device dropped"),

@@ -132,7 +132,7 @@ fn tcp_min_rtt_is_the_base_rtt_or_explain_names_the_difference() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|f| f["kind"] == "min_rtt")
+            .filter(|f| f["kind"] == FindingKind::MinRtt.name())
             .map(|f| f["message"].as_str().unwrap())
             .collect();
         println!("{spec}: tcpi_min_rtt {kernel_min_us} µs, base {base_us} µs: {named:?}");

@@ -86,13 +86,8 @@ fn split_requests(dir: &Path, name: &str, extra: &[&str]) -> (Value, Vec<(f64, b
     (run, data_segments(&file))
 }
 
-fn explain_kinds(dir: &Path) -> Vec<String> {
-    explained(&dir.join("runs.db"))["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap().to_string())
-        .collect()
+fn explain_kinds(dir: &Path) -> Vec<FindingKind> {
+    finding_kinds(&explained(&dir.join("runs.db")))
 }
 
 /// The issue's bar: split-write transactions with Nagle on take ≥ 10× longer at the
@@ -137,15 +132,15 @@ fn split_requests_stall_on_nagle_and_the_delayed_ack_as_the_capture_shows() {
             median(quick_held)
         );
         assert!(
-            stall_kinds.iter().any(|k| k == "nagle_stall"),
+            stall_kinds.contains(&FindingKind::NagleStall),
             "{stall_kinds:?}"
         );
         assert!(
-            !quick_kinds.iter().any(|k| k == "nagle_stall"),
+            !quick_kinds.contains(&FindingKind::NagleStall),
             "{quick_kinds:?}"
         );
         assert!(
-            quick_kinds.iter().any(|k| k == "transactions"),
+            quick_kinds.contains(&FindingKind::Transactions),
             "{quick_kinds:?}"
         );
 
@@ -337,8 +332,8 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
         }
         let (ack_ms, release_ms, took_ms) = (median(acked), median(released), median(took));
         let e = explained(&db);
-        let stall =
-            finding_message(&e, "nagle_stall").ok_or_else(|| format!("no stall named: {e:#}"))?;
+        let stall = finding_message(&e, FindingKind::NagleStall)
+            .ok_or_else(|| format!("no stall named: {e:#}"))?;
         // "… the median transaction took 84.1 ms = 2 round trips of 20.0 ms (…) + 44.1
         // ms of the server's delayed ACK"
         let (_, said) = stall.split_once("the median transaction took ").unwrap();
@@ -397,7 +392,7 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
             .unwrap();
         let crr_ms = f64_at(&parse_success(&out), "/summary/transactions/latency_us/p50") / 1e3;
         let kinds = explain_kinds(dir.path());
-        if (crr_ms - 3.0 * RTT_MS).abs() > 3.0 || kinds.iter().any(|k| k == "nagle_stall") {
+        if (crr_ms - 3.0 * RTT_MS).abs() > 3.0 || kinds.contains(&FindingKind::NagleStall) {
             return Err(format!("TCP_CRR: {crr_ms:.2} ms, findings {kinds:?}"));
         }
         Ok(())

@@ -54,6 +54,7 @@ pub enum Host {
 }
 
 impl Direction {
+    /// "up" or "down", as the JSON and the text name it.
     pub fn name(self) -> &'static str {
         match self {
             Direction::Up => "up",

@@ -16,7 +16,7 @@
 
 mod axes;
 mod chart;
-mod describe;
+pub mod describe;
 mod draw;
 pub mod experiments;
 #[cfg(test)]
@@ -37,8 +37,8 @@ use std::path::{Path, PathBuf};
 
 use tcplab_analysis::explain::binding_bound;
 use tcplab_analysis::stats::Metric;
-use tcplab_netsim::capture::read_pcapng;
-use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
+use tcplab_netsim::capture::{read_pcapng, CaptureReadError, CapturedPacket};
+use tcplab_record::units::{count, format_duration_us};
 use tcplab_record::RunRecord;
 use tcplab_store::{Store, StoreError};
 
@@ -97,16 +97,36 @@ pub enum ReportError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+}
+
+/// Why a run's capture file could not be read back (moved, deleted, unreadable, or not
+/// one tcplab wrote). The cause is part of the message, as in [`ReportError::Write`].
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("cannot open the run's capture {}: {error}", path.display())]
+    Open {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot read the run's capture {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: CaptureReadError,
+    },
 }
 
 /// What a written report holds.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub struct Written {
     pub path: PathBuf,
     pub experiments: usize,
     pub runs: usize,
     pub charts: usize,
     pub bytes: usize,
+    /// What the page lacks and says so: each run's capture that could not be read.
+    pub unread_captures: Vec<CaptureError>,
 }
 
 /// Writes `dir/index.html`: the experiments `experiments` (all when empty; then also
@@ -123,15 +143,16 @@ pub fn write_report(
         experiments.to_vec()
     };
     let mut sections = Vec::new();
+    let mut unread_captures = Vec::new();
     for &id in &ids {
-        sections.push(experiment_section(store, id)?);
+        sections.push(experiment_section(store, id, &mut unread_captures)?);
     }
     if experiments.is_empty() {
         let singles = single_runs(store)?;
         if !singles.is_empty() {
             let mut runs = Vec::new();
             for id in singles {
-                runs.push(run_section(store, id)?);
+                runs.push(run_section(store, id, &mut unread_captures)?);
             }
             sections.push(Section {
                 anchor: "runs".into(),
@@ -177,6 +198,7 @@ pub fn write_report(
         runs,
         charts,
         bytes: text.len(),
+        unread_captures,
     })
 }
 
@@ -213,7 +235,13 @@ pub fn find_chart(
             ),
         },
     };
-    let charts = charts(store, target, view)?;
+    let (charts, unread) = match target {
+        Target::Experiment(id) => (experiment_charts(store, id)?.2, None),
+        Target::Run(id) => run_charts(id, load_run(store, id)?, view),
+    };
+    if let Some(error) = unread.filter(|_| name == RunChart::Tseq.name()) {
+        return Err(error.into());
+    }
     let available: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
     let available = if available.is_empty() {
         "none".to_owned()
@@ -233,7 +261,7 @@ pub fn find_chart(
 }
 
 /// Every chart of `target`, as the report draws them (a run's time-sequence graph as
-/// `view` says).
+/// `view` says); an error where a run's capture cannot be read.
 pub fn charts(
     store: &Store,
     target: Target,
@@ -241,36 +269,50 @@ pub fn charts(
 ) -> Result<Vec<Chart>, ReportError> {
     Ok(match target {
         Target::Experiment(id) => experiment_charts(store, id)?.2,
-        Target::Run(id) => run_charts(id, load_run(store, id)?, view),
+        Target::Run(id) => match run_charts(id, load_run(store, id)?, view) {
+            (charts, None) => charts,
+            (_, Some(error)) => return Err(error.into()),
+        },
     })
 }
 
 /// A run's charts; of a watched run, its long connections' (see [`watched::Length`]).
-fn run_charts(id: i64, run: RunRecord, view: SequenceView) -> Vec<Chart> {
-    let evidence = evidence(&run, view);
+/// A capture that cannot be read leaves the run without its time-sequence graph, and
+/// is returned to be said.
+fn run_charts(id: i64, run: RunRecord, view: SequenceView) -> (Vec<Chart>, Option<CaptureError>) {
+    let (packets, unread) = match run_capture(&run) {
+        Ok(packets) => (packets, None),
+        Err(error) => (None, Some(error)),
+    };
+    let evidence = runs::Evidence {
+        packets,
+        flow: view.flow,
+        zoom: view.zoom,
+    };
     let run = match run.watch {
         Some(_) => watched::long_only(run),
         None => run,
     };
-    runs::charts(id, &run, &evidence, &mut Palette::new())
+    (
+        runs::charts(id, &run, &evidence, &mut Palette::new()),
+        unread,
+    )
 }
 
-/// A run's packets, read back from its capture file where it has one that can still be
-/// read: a capture moved or deleted since leaves the run without its graph.
-fn evidence(run: &RunRecord, view: SequenceView) -> runs::Evidence {
-    runs::Evidence {
-        packets: run_capture(run),
-        flow: view.flow,
-        zoom: view.zoom,
+/// The packets of a run's capture, read back; `None` for a run without one.
+pub fn run_capture(run: &RunRecord) -> Result<Option<Vec<CapturedPacket>>, CaptureError> {
+    let Some(file) = run.path.as_ref().and_then(|p| p.capture_file.as_deref()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(file);
+    let reader = match std::fs::File::open(&path) {
+        Ok(f) => std::io::BufReader::new(f),
+        Err(error) => return Err(CaptureError::Open { path, error }),
+    };
+    match read_pcapng(reader) {
+        Ok(packets) => Ok(Some(packets)),
+        Err(error) => Err(CaptureError::Read { path, error }),
     }
-}
-
-/// The packets of a run's capture, read back; `None` for a run without one, or whose
-/// file was moved, deleted or cannot be read.
-pub fn run_capture(run: &RunRecord) -> Option<Vec<tcplab_netsim::capture::CapturedPacket>> {
-    let file = run.path.as_ref()?.capture_file.as_deref()?;
-    let reader = std::io::BufReader::new(std::fs::File::open(file).ok()?);
-    read_pcapng(reader).ok()
 }
 
 fn load_experiment(store: &Store, id: i64) -> Result<ExperimentRuns, ReportError> {
@@ -339,12 +381,16 @@ fn run_bounds(store: &Store, data: &ExperimentRuns) -> Result<RunBounds, ReportE
     Ok(bounds)
 }
 
-fn experiment_section(store: &Store, id: i64) -> Result<Section, ReportError> {
+fn experiment_section(
+    store: &Store,
+    id: i64,
+    unread_captures: &mut Vec<CaptureError>,
+) -> Result<Section, ReportError> {
     let (data, tables, charts) = experiment_charts(store, id)?;
     let mut subsections = Vec::new();
     if let Some(throughput) = tables.iter().find(|t| t.metric == Metric::Throughput) {
         for run_id in representatives(&data, throughput) {
-            let mut s = run_section(store, run_id)?;
+            let mut s = run_section(store, run_id, unread_captures)?;
             s.anchor = format!("e{id}-{}", s.anchor);
             subsections.push(s);
         }
@@ -407,33 +453,15 @@ fn representatives(data: &ExperimentRuns, throughput: &ResultTable) -> Vec<i64> 
     out
 }
 
-fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
+/// Run `id`'s section; a capture it cannot read is said in its text and added to
+/// `unread_captures`.
+fn run_section(
+    store: &Store,
+    id: i64,
+    unread_captures: &mut Vec<CaptureError>,
+) -> Result<Section, ReportError> {
     let run = load_run(store, id)?;
-    let started =
-        std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
-    let started = humantime::format_rfc3339_seconds(started);
-    let s = &run.summary;
-    let mut text = vec![match &run.watch {
-        None => format!(
-            "{:?}, started {started} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
-            run.status,
-            run.target,
-            format_rate(s.received_bps),
-            s.window_seconds,
-            format_size(s.received_bytes),
-            s.retransmits,
-            format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
-        ),
-        Some(watch) => format!(
-            "{:?}, started {started} (UTC), watched by {} for {:.2} s: {}, {} received in all, retransmits {}.",
-            run.status,
-            watched::what(watch),
-            s.window_seconds,
-            count(run.flows.len(), "connection"),
-            format_size(s.received_bytes),
-            s.retransmits,
-        ),
-    }];
+    let mut text = vec![describe::run::in_a_sentence(&run)];
     if let Some(e) = &run.error {
         text.push(format!("Error: {e}"));
     }
@@ -457,6 +485,11 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         (Some(watch), None) => format!("Run {id}: {}", watched::what(watch)),
         (None, None) => format!("Run {id}"),
     };
+    let (charts, unread) = run_charts(id, run, SequenceView::default());
+    if let Some(error) = unread {
+        text.push(format!("No time-sequence graph: {error}."));
+        unread_captures.push(error);
+    }
     Ok(Section {
         anchor: format!("run-{id}"),
         title,
@@ -464,7 +497,7 @@ fn run_section(store: &Store, id: i64) -> Result<Section, ReportError> {
         source: None,
         tables: Vec::new(),
         boards,
-        charts: run_charts(id, run, SequenceView::default()),
+        charts,
         subsections: Vec::new(),
     })
 }

@@ -529,7 +529,7 @@ fn throughput(
     // bound below is one direction's).
     if !rates.by_direction.is_empty() {
         for (direction, cells) in &rates.by_direction {
-            let name = format!("{ALL_FLOWS} {}", format!("{direction:?}").to_lowercase());
+            let name = format!("{ALL_FLOWS} {}", direction.name());
             series.push(Series {
                 color: palette.color(&name),
                 name,

@@ -616,3 +616,65 @@ fn watched_runs_of_no_short_and_mixed_connections_each_render() {
         ]
     );
 }
+
+/// A run's capture that is gone or not tcplab's is an error naming the file and why, not
+/// a run without a capture: the page and `plot tseq` say it, the other charts stay.
+#[test]
+fn an_unreadable_capture_is_said_not_swallowed() {
+    use crate::{run_capture, CaptureError};
+    let dir = tempfile::tempdir().unwrap();
+    let mut record = run(20.0, 1, false);
+    assert!(record.path.is_some(), "the made-up run has a path");
+    assert!(matches!(run_capture(&record), Ok(None)));
+    let gone = dir.path().join("gone.pcapng");
+    record.path.as_mut().unwrap().capture_file = Some(gone.display().to_string());
+    let error = run_capture(&record).unwrap_err();
+    assert!(matches!(&error, CaptureError::Open { path, .. } if *path == gone));
+    let said = error.to_string();
+    assert!(
+        said.starts_with(&format!(
+            "cannot open the run's capture {}: ",
+            gone.display()
+        )),
+        "{said}"
+    );
+    let garbage = dir.path().join("garbage.pcapng");
+    std::fs::write(&garbage, b"not a capture").unwrap();
+    record.path.as_mut().unwrap().capture_file = Some(garbage.display().to_string());
+    let error = run_capture(&record).unwrap_err();
+    assert!(matches!(&error, CaptureError::Read { path, .. } if *path == garbage));
+    assert!(
+        error.to_string().starts_with(&format!(
+            "cannot read the run's capture {}: not a pcapng file",
+            garbage.display()
+        )),
+        "{error}"
+    );
+
+    // In a report: the page says it, and so does what it returns for stderr.
+    record.path.as_mut().unwrap().capture_file = Some(gone.display().to_string());
+    let mut store = Store::open(dir.path().join("gone.db")).unwrap();
+    let id = store.insert_run(&record).unwrap();
+    let written = write_report(&store, &[], &dir.path().join("out")).unwrap();
+    assert_eq!(written.unread_captures.len(), 1);
+    let html = std::fs::read_to_string(&written.path).unwrap();
+    assert!(
+        html.contains(&format!(
+            "No time-sequence graph: cannot open the run&#39;s capture {}: ",
+            gone.display()
+        )),
+        "the page does not say the capture is missing"
+    );
+    // `plot`: the time-sequence graph is the capture's error; the others are drawn.
+    let target = Some(Target::Run(id));
+    let tseq = find_chart(&store, target, "tseq", SequenceView::default());
+    assert!(
+        matches!(tseq, Err(ReportError::Capture(CaptureError::Open { .. }))),
+        "{tseq:?}"
+    );
+    assert!(find_chart(&store, target, "throughput", SequenceView::default()).is_ok());
+    assert!(matches!(
+        crate::charts(&store, Target::Run(id), SequenceView::default()),
+        Err(ReportError::Capture(_))
+    ));
+}

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+pub use tcplab_analysis::explain::FindingKind;
 use tcplab_netsim::packet::MAX_COALESCE_SEGMENTS;
 use tcplab_sys::netns::{privileged_or_skip, VethLab};
 
@@ -259,17 +260,27 @@ pub fn explained(db: &Path) -> Value {
     parse_success(&out)
 }
 
-/// The finding of `kind` in explain's JSON, if it has one.
-pub fn finding<'a>(explained: &'a Value, kind: &str) -> Option<&'a Value> {
+/// The kinds of the findings in explain's JSON, in its order.
+pub fn finding_kinds(explained: &Value) -> Vec<FindingKind> {
     explained["findings"]
         .as_array()
         .expect("a findings array")
         .iter()
-        .find(|f| f["kind"] == kind)
+        .map(|f| serde_json::from_value(f["kind"].clone()).expect("a finding kind"))
+        .collect()
+}
+
+/// The finding of `kind` in explain's JSON, if it has one.
+pub fn finding(explained: &Value, kind: FindingKind) -> Option<&Value> {
+    explained["findings"]
+        .as_array()
+        .expect("a findings array")
+        .iter()
+        .find(|f| f["kind"] == kind.name())
 }
 
 /// The message of the finding of `kind` in explain's JSON, if it has one.
-pub fn finding_message(explained: &Value, kind: &str) -> Option<String> {
+pub fn finding_message(explained: &Value, kind: FindingKind) -> Option<String> {
     let f = finding(explained, kind)?;
     Some(f["message"].as_str().expect("a message").to_owned())
 }

@@ -1,4 +1,5 @@
-//! Text shown to a person: the live interval lines and the final summary.
+//! A run as `tcplab run` shows it: the live interval lines, the flows' setup, the
+//! final summary, and a line of `tcplab runs`.
 
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::events::{EventRecord, TraceRecord};
@@ -61,8 +62,17 @@ pub fn interval_lines(group: &[IntervalRecord]) -> Vec<String> {
     lines
 }
 
+/// `bytes` over `r`'s span, bit/s; 0 over none.
+pub fn interval_bps(r: &IntervalRecord, bytes: u64) -> f64 {
+    let seconds = r.end_us.saturating_sub(r.start_us) as f64 / 1e6;
+    if seconds > 0.0 {
+        bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
+    }
+}
+
 fn interval_line(tag: &str, r: &IntervalRecord) -> String {
-    let seconds = (r.end_us.saturating_sub(r.start_us)) as f64 / 1e6;
     // The receiver's count is what arrived; the sender's acked count is the same bytes
     // seen from the other end, used when the receiver's half is missing.
     let bytes = if r.received_bytes > 0 {
@@ -70,11 +80,7 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     } else {
         r.acked_bytes
     };
-    let bps = if seconds > 0.0 {
-        bytes as f64 * 8.0 / seconds
-    } else {
-        0.0
-    };
+    let bps = interval_bps(r, bytes);
     let drain = if r.drain {
         "   drain (after the deadline; in no rate)"
     } else {
@@ -107,7 +113,34 @@ fn interval_line(tag: &str, r: &IntervalRecord) -> String {
     )
 }
 
-pub(crate) fn shares(l: &LimitShares) -> String {
+/// The columns over `tcplab watch`'s interval lines.
+pub fn watched_interval_header() -> String {
+    let names: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
+    format!(
+        "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits {}",
+        names.join("/")
+    )
+}
+
+/// One interval of a connection `tcplab watch` follows: a socket not tcplab's both
+/// sends and receives, so the line has both.
+pub fn watched_interval_line(r: &IntervalRecord) -> String {
+    format!(
+        "[{:>4}] {:>6.2}-{:>6.2} s  sent {:>12}  received {:>12}  retr {:>4}  cwnd {:>5}  srtt {:>9}   {}",
+        r.flow,
+        r.start_us as f64 / 1e6,
+        r.end_us as f64 / 1e6,
+        format_rate(interval_bps(r, r.acked_bytes)),
+        format_rate(interval_bps(r, r.received_bytes)),
+        r.retransmits,
+        r.cwnd,
+        format_duration_us(u64::from(r.srtt_us)),
+        shares(&r.limits)
+    )
+}
+
+/// Each limit's share of an interval, in the order the header names them: "  0%  12%".
+fn shares(l: &LimitShares) -> String {
     let shares: Vec<String> = Limit::ALL
         .iter()
         .map(|&limit| format!("{:>3.0}%", l.get(limit) * 100.0))
@@ -141,7 +174,7 @@ pub fn flow_setup(run: &RunRecord) -> Vec<String> {
         lines.push(format!(
             "[{:>4}]  {:<5} {:<8} {:>5}  {:<36} {}",
             f.id,
-            format!("{:?}", f.direction).to_lowercase(),
+            f.direction.name(),
             cc,
             mss,
             buffer(&f.sndbuf, "wmem_max"),
@@ -481,24 +514,53 @@ fn drain(t: &Timed) -> String {
     }
 }
 
+/// The run in one sentence, as the report's page opens its section: how it ended, when,
+/// against what, and what it moved.
+pub fn in_a_sentence(run: &RunRecord) -> String {
+    let started = started_utc(run.started_unix_us);
+    let s = &run.summary;
+    match &run.watch {
+        None => format!(
+            "{:?}, started {started} (UTC), server {}: {} over the run's {:.2} s, received {} in all, retransmits {}, smoothed RTT mean {}.",
+            run.status,
+            run.target,
+            format_rate(s.received_bps),
+            s.window_seconds,
+            format_size(s.received_bytes),
+            s.retransmits,
+            format_duration_us(s.rtt.mean_us.round().max(0.0) as u64),
+        ),
+        Some(watch) => format!(
+            "{:?}, started {started} (UTC), watched by {} for {:.2} s: {}, {} received in all, retransmits {}.",
+            run.status,
+            crate::watched::what(watch),
+            s.window_seconds,
+            count(run.flows.len(), "connection"),
+            format_size(s.received_bytes),
+            s.retransmits,
+        ),
+    }
+}
+
+/// When a run started, UTC to the second: "2026-11-28T00:47:47Z".
+fn started_utc(unix_us: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(unix_us.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 /// One line of `tcplab runs`.
 pub fn run_row(run: &tcplab_store::RunSummaryRow) -> String {
-    let started =
-        std::time::UNIX_EPOCH + std::time::Duration::from_micros(run.started_unix_us.max(0) as u64);
     let rate = |bps: Option<f64>| bps.map_or_else(|| "-".to_string(), format_rate);
     format!(
         "{:>5}  {:<26}  {:<10}  {:<6}  {:>14}  {:>14}  {}{}",
         run.id,
-        humantime::format_rfc3339_seconds(started).to_string(),
+        started_utc(run.started_unix_us),
         run.status,
         format!("{:?}", run.mode).to_lowercase(),
         rate(run.sent_bps),
         rate(run.received_bps),
         run.target,
-        run.label
-            .as_deref()
-            .map(|l| format!(" ({l})"))
-            .unwrap_or_default(),
+        super::label(&run.label),
     )
 }
 
@@ -548,4 +610,47 @@ fn capture_line(file: &str, path: &tcplab_record::PathRecord) -> String {
         );
     }
     line + ")"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(start_us: u64, end_us: u64) -> IntervalRecord {
+        IntervalRecord {
+            flow: 3,
+            index: 0,
+            start_us,
+            end_us,
+            acked_bytes: 1_000_000,
+            received_bytes: 250,
+            retransmits: 2,
+            cwnd: 10,
+            srtt_us: 1500,
+            limits: LimitShares {
+                cwnd: 0.25,
+                app: 0.75,
+                ..LimitShares::default()
+            },
+            udp: None,
+            drain: false,
+        }
+    }
+
+    /// A watched socket's interval: what it sent and received, each over the span, and
+    /// its limits in the header's order.
+    #[test]
+    fn a_watched_interval_has_both_rates_and_its_limits() {
+        let r = interval(500_000, 1_000_000);
+        assert_eq!(interval_bps(&r, r.acked_bytes), 16e6);
+        assert_eq!(interval_bps(&interval(7, 7), 1000), 0.0);
+        assert_eq!(
+            watched_interval_header(),
+            "[flow]  interval, sent and received, retransmits, cwnd, srtt; limits rwnd/sndbuf/cwnd/pacing/app"
+        );
+        assert_eq!(
+            watched_interval_line(&r),
+            "[   3]   0.50-  1.00 s  sent  16.0 Mbit/s  received  4.00 kbit/s  retr    2  cwnd    10  srtt   1.50 ms     0%   0%  25%   0%  75%"
+        );
+    }
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use tcplab_analysis::clock::{self, Exchange};
 use tcplab_record::{Host, IntervalRecord, RunRecord, TestParams};
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
@@ -19,28 +18,22 @@ use crate::events::{self, TestTrace};
 use crate::flow::Renew;
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
 use crate::probe::{self, Prober};
-use crate::protocol::{
-    self, ClientClock, ConnKind, Message, ProtocolError, Role, SideInterval, SideReport,
-};
+use crate::protocol::{self, Message, ProtocolError, Role, SideInterval, SideReport};
 use crate::setup;
+use crate::shell::{self, Input};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
+use tcplab_proto::handshake::tcplab::{Accepted, Client as Handshake, ClientAction, ClientConfig};
+pub use tcplab_proto::handshake::tcplab::{HELLO_TIMEOUT as HANDSHAKE_TIMEOUT, TIME_PROBES};
 
 pub const DEFAULT_PORT: u16 = 5201;
 /// Five SYNs (at 0, 1, 3, 7 and 15 s): a lossy path drops three in a row often enough.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(16);
-/// How long the client waits for the server's hello.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the client waits for any later message of a server that has spoken (it
 /// bounds its handshake itself and reports every interval): a lossy path's
 /// retransmission backoff (3 s after a lost SYN, then 6 s …) can hold one message
 /// longer than 10 s.
 const SERVER_SILENCE: Duration = Duration::from_secs(60);
-/// Clock-offset exchanges before a test whose server reads another clock (or does not
-/// say), one round trip each; on one clock the Auth/Welcome exchange is enough.
-pub const TIME_PROBES: usize = 8;
-/// How often a UDP flow repeats its hello until the server has them all.
-const UDP_HELLO_EVERY: Duration = Duration::from_millis(50);
 
 /// A test to run and how to label it.
 #[derive(Clone, Debug)]
@@ -116,77 +109,90 @@ pub fn run(
 ) -> Result<RunRecord, TrafficError> {
     let addrs = resolve(&request.target)?;
     let (mut control, server_addr) = connect_any(&addrs, &request.target)?;
-    control.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     control.set_nodelay(true)?;
-    control.write_all(&protocol::client_hello())?;
-    read_server_hello(&mut control, &request.target)?;
-    control.set_read_timeout(Some(SERVER_SILENCE))?;
-    let welcome = auth::answer_challenge(&mut control, request.key.as_ref())?;
     let client_meta = sysctl::host_meta();
-    let offset = measure_clock_offset(&mut control, welcome, &client_meta.boot_id)?;
-
-    protocol::send(
-        &mut control,
-        &Message::Start {
-            params: request.params.clone(),
-            clock: ClientClock {
-                offset,
-                boot_id: client_meta.boot_id.clone(),
-            },
-            deflated_samples: true,
-        },
-    )?;
-    let (data_port, cookie, server_meta, udp_ports, probe_port) = match answer(&mut control)? {
-        Message::Accepted {
-            data_port,
-            cookie,
-            meta,
-            udp_ports,
-            probe_port,
-        } => (
-            data_port,
-            protocol::parse_hex(&cookie)?,
-            meta,
-            udp_ports,
-            probe_port,
-        ),
-        other => {
-            return Err(
-                ProtocolError::Malformed(format!("expected Accepted, got {other:?}")).into(),
-            )
-        }
+    let config = ClientConfig {
+        params: request.params.clone(),
+        key: request.key.clone(),
+        nonce: auth::nonce(),
+        boot_id: client_meta.boot_id.clone(),
+        time_probes: TIME_PROBES,
+        deflated_samples: true,
     };
+    let mut handshake = Handshake::new(config, monotonic_us());
     let mut trace = None;
-    let flows = if request.params.udp.is_some() {
-        let flows = open_udp_flows(&request.params, server_addr, &udp_ports)?;
-        await_ready_saying_hello(&mut control, &flows, &cookie)?;
-        Flows::Udp(flows)
-    } else {
-        let data_addr = SocketAddr::new(server_addr.ip(), data_port);
-        let test_trace = trace.insert(request.trace_events.then(|| TestTrace::start(data_port)));
-        let flows = open_flows(&request.params, data_addr, &cookie)?;
-        if let Some(test_trace) = test_trace {
-            test_trace.add_flows(&flows);
+    let mut opened: Option<(Accepted, Flows)> = None;
+    let mut buf = vec![0u8; 64 << 10];
+    // The handshake, to Ready: the machine says what to send and open, this loop moves
+    // the bytes and reads the clock.
+    'handshake: loop {
+        while let Some(action) = handshake.poll_action() {
+            match action {
+                ClientAction::Transmit(bytes) => control.write_all(&bytes)?,
+                ClientAction::Accepted(accepted) => {
+                    let flows = if request.params.udp.is_some() {
+                        Flows::Udp(open_udp_flows(
+                            &request.params,
+                            server_addr,
+                            &accepted.udp_ports,
+                        )?)
+                    } else {
+                        let data_port = accepted.data_port;
+                        let data_addr = SocketAddr::new(server_addr.ip(), data_port);
+                        let test_trace =
+                            trace.insert(request.trace_events.then(|| TestTrace::start(data_port)));
+                        let flows = open_flows(&request.params, data_addr, &accepted.cookie)?;
+                        if let Some(test_trace) = test_trace {
+                            test_trace.add_flows(&flows);
+                        }
+                        Flows::Tcp(flows)
+                    };
+                    opened = Some((accepted, flows));
+                    handshake.flows_opened(monotonic_us());
+                }
+                ClientAction::SayUdpHellos => {
+                    if let Some((accepted, Flows::Udp(flows))) = &opened {
+                        for flow in flows {
+                            // A refused send (nothing listening yet) is retried with the
+                            // next round.
+                            let _ = flow
+                                .socket
+                                .send(&protocol::udp_hello(&accepted.cookie, flow.id));
+                        }
+                    }
+                }
+                ClientAction::Ready => break 'handshake,
+                ClientAction::Failed(e) => {
+                    return Err(TrafficError::from_handshake(e, &request.target))
+                }
+            }
         }
-        ready(answer(&mut control)?)?;
-        engine::await_setup_acknowledged(&flows, CONNECT_TIMEOUT, &stop)?;
-        Flows::Tcp(flows)
-    };
-    let prober = match (request.params.probe, probe_port) {
+        match shell::read_by(&control, &mut buf, handshake.poll_timeout())? {
+            Input::Bytes(n, now) => handshake.handle_input(now, &buf[..n]),
+            Input::Eof(now) => handshake.handle_eof(now),
+            Input::Timeout(now) => handshake.handle_timeout(now),
+        }
+    }
+    let (accepted, flows) = opened.expect("Ready follows Accepted");
+    if let Flows::Tcp(flows) = &flows {
+        engine::await_setup_acknowledged(flows, CONNECT_TIMEOUT, &stop)?;
+    }
+    let prober = match (request.params.probe, accepted.probe_port) {
         (Some(probe), Some(port)) => {
-            let prober = start_probes(&control, server_addr, port, &cookie, probe.interval_us)?;
+            let prober = start_probes(
+                &control,
+                server_addr,
+                port,
+                &accepted.cookie,
+                probe.interval_us,
+            )?;
             // The idle phase: probes before the load, which Go starts.
             sleep_unless_stopped(Duration::from_micros(probe.idle_us), &stop);
             Some(prober)
         }
-        (Some(_), None) => {
-            return Err(ProtocolError::Malformed(
-                "the server gave no port for the test's probes".into(),
-            )
-            .into())
-        }
-        (None, _) => None,
+        // The machine has checked that a test with probes has their port.
+        _ => None,
     };
 
     let context = TestContext {
@@ -196,83 +202,40 @@ pub fn run(
         params: request.params.clone(),
         started_unix_us: realtime_us(),
         t0_us: monotonic_us(),
-        clock: offset,
+        clock: accepted.offset,
         client_meta,
-        server_meta,
+        server_meta: accepted.meta,
     };
     let t0_us = context.t0_us;
+    handshake.go(t0_us);
+    while let Some(action) = handshake.poll_action() {
+        if let ClientAction::Transmit(bytes) = action {
+            control.write_all(&bytes)?;
+        }
+    }
+    // The server says nothing between Ready and Go: anything after is the test's.
+    let leftover = handshake.take_leftover();
     let reader = control.try_clone()?;
-    protocol::send(
-        &mut control,
-        &Message::Go {
-            client_t0_us: t0_us,
-        },
-    )?;
     let side = ClientSide {
         flows,
         pacing: request.pacing.clone(),
         prober,
     };
-    let mut record = run_started(control, reader, side, context, stop, on_interval);
+    let mut record = run_started(
+        control,
+        (leftover, reader),
+        side,
+        context,
+        stop,
+        on_interval,
+    );
     events::attach(&mut record, trace.flatten(), request.trace_events, t0_us);
     Ok(record)
 }
 
 /// A message from the server, which may send up to the protocol's limit.
-fn recv(control: &mut TcpStream) -> Result<Message, ProtocolError> {
+fn recv(control: &mut impl Read) -> Result<Message, ProtocolError> {
     protocol::recv(control, protocol::MAX_MESSAGE)
-}
-
-/// The server's next answer in the handshake; a refusal, which may come at any step
-/// until Go, is the error.
-pub(crate) fn answer(control: &mut impl Read) -> Result<Message, TrafficError> {
-    match protocol::recv(control, protocol::MAX_MESSAGE) {
-        Ok(message) => unless_refused(message),
-        Err(ProtocolError::Io(e)) if crate::flow::timed_out(&e) => Err(TrafficError::Silent {
-            waited_s: SERVER_SILENCE.as_secs(),
-        }),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn unless_refused(message: Message) -> Result<Message, TrafficError> {
-    match message {
-        Message::Refused { reason } => Err(TrafficError::Refused(reason)),
-        message => Ok(message),
-    }
-}
-
-/// The server's hello, which it says first. An iperf3 server answers the padded hello
-/// with one state byte: it is named, with the flag that tests it.
-fn read_server_hello(control: &mut TcpStream, target: &str) -> Result<(), TrafficError> {
-    match protocol::read_hello(control) {
-        Ok(ConnKind::Control) => Ok(()),
-        Ok(ConnKind::Data) => {
-            Err(ProtocolError::Malformed("server answered with a data hello".into()).into())
-        }
-        Err(ProtocolError::BadMagic(first)) if is_iperf3_state(&first) => {
-            Err(TrafficError::Iperf3Server {
-                target: target.to_string(),
-            })
-        }
-        Err(ProtocolError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            Err(TrafficError::NoAnswer {
-                target: target.to_string(),
-                waited_s: HANDSHAKE_TIMEOUT.as_secs(),
-            })
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Whether a peer's first bytes are one of iperf3's control states.
-fn is_iperf3_state(first: &[u8]) -> bool {
-    matches!(first, [byte] if crate::iperf3::wire::State::from_byte(*byte).is_some())
 }
 
 pub(crate) fn connect_any(
@@ -289,52 +252,6 @@ pub(crate) fn connect_any(
     Err(TrafficError::Connect {
         target: target.to_string(),
         source: last,
-    })
-}
-
-/// The server's clock offset from NTP-style exchanges; the fastest one sets it. The
-/// server's Welcome is the first exchange: when it shows one clock (the same boot, an
-/// offset within its round trip of 0) it is the only one, and half its round trip is
-/// the path's one way for the server's start. Otherwise [`TIME_PROBES`] more go over the
-/// control connection.
-fn measure_clock_offset(
-    control: &mut TcpStream,
-    welcome: Option<auth::WelcomeClock>,
-    boot_id: &str,
-) -> Result<tcplab_record::ClockOffset, TrafficError> {
-    let mut exchanges = Vec::with_capacity(TIME_PROBES + 1);
-    if let Some(welcome) = welcome {
-        let one_clock = clock::estimate(&[welcome.exchange])
-            .filter(|offset| offset.same_clock(&welcome.boot_id, boot_id));
-        if let Some(offset) = one_clock {
-            return Ok(offset);
-        }
-        exchanges.push(welcome.exchange);
-    }
-    for _ in 0..TIME_PROBES {
-        let client_send_us = monotonic_us();
-        protocol::send(control, &Message::TimeProbe { client_send_us })?;
-        match answer(control)? {
-            Message::TimeReply {
-                client_send_us: echoed,
-                server_recv_us,
-                server_send_us,
-            } if echoed == client_send_us => exchanges.push(Exchange {
-                client_send_us,
-                server_recv_us,
-                server_send_us,
-                client_recv_us: monotonic_us(),
-            }),
-            other => {
-                return Err(
-                    ProtocolError::Malformed(format!("expected TimeReply, got {other:?}")).into(),
-                )
-            }
-        }
-    }
-    // A broken or hostile server can answer with times no clock could produce.
-    clock::estimate(&exchanges).ok_or_else(|| {
-        ProtocolError::Malformed("the server's clock replies are inconsistent".into()).into()
     })
 }
 
@@ -371,13 +288,6 @@ fn open_flows(
             })
         })
         .collect()
-}
-
-fn ready(answer: Message) -> Result<(), TrafficError> {
-    match answer {
-        Message::Ready => Ok(()),
-        other => Err(ProtocolError::Malformed(format!("expected Ready, got {other:?}")).into()),
-    }
 }
 
 /// One UDP socket per flow, connected to its server port and prepared for its role.
@@ -422,34 +332,6 @@ fn open_udp_flows(
         .collect()
 }
 
-/// Sends every flow's hello until the server says Ready: a hello can be lost on the
-/// path like any datagram.
-fn await_ready_saying_hello(
-    control: &mut TcpStream,
-    flows: &[UdpFlow],
-    cookie: &[u8; protocol::COOKIE_LEN],
-) -> Result<(), TrafficError> {
-    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
-    control.set_read_timeout(Some(UDP_HELLO_EVERY))?;
-    let answer = loop {
-        for flow in flows {
-            // A refused send (nothing listening yet) is retried with the next round.
-            let _ = flow.socket.send(&protocol::udp_hello(cookie, flow.id));
-        }
-        match recv(control) {
-            Ok(answer) => break answer,
-            Err(ProtocolError::Io(e))
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) && std::time::Instant::now() < deadline => {}
-            Err(e) => return Err(e.into()),
-        }
-    };
-    control.set_read_timeout(Some(SERVER_SILENCE))?;
-    ready(unless_refused(answer)?)
-}
-
 enum Event {
     Local(Vec<SideInterval>),
     LocalDone(engine::SideOutcome),
@@ -468,7 +350,7 @@ struct ClientSide {
 
 fn run_started(
     mut control: TcpStream,
-    mut reader: TcpStream,
+    (leftover, reader): (Vec<u8>, TcpStream),
     side: ClientSide,
     context: TestContext,
     stop: Arc<AtomicBool>,
@@ -521,6 +403,7 @@ fn run_started(
     // A live test has no natural silence bound; the server reports every interval.
     let silence = Duration::from_micros(context.params.report_interval_us) + SERVER_SILENCE;
     let _ = reader.set_read_timeout(Some(silence));
+    let mut reader = io::Cursor::new(leftover).chain(reader);
     thread::spawn(move || loop {
         let msg = recv(&mut reader);
         let more = matches!(
@@ -732,7 +615,7 @@ mod tests {
         let target = listener.local_addr().unwrap().to_string();
         let server = thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
-            protocol::write_hello(&mut conn, ConnKind::Control).unwrap();
+            protocol::write_hello(&mut conn, protocol::ConnKind::Control).unwrap();
             protocol::send(
                 &mut conn,
                 &Message::Challenge {

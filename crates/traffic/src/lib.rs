@@ -1,10 +1,12 @@
-//! tcplab's traffic: the control protocol, the TCP engine that runs on both ends of a
-//! test, `serve` and `run`.
+//! tcplab's traffic: the sockets of `serve` and `run` and the TCP engine that runs on
+//! both ends of a test.
 //!
-//! Data flow of one test: [`client::run`] connects and negotiates over the control
-//! protocol ([`protocol`]), both ends run their flows with [`engine::run_side`], the
-//! server's report and samples travel back, and [`merge`] turns both ends' views into one
-//! [`tcplab_record::RunRecord`] on the client's time base.
+//! Data flow of one test: [`client::run`] connects and feeds the control handshake's
+//! state machine (`tcplab_proto::handshake`) what the server sends, both ends run their
+//! flows with [`engine::run_side`], the server's report and samples travel back, and
+//! [`merge`] turns both ends' views into one [`tcplab_record::RunRecord`] on the
+//! client's time base. The protocols themselves, without I/O, are `tcplab-proto`'s;
+//! [`protocol`], [`limits`] and [`merge`] are its modules, re-exported.
 
 pub mod auth;
 pub mod client;
@@ -12,16 +14,14 @@ pub mod engine;
 pub mod events;
 pub mod flow;
 pub mod iperf3;
-pub mod limits;
-pub mod merge;
 pub mod probe;
-pub mod protocol;
 pub mod server;
 pub mod setup;
+mod shell;
 pub mod transact;
 pub mod udp;
 
-use tcplab_record::{Direction, Mode, TestParams};
+pub use tcplab_proto::{flow_roles, limits, merge, protocol};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrafficError {
@@ -48,17 +48,22 @@ pub enum TrafficError {
     Io(#[from] std::io::Error),
 }
 
-/// The flows of a test, by id, with their directions: up flows first, then down flows.
-pub fn flow_roles(params: &TestParams) -> Vec<(u32, Direction)> {
-    let directions: &[Direction] = match params.mode {
-        Mode::Up => &[Direction::Up],
-        Mode::Down => &[Direction::Down],
-        Mode::Bidir => &[Direction::Up, Direction::Down],
-    };
-    directions
-        .iter()
-        .flat_map(|&d| std::iter::repeat_n(d, params.streams as usize))
-        .enumerate()
-        .map(|(id, d)| (id as u32, d))
-        .collect()
+impl TrafficError {
+    /// A failed client handshake, naming the server where it matters.
+    pub fn from_handshake(e: tcplab_proto::handshake::tcplab::ClientError, target: &str) -> Self {
+        use tcplab_proto::handshake::tcplab::ClientError;
+        match e {
+            ClientError::Refused(reason) => TrafficError::Refused(reason),
+            ClientError::ServerNotProven(why) => TrafficError::ServerNotProven(why),
+            ClientError::Iperf3Server => TrafficError::Iperf3Server {
+                target: target.to_string(),
+            },
+            ClientError::NoAnswer { waited_s } => TrafficError::NoAnswer {
+                target: target.to_string(),
+                waited_s,
+            },
+            ClientError::Silent { waited_s } => TrafficError::Silent { waited_s },
+            ClientError::Protocol(e) => TrafficError::Protocol(e),
+        }
+    }
 }

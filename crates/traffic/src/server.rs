@@ -5,10 +5,14 @@
 //! Before a test, in order: the source's connection rate (checked at accept, refused
 //! from one thread so a flood costs no thread per connection), a place among the
 //! connections in their handshake (a newcomer takes one from a full table, see
-//! [`limits::Counts::connect`]), the hellos, whether the peer may use the server at all
-//! ([`Access`]), the key ([`crate::auth`]), the request against the [`ServerLimits`], and
-//! the caps on tests running. Each step of the handshake has one deadline, however the
-//! peer trickles, and a connection that loses its place meets it at once.
+//! [`crate::limits::Counts::connect`]), the hellos, whether the peer may use the server at
+//! all ([`Access`]), the key ([`crate::auth`]), the request against the [`ServerLimits`],
+//! and the caps on tests running. Each step of the handshake has one deadline, however
+//! the peer trickles, and a connection that loses its place meets it at once.
+//!
+//! The handshake itself, to `Go`, is `tcplab_proto::handshake::tcplab::Server`'s: this
+//! module moves its bytes, reads the clock, asks the shared admission for room, opens
+//! the test's sockets and accepts its flows where the machine says they are the test's.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -21,22 +25,27 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tcplab_record::units::{count, format_duration_us, format_size};
-use tcplab_record::{BufferSize, Host, HostMeta, TestParams};
+use tcplab_record::units::{count, format_duration_us};
+use tcplab_record::{BufferSize, Host, TestParams};
 use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
 use crate::auth::{self, PreSharedKey};
 use crate::engine::{End, FlowSocket, Flows, RateTarget};
 use crate::flow::Renew;
-use crate::limits::{self, Admission, ServerLimits, Slot, Source};
+use crate::limits::{Admission, ServerLimits, Slot, Source};
 use crate::probe::{self, Echo};
 use crate::protocol::{
-    self, ClientClock, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, SAMPLES_PER_CHUNK,
+    self, ConnKind, Message, ProtocolError, Role, COOKIE_LEN, DATA_INTRO_LEN, SAMPLES_PER_CHUNK,
 };
 use crate::setup;
+use crate::shell::{self, Input};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
+use tcplab_proto::handshake::tcplab::{
+    DataIntro, Listening as HandshakeListening, Server as Handshake, ServerAction,
+    ServerConfig as HandshakeConfig, Start,
+};
 
 /// How often the control watcher wakes to see whether the test has finished.
 const WATCH_POLL: Duration = Duration::from_millis(200);
@@ -70,31 +79,7 @@ pub struct ServerConfig {
     pub limits: ServerLimits,
 }
 
-/// Why the server did not admit a client.
-#[derive(Debug)]
-pub enum Rejected {
-    /// A reason for the client, sent to it as `Refused`.
-    Refused(String),
-    /// The connection broke or spoke nonsense: nothing to tell it.
-    Broken(ProtocolError),
-}
-
-impl From<ProtocolError> for Rejected {
-    /// A message over the size limit and a handshake out of time are limits the client
-    /// ran into: it hears which.
-    fn from(e: ProtocolError) -> Self {
-        match e {
-            ProtocolError::TooLarge { len, limit } => Rejected::Refused(format!(
-                "control message of {len} bytes exceeds --max-message {}",
-                format_size(limit as u64)
-            )),
-            ProtocolError::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
-                Rejected::Refused(e.to_string())
-            }
-            e => Rejected::Broken(e),
-        }
-    }
-}
+pub use tcplab_proto::protocol::Rejected;
 
 /// What every client thread of one server shares.
 struct Shared {
@@ -250,13 +235,6 @@ fn peer_closed(stream: &TcpStream) -> bool {
     false
 }
 
-/// Sends `reason` and closes gracefully.
-fn refuse(conn: &mut Deadlined, reason: String) {
-    if protocol::send(conn, &Message::Refused { reason }).is_ok() {
-        close_gracefully(conn);
-    }
-}
-
 /// Closes our side, then reads and drops what the peer sent until it closes too (or the
 /// deadline): closing on unread bytes would reset the connection and could lose what we
 /// sent before the peer reads it.
@@ -271,9 +249,6 @@ fn close_gracefully(conn: &mut Deadlined) {
 struct Deadlined<'a> {
     stream: &'a TcpStream,
     until: Instant,
-    /// The connection's place among those in their handshake: once a newer connection
-    /// has taken it, the deadline is now.
-    place: Option<&'a Slot>,
 }
 
 impl<'a> Deadlined<'a> {
@@ -283,18 +258,7 @@ impl<'a> Deadlined<'a> {
     }
 
     fn until(stream: &'a TcpStream, until: Instant) -> Deadlined<'a> {
-        Deadlined {
-            stream,
-            until,
-            place: None,
-        }
-    }
-
-    fn in_place(self, place: &'a Slot) -> Deadlined<'a> {
-        Deadlined {
-            place: Some(place),
-            ..self
-        }
+        Deadlined { stream, until }
     }
 
     fn timed_out(&self) -> io::Error {
@@ -306,9 +270,6 @@ impl<'a> Deadlined<'a> {
 
     /// The time left, or the timeout error when there is none.
     fn left(&self) -> io::Result<Duration> {
-        if let Some(reason) = self.place.and_then(Slot::evicted) {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, reason));
-        }
         match self.until.checked_duration_since(Instant::now()) {
             Some(left) if !left.is_zero() => Ok(left),
             _ => Err(self.timed_out()),
@@ -327,13 +288,7 @@ impl Read for Deadlined<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut stream = self.stream;
         loop {
-            let left = self.left()?;
-            // A connection with a place wakes to see whether it still has it.
-            let wait = match self.place {
-                Some(_) => left.min(PLACE_CHECK),
-                None => left,
-            };
-            stream.set_read_timeout(Some(wait))?;
+            stream.set_read_timeout(Some(self.left()?))?;
             match stream.read(buf) {
                 // `left` says whether the time is up.
                 Err(e)
@@ -362,162 +317,192 @@ impl Write for Deadlined<'_> {
 fn handle_client(
     control: TcpStream,
     peer: SocketAddr,
-    handshake: Slot,
+    place: Slot,
     server: &Shared,
 ) -> Result<(), TrafficError> {
     control.set_nodelay(true)?;
     let limits = &server.config.limits;
-    let mut conn = Deadlined::new(&control, limits.handshake_timeout).in_place(&handshake);
-    let admitted = admit(&mut conn, peer, &handshake, server);
-    let (start, _test) = match admitted {
-        Ok(admitted) => admitted,
-        Err(rejected) => {
-            // A fresh deadline: the reason is worth sending even to a peer that ran out
-            // of time.
-            let mut conn = Deadlined::new(&control, REFUSAL_TIME);
-            return Err(match rejected {
-                Rejected::Refused(reason) => {
-                    refuse(&mut conn, reason.clone());
-                    TrafficError::Refused(reason)
-                }
-                Rejected::Broken(e) => {
-                    close_gracefully(&mut conn);
-                    e.into()
-                }
-            });
-        }
-    };
-    drop(handshake);
-    (server.log)(&format!(
-        "{peer}: test of {}, {:?}",
-        count(start.params.streams, "stream"),
-        start.params.mode
-    ));
-    run_test(control, peer, &start, server)
-}
-
-/// What a client's `Start` asked for.
-struct Start {
-    params: TestParams,
-    clock: ClientClock,
-    /// Send the samples as `SamplesDeflated`.
-    deflated_samples: bool,
-}
-
-/// Everything before the test: the hellos, who the peer is, its key, its request, and
-/// room for one more test. Returns the request and the test's place in the counts.
-///
-/// Our hello goes first, so that any peer can name us (one of another version, an iperf3
-/// client), and the challenge right after it (or the refusal), without waiting for the
-/// client's hello: they reach the client together, a round trip sooner.
-fn admit(
-    conn: &mut Deadlined,
-    peer: SocketAddr,
-    place: &Slot,
-    server: &Shared,
-) -> Result<(Start, Slot), Rejected> {
-    protocol::write_hello(conn, ConnKind::Control).map_err(ProtocolError::Io)?;
-    let limits = &server.config.limits;
-    let key = match &server.config.access {
-        Access::Key(key) => Some(key),
+    let (key, refusal) = match &server.config.access {
+        Access::Key(key) => (Some(key.clone()), None),
         Access::LocalOnly => {
-            let here = Neighbourhood::read().map_err(ProtocolError::Io)?;
-            if !here.is_local(peer) {
-                return Err(Rejected::Refused(format!(
+            let here = Neighbourhood::read()?;
+            let refusal = (!here.is_local(peer)).then(|| {
+                format!(
                     "{} is not on this host and this server has no key: it serves only \
                      local peers (start it with --key-file FILE, or --insecure-open)",
                     peer.ip().to_canonical()
-                )));
-            }
-            None
+                )
+            });
+            (None, refusal)
         }
-        Access::Open => None,
+        Access::Open => (None, None),
     };
-    let nonce = auth::send_challenge(conn)?;
-    protocol::read_client_hello(conn)?;
-    place.spoke();
-    auth::check_answer(conn, &nonce, key, limits.max_message)?;
-    let start = loop {
-        match protocol::recv(conn, limits.max_message)? {
-            Message::TimeProbe { client_send_us } => {
-                let server_recv_us = monotonic_us();
-                protocol::send(
-                    conn,
-                    &Message::TimeReply {
-                        client_send_us,
-                        server_recv_us,
-                        server_send_us: monotonic_us(),
-                    },
-                )?;
-            }
-            Message::Start {
-                params,
-                clock,
-                deflated_samples,
-            } => {
-                break Start {
-                    params,
-                    clock,
-                    deflated_samples,
+    let config = HandshakeConfig {
+        key,
+        refusal,
+        limits: limits.clone(),
+        boot_id: sysctl::boot_id(),
+        // Unreadable, the kernel's own refusal names a missing one at setup.
+        congestion: sockopt::available_congestion().ok(),
+        nonce: auth::nonce(),
+    };
+    let mut shell = ServerShell {
+        machine: Handshake::new(config, monotonic_us()),
+        control: &control,
+        place: Some(place),
+        buf: vec![0u8; 64 << 10],
+    };
+    // Everything before the test: the hellos, who the peer is, its key, its request and
+    // room for one more test.
+    let start = match shell.next()? {
+        Next::Admit(start) => start,
+        Next::Go(_) => unreachable!("Go before Start"),
+    };
+    let room = server.admission.start_test(Source::of(peer.ip()));
+    let (room, _test) = match room {
+        Ok(slot) => (Ok(()), Some(slot)),
+        Err(reason) => (Err(reason), None),
+    };
+    shell.machine.admitted(monotonic_us(), room);
+    if _test.is_some() {
+        // The handshake's place is for connections still in their handshake.
+        shell.place = None;
+        (server.log)(&format!(
+            "{peer}: test of {}, {:?}",
+            count(start.params.streams, "stream"),
+            start.params.mode
+        ));
+    }
+    shell.flush()?;
+    let (flows, echo) = open_flows(&mut shell, peer, &start)?;
+    let client_t0_us = match shell.next()? {
+        Next::Go(client_t0_us) => client_t0_us,
+        Next::Admit(_) => unreachable!("Start after Start"),
+    };
+    let client_said_more = !shell.machine.take_leftover().is_empty();
+    run_test(
+        control,
+        peer,
+        &start,
+        (flows, echo),
+        client_t0_us,
+        client_said_more,
+        server,
+    )
+}
+
+/// What the handshake asks of the socket code next.
+enum Next {
+    Admit(Box<Start>),
+    Go(i64),
+}
+
+/// The socket code around a server's handshake machine.
+struct ServerShell<'a> {
+    machine: Handshake,
+    control: &'a TcpStream,
+    /// The connection's place among those in their handshake: once a newer connection
+    /// has taken it, the machine is told at once.
+    place: Option<Slot>,
+    buf: Vec<u8>,
+}
+
+impl ServerShell<'_> {
+    /// Carries out the machine's actions up to the next that needs more than bytes.
+    fn act(&mut self) -> Result<Option<Next>, TrafficError> {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                ServerAction::Transmit(bytes) => {
+                    // A refusal gets a fresh deadline: the reason is worth sending even to
+                    // a peer that ran out of time.
+                    let left = self
+                        .machine
+                        .poll_timeout()
+                        .map(|d| Duration::from_micros((d - monotonic_us()).max(1) as u64))
+                        .unwrap_or(REFUSAL_TIME);
+                    let mut writer = self.control;
+                    self.control.set_write_timeout(Some(left))?;
+                    writer.write_all(&bytes)?;
+                }
+                ServerAction::Spoke => {
+                    if let Some(place) = &self.place {
+                        place.spoke();
+                    }
+                }
+                ServerAction::Admit(start) => return Ok(Some(Next::Admit(start))),
+                ServerAction::Go { client_t0_us } => return Ok(Some(Next::Go(client_t0_us))),
+                ServerAction::Close(rejected) => {
+                    close_gracefully(&mut Deadlined::new(self.control, REFUSAL_TIME));
+                    return Err(match rejected {
+                        Rejected::Refused(reason) => TrafficError::Refused(reason),
+                        Rejected::Broken(e) => e.into(),
+                    });
                 }
             }
-            other => return Err(unexpected(&other, "Start").into()),
         }
-    };
-    limits::check_request(&start.params, limits)
-        .and_then(|()| check_congestion(&start.params))
-        .map_err(Rejected::Refused)?;
-    let test = server
-        .admission
-        .start_test(Source::of(peer.ip()))
-        .map_err(Rejected::Refused)?;
-    Ok((start, test))
-}
+        Ok(None)
+    }
 
-fn unexpected(msg: &Message, wanted: &str) -> ProtocolError {
-    ProtocolError::Malformed(format!("expected {wanted}, got {msg:?}"))
-}
+    /// Sends what the machine has to send; errors if it closed.
+    fn flush(&mut self) -> Result<(), TrafficError> {
+        match self.act()? {
+            None => Ok(()),
+            Some(_) => unreachable!("the machine asks nothing more without input"),
+        }
+    }
 
-/// A congestion control the client asks for must exist in this server's kernel.
-fn check_congestion(params: &TestParams) -> Result<(), String> {
-    let Some(cc) = &params.tuning.cc else {
-        return Ok(());
-    };
-    let available = sockopt::available_congestion().map_err(|e| e.to_string())?;
-    if available.iter().any(|a| a == cc) {
-        Ok(())
-    } else {
-        Err(format!(
-            "server has no congestion control '{cc}' (available: {})",
-            available.join(" ")
-        ))
+    /// Feeds the machine the control connection's bytes until it asks for more than
+    /// bytes.
+    fn next(&mut self) -> Result<Next, TrafficError> {
+        loop {
+            if let Some(next) = self.act()? {
+                return Ok(next);
+            }
+            if let Some(reason) = self.place.as_ref().and_then(Slot::evicted) {
+                self.machine.evict(monotonic_us(), reason);
+                continue;
+            }
+            // A connection with a place wakes to see whether it still has it.
+            let deadline = match (&self.place, self.machine.poll_timeout()) {
+                (Some(_), Some(d)) => Some(d.min(monotonic_us() + PLACE_CHECK_US)),
+                (_, d) => d,
+            };
+            match shell::read_by(self.control, &mut self.buf, deadline)? {
+                Input::Bytes(n, now) => self.machine.handle_input(now, &self.buf[..n]),
+                Input::Eof(now) => self.machine.handle_eof(now),
+                Input::Timeout(now) => self.machine.handle_timeout(now),
+            }
+        }
+    }
+
+    /// The machine's deadline as an `Instant`.
+    fn deadline(&self) -> Instant {
+        let left = self
+            .machine
+            .poll_timeout()
+            .map_or(0, |d| (d - monotonic_us()).max(0));
+        Instant::now() + Duration::from_micros(left as u64)
     }
 }
+
+const PLACE_CHECK_US: i64 = PLACE_CHECK.as_micros() as i64;
 
 fn run_test(
     mut control: TcpStream,
     peer: SocketAddr,
     start: &Start,
+    (flows, echo): (Flows, Option<Echo>),
+    client_t0_us: i64,
+    client_said_more: bool,
     server: &Shared,
 ) -> Result<(), TrafficError> {
     let Start {
-        params: asked,
         clock,
         deflated_samples,
+        params,
+        ..
     } = start;
     let limits = &server.config.limits;
-    let params = &limits::server_params(asked, limits);
-    let rate_cap_bps = limits::rate_cap_bps(asked, limits);
-    let (flows, echo) = match open_flows(&control, peer, params, limits, rate_cap_bps) {
-        Ok(opened) => opened,
-        Err(e) => {
-            // Until Go the client waits for an answer: the reason (a tuning the kernel
-            // refused), not a closed connection.
-            let reason = format!("setting up the test's connections: {e}");
-            refuse(&mut Deadlined::new(&control, REFUSAL_TIME), reason.clone());
-            return Err(TrafficError::Refused(reason));
-        }
-    };
     // The client's clock against ours, for one-way delays: server = client + offset.
     let same_clock = clock
         .offset
@@ -526,14 +511,6 @@ fn run_test(
         0
     } else {
         -clock.offset.offset_us * 1000
-    };
-    // The client's idle probes come between Ready and Go.
-    let idle = Duration::from_micros(params.probe.map_or(0, |p| p.idle_us));
-    let mut conn = Deadlined::new(&control, limits.handshake_timeout + idle);
-    protocol::send(&mut conn, &Message::Ready)?;
-    let client_t0_us = match protocol::recv(&mut conn, limits.max_message)? {
-        Message::Go { client_t0_us } => client_t0_us,
-        other => return Err(unexpected(&other, "Go").into()),
     };
     // This end starts when the client's first bytes can arrive: `Go`'s arrival, or on
     // one clock the client's start plus the path's one way (half the best exchange's
@@ -547,7 +524,8 @@ fn run_test(
         now
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
+    // A client that said more than Go (its Bye) is done with us already.
+    let stop = Arc::new(AtomicBool::new(client_said_more));
     let finished = Arc::new(AtomicBool::new(false));
     let cut = Arc::new(AtomicBool::new(false));
     let watcher = {
@@ -670,21 +648,119 @@ impl Watch {
 
 /// Tells the client where its flows (and probes) go, with a fresh random cookie, and
 /// takes its flows; the probes' echo answers from then on. Only the client's own
-/// address may open flows or be answered; all flows must be there within one
-/// --handshake-timeout.
+/// address may open flows or be answered; which connections and datagrams are the
+/// test's flows, and by when, the machine says. A setup the kernel refuses is the
+/// client's refusal.
 fn open_flows(
-    control: &TcpStream,
+    shell: &mut ServerShell,
     peer: SocketAddr,
-    params: &TestParams,
-    limits: &ServerLimits,
-    rate_cap_bps: Option<u64>,
+    start: &Start,
 ) -> Result<(Flows, Option<Echo>), TrafficError> {
-    let roles: Vec<Role> = flow_roles(params)
-        .iter()
-        .map(|&(_, d)| Role::of(Host::Server, d))
-        .collect();
+    let params = &start.params;
     let mut cookie = [0u8; COOKIE_LEN];
     rand::rng().fill_bytes(&mut cookie);
+    let client = peer.ip().to_canonical();
+    let sockets = match listen(shell.control, params, &cookie, client) {
+        Ok(sockets) => sockets,
+        Err(e) => {
+            // Until Go the client waits for an answer: the reason (a tuning the kernel
+            // refused), not a closed connection.
+            shell
+                .machine
+                .refuse(format!("setting up the test's connections: {e}"));
+            shell.flush()?;
+            unreachable!("a refusal closes");
+        }
+    };
+    let Listening {
+        data_port,
+        udp_ports,
+        sockets,
+        echo,
+        probe_port,
+    } = sockets;
+    shell.machine.listening(
+        monotonic_us(),
+        HandshakeListening {
+            data_port,
+            udp_ports,
+            probe_port,
+            meta: sysctl::host_meta(),
+            cookie,
+        },
+    );
+    shell.flush()?;
+    let roles = shell.machine.roles();
+    // A flow the kernel would not set up is the client's refusal, as the sockets' is.
+    let setup_failed = |shell: &mut ServerShell, e: TrafficError| {
+        if !shell.machine.is_done() {
+            shell
+                .machine
+                .refuse(format!("setting up the test's connections: {e}"));
+        }
+        match shell.flush() {
+            Err(closed) => closed,
+            Ok(()) => e,
+        }
+    };
+    let flows = match sockets {
+        Sockets::Udp(sockets) => match accept_udp(shell, client, sockets, &roles, params) {
+            Ok(flows) => Flows::Udp(flows),
+            Err(e) => return Err(setup_failed(shell, e)),
+        },
+        Sockets::Tcp {
+            listener,
+            receive_buffer,
+        } => {
+            let accepted = accept_tcp(shell, client, &listener, &roles, params, receive_buffer);
+            let mut flows = match accepted {
+                Ok(flows) => flows,
+                Err(e) => return Err(setup_failed(shell, e)),
+            };
+            // A connection per transaction: the one flow accepts them on, the test's
+            // listener.
+            if params.transactions.is_some_and(|t| t.new_connection) {
+                if let Some(flow) = flows.first_mut() {
+                    flow.renew = Some(Renew::Accept {
+                        listener,
+                        cookie,
+                        client,
+                    });
+                }
+            }
+            Flows::Tcp(flows)
+        }
+    };
+    // Ready, or the close of a test whose flows did not all come.
+    shell.flush()?;
+    Ok((flows, echo))
+}
+
+/// The sockets a test's flows come to.
+struct Listening {
+    data_port: u16,
+    udp_ports: Vec<u16>,
+    probe_port: Option<u16>,
+    echo: Option<Echo>,
+    sockets: Sockets,
+}
+
+enum Sockets {
+    Udp(Vec<UdpSocket>),
+    Tcp {
+        listener: TcpListener,
+        receive_buffer: Option<BufferSize>,
+    },
+}
+
+/// The test's listener (or UDP sockets) and its probes' echo, on the control
+/// connection's address.
+fn listen(
+    control: &TcpStream,
+    params: &TestParams,
+    cookie: &[u8; COOKIE_LEN],
+    client: std::net::IpAddr,
+) -> Result<Listening, TrafficError> {
     let local = control.local_addr()?;
     let probe_socket = match params.probe {
         Some(_) => Some(UdpSocket::bind(SocketAddr::new(local.ip(), 0))?),
@@ -695,40 +771,28 @@ fn open_flows(
         None => None,
     };
     let echo = probe_socket
-        .map(|socket| Echo::start(socket, probe::token(&cookie), peer.ip().to_canonical()))
+        .map(|socket| Echo::start(socket, probe::token(cookie), client))
         .transpose()?;
-    let accepted = |data_port, udp_ports| Message::Accepted {
-        data_port,
-        cookie: protocol::to_hex(&cookie),
-        meta: HostMeta {
-            rate_cap_bps,
-            ..sysctl::host_meta()
-        },
-        udp_ports,
-        probe_port,
-    };
-    let client = FlowsFrom {
-        ip: peer.ip().to_canonical(),
-        cookie,
-        deadline: Instant::now() + limits.handshake_timeout,
-    };
-    let mut conn = Deadlined::until(control, client.deadline);
+    let flows = flow_roles(params).len();
     if params.udp.is_some() {
-        let sockets = roles
-            .iter()
+        let sockets = (0..flows)
             .map(|_| UdpSocket::bind(SocketAddr::new(local.ip(), 0)))
             .collect::<io::Result<Vec<_>>>()?;
         let udp_ports = sockets
             .iter()
             .map(|s| s.local_addr().map(|a| a.port()))
             .collect::<io::Result<Vec<_>>>()?;
-        protocol::send(&mut conn, &accepted(0, udp_ports))?;
-        return Ok((
-            Flows::Udp(client.accept_udp(sockets, &roles, params)?),
+        return Ok(Listening {
+            data_port: 0,
+            udp_ports,
+            probe_port,
             echo,
-        ));
+            sockets: Sockets::Udp(sockets),
+        });
     }
-    let receives = roles.contains(&Role::Receive);
+    let receives = flow_roles(params)
+        .iter()
+        .any(|&(_, d)| Role::of(Host::Server, d) == Role::Receive);
     let listener = setup::data_listener(local, &params.tuning, receives)?;
     let receive_buffer = if receives {
         Some(setup::apply(&listener, &params.tuning, Role::Receive)?)
@@ -740,155 +804,129 @@ fn open_flows(
         .as_socket()
         .map(|a| a.port())
         .ok_or_else(|| io::Error::other("data listener has no port"))?;
-    protocol::send(&mut conn, &accepted(data_port, Vec::new()))?;
-    let listener: TcpListener = listener.into();
-    let mut flows = client.accept_tcp(&listener, &roles, params, receive_buffer)?;
-    // A connection per transaction: the one flow accepts them on, the test's listener.
-    if params.transactions.is_some_and(|t| t.new_connection) {
-        if let Some(flow) = flows.first_mut() {
-            flow.renew = Some(Renew::Accept {
-                listener,
-                cookie: client.cookie,
-                client: client.ip,
-            });
-        }
-    }
-    Ok((Flows::Tcp(flows), echo))
+    Ok(Listening {
+        data_port,
+        udp_ports: Vec::new(),
+        probe_port,
+        echo,
+        sockets: Sockets::Tcp {
+            listener: listener.into(),
+            receive_buffer,
+        },
+    })
 }
 
-/// Whose flows a test takes, and until when.
-struct FlowsFrom {
-    /// The control connection's peer: flows from elsewhere are not this test's, and a
-    /// UDP hello from elsewhere would make us send to a third party (reflection).
-    ip: std::net::IpAddr,
-    cookie: [u8; COOKIE_LEN],
-    deadline: Instant,
-}
-
-impl FlowsFrom {
-    fn late(&self, what: &str) -> TrafficError {
-        ProtocolError::Malformed(format!(
-            "client did not open all {what} within --handshake-timeout"
-        ))
-        .into()
-    }
-
-    fn is_client(&self, from: SocketAddr) -> bool {
-        from.ip().to_canonical() == self.ip
-    }
-
-    /// Registers each UDP flow's client socket: the first hello with the test's cookie
-    /// on a flow's port names the peer that port then talks to.
-    fn accept_udp(
-        &self,
-        sockets: Vec<UdpSocket>,
-        roles: &[Role],
-        params: &TestParams,
-    ) -> Result<Vec<UdpFlow>, TrafficError> {
-        let mut flows = Vec::with_capacity(sockets.len());
-        for (id, (socket, &role)) in sockets.into_iter().zip(roles).enumerate() {
-            let mut buf = [0u8; 64];
-            let peer = loop {
-                let left = self
-                    .deadline
-                    .checked_duration_since(Instant::now())
-                    .filter(|left| !left.is_zero())
-                    .ok_or_else(|| self.late("UDP flows"))?;
-                socket.set_read_timeout(Some(left))?;
-                match socket.recv_from(&mut buf) {
-                    Ok((n, from)) if self.is_client(from) => {
-                        match protocol::read_udp_hello(&buf[..n]) {
-                            Some((presented, flow))
-                                if presented == self.cookie && flow == id as u32 =>
-                            {
-                                break from
-                            }
-                            _ => continue,
-                        }
-                    }
-                    // A stray datagram: keep waiting for the real hello.
-                    Ok(_) => continue,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        continue
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            };
-            socket.connect(peer)?;
-            let buffer = udp::prepare(&socket, role, params)?;
-            flows.push(UdpFlow {
-                id: id as u32,
-                role,
-                socket,
-                buffer,
-            });
-        }
-        Ok(flows)
-    }
-
-    /// Accepts exactly one data connection per flow, each presenting the test's cookie.
-    /// Connections from elsewhere, or that do not introduce themselves right, are
-    /// dropped: they are not this test's.
-    fn accept_tcp(
-        &self,
-        listener: &TcpListener,
-        roles: &[Role],
-        params: &TestParams,
-        receive_buffer: Option<BufferSize>,
-    ) -> Result<Vec<FlowSocket>, TrafficError> {
-        let mut flows: Vec<Option<FlowSocket>> = roles.iter().map(|_| None).collect();
-        listener.set_nonblocking(true)?;
-        while flows.iter().any(Option::is_none) {
-            if Instant::now() >= self.deadline {
-                return Err(self.late("data connections"));
+/// Registers each UDP flow's client socket: the first datagram from the client that
+/// the machine takes for the flow's hello names the peer that port then talks to. A
+/// hello from elsewhere would make us send to a third party (reflection).
+fn accept_udp(
+    shell: &mut ServerShell,
+    client: std::net::IpAddr,
+    sockets: Vec<UdpSocket>,
+    roles: &[Role],
+    params: &TestParams,
+) -> Result<Vec<UdpFlow>, TrafficError> {
+    let mut flows = Vec::with_capacity(sockets.len());
+    for (id, (socket, &role)) in sockets.into_iter().zip(roles).enumerate() {
+        let mut buf = [0u8; 64];
+        let peer = loop {
+            shell.machine.handle_timeout(monotonic_us());
+            if shell.machine.is_done() {
+                shell.flush()?;
             }
-            let stream = match listener.accept() {
-                Ok((stream, from)) if self.is_client(from) => stream,
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    thread::sleep(Duration::from_millis(1));
-                    continue;
+            let left = shell.deadline().saturating_duration_since(Instant::now());
+            socket.set_read_timeout(Some(left.max(Duration::from_micros(1))))?;
+            match socket.recv_from(&mut buf) {
+                Ok((n, from)) if from.ip().to_canonical() == client => {
+                    if shell
+                        .machine
+                        .udp_datagram(monotonic_us(), id as u32, &buf[..n])
+                    {
+                        break from;
+                    }
                 }
+                // A stray datagram: keep waiting for the real hello.
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => return Err(e.into()),
-            };
-            stream.set_nonblocking(false)?;
-            let mut conn = Deadlined::until(&stream, self.deadline);
-            let intro = protocol::read_hello(&mut conn)
-                .ok()
-                .filter(|kind| *kind == ConnKind::Data)
-                .and_then(|_| protocol::read_data_intro(&mut conn).ok());
-            let Some((_, id)) = intro.filter(|(presented, _)| *presented == self.cookie) else {
-                continue;
-            };
-            let slot = flows
-                .get_mut(id as usize)
-                .filter(|s| s.is_none())
-                .ok_or_else(|| ProtocolError::Malformed(format!("bad or repeated flow id {id}")))?;
-            stream.set_read_timeout(None)?;
-            let role = roles[id as usize];
-            let buffer = match (role, receive_buffer) {
-                (Role::Receive, Some(mut b)) => {
-                    b.effective = sockopt::rcvbuf(stream.as_fd())?;
-                    b.at_end = b.effective;
-                    b
-                }
-                _ => setup::apply(&stream, &params.tuning, role)?,
-            };
-            *slot = Some(FlowSocket {
-                id,
-                role,
-                stream,
-                buffer,
-                renew: None,
-            });
-        }
-        Ok(flows.into_iter().map(|f| f.expect("all filled")).collect())
+            }
+        };
+        socket.connect(peer)?;
+        let buffer = udp::prepare(&socket, role, params)?;
+        flows.push(UdpFlow {
+            id: id as u32,
+            role,
+            socket,
+            buffer,
+        });
     }
+    Ok(flows)
+}
+
+/// Accepts exactly one data connection per flow, each presenting the test's cookie.
+/// Connections from elsewhere, or that do not introduce themselves right, are dropped:
+/// they are not this test's.
+fn accept_tcp(
+    shell: &mut ServerShell,
+    client: std::net::IpAddr,
+    listener: &TcpListener,
+    roles: &[Role],
+    params: &TestParams,
+    receive_buffer: Option<BufferSize>,
+) -> Result<Vec<FlowSocket>, TrafficError> {
+    let mut flows: Vec<Option<FlowSocket>> = roles.iter().map(|_| None).collect();
+    listener.set_nonblocking(true)?;
+    while !shell.machine.all_flows_in() {
+        shell.machine.handle_timeout(monotonic_us());
+        if shell.machine.is_done() {
+            shell.flush()?;
+        }
+        let stream = match listener.accept() {
+            Ok((stream, from)) if from.ip().to_canonical() == client => stream,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        stream.set_nonblocking(false)?;
+        let mut intro = [0u8; DATA_INTRO_LEN];
+        let mut conn = Deadlined::until(&stream, shell.deadline());
+        if conn.read_exact(&mut intro).is_err() {
+            continue;
+        }
+        let id = match shell.machine.data_intro(monotonic_us(), &intro) {
+            DataIntro::Flow(id) => id,
+            DataIntro::Stranger if shell.machine.is_done() => {
+                shell.flush()?;
+                continue;
+            }
+            DataIntro::Stranger => continue,
+        };
+        stream.set_read_timeout(None)?;
+        let role = roles[id as usize];
+        let buffer = match (role, receive_buffer) {
+            (Role::Receive, Some(mut b)) => {
+                b.effective = sockopt::rcvbuf(stream.as_fd())?;
+                b.at_end = b.effective;
+                b
+            }
+            _ => setup::apply(&stream, &params.tuning, role)?,
+        };
+        flows[id as usize] = Some(FlowSocket {
+            id,
+            role,
+            stream,
+            buffer,
+            renew: None,
+        });
+    }
+    Ok(flows.into_iter().map(|f| f.expect("all filled")).collect())
 }
 
 /// The address a server listens on when none is given: all addresses, IPv6 and IPv4.
@@ -901,49 +939,86 @@ mod tests {
     use super::*;
     use tcplab_record::TestEnd;
 
+    /// A server on loopback with these limits, stopped on drop.
+    struct Loopback {
+        addr: SocketAddr,
+        stop: Arc<AtomicBool>,
+        serving: Option<thread::JoinHandle<io::Result<()>>>,
+    }
+
+    impl Loopback {
+        fn start(limits: ServerLimits) -> Loopback {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let serving = {
+                let stop = Arc::clone(&stop);
+                let config = ServerConfig {
+                    access: Access::LocalOnly,
+                    limits,
+                };
+                thread::spawn(move || serve(listener, config, |_| {}, &stop, None))
+            };
+            Loopback {
+                addr,
+                stop,
+                serving: Some(serving),
+            }
+        }
+
+        /// What a client asking for `params` hears.
+        fn run(&self, params: TestParams) -> Result<tcplab_record::RunRecord, TrafficError> {
+            let request = crate::client::Request {
+                target: self.addr.to_string(),
+                params,
+                label: None,
+                tags: Vec::new(),
+                pacing: None,
+                key: None,
+                trace_events: false,
+            };
+            crate::client::run(&request, Arc::new(AtomicBool::new(false)), &mut |_| {})
+        }
+    }
+
+    impl Drop for Loopback {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(serving) = self.serving.take() {
+                serving.join().unwrap().unwrap();
+            }
+        }
+    }
+
+    fn short() -> TestParams {
+        TestParams {
+            end: TestEnd::Duration { us: 200_000 },
+            ..TestParams::default()
+        }
+    }
+
     #[test]
     fn a_congestion_control_the_kernel_lacks_is_refused_by_name() {
-        let mut params = TestParams::default();
-        assert!(check_congestion(&params).is_ok());
+        let server = Loopback::start(ServerLimits::default());
+        let mut params = short();
         params.tuning.cc = Some("no-such-cc".into());
-        assert!(check_congestion(&params)
-            .unwrap_err()
-            .contains("no-such-cc"));
+        let err = server.run(params).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "server refused the test: server has no congestion control 'no-such-cc'"
+            ),
+            "{err}"
+        );
     }
 
     /// A tuning the server's kernel refuses (checks of the client's kernel aside) reaches
-    /// the client as a refusal naming it, and the server's log says the same.
+    /// the client as a refusal naming it.
     #[test]
     fn a_tuning_the_kernel_refuses_is_named_to_the_client() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let target = listener.local_addr().unwrap().to_string();
-        let stop = Arc::new(AtomicBool::new(false));
-        let serving = {
-            let stop = Arc::clone(&stop);
-            let config = ServerConfig {
-                access: Access::LocalOnly,
-                limits: ServerLimits::default(),
-            };
-            thread::spawn(move || serve(listener, config, |_| {}, &stop, None))
-        };
-        let mut params = TestParams {
-            end: TestEnd::Duration { us: 200_000 },
-            ..TestParams::default()
-        };
+        let server = Loopback::start(ServerLimits::default());
+        let mut params = short();
         params.tuning.mss = Some(10);
-        let request = crate::client::Request {
-            target,
-            params,
-            label: None,
-            tags: Vec::new(),
-            pacing: None,
-            key: None,
-            trace_events: false,
-        };
-        let err = crate::client::run(&request, Arc::new(AtomicBool::new(false)), &mut |_| {})
-            .unwrap_err();
-        stop.store(true, Ordering::Relaxed);
-        serving.join().unwrap().unwrap();
+        let err = server.run(params).unwrap_err();
         assert_eq!(
             err.to_string(),
             "server refused the test: setting up the test's connections: the kernel refused \
@@ -951,60 +1026,70 @@ mod tests {
         );
     }
 
-    /// A connected pair on loopback: (our end, the peer's).
-    fn pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        (listener.accept().unwrap().0, peer)
+    /// Reads the server's hello, then messages until a refusal: its reason.
+    fn refusal_from(conn: &mut TcpStream) -> String {
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(protocol::read_hello(conn).unwrap(), ConnKind::Control);
+        loop {
+            match protocol::recv(conn, protocol::MAX_MESSAGE).unwrap() {
+                Message::Refused { reason } => return reason,
+                Message::Challenge { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]
     fn a_peer_trickling_its_hello_runs_out_of_time_like_a_silent_one() {
-        let (ours, mut theirs) = pair();
+        let server = Loopback::start(ServerLimits {
+            handshake_timeout: Duration::from_millis(350),
+            ..ServerLimits::default()
+        });
+        let mut conn = TcpStream::connect(server.addr).unwrap();
+        let mut writer = conn.try_clone().unwrap();
+        let started = Instant::now();
         let trickle = thread::spawn(move || {
             for byte in protocol::client_hello() {
-                if theirs.write_all(&[byte]).is_err() {
+                if writer.write_all(&[byte]).is_err() {
                     return;
                 }
                 thread::sleep(Duration::from_millis(100));
             }
         });
-        let started = Instant::now();
-        let err = protocol::read_hello(&mut Deadlined::new(&ours, Duration::from_millis(350)))
-            .unwrap_err();
-        let took = started.elapsed();
         // Each byte came well within any per-read timeout; the whole hello did not.
-        assert!(err.to_string().contains("--handshake-timeout"), "{err}");
+        let reason = refusal_from(&mut conn);
+        let took = started.elapsed();
+        assert_eq!(reason, "handshake step not done within --handshake-timeout");
         assert!(
-            took >= Duration::from_millis(350) && took < Duration::from_millis(600),
+            took >= Duration::from_millis(350) && took < Duration::from_millis(700),
             "{took:?}"
         );
-        drop(ours);
+        drop(conn);
         trickle.join().unwrap();
     }
 
     #[test]
     fn a_connection_whose_place_a_newer_one_takes_is_told_at_once() {
-        let admission = limits::Admission::new(&ServerLimits {
+        let server = Loopback::start(ServerLimits {
             max_handshakes: 1,
             max_connect_rate: None,
             ..ServerLimits::default()
         });
-        let source = |i| Source::of(std::net::IpAddr::from([10, 0, 0, i]));
-        let place = admission.connect(source(1), 0).unwrap();
-        let (ours, _theirs) = pair();
-        let newer = thread::spawn(move || {
-            thread::sleep(Duration::from_millis(150));
-            admission.connect(source(2), 0).unwrap()
-        });
+        let mut older = TcpStream::connect(server.addr).unwrap();
         let started = Instant::now();
-        let mut conn = Deadlined::new(&ours, Duration::from_secs(10)).in_place(&place);
-        let err = protocol::read_hello(&mut conn).unwrap_err();
+        let newer = {
+            let addr = server.addr;
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(150));
+                TcpStream::connect(addr).unwrap()
+            })
+        };
+        let reason = refusal_from(&mut older);
         let took = started.elapsed();
-        assert!(matches!(
-            Rejected::from(err),
-            Rejected::Refused(r) if r.ends_with("(--max-handshakes 1), and this one made room for a newer one")
-        ),);
+        assert!(
+            reason.ends_with("(--max-handshakes 1), and this one made room for a newer one"),
+            "{reason}"
+        );
         // Within a look or two after it lost its place, not at the deadline.
         assert!(
             took >= Duration::from_millis(150)
@@ -1016,14 +1101,62 @@ mod tests {
 
     #[test]
     fn a_udp_hello_from_another_address_than_the_clients_is_ignored() {
-        let cookie = [7u8; COOKIE_LEN];
+        let params = TestParams {
+            udp: Some(tcplab_record::UdpParams {
+                rate_bps: 1_000_000,
+                datagram_size: 1000,
+                burst: 1,
+                header: Default::default(),
+            }),
+            ..TestParams::default()
+        };
         let from = |ip: &str| {
-            let client = FlowsFrom {
-                ip: "127.0.0.2".parse().unwrap(),
-                cookie,
-                deadline: Instant::now() + Duration::from_millis(300),
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let _peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let control = listener.accept().unwrap().0;
+            let config = HandshakeConfig {
+                key: None,
+                refusal: None,
+                limits: ServerLimits {
+                    handshake_timeout: Duration::from_millis(300),
+                    ..ServerLimits::default()
+                },
+                boot_id: String::new(),
+                congestion: None,
+                nonce: [0; 32],
             };
+            let mut machine = Handshake::new(config, monotonic_us());
+            machine.handle_input(monotonic_us(), &protocol::client_hello());
+            let auth = Message::Auth {
+                nonce: protocol::to_hex(&[1; 32]),
+                proof: None,
+            };
+            let start = Message::Start {
+                params: params.clone(),
+                clock: Default::default(),
+                deflated_samples: false,
+            };
+            for message in [auth, start] {
+                machine.handle_input(monotonic_us(), &protocol::frame(&message).unwrap());
+            }
+            machine.admitted(monotonic_us(), Ok(()));
+            let cookie = [7u8; COOKIE_LEN];
             let server = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let listening = HandshakeListening {
+                data_port: 0,
+                udp_ports: vec![server.local_addr().unwrap().port()],
+                probe_port: None,
+                meta: Default::default(),
+                cookie,
+            };
+            machine.listening(monotonic_us(), listening);
+            while machine.poll_action().is_some() {}
+            let mut shell = ServerShell {
+                machine,
+                control: &control,
+                place: None,
+                buf: Vec::new(),
+            };
             let sender = UdpSocket::bind((ip, 0)).unwrap();
             sender
                 .send_to(
@@ -1031,16 +1164,8 @@ mod tests {
                     server.local_addr().unwrap(),
                 )
                 .unwrap();
-            let params = TestParams {
-                udp: Some(tcplab_record::UdpParams {
-                    rate_bps: 1_000_000,
-                    datagram_size: 1000,
-                    burst: 1,
-                    header: Default::default(),
-                }),
-                ..TestParams::default()
-            };
-            client.accept_udp(vec![server], &[Role::Receive], &params)
+            let client = "127.0.0.2".parse().unwrap();
+            accept_udp(&mut shell, client, vec![server], &[Role::Receive], &params)
         };
         // Anyone else naming the cookie would make the server send to a third party.
         let err = from("127.0.0.1")
@@ -1049,27 +1174,5 @@ mod tests {
         assert!(err.to_string().contains("UDP flows"), "{err}");
         let flows = from("127.0.0.2").unwrap();
         assert_eq!(flows.len(), 1);
-    }
-
-    #[test]
-    fn an_oversized_message_or_a_timeout_is_a_refusal_naming_its_limit() {
-        let too_large = Rejected::from(ProtocolError::TooLarge {
-            len: 70_000,
-            limit: 65_536,
-        });
-        assert!(
-            matches!(&too_large, Rejected::Refused(r) if r == "control message of 70000 bytes exceeds --max-message 64 KiB"),
-            "{too_large:?}"
-        );
-        let (ours, _theirs) = pair();
-        let late = Deadlined::new(&ours, Duration::ZERO).left().unwrap_err();
-        assert!(matches!(
-            Rejected::from(ProtocolError::Io(late)),
-            Rejected::Refused(r) if r.contains("--handshake-timeout")
-        ));
-        assert!(matches!(
-            Rejected::from(ProtocolError::Closed),
-            Rejected::Broken(_)
-        ));
     }
 }

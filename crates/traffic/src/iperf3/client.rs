@@ -7,7 +7,7 @@
 //! tcplab's engine, so they carry samples and limits; the server's side of each flow is
 //! what iperf3 reports of it (bytes, retransmits, its time window, CPU).
 
-use std::io::{self, Read};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,18 +22,18 @@ use tcplab_record::{
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
 
-use super::wire::{self, Cookie, Params, Results, State, StreamResult};
+use super::wire::{self, Cookie, Params, Results, StreamResult};
 use super::Iperf3Error;
 use crate::client::{self, Request};
 use crate::engine::{self, End, FlowSocket, Flows, SideOutcome};
 use crate::events::{self, TestTrace};
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
-use crate::protocol::{self, ProtocolError, Role, SideFlow, SideReport};
+use crate::protocol::{Role, SideFlow, SideReport};
+use crate::shell::{self, Input};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, setup, TrafficError};
+use tcplab_proto::handshake::iperf3::{Client as Handshake, ClientAction, Failure, STEP_TIMEOUT};
 
-/// How long each step of the handshake and of the results exchange may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the watcher of a receiving test looks at the clock and the stop flag.
 const WATCH_EVERY: Duration = Duration::from_millis(5);
 
@@ -52,13 +52,16 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
         TrafficError::Connect { target, source } => Iperf3Error::Connect { target, source },
         other => other.into(),
     })?;
-    let mut session = Session { control, target };
-    session.setup()?;
     let cookie = wire::new_cookie();
-    session.send_bytes(&cookie, "sending the cookie")?;
-    session.expect(State::ParamExchange)?;
-    session.send_json(&iperf3_params, "sending the parameters")?;
-    session.expect(State::CreateStreams)?;
+    let mut session = Session {
+        control,
+        target,
+        machine: Handshake::new(&cookie, iperf3_params, monotonic_us()),
+        buf: vec![0u8; 64 << 10],
+    };
+    session.setup()?;
+    // Cookie, PARAM_EXCHANGE, the parameters, CREATE_STREAMS.
+    session.drive()?;
     // iperf3's data connections go to its control port.
     let mut trace = (request.trace_events && params.udp.is_none())
         .then(|| TestTrace::start(server_addr.port()));
@@ -74,8 +77,9 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     // still arriving, they would reset and an iperf3 sender would fail the test.
     let _open_until_done = data_fds(&flows)
         .map_err(|source| session.io_error("keeping the data connections", source))?;
-    session.expect(State::TestStart)?;
-    session.expect(State::TestRunning)?;
+    // TEST_START, TEST_RUNNING.
+    session.machine.streams_created(monotonic_us());
+    session.drive()?;
     if let Flows::Tcp(flows) = &flows {
         engine::await_setup_acknowledged(flows, STEP_TIMEOUT, &stop).map_err(|source| {
             session.io_error("waiting for the data connections' setup", source)
@@ -98,15 +102,13 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     };
     let (local, intervals) = run_flows(flows, &context, &stop, request);
 
-    session.send_state(State::TestEnd)?;
-    session.expect(State::ExchangeResults)?;
-    session.send_json(
-        &our_results(&local, params.mode == Mode::Up, params.udp.is_some()),
-        "sending our results",
-    )?;
-    let theirs: Results = session.recv_json("reading its results")?;
-    session.expect(State::DisplayResults)?;
-    session.send_state(State::IperfDone)?;
+    let ours = our_results(&local, params.mode == Mode::Up, params.udp.is_some());
+    session.machine.test_done(monotonic_us(), ours);
+    // TEST_END, EXCHANGE_RESULTS, both ends' results, DISPLAY_RESULTS, IPERF_DONE.
+    let theirs = match session.drive()? {
+        Step::Done(theirs) => *theirs,
+        _ => unreachable!("the results end the exchange"),
+    };
 
     let server = server_report(&theirs, &local.report, &context)
         .map_err(|detail| session.not_iperf3(detail))?;
@@ -138,16 +140,25 @@ pub fn run(request: &Request, stop: Arc<AtomicBool>) -> Result<RunRecord, Iperf3
     Ok(record)
 }
 
-/// The control connection and the name of the server it leads to, for error messages.
+/// What the handshake asks of the socket code next.
+enum Step {
+    CreateStreams,
+    Running,
+    Done(Box<Results>),
+}
+
+/// The control connection, the handshake's machine, and the name of the server it
+/// leads to, for error messages.
 struct Session {
     control: TcpStream,
     target: String,
+    machine: Handshake,
+    buf: Vec<u8>,
 }
 
 impl Session {
     fn setup(&self) -> Result<(), Iperf3Error> {
         let what = "setting up the control connection";
-        self.io(what, self.control.set_read_timeout(Some(STEP_TIMEOUT)))?;
         self.io(what, self.control.set_write_timeout(Some(STEP_TIMEOUT)))?;
         self.io(what, self.control.set_nodelay(true))
     }
@@ -174,89 +185,42 @@ impl Session {
         }
     }
 
-    fn send_bytes(&mut self, bytes: &[u8], what: &'static str) -> Result<(), Iperf3Error> {
-        let result = io::Write::write_all(&mut self.control, bytes);
-        self.io(what, result)
+    fn failure(&self, failure: Failure) -> Iperf3Error {
+        let target = self.target.clone();
+        match failure {
+            Failure::Busy => Iperf3Error::Busy { target },
+            Failure::ServerError { code, errno } => Iperf3Error::ServerError {
+                target,
+                code,
+                errno,
+            },
+            Failure::Terminated => Iperf3Error::Terminated { target },
+            Failure::TcplabServer => Iperf3Error::TcplabServer { target },
+            Failure::NotIperf3(detail) => Iperf3Error::NotIperf3 { target, detail },
+        }
     }
 
-    fn send_json(
-        &mut self,
-        value: &impl serde::Serialize,
-        what: &'static str,
-    ) -> Result<(), Iperf3Error> {
-        let result = wire::write_json(&mut self.control, value);
-        self.io(what, result)
-    }
-
-    fn recv_json<T: for<'de> serde::Deserialize<'de>>(
-        &mut self,
-        what: &'static str,
-    ) -> Result<T, Iperf3Error> {
-        let result = wire::read_json(&mut self.control);
-        self.io(what, result)
-    }
-
-    fn send_state(&mut self, state: State) -> Result<(), Iperf3Error> {
-        let result = wire::write_state(&mut self.control, state);
-        self.io("sending a state", result)
-    }
-
-    /// Whether `first` and the bytes after it are a tcplab server's hello (of any version),
-    /// which it says as soon as a client connects.
-    fn is_tcplab_hello(&mut self, first: u8) -> bool {
-        let first = [first];
-        let mut hello = first.chain(&mut self.control);
-        matches!(
-            protocol::read_hello(&mut hello),
-            Ok(_) | Err(ProtocolError::Version { .. })
-        )
-    }
-
-    /// Reads the server's next state; anything but `want` is an error that says why.
-    fn expect(&mut self, want: State) -> Result<(), Iperf3Error> {
-        let byte = match wire::read_state(&mut self.control) {
-            Ok(byte) => byte,
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                return Err(self.not_iperf3(format!(
-                    "it closed the connection where iperf3 sends {want:?}"
-                )))
+    /// Moves the machine's bytes until it asks for more than bytes.
+    fn drive(&mut self) -> Result<Step, Iperf3Error> {
+        loop {
+            while let Some(action) = self.machine.poll_action() {
+                match action {
+                    ClientAction::Transmit(bytes) => {
+                        let result = io::Write::write_all(&mut self.control, &bytes);
+                        self.io("sending to the server", result)?;
+                    }
+                    ClientAction::CreateStreams => return Ok(Step::CreateStreams),
+                    ClientAction::Running => return Ok(Step::Running),
+                    ClientAction::Done(theirs) => return Ok(Step::Done(theirs)),
+                    ClientAction::Failed(failure) => return Err(self.failure(failure)),
+                }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(
-                    self.not_iperf3(format!("no {want:?} within {} s", STEP_TIMEOUT.as_secs()))
-                )
+            let input = shell::read_by(&self.control, &mut self.buf, self.machine.poll_timeout());
+            match self.io("reading from the server", input)? {
+                Input::Bytes(n, now) => self.machine.handle_input(now, &self.buf[..n]),
+                Input::Eof(now) => self.machine.handle_eof(now),
+                Input::Timeout(now) => self.machine.handle_timeout(now),
             }
-            Err(source) => return Err(self.io_error("reading a state", source)),
-        };
-        match State::from_byte(byte) {
-            Some(state) if state == want => Ok(()),
-            Some(State::AccessDenied) => Err(Iperf3Error::Busy {
-                target: self.target.clone(),
-            }),
-            Some(State::ServerError) => {
-                // iperf3 follows SERVER_ERROR with its i_errno and errno, 4 bytes each.
-                let mut codes = [0u8; 8];
-                let result = self.control.read_exact(&mut codes);
-                self.io("reading the server's error", result)?;
-                Err(Iperf3Error::ServerError {
-                    target: self.target.clone(),
-                    code: i32::from_be_bytes(codes[..4].try_into().expect("4 bytes")),
-                    errno: i32::from_be_bytes(codes[4..].try_into().expect("4 bytes")),
-                })
-            }
-            Some(State::ServerTerminate) => Err(Iperf3Error::Terminated {
-                target: self.target.clone(),
-            }),
-            Some(other) => Err(self.not_iperf3(format!("{other:?} where {want:?} was due"))),
-            None if self.is_tcplab_hello(byte) => Err(Iperf3Error::TcplabServer {
-                target: self.target.clone(),
-            }),
-            None => Err(self.not_iperf3(format!("byte {byte:#04x} where {want:?} was due"))),
         }
     }
 }

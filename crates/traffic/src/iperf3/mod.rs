@@ -5,7 +5,7 @@
 
 pub mod client;
 pub mod server;
-pub mod wire;
+pub use tcplab_proto::iperf3::wire;
 
 /// What went wrong talking to an iperf3 server; each names the server.
 #[derive(Debug, thiserror::Error)]

@@ -16,21 +16,21 @@ use std::thread;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_record::units::count;
-use tcplab_record::{Host, Mode, TestEnd, TestParams, Tuning, UdpHeaderFormat, UdpParams};
+use tcplab_record::{Host, Mode, TestParams};
 use tcplab_sys::clock::monotonic_us;
 use tcplab_sys::localnet::Neighbourhood;
 
 use super::client::our_results;
-use super::wire::{self, Cookie, Params, Results, State, COOKIE_LEN};
+use super::wire::{self, Cookie, Results, COOKIE_LEN};
 use crate::engine::{End, FlowSocket, Flows};
 use crate::protocol::Role;
+use crate::shell::{self, Input};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, setup};
+pub use tcplab_proto::handshake::iperf3::from_iperf3;
+use tcplab_proto::handshake::iperf3::{Server as Handshake, ServerAction, STEP_TIMEOUT};
 
-/// How long each step of the handshake and of the results exchange may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a busy server looks for other clients to turn away.
 const BUSY_POLL: Duration = Duration::from_millis(20);
 
@@ -64,24 +64,27 @@ fn step(what: &'static str) -> impl Fn(io::Error) -> String {
     move |e| format!("{what}: {e}")
 }
 
-/// One test; errors are one line naming the step.
-fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, String> {
-    control
-        .set_read_timeout(Some(STEP_TIMEOUT))
-        .map_err(step("control connection"))?;
+/// One test; errors are one line naming the step. The handshake is the machine's
+/// (`tcplab_proto::handshake::iperf3::Server`); this moves its bytes and runs the test.
+fn serve_one(listener: &TcpListener, control: TcpStream) -> Result<String, String> {
     control
         .set_nodelay(true)
         .map_err(step("control connection"))?;
-    let mut cookie: Cookie = [0; COOKIE_LEN];
     control
-        .read_exact(&mut cookie)
-        .map_err(step("reading the cookie (not an iperf3 client?)"))?;
-    wire::write_state(&mut control, State::ParamExchange).map_err(step("PARAM_EXCHANGE"))?;
-    let asked: Params = wire::read_json(&mut control).map_err(step("reading the parameters"))?;
-    // A test we cannot serve is closed: iperf3's client then says the control socket
-    // closed unexpectedly, and our log says why (iperf3's error codes have no
-    // "unsupported" for these).
-    let params = from_iperf3(&asked)?;
+        .set_write_timeout(Some(STEP_TIMEOUT))
+        .map_err(step("control connection"))?;
+    let mut shell = Shell {
+        control,
+        machine: Handshake::new(monotonic_us()),
+        buf: vec![0u8; 64 << 10],
+    };
+    // The cookie, PARAM_EXCHANGE, the parameters. A test we cannot serve is closed:
+    // iperf3's client then says the control socket closed unexpectedly, and our log
+    // says why (iperf3's error codes have no "unsupported" for these).
+    let params = match shell.drive()? {
+        Next::Prepare(params) => *params,
+        _ => unreachable!("the parameters come first"),
+    };
     // A UDP stream's connect datagram follows CREATE_STREAMS at once: its socket must be
     // there first, or the client gets "connection refused".
     let udp_listening = match params.udp {
@@ -93,10 +96,11 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
         ),
         None => None,
     };
-    wire::write_state(&mut control, State::CreateStreams).map_err(step("CREATE_STREAMS"))?;
+    shell.machine.streams_ready(monotonic_us());
+    shell.flush()?;
     let flows = match udp_listening {
         Some((first, local)) => accept_udp_flows(first, local, &params).map(Flows::Udp),
-        None => accept_flows(listener, &cookie, &params).map(Flows::Tcp),
+        None => accept_flows(listener, &shell.machine, &params).map(Flows::Tcp),
     }
     .map_err(step("accepting a stream"))?;
     let _busy = Busy::turn_away(listener).map_err(step("listener"))?;
@@ -110,14 +114,17 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
         // A UDP receiver looks at the stop flag between reads.
         Flows::Udp(_) => Vec::new(),
     };
-    wire::write_state(&mut control, State::TestStart).map_err(step("TEST_START"))?;
-    wire::write_state(&mut control, State::TestRunning).map_err(step("TEST_RUNNING"))?;
+    shell.machine.streams_open(monotonic_us());
+    shell.flush()?;
 
     // The client ends the test with TEST_END: its streams stay open until then. Reads
     // are shut down at once, so a receiver waiting for data ends its window on time.
     let flows_stop = Arc::new(AtomicBool::new(false));
     let watcher = {
-        let mut reader = control.try_clone().map_err(step("control connection"))?;
+        let mut reader = shell
+            .control
+            .try_clone()
+            .map_err(step("control connection"))?;
         let _ = reader.set_read_timeout(None);
         let flows_stop = flows_stop.clone();
         thread::spawn(move || {
@@ -142,26 +149,22 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
     };
     let local = flows.run(&params, end, tx, flows_stop);
     let (state, _open_until_done) = watcher.join().expect("watcher panicked");
-    control
-        .set_read_timeout(Some(STEP_TIMEOUT))
-        .map_err(step("control connection"))?;
-    match state.map(State::from_byte) {
-        Ok(Some(State::TestEnd)) => {}
-        Ok(other) => return Err(format!("{other:?} where TEST_END was due")),
+    match state {
+        Ok(byte) => shell.machine.handle_input(monotonic_us(), &[byte]),
         Err(e) => return Err(format!("waiting for TEST_END: {e}")),
     }
-    wire::write_state(&mut control, State::ExchangeResults).map_err(step("EXCHANGE_RESULTS"))?;
-    let theirs: Results =
-        wire::read_json(&mut control).map_err(step("reading the client's results"))?;
     let sending = params.mode == Mode::Down;
-    wire::write_json(
-        &mut control,
-        &our_results(&local, sending, params.udp.is_some()),
-    )
-    .map_err(step("sending our results"))?;
-    wire::write_state(&mut control, State::DisplayResults).map_err(step("DISPLAY_RESULTS"))?;
-    // IPERF_DONE, or the client just closing: either ends the test.
-    let _ = wire::read_state(&mut control);
+    let ours = our_results(&local, sending, params.udp.is_some());
+    shell.machine.results(monotonic_us(), ours);
+    // EXCHANGE_RESULTS, the client's results, ours, DISPLAY_RESULTS, and IPERF_DONE
+    // (or the client just closing).
+    let theirs = loop {
+        match shell.drive()? {
+            Next::Done(theirs) => break *theirs,
+            Next::TestEnd => {}
+            Next::Prepare(_) => unreachable!("parameters after the test"),
+        }
+    };
 
     let bytes: u64 = local.report.flows.iter().map(|f| f.bytes).sum();
     let seconds = local
@@ -192,70 +195,67 @@ fn serve_one(listener: &TcpListener, mut control: TcpStream) -> Result<String, S
     ))
 }
 
-/// An iperf3 client's parameters as tcplab's. What we cannot serve is refused by name.
-fn from_iperf3(asked: &Params) -> Result<TestParams, String> {
-    let udp = asked.udp.then(|| udp_from_iperf3(asked)).transpose()?;
-    if asked.bidirectional {
-        return Err("--bidir is not served with --iperf3".into());
-    }
-    let streams = u16::try_from(asked.parallel.max(1)).map_err(|_| "too many streams")?;
-    let end = match (asked.time, asked.num) {
-        // iperf3's client stops the test with TEST_END; the margin keeps our senders
-        // writing until it does.
-        (0, 0) => return Err("-k (block count) is not served with --iperf3".into()),
-        (0, bytes) => TestEnd::Bytes {
-            bytes: bytes.div_ceil(u64::from(streams)),
-        },
-        (seconds, _) => TestEnd::Duration {
-            us: (u64::from(seconds) + 1) * 1_000_000,
-        },
-    };
-    Ok(TestParams {
-        streams,
-        end,
-        mode: if asked.reverse { Mode::Down } else { Mode::Up },
-        tuning: Tuning {
-            sndbuf: asked.window,
-            rcvbuf: asked.window,
-            write_size: asked.len,
-            read_size: asked.len,
-            nodelay: asked.nodelay,
-            mss: asked.mss,
-            cc: asked.congestion.clone(),
-            pacing_rate: asked.fqrate,
-            app_rate: asked.bandwidth.filter(|&b| b > 0 && udp.is_none()),
-            ..Tuning::default()
-        },
-        udp,
-        ..TestParams::default()
-    })
+/// What the handshake asks of the socket code next.
+enum Next {
+    Prepare(Box<TestParams>),
+    TestEnd,
+    Done(Box<Results>),
 }
 
-/// A UDP test's rate (`-b`; 0 or none: as fast as we can), datagram size (`-l`) and
-/// burst, with iperf3's datagram header.
-fn udp_from_iperf3(asked: &Params) -> Result<UdpParams, String> {
-    if asked.udp_counters_64bit {
-        return Err("--udp-counters-64bit is not served with --iperf3".into());
+/// The control connection and its handshake's machine.
+struct Shell {
+    control: TcpStream,
+    machine: Handshake,
+    buf: Vec<u8>,
+}
+
+impl Shell {
+    /// Sends what the machine has to send, up to what it asks of us next.
+    fn act(&mut self) -> Result<Option<Next>, String> {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                ServerAction::Transmit(bytes) => {
+                    io::Write::write_all(&mut self.control, &bytes)
+                        .map_err(step("sending to the client"))?;
+                }
+                ServerAction::Prepare(params) => return Ok(Some(Next::Prepare(params))),
+                ServerAction::TestEnd => return Ok(Some(Next::TestEnd)),
+                ServerAction::Done(theirs) => return Ok(Some(Next::Done(theirs))),
+                ServerAction::Failed(why) => return Err(why),
+            }
+        }
+        Ok(None)
     }
-    if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&asked.len) {
-        return Err(format!(
-            "-l {} is not a datagram size tcplab sends ({MIN_DATAGRAM}..={MAX_DATAGRAM} bytes)",
-            asked.len
-        ));
+
+    fn flush(&mut self) -> Result<(), String> {
+        match self.act()? {
+            None => Ok(()),
+            Some(_) => unreachable!("the machine asks nothing more without input"),
+        }
     }
-    Ok(UdpParams {
-        rate_bps: asked.bandwidth.unwrap_or(0),
-        datagram_size: asked.len,
-        burst: asked.burst.unwrap_or(1).max(1),
-        header: UdpHeaderFormat::Iperf3,
-    })
+
+    /// Feeds the machine the control connection's bytes until it asks for more.
+    fn drive(&mut self) -> Result<Next, String> {
+        loop {
+            if let Some(next) = self.act()? {
+                return Ok(next);
+            }
+            let input = shell::read_by(&self.control, &mut self.buf, self.machine.poll_timeout())
+                .map_err(step("control connection"))?;
+            match input {
+                Input::Bytes(n, now) => self.machine.handle_input(now, &self.buf[..n]),
+                Input::Eof(now) => self.machine.handle_eof(now),
+                Input::Timeout(now) => self.machine.handle_timeout(now),
+            }
+        }
+    }
 }
 
 /// The client's data connections on the control port, each opened with the cookie and
 /// tuned for our role in it.
 fn accept_flows(
     listener: &TcpListener,
-    cookie: &Cookie,
+    machine: &Handshake,
     params: &TestParams,
 ) -> io::Result<Vec<FlowSocket>> {
     flow_roles(params)
@@ -265,9 +265,9 @@ fn accept_flows(
             stream.set_read_timeout(Some(STEP_TIMEOUT))?;
             let mut theirs: Cookie = [0; COOKIE_LEN];
             stream.read_exact(&mut theirs)?;
-            if &theirs != cookie {
+            if !machine.is_our_stream(&theirs) {
                 // Another client's control connection: iperf3 tells it we are busy.
-                let _ = wire::write_state(&mut stream, State::AccessDenied);
+                let _ = io::Write::write_all(&mut stream, &Handshake::busy());
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "another client connected while this one opened its streams",
@@ -361,7 +361,7 @@ impl Busy {
                             let _ = other.set_read_timeout(Some(STEP_TIMEOUT));
                             let mut cookie: Cookie = [0; COOKIE_LEN];
                             if other.read_exact(&mut cookie).is_ok() {
-                                let _ = wire::write_state(&mut other, State::AccessDenied);
+                                let _ = io::Write::write_all(&mut other, &Handshake::busy());
                             }
                         }
                         Err(_) => thread::sleep(BUSY_POLL),
@@ -383,84 +383,5 @@ impl Drop for Busy {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_real_iperf3_clients_parameters_become_a_test() {
-        // iperf3 3.12's `send_parameters` for `iperf3 -c … -t 1 -P 2 -w 256K -l 64K -C cubic -R`.
-        let asked: Params = serde_json::from_str(
-            r#"{"tcp": true, "omit": 0, "time": 1, "num": 0, "blockcount": 0, "parallel": 2,
-                "reverse": true, "window": 262144, "len": 65536, "pacing_timer": 1000,
-                "congestion": "cubic", "client_version": "3.12"}"#,
-        )
-        .unwrap();
-        let params = from_iperf3(&asked).unwrap();
-        assert_eq!(params.streams, 2);
-        assert_eq!(params.mode, Mode::Down);
-        assert_eq!(params.tuning.sndbuf, Some(262_144));
-        assert_eq!(params.tuning.rcvbuf, Some(262_144));
-        assert_eq!(params.tuning.write_size, 65_536);
-        assert_eq!(params.tuning.cc.as_deref(), Some("cubic"));
-        // Our senders outlast the client's timer: its TEST_END ends the test.
-        assert_eq!(params.end, TestEnd::Duration { us: 2_000_000 });
-    }
-
-    #[test]
-    fn a_udp_clients_rate_size_and_burst_become_ours() {
-        // iperf3 3.12's `send_parameters` for `iperf3 -c … -u -b 50M -l 1400 -t 2 -R`.
-        let asked: Params = serde_json::from_str(
-            r#"{"udp": true, "omit": 0, "time": 2, "num": 0, "blockcount": 0, "parallel": 1,
-                "reverse": true, "len": 1400, "bandwidth": 50000000, "pacing_timer": 1000,
-                "client_version": "3.12"}"#,
-        )
-        .unwrap();
-        let params = from_iperf3(&asked).unwrap();
-        assert_eq!(params.mode, Mode::Down);
-        assert_eq!(
-            params.udp,
-            Some(UdpParams {
-                rate_bps: 50_000_000,
-                datagram_size: 1400,
-                burst: 1,
-                header: UdpHeaderFormat::Iperf3,
-            })
-        );
-        // -b paces UDP datagrams, not TCP writes.
-        assert_eq!(params.tuning.app_rate, None);
-    }
-
-    #[test]
-    fn what_we_do_not_serve_is_named() {
-        let wide = Params {
-            udp: true,
-            udp_counters_64bit: true,
-            parallel: 1,
-            time: 1,
-            len: 1400,
-            ..Params::default()
-        };
-        assert!(from_iperf3(&wide)
-            .unwrap_err()
-            .contains("--udp-counters-64bit"));
-        let tiny = Params {
-            udp: true,
-            parallel: 1,
-            time: 1,
-            len: 4,
-            ..Params::default()
-        };
-        assert!(from_iperf3(&tiny).unwrap_err().contains("-l 4"));
-        let blocks = Params {
-            tcp: true,
-            parallel: 1,
-            blockcount: 10,
-            ..Params::default()
-        };
-        assert!(from_iperf3(&blocks).unwrap_err().contains("-k"));
     }
 }

@@ -73,6 +73,36 @@ pub enum ProtocolError {
     Malformed(String),
     #[error("peer closed the control connection")]
     Closed,
+    /// A handshake step out of time (or a place in the handshake lost): the reason.
+    #[error("{0}")]
+    Deadline(String),
+}
+
+/// Why a server did not admit a client.
+#[derive(Debug)]
+pub enum Rejected {
+    /// A reason for the client, sent to it as `Refused`.
+    Refused(String),
+    /// The connection broke or spoke nonsense: nothing to tell it.
+    Broken(ProtocolError),
+}
+
+impl From<ProtocolError> for Rejected {
+    /// A message over the size limit and a handshake out of time are limits the client
+    /// ran into: it hears which.
+    fn from(e: ProtocolError) -> Self {
+        match e {
+            ProtocolError::TooLarge { len, limit } => Rejected::Refused(format!(
+                "control message of {len} bytes exceeds --max-message {}",
+                tcplab_record::units::format_size(limit as u64)
+            )),
+            ProtocolError::Deadline(reason) => Rejected::Refused(reason),
+            ProtocolError::Io(e) if e.kind() == io::ErrorKind::TimedOut => {
+                Rejected::Refused(e.to_string())
+            }
+            e => Rejected::Broken(e),
+        }
+    }
 }
 
 pub fn write_hello(w: &mut impl Write, kind: ConnKind) -> io::Result<()> {
@@ -121,6 +151,33 @@ pub fn read_client_hello(r: &mut impl Read) -> Result<(), ProtocolError> {
     }
 }
 
+/// What a hello's first bytes say so far: `Ok(None)` until all 8 are there. A wrong
+/// byte of the magic is named as soon as it arrives, with the bytes up to it.
+pub fn check_hello(bytes: &[u8]) -> Result<Option<ConnKind>, ProtocolError> {
+    for (i, expected) in MAGIC.iter().enumerate() {
+        match bytes.get(i) {
+            None => return Ok(None),
+            Some(b) if b != expected => return Err(ProtocolError::BadMagic(bytes[..=i].to_vec())),
+            Some(_) => {}
+        }
+    }
+    match bytes.get(..8) {
+        Some(hello) => parse_hello(hello.try_into().expect("8 bytes")).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The cookie and flow id of a data connection's hello and introduction
+/// ([`DATA_INTRO_LEN`] bytes); `None` for anything else.
+pub fn parse_data_intro(intro: &[u8]) -> Option<([u8; COOKIE_LEN], u32)> {
+    if intro.len() != DATA_INTRO_LEN || check_hello(intro).ok()?? != ConnKind::Data {
+        return None;
+    }
+    let cookie = intro[8..8 + COOKIE_LEN].try_into().ok()?;
+    let flow = u32::from_be_bytes(intro[8 + COOKIE_LEN..].try_into().ok()?);
+    Some((cookie, flow))
+}
+
 fn parse_hello(hello: &[u8; 8]) -> Result<ConnKind, ProtocolError> {
     if &hello[..6] != MAGIC {
         return Err(ProtocolError::BadMagic(hello.to_vec()));
@@ -160,6 +217,12 @@ pub fn read_data_intro(r: &mut impl Read) -> io::Result<([u8; COOKIE_LEN], u32)>
 }
 
 pub fn send(w: &mut impl Write, msg: &Message) -> Result<(), ProtocolError> {
+    w.write_all(&frame(msg)?)?;
+    Ok(())
+}
+
+/// A message as it travels: its length (u32 big-endian), then its JSON.
+pub fn frame(msg: &Message) -> Result<Vec<u8>, ProtocolError> {
     let body = serde_json::to_vec(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))?;
     if body.len() > MAX_MESSAGE {
         return Err(ProtocolError::TooLarge {
@@ -170,8 +233,26 @@ pub fn send(w: &mut impl Write, msg: &Message) -> Result<(), ProtocolError> {
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
     frame.extend_from_slice(&body);
-    w.write_all(&frame)?;
-    Ok(())
+    Ok(frame)
+}
+
+/// One whole message from the front of `buf`, taken off it: `Ok(None)` until all its
+/// bytes are there. A length over `limit` is refused before its body arrives.
+pub fn take_frame(buf: &mut Vec<u8>, limit: usize) -> Result<Option<Message>, ProtocolError> {
+    let Some(len) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+    if len > limit {
+        return Err(ProtocolError::TooLarge { len, limit });
+    }
+    if buf.len() < 4 + len {
+        return Ok(None);
+    }
+    let message = serde_json::from_slice(&buf[4..4 + len])
+        .map_err(|e| ProtocolError::Malformed(e.to_string()));
+    buf.drain(..4 + len);
+    message.map(Some)
 }
 
 /// Reads one message of at most `limit` bytes; a longer one is refused unread.
@@ -574,6 +655,46 @@ mod tests {
             recv(&mut &garbage[..], MAX_MESSAGE),
             Err(ProtocolError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn an_oversized_message_or_a_deadline_is_a_refusal_naming_its_limit() {
+        let too_large = Rejected::from(ProtocolError::TooLarge {
+            len: 70_000,
+            limit: 65_536,
+        });
+        assert!(
+            matches!(&too_large, Rejected::Refused(r) if r == "control message of 70000 bytes exceeds --max-message 64 KiB"),
+            "{too_large:?}"
+        );
+        assert!(matches!(
+            Rejected::from(ProtocolError::Deadline("late".into())),
+            Rejected::Refused(r) if r == "late"
+        ));
+        assert!(matches!(
+            Rejected::from(ProtocolError::Closed),
+            Rejected::Broken(_)
+        ));
+    }
+
+    #[test]
+    fn hello_prefixes_are_judged_byte_by_byte() {
+        assert!(matches!(check_hello(b""), Ok(None)));
+        assert!(matches!(check_hello(b"TCPLA"), Ok(None)));
+        assert!(matches!(check_hello(b"TCPLABC"), Ok(None)));
+        assert!(matches!(check_hello(b"TCX"), Err(ProtocolError::BadMagic(b)) if b == b"TCX"));
+        assert!(matches!(
+            check_hello(b"TCPLABC\x04rest"),
+            Ok(Some(ConnKind::Control))
+        ));
+        assert!(matches!(
+            check_hello(b"TCPLABX\x04"),
+            Err(ProtocolError::BadMagic(_))
+        ));
+        let intro = data_intro(&[9; COOKIE_LEN], 5);
+        assert_eq!(parse_data_intro(&intro), Some(([9; COOKIE_LEN], 5)));
+        assert_eq!(parse_data_intro(&intro[..20]), None);
+        assert_eq!(parse_data_intro(&client_hello()[..DATA_INTRO_LEN]), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub const COOKIE_LEN: usize = 37;
 pub type Cookie = [u8; COOKIE_LEN];
 /// iperf3's parameter and result messages are small; anything larger is not iperf3.
-const MAX_JSON: u32 = 1 << 20;
+pub const MAX_JSON: u32 = 1 << 20;
 
 /// The states the server announces (and the client answers) on the control connection,
 /// each one signed byte.
@@ -124,11 +124,39 @@ pub fn write_state(w: &mut impl Write, state: State) -> io::Result<()> {
 
 /// One JSON message: a 4-byte big-endian length, then the JSON text.
 pub fn write_json(w: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    w.write_all(&json_frame(value)?)
+}
+
+/// A JSON message as it travels.
+pub fn json_frame(value: &impl Serialize) -> io::Result<Vec<u8>> {
     let text = serde_json::to_vec(value)?;
     let mut frame = Vec::with_capacity(4 + text.len());
     frame.extend_from_slice(&(text.len() as u32).to_be_bytes());
     frame.extend_from_slice(&text);
-    w.write_all(&frame)
+    Ok(frame)
+}
+
+/// One whole JSON message from the front of `buf`, taken off it: `Ok(None)` until all
+/// its bytes are there. Errors as [`read_json`]'s, `InvalidData`.
+pub fn take_json<T: for<'de> Deserialize<'de>>(buf: &mut Vec<u8>) -> io::Result<Option<T>> {
+    let Some(len) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(len.try_into().expect("4 bytes"));
+    if len > MAX_JSON {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a {len}-byte JSON message (at most {MAX_JSON})"),
+        ));
+    }
+    let end = 4 + len as usize;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    let value = serde_json::from_slice(&buf[4..end])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+    buf.drain(..end);
+    value.map(Some)
 }
 
 pub fn read_json<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result<T> {

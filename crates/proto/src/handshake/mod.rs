@@ -1,0 +1,26 @@
+//! The four handshakes as state machines, driven as quinn-proto drives a connection:
+//! the socket code feeds a machine what arrived (`handle_input(now, bytes)`, or
+//! `handle_eof(now)` when the peer closed), wakes it when its deadline passes
+//! (`poll_timeout()`, `handle_timeout(now)`), and does what it says, in order
+//! (`poll_action()`): send these bytes, open or accept the data connections, start, give
+//! up. Time is monotonic µs, given, never read: the tests run both ends of a handshake
+//! in memory, in virtual time.
+//!
+//! - [`tcplab::Client`] and [`tcplab::Server`]: tcplab's own control handshake, from the
+//!   hellos to `Go` (see [`crate::protocol`] and [`crate::auth`]);
+//! - [`iperf3::Client`] and [`iperf3::Server`]: iperf3's, from the cookie to
+//!   `IPERF_DONE`.
+
+pub mod iperf3;
+pub mod tcplab;
+
+#[cfg(test)]
+mod tests;
+
+/// Monotonic time, µs, on the clock of the end that runs the machine.
+pub type Micros = i64;
+
+/// µs of a `Duration`, saturating.
+pub(crate) fn micros(d: std::time::Duration) -> Micros {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

@@ -14,7 +14,7 @@
 //!    which carries the server's clock: the Auth/Welcome round trip is a first clock
 //!    exchange, and on one clock (the same boot, no offset) the only one;
 //! 2. otherwise client → `TimeProbe` × n, server → `TimeReply` (clock offset, see
-//!    `model::clock`);
+//!    `tcplab_analysis::clock`);
 //! 3. client → `Start{params}`, server → `Accepted{data_port, cookie}` or `Refused`;
 //! 4. client opens the data connections to `data_port`, server → `Ready` when all arrived;
 //! 5. client → `Go{client_t0}`: both ends start their flows; each end's report-interval records

@@ -1,7 +1,7 @@
 //! Linux I/O for tcplab: tcp_info and socket options, network namespaces and veth
 //! through netlink (as root or in a user namespace of tcplab's own), a masquerading NAT
 //! through nf_tables, per-thread CPU time, sysctls. A thin shell: decoding and
-//! arithmetic live in `tcplab-model`.
+//! arithmetic live in the crates without I/O (`tcplab-record`, `tcplab-model` …).
 
 pub mod clock;
 pub mod cpu;

@@ -1,4 +1,4 @@
-//! The `netem` backend: one direction of a [`PathSpec`](tcplab_netsim::path::PathSpec)
+//! The `netem` backend: one direction of a [`PathSpec`]
 //! applied with the kernel's netem qdisc instead of the tcplab emulator, through
 //! rtnetlink (no `tc` process).
 //!

@@ -1,7 +1,7 @@
 //! A run in words, in one place: the live interval lines, the summary and the flows'
 //! setup that `run` prints ([`run`]), the explanation that `explain`, `run` and
 //! `quickstart` print ([`explanation`]), and the test's parameters in the report's
-//! captions ([`params`]). The binary only prints what these return.
+//! captions ([`params`](mod@params)). The binary only prints what these return.
 
 pub mod explanation;
 pub mod params;

@@ -284,11 +284,28 @@ fn check_readable(path: &Path) -> Result<()> {
     if path.is_dir() {
         return Err(unusable(path, "is a directory, not a database file".into()));
     }
-    match std::fs::File::open(path) {
-        Ok(_) => Ok(()),
+    match may_read(path) {
+        Ok(()) => Ok(()),
         // The caller says there is no database there.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(unusable(path, format!("cannot be read: {e}"))),
+    }
+}
+
+/// Whether this process may read `path`, asked with access(2) rather than by opening
+/// it: closing a file drops every POSIX lock this process holds on it, SQLite's too.
+/// Where another connection of this process has the database open (a watch's store and
+/// its spool), a connection of another process would then take itself for the last,
+/// and delete the WAL the first still writes to.
+fn may_read(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path that the call only reads.
+    if unsafe { libc::access(c_path.as_ptr(), libc::R_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -1508,3 +1508,49 @@ fn a_watch_run_keeps_its_kind_and_each_connection_s_socket_and_counters() {
     store.insert_run(&sample_record(1)).unwrap();
     assert_eq!(of_kind(&store, "test"), 1);
 }
+
+/// A second store on a database this process has open (a watch's spool beside its
+/// store), and a reader, leave the first one's lock held: without it a connection of
+/// another process takes itself for the last one on closing, and deletes the WAL the
+/// first still writes to, whose commits no reader sees again.
+#[test]
+fn a_second_store_on_one_database_keeps_the_first_ones_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let _first = Store::open(&path).unwrap();
+    let _second = Store::open(&path).unwrap();
+    let _reader = Store::open_to_read(&path).unwrap();
+    assert!(read_locked_for_another_process(&path));
+}
+
+/// Whether another process would find a read lock on SQLite's shared-lock bytes of
+/// `path` (os_unix.c: 510 bytes from PENDING_BYTE + 2), asked from a child process: a
+/// process sees no conflict with its own locks, and must not open the file itself.
+fn read_locked_for_another_process(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const SHARED_FIRST: libc::off_t = 0x4000_0000 + 2;
+    const SHARED_SIZE: libc::off_t = 510;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: the child calls only async-signal-safe functions (open, fcntl, _exit).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        unsafe {
+            let fd = libc::open(c_path.as_ptr(), libc::O_RDWR);
+            let mut lock: libc::flock = std::mem::zeroed();
+            lock.l_type = libc::F_WRLCK as libc::c_short;
+            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            lock.l_start = SHARED_FIRST;
+            lock.l_len = SHARED_SIZE;
+            let asked = fd >= 0 && libc::fcntl(fd, libc::F_GETLK, &mut lock) == 0;
+            libc::_exit(if asked && lock.l_type != libc::F_UNLCK as libc::c_short {
+                0
+            } else {
+                1
+            });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+}

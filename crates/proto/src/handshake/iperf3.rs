@@ -11,7 +11,7 @@ use std::time::Duration;
 use tcplab_model::udp::{MAX_DATAGRAM, MIN_DATAGRAM};
 use tcplab_record::{Mode, TestEnd, TestParams, Tuning, UdpHeaderFormat, UdpParams};
 
-use super::{micros, Micros};
+use super::{micros, Micros, Steps};
 use crate::iperf3::wire::{self, Cookie, Params, Results, State, COOKIE_LEN};
 use crate::protocol::{self, ProtocolError};
 
@@ -154,16 +154,6 @@ impl Client {
     pub fn handle_input(&mut self, now: Micros, bytes: &[u8]) {
         self.inbox.extend_from_slice(bytes);
         self.run(now);
-    }
-
-    fn run(&mut self, now: Micros) {
-        while !self.is_done() {
-            match self.step(now) {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(failure) => return self.fail(failure),
-            }
-        }
     }
 
     fn expect(&mut self, state: State, now: Micros) {
@@ -433,16 +423,6 @@ impl Server {
         self.run(now);
     }
 
-    fn run(&mut self, now: Micros) {
-        while !self.is_done() {
-            match self.step(now) {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(why) => return self.fail(why),
-            }
-        }
-    }
-
     fn transmit_state(&mut self, state: State) {
         self.actions
             .push_back(ServerAction::Transmit(vec![state.byte()]));
@@ -595,6 +575,38 @@ fn udp_from_iperf3(asked: &Params) -> Result<UdpParams, String> {
         burst: asked.burst.unwrap_or(1).max(1),
         header: UdpHeaderFormat::Iperf3,
     })
+}
+
+impl Steps for Client {
+    type Failure = Failure;
+
+    fn ended(&self) -> bool {
+        self.is_done()
+    }
+
+    fn advance(&mut self, now: Micros) -> Result<bool, Failure> {
+        self.step(now)
+    }
+
+    fn end(&mut self, failure: Failure) {
+        self.fail(failure)
+    }
+}
+
+impl Steps for Server {
+    type Failure = String;
+
+    fn ended(&self) -> bool {
+        self.is_done()
+    }
+
+    fn advance(&mut self, now: Micros) -> Result<bool, String> {
+        self.step(now)
+    }
+
+    fn end(&mut self, failure: String) {
+        self.fail(failure)
+    }
 }
 
 #[cfg(test)]

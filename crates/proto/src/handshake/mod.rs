@@ -17,6 +17,29 @@ pub mod tcplab;
 #[cfg(test)]
 mod tests;
 
+/// What the four machines do with what arrived: a step at a time until one waits for
+/// more bytes or the machine has ended; a step's error ends it, as the machine says.
+trait Steps {
+    type Failure;
+
+    fn ended(&self) -> bool;
+
+    /// One step on what arrived: `Ok(false)` when it needs more.
+    fn advance(&mut self, now: Micros) -> Result<bool, Self::Failure>;
+
+    fn end(&mut self, failure: Self::Failure);
+
+    fn run(&mut self, now: Micros) {
+        while !self.ended() {
+            match self.advance(now) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(failure) => self.end(failure),
+            }
+        }
+    }
+}
+
 /// Monotonic time, µs, on the clock of the end that runs the machine.
 pub type Micros = i64;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tcplab_analysis::clock::{self, Exchange};
 use tcplab_record::{ClockOffset, Host, HostMeta, TestParams};
 
-use super::{micros, Micros};
+use super::{micros, Micros, Steps};
 use crate::auth::{Nonce, PreSharedKey, WelcomeClock, NONCE_LEN, PROOF_LEN};
 use crate::flow_roles;
 use crate::iperf3::wire::State;
@@ -209,18 +209,8 @@ impl Client {
     }
 
     pub fn handle_input(&mut self, now: Micros, bytes: &[u8]) {
-        if self.is_done() {
-            self.inbox.extend_from_slice(bytes);
-            return;
-        }
         self.inbox.extend_from_slice(bytes);
-        while !self.is_done() {
-            match self.step(now) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => self.fail(e),
-            }
-        }
+        self.run(now);
     }
 
     /// The flows of [`ClientAction::Accepted`] are open: the wait for `Ready` starts
@@ -685,13 +675,7 @@ impl Server {
 
     pub fn handle_input(&mut self, now: Micros, bytes: &[u8]) {
         self.inbox.extend_from_slice(bytes);
-        while !self.is_done() {
-            match self.step(now) {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(rejected) => self.reject(rejected),
-            }
-        }
+        self.run(now);
     }
 
     /// The answer to [`ServerAction::Admit`]: room for the test, or why not.
@@ -995,4 +979,36 @@ impl Server {
 
 fn server_unexpected(message: &Message, wanted: &str) -> ProtocolError {
     ProtocolError::Malformed(format!("expected {wanted}, got {message:?}"))
+}
+
+impl Steps for Client {
+    type Failure = ClientError;
+
+    fn ended(&self) -> bool {
+        self.is_done()
+    }
+
+    fn advance(&mut self, now: Micros) -> Result<bool, ClientError> {
+        self.step(now)
+    }
+
+    fn end(&mut self, failure: ClientError) {
+        self.fail(failure)
+    }
+}
+
+impl Steps for Server {
+    type Failure = Rejected;
+
+    fn ended(&self) -> bool {
+        self.is_done()
+    }
+
+    fn advance(&mut self, now: Micros) -> Result<bool, Rejected> {
+        self.step(now)
+    }
+
+    fn end(&mut self, failure: Rejected) {
+        self.reject(failure)
+    }
 }

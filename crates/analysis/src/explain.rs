@@ -390,6 +390,8 @@ struct Steady {
     cwnd: f64,
     rwnd: f64,
     unsent: f64,
+    /// The send buffer, as [`send_buffer_bytes`] knows it (not a median).
+    sndbuf: f64,
 }
 
 /// Explains `run`. UDP flows are left out; a run without TCP flows gets a verdict of
@@ -472,7 +474,11 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         let senders: Vec<(u32, Host)> = tcp.iter().map(|f| (f.id, f.direction.sender())).collect();
         kernel_episodes(&run.events, &senders)
     });
-    let steady: Vec<Steady> = samples.iter().map(|s| steady(s)).collect();
+    let steady: Vec<Steady> = tcp
+        .iter()
+        .zip(&samples)
+        .map(|(f, s)| steady(f, s))
+        .collect();
     let gap_pacer = spec
         .as_ref()
         .is_some_and(|s| matches!(s.link(direction).pace, Some(Pace::Rate(_))));
@@ -749,7 +755,7 @@ fn window_bytes(flow: &FlowRecord, samples: &[&SampleRecord]) -> Option<u64> {
         .map(|s| u64::from(s.info.snd_wnd))
         .max()
         .filter(|w| *w > 0);
-    let sndbuf = Some(send_buffer_bytes(flow.sndbuf)).filter(|b| *b > 0);
+    let sndbuf = Some(send_buffer_bytes(flow.sndbuf, samples)).filter(|b| *b > 0);
     let mean_outstanding = mean_outstanding_bytes(samples);
     let buffer = match (sndbuf, mean_outstanding) {
         (Some(b), Some(m)) => Some(b.max(m)),
@@ -781,13 +787,18 @@ fn mean_outstanding_bytes(samples: &[&SampleRecord]) -> Option<u64> {
     Some((weighted / span as f64) as u64)
 }
 
-/// A send buffer as set, or as large as autotuning grew it.
-fn send_buffer_bytes(b: BufferSize) -> u64 {
+/// A send buffer as set, or as large as autotuning grew it: at the end, or in any
+/// sample's socket memory (a watched connection's buffer is known only from these).
+fn send_buffer_bytes(b: BufferSize, samples: &[&SampleRecord]) -> u64 {
     if b.requested.is_some() {
-        b.effective
-    } else {
-        b.effective.max(b.at_end)
+        return b.effective;
     }
+    let sampled = samples
+        .iter()
+        .filter_map(|s| s.skmem.map(|m| u64::from(m.sndbuf)))
+        .max()
+        .unwrap_or(0);
+    b.effective.max(b.at_end).max(sampled)
 }
 
 /// Loss events (recovery episodes) per data segment sent; `None` with fewer than
@@ -860,7 +871,7 @@ fn steady_part<T>(samples: &[T]) -> &[T] {
     &samples[(samples.len() as f64 * STEADY_FROM) as usize..]
 }
 
-fn steady(samples: &[&SampleRecord]) -> Steady {
+fn steady(flow: &FlowRecord, samples: &[&SampleRecord]) -> Steady {
     let part = steady_part(samples);
     let bytes =
         |f: &dyn Fn(&TcpInfo) -> f64| median(part.iter().map(|s| f(&s.info))).unwrap_or(0.0);
@@ -870,6 +881,7 @@ fn steady(samples: &[&SampleRecord]) -> Steady {
         cwnd: bytes(&|i| f64::from(i.snd_cwnd) * f64::from(i.snd_mss)),
         rwnd: bytes(&|i| f64::from(i.snd_wnd)),
         unsent: bytes(&|i| f64::from(i.notsent_bytes)),
+        sndbuf: send_buffer_bytes(flow.sndbuf, samples) as f64,
     }
 }
 
@@ -1055,7 +1067,7 @@ fn verdict(
         }
     }
     // The flow that carried the most bytes among those this limit held.
-    let (flow, figures) = sampled
+    let (_, figures) = sampled
         .iter()
         .copied()
         .filter(|(f, _)| f.limits.dominant() == dominant)
@@ -1082,13 +1094,13 @@ fn verdict(
         limit,
         format!(
             "{} ({share}{of_flows})",
-            why(dominant, flow, figures, measured, bounds)
+            why(dominant, figures, measured, bounds)
         ),
     )
 }
 
 /// What one flow's steady state shows of `limit`.
-fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: &Bounds) -> String {
+fn why(limit: record::Limit, s: &Steady, measured: f64, bounds: &Bounds) -> String {
     let size = |b: f64| format_size(b as u64);
     match limit {
         record::Limit::Rwnd => format!(
@@ -1099,7 +1111,7 @@ fn why(limit: record::Limit, f: &FlowRecord, s: &Steady, measured: f64, bounds: 
         record::Limit::Sndbuf => format!(
             "{} in flight, nothing left unsent and the send buffer ({}) full, with room for {} in the congestion window",
             size(s.in_flight),
-            size(send_buffer_bytes(f.sndbuf) as f64),
+            size(s.sndbuf),
             size(s.cwnd)
         ),
         record::Limit::Cwnd => format!(
@@ -1885,6 +1897,7 @@ fn queue_overflow(
 mod tests {
     use super::*;
     use tcplab_record::link::LinkCounters;
+    use tcplab_record::tcpinfo::SkMemInfo;
     use tcplab_record::traffic::Traffic;
     use tcplab_record::{
         BurstStats, CapacitySample, ClockOffset, HostMeta, IntervalRecord, NamedCounters,
@@ -2597,6 +2610,37 @@ mod tests {
         }
         let e = explain(&run("rtt 8ms rate 1gbit", vec![f], samples));
         assert_eq!(e.bounds.window_bps, Some(80_000.0 * 8e6 / 8_000.0));
+    }
+
+    #[test]
+    fn a_watched_flows_window_bound_takes_the_largest_sampled_send_buffer() {
+        // A watched connection's buffer is unknown to tcplab (its BufferSize is all
+        // zeros): the socket memory sampled on the way gives it. 32 KiB in flight on
+        // average, but the buffer grew to 256 KiB, which bounds it over 8 ms.
+        let f = FlowRecord {
+            sndbuf: BufferSize::default(),
+            ..flow(0, 50e6)
+        };
+        let mut samples = steady_samples((32 << 10) / MSS * MSS, 200 * MSS, 1 << 20, 0);
+        for (k, s) in samples.iter_mut().enumerate() {
+            s.info.min_rtt = 8_000;
+            s.skmem = Some(SkMemInfo {
+                sndbuf: (k as u32 + 1) * (256 << 10) / 10,
+                ..SkMemInfo::default()
+            });
+        }
+        let e = explain(&run("rtt 8ms rate 1gbit", vec![f.clone()], samples.clone()));
+        assert_eq!(
+            e.bounds.window_bps,
+            Some(f64::from(256 << 10) * 8e6 / 8_000.0)
+        );
+        // Without socket memory, the mean in flight is all there is.
+        for s in &mut samples {
+            s.skmem = None;
+        }
+        let e = explain(&run("rtt 8ms rate 1gbit", vec![f], samples));
+        let outstanding = f64::from((32 << 10) / MSS * MSS);
+        assert_eq!(e.bounds.window_bps, Some(outstanding * 8e6 / 8_000.0));
     }
 
     #[test]

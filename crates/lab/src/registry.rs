@@ -224,11 +224,9 @@ pub fn remove_leftover(name: &str) -> io::Result<Option<(LabEntry, Vec<Ended>)>>
     // which it cannot signal the other. The one that finds the lock taken leaves the
     // lab to its holder and exits (having ended its own namespace), which is what the
     // holder waits for. The lock goes with its descriptor.
-    let registry = match fs::File::open(run_dir()?) {
-        Ok(registry) => registry,
+    let Some(registry) = open_registry()? else {
         // No registry yet: no lab to remove.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        return Ok(None);
     };
     match registry.try_lock() {
         Ok(()) => {}
@@ -241,6 +239,16 @@ pub fn remove_leftover(name: &str) -> io::Result<Option<(LabEntry, Vec<Ended>)>>
             Ok(Some((entry, ended)))
         }
         _ => Ok(None),
+    }
+}
+
+/// The registry's directory, opened to lock it: who removes labs takes its lock.
+/// `None` when there is no registry yet.
+fn open_registry() -> io::Result<Option<fs::File>> {
+    match fs::File::open(run_dir()?) {
+        Ok(registry) => Ok(Some(registry)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -261,6 +269,12 @@ pub struct Removed {
 /// Removes every lab whose process is gone, then every namespace marked by a process
 /// that is gone, ending the processes left inside them first.
 pub fn gc() -> io::Result<Removed> {
+    // One collector at a time (two sweeps may start at once): each would otherwise
+    // remove what the other is removing, and fail on what is already gone.
+    let registry = open_registry()?;
+    if let Some(registry) = &registry {
+        registry.lock()?;
+    }
     let mut removed = Removed::default();
     for entry in list()? {
         if !pid_alive(entry.pid) {
@@ -281,7 +295,11 @@ pub fn gc() -> io::Result<Removed> {
             .extend(ended.into_iter().map(|e| (name.clone(), e)));
     }
     for socket in orphan_sockets()? {
-        fs::remove_file(socket)?;
+        match fs::remove_file(socket) {
+            // Its daemon, unregistered a moment ago, removed it meanwhile.
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
     }
     removed.trace_instances = tcplab_sys::trace::remove_orphan_instances();
     Ok(removed)

@@ -2,7 +2,7 @@
 //! counters (tcp_info's delivered_ce, its retransmissions) against the link's. The
 //! bufferbloat study's quick variant is in sweeps.rs.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;
@@ -28,7 +28,7 @@ fn ecn_turns_the_aqms_drops_into_marks_the_senders_see() {
     if !privileged_or_skip("aqm_ecn") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let run = |ecn: u8| -> Value {
         let db = dir.path().join(format!("ecn{ecn}.db"));

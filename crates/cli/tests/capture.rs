@@ -1,7 +1,7 @@
 //! `--capture`: the packets at the bottleneck's entry in a pcapng file, read by tshark
 //! and held against the link's own counters and the kernel's retransmissions.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -11,13 +11,14 @@ use tcplab_sys::netns::privileged_or_skip;
 
 /// The bar: each direction's packets per fate, as tshark reads the file's comments,
 /// equal the link's counters (the test's and tcplab's own together); the retransmissions tshark finds in the up direction
-/// equal the kernel's count.
+/// equal the kernel's count. Among others: two records of the same packets, and a flow
+/// its loss limits, not the CPU.
 #[test]
 fn tshark_counts_each_fate_as_the_link_did_and_the_retransmissions_as_the_kernel() {
     if !privileged_or_skip("capture") || !tshark_or_skip("capture") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("run.pcapng");
     let run = run_captured(
@@ -173,7 +174,7 @@ fn a_capture_that_cannot_be_made_is_refused_in_one_line() {
     if !privileged_or_skip("capture_refusals") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     // A file where a directory should be: no one can create the capture below it.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("file"), "").unwrap();
@@ -232,7 +233,7 @@ fn a_run_says_where_its_capture_sees_the_packets() {
     if !privileged_or_skip("capture_place") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     for (at, place) in [
         ("bottleneck", "at the bottleneck's entry"),
@@ -274,13 +275,14 @@ fn fates_by_port(file: &std::path::Path) -> BTreeMap<(String, String, u16), u64>
 /// overflows the queue. The drops the run attributes to the test (the JSON's link
 /// counters, explain's overflow count) are the capture's drops of the test's data
 /// connection, and tcplab's own — the control connection's, the probes' — are counted
-/// apart and equal the capture's of theirs.
+/// apart and equal the capture's of theirs. Among others: the counters against the
+/// capture, and probes on a fixed schedule that a late sender still sends.
 #[test]
 fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
     if !privileged_or_skip("capture_accounting") || !tshark_or_skip("capture_accounting") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let (file, db) = (dir.path().join("r.pcapng"), dir.path().join("a.db"));
     let run = run_captured(
@@ -392,13 +394,14 @@ fn the_tests_drops_are_its_own_and_tcplabs_traffic_is_counted_apart() {
 
 /// A packet the AQM marked is in the capture as it left the link: Congestion
 /// Experienced in its IP header (tshark's `ip.dsfield.ecn == 3`), one for each mark
-/// the link counted and none besides.
+/// the link counted and none besides. Among others: the link's count against the
+/// capture's.
 #[test]
 fn a_ce_mark_is_in_the_captured_header() {
     if !privileged_or_skip("capture_ce") || !tshark_or_skip("capture_ce") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ce.pcapng");
     let out = tcplab()
@@ -456,7 +459,7 @@ fn tcptrace_reads_the_runs_round_trip_from_a_capture_at_the_sender() {
     {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     // (where, -R, whose RTT: tcptrace's a→b (client → server) or b→a)
     let run = |at: &str, reverse: bool| -> (f64, f64) {

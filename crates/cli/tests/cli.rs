@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output};
 
-mod support;
+use crate::support;
 
 fn tcplab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tcplab"))
@@ -206,7 +206,7 @@ fn iperf3_habits_get_tcplabs_spelling() {
 /// run id goes gets the flag.
 #[test]
 fn a_database_is_named_the_same_way_everywhere() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = support::LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let experiment = server.experiment(dir.path(), 1);

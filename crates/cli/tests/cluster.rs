@@ -3,7 +3,7 @@
 //! slurmd in the foreground, their configuration in a temporary directory). Without
 //! them it skips, and fails in CI (`.ci/run` installs them).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -293,7 +293,7 @@ fn the_guides_slurm_job_array_merges_exactly_the_plan() {
         eprintln!("SKIP slurm: {why}");
         return;
     }
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let root = tempfile::tempdir().unwrap();
     // munged wants its directory private; the jobs' directory is the work one.
     let daemons = root.path().join("cluster");

@@ -3,7 +3,7 @@
 //! TUN devices, where the kernel hands each packet to the emulator and takes it back,
 //! stamped by the kernel.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -95,7 +95,7 @@ fn one_way_delays_agree_with_captures_of_both_ends() {
     if !privileged_or_skip("delay_vs_capture") || !tshark_or_skip("delay_vs_capture") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let mut n = 0;
     one_of_three_tries("one-way delay against the captures", || {
         n += 1;

@@ -23,7 +23,7 @@
 //! must parse: it runs with `--help` added, which clap reaches only after reading every
 //! flag and value before it.
 
-mod support;
+use crate::support;
 
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt;
@@ -398,7 +398,7 @@ fn check_page(page: &str) {
     if !privileged_or_skip(&format!("docs {page}")) {
         return;
     }
-    let _serial = support::serial();
+    let _machine = support::alone();
     // A figure's words can follow the load too (a starved BBR sender makes the verdict
     // the window's, not the link's): a page whose output alone differs runs again.
     support::one_of_three_tries(page, || run_page(page, &run));

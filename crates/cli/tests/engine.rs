@@ -1,7 +1,7 @@
 //! The TCP engine across real network namespaces: `tcplab serve` in one, `tcplab run`
 //! in the other, checked against the kernel and against independent counters.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -80,7 +80,7 @@ fn forward_run_reports_equal_bytes_and_a_complete_json_document() {
 
 #[test]
 fn effective_buffers_are_the_kernels_doubled_and_capped_values() {
-    let Some(bed) = Bed::new("effective_buffers") else {
+    let Some(bed) = Bed::among_others("effective_buffers") else {
         return;
     };
     let v = bed.run_json(&["-t", "0.5s", "--sndbuf", "64K", "--rcvbuf", "100000"]);
@@ -113,7 +113,7 @@ fn effective_buffers_are_the_kernels_doubled_and_capped_values() {
 
 #[test]
 fn congestion_control_is_read_back_from_the_socket() {
-    let Some(bed) = Bed::new("congestion_control") else {
+    let Some(bed) = Bed::among_others("congestion_control") else {
         return;
     };
     for cc in ["reno", "cubic"] {
@@ -247,7 +247,8 @@ fn a_tiny_send_buffer_makes_the_flow_sndbuf_limited_in_every_figure() {
 
 #[test]
 fn parallel_streams_sum_to_the_total_and_each_flow_balances() {
-    let Some(bed) = Bed::new("parallel") else {
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let Some(bed) = Bed::among_others("parallel") else {
         return;
     };
     let v = bed.run_json(&["-t", "1s", "-P", "4"]);
@@ -324,7 +325,8 @@ fn a_local_server_caps_nothing_and_a_capped_one_names_its_cap() {
 
 #[test]
 fn reverse_and_bidirectional_modes() {
-    let Some(bed) = Bed::new("reverse_bidir") else {
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let Some(bed) = Bed::among_others("reverse_bidir") else {
         return;
     };
     let v = bed.run_json(&["-t", "0.7s", "-R"]);
@@ -350,7 +352,7 @@ fn reverse_and_bidirectional_modes() {
 
 #[test]
 fn byte_count_mode_sends_exactly_that_many_bytes_per_stream() {
-    let Some(bed) = Bed::new("byte_count") else {
+    let Some(bed) = Bed::among_others("byte_count") else {
         return;
     };
     for method in ["write", "sendfile"] {
@@ -373,7 +375,9 @@ fn byte_count_mode_sends_exactly_that_many_bytes_per_stream() {
 
 #[test]
 fn ipv6_and_host_names_work() {
-    let Some(bed) = Bed::new("ipv6") else { return };
+    let Some(bed) = Bed::among_others("ipv6") else {
+        return;
+    };
     let v = parse_success(
         &bed.client_to(bed.server_addr_v6(), &["-t", "0.3s", "--json"])
             .output()
@@ -467,7 +471,7 @@ fn one_millisecond_sampling_takes_a_sample_per_millisecond_on_both_ends() {
 
 #[test]
 fn four_concurrent_clients_are_served_correctly() {
-    let Some(bed) = Bed::new("concurrent_clients") else {
+    let Some(bed) = Bed::among_others("concurrent_clients") else {
         return;
     };
     let children: Vec<_> = (0..4)
@@ -490,7 +494,7 @@ fn four_concurrent_clients_are_served_correctly() {
 
 #[test]
 fn the_server_survives_garbage_oversize_and_vanishing_clients() {
-    let Some(mut bed) = Bed::new("hostile_clients") else {
+    let Some(mut bed) = Bed::among_others("hostile_clients") else {
         return;
     };
     let addr = bed.server_addr();
@@ -538,7 +542,7 @@ fn the_server_survives_garbage_oversize_and_vanishing_clients() {
 
 #[test]
 fn a_silent_client_is_timed_out() {
-    let Some(mut bed) = Bed::new("silent_client") else {
+    let Some(mut bed) = Bed::among_others("silent_client") else {
         return;
     };
     let addr = bed.server_addr();
@@ -564,7 +568,8 @@ fn a_silent_client_is_timed_out() {
 
 #[test]
 fn a_server_killed_mid_test_leaves_an_incomplete_stored_run() {
-    let Some(mut bed) = Bed::new("server_killed") else {
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let Some(mut bed) = Bed::among_others("server_killed") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -599,7 +604,7 @@ fn a_server_killed_mid_test_leaves_an_incomplete_stored_run() {
 
 #[test]
 fn unreachable_or_refusing_servers_give_a_clear_error() {
-    let Some(bed) = Bed::new("unreachable") else {
+    let Some(bed) = Bed::among_others("unreachable") else {
         return;
     };
     // Nothing listens on this port in the server's namespace: refused.
@@ -617,7 +622,7 @@ fn unreachable_or_refusing_servers_give_a_clear_error() {
 
 #[test]
 fn stored_runs_export_as_csv_and_jsonl() {
-    let Some(bed) = Bed::new("store_export") else {
+    let Some(bed) = Bed::among_others("store_export") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

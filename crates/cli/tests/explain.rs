@@ -3,7 +3,7 @@
 //! the socket's rate) gets that verdict, never exceeds a bound, and runs on randomly
 //! drawn paths get the verdict their configuration implies.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 
@@ -101,7 +101,7 @@ fn runs_built_for_one_limit_get_that_verdict() {
     if !privileged_or_skip("explain_constructed") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("explain.db");
     for (limit, path, args) in cases(100, 20) {
@@ -159,7 +159,7 @@ fn runs_on_drawn_paths_get_the_verdict_their_configuration_implies() {
     if !privileged_or_skip("explain_drawn") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let seed: u64 = rand::rng().random();
     println!("seed {seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -185,7 +185,7 @@ fn a_small_receive_buffer_is_named_in_the_whole_segments_its_window_holds() {
     if !privileged_or_skip("window_segments") || !tshark_or_skip("window_segments") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     const MSS: u64 = 1448;
     one_of_three_tries("8 KiB buffers at 20 ms", || {
         let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 //! left as it was. The caller is a namespace of the test's own, so the machine's own
 //! routes are never touched.
 
-mod support;
+use crate::support;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::{Command, Stdio};
@@ -16,7 +16,8 @@ use tcplab_sys::netns::privileged_or_skip;
 /// The goodput of a 10 Mbit/s link carrying 1500-byte packets of 1448 bytes of data.
 const GOODPUT_10MBIT: f64 = 10e6 * 1448.0 / 1500.0;
 
-/// A namespace `ip netns` made, deleted when dropped.
+/// A namespace `ip netns` made, deleted when dropped. One name per process: the tests
+/// that make one take the machine [`alone`], never at once.
 struct Caller(String);
 
 impl Caller {
@@ -71,7 +72,7 @@ fn a_program_behind_the_path_reaches_the_callers_namespace_and_leaves_it_as_it_w
     if !privileged_or_skip("far_host") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let caller = Caller::new();
     let mut server = tcplab()
         .args(["--netns", &caller.0, "serve", "--listen", "0.0.0.0:5201"])
@@ -136,7 +137,8 @@ fn what_cannot_reach_the_callers_namespace_says_why_in_one_line() {
     if !privileged_or_skip("far_host_refusals") {
         return;
     }
-    let _serial = serial();
+    // Alone: it looks for any shell's lab in `ip netns list`.
+    let _machine = alone();
     let out = tcplab()
         .args(["shell", "--far", "host", "--backend", "netem"])
         .args(["--path", "rtt 1ms", "--", "true"])
@@ -188,7 +190,9 @@ fn a_killed_far_shell_leaves_the_callers_namespace_as_it_was() {
     if !privileged_or_skip("far_host_killed") {
         return;
     }
-    let _serial = serial();
+    // Alone: the caller's state holds sysctls every namespace shows alike (the congestion
+    // controls loaded), which another test can change.
+    let _machine = alone();
     let caller = Caller::new();
     let before = state_of(&caller.0);
     let mut shell = tcplab()

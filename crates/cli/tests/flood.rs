@@ -4,7 +4,7 @@
 //! are intact, its throughput within 10 % of the same test undisturbed, and the server
 //! still serves afterwards.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -47,7 +47,7 @@ fn a_flood_leaves_a_running_test_intact_and_the_server_serving() {
     if !privileged_or_skip("flood") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let (key, wrong_key) = (dir.path().join("key"), dir.path().join("wrong"));
     std::fs::write(&key, "a key of thirty-two bytes, ok!!!").unwrap();

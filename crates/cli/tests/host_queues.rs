@@ -2,7 +2,7 @@
 //! and counted, checked against iproute2's view of the same device (`ip -s link`,
 //! `tc -s qdisc`) and the host's TCP counters (`nstat`'s source, /proc/net/netstat).
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 
@@ -34,7 +34,7 @@ fn the_hosts_interface_queues_are_set_and_counted_as_the_kernel_counts_them() {
     if !privileged_or_skip("host_queues") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let name = lab_name("hq", 1);
     let lab = LabGuard::up(&name, &["--path", "rtt 2ms rate 2gbit up.txqueuelen 2"]);
     let mut server = serve_in(&lab.server_ns(), &lab.client_ns());

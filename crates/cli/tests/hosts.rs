@@ -3,7 +3,7 @@
 //! iperf3 server, in the server namespace of a lab whose emulated 20 ms path stands for
 //! the network between machines; the sweep runs in the lab's client namespace.
 
-mod support;
+use crate::support;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
@@ -11,8 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 use support::{
-    await_listening, export_jsonl, iperf3_or_skip, key_file, lab_name, report_html, serial, tcplab,
-    LabGuard, IPERF3,
+    alone, among_others, await_listening, export_jsonl, iperf3_or_skip, key_file, lab_name,
+    report_html, tcplab, LabGuard, IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -168,7 +168,7 @@ fn a_sweep_runs_against_real_agents_and_an_iperf3_server() {
     {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("keys")).unwrap();
     let near_key = key_file(dir.path(), "near.key", b"near agent's key, 32 bytes long\n");
@@ -314,7 +314,7 @@ fn bad_keys_and_dead_hosts_fail_their_runs_only() {
     if !privileged_or_skip("bad_keys_and_dead_hosts_fail_their_runs_only") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.toml");
     std::fs::write(
@@ -418,7 +418,7 @@ fn a_far_clock_is_estimated_and_one_way_delay_measured_through_it() {
     if !privileged_or_skip("a_far_clock_is_estimated_and_one_way_delay_measured_through_it") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), "k", b"a key for the clock test, long\n");
     const HOUR_US: f64 = 3600e6;

@@ -3,7 +3,7 @@
 //! a lab. Without iperf3 installed the tests print `SKIP …` and pass; with `CI=true` a
 //! missing iperf3 fails them.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
@@ -12,7 +12,7 @@ use std::thread;
 
 use serde_json::Value;
 use support::{
-    await_listening, binomial99, free_port, iperf3_or_skip, lab_name, one_of_three_tries, serial,
+    alone, await_listening, binomial99, free_port, iperf3_or_skip, lab_name, one_of_three_tries,
     serve_in_with, tcplab, LabGuard, IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
@@ -98,7 +98,7 @@ fn sending_to_iperf3_agrees_with_its_receiver_report() {
     if !iperf3_or_skip("sending_to_iperf3_agrees_with_its_receiver_report") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("up", || {
         let (ours, theirs) =
             run_against_iperf3(&["-t", "2", "-P", "2", "-w", "1M", "-l", "64K", "-C", "cubic"]);
@@ -138,7 +138,7 @@ fn receiving_from_iperf3_agrees_with_its_sender_report() {
     if !iperf3_or_skip("receiving_from_iperf3_agrees_with_its_sender_report") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("r.db");
     let db = db.to_str().unwrap();
@@ -171,7 +171,7 @@ fn udp_to_iperf3_is_counted_by_its_receiver() {
     if !iperf3_or_skip("udp_to_iperf3_is_counted_by_its_receiver") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     // The rate against the target is the sender's own accuracy, which a stalled CI
     // machine can spoil (the sender then counts itself `late` or `unsent`). What iperf3
     // counted must equal what we sent on every try.
@@ -214,7 +214,7 @@ fn udp_from_iperf3_agrees_with_its_sender_report() {
     if !iperf3_or_skip("udp_from_iperf3_agrees_with_its_sender_report") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("udp down", || {
         let (ours, theirs) =
             run_against_iperf3(&["-t", "2", "-u", "-b", "100mbit", "-l", "1400", "-R"]);
@@ -267,7 +267,7 @@ fn stock_iperf3_clients_get_valid_json_from_tcplab_serve() {
     if !iperf3_or_skip("stock_iperf3_clients_get_valid_json_from_tcplab_serve") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let port = free_port();
     let _server = tcplab_iperf3_server(port);
     for args in [
@@ -344,7 +344,7 @@ fn a_tcplab_client_names_an_iperf3_server_and_the_flag_at_once() {
     if !iperf3_or_skip("iperf3_server_named") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let port = free_port();
     let mut server = iperf3_server(port);
     let target = format!("127.0.0.1:{port}");
@@ -411,7 +411,7 @@ fn stock_iperf3_udp_clients_are_served_both_ways() {
     if !iperf3_or_skip("stock_iperf3_udp_clients_are_served_both_ways") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let port = free_port();
     let _server = tcplab_iperf3_server(port);
     // Up, two streams: tcplab's receivers count and time iperf3's datagrams. iperf3's
@@ -478,7 +478,7 @@ fn an_iperf3_client_hears_the_loss_tcplab_counted() {
     {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let lab = LabGuard::up(
         &lab_name("i3", 1),
         &["--path", "rate 100mbit up.loss 2% seed 1"],

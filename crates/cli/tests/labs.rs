@@ -2,7 +2,7 @@
 //! checked against the system: namespaces in /run/netns and their marks, the registry,
 //! the daemon's process, ping.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -106,18 +106,12 @@ fn wait_gone(pid: u32) {
     }
 }
 
-/// `lab gc` is machine-wide: tests that leave a leftover lab and tests that collect
-/// leftovers run one at a time, so that no test's gc takes (and reports) another's.
-fn leftovers_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LEFTOVERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LEFTOVERS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[test]
 fn lab_up_show_list_down_round_trip() {
     if !privileged_or_skip("lab_round_trip") {
         return;
     }
+    let _machine = among_others();
     let name = lab_name("lr", 1);
     let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
     for ns in [guard.client_ns(), guard.server_ns()] {
@@ -218,6 +212,7 @@ fn lab_list_columns_line_up_for_any_name_length() {
     if !privileged_or_skip("lab_list_columns") {
         return;
     }
+    let _machine = among_others();
     // The longest name a lab may have (24), and a short one.
     let long = format!("{:-<24}", lab_name("ll", 1));
     let short = lab_name("l", 2);
@@ -247,7 +242,7 @@ fn lab_up_and_down_take_under_a_second() {
         return;
     }
     // Timing, or load that would spoil another test's timing: one at a time.
-    let _serial = serial();
+    let _machine = alone();
     let name = lab_name("lt", 1);
     let t = Instant::now();
     let guard = LabGuard::up(&name, &["--path", "rtt 10ms rate 100mbit"]);
@@ -275,7 +270,7 @@ fn two_clients_with_their_own_access_links() {
         return;
     }
     // Timing, or load that would spoil another test's timing: one at a time.
-    let _serial = serial();
+    let _machine = alone();
     let name = lab_name("lc", 1);
     let guard = LabGuard::up(
         &name,
@@ -409,10 +404,12 @@ fn two_clients_with_their_own_access_links() {
 
 #[test]
 fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
-    let _leftovers = leftovers_lock();
     if !privileged_or_skip("gc_after_kill") {
         return;
     }
+    // Alone: leftovers are machine-wide, and the gc that every sweep starts with
+    // would collect this test's before it does.
+    let _machine = alone();
     let name = lab_name("lk", 1);
     let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
     // A command in a host, which outlives the daemon and keeps its namespace alive.
@@ -463,10 +460,12 @@ fn a_killed_daemon_leaves_a_leftover_that_gc_removes() {
 /// `lab up` of a name whose daemon was killed removes the leftover and comes up.
 #[test]
 fn lab_up_over_a_killed_daemons_leftover_removes_it_first() {
-    let _leftovers = leftovers_lock();
     if !privileged_or_skip("up_over_leftover") {
         return;
     }
+    // Alone: leftovers are machine-wide, and the gc that every sweep starts with
+    // would collect this test's before it does.
+    let _machine = alone();
     let name = lab_name("lo", 1);
     let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
     let pid = kill_daemon(&name);
@@ -495,10 +494,12 @@ fn lab_up_over_a_killed_daemons_leftover_removes_it_first() {
 /// names them and `lab gc` removes them.
 #[test]
 fn gc_removes_namespaces_nothing_registered_remembers() {
-    let _leftovers = leftovers_lock();
     if !privileged_or_skip("gc_unregistered") {
         return;
     }
+    // Alone: leftovers are machine-wide, and the gc that every sweep starts with
+    // would collect this test's before it does.
+    let _machine = alone();
     let name = lab_name("lu", 1);
     let guard = LabGuard::up(&name, &["--path", "rtt 2ms"]);
     let pid = kill_daemon(&name);
@@ -534,7 +535,7 @@ fn lab_exec_runs_a_command_in_a_host() {
     if !privileged_or_skip("lab_exec") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let name = lab_name("le", 1);
     let _guard = LabGuard::up(&name, &["--path", "rtt 20ms"]);
     let out = lab(&["exec", &name, "client"]);
@@ -568,10 +569,12 @@ fn lab_exec_runs_a_command_in_a_host() {
 
 #[test]
 fn a_run_killed_mid_test_leaves_a_lab_that_gc_removes() {
-    let _leftovers = leftovers_lock();
     if !privileged_or_skip("gc_after_killed_run") {
         return;
     }
+    // Alone: leftovers are machine-wide, and the gc that every sweep starts with
+    // would collect this test's before it does.
+    let _machine = alone();
     let mut child = tcplab()
         .args(["run", "--path", "rtt 10ms", "-t", "10s"])
         .stdout(Stdio::null())
@@ -608,6 +611,7 @@ fn bad_input_is_refused_in_one_line() {
     if !privileged_or_skip("lab_bad_input") {
         return;
     }
+    let _machine = among_others();
     let out = lab(&["up", "bad name!", "--path", "rtt 1ms"]);
     one_line(&out, 1, "bad name!");
     assert!(!netns_exists("bad name!-client"));
@@ -642,6 +646,7 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
     if !privileged_or_skip("netem_backend") {
         return;
     }
+    let _machine = among_others();
     let name = lab_name("ln", 1);
     let out = lab(&[
         "up",
@@ -701,8 +706,9 @@ fn ctrl_c_keeps_the_results_and_removes_the_lab() {
     if !privileged_or_skip("ctrl_c_run") {
         return;
     }
-    // Timing, or load that would spoil another test's timing: one at a time.
-    let _serial = serial();
+    // Its bounds are seconds (the lossy path's stop waits out retransmission timeouts,
+    // which load does not stretch): among others.
+    let _machine = among_others();
     // On a 20 %-loss path megabytes are still on their way when the signal comes: both
     // ends stop reading at once rather than wait for a stream the path delivers slowly
     // (it took 23 s before).
@@ -813,7 +819,7 @@ fn shell_runs_a_command_behind_the_path() {
         return;
     }
     // Timing, or load that would spoil another test's timing: one at a time.
-    let _serial = serial();
+    let _machine = alone();
     let out = tcplab()
         .args(["shell", "--path", "rtt 20ms", "--", "sh", "-c"])
         .arg("ping -c 5 -i 0.2 $TCPLAB_SERVER && echo ns=$TCPLAB_SERVER_NS && exit 7")
@@ -857,10 +863,12 @@ fn await_lab_gone(name: &str) {
 /// itself (setsid) goes as well, whether tcplab is killed or the command exits.
 #[test]
 fn a_killed_shell_leaves_nothing_running() {
-    let _leftovers = leftovers_lock();
     if !privileged_or_skip("shell_killed") {
         return;
     }
+    // Alone: leftovers are machine-wide, and the gc that every sweep starts with
+    // would collect this test's before it does.
+    let _machine = alone();
     let detached = &["sh", "-c", "setsid sleep 60 & exec sleep 61"][..];
     for command in [&["sleep", "60"][..], detached] {
         let shell = tcplab()

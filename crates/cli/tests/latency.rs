@@ -2,7 +2,7 @@
 //! running at the same time, the path's configured one-way delays and loss per
 //! direction (binomial statistics), and the bottleneck queue the emulator recorded.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;
@@ -57,7 +57,7 @@ fn probes_agree_with_ping_and_split_the_round_trip_as_the_path_does() {
     if !privileged_or_skip("probes_and_ping") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let lab = LabGuard::up(
         &lab_name("lp", 0),
         &["--path", "up.delay 15ms down.delay 5ms"],
@@ -115,7 +115,7 @@ fn loss_one_way_is_counted_that_way() {
     if !privileged_or_skip("probe_loss") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     for (spec, lossy) in [
         ("rtt 4ms up.loss 10%", "lost_up"),
         ("rtt 4ms down.loss 10%", "lost_down"),
@@ -163,7 +163,7 @@ fn loaded_probes_see_the_bottleneck_queue() {
     if !privileged_or_skip("probe_queue") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("loaded probes against the queue", || {
         let run = run_path(
             "rtt 20ms rate 20mbit queue 300",

@@ -4,7 +4,7 @@
 //! making and fills the queue less than an unpaced flow, measured by the emulator's
 //! burst meter; and that meter against a capture of the sender.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
@@ -76,7 +76,7 @@ fn each_pacing_mode_makes_its_trains_and_shortens_the_queue() {
     if !privileged_or_skip("pacing_modes") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     // An emulator kept off the CPU splits trains it cannot time (never joins them) and
     // a starved sender falls behind: one of three tries.
     let (none_max, none_queue) = one_of_three_tries("none", || {
@@ -129,7 +129,7 @@ fn a_pacer_following_the_window_spaces_the_flow() {
     if !privileged_or_skip("pacing_cwnd") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("pace cwnd, window-limited", || {
         let window = ["-w", "64K"];
         let (none_mean, _, none_queue, _) = bottleneck_view("", &window);
@@ -173,7 +173,7 @@ fn a_pacer_over_the_min_rtt_keeps_the_throughput_the_smoothed_rtt_costs() {
     if !privileged_or_skip("pacing_cwnd_minrtt") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let view = |pace: &str| {
         let out = tcplab()
             .args(["run", "--path", &format!("{PATH} up.pace {pace}")])
@@ -342,7 +342,7 @@ fn trains_agree_with_a_capture_of_the_sender() {
     if !privileged_or_skip("trains_vs_capture") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let mut n = 0;
     for (case, path, cc, pacing_advised) in [
         (

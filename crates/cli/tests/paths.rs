@@ -2,7 +2,7 @@
 //! reference: ping, the kernel's TCP, the configured spec, binomial statistics and
 //! textbook formulas.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ fn no_echo_crosses_an_idle_lab_faster_than_the_floor_it_says() {
     if !privileged_or_skip("ping_floor") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     for (n, rtt_ms) in [0.2, 0.5, 2.0, 20.0, 100.0].into_iter().enumerate() {
         let mut attempt = 0;
         one_of_three_tries(&format!("rtt {rtt_ms} ms"), || {
@@ -102,7 +102,8 @@ fn tcp_min_rtt_is_the_base_rtt_or_explain_names_the_difference() {
     if !privileged_or_skip("tcp_min_rtt") {
         return;
     }
-    let _serial = serial();
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     for (k, rtt) in ["500us", "2ms", "20ms"].into_iter().enumerate() {
         let db = dir.path().join(format!("min{k}.db"));
@@ -229,7 +230,7 @@ fn tcp_reaches_a_20mbit_rate_within_one_percent() {
     if !privileged_or_skip("tcp_reaches_20mbit") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     tcp_reaches_rate(20);
 }
 
@@ -238,7 +239,7 @@ fn tcp_reaches_a_100mbit_rate_within_one_percent() {
     if !privileged_or_skip("tcp_reaches_100mbit") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     tcp_reaches_rate(100);
 }
 
@@ -278,7 +279,7 @@ fn labs_draw_their_own_seed_and_a_printed_seed_repeats_the_draws() {
     if !privileged_or_skip("seeds") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let (seed_a, lost_a) = lost_pings("rtt 1ms loss 10%");
     let (seed_b, lost_b) = lost_pings("rtt 1ms loss 10%");
     let (seed_c, lost_c) = lost_pings(&format!("rtt 1ms loss 10% seed {seed_a}"));
@@ -309,7 +310,7 @@ fn random_loss_falls_inside_a_99_percent_binomial_interval() {
     if !privileged_or_skip("random_loss") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let lab = LabGuard::up(&lab_name("pl", 1), &["--path", "up.loss 5% seed 1"]);
     let n = 4000;
     let text = ping(
@@ -374,7 +375,7 @@ fn gilbert_elliott_bursts_have_the_textbook_length_and_rate() {
     if !privileged_or_skip("gilbert_elliott") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let (p, r): (f64, f64) = (0.01, 0.30);
     let lab = LabGuard::up(
         &lab_name("pg", 1),
@@ -442,7 +443,7 @@ fn the_queue_limit_bounds_rtt_inflation() {
     if !privileged_or_skip("queue_bounds_rtt") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let lab = LabGuard::up(
         &lab_name("pq", 1),
         &["--path", "rtt 10ms rate 20mbit queue 50p"],
@@ -511,7 +512,7 @@ fn a_trace_link_delivers_the_traces_capacity() {
     if !privileged_or_skip("trace_capacity") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let trace = traces().join("TMobile-LTE-short.down");
     let text = std::fs::read_to_string(&trace).expect("reading the trace");
     let ops: Vec<u64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
@@ -580,12 +581,14 @@ fn a_trace_link_delivers_the_traces_capacity() {
 /// per 100 ms, drawn over the run's throughput) against the trace file itself: the
 /// emulator's clock starts the trace, so each sample's opportunities can be counted in
 /// the file, to within one at each end of a sample (the sample's time is kept in µs).
+/// Among others: the record and the file count the same opportunities, whenever the
+/// emulator samples them.
 #[test]
 fn a_trace_links_recorded_capacity_is_the_traces() {
     if !privileged_or_skip("trace_capacity_record") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let trace = traces().join("Verizon-LTE-short.down");
     let text = std::fs::read_to_string(&trace).expect("reading the trace");
     let ops: Vec<f64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
@@ -628,7 +631,7 @@ fn a_small_send_buffer_bounds_large_writes_and_the_samples_see_it_where_the_kern
     if !privileged_or_skip("small_sndbuf") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let free = run_path("rtt 20ms", &["-t", "1s", "-C", "cubic"]);
     let v = run_path(
         "rtt 20ms",
@@ -666,7 +669,7 @@ fn a_tiny_receive_buffer_makes_the_flow_rwnd_limited() {
     if !privileged_or_skip("tiny_rcvbuf") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let v = run_path("rtt 20ms", &["-t", "1s", "--rcvbuf", "16K", "-C", "cubic"]);
     let flow = &flows(&v)[0];
     assert_dominant(&v, "rwnd");
@@ -695,7 +698,7 @@ fn jitter_spreads_rtt_and_only_reorder_reorders() {
     if !privileged_or_skip("jitter_reorder") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let lab = LabGuard::up(&lab_name("pj", 1), &["--path", "delay 10ms jitter 5ms"]);
     let text = ping(&lab.client_ns(), &["-c", "50", "-i", "0.02"], "10.77.0.1");
     let (_, received, rtt) = ping_summary(&text);
@@ -733,7 +736,7 @@ fn a_timed_run_measures_to_its_deadline_and_its_drain_is_bounded() {
     if !privileged_or_skip("timed_run_drain") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let spec = "rtt 50ms loss 0.5% rate 1gbit queue 1bdp";
     // Load can stretch the wall time, the drain past its limit (a late wake-up of the
     // sender) and the count past the deadline (of the monitor): one of three tries.
@@ -852,7 +855,7 @@ fn a_bidirectional_run_whose_drains_both_stop_ends() {
     if !privileged_or_skip("bidir_drains") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     // A starved sender may leave no backlog one way, and then there is nothing to
     // stop there: one of three tries. The deadlock would show on every try.
     one_of_three_tries("both drains stopped", || {
@@ -899,7 +902,7 @@ fn corrupted_segments_fail_the_receivers_checksum_and_duplicates_lose_nothing() 
     if !privileged_or_skip("corrupt_duplicate") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let out = tcplab()
         .args([

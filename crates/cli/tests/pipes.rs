@@ -4,7 +4,7 @@
 //! meet EPIPE on their first write, whatever they print; the lab run goes through a
 //! real shell pipeline into `head -1`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -37,7 +37,8 @@ fn stored_runs(db: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn every_command_stops_printing_quietly_on_a_closed_pipe_and_does_its_work() {
-    let _serial = support::serial();
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("pipe.db");
@@ -117,7 +118,7 @@ fn every_command_stops_printing_quietly_on_a_closed_pipe_and_does_its_work() {
 
 #[test]
 fn a_failure_to_write_stdout_is_said_once_and_fails_the_command() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("full.db");
@@ -148,7 +149,8 @@ fn a_lab_run_piped_into_head_is_stored() {
     if !tcplab_sys::netns::privileged_or_skip("a lab run piped into head") {
         return;
     }
-    let _serial = support::serial();
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let _machine = support::among_others();
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new("bash")
         .args([
@@ -178,6 +180,7 @@ fn a_lab_brought_up_into_a_closed_pipe_is_up() {
     if !tcplab_sys::netns::privileged_or_skip("lab up into a closed pipe") {
         return;
     }
+    let _machine = support::among_others();
     let name = format!("tlpipe{}", std::process::id() % 100_000);
     let up = with_closed_stdout(tcplab().args(["lab", "up", &name, "--path", "rtt 1ms"]));
     let show = with_closed_stdout(tcplab().args(["lab", "show", &name]));
@@ -205,6 +208,7 @@ fn the_daemon_ignores_sigpipe_and_the_commands_it_runs_do_not() {
     if !tcplab_sys::netns::privileged_or_skip("SIGPIPE's disposition") {
         return;
     }
+    let _machine = support::among_others();
     let name = format!("tlsig{}", std::process::id() % 100_000);
     let up = tcplab()
         .args(["lab", "up", &name, "--path", "rtt 1ms"])

@@ -2,7 +2,7 @@
 //! into one database, the report, the page opened in headless Chromium, and every chart
 //! checked to be drawn — its box on the screenshot holds the series' colours.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -156,7 +156,7 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
     let Some(browser) = chromium_or_skip(test) else {
         return;
     };
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("report.db");
     run_ok(
@@ -350,7 +350,7 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
     let Some(browser) = chromium_or_skip(test) else {
         return;
     };
-    let _serial = serial();
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("arena.db");
     let mut tries = 0;
@@ -505,7 +505,7 @@ fn a_watched_run_draws_its_long_connection_and_tables_every_connection() {
     let Some(browser) = chromium_or_skip(test) else {
         return;
     };
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("large"), vec![b'x'; 5_000_000]).unwrap();
     std::fs::write(dir.path().join("small"), vec![b'x'; 20_000]).unwrap();

@@ -5,7 +5,7 @@
 //! registry entry or namespace mark, a name in `ip netns list`. The tests need root
 //! only to become nobody.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -82,13 +82,14 @@ struct Nobody {
     bin: PathBuf,
     runtime: Runtime,
     before: Snapshot,
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _machine: Machine,
 }
 
 impl Nobody {
     fn new(runtime: Runtime) -> Nobody {
-        // One at a time: each checks that nobody left nothing, which another would.
-        let serial = serial();
+        // Alone: each checks that nothing new is in `ip netns list` or among nobody's
+        // processes, which any other lab or test as nobody would add.
+        let machine = alone();
         let home = tempfile::tempdir().unwrap();
         let own = |path: &Path| {
             std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -104,7 +105,7 @@ impl Nobody {
             home,
             runtime,
             before: Snapshot::take(),
-            _serial: serial,
+            _machine: machine,
         };
         // Nobody must reach the binary: through a target directory it may traverse, or
         // a copy.

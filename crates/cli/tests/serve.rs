@@ -2,7 +2,7 @@
 //! peers that never finish their handshake. On loopback (no privileges needed) except the
 //! peer off this host, which needs namespaces.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -54,6 +54,7 @@ fn closed_after(mut s: TcpStream, since: Instant) -> Duration {
 
 #[test]
 fn the_right_key_runs_and_a_wrong_or_missing_key_is_refused_before_anything_starts() {
+    let _machine = support::among_others();
     let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), "server.key", b"correct horse battery staple\n");
     let wrong = key_file(dir.path(), "wrong.key", b"incorrect horse battery staple\n");
@@ -134,7 +135,7 @@ fn unusable_key_files_get_one_line_naming_the_file() {
 
 #[test]
 fn requests_beyond_the_limits_are_refused_naming_the_limit() {
-    let _serial = support::serial();
+    let _machine = support::alone();
     let server = LoopbackServer::start(&[
         "--max-streams",
         "2",
@@ -214,7 +215,8 @@ fn the_serving_line_is_read_only_once_whole() {
 
 #[test]
 fn tests_beyond_the_caps_on_tests_at_once_are_refused() {
-    let _serial = support::serial();
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&["--max-tests-per-client", "1"]);
     second_test_refused(
         &server,
@@ -259,7 +261,8 @@ fn an_oversized_control_message_is_refused_naming_the_limit() {
 
 #[test]
 fn silent_and_trickling_peers_time_out_while_a_test_runs() {
-    let _serial = support::serial();
+    // The handshake's 2 s against a window of 1.9–4 s: seconds load cannot push out.
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&["--handshake-timeout", "2s"]);
     let started = Instant::now();
     let silent = TcpStream::connect(server.addr).unwrap();
@@ -300,6 +303,7 @@ fn silent_and_trickling_peers_time_out_while_a_test_runs() {
 
 #[test]
 fn a_connection_beyond_the_handshake_cap_takes_the_place_of_a_silent_one() {
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&["--max-handshakes", "2"]);
     let mut silent: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(server.addr).unwrap())
@@ -388,7 +392,9 @@ fn closed_on_us(s: &TcpStream) -> bool {
 
 #[test]
 fn a_crowd_of_idle_handshakes_does_not_lock_a_real_client_out() {
-    let _serial = support::serial();
+    // Alone: 5 s at full speed on loopback would load the others, and a crowd kept off
+    // the CPU would not stand.
+    let _machine = support::alone();
     // The defaults: --max-handshakes 64, --max-connect-rate 30 per source.
     let server = LoopbackServer::start(&[]);
     let sources: Vec<std::net::Ipv4Addr> = (2..=201).map(|i| [127, 0, 0, i as u8].into()).collect();
@@ -427,7 +433,7 @@ fn a_crowd_of_idle_handshakes_does_not_lock_a_real_client_out() {
 
 #[test]
 fn a_byte_count_test_is_cut_at_the_longest_duration() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&["--max-duration", "1s", "--handshake-timeout", "1s"]);
     let started = Instant::now();
     // 1 GB at 100 Mbit/s would take 80 s.
@@ -457,7 +463,7 @@ fn ip_in(ns: &str, args: &[&str]) {
 
 #[test]
 fn a_peer_off_this_host_needs_a_key_or_an_open_server() {
-    let Some(mut bed) = Bed::new("peer_off_host") else {
+    let Some(mut bed) = Bed::among_others("peer_off_host") else {
         return;
     };
     // The server's link becomes its way out to the world: the client, its neighbour on

@@ -3,7 +3,7 @@
 //! report, the file curl fetched, a capture read by tshark); explain's verdict on it;
 //! the server's program dying with tcplab; bad input.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Output, Stdio};
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    capture_directions, export_jsonl, kill_once_running, one_of_three_tries, serial, stderr,
-    str_at, tcplab, tshark_or_skip,
+    alone, among_others, capture_directions, export_jsonl, kill_once_running, one_of_three_tries,
+    stderr, str_at, tcplab, tshark_or_skip,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -52,7 +52,7 @@ fn iperf3_behind_a_path_is_one_run_with_its_bytes_and_a_link_verdict() {
     {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("iperf3's bytes within 2 % and a link verdict", || {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("shell.db");
@@ -117,7 +117,9 @@ fn short_http_connections_are_each_recorded_with_their_bytes() {
     if !privileged_or_skip("shell_record_http") {
         return;
     }
-    let _serial = serial();
+    // Alone: a connection's bytes are its last sample's, which a watcher kept off the
+    // CPU while the socket closes takes too early.
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let size = 200_000usize;
     std::fs::write(dir.path().join("file"), vec![b'x'; size]).unwrap();
@@ -159,7 +161,7 @@ fn curl_watched_has_a_captures_bytes_and_retransmits() {
     if !privileged_or_skip("shell_record_capture") || !tshark_or_skip("shell_record_capture") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries(
         "each connection's bytes and retransmits as tshark reads them",
         || {
@@ -226,7 +228,9 @@ fn trace_events_are_stored_with_the_watched_flow() {
     if !privileged_or_skip("shell_record_trace") {
         return;
     }
-    let _serial = serial();
+    // Alone: the flow's retransmits are the watch's last sample's, which a watcher kept
+    // off the CPU takes too early, below the events traced.
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("file"), vec![b'x'; 2_000_000]).unwrap();
     let db = dir.path().join("shell.db");
@@ -298,7 +302,7 @@ fn bad_input_is_one_line_and_leaves_no_lab() {
     if !privileged_or_skip("shell_record_bad_server") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("shell.db");
     let out = tcplab()
@@ -328,7 +332,8 @@ fn a_killed_shell_takes_its_server_command_with_it() {
     if !privileged_or_skip("shell_killed_server") {
         return;
     }
-    let _serial = serial();
+    // Waits and deadlines of seconds: among others.
+    let _machine = among_others();
     // `sleep` listens on nothing: the command starts after the 5 s of waiting for it.
     for running in ["sleep 1000", "sleep 1001"] {
         let shell = tcplab()

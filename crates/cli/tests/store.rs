@@ -4,7 +4,7 @@
 //! privileges; as root, the commands that meet a read-only file run as user nobody
 //! (root may write any file).
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -54,7 +54,7 @@ fn kept_file(line: &str) -> PathBuf {
 
 #[test]
 fn a_read_only_database_is_read_and_never_written() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ro.db");
@@ -177,7 +177,7 @@ fn a_read_only_database_is_read_and_never_written() {
 
 #[test]
 fn a_run_the_database_refuses_is_printed_and_kept_beside_it() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("full.db");
@@ -228,7 +228,7 @@ fn a_run_the_database_refuses_is_printed_and_kept_beside_it() {
 
 #[test]
 fn a_sweep_whose_database_refuses_a_run_keeps_it_stops_and_resumes() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sweep.db");
@@ -276,7 +276,8 @@ fn quickstart_keeps_a_refused_run_and_its_report_stays_out_of_git() {
     if !tcplab_sys::netns::privileged_or_skip("quickstart") {
         return;
     }
-    let _serial = support::serial();
+    // Heavy, yet among others: exact checks, and no test alone runs beside it.
+    let _machine = support::among_others();
     let dir = tempfile::tempdir().unwrap();
     let git = |args: &[&str]| {
         let out = Command::new("git")
@@ -325,7 +326,7 @@ fn quickstart_keeps_a_refused_run_and_its_report_stays_out_of_git() {
 /// file that may not be read, a missing directory, a directory that may not be written.
 #[test]
 fn a_database_that_cannot_be_used_is_refused_naming_the_cause() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     chmod(dir.path(), 0o755);
@@ -464,7 +465,7 @@ fn a_new_database_on_a_full_disk_leaves_nothing() {
 /// it, once, equal to what was measured.
 #[test]
 fn a_kept_run_is_stored_by_the_command_its_message_names() {
-    let _serial = support::serial();
+    let _machine = support::among_others();
     let server = LoopbackServer::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("full.db");

@@ -3,7 +3,7 @@
 //! request's second write leaves only after the server's delayed ACK, and each
 //! transaction's time is what the capture shows plus the way back.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 
@@ -98,7 +98,7 @@ fn split_requests_stall_on_nagle_and_the_delayed_ack_as_the_capture_shows() {
     if !privileged_or_skip("transactions") || !tshark_or_skip("transactions") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("Nagle's stall against -N", || {
         let dir = tempfile::tempdir().unwrap();
         let (nagle, segments) = split_requests(dir.path(), "nagle", &[]);
@@ -175,7 +175,7 @@ fn a_connection_per_transaction_shows_in_the_capture_as_one_handshake_each() {
     if !privileged_or_skip("crr") || !tshark_or_skip("crr") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     one_of_three_tries("TCP_CRR against the capture", || {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("crr.pcapng");
@@ -256,7 +256,7 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
     if !privileged_or_skip("stall_20ms") || !tshark_or_skip("stall_20ms") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     const RTT_MS: f64 = 20.0;
     one_of_three_tries("the stall at 20 ms against the capture", || {
         let dir = tempfile::tempdir().unwrap();

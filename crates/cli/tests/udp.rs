@@ -3,7 +3,7 @@
 //! clock, RFC 3550 jitter equal to its expectation for uniform delay variation,
 //! duplicates, reordering, and the sender's rate.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::*;
@@ -56,7 +56,7 @@ fn loss_and_one_way_delay_equal_the_path() {
     if !privileged_or_skip("udp_loss_owd") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     // 2 % loss on the data direction, 30 ms one way; 20 Mbit/s of 1000-byte datagrams.
     let v = udp_run(
         "up.delay 30ms down.delay 5ms up.loss 2% seed 1",
@@ -91,7 +91,7 @@ fn rfc3550_jitter_matches_uniform_delay_variation() {
     if !privileged_or_skip("udp_jitter") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     // Delay uniform in 10 ms ± 400 µs, datagrams 1 ms apart (rarely reordered): the
     // transit difference of two datagrams has E|D| = 2 · 400 / 3 = 267 µs, the value
     // RFC 3550's estimator converges to. The emulator's and the sender's own timing
@@ -138,12 +138,15 @@ fn rfc3550_jitter_matches_uniform_delay_variation() {
     });
 }
 
+/// Duplicates and reordering are counted, and nothing is lost. Among others: counts, not
+/// times, of 10 Mbit/s that a receiver waiting for 200 ms of quiet after the end gets
+/// whole.
 #[test]
 fn duplicates_and_reordering_are_counted_not_lost() {
     if !privileged_or_skip("udp_dup_reorder") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let v = udp_run(
         "delay 5ms up.duplicate 5% up.reorder 20% seed 1",
         &["-b", "10mbit", "-l", "1000", "-t", "2"],
@@ -166,7 +169,7 @@ fn the_sender_keeps_its_rate_in_both_directions() {
     if !privileged_or_skip("udp_rate") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     for reverse in [false, true] {
         let mut args = vec!["-b", "40mbit", "-t", "3"];
         if reverse {
@@ -201,7 +204,7 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
     if !privileged_or_skip("udp_bursts") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     // 20 Mbit/s of 1000-byte datagrams into a 50 Mbit/s link: evenly spaced, each
     // finds the link idle; in bursts of 10 sent together (1–5 µs apart, a capture of
     // the sender shows), they arrive in trains of 10 (the sender catches up at twice
@@ -245,7 +248,7 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
 /// `late` and as at least its 300 datagrams less the one batch sent on waking.
 #[test]
 fn a_stopped_sender_counts_what_it_never_sent() {
-    let _serial = serial();
+    let _machine = alone();
     let server = LoopbackServer::start(&[]);
     let child = server
         .client(&["--udp", "-b", "8mbit", "-l", "1000", "-t", "3", "--json"])
@@ -274,10 +277,11 @@ fn a_stopped_sender_counts_what_it_never_sent() {
 
 /// A UDP run's text shows what applies to UDP only: no MSS, congestion control,
 /// retransmits or tcp_info samples, no window, RTT or limit columns, and no interval of
-/// no length (the one after the deadline, when nothing arrived then).
+/// no length (the one after the deadline, when nothing arrived then). Among others: the
+/// text's shape only.
 #[test]
 fn a_udp_summary_prints_only_what_applies_to_udp() {
-    let _serial = serial();
+    let _machine = among_others();
     let server = LoopbackServer::start(&[]);
     let out = server.run(&["--udp", "-b", "10mbit", "-t", "2"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -2,7 +2,7 @@
 //! closed by this test, each recorded with the bytes the test's own server counted;
 //! iperf3 watched against tcplab's own run over the same path; bad input.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    export_jsonl, f64_at, lab_name, one_of_three_tries, parse_success, serial, stderr, tcplab,
-    LabGuard,
+    alone, among_others, export_jsonl, f64_at, lab_name, one_of_three_tries, parse_success, stderr,
+    tcplab, LabGuard,
 };
 use tcplab_sys::netns::{privileged_or_skip, NetNs};
 
@@ -79,23 +79,31 @@ fn counting_server(ns: &NetNs, port: u16, stop: Arc<AtomicBool>) -> Arc<Mutex<Ve
     counts
 }
 
-/// `n` connections from the lab's client host, one every `every`, each writing `size`
-/// bytes and closing.
+/// `n` connections from the lab's client host, one opened every `every` (each on its
+/// own thread, so that they overlap as a round trip outlasts `every`), each writing
+/// `size` bytes and closing.
 fn short_connections(ns: &NetNs, port: u16, n: usize, size: usize, every: Duration) {
     let to: SocketAddr = (SERVER.parse::<std::net::IpAddr>().unwrap(), port).into();
     ns.run(move || {
         let payload = vec![7u8; size];
         let start = Instant::now();
-        for i in 0..n {
-            let mut s = TcpStream::connect(to).unwrap();
-            s.write_all(&payload).unwrap();
-            s.shutdown(Shutdown::Write).unwrap();
-            // The server closes after reading all: wait for it, so none is cut short.
-            let mut rest = Vec::new();
-            s.read_to_end(&mut rest).unwrap();
-            let next = start + every * (i as u32 + 1);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        }
+        // Threads begin in the namespace of the one that spawns them.
+        std::thread::scope(|scope| {
+            for i in 0..n {
+                let next = start + every * i as u32;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                let payload = &payload;
+                scope.spawn(move || {
+                    let mut s = TcpStream::connect(to).unwrap();
+                    s.write_all(payload).unwrap();
+                    s.shutdown(Shutdown::Write).unwrap();
+                    // The server closes after reading all: wait for it, so none is cut
+                    // short.
+                    let mut rest = Vec::new();
+                    s.read_to_end(&mut rest).unwrap();
+                });
+            }
+        });
     })
     .unwrap();
 }
@@ -117,7 +125,7 @@ fn short_connections_are_each_recorded_with_their_bytes() {
     if !privileged_or_skip("short_connections_are_each_recorded_with_their_bytes") {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let n: usize = std::env::var("WATCH_CONNECTIONS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -275,8 +283,10 @@ fn a_watch_stores_its_samples_as_it_goes_and_a_killed_one_keeps_them() {
     if !privileged_or_skip("watch_spool") {
         return;
     }
-    let _serial = serial();
-    let lab = LabGuard::up(&lab_name("ws", 1), &["--path", "rtt 2ms"]);
+    let _machine = among_others();
+    // At a rate, the four writers leave the CPUs to the watch (and to other tests):
+    // flat out, the emulator took them and a batch took 20 s to fill.
+    let lab = LabGuard::up(&lab_name("ws", 1), &["--path", "rtt 2ms rate 50mbit"]);
     let server_ns = NetNs::open(&lab.server_ns()).unwrap();
     let client_ns = NetNs::open(&lab.client_ns()).unwrap();
     let port = 7302;
@@ -357,7 +367,7 @@ fn iperf3_watched_agrees_with_tcplab_s_own_run() {
     {
         return;
     }
-    let _serial = serial();
+    let _machine = alone();
     let lab = LabGuard::up(&lab_name("wi", 1), &["--path", "rtt 20ms rate 50mbit"]);
     let mut iperf3 = Command::new("ip")
         .args([
@@ -528,7 +538,7 @@ fn a_filter_matching_nothing_says_so_once_and_keeps_watching() {
 /// 1 MiB opens, reports and closes, its counters the bytes this test's server read.
 #[test]
 fn json_lines_follow_a_loopback_connection_to_its_final_counters() {
-    let _serial = serial();
+    let _machine = alone();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
@@ -617,7 +627,7 @@ fn pid_comm_and_cgroup_select_the_test_s_own_connection() {
     if !privileged_or_skip("pid_comm_and_cgroup_select_the_test_s_own_connection") {
         return;
     }
-    let _serial = serial();
+    let _machine = among_others();
     let own = std::process::id().to_string();
     let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
     let comm = comm.trim_end();

@@ -1,8 +1,6 @@
 //! A test bed: two fresh network namespaces joined by a veth pair, `tcplab serve`
 //! running in the server's, and helpers to run the real binary in the client's.
 
-#![allow(dead_code)] // each test file uses its own part of the bed
-
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -25,8 +23,8 @@ pub struct Bed {
     server: Option<Child>,
     pub server_log: PathBuf,
     _dir: tempfile::TempDir,
-    /// Beds measure rates and sampling: one at a time (see [`serial`]).
-    _serial: std::sync::MutexGuard<'static, ()>,
+    /// The machine, [`alone`] or [`among_others`] as the test's figures need.
+    _machine: Machine,
 }
 
 /// A namespace prefix unique to this process and bed: names must not clash across test
@@ -39,12 +37,25 @@ fn unique() -> (String, u16) {
 
 impl Bed {
     /// A bed with a running server, or `None` (after printing why) when this machine
-    /// cannot create namespaces outside CI.
+    /// cannot create namespaces outside CI; the machine [`alone`], for a test that
+    /// measures rates or timing.
     pub fn new(test: &str) -> Option<Bed> {
         if !privileged_or_skip(test) {
             return None;
         }
-        let serial = serial();
+        Some(Bed::on(alone()))
+    }
+
+    /// [`Bed::new`] with the machine [`among_others`], for a test whose figures load
+    /// cannot change.
+    pub fn among_others(test: &str) -> Option<Bed> {
+        if !privileged_or_skip(test) {
+            return None;
+        }
+        Some(Bed::on(among_others()))
+    }
+
+    fn on(machine: Machine) -> Bed {
         let (prefix, n) = unique();
         let lab = VethLab::new(&prefix, n + 1).expect("creating the veth lab");
         let dir = tempfile::tempdir().unwrap();
@@ -53,10 +64,10 @@ impl Bed {
             server: None,
             server_log: dir.path().join("server.log"),
             _dir: dir,
-            _serial: serial,
+            _machine: machine,
         };
         bed.start_server();
-        Some(bed)
+        bed
     }
 
     pub fn start_server(&mut self) {
@@ -156,10 +167,6 @@ impl Bed {
     /// Waits until the server's log has `count` lines containing `text`.
     pub fn await_server_log(&self, text: &str, count: usize) {
         await_log(&|| self.server_log(), text, count);
-    }
-
-    pub fn server_pid(&self) -> u32 {
-        self.server.as_ref().expect("server running").id()
     }
 }
 
@@ -475,13 +482,78 @@ pub fn binomial(n: u64, p: f64, z: f64) -> (f64, f64) {
     (mean - half, mean + half)
 }
 
-/// Timing is what many tests measure, on as few as 2 cores and with the emulator in a
-/// debug build: a test binary's timing tests take this lock to run one at a time (cargo
-/// runs test binaries one after another). Measured in parallel, 100 Mbit/s fell 6 %
-/// short and ping gained 6 ms.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// The machine, shared by the tests of this binary. Timing is what many tests measure,
+/// on as few as 2 cores and with the emulator in a debug build: measured beside other
+/// tests, 100 Mbit/s fell 6 % short and ping gained 6 ms. A test whose figures the load
+/// of others could spoil takes the machine [`alone`]; one that builds labs or moves
+/// traffic but asserts only what load cannot change takes it [`among_others`], so that
+/// the many tests that mostly wait (on labs, timers and real tools) wait side by side.
+/// A test that takes neither only parses or reads.
+///
+/// Those among others go first, [`AT_ONCE`] at a time, then those alone one by one:
+/// every test starts at once (`RUST_TEST_THREADS` in .cargo/config.toml) and waits
+/// here, so that the two kinds do not alternate, each test alone waiting for the ones
+/// among others before it to end while the machine idles.
+struct Schedule {
+    alone: bool,
+    among_others: usize,
+    waiting_among_others: usize,
+}
+
+/// How many tests share the machine at once: most use a fifth of two cores.
+const AT_ONCE: usize = 4;
+
+static SCHEDULE: std::sync::Mutex<Schedule> = std::sync::Mutex::new(Schedule {
+    alone: false,
+    among_others: 0,
+    waiting_among_others: 0,
+});
+static SCHEDULE_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// The machine as a test holds it, until dropped.
+pub struct Machine {
+    alone: bool,
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        let mut schedule = SCHEDULE.lock().unwrap_or_else(|e| e.into_inner());
+        if self.alone {
+            schedule.alone = false;
+        } else {
+            schedule.among_others -= 1;
+        }
+        SCHEDULE_CHANGED.notify_all();
+    }
+}
+
+fn wait_until(ready: impl Fn(&Schedule) -> bool) -> std::sync::MutexGuard<'static, Schedule> {
+    let schedule = SCHEDULE.lock().unwrap_or_else(|e| e.into_inner());
+    SCHEDULE_CHANGED
+        .wait_while(schedule, |s| !ready(s))
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The machine to this test alone: no other test that builds a lab or moves traffic runs
+/// meanwhile, and none among others is left waiting.
+pub fn alone() -> Machine {
+    let mut schedule =
+        wait_until(|s| !s.alone && s.among_others == 0 && s.waiting_among_others == 0);
+    schedule.alone = true;
+    Machine { alone: true }
+}
+
+/// The machine shared with up to [`AT_ONCE`] tests that take it so, never with one
+/// [`alone`].
+pub fn among_others() -> Machine {
+    SCHEDULE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .waiting_among_others += 1;
+    let mut schedule = wait_until(|s| !s.alone && s.among_others < AT_ONCE);
+    schedule.waiting_among_others -= 1;
+    schedule.among_others += 1;
+    Machine { alone: false }
 }
 
 /// For a figure that only the machine's load can spoil (a sender or the emulator kept
@@ -693,8 +765,8 @@ pub fn await_listening(server: &Child, addr: std::net::SocketAddrV4) {
     }
 }
 
-/// A free loopback port (free when asked: whoever binds it must do so before another
-/// test asks; the tests that use one run serially).
+/// A free loopback port, free when asked: whoever binds it must do so soon. Tests that
+/// ask at once get different ones, as the kernel starts each search at a random port.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -22,7 +22,18 @@ use tcplab_sys::netns::{privileged_or_skip, NetNs};
 const SERVER: &str = "10.77.0.1";
 
 /// `tcplab --netns NS watch ARGS…` running, its stdout and stderr into files of `dir`.
-fn start_watch(ns: &str, args: &[&str], dir: &Path) -> Child {
+/// A running `tcplab watch`, killed if the test ends before [`interrupt`] (a failed
+/// assertion included), so that none outlives its test.
+struct Watching(Child);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_watch(ns: &str, args: &[&str], dir: &Path) -> Watching {
     let child = tcplab()
         .args(["--netns", ns, "watch"])
         .args(args)
@@ -30,6 +41,7 @@ fn start_watch(ns: &str, args: &[&str], dir: &Path) -> Child {
         .stderr(std::fs::File::create(dir.join("watch.err")).unwrap())
         .spawn()
         .expect("starting tcplab watch");
+    let watching = Watching(child);
     // Watching starts with its first dump; its opening line says it began.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(dir.join("watch.err"))
@@ -39,14 +51,14 @@ fn start_watch(ns: &str, args: &[&str], dir: &Path) -> Child {
         assert!(Instant::now() < deadline, "watch did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    watching
 }
 
 /// Ctrl-C, then the exit status and what it printed.
-fn interrupt(mut child: Child, dir: &Path) -> (bool, String, String) {
+fn interrupt(mut watching: Watching, dir: &Path) -> (bool, String, String) {
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
+    unsafe { libc::kill(watching.0.id() as i32, libc::SIGINT) };
+    let status = watching.0.wait().unwrap();
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
     (status.success(), read("watch.out"), read("watch.err"))
 }
@@ -333,8 +345,8 @@ fn a_watch_stores_its_samples_as_it_goes_and_a_killed_one_keeps_them() {
     let killed_dir = tempfile::tempdir().unwrap();
     let (mut watch, db) = start(killed_dir.path());
     busy_until_spooled(&client_ns, port, streams, &db);
-    watch.kill().unwrap();
-    watch.wait().unwrap();
+    watch.0.kill().unwrap();
+    watch.0.wait().unwrap();
     let left = runs_and_samples(&db);
     assert_eq!(left.len(), 1, "{left:?}");
     let (run, kept) = &left[0];

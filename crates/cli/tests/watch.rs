@@ -639,7 +639,7 @@ fn pid_comm_and_cgroup_select_the_test_s_own_connection() {
     if !privileged_or_skip("pid_comm_and_cgroup_select_the_test_s_own_connection") {
         return;
     }
-    let _machine = among_others();
+    let _machine = alone();
     let own = std::process::id().to_string();
     let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
     let comm = comm.trim_end();

@@ -277,11 +277,11 @@ fn a_stopped_sender_counts_what_it_never_sent() {
 
 /// A UDP run's text shows what applies to UDP only: no MSS, congestion control,
 /// retransmits or tcp_info samples, no window, RTT or limit columns, and no interval of
-/// no length (the one after the deadline, when nothing arrived then). Among others: the
-/// text's shape only.
+/// no length (the one after the deadline, when nothing arrived then). Alone: beside
+/// others, a late sender made a third interval.
 #[test]
 fn a_udp_summary_prints_only_what_applies_to_udp() {
-    let _machine = among_others();
+    let _machine = alone();
     let server = LoopbackServer::start(&[]);
     let out = server.run(&["--udp", "-b", "10mbit", "-t", "2"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -501,7 +501,7 @@ struct Schedule {
 }
 
 /// How many tests share the machine at once: most use a fifth of two cores.
-const AT_ONCE: usize = 4;
+const AT_ONCE: usize = 3;
 
 static SCHEDULE: std::sync::Mutex<Schedule> = std::sync::Mutex::new(Schedule {
     alone: false,

@@ -220,6 +220,8 @@ fn run_client(
         pacing: None,
         key,
         trace_events: out.trace_events,
+        // A test to a server of the caller's: no lab of tcplab's on the way.
+        test_start: None,
     };
     if iperf3 {
         // No live lines: iperf3 reports its side only at the end.

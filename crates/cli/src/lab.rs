@@ -554,6 +554,8 @@ fn run_commands(
     };
     // Started once the server listens: its ports are the filter.
     let trace = args.trace_events.then(|| start_trace(lab));
+    // The path's schedule counts from the command's start.
+    lab.start_test_now();
     let status = under_init(lab, &lab.clients[0].ns, &args.command, &env, |_| {}).and_then(
         |(mut init, lifeline)| {
             let status = init.wait().context("running the command's init");
@@ -671,6 +673,8 @@ fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    // A lab of its own serves whatever the user runs: its schedule counts from now.
+    lab.start_test_now();
     outln!("{}", Startup::Ready.encode());
     let _ = Stdout.flush();
     daemon::serve(lab, &listener, &stop)?;

@@ -226,6 +226,8 @@ fn run_client(
 ) -> Result<CommandEnd> {
     let limit = Duration::from_micros(flow.spec.limit_us);
     let command = &flow.spec.client;
+    // The path's schedule counts from the client program's start.
+    lab.start_test_now();
     let mut child = lab.clients[flow.client]
         .ns
         .run(|| {

@@ -173,9 +173,14 @@ type Joiner = Box<dyn FnOnce() -> std::thread::Result<GroupResult>>;
 
 impl Reach<'_> {
     fn request(&self, group: &FlowGroup) -> Request {
-        let (target, pacing, key) = match self {
-            Reach::Lab(lab, addr) => (addr.to_string(), rate_target(lab, Direction::Up), None),
-            Reach::Host(host) => (host.address.clone(), None, host.key.clone()),
+        let (target, pacing, key, test_start) = match self {
+            Reach::Lab(lab, addr) => (
+                addr.to_string(),
+                rate_target(lab, Direction::Up),
+                None,
+                Some(lab.test_start()),
+            ),
+            Reach::Host(host) => (host.address.clone(), None, host.key.clone(), None),
         };
         Request {
             target,
@@ -185,6 +190,7 @@ impl Reach<'_> {
             pacing,
             key,
             trace_events: group.trace_events,
+            test_start,
         }
     }
 

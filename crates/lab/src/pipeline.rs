@@ -28,7 +28,7 @@ use tcplab_netsim::packet::{
     finish_checksum, is_ect, set_ce, Coalescer, CsumMode, FlowKey, PacketInfo, Segmenter,
     Transport, VirtioNetHdr, MAX_COALESCE_SEGMENTS, MAX_SEGMENT_HEAD,
 };
-use tcplab_netsim::traffic::Classifier;
+use tcplab_netsim::traffic::{Classifier, TestStart};
 use tcplab_record::traffic::Traffic;
 use tcplab_record::{CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
@@ -113,6 +113,8 @@ pub struct DirectionPlan {
     /// Polled beside the devices: woken when the loop must stop, so it stops at once
     /// rather than at its next deadline.
     pub wake: Arc<Waker>,
+    /// When the test started: the links' schedules count from it.
+    pub test_start: TestStart,
 }
 
 fn set_realtime() -> bool {
@@ -147,6 +149,7 @@ pub fn run(
     let mut next_publish = 0;
     while !stop.load(Ordering::Relaxed) {
         direction.follow_rates();
+        direction.start_schedules();
         direction.ingest()?;
         let now = direction.now();
         direction.deliver(now);
@@ -244,6 +247,8 @@ struct Direction {
     /// A trace bottleneck's capacity so far, and where its next sample starts.
     capacity: Vec<CapacitySample>,
     capacity_from: u64,
+    /// The links follow their schedules (the test has started).
+    schedules_started: bool,
 }
 
 /// When the loop last watched its devices, so the burst meter knows how long a packet
@@ -315,6 +320,7 @@ impl Direction {
             lag_ns: 0,
             capacity: Vec::new(),
             capacity_from: 0,
+            schedules_started: false,
             plan,
             epoch_ns,
         }
@@ -729,6 +735,22 @@ impl Direction {
             }
         }
         Ok(())
+    }
+
+    /// Once the test has started, the links follow their schedules from its start.
+    fn start_schedules(&mut self) {
+        if self.schedules_started {
+            return;
+        }
+        let Some(start) = self.plan.test_start.get() else {
+            return;
+        };
+        let origin = start.saturating_sub(self.epoch_ns);
+        for (hop, clock) in self.plan.hops.iter_mut().zip(&mut self.hop_clock) {
+            hop.link.start_schedule(origin);
+            *clock = (*clock).max(origin);
+        }
+        self.schedules_started = true;
     }
 
     /// Links whose rate is set from outside take the current value.

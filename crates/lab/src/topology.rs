@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use tcplab_analysis::burst::BurstMeter;
 use tcplab_netsim::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_netsim::link::{Link, LinkError, Trace};
-use tcplab_netsim::path::{Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit};
-use tcplab_netsim::traffic::Classifier;
+use tcplab_netsim::path::{
+    Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit, Timeline,
+};
+use tcplab_netsim::traffic::{Classifier, TestStart};
 use tcplab_record::capture::CapturePoint;
 
 /// Where a direction's senders publish the rate its window-following gap pacer
@@ -236,6 +238,8 @@ struct Emulator {
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     epoch_unix_us: i64,
+    /// When the test started: the path's schedule counts from it.
+    test_start: TestStart,
     /// The capture's writer, finished once the threads that feed it are done, its
     /// file and where it sees the packets.
     capture: Option<Capture>,
@@ -256,7 +260,17 @@ impl Emulator {
                     .map_err(io_err("starting the capture"))
             })
             .transpose()?;
-        let plan = |dir| Lab::plan(links, dir, devices, clients, capture.as_ref(), &wake);
+        let test_start = TestStart::default();
+        let plan = |dir| {
+            Lab::plan(
+                links,
+                dir,
+                devices,
+                clients,
+                capture.as_ref(),
+                (&wake, &test_start),
+            )
+        };
         let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
         let mut emulator = Emulator {
             stop,
@@ -265,6 +279,7 @@ impl Emulator {
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us,
+            test_start,
             capture,
             capture_file: links.capture.map(|spec| spec.file.display().to_string()),
             capture_at: links
@@ -300,6 +315,7 @@ impl Emulator {
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us: realtime_us(),
+            test_start: TestStart::default(),
             capture: None,
             capture_file: None,
             capture_at: CapturePoint::Bottleneck,
@@ -399,20 +415,23 @@ const UNPACED_BPS: u64 = 1_000_000_000_000;
 
 /// A gap pacer (PSPacer): packets leave spaced as at its rate, queued without a limit
 /// short of [`PACER_QUEUE_PACKETS`]; a dynamic one follows `target`. Its `then` is set
-/// by the caller.
-fn pacer_hop(pace: Pace, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop, LabError> {
-    let bps = match pace {
-        Pace::Rate(bps) => bps,
-        Pace::Window(_) => UNPACED_BPS,
-    };
-    let spec = LinkSpec {
-        bottleneck: Bottleneck::Rate { bps, overhead: 0 },
-        queue: QueueLimit::Packets(PACER_QUEUE_PACKETS),
-        ..LinkSpec::default()
-    };
+/// by the caller. `path` is the direction's settings over the test: a scheduled pacing
+/// rate changes the pacer's.
+fn pacer_hop(path: &Timeline, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop, LabError> {
+    let pacer = path.map(|spec| {
+        let bps = match spec.pace {
+            Some(Pace::Rate(bps)) => bps,
+            Some(Pace::Window(_)) | None => UNPACED_BPS,
+        };
+        LinkSpec {
+            bottleneck: Bottleneck::Rate { bps, overhead: 0 },
+            queue: QueueLimit::Packets(PACER_QUEUE_PACKETS),
+            ..LinkSpec::default()
+        }
+    });
     Ok(Hop {
         name: "pacer".into(),
-        link: Link::new(&spec, 0, mtu, 0, None).map_err(LabError::Link)?,
+        link: Link::new(&pacer, 0, mtu, 0, None).map_err(LabError::Link)?,
         then: Target::Route,
         meter: None,
         rate_control: target,
@@ -671,7 +690,7 @@ impl Lab {
         devices: &Devices,
         clients: &[Host],
         capture: Option<&Capture>,
-        wake: &Arc<Waker>,
+        (wake, test_start): (&Arc<Waker>, &TestStart),
     ) -> Result<DirectionPlan, LabError> {
         let LinkPlan {
             config,
@@ -696,9 +715,9 @@ impl Lab {
             .path
             .link(dir)
             .pace
-            .map(|pace| {
+            .map(|_| {
                 pacer_hop(
-                    pace,
+                    &config.path.timeline(dir),
                     config.path.mtu,
                     pacing_targets[dir as usize].clone().map(|(rate, _)| rate),
                 )
@@ -777,6 +796,7 @@ impl Lab {
                 mtu: config.path.mtu,
                 classifier,
                 wake: Arc::clone(wake),
+                test_start: test_start.clone(),
             },
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
@@ -791,6 +811,7 @@ impl Lab {
                 mtu: config.path.mtu,
                 classifier,
                 wake: Arc::clone(wake),
+                test_start: test_start.clone(),
             },
         })
     }
@@ -804,6 +825,18 @@ impl Lab {
     /// over; `None` when that direction has none.
     pub fn pacing_target(&self, dir: Direction) -> Option<PacingTarget> {
         self.pacing_targets[dir as usize].clone()
+    }
+
+    /// Where the first test across the lab publishes its start: the path's schedule
+    /// (`at`) counts from it.
+    pub fn test_start(&self) -> TestStart {
+        self.emulator.test_start.clone()
+    }
+
+    /// The test starts now, for traffic tcplab does not start itself (a shell's
+    /// command, `lab up`).
+    pub fn start_test_now(&self) {
+        self.emulator.test_start.publish(monotonic_ns());
     }
 
     /// The emulator's counters, and the hosts' interface queues.

@@ -5,9 +5,36 @@
 //! test's alone, and tcplab's own packets are named beside it. Pure: the emulator hands
 //! over the headers it parsed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use crate::packet::{PacketInfo, Transport, UDP_HEADER};
 use crate::probe_datagram::{has_magic, PROBE_LEN};
 use tcplab_record::traffic::Traffic;
+
+/// When the test across a lab starts, monotonic ns: the first test (or the shell's
+/// command, or `lab up`) publishes it once, and the links' schedules (`at`) count from
+/// it. Clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct TestStart(Arc<AtomicU64>);
+
+impl TestStart {
+    /// Publishes the start unless one was published first.
+    pub fn publish(&self, monotonic_ns: u64) {
+        // 0 means not yet: a start at 0 counts from 1 ns.
+        let _first =
+            self.0
+                .compare_exchange(0, monotonic_ns.max(1), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The start, once published.
+    pub fn get(&self) -> Option<u64> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+}
 
 /// Tells tcplab's own packets from the test's by their headers: the control
 /// connection by its listening port, probes by their size and magic.

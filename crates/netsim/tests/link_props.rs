@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use tcplab_netsim::link::{Link, Trace};
-use tcplab_netsim::path::{Bottleneck, Limit, PathSpec};
+use tcplab_netsim::path::{Bottleneck, Direction, Limit, PathSpec};
 
 fn spec() -> impl Strategy<Value = String> {
     let delay = prop_oneof![
@@ -73,7 +73,7 @@ proptest! {
         let path: PathSpec = spec.parse().unwrap();
         let trace = matches!(path.up.bottleneck, Bottleneck::Trace { .. })
             .then(|| Trace::parse("1\n1\n3\n4\n").unwrap());
-        let mut link: Link<u64> = Link::new(&path.up, path.rtt_us(), path.mtu, seed, trace).unwrap();
+        let mut link: Link<u64> = Link::new(&path.timeline(Direction::Up), path.rtt_us(), path.mtu, seed, trace).unwrap();
         let limit = link.limit();
         let mut violation = None;
         let sim = simulate_with(&mut link, arrivals.clone(), u64::MAX, |l, now| {

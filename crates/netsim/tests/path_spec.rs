@@ -197,6 +197,7 @@ fn path_spec() -> impl Strategy<Value = PathSpec> {
             up,
             mtu,
             seed,
+            schedule: Schedule::default(),
         }
     })
 }

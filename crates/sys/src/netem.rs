@@ -367,9 +367,14 @@ pub fn check_path(path: &PathSpec) -> Result<(), NetemError> {
         // netem takes both: the MTU sizes its limit, the seed its draws.
         mtu: _,
         seed: _,
+        schedule,
     } = path;
     let (up, down) = (unsupported(up), unsupported(down));
-    let both: Vec<String> = up.iter().filter(|k| down.contains(k)).cloned().collect();
+    let mut both: Vec<String> = up.iter().filter(|k| down.contains(k)).cloned().collect();
+    // Its qdiscs are set once, when the lab is built.
+    if !schedule.is_empty() {
+        both.push("at".to_owned());
+    }
     let one_way = |dir: &str, keys: &[String]| -> Vec<String> {
         keys.iter()
             .filter(|k| !both.contains(k))

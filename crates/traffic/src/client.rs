@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use tcplab_netsim::traffic::TestStart;
 use tcplab_record::{Host, IntervalRecord, RunRecord, TestParams};
 use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
@@ -49,6 +50,9 @@ pub struct Request {
     pub key: Option<PreSharedKey>,
     /// Take the kernel's events of the test's sockets (`--trace-events`).
     pub trace_events: bool,
+    /// Where a lab's links learn when the test starts (its t0): their schedules count
+    /// from it.
+    pub test_start: Option<TestStart>,
 }
 
 /// Resolves a target as users write it; the port defaults to 5201.
@@ -207,6 +211,9 @@ pub fn run(
         server_meta: accepted.meta,
     };
     let t0_us = context.t0_us;
+    if let Some(start) = &request.test_start {
+        start.publish(t0_us as u64 * 1000);
+    }
     handshake.go(t0_us);
     while let Some(action) = handshake.poll_action() {
         if let ClientAction::Transmit(bytes) = action {
@@ -668,6 +675,7 @@ mod tests {
             pacing: None,
             key: None,
             trace_events: false,
+            test_start: None,
         };
         let outcome = run(&request, Arc::default(), &mut |_| {});
         assert!(matches!(outcome, Err(TrafficError::Refused(r)) if r == "enough"));

@@ -976,6 +976,7 @@ mod tests {
                 pacing: None,
                 key: None,
                 trace_events: false,
+                test_start: None,
             };
             crate::client::run(&request, Arc::new(AtomicBool::new(false)), &mut |_| {})
         }

@@ -85,6 +85,57 @@ impl<P> Scheduler<P> {
         }
     }
 
+    /// New parameters for the same discipline (a step of the path's schedule), kept
+    /// with the packets it holds and its state; another kind is refused by the parser.
+    pub fn retune(&mut self, aqm: &Aqm) {
+        match (self, *aqm) {
+            (Scheduler::Fifo { codel: None, .. }, Aqm::DropTail) => {}
+            (
+                Scheduler::Fifo {
+                    codel: Some(codel), ..
+                },
+                Aqm::Codel {
+                    target_us,
+                    interval_us,
+                    ecn,
+                },
+            ) => codel.retune(target_us * NS_PER_US, interval_us * NS_PER_US, ecn),
+            (
+                Scheduler::FqCodel(fq),
+                Aqm::FqCodel {
+                    target_us,
+                    interval_us,
+                    quantum,
+                    flows: _, // fixed: the parser refuses a change
+                    ecn,
+                },
+            ) => {
+                fq.quantum = i64::from(quantum);
+                for q in &mut fq.queues {
+                    q.codel
+                        .retune(target_us * NS_PER_US, interval_us * NS_PER_US, ecn);
+                }
+            }
+            (
+                Scheduler::Pie { pie, .. },
+                Aqm::Pie {
+                    target_us,
+                    tupdate_us,
+                    alpha,
+                    beta,
+                    ecn,
+                },
+            ) => {
+                pie.target = target_us * NS_PER_US;
+                pie.tupdate = (tupdate_us * NS_PER_US).max(1);
+                pie.alpha = alpha;
+                pie.beta = beta;
+                pie.ecn = ecn;
+            }
+            (_, aqm) => unreachable!("an aqm keeps its kind during a test, not {}", aqm.name()),
+        }
+    }
+
     /// Whether the discipline needs each packet's flow hash and ECN field.
     pub fn needs_packet_meta(&self) -> bool {
         match self {

@@ -37,7 +37,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::dumbbell::{link_seed, Dumbbell, LinkRole};
-use crate::path::{Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob};
+use crate::path::{Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob, Timeline};
 use aqm::Scheduler;
 use queue::Queued;
 use tcplab_record::link::LinkCounters;
@@ -172,6 +172,27 @@ enum LossState {
     },
 }
 
+impl LossState {
+    fn of(loss: &Loss) -> LossState {
+        match *loss {
+            Loss::None => LossState::None,
+            Loss::Random(p) => LossState::Random(p.ppb()),
+            Loss::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => LossState::GilbertElliott {
+                p: p.ppb(),
+                r: r.ppb(),
+                loss_bad: loss_bad.ppb(),
+                loss_good: loss_good.ppb(),
+                bad: false,
+            },
+        }
+    }
+}
+
 #[derive(Debug)]
 struct ReorderState {
     prob: f64,
@@ -180,6 +201,18 @@ struct ReorderState {
     /// Packets delayed since the last early one.
     counter: u32,
     last: f64,
+}
+
+impl ReorderState {
+    fn of(reorder: &Option<crate::path::Reorder>, rng: &mut ChaCha8Rng) -> Option<ReorderState> {
+        reorder.map(|r| ReorderState {
+            prob: r.prob.as_f64(),
+            correlation: r.correlation.as_f64(),
+            gap: r.gap.max(1),
+            counter: 0,
+            last: rng.random(),
+        })
+    }
 }
 
 /// Who empties the queue.
@@ -316,6 +349,16 @@ pub struct Link<P> {
     counters: [LinkCounters; Traffic::COUNT],
     /// The most the queue held at once, all traffic together.
     max_queue_bytes: u64,
+
+    /// The settings over the test, those in force now, and when the schedule changes
+    /// them next (ns on the link's clock, once the test has started).
+    timeline: Timeline,
+    settings: LinkSpec,
+    next_change: Option<u64>,
+    /// When the test started (the schedule's 0), ns on the link's clock.
+    origin: Option<u64>,
+    /// Sizes a queue given in BDP.
+    path_rtt_us: u64,
 }
 
 fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
@@ -323,15 +366,17 @@ fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
 }
 
 impl<P> Link<P> {
-    /// A link for one direction. `path_rtt_us` sizes a queue given in BDP; `trace` is the
+    /// A link for one direction, with its settings over the test (a fixed spec:
+    /// [`Timeline::fixed`]). `path_rtt_us` sizes a queue given in BDP; `trace` is the
     /// parsed file the spec names, if it names one.
     pub fn new(
-        spec: &LinkSpec,
+        timeline: &Timeline,
         path_rtt_us: u64,
         mtu: u32,
         seed: u64,
         trace: Option<Trace>,
     ) -> Result<Self, LinkError> {
+        let spec = timeline.base();
         // Destructured whole: a new setting does not compile until the link decides.
         let LinkSpec {
             delay_us,
@@ -367,34 +412,16 @@ impl<P> Link<P> {
         let limit = spec
             .queue_limit(path_rtt_us)
             .ok_or(LinkError::BdpWithoutRate)?;
-        let loss = match *loss {
-            Loss::None => LossState::None,
-            Loss::Random(p) => LossState::Random(p.ppb()),
-            Loss::GilbertElliott {
-                p,
-                r,
-                loss_bad,
-                loss_good,
-            } => LossState::GilbertElliott {
-                p: p.ppb(),
-                r: r.ppb(),
-                loss_bad: loss_bad.ppb(),
-                loss_good: loss_good.ppb(),
-                bad: false,
-            },
-        };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let reorder_state = reorder.map(|r| ReorderState {
-            prob: r.prob.as_f64(),
-            correlation: r.correlation.as_f64(),
-            gap: r.gap.max(1),
-            counter: 0,
-            last: rng.random(),
-        });
+        let reorder_state = ReorderState::of(reorder, &mut rng);
+        // The wire keeps time order unless some settings of the test reorder.
+        let reorders = timeline
+            .specs()
+            .any(|s| s.reorder.is_some() || s.jitter.is_some_and(|j| j.reorder));
         Ok(Link {
             delay_ns: delay_us * NS_PER_US,
             jitter: *jitter,
-            loss,
+            loss: LossState::of(loss),
             duplicate: duplicate.ppb(),
             corrupt: corrupt.ppb(),
             reorder: reorder_state,
@@ -405,14 +432,106 @@ impl<P> Link<P> {
             now: 0,
             queue: Scheduler::new(aqm, mtu),
             in_service: None,
-            wire: Wire::new(reorder.is_some() || jitter.is_some_and(|j| j.reorder)),
+            wire: Wire::new(reorders),
             dropped: VecDeque::new(),
             next_seq: 0,
             max_delivered: None,
             last_due: 0,
             counters: Default::default(),
             max_queue_bytes: 0,
+            timeline: timeline.clone(),
+            settings: spec.clone(),
+            next_change: None,
+            origin: None,
+            path_rtt_us,
         })
+    }
+
+    /// The test started at `origin`: the schedule's times count from there, its changes
+    /// applying at their times to the next packets. Only the first call counts; an
+    /// origin the link has passed already takes effect from the link's time.
+    pub fn start_schedule(&mut self, origin: u64) {
+        if self.origin.is_some() {
+            return;
+        }
+        let now = origin.max(self.now);
+        self.advance(now);
+        self.origin = Some(origin);
+        self.follow_schedule(now);
+    }
+
+    /// The settings in force at `t`, and when they change next.
+    fn follow_schedule(&mut self, t: u64) {
+        let Some(origin) = self.origin else { return };
+        let (settings, next) = self.timeline.at((t - origin) / NS_PER_US);
+        let settings = settings.clone();
+        self.next_change = next.map(|us| origin + us * NS_PER_US);
+        if settings != self.settings {
+            self.retune(&settings, t);
+        }
+    }
+
+    /// The link takes `spec` at `t`: the packets inside keep their place and their
+    /// fate so far (one being serialized finishes at the old rate), what comes next
+    /// meets the new settings.
+    fn retune(&mut self, spec: &LinkSpec, t: u64) {
+        // Destructured whole: a new setting does not compile until a step decides.
+        let LinkSpec {
+            delay_us,
+            jitter,
+            loss,
+            duplicate,
+            corrupt,
+            reorder,
+            bottleneck,
+            queue,
+            aqm,
+            pace: _,       // the pacer's own hop follows its own timeline
+            txqueuelen: _, // the hosts', fixed
+        } = spec;
+        self.delay_ns = delay_us * NS_PER_US;
+        self.jitter = *jitter;
+        if *loss != self.settings.loss {
+            self.loss = LossState::of(loss);
+        }
+        self.duplicate = duplicate.ppb();
+        self.corrupt = corrupt.ppb();
+        if *reorder != self.settings.reorder {
+            self.reorder = ReorderState::of(reorder, &mut self.rng);
+        }
+        if let (
+            Server::Rate {
+                bps,
+                overhead,
+                carry,
+            },
+            &Bottleneck::Rate {
+                bps: new_bps,
+                overhead: new_overhead,
+            },
+        ) = (&mut self.server, bottleneck)
+        {
+            if *bps != new_bps {
+                // The carry is a remainder of the old rate's division.
+                *carry = 0;
+            }
+            (*bps, *overhead) = (new_bps, new_overhead);
+        }
+        // A buffer is sized once: a step that leaves the queue alone keeps it, even in
+        // BDP while the rate changes, as a router's buffer stays when its link slows.
+        if *queue != self.settings.queue {
+            if let Some(limit) = spec.queue_limit(self.path_rtt_us) {
+                self.limit = limit;
+            }
+        }
+        if *aqm != self.settings.aqm {
+            self.queue.retune(aqm);
+        }
+        self.settings = spec.clone();
+        // A rate server an outage held idle starts again.
+        if matches!(self.server, Server::Rate { .. }) {
+            self.start_rate(t);
+        }
     }
 
     /// One link of a lab in one direction: a queue in BDP sized over the lab's round
@@ -426,7 +545,7 @@ impl<P> Link<P> {
         trace: Option<Trace>,
     ) -> Result<Self, LinkError> {
         Link::new(
-            lab.spec(link).link(dir),
+            &lab.spec(link).timeline(dir),
             lab.bdp_rtt_us(link),
             mtu,
             link_seed(lab_seed, link, dir),
@@ -568,10 +687,14 @@ impl<P> Link<P> {
     /// of a busy trace link comes, or a packet is due. `None` when the link is empty.
     pub fn next_deadline(&self) -> Option<u64> {
         let wire = self.wire.peek().map(|f| f.due);
-        match (self.server_deadline(), wire) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // A change matters now only to packets waiting; an empty link takes it with
+        // its next packet.
+        let waiting = self.in_service.is_some() || !self.queue.is_empty();
+        let change = self.next_change.filter(|_| waiting);
+        [self.server_deadline(), wire, change]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn count_in(&mut self, meta: PacketMeta) {
@@ -743,7 +866,18 @@ impl<P> Link<P> {
     fn advance(&mut self, now: u64) {
         debug_assert!(now >= self.now, "time went backwards: {now} < {}", self.now);
         let now = now.max(self.now);
-        while let Some(t) = self.server_deadline().filter(|&t| t <= now) {
+        loop {
+            let server = self.server_deadline().filter(|&t| t <= now);
+            // A change at a packet's time applies to it: changes go first.
+            if let Some(change) = self
+                .next_change
+                .filter(|&c| c <= now && server.is_none_or(|s| c <= s))
+            {
+                self.now = change;
+                self.follow_schedule(change);
+                continue;
+            }
+            let Some(t) = server else { break };
             // Events happen at their own time, not at the time we noticed them.
             self.now = t;
             match self.server {
@@ -772,9 +906,10 @@ impl<P> Link<P> {
         }
     }
 
-    /// Starts serializing the next packet at `t` if the rate server is free.
+    /// Starts serializing the next packet at `t` if the rate server is free and not in
+    /// an outage (rate 0).
     fn start_rate(&mut self, t: u64) {
-        if self.in_service.is_some() {
+        if self.in_service.is_some() || matches!(self.server, Server::Rate { bps: 0, .. }) {
             return;
         }
         let next = self.dequeue(t);
@@ -981,7 +1116,16 @@ mod wire_tests {
             "rtt 10ms rate 100mbit queue 1bdp aqm fq_codel",
         ] {
             let path: PathSpec = spec.parse().unwrap();
-            let make = || Link::<u64>::new(&path.up, path.rtt_us(), path.mtu, 7, None).unwrap();
+            let make = || {
+                Link::<u64>::new(
+                    &path.timeline(Direction::Up),
+                    path.rtt_us(),
+                    path.mtu,
+                    7,
+                    None,
+                )
+                .unwrap()
+            };
             let fifo = make();
             assert!(matches!(fifo.wire, Wire::Fifo(_)), "{spec}");
             let mut heap = make();
@@ -991,7 +1135,14 @@ mod wire_tests {
             assert_eq!(a, b, "{spec}");
         }
         let reordering: PathSpec = "delay 5ms jitter 1ms reorder".parse().unwrap();
-        let link = Link::<u64>::new(&reordering.up, reordering.rtt_us(), 1500, 7, None).unwrap();
+        let link = Link::<u64>::new(
+            &reordering.timeline(Direction::Up),
+            reordering.rtt_us(),
+            1500,
+            7,
+            None,
+        )
+        .unwrap();
         assert!(matches!(link.wire, Wire::Heap(_)));
     }
 }

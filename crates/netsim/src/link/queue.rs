@@ -91,6 +91,13 @@ pub(crate) struct Codel {
 }
 
 impl Codel {
+    /// New parameters, the control law's state kept.
+    pub fn retune(&mut self, target_ns: u64, interval_ns: u64, ecn: bool) {
+        self.target = target_ns;
+        self.interval = interval_ns;
+        self.ecn = ecn;
+    }
+
     pub fn new(target_ns: u64, interval_ns: u64, ecn: bool, mtu: u32) -> Self {
         Codel {
             target: target_ns,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use tcplab_netsim::link::{Delivered, Dropped, Link, PacketMeta, PushOutcome};
-use tcplab_netsim::path::PathSpec;
+use tcplab_netsim::path::{Direction, PathSpec};
 
 /// Marks the id of a duplicate copy.
 pub const DUP: u64 = 1 << 63;
@@ -83,7 +83,14 @@ pub fn simulate<M: Into<PacketMeta> + Copy>(
 pub fn link(spec: &str) -> Link<u64> {
     let path: PathSpec = spec.parse().unwrap_or_else(|e| panic!("{e}"));
     let seed = path.seed.unwrap_or(1);
-    Link::new(&path.up, path.rtt_us(), path.mtu, seed, None).expect("link")
+    Link::new(
+        &path.timeline(Direction::Up),
+        path.rtt_us(),
+        path.mtu,
+        seed,
+        None,
+    )
+    .expect("link")
 }
 
 /// `n` packets of `len` bytes, one every `gap` ns from 0.

@@ -38,6 +38,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use tcplab_record::units::{parse_duration, parse_percent, parse_rate, parse_size};
 
+mod schedule;
+pub use schedule::{Schedule, Step, Timeline};
+
 pub const DEFAULT_MTU: u32 = 1500;
 pub const DEFAULT_QUEUE_PACKETS: u64 = 1000;
 pub const CODEL_TARGET_US: u64 = 5_000;
@@ -429,6 +432,8 @@ pub struct PathSpec {
     /// Pins the randomness of every link of a lab (see `dumbbell::link_seed`); `None`
     /// lets each lab draw its own.
     pub seed: Option<u64>,
+    /// How `up` and `down` change during the test (`at`, `every`); empty for a fixed path.
+    pub schedule: Schedule,
 }
 
 impl Default for PathSpec {
@@ -438,6 +443,7 @@ impl Default for PathSpec {
             down: LinkSpec::default(),
             mtu: DEFAULT_MTU,
             seed: None,
+            schedule: Schedule::default(),
         }
     }
 }
@@ -448,6 +454,12 @@ impl PathSpec {
             Direction::Up => &self.up,
             Direction::Down => &self.down,
         }
+    }
+
+    /// One direction over the test: its settings from the start and each change of the
+    /// schedule, as its link follows them.
+    pub fn timeline(&self, dir: Direction) -> Timeline {
+        self.schedule.timeline(self.link(dir), dir)
     }
 
     /// The trace files its links read, as written.
@@ -734,6 +746,8 @@ pub fn grammar() -> String {
             text.push('\n');
         }
     }
+    text.push('\n');
+    text.push_str(schedule::GRAMMAR);
     text.push_str(
         "\nD: 250us, 10ms, 1.5s, with a unit (at most 1h; an rtt 2h)   R: 100mbit, 1gbit, 500kbit\n\
          P: 1%, 0.25%   BYTES: 1500, 64K\n",
@@ -924,8 +938,9 @@ struct Clause<'a> {
     setting: Setting,
 }
 
-/// Reads one clause: a key and its value words.
-fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
+/// Reads one clause: a key and its value words. `in_step`: the clause of an `at`, where
+/// `rate 0` is an outage.
+fn clause<'a>(cur: &mut Cursor<'a>, in_step: bool) -> Result<Clause<'a>, PathError> {
     let at = cur.bump().expect("caller checked for a token");
     let (scope, name) = if let Some(rest) = at.text.strip_prefix("up.") {
         (Scope::Up, rest)
@@ -956,8 +971,10 @@ fn clause<'a>(cur: &mut Cursor<'a>) -> Result<Clause<'a>, PathError> {
         Key::Rate => {
             let t = cur.value(RATE)?;
             let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
-            if bps == 0 {
-                return Err(t.error("a rate must be above zero; leave out rate for no limit"));
+            if bps == 0 && !in_step {
+                return Err(t.error(
+                    "a rate must be above zero; leave out rate for no limit (rate 0, an outage, is for at)",
+                ));
             }
             let mut overhead = 0;
             if cur.peek().is_some_and(|t| t.text == "overhead") {
@@ -1250,29 +1267,7 @@ fn aqm(cur: &mut Cursor<'_>) -> Result<Aqm, PathError> {
 
 /// The clauses of a whole spec into a [`PathSpec`]; order does not matter.
 fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
-    // The same key twice in one scope.
-    for (i, c) in clauses.iter().enumerate() {
-        if let Some(first) = clauses[..i]
-            .iter()
-            .find(|o| o.scope == c.scope && same_slot(o.key, c.key))
-        {
-            let message = if first.key == c.key {
-                format!("{} set twice", c.at.text)
-            } else {
-                format!(
-                    "{} and {} both set this direction's bottleneck; a direction has either a rate or a trace",
-                    first.at.text, c.at.text
-                )
-            };
-            return Err(c.at.error(message));
-        }
-    }
-    let rtt = clauses.iter().find(|c| c.key == Key::Rtt);
-    if let (Some(_), Some(delay)) = (rtt, clauses.iter().find(|c| c.key == Key::Delay)) {
-        return Err(delay
-            .at
-            .error("rtt already sets the delay of both directions; use either rtt or delay"));
-    }
+    check_each_key_once(clauses)?;
     let mut path = PathSpec::default();
     for dir in [Direction::Up, Direction::Down] {
         // The clause that decides `key` for this direction: its own scope wins.
@@ -1310,26 +1305,9 @@ fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
             let Some(c) = pick(key) else { continue };
             at.insert(key, c.at);
             match &c.setting {
-                Setting::Delay(d) => link.delay_us = *d,
-                // An odd µs goes up so that up + down = rtt exactly.
-                Setting::Rtt(rtt) => {
-                    link.delay_us = match dir {
-                        Direction::Up => rtt.div_ceil(2),
-                        Direction::Down => rtt / 2,
-                    }
-                }
-                Setting::Jitter(j) => link.jitter = *j,
-                Setting::Loss(l) => link.loss = *l,
-                Setting::Duplicate(p) => link.duplicate = *p,
-                Setting::Corrupt(p) => link.corrupt = *p,
-                Setting::Reorder(r) => link.reorder = *r,
-                Setting::Bottleneck(b) => link.bottleneck = b.clone(),
-                Setting::Queue(q) => link.queue = *q,
-                Setting::Aqm(a) => link.aqm = *a,
-                Setting::Pace(bps) => link.pace = Some(*bps),
-                Setting::TxQueueLen(n) => link.txqueuelen = Some(*n),
                 Setting::Mtu(m) => path.mtu = *m,
                 Setting::Seed(s) => path.seed = Some(*s),
+                setting => apply(link, dir, setting),
             }
         }
         if let Some((key, message)) = link.problem() {
@@ -1338,6 +1316,58 @@ fn build(clauses: &[Clause<'_>]) -> Result<PathSpec, PathError> {
         }
     }
     Ok(path)
+}
+
+/// What a clause of one direction's key sets in that direction's link.
+fn apply(link: &mut LinkSpec, dir: Direction, setting: &Setting) {
+    match setting {
+        Setting::Delay(d) => link.delay_us = *d,
+        // An odd µs goes up so that up + down = rtt exactly.
+        Setting::Rtt(rtt) => {
+            link.delay_us = match dir {
+                Direction::Up => rtt.div_ceil(2),
+                Direction::Down => rtt / 2,
+            }
+        }
+        Setting::Jitter(j) => link.jitter = *j,
+        Setting::Loss(l) => link.loss = *l,
+        Setting::Duplicate(p) => link.duplicate = *p,
+        Setting::Corrupt(p) => link.corrupt = *p,
+        Setting::Reorder(r) => link.reorder = *r,
+        Setting::Bottleneck(b) => link.bottleneck = b.clone(),
+        Setting::Queue(q) => link.queue = *q,
+        Setting::Aqm(a) => link.aqm = *a,
+        Setting::Pace(bps) => link.pace = Some(*bps),
+        Setting::TxQueueLen(n) => link.txqueuelen = Some(*n),
+        Setting::Mtu(_) | Setting::Seed(_) => unreachable!("whole-path keys"),
+    }
+}
+
+/// The same key twice in one scope, or both rtt and delay, is an error.
+fn check_each_key_once(clauses: &[Clause<'_>]) -> Result<(), PathError> {
+    for (i, c) in clauses.iter().enumerate() {
+        if let Some(first) = clauses[..i]
+            .iter()
+            .find(|o| o.scope == c.scope && same_slot(o.key, c.key))
+        {
+            let message = if first.key == c.key {
+                format!("{} set twice", c.at.text)
+            } else {
+                format!(
+                    "{} and {} both set this direction's bottleneck; a direction has either a rate or a trace",
+                    first.at.text, c.at.text
+                )
+            };
+            return Err(c.at.error(message));
+        }
+    }
+    let rtt = clauses.iter().find(|c| c.key == Key::Rtt);
+    if let (Some(_), Some(delay)) = (rtt, clauses.iter().find(|c| c.key == Key::Delay)) {
+        return Err(delay
+            .at
+            .error("rtt already sets the delay of both directions; use either rtt or delay"));
+    }
+    Ok(())
 }
 
 /// Rate and trace fill the same slot: the bottleneck.
@@ -1374,10 +1404,12 @@ impl FromStr for PathSpec {
             next: 0,
         };
         let mut clauses = Vec::new();
-        while cur.peek().is_some() {
-            clauses.push(clause(&mut cur)?);
+        while cur.peek().is_some_and(|t| !schedule::begins(t)) {
+            clauses.push(clause(&mut cur, false)?);
         }
-        build(&clauses)
+        let path = build(&clauses)?;
+        let schedule = schedule::parse(&mut cur, &path)?;
+        Ok(PathSpec { schedule, ..path })
     }
 }
 
@@ -1386,6 +1418,10 @@ impl FromStr for PathSpec {
 
 /// Exact rate in the largest unit that divides it.
 fn fmt_rate(bps: u64) -> String {
+    if bps == 0 {
+        // An outage (`at T rate 0`).
+        return "0".into();
+    }
     for (unit, per) in [
         ("tbit", 1_000_000_000_000),
         ("gbit", 1_000_000_000),
@@ -1575,6 +1611,39 @@ fn fmt_aqm(a: &Aqm) -> Option<String> {
     Some(s)
 }
 
+/// Each per-direction setting but the delay as (key, value) when not the default, in one
+/// order. Destructured whole: a new setting does not compile until it says how it prints.
+fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 10] {
+    let LinkSpec {
+        delay_us: _, // printed above, as rtt or per direction
+        jitter,
+        loss,
+        duplicate,
+        corrupt,
+        reorder,
+        bottleneck,
+        queue,
+        aqm,
+        pace,
+        txqueuelen,
+    } = l;
+    [
+        jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
+        fmt_loss(loss).map(|v| (Key::Loss, v)),
+        (!duplicate.is_zero()).then(|| (Key::Duplicate, duplicate.to_string())),
+        (!corrupt.is_zero()).then(|| (Key::Corrupt, corrupt.to_string())),
+        reorder.as_ref().map(|r| (Key::Reorder, fmt_reorder(r))),
+        fmt_bottleneck(bottleneck),
+        (*queue != QueueLimit::default()).then(|| (Key::Queue, queue.to_string())),
+        fmt_aqm(aqm).map(|v| (Key::Aqm, v)),
+        pace.map(|p| match p {
+            Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
+            Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
+        }),
+        txqueuelen.map(|n| (Key::TxQueueLen, n.to_string())),
+    ]
+}
+
 /// One printed clause.
 struct Item {
     scope: Scope,
@@ -1607,39 +1676,10 @@ impl PathSpec {
                 }
             }
         }
-        // Each per-direction setting as (key, value) when not the default. Destructured
-        // whole: a new setting does not compile until it says how it prints.
-        let settings = |l: &LinkSpec| -> [Option<(Key, String)>; 10] {
-            let LinkSpec {
-                delay_us: _, // printed above, as rtt or per direction
-                jitter,
-                loss,
-                duplicate,
-                corrupt,
-                reorder,
-                bottleneck,
-                queue,
-                aqm,
-                pace,
-                txqueuelen,
-            } = l;
-            [
-                jitter.as_ref().map(|j| (Key::Jitter, fmt_jitter(j))),
-                fmt_loss(loss).map(|v| (Key::Loss, v)),
-                (!duplicate.is_zero()).then(|| (Key::Duplicate, duplicate.to_string())),
-                (!corrupt.is_zero()).then(|| (Key::Corrupt, corrupt.to_string())),
-                reorder.as_ref().map(|r| (Key::Reorder, fmt_reorder(r))),
-                fmt_bottleneck(bottleneck),
-                (*queue != QueueLimit::default()).then(|| (Key::Queue, queue.to_string())),
-                fmt_aqm(aqm).map(|v| (Key::Aqm, v)),
-                pace.map(|p| match p {
-                    Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
-                    Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
-                }),
-                txqueuelen.map(|n| (Key::TxQueueLen, n.to_string())),
-            ]
-        };
-        for (u, d) in settings(up).into_iter().zip(settings(down)) {
+        for (u, d) in direction_settings(up)
+            .into_iter()
+            .zip(direction_settings(down))
+        {
             if u == d {
                 if let Some((key, value)) = u {
                     items.push(Item {
@@ -1677,19 +1717,29 @@ impl PathSpec {
 /// The normalized spec; empty for an ideal path (no delay, no limits, defaults).
 impl fmt::Display for PathSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, item) in self.items().iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(
-                f,
-                "{}{} {}",
-                item.scope.prefix(),
-                item.key.name(),
-                item.value
-            )?;
+        let mut words: Vec<String> = self.items().iter().map(Item::to_string).collect();
+        if let Some(every) = self.schedule.every_us {
+            words.push(format!("every {}", fmt_duration(every)));
         }
-        Ok(())
+        words.extend(
+            self.schedule
+                .clauses(self)
+                .iter()
+                .map(|c| format!("at {c}")),
+        );
+        f.write_str(&words.join(" "))
+    }
+}
+
+impl fmt::Display for Item {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{} {}",
+            self.scope.prefix(),
+            self.key.name(),
+            self.value
+        )
     }
 }
 
@@ -1721,6 +1771,13 @@ impl Serialize for PathSpec {
                 key => map.serialize_entry(key.name(), &item.value)?,
             }
         }
+        if let Some(every) = self.schedule.every_us {
+            map.serialize_entry("every", &fmt_duration(every))?;
+        }
+        let at = self.schedule.clauses(self);
+        if !at.is_empty() {
+            map.serialize_entry("at", &at)?;
+        }
         // Tables last: TOML cannot put plain keys after a table.
         if !up.is_empty() {
             map.serialize_entry("up", &up)?;
@@ -1741,6 +1798,7 @@ enum RawValue {
     UInt(u64),
     Float(f64),
     Text(String),
+    List(Vec<RawValue>),
     Table(BTreeMap<String, RawValue>),
 }
 
@@ -1755,6 +1813,8 @@ impl PathSpec {
     fn from_table(map: BTreeMap<String, RawValue>) -> Result<PathSpec, PathError> {
         // Each key with its value words is a group that must be read whole.
         let mut groups: Vec<Vec<Token>> = Vec::new();
+        // `every` and `at` read as the text form's: `every P at T CLAUSE… at …`.
+        let (mut every, mut at) = (Vec::new(), Vec::new());
         for (key, value) in map {
             match (key.as_str(), value) {
                 ("up" | "down", RawValue::Table(table)) => {
@@ -1762,13 +1822,20 @@ impl PathSpec {
                         groups.push(group(&format!("{key}.{inner}"), value)?);
                     }
                 }
+                ("every", value) => every = group(&key, value)?,
+                ("at", RawValue::List(items)) => {
+                    for item in items {
+                        at.extend(group(&key, item)?);
+                    }
+                }
+                ("at", value) => at = group(&key, value)?,
                 (_, value) => groups.push(group(&key, value)?),
             }
         }
         let mut clauses = Vec::new();
         for tokens in &groups {
             let mut cur = Cursor { tokens, next: 0 };
-            clauses.push(clause(&mut cur)?);
+            clauses.push(clause(&mut cur, false)?);
             if let Some(extra) = cur.peek() {
                 return Err(extra.error(format!(
                     "unexpected '{}' after the value of {}{}",
@@ -1782,35 +1849,52 @@ impl PathSpec {
                 )));
             }
         }
-        build(&clauses)
+        let path = build(&clauses)?;
+        every.extend(at);
+        let schedule = schedule::parse(
+            &mut Cursor {
+                tokens: &every,
+                next: 0,
+            },
+            &path,
+        )?;
+        Ok(PathSpec { schedule, ..path })
     }
 }
 
 fn group(key: &str, value: RawValue) -> Result<Vec<Token>, PathError> {
     let position = Position::Key(key.to_owned());
-    let text = match value {
-        RawValue::Text(s) => s,
-        RawValue::Int(n) => n.to_string(),
-        RawValue::UInt(n) => n.to_string(),
-        RawValue::Float(x) => x.to_string(),
-        RawValue::Bool(b) => {
-            return Err(PathError {
-                token: b.to_string(),
-                position,
-                message: "expected a string or a number".into(),
-            })
-        }
-        RawValue::Table(_) => {
-            return Err(PathError {
+    let text =
+        match value {
+            RawValue::Text(s) => s,
+            RawValue::Int(n) => n.to_string(),
+            RawValue::UInt(n) => n.to_string(),
+            RawValue::Float(x) => x.to_string(),
+            RawValue::Bool(b) => {
+                return Err(PathError {
+                    token: b.to_string(),
+                    position,
+                    message: "expected a string or a number".into(),
+                })
+            }
+            RawValue::List(_) => return Err(PathError {
                 token: key.to_owned(),
                 position,
-                message: format!(
-                    "unexpected table; only up and down hold keys, {}",
-                    expected_keys()
-                ),
-            })
-        }
-    };
+                message:
+                    "unexpected list; only at takes one (of strings such as \"10s rate 10mbit\")"
+                        .into(),
+            }),
+            RawValue::Table(_) => {
+                return Err(PathError {
+                    token: key.to_owned(),
+                    position,
+                    message: format!(
+                        "unexpected table; only up and down hold keys, {}",
+                        expected_keys()
+                    ),
+                })
+            }
+        };
     let key_token = Token {
         text: key.to_owned(),
         shown: key.to_owned(),

@@ -22,7 +22,7 @@ RUNS=${RUNS:-1000}
 DUR=${DUR:-2.5}
 SAMPLE_MS=${SAMPLE_MS:-1}
 source bench/build.sh
-cargo build -q $([ "$PROFILE" = release ] && echo --release) -p tcplab-experiment --example fill_plan
+source bench/build.sh -p tcplab-experiment --example fill_plan
 FILL=$PWD/target/$PROFILE/examples/fill_plan
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT

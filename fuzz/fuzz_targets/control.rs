@@ -7,12 +7,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use tcplab_model::udp::Header;
-use tcplab_traffic::protocol::{
+use tcplab_proto::protocol::{
     self, read_client_hello, read_data_intro, read_hello, read_udp_hello, recv, COOKIE_LEN,
     MAX_MESSAGE,
 };
 use tcplab_proto::handshake::tcplab::{Client, ClientConfig, Server, ServerConfig, TIME_PROBES};
-use tcplab_traffic::auth::NONCE_LEN;
+use tcplab_proto::auth::NONCE_LEN;
 
 /// Both handshake machines fed `parts` as they arrive, then the peer's close.
 fn handshakes(parts: &[&[u8]]) {

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tcplab_proto::handshake::iperf3::{Client, Server};
-use tcplab_traffic::iperf3::wire::{self, Params, Results, State};
+use tcplab_proto::iperf3::wire::{self, Params, Results, State};
 
 fuzz_target!(|data: &[u8]| {
     let mut stream = data;

@@ -3,6 +3,8 @@
 //! verdict, bursts and queue occupancy at a link, time-sequence graphs and one-way
 //! delays from a capture, the kernel's events, and the clock offset between two ends.
 
+#![forbid(unsafe_code)]
+
 pub mod bounds;
 pub mod burst;
 pub mod clock;

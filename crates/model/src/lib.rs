@@ -3,6 +3,8 @@
 //! datagrams, schedules and figures), and the kernel's sock_diag messages and socket
 //! filters. Nothing here reads a clock or makes a syscall.
 
+#![forbid(unsafe_code)]
+
 pub mod experiment;
 pub mod probe;
 pub mod ranges;

@@ -4,6 +4,8 @@
 //! links together (the dumbbell), and what a capture records of each packet. The
 //! emulator drives the link in real time, the tests in virtual time.
 
+#![forbid(unsafe_code)]
+
 pub mod capture;
 pub mod dumbbell;
 pub mod link;

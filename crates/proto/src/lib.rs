@@ -9,6 +9,8 @@
 //! the time (monotonic µs) and says what to send, what to open and when it next wants
 //! to be woken. `tcplab-traffic`'s socket code moves the bytes and reads the clock.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod handshake;
 pub mod iperf3;

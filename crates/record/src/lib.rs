@@ -4,6 +4,8 @@
 //! Units: bytes, bit/s, µs for times inside a test (relative to the test's start `t0` on
 //! the client's monotonic clock), seconds as `f64` only for durations in summaries.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};

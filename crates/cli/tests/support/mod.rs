@@ -535,12 +535,34 @@ fn wait_until(ready: impl Fn(&Schedule) -> bool) -> std::sync::MutexGuard<'stati
 }
 
 /// The machine to this test alone: no other test that builds a lab or moves traffic runs
-/// meanwhile, and none among others is left waiting.
+/// meanwhile, and none among others is left waiting; nor the machine's other work.
 pub fn alone() -> Machine {
+    wait_for_the_machines_other_work();
     let mut schedule =
         wait_until(|s| !s.alone && s.among_others == 0 && s.waiting_among_others == 0);
     schedule.alone = true;
     Machine { alone: true }
+}
+
+/// Work beside the tests that asserts no figure (CI's fuzzing and the benches' short
+/// modes, .ci/run) may share the machine with the tests among others, not with those
+/// alone: it holds an exclusive lock on the file `TCPLAB_TESTS_ALONE_AFTER` names until
+/// it ends, and the first test alone waits for that.
+fn wait_for_the_machines_other_work() {
+    static ENDED: std::sync::Once = std::sync::Once::new();
+    ENDED.call_once(|| {
+        let Some(path) = std::env::var_os("TCPLAB_TESTS_ALONE_AFTER") else {
+            return;
+        };
+        let started = Instant::now();
+        let what = format!("TCPLAB_TESTS_ALONE_AFTER {}", Path::new(&path).display());
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
+        file.lock_shared().unwrap_or_else(|e| panic!("{what}: {e}"));
+        eprintln!(
+            "the tests alone waited {:.0} s for the machine's other work to end",
+            started.elapsed().as_secs_f64()
+        );
+    });
 }
 
 /// The machine shared with up to [`AT_ONCE`] tests that take it so, never with one

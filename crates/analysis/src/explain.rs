@@ -119,17 +119,45 @@ pub struct Explanation {
     pub recommendations: Vec<String>,
 }
 
+/// What a bottleneck whose capacity changes offered over the measured window, used or
+/// not, as IP bytes: the emulator's samples of 100 ms that meet the window, whole, so
+/// never less than it offered.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ChangingCapacity {
+    /// Its mean, bit/s.
+    pub bps: f64,
+    pub by: Changing,
+}
+
+/// What changes a bottleneck's capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Changing {
+    /// A mahimahi trace's opportunities.
+    Trace,
+    /// A rate on the path's schedule (`at`).
+    Schedule,
+}
+
+impl Changing {
+    /// As the text names the bound: "the trace's mean".
+    pub fn name(self) -> &'static str {
+        match self {
+            Changing::Trace => "trace",
+            Changing::Schedule => "schedule",
+        }
+    }
+}
+
 /// The path as configured, in the data direction.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PathFacts {
     pub spec: String,
     /// The data direction's bottleneck rate, bit/s; `None` without a fixed rate.
     pub bottleneck_bps: Option<u64>,
-    /// A trace bottleneck's mean capacity over the measured window, bit/s: what its
-    /// packet opportunities offered, used or not, as IP bytes (the emulator's samples
-    /// of 100 ms that meet the window, whole: never less than the trace offered).
+    /// A bottleneck whose capacity changes: its mean over the measured window.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_bps: Option<f64>,
+    pub capacity: Option<ChangingCapacity>,
     /// The round trip of the flows' client without queueing, µs: its access link's and
     /// the bottleneck's delays, both directions. The lab holds every packet that long
     /// (its own time comes on top), the BDP is reckoned over it and a queue in BDP was
@@ -440,9 +468,13 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         .as_ref()
         .zip(spec.as_ref())
         .map(|(p, s)| PathFacts {
-            trace_bps: window
+            capacity: window
                 .as_ref()
-                .and_then(|w| trace_capacity_bps(run, p, direction, w)),
+                .zip(changing(s, direction))
+                .and_then(|(w, by)| {
+                    let bps = capacity_bps(run, p, direction, w)?;
+                    Some(ChangingCapacity { bps, by })
+                }),
             ..path_facts(p, s, &tcp, direction)
         });
     let tunings = tuning_facts(run, &tcp, spec.as_ref(), direction);
@@ -453,7 +485,7 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let bounds = Bounds {
         link_bps: facts
             .as_ref()
-            .and_then(|p| p.bottleneck_bps.or(p.trace_bps.map(|r| r.ceil() as u64)))
+            .and_then(|p| p.bottleneck_bps.or(p.capacity.map(|c| c.bps.ceil() as u64)))
             .filter(|_| mss > 0)
             .map(|r| bounds::link_goodput_bps(r, mss, 0)),
         window_bps: sum_over_flows(&tcp, &samples, &|f, s| {
@@ -482,9 +514,9 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let gap_pacer = spec
         .as_ref()
         .is_some_and(|s| matches!(s.link(direction).pace, Some(Pace::Rate(_))));
-    let link = match facts.as_ref().and_then(|p| p.trace_bps) {
-        Some(_) => "the trace's mean",
-        None => "the bottleneck's",
+    let link = match facts.as_ref().and_then(|p| p.capacity) {
+        Some(c) => format!("the {}'s mean", c.by.name()),
+        None => "the bottleneck's".to_owned(),
     };
     let verdict = verdict(
         &tcp,
@@ -493,7 +525,7 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         measured_bps,
         &bounds,
         gap_pacer,
-        link,
+        &link,
     );
     let real_path = facts.is_none().then(|| real_path(run, &tcp)).flatten();
     let mut explanation = Explanation {
@@ -564,8 +596,8 @@ fn path_facts(
         txqueuelen: _, // the host_queue finding reads the hosts' queues
     } = spec.link(dir);
     let bottleneck_bps = match *bottleneck {
-        Bottleneck::Rate { bps, .. } => Some(bps),
-        Bottleneck::Trace { .. } | Bottleneck::Unlimited => None,
+        Bottleneck::Rate { bps, .. } if changing(spec, dir).is_none() => Some(bps),
+        Bottleneck::Rate { .. } | Bottleneck::Trace { .. } | Bottleneck::Unlimited => None,
     };
     let queue_bytes = lab.queue_limit(LinkRole::Bottleneck, dir).map(|l| match l {
         path::Limit::Bytes(b) => b,
@@ -574,7 +606,7 @@ fn path_facts(
     PathFacts {
         spec: record.spec.clone(),
         bottleneck_bps,
-        trace_bps: None,
+        capacity: None,
         base_rtt_us,
         client: access
             .iter()
@@ -585,11 +617,26 @@ fn path_facts(
     }
 }
 
-/// What the trace bottleneck carrying `direction`'s data offered over the measured
-/// `window`, bit/s; `None` without a trace there. The run's times move to the
-/// emulator's clock by the wall-clock anchors of both (the bytes read in the window
-/// crossed the bottleneck in it: none was sent before t0).
-fn trace_capacity_bps(
+/// What changes the capacity of the bottleneck carrying `direction`'s data, if anything
+/// does.
+fn changing(spec: &PathSpec, direction: Direction) -> Option<Changing> {
+    let link = spec.link(direction);
+    match link.bottleneck {
+        Bottleneck::Trace { .. } => Some(Changing::Trace),
+        Bottleneck::Rate { .. } => spec
+            .timeline(direction)
+            .specs()
+            .any(|s| s.bottleneck != link.bottleneck)
+            .then_some(Changing::Schedule),
+        Bottleneck::Unlimited => None,
+    }
+}
+
+/// What the bottleneck carrying `direction`'s data offered over the measured `window`,
+/// bit/s, from the emulator's samples of its capacity; `None` without samples. The
+/// run's times move to the emulator's clock by the wall-clock anchors of both (the
+/// bytes read in the window crossed the bottleneck in it: none was sent before t0).
+fn capacity_bps(
     run: &RunRecord,
     path: &PathRecord,
     direction: Direction,
@@ -2373,51 +2420,52 @@ mod tests {
         assert!(mean > 1.7 * (10 * 100 * MSS) as f64 / 19.0);
     }
 
-    /// On a trace path the link bound is what the trace offered over the measured
-    /// window (the emulator's samples that meet it, whole), as goodput: a flow that
-    /// carried most of it is link-limited.
+    /// Through a trace or a rate on a schedule the link bound is what the bottleneck
+    /// offered over the measured window (the emulator's samples that meet it, whole),
+    /// as goodput: a flow that carried most of it is link-limited.
     #[test]
-    fn a_trace_paths_link_bound_is_what_it_offered_in_the_window() {
-        let mut r = run(
-            "rtt 40ms up.trace a.up down.trace a.down",
-            vec![flow(0, 5.6e6)],
-            Vec::new(),
-        );
-        // The emulator started 2 s before the run; its trace offered 8 Mbit/s for
-        // 7 s, then 4: the run's 10 s are its 2nd to 12th.
-        r.started_unix_us = 1_002_000_000;
-        let path = r.path.as_mut().unwrap();
-        path.epoch_unix_us = 1_000_000_000;
-        path.up.capacity = (1..=140)
-            .map(|k| CapacitySample {
-                t_us: k * 100_000,
-                bps: if k <= 70 { 8e6 } else { 4e6 },
-            })
-            .collect();
-        // Samples are whole: 2.05–2.15 s meets the ones ending at 2.1 and 2.2 s.
-        assert_eq!(path.up.offered_bytes(2_050_000, 2_150_000), Some(200_000.0));
-        assert_eq!(path.down.offered_bytes(0, 1_000_000), None);
-        let e = explain(&r);
-        let trace_bps = e.path.as_ref().and_then(|p| p.trace_bps).unwrap();
-        // 5 s at 8 Mbit/s and 5 s at 4 over 10 s.
-        assert!((trace_bps - 6e6).abs() < 1e-3, "{trace_bps}");
-        assert_eq!(
-            e.bounds.link_bps,
-            Some(bounds::link_goodput_bps(6_000_000, MSS, 0))
-        );
-        assert_eq!(e.verdict.limit, Limit::Link, "{}", e.verdict.reason);
-        assert!(
-            e.verdict.reason.contains("the trace's mean 5.79 Mbit/s"),
-            "{}",
-            e.verdict.reason
-        );
-        // A fixed rate has no trace's.
-        let fixed = explain(&run(
-            "rtt 40ms rate 6mbit",
-            vec![flow(0, 5.6e6)],
-            Vec::new(),
-        ));
-        assert_eq!(fixed.path.unwrap().trace_bps, None);
+    fn a_changing_paths_link_bound_is_what_it_offered_in_the_window() {
+        for (spec, by) in [
+            ("rtt 40ms up.trace a.up down.trace a.down", Changing::Trace),
+            ("rtt 40ms rate 8mbit at 5s rate 4mbit", Changing::Schedule),
+        ] {
+            let mut r = run(spec, vec![flow(0, 5.6e6)], Vec::new());
+            // The emulator started 2 s before the run; its bottleneck offered 8 Mbit/s
+            // for 7 s, then 4: the run's 10 s are its 2nd to 12th.
+            r.started_unix_us = 1_002_000_000;
+            let path = r.path.as_mut().unwrap();
+            path.epoch_unix_us = 1_000_000_000;
+            path.up.capacity = (1..=140)
+                .map(|k| CapacitySample {
+                    t_us: k * 100_000,
+                    bps: if k <= 70 { 8e6 } else { 4e6 },
+                })
+                .collect();
+            // Samples are whole: 2.05–2.15 s meets the ones ending at 2.1 and 2.2 s.
+            assert_eq!(path.up.offered_bytes(2_050_000, 2_150_000), Some(200_000.0));
+            assert_eq!(path.down.offered_bytes(0, 1_000_000), None);
+            let e = explain(&r);
+            let p = e.path.as_ref().unwrap();
+            assert_eq!(p.bottleneck_bps, None, "{spec}: no one rate binds");
+            let capacity = p.capacity.unwrap();
+            assert_eq!(capacity.by, by);
+            // 5 s at 8 Mbit/s and 5 s at 4 over 10 s.
+            assert!((capacity.bps - 6e6).abs() < 1e-3, "{capacity:?}");
+            assert_eq!(
+                e.bounds.link_bps,
+                Some(bounds::link_goodput_bps(6_000_000, MSS, 0))
+            );
+            assert_eq!(e.verdict.limit, Limit::Link, "{}", e.verdict.reason);
+            let mean = format!("the {}'s mean 5.79 Mbit/s", by.name());
+            assert!(e.verdict.reason.contains(&mean), "{}", e.verdict.reason);
+        }
+        // A fixed rate, or a schedule that leaves the rate alone, has no changing
+        // capacity.
+        for spec in ["rtt 40ms rate 6mbit", "rtt 40ms rate 6mbit at 1s loss 1%"] {
+            let fixed = explain(&run(spec, vec![flow(0, 5.6e6)], Vec::new()));
+            let p = fixed.path.unwrap();
+            assert_eq!((p.bottleneck_bps, p.capacity), (Some(6_000_000), None));
+        }
     }
 
     #[test]

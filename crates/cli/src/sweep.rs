@@ -49,6 +49,7 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
         sweep::real_hosts(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_congestion(&experiment.points)?;
     sweep::check_traces(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
+    sweep::check_schedules(&experiment.points).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_labs(&experiment.points)?;
     // Its lock file goes beside it, in a directory made for it if it is the first there
     // (`--db results/part-3.db`).

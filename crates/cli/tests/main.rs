@@ -26,6 +26,7 @@ mod paths;
 mod pipes;
 mod report;
 mod rootless;
+mod schedules;
 mod serve;
 mod shell_record;
 mod store;

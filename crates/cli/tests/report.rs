@@ -378,7 +378,7 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
                     .unwrap(),
             );
             let traced = e["path"]["spec"].as_str().unwrap().contains(".trace");
-            assert_eq!(e["path"]["trace_bps"].is_f64(), traced, "{e}");
+            assert_eq!(e["path"]["capacity"]["bps"].is_f64(), traced, "{e}");
             assert!(e["bounds"]["link_bps"].is_f64(), "{e}");
         }
         let delay: serde_json::Value = serde_json::from_str(&run_ok(

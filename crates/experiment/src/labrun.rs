@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use tcplab_lab::{Lab, LabConfig};
-use tcplab_netsim::path::Direction;
-use tcplab_record::{IntervalRecord, RunRecord, TestParams};
+use tcplab_netsim::path::{Direction, PathSpec};
+use tcplab_record::{IntervalRecord, RunRecord, TestEnd, TestParams};
 use tcplab_traffic::auth::PreSharedKey;
 use tcplab_traffic::client::{self, Request};
 use tcplab_traffic::engine::RateTarget;
@@ -20,6 +20,25 @@ use tcplab_traffic::iperf3;
 use tcplab_traffic::limits::ServerLimits;
 use tcplab_traffic::merge;
 use tcplab_traffic::server::{self, Access, ServerConfig};
+
+/// Refuses paths whose schedule (`at`) changes nothing within the test: the groups'
+/// (start, end) say how long it lasts, unless one ends on a byte count.
+pub fn check_schedules<'a>(
+    paths: impl IntoIterator<Item = &'a PathSpec>,
+    groups: impl IntoIterator<Item = (u64, TestEnd)>,
+) -> Result<()> {
+    let mut length_us = 0;
+    for (start_us, end) in groups {
+        match end {
+            TestEnd::Duration { us } => length_us = length_us.max(start_us + us),
+            TestEnd::Bytes { .. } => return Ok(()),
+        }
+    }
+    for path in paths {
+        path.schedule.check_within(length_us)?;
+    }
+    Ok(())
+}
 
 /// Flows with one set of parameters, from one client host.
 #[derive(Clone, Debug)]
@@ -71,6 +90,10 @@ pub fn run_in_lab(
         tcplab_traffic::limits::check_request(&g.params, &ServerLimits::lab())
             .map_err(anyhow::Error::msg)?;
     }
+    check_schedules(
+        std::iter::once(&config.path).chain(&config.clients),
+        groups.iter().map(|g| (g.start_us, g.params.end)),
+    )?;
     // The links count the control connection (and the samples it carries after the
     // test) apart from the test's flows.
     let config = LabConfig {

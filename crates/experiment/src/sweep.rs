@@ -222,6 +222,20 @@ pub fn check_traces(points: &[Point], experiment_file: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Refuses, before any run, a plan whose lab points change their paths (`at`) only
+/// after their tests end.
+pub fn check_schedules(points: &[Point]) -> Result<()> {
+    for p in points.iter().filter(|p| p.config.server.is_none()) {
+        let c = &p.config;
+        crate::labrun::check_schedules(
+            std::iter::once(&c.path).chain(&c.access),
+            c.flows.iter().map(|f| (f.start_us, f.params.end)),
+        )
+        .with_context(|| format!("point {}", p.values.join(", ")))?;
+    }
+    Ok(())
+}
+
 /// Holds the database's sweep lock: two sweeps on one database would run the same
 /// pending runs twice.
 pub struct SweepLock(#[allow(dead_code)] File);

@@ -94,14 +94,17 @@ pub struct Hop {
 
 /// How often a metered link's queue occupancy is recorded.
 pub const QUEUE_SAMPLE_NS: u64 = 1_000_000;
-/// How often a trace bottleneck's capacity is sampled: the trace's own resolution is a
-/// millisecond, far finer than a throughput chart's.
+/// How often the capacity of a bottleneck that changes (a trace, a rate on a schedule)
+/// is sampled: a trace's own resolution is a millisecond, far finer than a throughput
+/// chart's.
 const CAPACITY_SAMPLE_NS: u64 = 100_000_000;
 
 /// Everything one direction's thread owns.
 pub struct DirectionPlan {
     pub ingress: Vec<(Arc<Tun>, Target)>,
     pub hops: Vec<Hop>,
+    /// Which of them is the bottleneck, whose capacity a chart draws where it changes.
+    pub bottleneck: usize,
     pub egress: Vec<Arc<Tun>>,
     pub routes: Vec<(IpAddr, Target)>,
     /// Segment super-packets (some link applies a per-packet effect).
@@ -244,7 +247,7 @@ struct Direction {
     /// How much earlier than their times the packets being dispatched may have
     /// arrived: read from a device in the current batch, or 0, delivered by a link.
     lag_ns: u64,
-    /// A trace bottleneck's capacity so far, and where its next sample starts.
+    /// A changing bottleneck's capacity so far, and where its next sample starts.
     capacity: Vec<CapacitySample>,
     capacity_from: u64,
     /// The links follow their schedules (the test has started).
@@ -770,11 +773,9 @@ impl Direction {
         }
         let from = self.capacity_from;
         if now >= from + CAPACITY_SAMPLE_NS {
-            let offered = self
-                .plan
-                .hops
-                .iter()
-                .find_map(|h| h.link.offered_bytes(from, now));
+            let offered = self.plan.hops[self.plan.bottleneck]
+                .link
+                .offered_bytes(from, now);
             if let Some(bytes) = offered {
                 self.capacity.push(CapacitySample {
                     t_us: now / 1000,

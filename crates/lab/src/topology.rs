@@ -173,6 +173,9 @@ pub struct LabStats {
     pub down: DirectionStats,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
     pub epoch_unix_us: i64,
+    /// When the test started, µs on the emulator's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_start_us: Option<u64>,
     /// The capture's file (`--capture`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_file: Option<String>,
@@ -196,6 +199,7 @@ impl LabStats {
             up: self.up,
             down: self.down,
             epoch_unix_us: self.epoch_unix_us,
+            test_start_us: self.test_start_us,
             capture_file: self.capture_file,
             capture_at: self.capture_at,
         }
@@ -236,8 +240,10 @@ struct Emulator {
     threads: Vec<JoinHandle<io::Result<()>>>,
     up: Arc<Mutex<DirectionStats>>,
     down: Arc<Mutex<DirectionStats>>,
-    /// Wall-clock time of the emulator's time 0, µs since the Unix epoch.
+    /// Wall-clock time of the emulator's time 0, µs since the Unix epoch, and the same
+    /// on the monotonic clock, ns.
     epoch_unix_us: i64,
+    epoch_ns: u64,
     /// When the test started: the path's schedule counts from it.
     test_start: TestStart,
     /// The capture's writer, finished once the threads that feed it are done, its
@@ -279,6 +285,7 @@ impl Emulator {
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us,
+            epoch_ns: epoch,
             test_start,
             capture,
             capture_file: links.capture.map(|spec| spec.file.display().to_string()),
@@ -315,6 +322,7 @@ impl Emulator {
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us: realtime_us(),
+            epoch_ns: monotonic_ns(),
             test_start: TestStart::default(),
             capture: None,
             capture_file: None,
@@ -327,6 +335,10 @@ impl Emulator {
             up: self.up.lock().expect("stats lock").clone(),
             down: self.down.lock().expect("stats lock").clone(),
             epoch_unix_us: self.epoch_unix_us,
+            test_start_us: self
+                .test_start
+                .get()
+                .map(|t| t.saturating_sub(self.epoch_ns) / 1000),
             capture_file: self.capture_file.clone(),
             capture_at: self.capture_at,
         }
@@ -790,6 +802,7 @@ impl Lab {
             Direction::Up => DirectionPlan {
                 ingress: devices.clients.iter().cloned().zip(client_side).collect(),
                 hops,
+                bottleneck,
                 egress: vec![Arc::clone(&devices.server)],
                 routes: Vec::new(),
                 per_packet,
@@ -801,6 +814,7 @@ impl Lab {
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
                 hops,
+                bottleneck,
                 egress: devices.clients.clone(),
                 routes: clients
                     .iter()

@@ -165,6 +165,26 @@ fn every_repeats_the_changes_from_the_path_s_own_settings() {
 }
 
 #[test]
+fn a_scheduled_rate_offers_its_capacity_piece_by_piece() {
+    let mut l = link("rate 10mbit at 1s-1500ms rate 0 at 2s rate 40mbit");
+    assert_eq!(
+        l.offered_bytes(0, S),
+        Some(1_250_000),
+        "before the test: its own rate"
+    );
+    l.start_schedule(S / 2);
+    // Its own 10 Mbit/s to the start at 0.5 s and on to 1.5 s, nothing to 2 s, 10 to
+    // 2.5 s, then 40.
+    assert_eq!(
+        l.offered_bytes(0, 3 * S),
+        Some(625_000 + 1_250_000 + 625_000 + 2_500_000)
+    );
+    assert_eq!(l.offered_bytes(S + 700 * MS, 2 * S), Some(0));
+    let fixed = link("rate 10mbit at 1s loss 1%");
+    assert_eq!(fixed.offered_bytes(0, S), None, "a rate that never changes");
+}
+
+#[test]
 fn a_queue_keeps_its_size_through_a_rate_step_unless_a_step_sets_it() {
     let spec = "rtt 20ms rate 100mbit queue 1bdp at 1s rate 10mbit at 2s queue 10p";
     let path: tcplab_netsim::path::PathSpec = spec.parse().unwrap();

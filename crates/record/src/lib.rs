@@ -912,6 +912,10 @@ pub struct PathRecord {
     /// minus `started_unix_us − epoch_unix_us` are on the run's time base.
     #[serde(default)]
     pub epoch_unix_us: i64,
+    /// When the test started on the emulator's clock (µs since `epoch_unix_us`): the
+    /// path's schedule (`at`) counts from it. `None` where none started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_start_us: Option<u64>,
     /// How a bottleneck queue given in BDP was sized; `None` when neither direction's is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bdp: Option<BdpSizing>,
@@ -974,7 +978,8 @@ pub struct DirectionStats {
     /// The bottleneck queue's occupancy over time: the test's packets in it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueSample>,
-    /// A trace bottleneck's capacity over time: what its trace offered.
+    /// The capacity over time of a bottleneck whose capacity changes: what its trace, or
+    /// its rate on the path's schedule, offered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity: Vec<CapacitySample>,
     /// One-way delay of the test's data packets (with a TCP or UDP payload) across the
@@ -1030,7 +1035,7 @@ impl HostQueue {
 }
 
 impl DirectionStats {
-    /// What a trace bottleneck offered from `from_us` to `to_us` (the emulator's clock),
+    /// What a changing bottleneck offered from `from_us` to `to_us` (the emulator's clock),
     /// bytes: each capacity sample's whole interval that meets that span, so never less
     /// than the trace offered in it. The samples follow one another from the
     /// emulator's start. `None` without samples.

@@ -545,8 +545,9 @@ fn throughput(
             points: steps(&rates.total),
         });
     }
-    // A trace's link bound is its mean: its capacity per 100 ms, drawn dashed beside
-    // (see `capacity`), is the bound over time, which a flow's bin may not exceed.
+    // A changing bottleneck's link bound (a trace's, a schedule's) is its mean: its
+    // capacity per 100 ms, drawn dashed beside (see `capacity`), is the bound over time,
+    // which a flow's bin may not exceed.
     let traced = data_directions(run)
         .iter()
         .any(|(_, stats)| !stats.capacity.is_empty());
@@ -748,14 +749,14 @@ fn delay(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
     out
 }
 
-/// A trace bottleneck's capacity in each direction that has one and carries a flow's
-/// data, dashed, on the run's time base.
+/// The capacity of a bottleneck that changes (a trace, a rate on a schedule) in each
+/// direction that has one and carries a flow's data, dashed, on the run's time base.
 fn capacity(run: &RunRecord, palette: &mut Palette) -> Vec<Series> {
     data_directions(run)
         .into_iter()
         .filter(|(_, stats)| !stats.capacity.is_empty())
         .map(|(direction, stats)| {
-            let name = format!("trace capacity {direction}");
+            let name = format!("capacity {direction}");
             Series {
                 color: palette.color(&name),
                 name,

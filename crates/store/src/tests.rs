@@ -331,6 +331,7 @@ fn sample_record(n_samples: usize) -> RunRecord {
             },
             down: Default::default(),
             epoch_unix_us: 1_795_000_000_000_000,
+            test_start_us: Some(412_000),
             bdp: Some(tcplab_record::BdpSizing {
                 rtt_us: 20_000,
                 client: 1,

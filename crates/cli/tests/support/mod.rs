@@ -558,7 +558,10 @@ fn wait_for_the_machines_other_work() {
         let what = format!("TCPLAB_TESTS_ALONE_AFTER {}", Path::new(&path).display());
         let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
         file.lock_shared().unwrap_or_else(|e| panic!("{what}: {e}"));
-        eprintln!(
+        // To stderr itself: libtest captures what eprintln! prints in a test.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
             "the tests alone waited {:.0} s for the machine's other work to end",
             started.elapsed().as_secs_f64()
         );
@@ -955,11 +958,11 @@ pub fn chart_errors(db: &std::path::Path, stall_us: u64) -> Vec<String> {
             .chain(totals)
             .collect();
         match (&explained.path, explained.bounds.link_bps) {
-            (Some(path), Some(goodput)) if path.trace_bps.is_some() => {
-                // A trace's rate varies: each bin against what it offered then, from a
-                // round trip and a stall before (a sender's samples count bytes an RTT
-                // after they crossed it).
-                let trace_bps = path.trace_bps.unwrap();
+            (Some(path), Some(goodput)) if path.capacity.is_some() => {
+                // A trace's or a schedule's rate varies: each bin against what it
+                // offered then, from a round trip and a stall before (a sender's
+                // samples count bytes an RTT after they crossed it).
+                let trace_bps = path.capacity.unwrap().bps;
                 let lead_us = path.base_rtt_us + stall_us;
                 let over = trace_bin_errors(&run, &all, goodput / trace_bps, lead_us);
                 errors.extend(over.into_iter().map(|e| format!("{what}: {e}")));

@@ -359,6 +359,8 @@ pub struct Link<P> {
     origin: Option<u64>,
     /// Sizes a queue given in BDP.
     path_rtt_us: u64,
+    /// Its schedule changes its rate: its capacity over time is worth sampling.
+    rate_scheduled: bool,
 }
 
 fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
@@ -444,6 +446,7 @@ impl<P> Link<P> {
             next_change: None,
             origin: None,
             path_rtt_us,
+            rate_scheduled: timeline.specs().any(|s| s.bottleneck != spec.bottleneck),
         })
     }
 
@@ -843,13 +846,40 @@ impl<P> Link<P> {
         q
     }
 
-    /// What a trace link's trace offers after `from_ns` up to `to_ns`, bytes, used or
-    /// not; `None` for other links.
+    /// What a link whose capacity changes offers after `from_ns` up to `to_ns`, bytes,
+    /// used or not: a trace's opportunities, or a rate as its schedule sets it (before
+    /// the test's start, its own); `None` for a link whose capacity is fixed.
     pub fn offered_bytes(&self, from_ns: u64, to_ns: u64) -> Option<u64> {
         match &self.server {
             Server::Trace { trace, .. } => Some(trace.offered_bytes(from_ns, to_ns)),
-            _ => None,
+            Server::Rate { .. } if self.rate_scheduled => {
+                Some(self.scheduled_bytes(from_ns, to_ns))
+            }
+            Server::Rate { .. } | Server::Unlimited => None,
         }
+    }
+
+    /// The bytes a rate link's schedule offers after `from_ns` up to `to_ns`.
+    fn scheduled_bytes(&self, from_ns: u64, to_ns: u64) -> u64 {
+        // bit/s × ns, summed piece by piece between changes.
+        let mut bit_ns: u128 = 0;
+        let mut t = from_ns;
+        while t < to_ns {
+            let (spec, next) = match self.origin {
+                Some(origin) if t >= origin => {
+                    let (spec, next) = self.timeline.at((t - origin) / NS_PER_US);
+                    (spec, next.map(|us| origin + us * NS_PER_US))
+                }
+                Some(origin) => (self.timeline.base(), Some(origin)),
+                None => (self.timeline.base(), None),
+            };
+            let end = next.map_or(to_ns, |n| n.min(to_ns));
+            if let Bottleneck::Rate { bps, .. } = spec.bottleneck {
+                bit_ns += u128::from(bps) * u128::from(end - t);
+            }
+            t = end;
+        }
+        (bit_ns / 8_000_000_000) as u64
     }
 
     fn server_deadline(&self) -> Option<u64> {

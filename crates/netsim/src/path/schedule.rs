@@ -67,10 +67,22 @@ impl Schedule {
         }
     }
 
-    /// The latest time the schedule names, µs after the start: its last step, or its
-    /// period (the test must last longer to see it).
-    pub fn last_at_us(&self) -> Option<u64> {
-        self.every_us.or_else(|| self.steps.last().map(|s| s.at_us))
+    /// Refuses a schedule that changes nothing within a test of `test_us`: its last
+    /// change (or its period) comes at or after the test's end.
+    pub fn check_within(&self, test_us: u64) -> Result<(), PathError> {
+        let (word, at) = match (self.every_us, self.steps.last()) {
+            (Some(period), _) => ("every", period),
+            (None, Some(step)) => ("at", step.at_us),
+            (None, None) => return Ok(()),
+        };
+        if at < test_us {
+            return Ok(());
+        }
+        Err(PathError::whole(format!(
+            "{word} {} is beyond the test's {}: a change comes before the test ends",
+            fmt_duration(at),
+            fmt_duration(test_us)
+        )))
     }
 
     /// Each step as printed after `at`: its time and what differs from the settings
@@ -656,6 +668,25 @@ mod tests {
             let e = err(spec);
             assert!(e.contains(expected), "{spec}: {e}");
         }
+    }
+
+    #[test]
+    fn a_schedule_beyond_the_test_is_refused() {
+        let p = parse("rate 1mbit at 10s rate 2mbit at 20s-25s rate 0");
+        assert!(p.schedule.check_within(25_000_001).is_ok());
+        let e = p.schedule.check_within(20_000_000).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "path spec: at 25s is beyond the test's 20s: a change comes before the test ends"
+        );
+        let e = parse("rate 1mbit every 40s at 1s rate 2mbit")
+            .schedule
+            .check_within(30_000_000);
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("every 40s is beyond the test's 30s"));
+        assert!(Schedule::default().check_within(0).is_ok());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! An explanation in words: what `tcplab explain` prints, and what `run` and
 //! `quickstart` print after their summary.
 
-use tcplab_analysis::explain::{Explanation, Source};
+use tcplab_analysis::explain::{Changing, Explanation, Source};
 use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_record::{BufferSize, Host, Limit, RunRecord, WatchedFlow};
 
@@ -89,9 +89,16 @@ pub fn render(e: &Explanation) -> String {
             .client
             .map(|k| format!(" (client{k}'s, end to end)"))
             .unwrap_or_default();
-        let bottleneck = match (p.bottleneck_bps, p.trace_bps) {
+        let bottleneck = match (p.bottleneck_bps, p.capacity) {
             (Some(r), _) => format_rate(r as f64),
-            (None, Some(r)) => format!("a trace offering {} over the run", format_rate(r)),
+            (None, Some(c)) => format!(
+                "{} offering {} over the run",
+                match c.by {
+                    Changing::Trace => "a trace",
+                    Changing::Schedule => "a rate on a schedule",
+                },
+                format_rate(c.bps)
+            ),
             (None, None) => "—".into(),
         };
         s += &format!(

@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use crate::bounds;
+use crate::changes;
 use crate::events::{kernel_episodes, KernelEpisodes};
 use crate::stats::jain;
 use crate::throughput::{self, Counted};
@@ -117,6 +118,9 @@ pub struct Explanation {
     pub verdict: Verdict,
     pub findings: Vec<Finding>,
     pub recommendations: Vec<String>,
+    /// The senders' answer to each change of the path's schedule (`at`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<changes::Response>,
 }
 
 /// What a bottleneck whose capacity changes offered over the measured window, used or
@@ -170,6 +174,24 @@ pub struct PathFacts {
     pub bdp_bytes: Option<u64>,
     /// The bottleneck queue, bytes (a queue in BDP sized as the lab sized it).
     pub queue_bytes: Option<u64>,
+    /// A policer where the data's direction enters the link (`police`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub police: Option<PolicerFacts>,
+}
+
+/// A token-bucket policer: its rate, bit/s, and its bucket, bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PolicerFacts {
+    pub bps: u64,
+    pub burst_bytes: u64,
+}
+
+impl PolicerFacts {
+    /// The most it lets through over `span_us`: its rate, and its full bucket at the
+    /// start, bit/s.
+    pub fn bound_bps(&self, span_us: u64) -> u64 {
+        self.bps + self.burst_bytes * 8 * 1_000_000 / span_us.max(1)
+    }
 }
 
 /// A real network's path as the TCP flows saw it: its round trip, never its bottleneck,
@@ -352,6 +374,8 @@ finding_kinds! {
         "the bottleneck queue dropped packets, with the flows' trains against the queue (and pacing advised where the trains overflow it from half full)",
     Aqm => "aqm":
         "what an AQM at the bottleneck did: its early drops, CE marks and drops on overflow, and the delay its queue held against its target",
+    Policer => "policer":
+        "what a policer (`police`) dropped: the packets beyond its rate and bucket, each a loss to the senders where a shaper would have queued it",
     HostQueue => "host_queue":
         "a sending host's interface queue (`txqueuelen`) overflowed: its device's drops, and the retransmissions the host held back",
     UnfairStreams => "unfair_streams":
@@ -482,10 +506,22 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let samples: Vec<Vec<&SampleRecord>> = tcp.iter().map(|f| sender_samples(run, f)).collect();
     let mss = tcp.first().map_or(0, |f| f.mss);
     let pacing = pacing_cap(run, spec.as_ref(), direction, tcp.len(), mss);
+    // The link's rate, and a policer's in front of it over the measured window: the
+    // lower binds.
+    let link_rate = facts
+        .as_ref()
+        .and_then(|p| p.bottleneck_bps.or(p.capacity.map(|c| c.bps.ceil() as u64)));
+    let policer_rate = facts
+        .as_ref()
+        .and_then(|p| p.police)
+        .zip(window.as_ref())
+        .map(|(p, w)| p.bound_bps(w.end_us.saturating_sub(w.start_us)));
+    let policed = policer_rate.is_some_and(|p| link_rate.is_none_or(|l| p < l));
     let bounds = Bounds {
-        link_bps: facts
-            .as_ref()
-            .and_then(|p| p.bottleneck_bps.or(p.capacity.map(|c| c.bps.ceil() as u64)))
+        link_bps: link_rate
+            .into_iter()
+            .chain(policer_rate)
+            .min()
             .filter(|_| mss > 0)
             .map(|r| bounds::link_goodput_bps(r, mss, 0)),
         window_bps: sum_over_flows(&tcp, &samples, &|f, s| {
@@ -515,6 +551,7 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         .as_ref()
         .is_some_and(|s| matches!(s.link(direction).pace, Some(Pace::Rate(_))));
     let link = match facts.as_ref().and_then(|p| p.capacity) {
+        _ if policed => "the policer's".to_owned(),
         Some(c) => format!("the {}'s mean", c.by.name()),
         None => "the bottleneck's".to_owned(),
     };
@@ -542,6 +579,7 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         verdict,
         findings: Vec::new(),
         recommendations: Vec::new(),
+        changes: changes::responses(run, direction, &samples, mss),
     };
     detect(run, &tcp, &steady, direction, &mut explanation);
     if !other.is_empty() {
@@ -590,8 +628,9 @@ fn path_facts(
         corrupt: _,
         reorder: _,
         bottleneck,
-        queue: _,      // through the lab's queue limit, which sizes a queue in BDP
-        aqm: _,        // the aqm finding reads the link's counters
+        queue: _, // through the lab's queue limit, which sizes a queue in BDP
+        aqm: _,   // the aqm finding reads the link's counters
+        police,
         pace: _,       // the pacing bound (`pacing_cap`)
         txqueuelen: _, // the host_queue finding reads the hosts' queues
     } = spec.link(dir);
@@ -614,6 +653,10 @@ fn path_facts(
             .then_some(client as u32 + 1),
         bdp_bytes: bottleneck_bps.map(|r| bounds::bdp_bytes(r, base_rtt_us) as u64),
         queue_bytes: queue_bytes.filter(|_| *bottleneck != Bottleneck::Unlimited),
+        police: police.map(|p| PolicerFacts {
+            bps: p.bps,
+            burst_bytes: p.burst_bytes,
+        }),
     }
 }
 
@@ -1195,6 +1238,7 @@ impl Explanation {
                     DropReason::Queue => "drops by the full bottleneck queue",
                     DropReason::Aqm => "drops by the AQM",
                     DropReason::Oversize => "drops of packets above the MTU",
+                    DropReason::Police => "drops by the policer",
                 };
                 (n, by)
             })
@@ -1349,6 +1393,9 @@ fn detect(
     }
     if let Some(message) = aqm_effect(run, direction) {
         find(FindingKind::Aqm, message, None);
+    }
+    if let Some(message) = policer_drops(run, e.path.as_ref(), direction) {
+        find(FindingKind::Policer, message, None);
     }
     if let Some((message, advice)) = host_queue(run, direction, e.episodes.retransmits) {
         find(FindingKind::HostQueue, message, Some(advice));
@@ -1812,6 +1859,34 @@ fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
         count(c.dropped_aqm, "packet"),
         count(c.dropped_queue, "packet"),
     ))
+}
+
+/// What the data direction's policer dropped, where it dropped any.
+fn policer_drops(
+    run: &RunRecord,
+    path: Option<&PathFacts>,
+    direction: Direction,
+) -> Option<String> {
+    let police = path?.police?;
+    let stats = match direction {
+        Direction::Up => &run.path.as_ref()?.up,
+        Direction::Down => &run.path.as_ref()?.down,
+    };
+    let c = &stats
+        .links
+        .iter()
+        .find(|l| l.name == "bottleneck")?
+        .counters;
+    (c.dropped_police > 0).then(|| {
+        format!(
+            "the policer ({}, a bucket of {}) dropped {} of the {} that reached it ({:.1} %) instead of queueing them: each was a loss to the senders, where a shaper of its rate would have delayed it",
+            format_rate(police.bps as f64),
+            format_size(police.burst_bytes),
+            count(c.dropped_police, "packet"),
+            c.packets_in,
+            100.0 * c.dropped_police as f64 / c.packets_in.max(1) as f64
+        )
+    })
 }
 
 /// The sending hosts' own interface queues, where they dropped packets: a device's

@@ -361,7 +361,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
         for link in &s.links {
             let c = &link.counters;
             outln!(
-                "  {dir:<4} {:<16} in {} pkts / {} B, delivered {}, dropped loss {} queue {} aqm {}, queue {} pkts / {} B (max {} B)",
+                "  {dir:<4} {:<16} in {} pkts / {} B, delivered {}, dropped loss {} queue {} aqm {}{}, queue {} pkts / {} B (max {} B)",
                 link.name,
                 c.packets_in,
                 c.bytes_in,
@@ -369,6 +369,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
                 c.dropped_loss,
                 c.dropped_queue,
                 c.dropped_aqm,
+                tcplab_report::describe::run::policed(c, " "),
                 c.queue_packets,
                 c.queue_bytes,
                 c.max_queue_bytes

@@ -37,7 +37,7 @@ pub enum Fate {
 }
 
 impl Fate {
-    pub const ALL: [Fate; 9] = [
+    pub const ALL: [Fate; 10] = [
         Fate::Delivered,
         Fate::Reordered,
         Fate::Corrupted,
@@ -47,6 +47,7 @@ impl Fate {
         Fate::Dropped(DropReason::Queue),
         Fate::Dropped(DropReason::Aqm),
         Fate::Dropped(DropReason::Oversize),
+        Fate::Dropped(DropReason::Police),
     ];
 
     /// The fate a capture's comment names.
@@ -66,6 +67,7 @@ impl Fate {
             Fate::Dropped(DropReason::Queue) => "dropped queue",
             Fate::Dropped(DropReason::Aqm) => "dropped aqm",
             Fate::Dropped(DropReason::Oversize) => "dropped oversize",
+            Fate::Dropped(DropReason::Police) => "dropped police",
         }
     }
 }

@@ -147,6 +147,10 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                 (1..100_000_000_000u64).prop_map(Pace::Rate)
             ]),
             proptest::option::of(TXQUEUELEN_RANGE),
+            proptest::option::of(
+                (1..100_000_000_000u64, 1..100_000_000u64)
+                    .prop_map(|(bps, burst_bytes)| Police { bps, burst_bytes }),
+            ),
         ),
     )
         .prop_map(
@@ -159,7 +163,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                 reorder,
                 bottleneck,
                 queue,
-                (aqm, pace, txqueuelen),
+                (aqm, pace, txqueuelen, police),
             )| {
                 let mut l = LinkSpec {
                     delay_us,
@@ -171,6 +175,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                     bottleneck,
                     queue,
                     aqm,
+                    police,
                     pace,
                     txqueuelen,
                 };

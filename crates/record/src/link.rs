@@ -16,6 +16,9 @@ pub struct LinkCounters {
     pub dropped_queue: u64,
     pub dropped_aqm: u64,
     pub dropped_oversize: u64,
+    /// Packets a policer dropped (`police`).
+    #[serde(default)]
+    pub dropped_police: u64,
     /// Copies made by `duplicate`.
     pub duplicated: u64,
     /// Packets marked corrupt (decided on entry).
@@ -33,7 +36,11 @@ pub struct LinkCounters {
 
 impl LinkCounters {
     pub fn dropped(&self) -> u64 {
-        self.dropped_loss + self.dropped_queue + self.dropped_aqm + self.dropped_oversize
+        self.dropped_loss
+            + self.dropped_queue
+            + self.dropped_aqm
+            + self.dropped_oversize
+            + self.dropped_police
     }
 
     /// Nothing entered.
@@ -53,6 +60,7 @@ impl LinkCounters {
             dropped_queue: self.dropped_queue + other.dropped_queue,
             dropped_aqm: self.dropped_aqm + other.dropped_aqm,
             dropped_oversize: self.dropped_oversize + other.dropped_oversize,
+            dropped_police: self.dropped_police + other.dropped_police,
             duplicated: self.duplicated + other.duplicated,
             corrupted: self.corrupted + other.corrupted,
             reordered: self.reordered + other.reordered,

@@ -60,6 +60,7 @@ pub fn fate(fate: Fate) -> Rgb {
         Fate::Dropped(DropReason::Queue) => Rgb(0x79, 0x70, 0x6e),
         Fate::Dropped(DropReason::Aqm) => Rgb(0xb6, 0x99, 0x2d),
         Fate::Dropped(DropReason::Oversize) => Rgb(0xd3, 0x72, 0x95),
+        Fate::Dropped(DropReason::Police) => Rgb(0x9c, 0x3d, 0x54),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use tcplab_analysis::explain::explain;
 use tcplab_netsim::capture::CapturedPacket;
+use tcplab_netsim::path::PathSpec;
 use tcplab_record::events::KernelEvent;
 use tcplab_record::units::{format_duration_us, format_size};
 use tcplab_record::Limit;
@@ -184,11 +185,17 @@ impl Run<'_> {
                 )
             }
             RunChart::Rtt => {
-                let rtt = self.per_sender(palette, &|s| {
+                let mut rtt = self.per_sender(palette, &|s| {
                     (s.info.rtt > 0).then_some(f64::from(s.info.rtt))
                 });
+                let path = path_rtt(run, palette);
+                let what = match path {
+                    Some(_) => ", over the path's own round trip as its schedule changes it (dashed)",
+                    None => "",
+                };
+                rtt.extend(path);
                 (
-                    "The senders' smoothed round-trip time (tcp_info rtt), queueing included.".into(),
+                    format!("The senders' smoothed round-trip time (tcp_info rtt), queueing included{what}."),
                     self.lines("smoothed RTT", Quantity::Duration, rtt),
                 )
             }
@@ -362,6 +369,47 @@ fn context(id: i64, run: &RunRecord) -> String {
 }
 
 /// The end of the run's last interval or sample, seconds since t0.
+/// The path's own round trip (its delays both ways) from t0 to the run's end, where its
+/// schedule changes it: a step at each change.
+fn path_rtt(run: &RunRecord, palette: &mut Palette) -> Option<Series> {
+    let path = run.path.as_ref()?;
+    let spec: PathSpec = path.spec.parse().ok()?;
+    let start_us = path.test_start_us?;
+    let (up, down) = (spec.timeline(Direction::Up), spec.timeline(Direction::Down));
+    let rtt_at = |t: u64| (up.at(t).0.delay_us + down.at(t).0.delay_us) as f64;
+    let end = end_seconds(run);
+    let mut points = Vec::new();
+    let mut t = 0;
+    loop {
+        let rtt = rtt_at(t);
+        points.push(Pt::at(
+            emulator_seconds(run, start_us + t).unwrap_or(0.0),
+            rtt,
+        ));
+        let next = [up.at(t).1, down.at(t).1].into_iter().flatten().min();
+        match next.and_then(|n| Some((n, emulator_seconds(run, start_us + n)?))) {
+            Some((n, x)) if x < end => {
+                points.push(Pt::at(x, rtt));
+                t = n;
+            }
+            _ => {
+                points.push(Pt::at(end, rtt));
+                break;
+            }
+        }
+    }
+    if points.iter().all(|p| p.y == points[0].y) {
+        return None;
+    }
+    let name = "path RTT".to_owned();
+    Some(Series {
+        color: palette.color(&name),
+        name,
+        dashed: true,
+        points,
+    })
+}
+
 fn end_seconds(run: &RunRecord) -> f64 {
     let intervals = run.intervals.iter().map(|i| i.end_us as f64);
     let samples = run.samples.iter().map(|s| s.t_us as f64);

@@ -339,11 +339,16 @@ pub fn unsupported(link: &LinkSpec) -> Vec<String> {
         bottleneck,
         queue: _,
         aqm,
+        police,
         pace,
         // The sending hosts' device queue, which the lab sets on the veth pair.
         txqueuelen: _,
     } = link;
     let mut refused = Vec::new();
+    // tc's own policer is an ingress filter, which the lab does not build.
+    if police.is_some() {
+        refused.push("police".to_owned());
+    }
     if pace.is_some() {
         refused.push("pace".to_owned());
     }

@@ -103,6 +103,8 @@ pub enum DropReason {
     Aqm,
     /// Larger than the MTU: a super-packet that was not segmented.
     Oversize,
+    /// A policer found too few tokens for it.
+    Police,
 }
 
 /// A packet the link dropped.
@@ -212,6 +214,55 @@ impl ReorderState {
             counter: 0,
             last: rng.random(),
         })
+    }
+}
+
+/// A token bucket: tokens in bit·ns (bits × 10⁹), so that refilling at `bps` over whole
+/// nanoseconds is exact.
+#[derive(Debug)]
+struct Policer {
+    bps: u64,
+    capacity: u128,
+    tokens: u128,
+    /// When the bucket was last filled, ns.
+    filled_at: u64,
+}
+
+impl Policer {
+    /// Full, as tc's is when it starts.
+    fn new(p: crate::path::Police) -> Policer {
+        let capacity = u128::from(p.burst_bytes) * 8 * 1_000_000_000;
+        Policer {
+            bps: p.bps,
+            capacity,
+            tokens: capacity,
+            filled_at: 0,
+        }
+    }
+
+    fn fill(&mut self, now: u64) {
+        let elapsed = u128::from(now.saturating_sub(self.filled_at));
+        self.tokens = (self.tokens + elapsed * u128::from(self.bps)).min(self.capacity);
+        self.filled_at = now;
+    }
+
+    /// Whether a packet of `len` bytes at `now` finds its tokens, taking them if so.
+    fn conforms(&mut self, now: u64, len: u32) -> bool {
+        self.fill(now);
+        let cost = u128::from(len) * 8 * 1_000_000_000;
+        if cost > self.tokens {
+            return false;
+        }
+        self.tokens -= cost;
+        true
+    }
+
+    /// A new rate and bucket from `now`, keeping the tokens the bucket can hold.
+    fn retune(&mut self, now: u64, p: crate::path::Police) {
+        self.fill(now);
+        self.bps = p.bps;
+        self.capacity = u128::from(p.burst_bytes) * 8 * 1_000_000_000;
+        self.tokens = self.tokens.min(self.capacity);
     }
 }
 
@@ -332,6 +383,7 @@ pub struct Link<P> {
     reorder: Option<ReorderState>,
     server: Server,
     limit: Limit,
+    policer: Option<Policer>,
     mtu: u32,
     rng: ChaCha8Rng,
 
@@ -390,6 +442,7 @@ impl<P> Link<P> {
             bottleneck,
             queue: _, // through `spec.queue_limit`, which sizes a queue in BDP
             aqm,
+            police,
             // The gap pacer is a hop of its own before the bottleneck (the lab's).
             pace: _,
             // The sending hosts' interface queue: the lab sets their device's.
@@ -429,6 +482,7 @@ impl<P> Link<P> {
             reorder: reorder_state,
             server,
             limit,
+            policer: police.map(Policer::new),
             mtu,
             rng,
             now: 0,
@@ -489,6 +543,7 @@ impl<P> Link<P> {
             bottleneck,
             queue,
             aqm,
+            police,
             pace: _,       // the pacer's own hop follows its own timeline
             txqueuelen: _, // the hosts', fixed
         } = spec;
@@ -529,6 +584,12 @@ impl<P> Link<P> {
         }
         if *aqm != self.settings.aqm {
             self.queue.retune(aqm);
+        }
+        if *police != self.settings.police {
+            match (&mut self.policer, police) {
+                (Some(policer), Some(p)) => policer.retune(t, *p),
+                (policer, p) => *policer = p.map(Policer::new),
+            }
         }
         self.settings = spec.clone();
         // A rate server an outage held idle starts again.
@@ -744,8 +805,19 @@ impl<P> Link<P> {
         }
     }
 
-    /// Corruption, then the queue (or straight to the wire without a bottleneck).
+    /// The policer, corruption, then the queue (or straight to the wire without a
+    /// bottleneck).
     fn admit(&mut self, packet: P, meta: PacketMeta) -> Result<(), Dropped<P>> {
+        if let Some(policer) = &mut self.policer {
+            if !policer.conforms(self.now, meta.wire_len) {
+                self.counters[meta.traffic.index()].count_drop(DropReason::Police);
+                return Err(Dropped {
+                    packet,
+                    reason: DropReason::Police,
+                    at: self.now,
+                });
+            }
+        }
         let corrupt = roll(&mut self.rng, self.corrupt);
         if corrupt {
             self.counters[meta.traffic.index()].corrupted += 1;
@@ -1080,6 +1152,7 @@ impl Tally for LinkCounters {
             DropReason::Queue => self.dropped_queue += 1,
             DropReason::Aqm => self.dropped_aqm += 1,
             DropReason::Oversize => self.dropped_oversize += 1,
+            DropReason::Police => self.dropped_police += 1,
         }
     }
 }

@@ -305,12 +305,24 @@ pub struct LinkSpec {
     pub bottleneck: Bottleneck,
     pub queue: QueueLimit,
     pub aqm: Aqm,
+    /// A policer before the queue.
+    pub police: Option<Police>,
     /// A gap pacer before the bottleneck.
     pub pace: Option<Pace>,
     /// The interface queue of the hosts sending into this direction (up: the clients',
     /// down: the server's), packets: `txqueuelen` of their device; `None` leaves the
     /// kernel's (500 for a TUN device).
     pub txqueuelen: Option<u32>,
+}
+
+/// A token-bucket policer, as ISPs and `tc police` have: packets that find tokens for
+/// their bytes pass (and take them), the others are dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Police {
+    /// The tokens' rate, bit/s (> 0).
+    pub bps: u64,
+    /// The bucket, bytes (> 0): the most that passes at once after a pause.
+    pub burst_bytes: u64,
 }
 
 /// A gap pacer's rate.
@@ -370,11 +382,13 @@ impl LinkSpec {
             bottleneck,
             queue: _,
             aqm: _,
+            police,
             pace,
             // The hosts' own queue, before the emulator reads a packet.
             txqueuelen: _,
         } = self;
         jitter.is_none()
+            && police.is_none()
             && matches!(loss, Loss::None)
             && duplicate.is_zero()
             && corrupt.is_zero()
@@ -581,6 +595,7 @@ enum Key {
     Trace,
     Queue,
     Aqm,
+    Police,
     Pace,
     TxQueueLen,
     Mtu,
@@ -588,7 +603,7 @@ enum Key {
 }
 
 impl Key {
-    const ALL: [Key; 15] = [
+    const ALL: [Key; 16] = [
         Key::Delay,
         Key::Rtt,
         Key::Jitter,
@@ -600,6 +615,7 @@ impl Key {
         Key::Trace,
         Key::Queue,
         Key::Aqm,
+        Key::Police,
         Key::Pace,
         Key::TxQueueLen,
         Key::Mtu,
@@ -619,6 +635,7 @@ impl Key {
             Key::Trace => "trace",
             Key::Queue => "queue",
             Key::Aqm => "aqm",
+            Key::Police => "police",
             Key::Pace => "pace",
             Key::TxQueueLen => "txqueuelen",
             Key::Mtu => "mtu",
@@ -689,6 +706,14 @@ impl Key {
                 ("", "ecn: mark ECN-capable packets CE instead of"),
                 ("", "dropping them (PIE drops above 10 %); the"),
                 ("", "limit is the link's queue"),
+            ],
+            Key::Police => &[
+                (
+                    "police R burst BYTES",
+                    "a policer (token bucket, as tc police)",
+                ),
+                ("", "before the queue: a packet beyond rate R"),
+                ("", "and BYTES of burst is dropped, not queued"),
             ],
             Key::Pace => &[
                 ("pace R", "a gap pacer (PSPacer) where the path enters"),
@@ -924,6 +949,7 @@ enum Setting {
     Bottleneck(Bottleneck),
     Queue(QueueLimit),
     Aqm(Aqm),
+    Police(Police),
     Pace(Pace),
     TxQueueLen(u32),
     Mtu(u32),
@@ -988,6 +1014,7 @@ fn clause<'a>(cur: &mut Cursor<'a>, in_step: bool) -> Result<Clause<'a>, PathErr
         }),
         Key::Queue => Setting::Queue(queue(cur.value("a queue size such as 100p, 256K, 1bdp")?)?),
         Key::Aqm => Setting::Aqm(aqm(cur)?),
+        Key::Police => Setting::Police(police(cur)?),
         Key::Pace => {
             let t = cur.value("a rate such as 900mbit, or cwnd, or cwnd/minrtt")?;
             if let Some(rtt) = [PaceRtt::Smoothed, PaceRtt::Min]
@@ -1196,6 +1223,35 @@ fn queue(t: &Token) -> Result<QueueLimit, PathError> {
     }
 }
 
+/// `R burst BYTES`.
+fn police(cur: &mut Cursor<'_>) -> Result<Police, PathError> {
+    let t = cur.value(RATE)?;
+    let bps = parse_rate(&t.text).map_err(|e| t.error(e.to_string()))?;
+    if bps == 0 {
+        return Err(t.error("a policer's rate must be above zero"));
+    }
+    match cur.bump() {
+        Some(w) if w.text == "burst" => {}
+        Some(w) => {
+            return Err(w.error(format!(
+                "expected burst after the policer's rate, as in police {} burst 64K",
+                t.text
+            )))
+        }
+        None => {
+            return Err(t.missing(format!(
+                "missing burst; a policer has a bucket, as in police {} burst 64K",
+                t.text
+            )))
+        }
+    }
+    let b = cur.value(SIZE)?;
+    match size(b)? {
+        0 => Err(b.error("a policer's burst must be above zero bytes")),
+        burst_bytes => Ok(Police { bps, burst_bytes }),
+    }
+}
+
 fn aqm(cur: &mut Cursor<'_>) -> Result<Aqm, PathError> {
     let t = cur.value("droptail, codel, fq_codel or pie")?;
     let name = t.text.as_str();
@@ -1337,6 +1393,7 @@ fn apply(link: &mut LinkSpec, dir: Direction, setting: &Setting) {
         Setting::Bottleneck(b) => link.bottleneck = b.clone(),
         Setting::Queue(q) => link.queue = *q,
         Setting::Aqm(a) => link.aqm = *a,
+        Setting::Police(p) => link.police = Some(*p),
         Setting::Pace(bps) => link.pace = Some(*bps),
         Setting::TxQueueLen(n) => link.txqueuelen = Some(*n),
         Setting::Mtu(_) | Setting::Seed(_) => unreachable!("whole-path keys"),
@@ -1613,7 +1670,7 @@ fn fmt_aqm(a: &Aqm) -> Option<String> {
 
 /// Each per-direction setting but the delay as (key, value) when not the default, in one
 /// order. Destructured whole: a new setting does not compile until it says how it prints.
-fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 10] {
+fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 11] {
     let LinkSpec {
         delay_us: _, // printed above, as rtt or per direction
         jitter,
@@ -1624,6 +1681,7 @@ fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 10] {
         bottleneck,
         queue,
         aqm,
+        police,
         pace,
         txqueuelen,
     } = l;
@@ -1636,6 +1694,12 @@ fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 10] {
         fmt_bottleneck(bottleneck),
         (*queue != QueueLimit::default()).then(|| (Key::Queue, queue.to_string())),
         fmt_aqm(aqm).map(|v| (Key::Aqm, v)),
+        police.map(|p| {
+            (
+                Key::Police,
+                format!("{} burst {}", fmt_rate(p.bps), fmt_size(p.burst_bytes)),
+            )
+        }),
         pace.map(|p| match p {
             Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
             Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
@@ -1723,7 +1787,7 @@ impl fmt::Display for PathSpec {
         }
         words.extend(
             self.schedule
-                .clauses(self)
+                .changes(self)
                 .iter()
                 .map(|c| format!("at {c}")),
         );
@@ -1774,7 +1838,7 @@ impl Serialize for PathSpec {
         if let Some(every) = self.schedule.every_us {
             map.serialize_entry("every", &fmt_duration(every))?;
         }
-        let at = self.schedule.clauses(self);
+        let at = self.schedule.changes(self);
         if !at.is_empty() {
             map.serialize_entry("at", &at)?;
         }

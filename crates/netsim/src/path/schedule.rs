@@ -87,7 +87,7 @@ impl Schedule {
 
     /// Each step as printed after `at`: its time and what differs from the settings
     /// before it (`10s rate 10mbit`).
-    pub(super) fn clauses(&self, path: &PathSpec) -> Vec<String> {
+    pub fn changes(&self, path: &PathSpec) -> Vec<String> {
         let mut before = (&path.up, &path.down);
         self.steps
             .iter()
@@ -188,6 +188,7 @@ fn changeable(key: Key) -> bool {
         | Key::Rate
         | Key::Queue
         | Key::Aqm
+        | Key::Police
         | Key::Pace => true,
         // The trace is the rate's own schedule; the hosts' queue, the MTU and the seed
         // are set when the lab is built.
@@ -338,6 +339,10 @@ fn unchangeable(c: &Clause<'_>, base: &PathSpec) -> Option<String> {
             ) if matches!(link.aqm, Aqm::FqCodel { flows: f, .. } if f != *flows) => {
                 "fq_codel keeps its number of flows during a test".to_owned()
             }
+            (super::Setting::Police(_), _) if link.police.is_none() => format!(
+                "a policer can change only where the path has one; give {}police before the first at",
+                prefix(c.scope, dir)
+            ),
             (super::Setting::Pace(Pace::Window(_)), _) => {
                 "a pacer following the windows cannot be set during a test; at changes a pacer's rate".to_owned()
             }
@@ -383,6 +388,7 @@ fn restore(key: Key, from: &LinkSpec, to: &mut LinkSpec) {
         Key::Rate => to.bottleneck = from.bottleneck.clone(),
         Key::Queue => to.queue = from.queue,
         Key::Aqm => to.aqm = from.aqm,
+        Key::Police => to.police = from.police,
         Key::Pace => to.pace = from.pace,
         Key::Trace | Key::TxQueueLen | Key::Mtu | Key::Seed => {
             unreachable!("{} does not change", key.name())
@@ -535,8 +541,15 @@ fn default_value(key: Key) -> String {
         Key::Delay | Key::Rtt | Key::Jitter => fmt_duration(0),
         Key::Loss | Key::Duplicate | Key::Corrupt | Key::Reorder => "0%".to_owned(),
         Key::Queue => QueueLimit::default().to_string(),
-        // A schedule keeps a rate, an aqm's kind and a pacer (`unchangeable`).
-        Key::Rate | Key::Aqm | Key::Pace | Key::Trace | Key::TxQueueLen | Key::Mtu | Key::Seed => {
+        // A schedule keeps a rate, an aqm's kind, a policer and a pacer (`unchangeable`).
+        Key::Rate
+        | Key::Aqm
+        | Key::Police
+        | Key::Pace
+        | Key::Trace
+        | Key::TxQueueLen
+        | Key::Mtu
+        | Key::Seed => {
             unreachable!("{} keeps a value during a test", key.name())
         }
     }
@@ -547,7 +560,8 @@ pub(super) const GRAMMAR: &str = "\
 schedule (after the clauses above; times count from the test's start):
   at T CLAUSE…                             from T on: delay, rtt, jitter, loss,
                                            duplicate, corrupt, reorder, rate,
-                                           queue, aqm (its parameters), pace (a rate)
+                                           queue, aqm (its parameters), police,
+                                           pace (a rate)
   at T1-T2 CLAUSE…                         from T1 to T2, then the settings before
   every P                                  the at clauses repeat every P (their
                                            times within it), each period from the
@@ -651,7 +665,7 @@ mod tests {
             ("rate 50mbit at 20s rate 10mbit at 10s rate 5mbit", "at '10s' (word 8): at 10s comes after at 20s; write the changes in time order"),
             ("rate 50mbit at 1s rate 1mbit at 1s loss 1%", "at 1s twice"),
             ("rate 50mbit at 1s", "nothing changes at this time"),
-            ("rate 50mbit at 1s mtu 9000", "mtu cannot change during a test; at changes delay, rtt, jitter, loss, duplicate, corrupt, reorder, rate, queue, aqm, pace"),
+            ("rate 50mbit at 1s mtu 9000", "mtu cannot change during a test; at changes delay, rtt, jitter, loss, duplicate, corrupt, reorder, rate, queue, aqm, police, pace"),
             ("rtt 20ms at 1s rate 10mbit", "a rate can change only where the path has one; give rate before the first at"),
             ("rate 1mbit aqm codel at 1s aqm pie", "an aqm keeps its kind during a test (codel here)"),
             ("rate 1mbit at 2s-1s rate 0", "a span ends after it starts"),

@@ -101,6 +101,14 @@ pub fn render(e: &Explanation) -> String {
             ),
             (None, None) => "—".into(),
         };
+        let bottleneck = match p.police {
+            Some(police) => format!(
+                "{bottleneck}, a policer at {} (burst {})",
+                format_rate(police.bps as f64),
+                format_size(police.burst_bytes)
+            ),
+            None => bottleneck,
+        };
         s += &format!(
             "path:      {}\n           bottleneck {bottleneck}, base RTT {}{whose}, BDP {}, queue {}\n",
             p.spec,
@@ -188,6 +196,32 @@ pub fn render(e: &Explanation) -> String {
             .map(|t| format!(" (first at {})", format_duration_us(t.max(0) as u64)))
             .unwrap_or_default()
     );
+    for (i, c) in e.changes.iter().enumerate() {
+        let share = 100.0 * tcplab_analysis::changes::CONVERGED;
+        let converged = match c.converged_us {
+            _ if c.bound_bps == 0.0 => "an outage".to_owned(),
+            Some(us) => format!(
+                "{share:.0} % of its {} after {}",
+                format_rate(c.bound_bps),
+                format_duration_us(us)
+            ),
+            None => format!(
+                "never {share:.0} % of its {} before the next change",
+                format_rate(c.bound_bps)
+            ),
+        };
+        let delay = c
+            .queue_delay_peak_us
+            .map(|us| format!(" ({})", format_duration_us(us)))
+            .unwrap_or_default();
+        s += &format!(
+            "{}{}: {converged}; queue up to {}{delay}; {}\n",
+            if i == 0 { "changes:   " } else { "           " },
+            c.change,
+            format_size(c.queue_peak_bytes),
+            count(c.retransmits, "retransmit")
+        );
+    }
     s += &format!(
         "verdict:   {}: {}\n",
         e.verdict.limit.name(),

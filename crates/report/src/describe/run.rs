@@ -279,13 +279,14 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
                     n => format!("; marked CE {n}"),
                 };
                 lines.push(format!(
-                    "  {dir:<4} {:<16} {} pkts in, {} delivered; dropped: loss {}, queue {}, aqm {}{marked}; queue peak {}; emulator lateness p50 {:.0} µs, p99 {:.0} µs",
+                    "  {dir:<4} {:<16} {} pkts in, {} delivered; dropped: loss {}, queue {}, aqm {}{}{marked}; queue peak {}; emulator lateness p50 {:.0} µs, p99 {:.0} µs",
                     link.name,
                     c.packets_in,
                     c.delivered_packets,
                     c.dropped_loss,
                     c.dropped_queue,
                     c.dropped_aqm,
+                    policed(c, ", "),
                     format_size(c.max_queue_bytes),
                     stats.lateness.p50_us,
                     stats.lateness.p99_us,
@@ -315,19 +316,28 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
 
 /// What a link carried of tcplab's own traffic, apart from the test's: "not the
 /// test's: control 412 pkts in, 373 delivered, dropped loss 2 queue 37 aqm 0; probe …";
+/// A policer's drops after the others (`, police 12`), where it dropped any.
+pub fn policed(c: &tcplab_record::link::LinkCounters, separator: &str) -> String {
+    match c.dropped_police {
+        0 => String::new(),
+        n => format!("{separator}police {n}"),
+    }
+}
+
 /// `None` when none crossed it.
 pub fn own_traffic(link: &NamedCounters) -> Option<String> {
     let kinds: Vec<String> = link
         .own()
         .map(|(traffic, c)| {
             format!(
-                "{} {} pkts in, {} delivered, dropped loss {} queue {} aqm {}",
+                "{} {} pkts in, {} delivered, dropped loss {} queue {} aqm {}{}",
                 traffic.name(),
                 c.packets_in,
                 c.delivered_packets,
                 c.dropped_loss,
                 c.dropped_queue,
-                c.dropped_aqm
+                c.dropped_aqm,
+                policed(c, " ")
             )
         })
         .collect();

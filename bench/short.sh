@@ -8,9 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCHES=("$@")
-[ ${#BENCHES[@]} -gt 0 ] || BENCHES=(engine iperf3_interop udp emulator sweep latency evidence aqm scale far watch)
-# LANES=N runs them in N lanes side by side (bench i in lane i mod N), as CI does beside
-# its tests; each bench's output is printed whole, in the list's order, at the end.
+# The longest first, so that lanes (below) end together.
+[ ${#BENCHES[@]} -gt 0 ] || BENCHES=(emulator iperf3_interop engine watch udp scale far sweep evidence aqm latency)
+# LANES=N runs them in N lanes side by side, each taking the next bench when it is free,
+# as CI does beside its tests; each bench's output is printed whole, in the list's
+# order, at the end.
 LANES=${LANES:-1}
 run_one() {
     local bench=$1 start=$SECONDS out
@@ -26,15 +28,10 @@ run_one() {
 }
 outputs=$(mktemp -d)
 trap 'rm -rf "$outputs"' EXIT
-for ((lane = 0; lane < LANES; lane++)); do
-    (
-        for ((i = lane; i < ${#BENCHES[@]}; i += LANES)); do
-            bench=${BENCHES[i]}
-            run_one "$bench" >"$outputs/$bench.out" 2>&1 || echo "$bench" >>"$outputs/failed"
-        done
-    ) &
-done
-wait
+export -f run_one
+export outputs
+printf '%s\n' "${BENCHES[@]}" | xargs -P "$LANES" -I {} bash -c \
+    'run_one {} >"$outputs/{}.out" 2>&1 || echo {} >>"$outputs/failed"'
 for bench in "${BENCHES[@]}"; do
     cat "$outputs/$bench.out"
 done

@@ -1071,3 +1071,79 @@ fn three_shards_merged_are_the_study_swept_whole() {
     assert!(err.contains("different plans"), "{err}");
     assert!(!other.exists());
 }
+
+/// The quick rate-step and policer studies: explain answers each change of the schedule
+/// in every run, and every packet the policer dropped was a loss the senders
+/// retransmitted, where the shaper of the same rate dropped none. Counts and names only:
+/// among others.
+#[test]
+fn the_quick_rate_step_and_policer_studies_explain_their_changes_and_drops() {
+    if !privileged_or_skip("rate_step_policer") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let explain = |db: &Path, id: &str| {
+        parse_success(
+            &tcplab()
+                .args(["explain", id, "--json", "--db"])
+                .arg(db)
+                .output()
+                .unwrap(),
+        )
+    };
+    let db = run_quick("rate-step", dir.path());
+    for run in export_jsonl(&db, "runs") {
+        let e = explain(&db, &run["id"].to_string());
+        let changes: Vec<&str> = e["changes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no changes: {e}"))
+            .iter()
+            .map(|c| c["change"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                "at 2s rate 25mbit",
+                "at 4s rate 50mbit",
+                "at 5s rate 0",
+                "at 5500ms rate 50mbit"
+            ],
+            "{e}"
+        );
+        assert_eq!(e["changes"][2]["bound_bps"], 0.0, "the outage: {e}");
+        assert_eq!(e["path"]["capacity"]["by"], "schedule", "{e}");
+    }
+    let db = run_quick("policer", dir.path());
+    for run in export_jsonl(&db, "runs") {
+        let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
+        let bottleneck = path["up"]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "bottleneck")
+            .unwrap();
+        let policed = u64_at(bottleneck, "/dropped_police");
+        let retransmits = run["retransmits"].as_u64().unwrap();
+        let e = explain(&db, &run["id"].to_string());
+        if str_at(&path, "/spec").contains("police") {
+            assert!(policed > 0, "{path}");
+            // Each drop is a segment the senders resend; the run counts its senders'
+            // retransmissions to the deadline (273 for 281 drops in one run).
+            assert!(
+                retransmits as f64 >= 0.9 * policed as f64,
+                "{retransmits} retransmits for {policed} policed"
+            );
+            assert!(e["path"]["police"]["bps"] == 10_000_000, "{e}");
+            let kinds: Vec<&str> = e["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["kind"].as_str().unwrap())
+                .collect();
+            assert!(kinds.contains(&"policer"), "{kinds:?}");
+        } else {
+            assert_eq!(policed, 0, "{path}");
+        }
+    }
+}

@@ -468,14 +468,6 @@ fn resolve(
                     .time
                     .error(format!("{message} ({}, at this time)", dir.name())));
             }
-            if let (QueueLimit::Bdp(_), Bottleneck::Rate { bps: 0, .. }) =
-                (link.queue, &link.bottleneck)
-            {
-                return Err(groups[last].time.error(format!(
-                    "a queue in bdp during an outage would hold nothing; give the queue in packets or bytes ({})",
-                    dir.name()
-                )));
-            }
         }
         let before = steps
             .last()
@@ -674,7 +666,6 @@ mod tests {
             ("rate 1mbit every 4s", "every needs at least one at"),
             ("rate 1mbit every 4s rate 2mbit", "expected at"),
             ("rate 1mbit at 1s rate 0 every 4s", "every comes before the at clauses"),
-            ("rate 1mbit queue 1bdp rtt 10ms at 1s rate 0", "a queue in bdp during an outage"),
             ("rate 0", "rate 0, an outage, is for at"),
             ("rate 1mbit at 1s rate 2mbit rate 3mbit", "rate set twice"),
             ("rate 1mbit at 25h rate 2mbit", "too long; at most 24h"),

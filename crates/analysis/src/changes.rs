@@ -194,7 +194,7 @@ impl<'a> Acked<'a> {
 mod tests {
     use super::*;
     use tcplab_record::tcpinfo::TcpInfo;
-    use tcplab_record::{ClockOffset, Host, HostMeta, RunStatus, Summary, TestParams};
+    use tcplab_record::Host;
 
     const MSS: u32 = 1448;
 
@@ -224,37 +224,14 @@ mod tests {
     }
 
     fn run(spec: &str, queue: Vec<QueueSample>) -> RunRecord {
-        let mut path = PathRecord {
-            spec: spec.into(),
-            epoch_unix_us: 1_000_000_000,
-            test_start_us: Some(500_000),
-            ..PathRecord::default()
-        };
+        let mut r = crate::explain::tests::run(spec, Vec::new(), Vec::new());
+        // t0 is the test's start: the emulator's 0.5 s.
+        r.started_unix_us = 1_000_500_000;
+        let path = r.path.as_mut().unwrap();
+        path.epoch_unix_us = 1_000_000_000;
+        path.test_start_us = Some(500_000);
         path.up.queue = queue;
-        RunRecord {
-            schema: String::new(),
-            tool_version: String::new(),
-            label: None,
-            tags: Vec::new(),
-            status: RunStatus::Done,
-            error: None,
-            // t0 is the test's start: the emulator's 0.5 s.
-            started_unix_us: 1_000_500_000,
-            target: String::new(),
-            params: TestParams::default(),
-            client: HostMeta::default(),
-            server: HostMeta::default(),
-            clock: ClockOffset::default(),
-            summary: Summary::default(),
-            intervals: Vec::new(),
-            flows: Vec::new(),
-            path: Some(path),
-            samples: Vec::new(),
-            trace: None,
-            events: Vec::new(),
-            probes: Vec::new(),
-            watch: None,
-        }
+        r
     }
 
     #[test]

@@ -2016,7 +2016,7 @@ fn queue_overflow(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tcplab_record::link::LinkCounters;
     use tcplab_record::tcpinfo::SkMemInfo;
@@ -2184,7 +2184,8 @@ mod tests {
         }
     }
 
-    fn run(spec: &str, flows: Vec<FlowRecord>, samples: Vec<SampleRecord>) -> RunRecord {
+    /// A finished run across `spec` with `flows` and `samples` (also changes.rs's).
+    pub(crate) fn run(spec: &str, flows: Vec<FlowRecord>, samples: Vec<SampleRecord>) -> RunRecord {
         RunRecord {
             schema: String::new(),
             tool_version: String::new(),

@@ -420,8 +420,9 @@ fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
 }
 
 impl<P> Link<P> {
-    /// A link for one direction, with its settings over the test (a fixed spec:
-    /// [`Timeline::fixed`]). `path_rtt_us` sizes a queue given in BDP; `trace` is the
+    /// A link for one direction, with its settings over the test
+    /// ([`PathSpec::timeline`](crate::path::PathSpec::timeline)). `path_rtt_us` sizes a
+    /// queue given in BDP; `trace` is the
     /// parsed file the spec names, if it names one.
     pub fn new(
         timeline: &Timeline,

@@ -111,15 +111,6 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// Settings that never change.
-    pub fn fixed(base: &LinkSpec) -> Timeline {
-        Timeline {
-            base: base.clone(),
-            changes: Vec::new(),
-            period_us: None,
-        }
-    }
-
     pub fn is_fixed(&self) -> bool {
         self.changes.is_empty()
     }

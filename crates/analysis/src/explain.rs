@@ -633,6 +633,10 @@ fn path_facts(
         police,
         pace: _,       // the pacing bound (`pacing_cap`)
         txqueuelen: _, // the host_queue finding reads the hosts' queues
+        // Left out of the base RTT: a window over a shorter round trip is a higher rate,
+        // so the bounds stay bounds.
+        delay_trace: _,
+        loss_trace: _, // as `loss`: measured, never configured
     } = spec.link(dir);
     let bottleneck_bps = match *bottleneck {
         Bottleneck::Rate { bps, .. } if changing(spec, dir).is_none() => Some(bps),
@@ -1780,13 +1784,24 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
     };
     let delay = stats.delay?;
     let ms = |us: f64| format_duration_us(us.max(0.0).round() as u64);
-    let mut message = format!(
-        "its data packets crossed the emulator in {} at the median and {} at p95 (the path's own delay {} one way): up to {} of it at p95 queued and serialized",
+    let crossed = format!(
+        "its data packets crossed the emulator in {} at the median and {} at p95",
         ms(delay.p50_us),
         ms(delay.p95_us),
-        ms(link.delay_us as f64),
-        ms(delay.p95_us - link.delay_us as f64),
     );
+    let mut message = match &link.delay_trace {
+        // The path's own delay changes packet by packet: what was queued is not the rest.
+        Some(trace) => format!(
+            "{crossed} (the path's own delay {} one way plus its delay trace {})",
+            ms(link.delay_us as f64),
+            trace.path
+        ),
+        None => format!(
+            "{crossed} (the path's own delay {} one way): up to {} of it at p95 queued and serialized",
+            ms(link.delay_us as f64),
+            ms(delay.p95_us - link.delay_us as f64),
+        ),
+    };
     let mut queue = queue_while_testing(run, stats);
     if let (Some(&most), Bottleneck::Rate { bps, .. }) = (queue.iter().max(), &link.bottleneck) {
         queue.sort_unstable();

@@ -407,7 +407,25 @@ fn bad_experiment_files_and_databases_get_one_line_with_the_place() {
     assert_one_line_error(
         &["sweep", &trace],
         1,
-        &["trace.toml: trace file 'lte.up' not found as ", &in_dir],
+        &[
+            "trace.toml: trace file 'lte.up' as ",
+            &in_dir,
+            ": No such file",
+        ],
+    );
+    // So is one with a bad line, named before any lab is built.
+    std::fs::write(dir.path().join("delays.txt"), "0 20ms\n1s 30\n2s\n").unwrap();
+    let bad_line = file(
+        "delays.toml",
+        "path = \"rtt 40ms delay-trace delays.txt\"\n[[flow]]\n",
+    );
+    assert_one_line_error(
+        &["sweep", &bad_line],
+        1,
+        &[
+            "delays.toml: trace file 'delays.txt' as ",
+            "trace line 2: '30': a duration needs a unit",
+        ],
     );
     let syntax = file("syntax.toml", "duration = \n");
     assert_one_line_error(&["sweep", &syntax], 1, &["syntax.toml: line 1"]);

@@ -1,6 +1,6 @@
 //! Paths that change during a test, through a real lab: a rate step as a capture read by
-//! tshark sees it, a delay step as ping sees it, and a schedule beyond the test refused
-//! before any lab is built.
+//! tshark sees it, a delay step and a delay trace as ping sees them, and a schedule
+//! beyond the test or a trace with a bad line refused before any lab is built.
 
 use crate::support;
 
@@ -114,43 +114,11 @@ fn ping_sees_a_delay_step_within_a_millisecond_of_its_time() {
 }
 
 fn delay_step_once() -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("p.db");
-    let out = tcplab()
-        .args(["shell", "--path", "rtt 20ms at 1s rtt 80ms", "--record"])
-        .arg(&db)
-        .args([
-            "--",
-            "ping",
-            "-D",
-            "-n",
-            "-i",
-            "0.002",
-            "-c",
-            "800",
-            "10.77.0.1",
-        ])
-        .output()
-        .unwrap();
-    assert_success(&out);
-    let runs = export_jsonl(&db, "runs");
-    let path: Value = serde_json::from_str(runs[0]["path_json"].as_str().unwrap()).unwrap();
-    let step = schedule_start_unix_us(&path) / 1e6 + 1.0;
-    // "[1795000000.123456] 64 bytes from …: icmp_seq=1 ttl=64 time=20.1 ms": sent at
-    // the reply's time less its round trip.
-    let sent_and_rtt: Vec<(f64, f64)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| {
-            let at: f64 = line.strip_prefix('[')?.split_once(']')?.0.parse().ok()?;
-            let ms: f64 = line
-                .split_once("time=")?
-                .1
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
-            Some((at - ms / 1e3, ms))
-        })
+    let (sent_and_rtt, start_us) = pings(&["--path", "rtt 20ms at 1s rtt 80ms"], "800");
+    let step = start_us / 1e6 + 1.0;
+    let sent_and_rtt: Vec<(f64, f64)> = sent_and_rtt
+        .iter()
+        .map(|&(sent, ms)| (sent / 1e6, ms))
         .collect();
     assert!(sent_and_rtt.len() > 700, "{} replies", sent_and_rtt.len());
     let mut by_class: [Vec<f64>; 3] = Default::default();
@@ -197,6 +165,129 @@ fn delay_step_once() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The pings a `shell` command printed with `-D`, each as (when it was sent, µs since the
+/// Unix epoch; its round trip, ms), and when the path's schedule started (µs since the
+/// Unix epoch).
+fn pings(args: &[&str], count: &str) -> (Vec<(f64, f64)>, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let out = tcplab()
+        .args(["shell"])
+        .args(args)
+        .arg("--record")
+        .arg(&db)
+        .args([
+            "--",
+            "ping",
+            "-D",
+            "-n",
+            "-i",
+            "0.002",
+            "-c",
+            count,
+            "10.77.0.1",
+        ])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let runs = export_jsonl(&db, "runs");
+    let path: Value = serde_json::from_str(runs[0]["path_json"].as_str().unwrap()).unwrap();
+    // "[1795000000.123456] 64 bytes from …: icmp_seq=1 ttl=64 time=20.1 ms": sent at
+    // the reply's time less its round trip.
+    let sent_and_rtt = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let at: f64 = line.strip_prefix('[')?.split_once(']')?.0.parse().ok()?;
+            let ms: f64 = line
+                .split_once("time=")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some(((at - ms / 1e3) * 1e6, ms))
+        })
+        .collect();
+    (sent_and_rtt, schedule_start_unix_us(&path))
+}
+
+/// ping across `rtt 10ms` with a delay trace on the way up, 5 ms for half a second and 30
+/// the next, repeating: each request's round trip is 15 or 40 ms by the trace's value
+/// when it crossed, to within 1 ms at the median of each half second (requests sent
+/// within 1 ms of a step left out).
+#[test]
+fn ping_sees_a_delay_trace_repeat_step_by_step() {
+    if !privileged_or_skip("delay_trace") {
+        return;
+    }
+    let _machine = alone();
+    one_of_three_tries("a delay trace seen by ping", delay_trace_once);
+}
+
+fn delay_trace_once() -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("up.delays");
+    std::fs::write(&trace, "# ms\n0 5ms\n500ms 30ms\n1s\n").unwrap();
+    let spec = format!("rtt 10ms up.delay-trace {}", trace.display());
+    let (sent_and_rtt, start_us) = pings(&["--path", &spec], "300");
+    assert!(sent_and_rtt.len() > 250, "{} replies", sent_and_rtt.len());
+    // By half second of the test: its trace value, its round trips.
+    let mut halves: std::collections::BTreeMap<i64, Vec<f64>> = Default::default();
+    for &(sent, ms) in &sent_and_rtt {
+        let since_ms = (sent - start_us) / 1e3;
+        if since_ms < 0.0 || (since_ms % 500.0) < 1.0 || (since_ms % 500.0) > 499.0 {
+            continue;
+        }
+        halves
+            .entry((since_ms / 500.0) as i64)
+            .or_default()
+            .push(ms);
+    }
+    assert!(halves.len() >= 4, "{halves:?}");
+    for (half, mut rtts) in halves {
+        let expected = if half % 2 == 0 { 15.0 } else { 40.0 };
+        rtts.sort_by(f64::total_cmp);
+        // Never shorter than the path (ping prints 0.1 ms); load can add to some.
+        assert!(
+            rtts[0] >= expected - 0.05,
+            "half second {half}: {rtts:?} below {expected} ms"
+        );
+        let median = rtts[rtts.len() / 2];
+        if median >= expected + 1.0 {
+            return Err(format!(
+                "half second {half}: median {median} ms, not {expected}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A trace with a bad line is one line naming the file and the line, before any lab.
+#[test]
+fn a_trace_with_a_bad_line_is_refused_before_any_lab() {
+    if !privileged_or_skip("bad_trace") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("loss.txt");
+    std::fs::write(&trace, "0 1%\n1s 2ms\n2s\n").unwrap();
+    let out = tcplab()
+        .args(["run", "--path"])
+        .arg(format!("rtt 20ms down.loss-trace {}", trace.display()))
+        .args(["-t", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        format!(
+            "tcplab: cannot build the lab: trace {}: trace line 2: '2ms': invalid percentage '2ms': unknown unit 'ms' (expected %)",
+            trace.display()
+        )
+    );
+    assert!(!stderr(&out).contains("lab run"), "{}", stderr(&out));
 }
 
 #[test]

@@ -17,6 +17,7 @@ use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, LabConfig};
 use tcplab_model::experiment::{Experiment, FlowConfig, Point, RemoteHost, Shard};
 use tcplab_netsim::capture::DEFAULT_SNAPLEN;
+use tcplab_netsim::link::{LinkTraces, TraceFileError};
 use tcplab_record::capture::CapturePoint;
 use tcplab_record::{Mode, RunRecord, RunStatus};
 use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
@@ -203,20 +204,24 @@ fn file_dir(experiment_file: &Path) -> &Path {
     experiment_file.parent().unwrap_or(Path::new("."))
 }
 
-/// Refuses a plan whose lab points name a trace file that is not there, before any run.
+/// Refuses a plan whose lab points name a trace file (rate, delay or loss) that is not
+/// there or has a bad line, before any run.
 pub fn check_traces(points: &[Point], experiment_file: &Path) -> Result<()> {
     let dir = file_dir(experiment_file);
     let specs = points
         .iter()
         .filter(|p| p.config.server.is_none())
         .flat_map(|p| std::iter::once(&p.config.path).chain(&p.config.access));
-    for trace in specs.flat_map(|s| s.trace_files()) {
-        let found = dir.join(trace);
-        if !found.is_file() {
-            bail!(
-                "trace file '{trace}' not found as {} (a relative trace is taken from the experiment file's directory)",
-                found.display()
-            );
+    for spec in specs {
+        for link in [&spec.up, &spec.down] {
+            LinkTraces::load(link, |trace| std::fs::read_to_string(dir.join(trace))).map_err(
+                |TraceFileError { path, message }| {
+                    anyhow!(
+                        "trace file '{path}' as {}: {message} (a relative trace is taken from the experiment file's directory)",
+                        dir.join(&path).display()
+                    )
+                },
+            )?;
         }
     }
     Ok(())

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use serde::{Deserialize, Serialize};
 use tcplab_analysis::burst::BurstMeter;
 use tcplab_netsim::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
-use tcplab_netsim::link::{Link, LinkError, Trace};
+use tcplab_netsim::link::{Link, LinkError, LinkTraces, TraceFileError};
 use tcplab_netsim::path::{
     Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit, Timeline,
 };
@@ -404,18 +404,21 @@ fn is_ideal(path: &PathSpec) -> bool {
     path.up.delays_only() && path.down.delays_only() && path.rtt_us() == 0
 }
 
-fn load_trace(spec: &LinkSpec) -> Result<Option<Trace>, LabError> {
-    let Bottleneck::Trace { path } = &spec.bottleneck else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| LabError::Trace {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    Trace::parse(&text).map(Some).map_err(|e| LabError::Trace {
-        path: path.clone(),
-        message: e.to_string(),
-    })
+/// The traces a link of the lab reads (rate, delay, loss), from their files.
+fn load_traces(spec: &LinkSpec) -> Result<LinkTraces, LabError> {
+    LinkTraces::load(spec, |path| std::fs::read_to_string(path))
+        .map_err(|TraceFileError { path, message }| LabError::Trace { path, message })
+}
+
+/// Every trace of the lab read and parsed before anything is built: a bad line is one
+/// error naming its file and line, with nothing to undo.
+fn check_traces(lab: &Dumbbell) -> Result<(), LabError> {
+    for role in lab.links() {
+        for dir in [Direction::Up, Direction::Down] {
+            load_traces(lab.spec(role).link(dir))?;
+        }
+    }
+    Ok(())
 }
 
 /// Packets a gap pacer holds at most: it spaces, it is not meant to drop (what it does
@@ -443,7 +446,7 @@ fn pacer_hop(path: &Timeline, mtu: u32, target: Option<Arc<AtomicU64>>) -> Resul
     });
     Ok(Hop {
         name: "pacer".into(),
-        link: Link::new(&pacer, 0, mtu, 0, None).map_err(LabError::Link)?,
+        link: Link::new(&pacer, 0, mtu, 0, LinkTraces::default()).map_err(LabError::Link)?,
         then: Target::Route,
         meter: None,
         rate_control: target,
@@ -465,8 +468,8 @@ fn make_link(
     } else {
         MAX_PACKET as u32
     };
-    let trace = load_trace(lab.spec(link).link(dir))?;
-    Link::in_lab(&lab, link, dir, config.seed(), mtu, trace).map_err(LabError::Link)
+    let traces = load_traces(lab.spec(link).link(dir))?;
+    Link::in_lab(&lab, link, dir, config.seed(), mtu, traces).map_err(LabError::Link)
 }
 
 impl Lab {
@@ -486,6 +489,7 @@ impl Lab {
         config.path.seed.get_or_insert_with(rand::random);
         let config = &config;
         config.dumbbell().check().map_err(LabError::Specs)?;
+        check_traces(&config.dumbbell())?;
         if let Some(spec) = &config.capture {
             if !spec.at.is_bottleneck() && config.clients.iter().any(|a| !is_ideal(a)) {
                 return Err(LabError::Name(format!(

@@ -142,6 +142,11 @@ impl<'a> Dumbbell<'a> {
         self.spec(link).link(dir).queue_limit(self.bdp_rtt_us(link))
     }
 
+    /// Its links: the bottleneck, then each client's access link.
+    pub fn links(&self) -> impl Iterator<Item = LinkRole> {
+        std::iter::once(LinkRole::Bottleneck).chain((0..self.access.len()).map(LinkRole::Access))
+    }
+
     /// Checks what only the specs together decide: that no access link sets its own
     /// seed, and that a queue in BDP has a round trip to be sized from.
     pub fn check(&self) -> Result<(), DumbbellError> {
@@ -155,9 +160,7 @@ impl<'a> Dumbbell<'a> {
         {
             return Err(DumbbellError::TxQueueLenOnAccess { client: k + 1 });
         }
-        let links = std::iter::once(LinkRole::Bottleneck)
-            .chain((0..self.access.len()).map(LinkRole::Access));
-        for link in links {
+        for link in self.links() {
             for dir in [Direction::Up, Direction::Down] {
                 let queue = self.spec(link).link(dir).queue;
                 if matches!(queue, QueueLimit::Bdp(_)) && self.bdp_rtt_us(link) == 0 {

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use tcplab_netsim::dumbbell::{Dumbbell, LinkRole};
-use tcplab_netsim::link::{DropReason, Link, PushOutcome, Trace};
+use tcplab_netsim::link::{DropReason, Link, LinkTraces, PushOutcome, Trace};
 use tcplab_netsim::path::Direction::{Down, Up};
 use tcplab_netsim::path::PathSpec;
 
@@ -22,7 +22,7 @@ fn lab_link(
         dir,
         seed,
         path.mtu,
-        None,
+        LinkTraces::default(),
     )
     .unwrap()
 }
@@ -172,7 +172,8 @@ fn trace_capacity_over_one_period() {
         let spec: PathSpec = format!("trace {name} queue 1000000p").parse().unwrap();
         for len in [1500, 1000] {
             let mut l: Link<u64> =
-                Link::new(&spec.timeline(Up), 0, 1500, 1, Some(trace.clone())).expect("trace link");
+                Link::new(&spec.timeline(Up), 0, 1500, 1, rate_trace(trace.clone()))
+                    .expect("trace link");
             // Everything at 0: the queue never empties within the period.
             let n = lines * 1500 / len as u64 + 10;
             let sim = simulate(&mut l, (0..n).map(|_| (0, len)), period);
@@ -204,7 +205,7 @@ fn trace_wastes_opportunities_while_idle() {
     // exactly at 4 ms misses that opportunity as in mahimahi and leaves at 5 ms.
     let spec: PathSpec = "trace t".parse().unwrap();
     let trace = Trace::parse("1\n").unwrap();
-    let mut l: Link<u64> = Link::new(&spec.timeline(Up), 0, 1500, 1, Some(trace)).unwrap();
+    let mut l: Link<u64> = Link::new(&spec.timeline(Up), 0, 1500, 1, rate_trace(trace)).unwrap();
     let sim = simulate(&mut l, [(2_500_000, 1500), (4 * MS, 1500)], u64::MAX);
     let due: Vec<u64> = sim.delivered.iter().map(|d| d.due).collect();
     assert_eq!(due, [3 * MS, 5 * MS]);
@@ -867,5 +868,12 @@ fn each_kind_of_traffic_is_counted_apart() {
         assert!(test.dropped() + test.marked_ce > 0, "{spec}: {test:?}");
         assert!(all.max_queue_bytes >= test.max_queue_bytes.max(control.max_queue_bytes));
         println!("{spec}: test {test:?}\n  control {control:?}");
+    }
+}
+
+fn rate_trace(trace: Trace) -> LinkTraces {
+    LinkTraces {
+        rate: Some(trace),
+        ..LinkTraces::default()
     }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tcplab_netsim::link::{Link, Trace};
+use tcplab_netsim::link::{Link, LinkTraces, StepTrace, Trace};
 use tcplab_netsim::path::{Bottleneck, Direction, Limit, PathSpec};
 
 fn spec() -> impl Strategy<Value = String> {
@@ -13,9 +13,16 @@ fn spec() -> impl Strategy<Value = String> {
         Just("delay 5ms"),
         Just("delay 1ms jitter 3ms reorder"),
         Just("delay 20ms jitter 5ms dist pareto"),
-        Just("delay 10ms reorder 30% gap 2")
+        Just("delay 10ms reorder 30% gap 2"),
+        Just("delay 1ms delay-trace d"),
+        Just("delay-trace d reorder")
     ];
-    let loss = prop_oneof![Just(""), Just("loss 5%"), Just("loss gemodel 5% 30%")];
+    let loss = prop_oneof![
+        Just(""),
+        Just("loss 5%"),
+        Just("loss gemodel 5% 30%"),
+        Just("loss-trace l")
+    ];
     let extra = prop_oneof![
         Just(""),
         Just("duplicate 10%"),
@@ -73,7 +80,14 @@ proptest! {
         let path: PathSpec = spec.parse().unwrap();
         let trace = matches!(path.up.bottleneck, Bottleneck::Trace { .. })
             .then(|| Trace::parse("1\n1\n3\n4\n").unwrap());
-        let mut link: Link<u64> = Link::new(&path.timeline(Direction::Up), path.rtt_us(), path.mtu, seed, trace).unwrap();
+        // Delays that fall by more than packets' spacing; losses of none and all.
+        let delays = path.up.delay_trace.is_some()
+            .then(|| StepTrace::parse_delays("0 5ms\n1ms 0\n2ms 9ms\n2500us 1ms\n4ms\n").unwrap());
+        let losses = path.up.loss_trace.is_some()
+            .then(|| StepTrace::parse_losses("0 0%\n3ms 100%\n5ms 10%\n8ms\n").unwrap());
+        let traces = LinkTraces { rate: trace, delay: delays, loss: losses };
+        let mut link: Link<u64> = Link::new(&path.timeline(Direction::Up), path.rtt_us(), path.mtu, seed, traces).unwrap();
+        link.start_schedule(0);
         let limit = link.limit();
         let mut violation = None;
         let sim = simulate_with(&mut link, arrivals.clone(), u64::MAX, |l, now| {

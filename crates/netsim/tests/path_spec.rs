@@ -151,6 +151,11 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                 (1..100_000_000_000u64, 1..100_000_000u64)
                     .prop_map(|(bps, burst_bytes)| Police { bps, burst_bytes }),
             ),
+            proptest::option::of(
+                ("[a-zA-Z0-9/._-]{1,30}", any::<bool>())
+                    .prop_map(|(path, reorder)| DelayTrace { path, reorder }),
+            ),
+            proptest::option::of("[a-zA-Z0-9/._-]{1,30}"),
         ),
     )
         .prop_map(
@@ -163,7 +168,7 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                 reorder,
                 bottleneck,
                 queue,
-                (aqm, pace, txqueuelen, police),
+                (aqm, pace, txqueuelen, police, delay_trace, loss_trace),
             )| {
                 let mut l = LinkSpec {
                     delay_us,
@@ -177,6 +182,8 @@ fn link_spec() -> impl Strategy<Value = LinkSpec> {
                     aqm,
                     police,
                     pace,
+                    delay_trace,
+                    loss_trace,
                     txqueuelen,
                 };
                 // Keep it valid: reorder needs a delay, a bdp queue a rate.

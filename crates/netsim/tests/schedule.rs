@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tcplab_netsim::link::{DropReason, Link};
+use tcplab_netsim::link::{DropReason, Link, LinkTraces};
 
 /// The serialization time of `len` bytes at `bps`, ns (whole ns; exact for the rates
 /// below).
@@ -193,7 +193,7 @@ fn a_queue_keeps_its_size_through_a_rate_step_unless_a_step_sets_it() {
         path.rtt_us(),
         1500,
         1,
-        None,
+        LinkTraces::default(),
     )
     .unwrap();
     l.start_schedule(0);

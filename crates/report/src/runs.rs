@@ -368,12 +368,15 @@ fn context(id: i64, run: &RunRecord) -> String {
     )
 }
 
-/// The end of the run's last interval or sample, seconds since t0.
 /// The path's own round trip (its delays both ways) from t0 to the run's end, where its
-/// schedule changes it: a step at each change.
+/// schedule changes it: a step at each change. None with a delay trace: its delays are
+/// in its file, not in the record, and the schedule's alone would mislead.
 fn path_rtt(run: &RunRecord, palette: &mut Palette) -> Option<Series> {
     let path = run.path.as_ref()?;
     let spec: PathSpec = path.spec.parse().ok()?;
+    if spec.up.delay_trace.is_some() || spec.down.delay_trace.is_some() {
+        return None;
+    }
     let start_us = path.test_start_us?;
     let (up, down) = (spec.timeline(Direction::Up), spec.timeline(Direction::Down));
     let rtt_at = |t: u64| (up.at(t).0.delay_us + down.at(t).0.delay_us) as f64;
@@ -410,6 +413,7 @@ fn path_rtt(run: &RunRecord, palette: &mut Palette) -> Option<Series> {
     })
 }
 
+/// The end of the run's last interval or sample, seconds since t0.
 fn end_seconds(run: &RunRecord) -> f64 {
     let intervals = run.intervals.iter().map(|i| i.end_us as f64);
     let samples = run.samples.iter().map(|s| s.t_us as f64);

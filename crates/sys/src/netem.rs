@@ -325,7 +325,7 @@ pub fn netem_options(
 }
 
 /// The settings of one direction netem cannot emulate, spelled as the spec's keys (a
-/// gap pacer, a trace, an AQM behind a rate: CoDel, fq_codel and PIE as netem's child
+/// gap pacer, a rate, delay or loss trace, an AQM behind a rate: CoDel, fq_codel and PIE as netem's child
 /// qdiscs are not built, this kernel has none of them to test against). Every
 /// setting is named here: a new one does not compile until netem decides.
 pub fn unsupported(link: &LinkSpec) -> Vec<String> {
@@ -341,10 +341,19 @@ pub fn unsupported(link: &LinkSpec) -> Vec<String> {
         aqm,
         police,
         pace,
+        delay_trace,
+        loss_trace,
         // The sending hosts' device queue, which the lab sets on the veth pair.
         txqueuelen: _,
     } = link;
     let mut refused = Vec::new();
+    // netem's delay and loss are set once; nothing here changes them over time.
+    if delay_trace.is_some() {
+        refused.push("delay-trace".to_owned());
+    }
+    if loss_trace.is_some() {
+        refused.push("loss-trace".to_owned());
+    }
     // tc's own policer is an ingress filter, which the lab does not build.
     if police.is_some() {
         refused.push("police".to_owned());

@@ -26,6 +26,7 @@
 mod aqm;
 mod dist;
 mod queue;
+mod step_trace;
 mod trace;
 
 use std::cmp::Ordering;
@@ -40,6 +41,7 @@ use crate::dumbbell::{link_seed, Dumbbell, LinkRole};
 use crate::path::{Bottleneck, Direction, Jitter, Limit, LinkSpec, Loss, Prob, Timeline};
 use aqm::Scheduler;
 use queue::Queued;
+pub use step_trace::StepTrace;
 use tcplab_record::link::LinkCounters;
 use tcplab_record::traffic::Traffic;
 use trace::TraceCursor;
@@ -135,6 +137,66 @@ pub struct Delivered<P> {
     pub due: u64,
     /// Whose it is, as pushed.
     pub traffic: Traffic,
+}
+
+/// The traces a direction's spec names, parsed: what [`Link::new`] takes besides the
+/// spec. [`load`](Self::load) builds them; an empty one suits a spec that names none.
+#[derive(Clone, Debug, Default)]
+pub struct LinkTraces {
+    pub rate: Option<Trace>,
+    /// One-way delays, µs.
+    pub delay: Option<StepTrace<u64>>,
+    pub loss: Option<StepTrace<Prob>>,
+}
+
+/// A trace file that could not be read or parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceFileError {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for TraceFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "trace {}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for TraceFileError {}
+
+impl LinkTraces {
+    /// Each trace `spec` names, its text from `read` (the caller's I/O), parsed.
+    pub fn load(
+        spec: &LinkSpec,
+        mut read: impl FnMut(&str) -> std::io::Result<String>,
+    ) -> Result<LinkTraces, TraceFileError> {
+        let rate = match &spec.bottleneck {
+            Bottleneck::Trace { path } => Some(read_trace(path, &mut read, Trace::parse)?),
+            _ => None,
+        };
+        let delay = match &spec.delay_trace {
+            Some(d) => Some(read_trace(&d.path, &mut read, StepTrace::parse_delays)?),
+            None => None,
+        };
+        let loss = match &spec.loss_trace {
+            Some(path) => Some(read_trace(path, &mut read, StepTrace::parse_losses)?),
+            None => None,
+        };
+        Ok(LinkTraces { rate, delay, loss })
+    }
+}
+
+fn read_trace<T>(
+    path: &str,
+    read: &mut impl FnMut(&str) -> std::io::Result<String>,
+    parse: fn(&str) -> Result<T, TraceError>,
+) -> Result<T, TraceFileError> {
+    let fail = |message: String| TraceFileError {
+        path: path.to_owned(),
+        message,
+    };
+    let text = read(path).map_err(|e| fail(e.to_string()))?;
+    parse(&text).map_err(|e| fail(e.to_string()))
 }
 
 /// Why a link could not be built from its spec.
@@ -377,7 +439,13 @@ impl<P> Wire<P> {
 pub struct Link<P> {
     delay_ns: u64,
     jitter: Option<Jitter>,
+    /// Delay added over time (µs), from the test's start.
+    delay_trace: Option<StepTrace<u64>>,
+    /// Packets may overtake each other: the jitter or the delay trace lets them.
+    reorders: bool,
     loss: LossState,
+    /// Loss over time, besides `loss`, from the test's start.
+    loss_trace: Option<StepTrace<Prob>>,
     duplicate: u32,
     corrupt: u32,
     reorder: Option<ReorderState>,
@@ -422,14 +490,14 @@ fn roll(rng: &mut ChaCha8Rng, ppb: u32) -> bool {
 impl<P> Link<P> {
     /// A link for one direction, with its settings over the test
     /// ([`PathSpec::timeline`](crate::path::PathSpec::timeline)). `path_rtt_us` sizes a
-    /// queue given in BDP; `trace` is the
-    /// parsed file the spec names, if it names one.
+    /// queue given in BDP; `traces` are the parsed files the spec names
+    /// ([`LinkTraces::load`]).
     pub fn new(
         timeline: &Timeline,
         path_rtt_us: u64,
         mtu: u32,
         seed: u64,
-        trace: Option<Trace>,
+        traces: LinkTraces,
     ) -> Result<Self, LinkError> {
         let spec = timeline.base();
         // Destructured whole: a new setting does not compile until the link decides.
@@ -446,10 +514,27 @@ impl<P> Link<P> {
             police,
             // The gap pacer is a hop of its own before the bottleneck (the lab's).
             pace: _,
+            delay_trace,
+            loss_trace,
             // The sending hosts' interface queue: the lab sets their device's.
             txqueuelen: _,
         } = spec;
-        let server = match (bottleneck, trace) {
+        let LinkTraces {
+            rate: rate_trace,
+            delay: delays,
+            loss: losses,
+        } = traces;
+        for (named, given) in [
+            (delay_trace.as_ref().map(|d| &d.path), delays.is_some()),
+            (loss_trace.as_ref(), losses.is_some()),
+        ] {
+            match (named, given) {
+                (Some(path), false) => return Err(LinkError::MissingTrace { path: path.clone() }),
+                (None, true) => return Err(LinkError::UnexpectedTrace),
+                _ => {}
+            }
+        }
+        let server = match (bottleneck, rate_trace) {
             (Bottleneck::Trace { path }, None) => {
                 return Err(LinkError::MissingTrace { path: path.clone() })
             }
@@ -471,13 +556,16 @@ impl<P> Link<P> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let reorder_state = ReorderState::of(reorder, &mut rng);
         // The wire keeps time order unless some settings of the test reorder.
-        let reorders = timeline
+        let reorders_ever = timeline
             .specs()
-            .any(|s| s.reorder.is_some() || s.jitter.is_some_and(|j| j.reorder));
+            .any(|s| s.reorder.is_some() || s.delay_reorders());
         Ok(Link {
             delay_ns: delay_us * NS_PER_US,
             jitter: *jitter,
+            delay_trace: delays,
+            reorders: spec.delay_reorders(),
             loss: LossState::of(loss),
+            loss_trace: losses,
             duplicate: duplicate.ppb(),
             corrupt: corrupt.ppb(),
             reorder: reorder_state,
@@ -489,7 +577,7 @@ impl<P> Link<P> {
             now: 0,
             queue: Scheduler::new(aqm, mtu),
             in_service: None,
-            wire: Wire::new(reorders),
+            wire: Wire::new(reorders_ever),
             dropped: VecDeque::new(),
             next_seq: 0,
             max_delivered: None,
@@ -545,11 +633,14 @@ impl<P> Link<P> {
             queue,
             aqm,
             police,
-            pace: _,       // the pacer's own hop follows its own timeline
-            txqueuelen: _, // the hosts', fixed
+            pace: _,        // the pacer's own hop follows its own timeline
+            delay_trace: _, // its own schedule, fixed
+            loss_trace: _,  // the same
+            txqueuelen: _,  // the hosts', fixed
         } = spec;
         self.delay_ns = delay_us * NS_PER_US;
         self.jitter = *jitter;
+        self.reorders = spec.delay_reorders();
         if *loss != self.settings.loss {
             self.loss = LossState::of(loss);
         }
@@ -607,14 +698,14 @@ impl<P> Link<P> {
         dir: Direction,
         lab_seed: u64,
         mtu: u32,
-        trace: Option<Trace>,
+        traces: LinkTraces,
     ) -> Result<Self, LinkError> {
         Link::new(
             &lab.spec(link).timeline(dir),
             lab.bdp_rtt_us(link),
             mtu,
             link_seed(lab_seed, link, dir),
-            trace,
+            traces,
         )
     }
 
@@ -780,6 +871,24 @@ impl<P> Link<P> {
     /// netem's loss_event: the state's loss decides this packet, after the transition
     /// roll (netem draws the transition first but judges by the state it started in).
     fn loss_event(&mut self) -> bool {
+        let netem = self.netem_loss_event();
+        // Drawn after netem's, so that a spec without a trace draws as before.
+        let since_start_us = self.since_start_us(self.now);
+        let traced = match &self.loss_trace {
+            Some(trace) => roll(&mut self.rng, trace.at(since_start_us).ppb()),
+            None => false,
+        };
+        netem || traced
+    }
+
+    /// The time since the test's start at `t`, µs: where the delay and loss traces
+    /// are; 0 before the start.
+    fn since_start_us(&self, t: u64) -> u64 {
+        self.origin
+            .map_or(0, |origin| t.saturating_sub(origin) / NS_PER_US)
+    }
+
+    fn netem_loss_event(&mut self) -> bool {
         let rng = &mut self.rng;
         match &mut self.loss {
             LossState::None => false,
@@ -1079,8 +1188,8 @@ impl<P> Link<P> {
         let due = if self.sent_early() {
             t
         } else {
-            let mut due = t + self.propagation_delay();
-            if !self.jitter.is_some_and(|j| j.reorder) {
+            let mut due = t + self.propagation_delay(t);
+            if !self.reorders {
                 due = due.max(self.last_due);
                 self.last_due = due;
             }
@@ -1116,14 +1225,20 @@ impl<P> Link<P> {
         }
     }
 
-    /// The delay plus a jitter draw, never below zero.
-    fn propagation_delay(&mut self) -> u64 {
+    /// The delay of a packet leaving the bottleneck at `t`: the fixed delay, the
+    /// trace's then, plus a jitter draw, never below zero.
+    fn propagation_delay(&mut self, t: u64) -> u64 {
+        let traced = self
+            .delay_trace
+            .as_ref()
+            .map_or(0, |trace| trace.at(self.since_start_us(t)) * NS_PER_US);
+        let delay_ns = self.delay_ns + traced;
         let Some(j) = self.jitter else {
-            return self.delay_ns;
+            return delay_ns;
         };
         let u: f64 = self.rng.random();
         let offset = dist::offset(j.dist, u) * (j.jitter_us * NS_PER_US) as f64;
-        (self.delay_ns as f64 + offset).max(0.0).round() as u64
+        (delay_ns as f64 + offset).max(0.0).round() as u64
     }
 }
 
@@ -1226,7 +1341,7 @@ mod wire_tests {
                     path.rtt_us(),
                     path.mtu,
                     7,
-                    None,
+                    LinkTraces::default(),
                 )
                 .unwrap()
             };
@@ -1244,7 +1359,7 @@ mod wire_tests {
             reordering.rtt_us(),
             1500,
             7,
-            None,
+            LinkTraces::default(),
         )
         .unwrap();
         assert!(matches!(link.wire, Wire::Heap(_)));

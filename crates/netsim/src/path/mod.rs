@@ -113,7 +113,7 @@ impl fmt::Display for Prob {
 
 /// Parses a percentage with [`parse_percent`] and rounds it to whole ppb, rejecting what
 /// is finer (the f64 it returns is within a few ulps of the decimal typed).
-fn parse_prob(text: &str) -> Result<Prob, String> {
+pub(crate) fn parse_prob(text: &str) -> Result<Prob, String> {
     let fraction = parse_percent(text).map_err(|e| e.to_string())?;
     let ppb = fraction * f64::from(Prob::SCALE);
     let rounded = ppb.round();
@@ -309,6 +309,11 @@ pub struct LinkSpec {
     pub police: Option<Police>,
     /// A gap pacer before the bottleneck.
     pub pace: Option<Pace>,
+    /// One-way delay over time from a file, added to `delay_us`.
+    pub delay_trace: Option<DelayTrace>,
+    /// Random loss whose probability over time a file gives, besides `loss`: the file's
+    /// path.
+    pub loss_trace: Option<String>,
     /// The interface queue of the hosts sending into this direction (up: the clients',
     /// down: the server's), packets: `txqueuelen` of their device; `None` leaves the
     /// kernel's (500 for a TUN device).
@@ -323,6 +328,15 @@ pub struct Police {
     pub bps: u64,
     /// The bucket, bytes (> 0): the most that passes at once after a pause.
     pub burst_bytes: u64,
+}
+
+/// A delay trace: its file (see `link::StepTrace` for the format), and whether a delay
+/// that falls faster than packets are spaced may reorder them (by default a packet is
+/// held until the one before it is out).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DelayTrace {
+    pub path: String,
+    pub reorder: bool,
 }
 
 /// A gap pacer's rate.
@@ -384,11 +398,16 @@ impl LinkSpec {
             aqm: _,
             police,
             pace,
+            // Each packet takes the delay of its own time.
+            delay_trace,
+            loss_trace,
             // The hosts' own queue, before the emulator reads a packet.
             txqueuelen: _,
         } = self;
         jitter.is_none()
             && police.is_none()
+            && delay_trace.is_none()
+            && loss_trace.is_none()
             && matches!(loss, Loss::None)
             && duplicate.is_zero()
             && corrupt.is_zero()
@@ -413,6 +432,36 @@ impl LinkSpec {
                 Limit::Bytes((bdp as f64 * multiple).floor() as u64)
             }
         })
+    }
+
+    /// Whether packets may overtake each other on the wire (jitter's or the delay
+    /// trace's `reorder`; netem's `reorder` sends packets early apart from this).
+    pub fn delay_reorders(&self) -> bool {
+        self.jitter.is_some_and(|j| j.reorder)
+            || self.delay_trace.as_ref().is_some_and(|d| d.reorder)
+    }
+
+    /// The trace files this direction reads: its rate's, its delay's, its loss's.
+    pub fn trace_files(&self) -> impl Iterator<Item = &str> {
+        let rate = match &self.bottleneck {
+            Bottleneck::Trace { path } => Some(path.as_str()),
+            _ => None,
+        };
+        let delay = self.delay_trace.as_ref().map(|d| d.path.as_str());
+        [rate, delay, self.loss_trace.as_deref()]
+            .into_iter()
+            .flatten()
+    }
+
+    fn trace_files_mut(&mut self) -> impl Iterator<Item = &mut String> {
+        let rate = match &mut self.bottleneck {
+            Bottleneck::Trace { path } => Some(path),
+            _ => None,
+        };
+        let delay = self.delay_trace.as_mut().map(|d| &mut d.path);
+        [rate, delay, self.loss_trace.as_mut()]
+            .into_iter()
+            .flatten()
     }
 
     /// Why this direction cannot be built, naming the key at fault.
@@ -476,14 +525,11 @@ impl PathSpec {
         self.schedule.timeline(self.link(dir), dir)
     }
 
-    /// The trace files its links read, as written.
+    /// The trace files its links read (rate, delay and loss), as written.
     pub fn trace_files(&self) -> impl Iterator<Item = &str> {
         [&self.up, &self.down]
             .into_iter()
-            .filter_map(|l| match &l.bottleneck {
-                Bottleneck::Trace { path } => Some(path.as_str()),
-                _ => None,
-            })
+            .flat_map(|l| l.trace_files())
     }
 
     /// The spec with its relative trace files taken from `dir` (an experiment file's
@@ -491,7 +537,7 @@ impl PathSpec {
     pub fn traces_under(&self, dir: &std::path::Path) -> PathSpec {
         let mut spec = self.clone();
         for link in [&mut spec.up, &mut spec.down] {
-            if let Bottleneck::Trace { path } = &mut link.bottleneck {
+            for path in link.trace_files_mut() {
                 *path = dir.join(&*path).to_string_lossy().into_owned();
             }
         }
@@ -593,6 +639,8 @@ enum Key {
     Reorder,
     Rate,
     Trace,
+    DelayTrace,
+    LossTrace,
     Queue,
     Aqm,
     Police,
@@ -603,7 +651,7 @@ enum Key {
 }
 
 impl Key {
-    const ALL: [Key; 16] = [
+    const ALL: [Key; 18] = [
         Key::Delay,
         Key::Rtt,
         Key::Jitter,
@@ -613,6 +661,8 @@ impl Key {
         Key::Reorder,
         Key::Rate,
         Key::Trace,
+        Key::DelayTrace,
+        Key::LossTrace,
         Key::Queue,
         Key::Aqm,
         Key::Police,
@@ -633,6 +683,8 @@ impl Key {
             Key::Reorder => "reorder",
             Key::Rate => "rate",
             Key::Trace => "trace",
+            Key::DelayTrace => "delay-trace",
+            Key::LossTrace => "loss-trace",
             Key::Queue => "queue",
             Key::Aqm => "aqm",
             Key::Police => "police",
@@ -679,6 +731,25 @@ impl Key {
                 "bottleneck rate; BYTES added to every packet",
             )],
             Key::Trace => &[("trace FILE", "mahimahi trace instead of a rate")],
+            Key::DelayTrace => &[
+                (
+                    "delay-trace FILE [reorder]",
+                    "one-way delay over time from FILE, added",
+                ),
+                ("", "to delay (or rtt's half); a packet is never"),
+                ("", "delivered before an earlier one unless"),
+                ("", "reorder. FILE's lines: `TIME DELAY` from"),
+                ("", "TIME on (the first at 0), then `TIME` alone:"),
+                ("", "its length; it repeats from the test's start"),
+            ],
+            Key::LossTrace => &[
+                (
+                    "loss-trace FILE",
+                    "random loss besides `loss`, its probability",
+                ),
+                ("", "over time from FILE: `TIME P` lines as"),
+                ("", "delay-trace's"),
+            ],
             Key::Queue => &[
                 ("queue N", "bottleneck buffer, default 1000p:"),
                 ("", "  100 or 100p   packets"),
@@ -896,23 +967,28 @@ const SIZE: &str = "a size in bytes such as 1500, 64K, 1MiB";
 /// The longest delay, jitter or AQM time a path takes (an hour; an rtt, two): far
 /// beyond any real path, and small enough that the link model's nanosecond arithmetic
 /// cannot overflow.
-const MAX_HOURS: u64 = 1;
+pub(crate) const MAX_HOURS: u64 = 1;
 
 fn duration(t: &Token) -> Result<u64, PathError> {
     duration_within(t, MAX_HOURS)
 }
 
 fn duration_within(t: &Token, hours: u64) -> Result<u64, PathError> {
+    duration_text(&t.text, hours).map_err(|e| t.error(e))
+}
+
+/// A duration as a path writes it, µs: with a unit (only 0 may go without), at most
+/// `hours`.
+pub(crate) fn duration_text(text: &str, hours: u64) -> Result<u64, String> {
     // tc reads a bare number as µs and iperf3 as seconds: a path takes neither guess.
-    let bare = !t.text.is_empty() && t.text.chars().all(|c| c.is_ascii_digit() || c == '.');
-    if bare && parse_duration(&t.text).is_ok_and(|d| d != 0) {
-        return Err(t.error(format!(
-            "a duration needs a unit, as in {0}ms, {0}us or {0}s",
-            t.text
-        )));
+    let bare = !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.');
+    if bare && parse_duration(text).is_ok_and(|d| d != 0) {
+        return Err(format!(
+            "a duration needs a unit, as in {text}ms, {text}us or {text}s"
+        ));
     }
-    match parse_duration(&t.text).map_err(|e| t.error(e.to_string()))? {
-        d if d > hours * 3_600_000_000 => Err(t.error(format!("too long; at most {hours}h"))),
+    match parse_duration(text).map_err(|e| e.to_string())? {
+        d if d > hours * 3_600_000_000 => Err(format!("too long; at most {hours}h")),
         d => Ok(d),
     }
 }
@@ -947,6 +1023,8 @@ enum Setting {
     Corrupt(Prob),
     Reorder(Option<Reorder>),
     Bottleneck(Bottleneck),
+    DelayTrace(DelayTrace),
+    LossTrace(String),
     Queue(QueueLimit),
     Aqm(Aqm),
     Police(Police),
@@ -1012,6 +1090,8 @@ fn clause<'a>(cur: &mut Cursor<'a>, in_step: bool) -> Result<Clause<'a>, PathErr
         Key::Trace => Setting::Bottleneck(Bottleneck::Trace {
             path: cur.value("a trace file")?.text.clone(),
         }),
+        Key::DelayTrace => Setting::DelayTrace(delay_trace(cur)?),
+        Key::LossTrace => Setting::LossTrace(cur.value("a loss trace file")?.text.clone()),
         Key::Queue => Setting::Queue(queue(cur.value("a queue size such as 100p, 256K, 1bdp")?)?),
         Key::Aqm => Setting::Aqm(aqm(cur)?),
         Key::Police => Setting::Police(police(cur)?),
@@ -1134,6 +1214,18 @@ fn jitter(cur: &mut Cursor<'_>) -> Result<Option<Jitter>, PathError> {
         dist: dist.unwrap_or_default(),
         reorder: reorder.unwrap_or(false),
     }))
+}
+
+fn delay_trace(cur: &mut Cursor<'_>) -> Result<DelayTrace, PathError> {
+    let path = cur.value("a delay trace file")?.text.clone();
+    // `reorder 25%` right after the file is netem's reorder key, not the flag.
+    let reorder = cur
+        .peek()
+        .is_some_and(|t| t.text == "reorder" && !cur.peek2().is_some_and(Token::looks_numeric));
+    if reorder {
+        cur.bump();
+    }
+    Ok(DelayTrace { path, reorder })
 }
 
 fn loss(cur: &mut Cursor<'_>) -> Result<Loss, PathError> {
@@ -1391,6 +1483,8 @@ fn apply(link: &mut LinkSpec, dir: Direction, setting: &Setting) {
         Setting::Corrupt(p) => link.corrupt = *p,
         Setting::Reorder(r) => link.reorder = *r,
         Setting::Bottleneck(b) => link.bottleneck = b.clone(),
+        Setting::DelayTrace(d) => link.delay_trace = Some(d.clone()),
+        Setting::LossTrace(path) => link.loss_trace = Some(path.clone()),
         Setting::Queue(q) => link.queue = *q,
         Setting::Aqm(a) => link.aqm = *a,
         Setting::Police(p) => link.police = Some(*p),
@@ -1670,7 +1764,7 @@ fn fmt_aqm(a: &Aqm) -> Option<String> {
 
 /// Each per-direction setting but the delay as (key, value) when not the default, in one
 /// order. Destructured whole: a new setting does not compile until it says how it prints.
-fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 11] {
+fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 13] {
     let LinkSpec {
         delay_us: _, // printed above, as rtt or per direction
         jitter,
@@ -1683,6 +1777,8 @@ fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 11] {
         aqm,
         police,
         pace,
+        delay_trace,
+        loss_trace,
         txqueuelen,
     } = l;
     [
@@ -1704,6 +1800,13 @@ fn direction_settings(l: &LinkSpec) -> [Option<(Key, String)>; 11] {
             Pace::Rate(bps) => (Key::Pace, fmt_rate(bps)),
             Pace::Window(rtt) => (Key::Pace, rtt.name().to_owned()),
         }),
+        delay_trace.as_ref().map(|d| {
+            let reorder = if d.reorder { " reorder" } else { "" };
+            (Key::DelayTrace, format!("{}{reorder}", d.path))
+        }),
+        loss_trace
+            .as_ref()
+            .map(|path| (Key::LossTrace, path.clone())),
         txqueuelen.map(|n| (Key::TxQueueLen, n.to_string())),
     ]
 }
@@ -1996,6 +2099,45 @@ mod tests {
         );
         assert_eq!(moved.rtt_us(), spec.rtt_us());
         assert_eq!(parse("rtt 40ms rate 10mbit").trace_files().count(), 0);
+        let all = parse("up.trace r delay-trace d down.loss-trace l")
+            .traces_under(std::path::Path::new("/x"));
+        assert_eq!(
+            all.trace_files().collect::<Vec<_>>(),
+            ["/x/r", "/x/d", "/x/d", "/x/l"]
+        );
+    }
+
+    #[test]
+    fn delay_and_loss_traces_add_to_the_fixed_settings_and_print_back() {
+        let p = parse("rtt 40ms up.delay-trace d.txt reorder loss-trace l.txt");
+        assert_eq!(p.up.delay_us, 20_000, "the trace adds to rtt's half");
+        assert_eq!(
+            p.up.delay_trace,
+            Some(DelayTrace {
+                path: "d.txt".into(),
+                reorder: true
+            })
+        );
+        assert_eq!(p.down.delay_trace, None);
+        assert_eq!(p.down.loss_trace.as_deref(), Some("l.txt"));
+        assert!(p.up.delay_reorders() && !p.down.delay_reorders());
+        assert!(!p.up.delays_only(), "each packet takes its own delay");
+        assert_eq!(
+            p.to_string(),
+            "rtt 40ms up.delay-trace d.txt reorder loss-trace l.txt"
+        );
+        // `reorder` with a percentage after the file is netem's key.
+        let p = parse("delay 5ms delay-trace d reorder 1%");
+        assert_eq!(p.up.delay_trace.as_ref().map(|d| d.reorder), Some(false));
+        assert!(p.up.reorder.is_some());
+        assert!(err("delay-trace").contains("a delay trace file"));
+        assert!(err("delay-trace a delay-trace b").contains("set twice"));
+        let toml: PathSpec =
+            toml::from_str("delay-trace = \"d reorder\"\n[up]\nloss-trace = \"l\"\n").unwrap();
+        assert_eq!(toml, parse("delay-trace d reorder up.loss-trace l"));
+        // A trace is its own schedule.
+        let e = err("rtt 20ms delay-trace d at 1s delay-trace e");
+        assert!(e.contains("delay-trace"), "{e}");
     }
 
     #[test]

@@ -181,9 +181,11 @@ fn changeable(key: Key) -> bool {
         | Key::Aqm
         | Key::Police
         | Key::Pace => true,
-        // The trace is the rate's own schedule; the hosts' queue, the MTU and the seed
+        // A trace is its setting's own schedule; the hosts' queue, the MTU and the seed
         // are set when the lab is built.
-        Key::Trace | Key::TxQueueLen | Key::Mtu | Key::Seed => false,
+        Key::Trace | Key::DelayTrace | Key::LossTrace | Key::TxQueueLen | Key::Mtu | Key::Seed => {
+            false
+        }
     }
 }
 
@@ -381,7 +383,7 @@ fn restore(key: Key, from: &LinkSpec, to: &mut LinkSpec) {
         Key::Aqm => to.aqm = from.aqm,
         Key::Police => to.police = from.police,
         Key::Pace => to.pace = from.pace,
-        Key::Trace | Key::TxQueueLen | Key::Mtu | Key::Seed => {
+        Key::Trace | Key::DelayTrace | Key::LossTrace | Key::TxQueueLen | Key::Mtu | Key::Seed => {
             unreachable!("{} does not change", key.name())
         }
     }
@@ -530,6 +532,8 @@ fn default_value(key: Key) -> String {
         | Key::Police
         | Key::Pace
         | Key::Trace
+        | Key::DelayTrace
+        | Key::LossTrace
         | Key::TxQueueLen
         | Key::Mtu
         | Key::Seed => {

@@ -2,7 +2,7 @@
 //! quinn-proto's tests do.
 #![allow(dead_code)]
 
-use tcplab_netsim::link::{Delivered, Dropped, Link, PacketMeta, PushOutcome};
+use tcplab_netsim::link::{Delivered, Dropped, Link, LinkTraces, PacketMeta, PushOutcome};
 use tcplab_netsim::path::{Direction, PathSpec};
 
 /// Marks the id of a duplicate copy.
@@ -88,7 +88,7 @@ pub fn link(spec: &str) -> Link<u64> {
         path.rtt_us(),
         path.mtu,
         seed,
-        None,
+        LinkTraces::default(),
     )
     .expect("link")
 }

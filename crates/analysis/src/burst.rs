@@ -61,9 +61,14 @@ impl FlowMeter {
     }
 }
 
+fn ns_per_byte(rate_bps: u64) -> f64 {
+    8e9 / rate_bps.max(1) as f64
+}
+
 /// Trains of the packets entering one link.
 pub struct BurstMeter {
-    /// ns per byte at the link's rate.
+    /// The link's rate, bit/s, and ns per byte at it.
+    rate_bps: u64,
     ns_per_byte: f64,
     flows: Vec<(FlowKey, FlowMeter)>,
     /// Each flow's place in `flows`.
@@ -80,13 +85,23 @@ impl BurstMeter {
     /// For a link of `rate_bps`, sampling its queue every `queue_period_ns`.
     pub fn new(rate_bps: u64, queue_period_ns: u64) -> BurstMeter {
         BurstMeter {
-            ns_per_byte: 8e9 / rate_bps.max(1) as f64,
+            rate_bps,
+            ns_per_byte: ns_per_byte(rate_bps),
             flows: Vec::new(),
             index: HashMap::new(),
             last: None,
             queue: Vec::new(),
             queue_period_ns: queue_period_ns.max(1),
             next_queue_sample_ns: 0,
+        }
+    }
+
+    /// The link's rate from the next arrival on, bit/s (a schedule changed it; 0 in an
+    /// outage, when any arrival within [`TRAIN_GAP_NS`] continues a train).
+    pub fn follow_rate(&mut self, rate_bps: u64) {
+        if rate_bps != self.rate_bps {
+            self.rate_bps = rate_bps;
+            self.ns_per_byte = ns_per_byte(rate_bps);
         }
     }
 
@@ -306,6 +321,23 @@ mod tests {
         let mut m = BurstMeter::new(GBIT, 1_000_000);
         feed(&mut m, 10, 1, 0, |k| k * 5_000);
         assert_eq!(only(&m).bursts, 1);
+    }
+
+    #[test]
+    fn a_rate_the_schedule_changes_moves_the_threshold_from_the_next_arrival() {
+        // 1500-byte packets 40 µs apart: trains at 100 Mbit/s (half a send is 60 µs),
+        // not at 1 Gbit/s (6 µs). The link slows after the fifth packet.
+        let mut m = BurstMeter::new(GBIT, 1_000_000);
+        for k in 0..10 {
+            if k == 5 {
+                m.follow_rate(100_000_000);
+            }
+            m.arrival(flow(1), Traffic::Test, k * 40_000, 1500, 0);
+        }
+        // Four of one packet, then the fifth with the five after it: from the change,
+        // the link sends what arrived before at its new rate.
+        let s = only(&m);
+        assert_eq!((s.bursts, s.burst_max), (5, 6));
     }
 
     #[test]

@@ -1789,12 +1789,23 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
         ms(delay.p50_us),
         ms(delay.p95_us),
     );
+    let timeline = spec.timeline(direction);
+    let (least_us, most_us) = timeline
+        .specs()
+        .map(|s| s.delay_us)
+        .fold((u64::MAX, 0), |(lo, hi), d| (lo.min(d), hi.max(d)));
     let mut message = match &link.delay_trace {
         // The path's own delay changes packet by packet: what was queued is not the rest.
         Some(trace) => format!(
             "{crossed} (the path's own delay {} one way plus its delay trace {})",
             ms(link.delay_us as f64),
             trace.path
+        ),
+        // Nor where the schedule changes it.
+        None if least_us != most_us => format!(
+            "{crossed} (the path's own delay {} to {} one way as its schedule changes it)",
+            ms(least_us as f64),
+            ms(most_us as f64),
         ),
         None => format!(
             "{crossed} (the path's own delay {} one way): up to {} of it at p95 queued and serialized",
@@ -1803,17 +1814,29 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
         ),
     };
     let mut queue = queue_while_testing(run, stats);
-    if let (Some(&most), Bottleneck::Rate { bps, .. }) = (queue.iter().max(), &link.bottleneck) {
+    if let Some(&most) = queue.iter().max() {
         queue.sort_unstable();
         let median = queue[queue.len() / 2];
-        let drain_us = |bytes: u64| bytes as f64 * 8e6 / *bps as f64;
         message += &format!(
-            "; the bottleneck queue held {} at the median and {} at most ({} and {} at its rate)",
+            "; the bottleneck queue held {} at the median and {} at most",
             format_size(median),
             format_size(most),
-            ms(drain_us(median)),
-            ms(drain_us(most)),
         );
+        // Its drain time where one rate drains it throughout.
+        let rates: Vec<_> = timeline.specs().map(|s| &s.bottleneck).collect();
+        if let [Bottleneck::Rate { bps, .. }, rest @ ..] = rates.as_slice() {
+            if rest
+                .iter()
+                .all(|b| matches!(b, Bottleneck::Rate { bps: r, .. } if r == bps))
+            {
+                let drain_us = |bytes: u64| bytes as f64 * 8e6 / *bps as f64;
+                message += &format!(
+                    " ({} and {} at its rate)",
+                    ms(drain_us(median)),
+                    ms(drain_us(most))
+                );
+            }
+        }
     }
     Some(message)
 }
@@ -3065,6 +3088,35 @@ pub(crate) mod tests {
         ] {
             assert!(message.contains(part), "{part:?} in {message}");
         }
+        // Where the path's delay or rate changes, neither is split off what was measured.
+        let with = |r: &mut RunRecord, spec: &str| {
+            r.path.as_mut().unwrap().spec = spec.into();
+            said(&explain(r)).expect("a finding")
+        };
+        let scheduled = with(
+            &mut r,
+            "rtt 20ms rate 100mbit queue 1bdp at 1ms rtt 80ms rate 50mbit",
+        );
+        assert!(
+            scheduled.contains(
+                "the path's own delay 10.0 ms to 40.0 ms one way as its schedule changes it)"
+            ),
+            "{scheduled}"
+        );
+        assert!(
+            scheduled.ends_with("held 122 KiB at the median and 234 KiB at most"),
+            "{scheduled}"
+        );
+        let traced = with(
+            &mut r,
+            "rtt 20ms rate 100mbit queue 1bdp up.delay-trace d.txt",
+        );
+        assert!(
+            traced.contains("(the path's own delay 10.0 ms one way plus its delay trace d.txt);"),
+            "{traced}"
+        );
+        assert!(!traced.contains("queued and serialized"), "{traced}");
+        assert!(traced.contains("at its rate"), "{traced}");
     }
 
     fn overflow_finding(e: &Explanation) -> Option<&str> {

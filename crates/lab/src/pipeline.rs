@@ -469,6 +469,9 @@ impl Direction {
                         .or_else(|| Headers::of(self.pool.bytes(id).headers_from(), classifier))
                     {
                         if let Some(meter) = &mut hop.meter {
+                            if let Some(bps) = hop.link.rate_bps_at(at) {
+                                meter.follow_rate(bps);
+                            }
                             meter.arrival(headers.key, traffic, at, wire_len, self.lag_ns);
                         }
                         if needs_meta {

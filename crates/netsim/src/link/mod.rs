@@ -1108,6 +1108,22 @@ impl<P> Link<P> {
         self.now = now;
     }
 
+    /// The rate serving the queue at `t` (ns, not before the link's last event) as the
+    /// path and its schedule set it, bit/s: 0 in an outage, `None` for a trace or no
+    /// limit.
+    pub fn rate_bps_at(&self, t: u64) -> Option<u64> {
+        let spec = match self.origin {
+            Some(origin) if self.rate_scheduled && t >= origin => {
+                self.timeline.at((t - origin) / NS_PER_US).0
+            }
+            _ => &self.settings,
+        };
+        match spec.bottleneck {
+            Bottleneck::Rate { bps, .. } => Some(bps),
+            Bottleneck::Trace { .. } | Bottleneck::Unlimited => None,
+        }
+    }
+
     /// Changes a rate link's rate from the next packet on (a dynamic pacer follows its
     /// flow); no effect on a trace or unlimited link, or for a rate of 0.
     pub fn set_rate(&mut self, new_bps: u64) {

@@ -981,6 +981,29 @@ fn pair_ends<'a>(ended: &[&'a Connection]) -> Vec<Ends<'a>> {
     pairs
 }
 
+/// Whether the receiver's count `received` holds its peer's FIN that its state did not
+/// show yet (sock_diag fills the two apart, and a sample can fall between): the sender
+/// sent its FIN, and the count is one above all the data it sent, both watched from
+/// their start.
+fn fin_counted_early(ends: &Ends<'_>, received: u64) -> bool {
+    let (Some(sender), Some(receiver)) = (ends.sender, ends.receiver) else {
+        return false;
+    };
+    let info = &sender.last_info;
+    let sent_fin = matches!(
+        sender.state,
+        TcpState::FinWait1
+            | TcpState::FinWait2
+            | TcpState::Closing
+            | TcpState::LastAck
+            | TcpState::TimeWait
+    );
+    sender.opened
+        && receiver.opened
+        && sent_fin
+        && received == info.bytes_sent.saturating_sub(info.bytes_retrans) + 1
+}
+
 /// One connection as flow `id`, `up` from the end that sent more (the client) to the
 /// other (the server). Its bytes are payload ([`payload`]): sent as the sender's socket
 /// saw them acknowledged, received as the receiver's socket counted them — each taken
@@ -990,7 +1013,7 @@ fn flow_record(id: u32, ends: &Ends<'_>, t0_us: i64) -> FlowRecord {
     let sent = ends.sender.map(|s| payload_of(s).0);
     let received = ends.receiver.map(|r| payload_of(r).1);
     let (sent_bytes, received_bytes) = match (sent, received) {
-        (Some(s), Some(r)) => (s, r),
+        (Some(s), Some(r)) => (s, r - u64::from(fin_counted_early(ends, r))),
         (Some(s), None) => (s, s),
         (None, Some(r)) => (r, r),
         (None, None) => (0, 0),

@@ -574,6 +574,38 @@ fn both_ends_of_a_connection_are_one_flow_and_a_lone_receiver_its_server() {
     assert_eq!(run.summary.dominant_limit, Some(Limit::Cwnd));
 }
 
+/// A receiver whose last sample counts the sender's FIN in its bytes while its state
+/// still shows FIN_WAIT2 (sock_diag fills the two apart): the flow received the data
+/// the sender sent before its FIN, no more.
+#[test]
+fn a_fin_counted_before_the_state_shows_it_is_not_payload() {
+    let mut t = Tracker::new(config());
+    let k = key(40014, 64);
+    for step in 0..3 {
+        let now = T0 + step * 10 * MS;
+        let data = step as u64 * 1448;
+        let mut receiver = receiving(k, 65, now, data + u64::from(step == 2));
+        if step == 2 {
+            receiver.state = TcpState::FinWait2;
+        }
+        let sender_state = if step == 2 {
+            TcpState::FinWait1
+        } else {
+            TcpState::Established
+        };
+        t.dump(
+            now,
+            &[sample(k, now, sender_state, data), receiver],
+            &mut watch_all,
+        );
+    }
+    t.finish();
+    let samples = t.take_samples();
+    let run = run_record(&t, Vec::new(), samples, meta());
+    let flow = &run.flows[0];
+    assert_eq!((flow.sent_bytes, flow.received_bytes), (2 * 1448, 2 * 1448));
+}
+
 #[test]
 fn an_ipv6_socket_s_v4_mapped_end_pairs_with_its_ipv4_peer() {
     let mut t = Tracker::new(config());

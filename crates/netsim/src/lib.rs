@@ -12,4 +12,5 @@ pub mod link;
 pub mod packet;
 pub mod path;
 pub mod probe_datagram;
+pub mod topology;
 pub mod traffic;

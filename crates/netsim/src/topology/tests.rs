@@ -1,0 +1,230 @@
+use super::*;
+
+/// The parking lot: hosts a0…a3 along three routers' two-link chain, one long flow's
+/// hosts at its ends and one host at each router for the one-hop flows.
+const PARKING_LOT: &str = r#"
+[[host]]
+name = "src"
+[[host]]
+name = "dst"
+[[host]]
+name = "x1"
+[[host]]
+name = "x2"
+[[router]]
+name = "r1"
+[[router]]
+name = "r2"
+[[router]]
+name = "r3"
+[[link]]
+between = ["src", "r1"]
+path = "rtt 2ms"
+[[link]]
+name = "b1"
+between = ["r1", "r2"]
+path = "rtt 10ms rate 100mbit"
+[[link]]
+name = "b2"
+between = ["r2", "r3"]
+path = "rtt 10ms rate 100mbit"
+[[link]]
+between = ["r3", "dst"]
+path = "rtt 2ms"
+[[link]]
+between = ["x1", "r1"]
+path = "rtt 2ms"
+[[link]]
+between = ["x2", "r2"]
+path = "rtt 2ms"
+"#;
+
+fn names(t: &Topology, hops: &[Hop]) -> Vec<String> {
+    hops.iter()
+        .map(|&h| {
+            let (a, b) = t.hop_ends(h);
+            format!("{}>{}", t.nodes[a].name, t.nodes[b].name)
+        })
+        .collect()
+}
+
+fn err(text: &str) -> String {
+    text.parse::<Topology>().unwrap_err().to_string()
+}
+
+#[test]
+fn every_host_reaches_every_other_by_the_shortest_way_through_routers() {
+    let t: Topology = PARKING_LOT.parse().unwrap();
+    let id = |n: &str| t.node(n).unwrap();
+    assert_eq!(
+        names(&t, t.route(id("src"), id("dst"))),
+        ["src>r1", "r1>r2", "r2>r3", "r3>dst"]
+    );
+    assert_eq!(
+        names(&t, t.route(id("dst"), id("src"))),
+        ["dst>r3", "r3>r2", "r2>r1", "r1>src"]
+    );
+    assert_eq!(
+        names(&t, t.route(id("x1"), id("x2"))),
+        ["x1>r1", "r1>r2", "r2>x2"]
+    );
+    // Every ordered pair of the four hosts has one.
+    let hosts: Vec<_> = t.hosts().collect();
+    assert_eq!(hosts.len(), 4);
+    for &a in &hosts {
+        for &b in hosts.iter().filter(|&&b| b != a) {
+            let hops = t.route(a, b);
+            assert_eq!(t.hop_ends(hops[0]).0, a);
+            assert_eq!(t.hop_ends(*hops.last().unwrap()).1, b);
+            assert!(hops
+                .windows(2)
+                .all(|w| t.hop_ends(w[0]).1 == t.hop_ends(w[1]).0));
+        }
+    }
+    // 1 + 5 + 5 + 1 ms each way.
+    assert_eq!(t.rtt_us(id("src"), id("dst")), 24_000);
+}
+
+#[test]
+fn the_least_delay_wins_over_fewer_links_and_a_host_never_forwards() {
+    let t: Topology = r#"
+        host = [{ name = "a" }, { name = "b" }, { name = "c" }]
+        router = [{ name = "r1" }, { name = "r2" }, { name = "r3" }]
+        link = [
+            { between = ["a", "r1"] },
+            { between = ["r1", "b"], path = "rtt 100ms" },
+            { between = ["r1", "r2"], path = "rtt 10ms" },
+            { between = ["r2", "r3"], path = "rtt 10ms" },
+            { between = ["r3", "b"], path = "rtt 10ms" },
+            { between = ["a", "c"] },
+            { between = ["c", "b"] },
+        ]
+    "#
+    .parse()
+    .unwrap();
+    let id = |n: &str| t.node(n).unwrap();
+    // 15 ms through three routers beats 50 ms through one; the free way through host
+    // c is no way at all.
+    assert_eq!(
+        names(&t, t.route(id("a"), id("b"))),
+        ["a>r1", "r1>r2", "r2>r3", "r3>b"]
+    );
+    assert_eq!(names(&t, t.route(id("a"), id("c"))), ["a>c"]);
+}
+
+#[test]
+fn a_given_route_is_taken_one_way_and_the_other_keeps_the_shortest() {
+    let text = format!(
+        "{PARKING_LOT}
+[[router]]
+name = \"r4\"
+[[link]]
+between = [\"r1\", \"r4\"]
+path = \"rtt 40ms\"
+[[link]]
+between = [\"r4\", \"r3\"]
+path = \"rtt 40ms\"
+[[route]]
+from = \"dst\"
+to = \"src\"
+via = [\"r3\", \"r4\", \"r1\"]
+"
+    );
+    let t: Topology = text.parse().unwrap();
+    let id = |n: &str| t.node(n).unwrap();
+    assert_eq!(
+        names(&t, t.route(id("src"), id("dst"))),
+        ["src>r1", "r1>r2", "r2>r3", "r3>dst"]
+    );
+    assert_eq!(
+        names(&t, t.route(id("dst"), id("src"))),
+        ["dst>r3", "r3>r4", "r4>r1", "r1>src"]
+    );
+    // 12 ms there, 42 back.
+    assert_eq!(t.rtt_us(id("src"), id("dst")), 54_000);
+}
+
+#[test]
+fn bad_topologies_are_one_line_naming_the_element() {
+    let two = "host = [{ name = \"a\" }, { name = \"b\" }]\n";
+    let cases = [
+        ("host = [{ name = \"a\" }]", "a topology needs at least two hosts"),
+        (
+            "host = [{ name = \"a\" }, { name = \"a\" }]",
+            "'a' is named twice; hosts and routers share one set of names",
+        ),
+        (
+            &format!("{two}link = [{{ between = [\"a\", \"z\"] }}]"),
+            "link a–z: no host or router named 'z'",
+        ),
+        (
+            &format!("{two}link = [{{ name = \"l\", between = [\"a\", \"a\"] }}]"),
+            "link l: it joins 'a' to itself",
+        ),
+        (
+            &format!("{two}link = [{{ between = [\"a\", \"b\"], path = \"rtt 10\" }}]"),
+            "link a–b: path spec: at '10' (word 2): a duration needs a unit, as in 10ms, 10us or 10s",
+        ),
+        (
+            &format!("{two}router = [{{ name = \"r\" }}]\nlink = [{{ between = [\"a\", \"b\"] }}]"),
+            "router 'r' has no link",
+        ),
+        (
+            "host = [{ name = \"a\" }, { name = \"b\" }, { name = \"c\" }, { name = \"d\" }]
+             link = [{ between = [\"a\", \"b\"] }, { between = [\"c\", \"d\"] }]",
+            "host 'a' cannot reach host 'c': no links join them through routers",
+        ),
+        (
+            &format!("{two}link = [{{ between = [\"a\", \"b\"] }}]\nroute = [{{ from = \"a\", to = \"b\", via = [\"q\"] }}]"),
+            "route a → b: no host or router named 'q'",
+        ),
+        (
+            &format!("{two}link = [{{ between = [\"a\", \"b\"] }}]\nhost2 = 1"),
+            "topology: ",
+        ),
+    ];
+    for (text, expected) in cases {
+        let e = err(text);
+        assert!(
+            e.starts_with(expected),
+            "{text}\n  gave {e}\n  not {expected}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    let looped = format!(
+        "{PARKING_LOT}
+[[route]]
+from = \"src\"
+to = \"dst\"
+via = [\"r1\", \"r2\", \"r1\", \"r3\"]
+"
+    );
+    assert_eq!(
+        err(&looped),
+        "route src → dst: it passes 'r1' twice: a loop"
+    );
+    let through_host = format!(
+        "{PARKING_LOT}
+[[route]]
+from = \"src\"
+to = \"dst\"
+via = [\"r1\", \"x1\"]
+"
+    );
+    assert_eq!(
+        err(&through_host),
+        "route src → dst: 'x1' is a host; hosts do not forward, a route goes via routers"
+    );
+    let unlinked = format!(
+        "{PARKING_LOT}
+[[route]]
+from = \"src\"
+to = \"dst\"
+via = [\"r1\", \"r3\"]
+"
+    );
+    assert_eq!(
+        err(&unlinked),
+        "route src → dst: no link joins 'r1' and 'r3'"
+    );
+}

@@ -6,6 +6,7 @@
 # leaves in fuzz/artifacts/TARGET/.
 #   bash fuzz/run.sh
 #   SECONDS_PER_TARGET=10 bash fuzz/run.sh
+#   bash fuzz/run.sh build      # only build the targets (CI builds them before its tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
@@ -26,6 +27,7 @@ flags=(-O --sanitizer none)
 started=$SECONDS
 cargo +nightly fuzz build "${flags[@]}" >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
 echo "built the targets in $((SECONDS - started)) s"
+[ "${1:-}" = build ] && exit 0
 for target in $(cargo +nightly fuzz list); do
     mkdir -p "fuzz/corpus/$target"
     if ! cargo +nightly fuzz run "${flags[@]}" "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \

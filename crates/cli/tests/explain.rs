@@ -12,12 +12,12 @@ use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
 
-/// Runs one 4 s test across `path` into `db`, then explains it, and checks that the
+/// Runs one 2 s test across `path` into `db`, then explains it, and checks that the
 /// run and its explanation tell one story: the verdict is the run's dominant limit,
 /// named by the element (link, gap pacer) where the network's limit reached one.
 fn run_and_explain(db: &Path, path: &str, args: &[&str]) -> Value {
     let out = tcplab()
-        .args(["run", "--path", path, "-t", "4", "--json", "--db"])
+        .args(["run", "--path", path, "-t", "2", "--json", "--db"])
         .arg(db)
         .args(args)
         .output()

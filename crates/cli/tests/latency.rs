@@ -174,7 +174,7 @@ fn loaded_probes_see_the_bottleneck_queue() {
                 "-C",
                 "cubic",
                 "-t",
-                "6s",
+                "4s",
                 "--probe",
                 "10ms",
                 "--probe-idle",
@@ -184,10 +184,10 @@ fn loaded_probes_see_the_bottleneck_queue() {
         let latency = &run["summary"]["latency"];
         let idle = f64_at(latency, "/idle_rtt_us/p50") / 1e3;
         let loaded = f64_at(latency, "/loaded_rtt_us/p50") / 1e3;
-        // The queue's delay from its bytes at 20 Mbit/s, over the last 4 s of the load
+        // The queue's delay from its bytes at 20 Mbit/s, over the last 2 s of the load
         // (the first 2 s fill it), each direction's median.
         let start = u64_at(&run, "/started_unix_us") - u64_at(&run, "/path/epoch_unix_us");
-        let window = (start + 2_000_000)..(start + 6_000_000);
+        let window = (start + 2_000_000)..(start + 4_000_000);
         let queue_ms = |dir: &str| {
             median(
                 run["path"][dir]["queue"]

@@ -35,7 +35,7 @@ fn bottleneck_view(extra_path: &str, args: &[&str]) -> (f64, u64, u64, f64) {
             "-C",
             "cubic",
             "-t",
-            "3",
+            "2",
             "--json",
         ])
         .args(args)
@@ -177,7 +177,7 @@ fn a_pacer_over_the_min_rtt_keeps_the_throughput_the_smoothed_rtt_costs() {
     let view = |pace: &str| {
         let out = tcplab()
             .args(["run", "--path", &format!("{PATH} up.pace {pace}")])
-            .args(["-C", "cubic", "-t", "3", "--json"])
+            .args(["-C", "cubic", "-t", "2", "--json"])
             .output()
             .expect("running tcplab run");
         let v: Value = parse_success(&out);
@@ -299,7 +299,7 @@ fn trains_and_capture(
             "run",
             "10.77.0.1",
             "-t",
-            "3",
+            "2",
             "--json",
         ])
         .args(args)

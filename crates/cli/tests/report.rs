@@ -337,8 +337,8 @@ fn pixels_per_chart(
 /// The quick arena (examples/quick/arena.toml, run from elsewhere: its trace files are
 /// taken from its directory). On the Verizon LTE uplink behind a deep drop-tail queue, BBR's
 /// 95th-percentile one-way delay (its own packets, `--metric delay`) is below cubic's,
-/// the known result (measured: 219–227 against 291–298 ms, 7.1 Mbit/s each), and so on
-/// the 100 Mbit/s link (17.7 against 28.9 ms); no run beats its bound. Load can delay
+/// the known result (measured: 221–245 against 398–405 ms, 6.6 Mbit/s each), and so on
+/// the 100 Mbit/s link (17.8–26.4 against 29.3–29.4 ms); no run beats its bound. Load can delay
 /// the emulator: one of three tries. Its report has one chart of throughput against
 /// delay per link, both schemes on it, drawn in headless Chromium.
 #[test]

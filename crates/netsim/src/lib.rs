@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod dumbbell;
+pub mod fabric;
 pub mod link;
 pub mod packet;
 pub mod path;

@@ -276,6 +276,18 @@ impl Topology {
         way(a, b) + way(b, a)
     }
 
+    /// The round trip a queue in BDP on `link` is sized over: the longest base round
+    /// trip of the host pairs whose route crosses it either way (the classic rule for a
+    /// router's buffer, as the dumbbell's), µs; 0 for a link no route crosses.
+    pub fn bdp_rtt_us(&self, link: usize) -> u64 {
+        self.routes
+            .iter()
+            .filter(|(_, hops)| hops.iter().any(|h| h.link == link))
+            .map(|(&(a, b), _)| self.rtt_us(a, b))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The least-delay way from `from` to every node through routers (hosts end a
     /// route, never carry one): Dijkstra on (delay, links), ties to the lower link
     /// index, so the same file always gives the same routes.

@@ -6,7 +6,7 @@
 # leaves in fuzz/artifacts/TARGET/.
 #   bash fuzz/run.sh
 #   SECONDS_PER_TARGET=10 bash fuzz/run.sh
-#   bash fuzz/run.sh build      # only build the targets (CI builds them before its tests)
+#   bash fuzz/run.sh build      # only build the targets
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

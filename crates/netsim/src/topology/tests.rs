@@ -1,43 +1,22 @@
 use super::*;
 
-/// The parking lot: hosts a0…a3 along three routers' two-link chain, one long flow's
-/// hosts at its ends and one host at each router for the one-hop flows.
+/// The parking lot: the long flow's hosts src and dst at the ends of a chain of three
+/// routers and two bottlenecks, a host at r1 and one at r2 for the one-hop flows.
 const PARKING_LOT: &str = r#"
-[[host]]
-name = "src"
-[[host]]
-name = "dst"
-[[host]]
-name = "x1"
-[[host]]
-name = "x2"
-[[router]]
-name = "r1"
-[[router]]
-name = "r2"
-[[router]]
-name = "r3"
-[[link]]
-between = ["src", "r1"]
-path = "rtt 2ms"
-[[link]]
-name = "b1"
-between = ["r1", "r2"]
-path = "rtt 10ms rate 100mbit"
-[[link]]
-name = "b2"
-between = ["r2", "r3"]
-path = "rtt 10ms rate 100mbit"
-[[link]]
-between = ["r3", "dst"]
-path = "rtt 2ms"
-[[link]]
-between = ["x1", "r1"]
-path = "rtt 2ms"
-[[link]]
-between = ["x2", "r2"]
-path = "rtt 2ms"
+host = [{ name = "src" }, { name = "dst" }, { name = "x1" }, { name = "x2" }]
+router = [{ name = "r1" }, { name = "r2" }, { name = "r3" }]
+link = [
+    { between = ["src", "r1"], path = "rtt 2ms" },
+    { name = "b1", between = ["r1", "r2"], path = "rtt 10ms rate 100mbit" },
+    { name = "b2", between = ["r2", "r3"], path = "rtt 10ms rate 100mbit" },
+    { between = ["r3", "dst"], path = "rtt 2ms" },
+    { between = ["x1", "r1"], path = "rtt 2ms" },
+    { between = ["x2", "r2"], path = "rtt 2ms" },
+]
 "#;
+
+/// The long flow's way through the parking lot, over both bottlenecks.
+const LONG_FLOW_THERE: [&str; 4] = ["src>r1", "r1>r2", "r2>r3", "r3>dst"];
 
 fn names(t: &Topology, hops: &[Hop]) -> Vec<String> {
     hops.iter()
@@ -48,6 +27,11 @@ fn names(t: &Topology, hops: &[Hop]) -> Vec<String> {
         .collect()
 }
 
+/// The route from host `from` to host `to`, as `a>b` per link.
+fn way(t: &Topology, from: &str, to: &str) -> Vec<String> {
+    names(t, t.route(t.node(from).unwrap(), t.node(to).unwrap()))
+}
+
 fn err(text: &str) -> String {
     text.parse::<Topology>().unwrap_err().to_string()
 }
@@ -56,18 +40,12 @@ fn err(text: &str) -> String {
 fn every_host_reaches_every_other_by_the_shortest_way_through_routers() {
     let t: Topology = PARKING_LOT.parse().unwrap();
     let id = |n: &str| t.node(n).unwrap();
+    assert_eq!(way(&t, "src", "dst"), LONG_FLOW_THERE);
     assert_eq!(
-        names(&t, t.route(id("src"), id("dst"))),
-        ["src>r1", "r1>r2", "r2>r3", "r3>dst"]
-    );
-    assert_eq!(
-        names(&t, t.route(id("dst"), id("src"))),
+        way(&t, "dst", "src"),
         ["dst>r3", "r3>r2", "r2>r1", "r1>src"]
     );
-    assert_eq!(
-        names(&t, t.route(id("x1"), id("x2"))),
-        ["x1>r1", "r1>r2", "r2>x2"]
-    );
+    assert_eq!(way(&t, "x1", "x2"), ["x1>r1", "r1>r2", "r2>x2"]);
     // Every ordered pair of the four hosts has one.
     let hosts: Vec<_> = t.hosts().collect();
     assert_eq!(hosts.len(), 4);
@@ -102,42 +80,37 @@ fn the_least_delay_wins_over_fewer_links_and_a_host_never_forwards() {
     "#
     .parse()
     .unwrap();
-    let id = |n: &str| t.node(n).unwrap();
     // 15 ms through three routers beats 50 ms through one; the free way through host
     // c is no way at all.
-    assert_eq!(
-        names(&t, t.route(id("a"), id("b"))),
-        ["a>r1", "r1>r2", "r2>r3", "r3>b"]
-    );
-    assert_eq!(names(&t, t.route(id("a"), id("c"))), ["a>c"]);
+    assert_eq!(way(&t, "a", "b"), ["a>r1", "r1>r2", "r2>r3", "r3>b"]);
+    assert_eq!(way(&t, "a", "c"), ["a>c"]);
 }
 
 #[test]
 fn a_given_route_is_taken_one_way_and_the_other_keeps_the_shortest() {
-    let text = format!(
-        "{PARKING_LOT}
-[[router]]
-name = \"r4\"
-[[link]]
-between = [\"r1\", \"r4\"]
-path = \"rtt 40ms\"
-[[link]]
-between = [\"r4\", \"r3\"]
-path = \"rtt 40ms\"
+    // A longer way from r1 to r3 through r4, which the way back is told to take.
+    let text = PARKING_LOT
+        .replace(
+            r#"{ name = "r3" }]"#,
+            r#"{ name = "r3" }, { name = "r4" }]"#,
+        )
+        .replace(
+            r#"{ between = ["x2", "r2"], path = "rtt 2ms" },"#,
+            r#"{ between = ["x2", "r2"], path = "rtt 2ms" },
+    { between = ["r1", "r4"], path = "rtt 40ms" },
+    { between = ["r4", "r3"], path = "rtt 40ms" },"#,
+        )
+        + r#"
 [[route]]
-from = \"dst\"
-to = \"src\"
-via = [\"r3\", \"r4\", \"r1\"]
-"
-    );
+from = "dst"
+to = "src"
+via = ["r3", "r4", "r1"]
+"#;
     let t: Topology = text.parse().unwrap();
     let id = |n: &str| t.node(n).unwrap();
+    assert_eq!(way(&t, "src", "dst"), LONG_FLOW_THERE);
     assert_eq!(
-        names(&t, t.route(id("src"), id("dst"))),
-        ["src>r1", "r1>r2", "r2>r3", "r3>dst"]
-    );
-    assert_eq!(
-        names(&t, t.route(id("dst"), id("src"))),
+        way(&t, "dst", "src"),
         ["dst>r3", "r3>r4", "r4>r1", "r1>src"]
     );
     // 12 ms there, 42 back.
@@ -191,40 +164,22 @@ fn bad_topologies_are_one_line_naming_the_element() {
         );
         assert_eq!(e.lines().count(), 1, "{e}");
     }
-    let looped = format!(
-        "{PARKING_LOT}
-[[route]]
-from = \"src\"
-to = \"dst\"
-via = [\"r1\", \"r2\", \"r1\", \"r3\"]
-"
-    );
-    assert_eq!(
-        err(&looped),
-        "route src → dst: it passes 'r1' twice: a loop"
-    );
-    let through_host = format!(
-        "{PARKING_LOT}
-[[route]]
-from = \"src\"
-to = \"dst\"
-via = [\"r1\", \"x1\"]
-"
-    );
-    assert_eq!(
-        err(&through_host),
-        "route src → dst: 'x1' is a host; hosts do not forward, a route goes via routers"
-    );
-    let unlinked = format!(
-        "{PARKING_LOT}
-[[route]]
-from = \"src\"
-to = \"dst\"
-via = [\"r1\", \"r3\"]
-"
-    );
-    assert_eq!(
-        err(&unlinked),
-        "route src → dst: no link joins 'r1' and 'r3'"
-    );
+    // Routes from src to dst through the parking lot that no packet can take.
+    for (via, expected) in [
+        (
+            r#"["r1", "r2", "r1", "r3"]"#,
+            "route src → dst: it passes 'r1' twice: a loop",
+        ),
+        (
+            r#"["r1", "x1"]"#,
+            "route src → dst: 'x1' is a host; hosts do not forward, a route goes via routers",
+        ),
+        (
+            r#"["r1", "r3"]"#,
+            "route src → dst: no link joins 'r1' and 'r3'",
+        ),
+    ] {
+        let text = format!("{PARKING_LOT}\n[[route]]\nfrom = \"src\"\nto = \"dst\"\nvia = {via}\n");
+        assert_eq!(err(&text), expected);
+    }
 }

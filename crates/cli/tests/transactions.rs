@@ -392,7 +392,11 @@ fn the_stall_at_20ms_is_two_round_trips_and_the_delayed_ack_as_the_capture_shows
             .unwrap();
         let crr_ms = f64_at(&parse_success(&out), "/summary/transactions/latency_us/p50") / 1e3;
         let kinds = explain_kinds(dir.path());
-        if (crr_ms - 3.0 * RTT_MS).abs() > 3.0 || kinds.contains(&FindingKind::NagleStall) {
+        // Three round trips, not a stall's two and the delayed ACK (some 40 ms more): a
+        // host that wakes the emulator late adds a few ms to the median (7 measured, its
+        // lateness p99 3.7 ms).
+        let three = (3.0 * RTT_MS - 3.0)..=(3.0 * RTT_MS + 8.0);
+        if !three.contains(&crr_ms) || kinds.contains(&FindingKind::NagleStall) {
             return Err(format!("TCP_CRR: {crr_ms:.2} ms, findings {kinds:?}"));
         }
         Ok(())

@@ -873,11 +873,12 @@ impl<P> Link<P> {
     fn loss_event(&mut self) -> bool {
         let netem = self.netem_loss_event();
         // Drawn after netem's, so that a spec without a trace draws as before.
-        let since_start_us = self.since_start_us(self.now);
-        let traced = match &self.loss_trace {
-            Some(trace) => roll(&mut self.rng, trace.at(since_start_us).ppb()),
-            None => false,
-        };
+        // Looked up only where there is a trace: this runs for every packet.
+        let ppb = self
+            .loss_trace
+            .as_ref()
+            .map(|trace| trace.at(self.since_start_us(self.now)).ppb());
+        let traced = ppb.is_some_and(|ppb| roll(&mut self.rng, ppb));
         netem || traced
     }
 

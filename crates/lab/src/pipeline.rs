@@ -12,6 +12,7 @@
 //! the receiving kernel's per-packet cost does not cap the emulator. Where no link
 //! does (delay only), super-packets pass through whole.
 
+use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::ops::Range;
@@ -77,6 +78,9 @@ pub enum Target {
     Egress(usize),
     /// By destination address, through the direction's routes.
     Route,
+    /// Along the packet's path, by its source and destination ([`DirectionPlan::paths`]):
+    /// the stage after hop `after`, or the path's first from an ingress device.
+    Path { after: Option<usize> },
 }
 
 pub struct Hop {
@@ -107,6 +111,9 @@ pub struct DirectionPlan {
     pub bottleneck: usize,
     pub egress: Vec<Arc<Tun>>,
     pub routes: Vec<(IpAddr, Target)>,
+    /// The stages a packet from one address to another takes, in order, the last an
+    /// egress device ([`Target::Path`]): a route may differ by source, and each way.
+    pub paths: HashMap<(IpAddr, IpAddr), Vec<Target>>,
     /// Segment super-packets (some link applies a per-packet effect).
     pub per_packet: bool,
     /// Largest IP packet on the wire.
@@ -510,7 +517,7 @@ impl Direction {
                 }
             }
             Target::Egress(e) => self.write(e, id, at),
-            Target::Route => match self.route(id, headers) {
+            Target::Route | Target::Path { .. } => match self.route(target, id, headers) {
                 Some(next) => self.dispatch(next, at, id, wire_len, headers, traffic),
                 None => {
                     self.unroutable += 1;
@@ -520,83 +527,111 @@ impl Direction {
         }
     }
 
-    fn route(&self, id: BufId, headers: Option<Headers>) -> Option<Target> {
-        let dst = headers
+    /// Where a packet routed by `by` ([`Target::Route`] or [`Target::Path`]) goes next.
+    fn route(&self, by: Target, id: BufId, headers: Option<Headers>) -> Option<Target> {
+        let key = headers
             .or_else(|| Headers::of(self.pool.bytes(id).headers_from(), &self.plan.classifier))?
-            .key
-            .dst;
-        self.plan
-            .routes
-            .iter()
-            .find(|(addr, _)| *addr == dst)
-            .map(|(_, t)| *t)
+            .key;
+        match by {
+            Target::Path { after } => {
+                let stages = self.plan.paths.get(&(key.src, key.dst))?;
+                let next = match after {
+                    None => 0,
+                    Some(h) => stages.iter().position(|&t| t == Target::Hop(h))? + 1,
+                };
+                stages.get(next).copied()
+            }
+            _ => self
+                .plan
+                .routes
+                .iter()
+                .find(|(addr, _)| *addr == key.dst)
+                .map(|(_, t)| *t),
+        }
     }
 
-    /// Moves every packet due by `now` to its next stage, until nothing is due. Hops
-    /// are listed upstream first, so a packet leaving one usually enters the next at
-    /// its exact due time.
+    /// Moves every packet due by `now` to its next stage, in time order across the
+    /// hops (as [`tcplab_netsim::fabric::Fabric`] does): a packet leaving one link enters
+    /// the next at its due time exactly, whatever the hops' order, so its time across
+    /// a chain is the sum of its times on each link.
     fn deliver(&mut self, now: u64) {
-        loop {
-            let mut moved = false;
-            for h in 0..self.plan.hops.len() {
-                while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
-                    let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
-                    if let Some(tap) = &mut hop.capture {
-                        let fate = Fate::Dropped(dropped.reason);
-                        with_ip(pool, dropped.packet, |ip| {
-                            tap.dropped_inside(dropped.packet, fate, dropped.at, ip)
-                        });
-                    }
-                    self.pool.release(dropped.packet);
-                }
-                self.hop_clock[h] = self.hop_clock[h].max(now);
-                while let Some(d) = self.plan.hops[h].link.pop(now) {
-                    moved = true;
-                    let packet = if d.corrupt || d.ce {
-                        // Changed in place: a segment gets a buffer of its own.
-                        match self.pool.own(d.packet) {
-                            Some(packet) => packet,
-                            None => {
-                                self.malformed += 1;
-                                if let Some(tap) = &mut self.plan.hops[h].capture {
-                                    tap.forget(d.packet);
-                                }
-                                continue;
+        while let Some((h, t)) = self.next_due(now) {
+            self.collect_dropped(h);
+            // A packet read from a device may have entered the link after `t`: its time
+            // does not go back.
+            self.hop_clock[h] = self.hop_clock[h].max(t);
+            let t = self.hop_clock[h];
+            while let Some(d) = self.plan.hops[h].link.pop(t) {
+                let packet = if d.corrupt || d.ce {
+                    // Changed in place: a segment gets a buffer of its own.
+                    match self.pool.own(d.packet) {
+                        Some(packet) => packet,
+                        None => {
+                            self.malformed += 1;
+                            if let Some(tap) = &mut self.plan.hops[h].capture {
+                                tap.forget(d.packet);
                             }
-                        }
-                    } else {
-                        d.packet
-                    };
-                    if d.corrupt {
-                        self.corrupt(packet);
-                    }
-                    if d.ce {
-                        let buf = self.pool.get_mut(packet);
-                        let len = buf.len;
-                        if len > VirtioNetHdr::LEN {
-                            set_ce(&mut buf.data[VirtioNetHdr::LEN..len]);
+                            continue;
                         }
                     }
-                    // Recorded as it leaves: its CE mark or flipped bit in it.
-                    let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
-                    if let Some(tap) = &mut hop.capture {
-                        let fate = match (d.corrupt, d.ce, d.reordered) {
-                            (true, _, _) => Fate::Corrupted,
-                            (false, true, _) => Fate::MarkedCe,
-                            (false, false, true) => Fate::Reordered,
-                            (false, false, false) => Fate::Delivered,
-                        };
-                        with_ip(pool, packet, |ip| {
-                            tap.left(d.packet, fate, d.queue_delay, d.due, ip)
-                        });
-                    }
-                    let then = self.plan.hops[h].then;
-                    self.dispatch(then, d.due, packet, d.wire_len, None, d.traffic);
+                } else {
+                    d.packet
+                };
+                if d.corrupt {
+                    self.corrupt(packet);
                 }
+                if d.ce {
+                    let buf = self.pool.get_mut(packet);
+                    let len = buf.len;
+                    if len > VirtioNetHdr::LEN {
+                        set_ce(&mut buf.data[VirtioNetHdr::LEN..len]);
+                    }
+                }
+                // Recorded as it leaves: its CE mark or flipped bit in it.
+                let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+                if let Some(tap) = &mut hop.capture {
+                    let fate = match (d.corrupt, d.ce, d.reordered) {
+                        (true, _, _) => Fate::Corrupted,
+                        (false, true, _) => Fate::MarkedCe,
+                        (false, false, true) => Fate::Reordered,
+                        (false, false, false) => Fate::Delivered,
+                    };
+                    with_ip(pool, packet, |ip| {
+                        tap.left(d.packet, fate, d.queue_delay, d.due, ip)
+                    });
+                }
+                let then = self.plan.hops[h].then;
+                self.dispatch(then, d.due, packet, d.wire_len, None, d.traffic);
             }
-            if !moved {
-                return;
+        }
+        for h in 0..self.plan.hops.len() {
+            self.collect_dropped(h);
+            self.hop_clock[h] = self.hop_clock[h].max(now);
+        }
+    }
+
+    /// The hop whose next event is the earliest, and its time, if it is by `now`.
+    fn next_due(&self, now: u64) -> Option<(usize, u64)> {
+        self.plan
+            .hops
+            .iter()
+            .enumerate()
+            .filter_map(|(h, hop)| Some((h, hop.link.next_deadline()?)))
+            .filter(|&(_, t)| t <= now)
+            .min_by_key(|&(h, t)| (t, h))
+    }
+
+    /// Lets go of what hop `h` dropped inside (an AQM at dequeue), recorded first.
+    fn collect_dropped(&mut self, h: usize) {
+        while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
+            let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
+            if let Some(tap) = &mut hop.capture {
+                let fate = Fate::Dropped(dropped.reason);
+                with_ip(pool, dropped.packet, |ip| {
+                    tap.dropped_inside(dropped.packet, fate, dropped.at, ip)
+                });
             }
+            self.pool.release(dropped.packet);
         }
     }
 

@@ -4,7 +4,7 @@
 //! Addresses: the server is 10.77.0.1/16 and fd00:77::1/64; client k (from 1) is
 //! 10.77.1.k and fd00:77::1:k. Every lab has its own namespaces, so labs never clash.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -123,7 +123,7 @@ pub enum Backend {
     Netem,
 }
 
-fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LabError {
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LabError {
     let context = context.into();
     move |error| LabError::Io { context, error }
 }
@@ -166,7 +166,9 @@ pub struct Host {
     pub addr6: IpAddr,
 }
 
-/// Live counters of a lab, per direction.
+/// Live counters of a lab, per direction. A topology's lab carries every link both
+/// ways in one emulator thread: its counters are all in `up`, each hop named by its
+/// link and its ends.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LabStats {
     pub up: DirectionStats,
@@ -233,19 +235,19 @@ struct LinkPlan<'a> {
 }
 
 /// The emulator's two threads, one per direction, and what they publish.
-struct Emulator {
+pub(crate) struct Emulator {
     stop: Arc<AtomicBool>,
     /// Wakes the threads when `stop` is set (none without threads).
-    wake: Option<Arc<Waker>>,
+    pub(crate) wake: Option<Arc<Waker>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
-    up: Arc<Mutex<DirectionStats>>,
+    pub(crate) up: Arc<Mutex<DirectionStats>>,
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch, and the same
     /// on the monotonic clock, ns.
     epoch_unix_us: i64,
     epoch_ns: u64,
     /// When the test started: the path's schedule counts from it.
-    test_start: TestStart,
+    pub(crate) test_start: TestStart,
     /// The capture's writer, finished once the threads that feed it are done, its
     /// file and where it sees the packets.
     capture: Option<Capture>,
@@ -254,63 +256,76 @@ struct Emulator {
 }
 
 impl Emulator {
-    fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
-        let stop = Arc::new(AtomicBool::new(false));
+    /// The clock, the wake-up and the test's start, and the capture's writer; no
+    /// thread yet ([`Emulator::spawn`]).
+    pub(crate) fn new(capture: Option<&CaptureSpec>, lab: &str) -> Result<Emulator, LabError> {
         let wake = Arc::new(Waker::new().map_err(io_err("starting the emulator"))?);
         let epoch = monotonic_ns();
         let epoch_unix_us = realtime_us() - ((monotonic_ns() - epoch) / 1000) as i64;
-        let capture = links
-            .capture
+        let writer = capture
             .map(|spec| {
-                Capture::start(spec, epoch_unix_us as u64 * 1000, &links.config.name)
+                Capture::start(spec, epoch_unix_us as u64 * 1000, lab)
                     .map_err(io_err("starting the capture"))
             })
             .transpose()?;
-        let test_start = TestStart::default();
-        let plan = |dir| {
-            Lab::plan(
-                links,
-                dir,
-                devices,
-                clients,
-                capture.as_ref(),
-                (&wake, &test_start),
-            )
-        };
-        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
-        let mut emulator = Emulator {
-            stop,
+        Ok(Emulator {
+            stop: Arc::new(AtomicBool::new(false)),
             wake: Some(wake),
             threads: Vec::new(),
             up: Arc::default(),
             down: Arc::default(),
             epoch_unix_us,
             epoch_ns: epoch,
-            test_start,
-            capture,
-            capture_file: links.capture.map(|spec| spec.file.display().to_string()),
-            capture_at: links
-                .capture
-                .map_or(CapturePoint::Bottleneck, |spec| spec.at),
+            test_start: TestStart::default(),
+            capture: writer,
+            capture_file: capture.map(|spec| spec.file.display().to_string()),
+            capture_at: capture.map_or(CapturePoint::Bottleneck, |spec| spec.at),
+        })
+    }
+
+    /// The dumbbell's two threads, one per direction.
+    fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
+        let mut emulator = Emulator::new(links.capture, &links.config.name)?;
+        let wake = Arc::clone(emulator.wake.as_ref().expect("made by new"));
+        let plan = |dir| {
+            Lab::plan(
+                links,
+                dir,
+                devices,
+                clients,
+                emulator.capture.as_ref(),
+                (&wake, &emulator.test_start),
+            )
         };
-        let published = [Arc::clone(&emulator.up), Arc::clone(&emulator.down)];
-        for ((name, plan), stats) in [("emulator-up", up_plan), ("emulator-down", down_plan)]
-            .into_iter()
-            .zip(published)
-        {
-            let stop = Arc::clone(&emulator.stop);
-            let handle = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || pipeline::run(plan, stats, stop, epoch));
-            match handle {
-                Ok(handle) => emulator.threads.push(handle),
-                Err(e) => {
-                    let _ = emulator.halt();
-                    return Err(io_err("starting the emulator")(e));
-                }
+        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
+        let (up, down) = (Arc::clone(&emulator.up), Arc::clone(&emulator.down));
+        emulator.spawn("emulator-up", up_plan, up)?;
+        emulator.spawn("emulator-down", down_plan, down)?;
+        Ok(emulator)
+    }
+
+    /// A thread carrying `plan`'s packets, publishing into `stats`; on failure, the
+    /// threads started before are stopped.
+    pub(crate) fn spawn(
+        &mut self,
+        name: &str,
+        plan: DirectionPlan,
+        stats: Arc<Mutex<DirectionStats>>,
+    ) -> Result<(), LabError> {
+        let (stop, epoch) = (Arc::clone(&self.stop), self.epoch_ns);
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || pipeline::run(plan, stats, stop, epoch));
+        match handle {
+            Ok(handle) => {
+                self.threads.push(handle);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.halt();
+                Err(io_err("starting the emulator")(e))
             }
         }
-        Ok(emulator)
     }
 
     /// No emulator: the kernel carries the packets (netem).
@@ -379,11 +394,11 @@ pub struct Lab {
     pub entry: LabEntry,
     pub server: Host,
     pub clients: Vec<Host>,
-    emulator: Emulator,
+    pub(crate) emulator: Emulator,
     /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
-    pacing_targets: [Option<PacingTarget>; 2],
+    pub(crate) pacing_targets: [Option<PacingTarget>; 2],
     /// Until torn down: what Drop still has to do.
-    alive: bool,
+    pub(crate) alive: bool,
 }
 
 fn server_addrs() -> (IpAddr, IpAddr) {
@@ -405,7 +420,7 @@ fn is_ideal(path: &PathSpec) -> bool {
 }
 
 /// The traces a link of the lab reads (rate, delay, loss), from their files.
-fn load_traces(spec: &LinkSpec) -> Result<LinkTraces, LabError> {
+pub(crate) fn load_traces(spec: &LinkSpec) -> Result<LinkTraces, LabError> {
     LinkTraces::load(spec, |path| std::fs::read_to_string(path))
         .map_err(|TraceFileError { path, message }| LabError::Trace { path, message })
 }
@@ -472,6 +487,55 @@ fn make_link(
     Link::in_lab(&lab, link, dir, config.seed(), mtu, traces).map_err(LabError::Link)
 }
 
+/// One host to make: its namespace, addresses (v4, v6), its device's MTU, what it
+/// sends into (its interface queue's length) and the user's sysctls.
+pub(crate) struct HostPlan<'a> {
+    pub ns: &'a str,
+    pub addrs: (IpAddr, IpAddr),
+    pub mtu: u32,
+    pub sends: &'a LinkSpec,
+    pub sysctls: &'a BTreeMap<String, String>,
+}
+
+/// A host's namespace (noted in `made`, for undoing) and its TUN device, addressed.
+pub(crate) fn make_host(
+    host: &HostPlan,
+    made: &mut Vec<NetNs>,
+) -> Result<(Host, Arc<Tun>), LabError> {
+    let HostPlan {
+        ns: ns_name,
+        addrs: (v4, v6),
+        mtu,
+        sends,
+        sysctls,
+    } = *host;
+    let ns = NetNs::create(ns_name).map_err(io_err(format!("creating netns {ns_name}")))?;
+    made.push(ns.clone());
+    // Persistent: the namespace takes its device with it, in the background,
+    // when the lab comes down.
+    let opts = TunOptions {
+        vnet_hdr: true,
+        offloads: Offloads::TSO,
+        nonblocking: true,
+        persist: true,
+        ..TunOptions::default()
+    };
+    let tun = tun::create_in(&ns, TUN_NAME, opts, &[(v4, 16), (v6, 64)])
+        .map_err(io_err(format!("creating {TUN_NAME} in {ns_name}")))?;
+    ns.try_run(|| netns::set_mtu(TUN_NAME, mtu))
+        .map_err(io_err(format!("setting MTU in {ns_name}")))?;
+    set_txqueuelen(&ns, sends)?;
+    set_sysctls(&ns, sysctls)?;
+    Ok((
+        Host {
+            ns,
+            addr: v4,
+            addr6: v6,
+        },
+        Arc::new(tun),
+    ))
+}
+
 impl Lab {
     /// Builds the lab and starts its emulator. On any error, what was made is removed.
     pub fn up(config: &LabConfig) -> Result<Lab, LabError> {
@@ -535,6 +599,7 @@ impl Lab {
                 })
                 .collect(),
             created_unix_us: realtime_us(),
+            topology: None,
         };
         registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
         // From here on, a failure must undo what was made.
@@ -553,40 +618,16 @@ impl Lab {
         if config.backend == Backend::Netem {
             return Self::build_netem(config, entry, made);
         }
-        let mtu = config.path.mtu;
-        let make_host = |ns_name: &str,
-                         v4: IpAddr,
-                         v6: IpAddr,
-                         sends: Direction,
-                         made: &mut Vec<NetNs>|
-         -> Result<(Host, Arc<Tun>), LabError> {
-            let ns = NetNs::create(ns_name).map_err(io_err(format!("creating netns {ns_name}")))?;
-            made.push(ns.clone());
-            // Persistent: the namespace takes its device with it, in the background,
-            // when the lab comes down.
-            let opts = TunOptions {
-                vnet_hdr: true,
-                offloads: Offloads::TSO,
-                nonblocking: true,
-                persist: true,
-                ..TunOptions::default()
+        let make_host = |ns_name: &str, v4, v6, sends: Direction, made: &mut Vec<NetNs>| {
+            let host = HostPlan {
+                ns: ns_name,
+                addrs: (v4, v6),
+                mtu: config.path.mtu,
+                sends: config.path.link(sends),
+                sysctls: &config.sysctls,
             };
-            let tun = tun::create_in(&ns, TUN_NAME, opts, &[(v4, 16), (v6, 64)])
-                .map_err(io_err(format!("creating {TUN_NAME} in {ns_name}")))?;
-            ns.try_run(|| netns::set_mtu(TUN_NAME, mtu))
-                .map_err(io_err(format!("setting MTU in {ns_name}")))?;
-            set_txqueuelen(&ns, config.path.link(sends))?;
-            set_sysctls(&ns, &config.sysctls)?;
-            Ok((
-                Host {
-                    ns,
-                    addr: v4,
-                    addr6: v6,
-                },
-                Arc::new(tun),
-            ))
+            make_host(&host, made)
         };
-
         let (server_v4, server_v6) = server_addrs();
         let (server, server_tun) = make_host(
             &entry.server.ns,
@@ -812,6 +853,7 @@ impl Lab {
                 bottleneck,
                 egress: vec![Arc::clone(&devices.server)],
                 routes: Vec::new(),
+                paths: HashMap::new(),
                 per_packet,
                 mtu: config.path.mtu,
                 classifier,
@@ -828,6 +870,7 @@ impl Lab {
                     .zip(&client_side)
                     .flat_map(|(c, &t)| [(c.addr, t), (c.addr6, t)])
                     .collect(),
+                paths: HashMap::new(),
                 per_packet,
                 mtu: config.path.mtu,
                 classifier,

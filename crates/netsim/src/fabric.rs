@@ -8,9 +8,7 @@
 
 use std::collections::VecDeque;
 
-use crate::dumbbell::derive_seed;
 use crate::link::{Delivered, DropReason, Link, LinkError, LinkTraces, PacketMeta, PushOutcome};
-use crate::path::Direction;
 use crate::topology::{Hop, NodeId, Topology};
 
 /// A packet on its way: which route, how far along. `P` is a handle (the emulator's
@@ -80,14 +78,6 @@ pub struct Fabric<P> {
     lost: VecDeque<Lost<P>>,
 }
 
-fn slot(hop: Hop) -> usize {
-    2 * hop.link
-        + match hop.dir {
-            Direction::Up => 0,
-            Direction::Down => 1,
-        }
-}
-
 impl<P: Copy> Fabric<P> {
     /// The links of `topology`, each direction drawing its own stream of `seed`, its
     /// queue in BDP sized over the longest round trip of the host pairs whose routes
@@ -98,19 +88,10 @@ impl<P: Copy> Fabric<P> {
         mtu: u32,
         mut traces: impl FnMut(Hop) -> LinkTraces,
     ) -> Result<Self, LinkError> {
-        let mut links = Vec::with_capacity(2 * topology.links.len());
-        for link in 0..topology.links.len() {
-            for dir in [Direction::Up, Direction::Down] {
-                let hop = Hop { link, dir };
-                links.push(Link::new(
-                    &topology.links[link].path.timeline(dir),
-                    topology.bdp_rtt_us(link),
-                    mtu,
-                    derive_seed(seed, slot(hop) as u64),
-                    traces(hop),
-                )?);
-            }
-        }
+        let links = topology
+            .hops()
+            .map(|hop| topology.hop_link(hop, seed, mtu, traces(hop)))
+            .collect::<Result<_, _>>()?;
         Ok(Fabric {
             topology,
             links,
@@ -125,7 +106,7 @@ impl<P: Copy> Fabric<P> {
 
     /// One direction of one link, for its counters.
     pub fn link(&self, hop: Hop) -> &Link<Carried<P>> {
-        &self.links[slot(hop)]
+        &self.links[hop.index()]
     }
 
     /// The test started at `origin`: every link's schedule counts from it.
@@ -135,8 +116,9 @@ impl<P: Copy> Fabric<P> {
         }
     }
 
-    /// Host `from` sent `packet` to host `to` at `now` (not before the last call's
-    /// time). `copy` makes the copy a link's `duplicate` asks for, if the caller can.
+    /// Host `from` sent `packet` to host `to` at `now`, once the fabric has advanced
+    /// to `now` (a link's time never goes back). `copy` makes the copy a link's
+    /// `duplicate` asks for, if the caller can.
     pub fn push(
         &mut self,
         now: u64,
@@ -213,7 +195,7 @@ impl<P: Copy> Fabric<P> {
             queue_delay: d.queue_delay,
             wire_len: d.wire_len,
         });
-        debug_assert_eq!(slot(route[c.hop]), s);
+        debug_assert_eq!(route[c.hop].index(), s);
         c.corrupt |= d.corrupt;
         c.ce |= d.ce;
         c.hop += 1;
@@ -236,7 +218,7 @@ impl<P: Copy> Fabric<P> {
     /// `c` enters the link of its route it has reached, at `at`.
     fn enter(&mut self, at: u64, c: Carried<P>, copy: &mut impl FnMut(&P) -> Option<P>) {
         let hop = self.topology.route(c.from, c.to)[c.hop];
-        let s = slot(hop);
+        let s = hop.index();
         let (meta, handle) = (c.meta, c.packet);
         match self.links[s].push(at, c, meta) {
             PushOutcome::Accepted => {}

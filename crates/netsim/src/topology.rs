@@ -7,6 +7,7 @@
 //! out; errors are one line naming the element, before anything is built.
 //!
 //! ```toml
+//! seed = 42            # optional: every link's draws (else the lab draws one)
 //! [[host]]
 //! name = "a"
 //! [[host]]
@@ -31,6 +32,8 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use crate::dumbbell::derive_seed;
+use crate::link::{Link, LinkError, LinkTraces};
 use crate::path::{Direction, PathSpec};
 
 /// A node of the graph: its index in [`Topology::nodes`].
@@ -73,6 +76,8 @@ pub struct Hop {
 pub struct Topology {
     pub nodes: Vec<Node>,
     pub links: Vec<TopoLink>,
+    /// The seed every link's randomness derives from, where the file pins it.
+    pub seed: Option<u64>,
     /// From each host to each other, the links crossed in order.
     routes: BTreeMap<(NodeId, NodeId), Vec<Hop>>,
 }
@@ -108,6 +113,8 @@ pub enum TopologyError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
+    #[serde(default)]
+    seed: Option<u64>,
     #[serde(default)]
     host: Vec<NamedNode>,
     #[serde(default)]
@@ -156,6 +163,7 @@ impl FromStr for Topology {
 impl Topology {
     fn build(file: File) -> Result<Topology, TopologyError> {
         let File {
+            seed,
             host,
             router,
             link,
@@ -215,6 +223,7 @@ impl Topology {
         let mut topology = Topology {
             nodes,
             links,
+            seed,
             routes: BTreeMap::new(),
         };
         let hosts: Vec<NodeId> = topology.hosts().collect();
@@ -248,6 +257,44 @@ impl Topology {
     /// The links a packet from host `from` to host `to` crosses, in order.
     pub fn route(&self, from: NodeId, to: NodeId) -> &[Hop] {
         &self.routes[&(from, to)]
+    }
+
+    /// Every hop: each link up, then down, in the file's order ([`Hop::index`]).
+    pub fn hops(&self) -> impl Iterator<Item = Hop> {
+        (0..self.links.len())
+            .flat_map(|link| [Direction::Up, Direction::Down].map(|dir| Hop { link, dir }))
+    }
+
+    /// The least MTU of the links: every host's, so that no link meets a packet larger
+    /// than its own.
+    pub fn mtu(&self) -> u32 {
+        self.links
+            .iter()
+            .map(|l| l.path.mtu)
+            .min()
+            .expect("a topology has links")
+    }
+
+    /// The emulator's model of one hop: its direction's settings over the test, a
+    /// queue in BDP sized over [`Self::bdp_rtt_us`], its own stream of its link's
+    /// `seed`, or else of `seed`.
+    pub fn hop_link<P>(
+        &self,
+        hop: Hop,
+        seed: u64,
+        mtu: u32,
+        traces: LinkTraces,
+    ) -> Result<Link<P>, LinkError> {
+        Link::new(
+            &self.links[hop.link].path.timeline(hop.dir),
+            self.bdp_rtt_us(hop.link),
+            mtu,
+            derive_seed(
+                self.links[hop.link].path.seed.unwrap_or(seed),
+                hop.index() as u64,
+            ),
+            traces,
+        )
     }
 
     /// Where a hop leaves from and arrives at.
@@ -408,6 +455,17 @@ impl NodeKind {
             NodeKind::Host => "host",
             NodeKind::Router => "router",
         }
+    }
+}
+
+impl Hop {
+    /// Its place in [`Topology::hops`]: link `l` up at `2 l`, down at `2 l + 1`.
+    pub fn index(self) -> usize {
+        2 * self.link
+            + match self.dir {
+                Direction::Up => 0,
+                Direction::Down => 1,
+            }
     }
 }
 

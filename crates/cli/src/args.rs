@@ -637,6 +637,15 @@ pub struct PathArgs {
     pub capture: CaptureArgs,
 }
 
+/// `--topology`: a lab of any shape instead of a dumbbell.
+#[derive(Args, Debug, Clone)]
+pub struct TopologyArg {
+    /// Hosts, routers and links (each with a path spec), and routes, from a TOML file
+    /// (docs/topologies.md): a namespace per host, instead of --path's dumbbell
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["path", "clients", "client_paths", "backend", "capture"])]
+    pub topology: Option<PathBuf>,
+}
+
 /// A capture of the lab's packets with their fates in the bottleneck.
 #[derive(Args, Debug, Clone)]
 pub struct CaptureArgs {
@@ -756,9 +765,12 @@ pub enum FarArg {
 
 #[derive(Subcommand, Debug)]
 pub enum LabCommand {
-    /// Create namespaces NAME-client and NAME-server joined through the emulator.
+    /// Create namespaces NAME-client and NAME-server joined through the emulator, or a
+    /// namespace NAME-HOST per host of a topology file.
     Up {
         name: String,
+        #[command(flatten)]
+        topology: TopologyArg,
         #[command(flatten)]
         path: PathArgs,
     },
@@ -780,7 +792,7 @@ pub enum LabCommand {
     /// Run a command in a host of a lab (as `ip netns exec` would, with or without root).
     Exec {
         name: String,
-        /// The host: server, client (the first), or clientK.
+        /// The host: server, client (the first), or clientK; in a topology's lab, its name.
         host: String,
         /// The command; TCPLAB_SERVER, TCPLAB_SERVER6, TCPLAB_SERVER_NS and
         /// TCPLAB_CLIENT_NS tell it where the lab's hosts are.
@@ -791,6 +803,8 @@ pub enum LabCommand {
     #[command(hide = true)]
     Daemon {
         name: String,
+        #[command(flatten)]
+        topology: TopologyArg,
         #[command(flatten)]
         path: PathArgs,
     },

@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
@@ -22,9 +23,10 @@ use tcplab_experiment::watch::{WatchLabels, Watched};
 use tcplab_lab::daemon::{self, Startup, ANSWER_TIMEOUT};
 use tcplab_lab::far::FarHost;
 use tcplab_lab::registry::{self, LabEntry};
-use tcplab_lab::{Backend, Lab, LabConfig};
+use tcplab_lab::{Backend, Lab, LabConfig, TopologyConfig};
 use tcplab_model::sockdiag::{Extensions, Families, StateSet};
 use tcplab_netsim::path::{Pace, PathSpec};
+use tcplab_netsim::topology::{Topology, TopologyError};
 use tcplab_record::tcp_state::TcpState;
 use tcplab_record::units::{count, format_duration_us};
 use tcplab_record::ShellCommands;
@@ -83,7 +85,11 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
 
 pub fn command(cmd: LabCommand) -> Result<ExitCode> {
     match cmd {
-        LabCommand::Up { name, path } => up(&name, &path),
+        LabCommand::Up {
+            name,
+            topology,
+            path,
+        } => up(&name, topology.topology.as_deref(), &path),
         LabCommand::Down { name } => down(&name),
         LabCommand::List { json } => list(json),
         LabCommand::Show { name, json } => show(&name, json),
@@ -102,7 +108,11 @@ pub fn command(cmd: LabCommand) -> Result<ExitCode> {
             host,
             command,
         } => exec(&name, &host, &command),
-        LabCommand::Daemon { name, path } => daemon(&name, &path),
+        LabCommand::Daemon {
+            name,
+            topology,
+            path,
+        } => daemon(&name, topology.topology.as_deref(), &path),
         LabCommand::ShellInit {
             name,
             owner,
@@ -173,19 +183,23 @@ fn exec(name: &str, host: &str, command: &[String]) -> Result<ExitCode> {
     bail!("cannot run {program}: {error}")
 }
 
-fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
+fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> {
     registry::check_name(name).map_err(anyhow::Error::msg)?;
-    let Some(path) = &args.path else {
-        bail!("lab up needs --path SPEC (an empty spec \"\" is an ideal path)");
-    };
-    if let Some(Pace::Window(rtt)) = [path.up.pace, path.down.pace]
-        .into_iter()
-        .flatten()
-        .find(|p| matches!(p, Pace::Window(_)))
-    {
-        bail!("pace {} follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate", rtt.name());
+    let mut cmd = Command::new(std::env::current_exe().context("locating the tcplab binary")?);
+    cmd.args(["lab", "daemon", name]);
+    match topology {
+        Some(file) => {
+            // Checked here, before any namespace: the daemon reads it again.
+            topology_config(name, file, args)?;
+            let file = std::path::absolute(file)
+                .with_context(|| format!("topology {}", file.display()))?;
+            cmd.arg("--topology").arg(file);
+        }
+        None => daemon_path_args(name, args, &mut cmd)?,
     }
-    config(args, name)?;
+    for (key, value) in &args.sysctls {
+        cmd.arg("--sysctl").arg(format!("{key}={value}"));
+    }
     if let Some((old, ended)) = registry::remove_leftover(name)
         .with_context(|| format!("removing the leftover lab {name}"))?
     {
@@ -193,33 +207,6 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
             outln!("{}", ended_line(&p, &format!("lab {name}")));
         }
         outln!("removed leftover lab {name} (its process {} died)", old.pid);
-    }
-    // Every flag the daemon needs: a field added to PathArgs must be passed on here.
-    let PathArgs {
-        path,
-        clients,
-        client_paths,
-        backend,
-        sysctls,
-        capture,
-    } = args;
-    let mut cmd = Command::new(std::env::current_exe().context("locating the tcplab binary")?);
-    cmd.args(["lab", "daemon", name, "--clients", &clients.to_string()]);
-    cmd.arg("--path")
-        .arg(path.as_ref().expect("checked").to_string());
-    if matches!(backend, BackendArg::Netem) {
-        cmd.args(["--backend", "netem"]);
-    }
-    for (key, value) in sysctls {
-        cmd.arg("--sysctl").arg(format!("{key}={value}"));
-    }
-    for access in client_paths {
-        cmd.arg("--client-path").arg(access.to_string());
-    }
-    if let Some(spec) = capture.spec()? {
-        cmd.arg("--capture").arg(spec.file);
-        cmd.arg("--capture-snaplen").arg(spec.snaplen.to_string());
-        cmd.arg("--capture-at").arg(spec.at.name());
     }
     // Its own process group: a Ctrl-C meant for the shell must not stop the lab.
     let mut child = cmd
@@ -244,7 +231,7 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
-    if let Some(spec) = capture.spec()? {
+    if let Some(spec) = args.capture.spec()? {
         outln!(
             "  capturing both directions {}, with each packet's fate, into {} until lab down",
             spec.at.place(),
@@ -257,7 +244,86 @@ fn up(name: &str, args: &PathArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The daemon's flags for a dumbbell `args` ask for, checked first.
+fn daemon_path_args(name: &str, args: &PathArgs, cmd: &mut Command) -> Result<()> {
+    let Some(path) = &args.path else {
+        bail!("lab up needs --path SPEC (an empty spec \"\" is an ideal path) or --topology FILE");
+    };
+    if let Some(Pace::Window(rtt)) = [path.up.pace, path.down.pace]
+        .into_iter()
+        .flatten()
+        .find(|p| matches!(p, Pace::Window(_)))
+    {
+        bail!("pace {} follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate", rtt.name());
+    }
+    config(args, name)?;
+    // Every flag the daemon needs: a field added to PathArgs must be passed on here.
+    let PathArgs {
+        path,
+        clients,
+        client_paths,
+        backend,
+        sysctls: _,
+        capture,
+    } = args;
+    cmd.args(["--clients", &clients.to_string()]);
+    cmd.arg("--path")
+        .arg(path.as_ref().expect("checked").to_string());
+    if matches!(backend, BackendArg::Netem) {
+        cmd.args(["--backend", "netem"]);
+    }
+    for access in client_paths {
+        cmd.arg("--client-path").arg(access.to_string());
+    }
+    if let Some(spec) = capture.spec()? {
+        cmd.arg("--capture").arg(spec.file);
+        cmd.arg("--capture-snaplen").arg(spec.snaplen.to_string());
+        cmd.arg("--capture-at").arg(spec.at.name());
+    }
+    Ok(())
+}
+
+/// The lab a topology file asks for, read and checked: one line naming the file and
+/// what is wrong in it.
+fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Result<TopologyConfig> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("topology {}", file.display()))?;
+    let topology: Topology = text.parse().map_err(|e| match e {
+        TopologyError::Syntax(why) => anyhow!("topology {}: {why}", file.display()),
+        e => anyhow!("topology {}: {e}", file.display()),
+    })?;
+    Ok(TopologyConfig {
+        name: name.to_owned(),
+        seed: topology.seed,
+        topology,
+        file: file.display().to_string(),
+        sysctls: args.sysctls.iter().cloned().collect(),
+        control_port: None,
+    })
+}
+
 fn print_entry(entry: &LabEntry) {
+    if let Some(topology) = &entry.topology {
+        outln!(
+            "lab {} up (pid {}): topology {}, seed {}",
+            entry.name,
+            entry.pid,
+            topology.file,
+            topology.seed
+        );
+        for link in &topology.links {
+            outln!("  link {link}");
+        }
+        for (name, host) in topology.hosts.iter().zip(entry.hosts()) {
+            outln!(
+                "  host {name:<8} {:<12} {} {}",
+                host.ns,
+                host.addr,
+                host.addr6
+            );
+        }
+        return;
+    }
     outln!(
         "lab {} up (pid {}): path \"{}\"",
         entry.name,
@@ -326,7 +392,9 @@ fn list(json: bool) -> Result<ExitCode> {
             state.into(),
             e.server.addr.to_string(),
             e.clients.len().to_string(),
-            e.path.to_string(),
+            e.topology
+                .as_ref()
+                .map_or_else(|| e.path.clone(), |t| format!("topology {}", t.file)),
         ]);
     }
     // The counts line up on the right.
@@ -357,11 +425,17 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_entry(&shown.lab);
-    for (dir, s) in [("up", &shown.up), ("down", &shown.down)] {
+    // A topology's one emulator thread carries every link both ways: its hops are named
+    // by their ends, and its counters are all in `up`.
+    let directions = match shown.lab.topology {
+        Some(_) => vec![("", &shown.up)],
+        None => vec![("up   ", &shown.up), ("down ", &shown.down)],
+    };
+    for (dir, s) in directions {
         for link in &s.links {
             let c = &link.counters;
             outln!(
-                "  {dir:<4} {:<16} in {} pkts / {} B, delivered {}, dropped loss {} queue {} aqm {}{}, queue {} pkts / {} B (max {} B)",
+                "  {dir}{:<16} in {} pkts / {} B, delivered {}, dropped loss {} queue {} aqm {}{}, queue {} pkts / {} B (max {} B)",
                 link.name,
                 c.packets_in,
                 c.bytes_in,
@@ -375,11 +449,11 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
                 c.max_queue_bytes
             );
             if let Some(own) = tcplab_report::describe::run::own_traffic(link) {
-                outln!("  {dir:<4} {:<16} {own}", "");
+                outln!("  {dir}{:<16} {own}", "");
             }
         }
         outln!(
-            "  {dir:<4} lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",
+            "  {dir}lateness p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs over {}{}",
             s.lateness.p50_us,
             s.lateness.p99_us,
             s.lateness.max_us,
@@ -388,7 +462,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
         );
         if let Some(d) = &s.delay {
             outln!(
-                "  {dir:<4} one-way delay of the data packets p50 {}, p95 {}, p99 {}, max {} over {}",
+                "  {dir}one-way delay of the data packets p50 {}, p95 {}, p99 {}, max {} over {}",
                 format_duration_us(d.p50_us.round() as u64),
                 format_duration_us(d.p95_us.round() as u64),
                 format_duration_us(d.p99_us.round() as u64),
@@ -655,18 +729,22 @@ fn shell_init(name: &str, owner: u32, lifeline: i32, command: &[String]) -> Resu
 
 /// Builds the lab and serves requests about it until `down` or a signal. Before it
 /// serves, says `ready` or why not on stdout, where `lab up` reads it.
-fn daemon(name: &str, args: &PathArgs) -> Result<ExitCode> {
+fn daemon(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> {
     let stop = interrupt_flag();
-    let started = config(args, name)
-        .and_then(|c| c.ok_or_else(|| anyhow!("--path is required")))
-        .and_then(|c| Lab::up(&c).map_err(anyhow::Error::from))
-        .and_then(|lab| {
-            let socket = registry::socket_path(name)?;
-            let _ = std::fs::remove_file(&socket);
-            let listener = UnixListener::bind(&socket)
-                .with_context(|| format!("binding {}", socket.display()))?;
-            Ok((lab, listener))
-        });
+    let lab = match topology {
+        Some(file) => topology_config(name, file, args)
+            .and_then(|c| Lab::up_topology(&c).map_err(anyhow::Error::from)),
+        None => config(args, name)
+            .and_then(|c| c.ok_or_else(|| anyhow!("--path is required")))
+            .and_then(|c| Lab::up(&c).map_err(anyhow::Error::from)),
+    };
+    let started = lab.and_then(|lab| {
+        let socket = registry::socket_path(name)?;
+        let _ = std::fs::remove_file(&socket);
+        let listener =
+            UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
+        Ok((lab, listener))
+    });
     let (lab, listener) = match started {
         Ok(started) => started,
         Err(e) => {

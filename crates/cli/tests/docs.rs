@@ -565,6 +565,7 @@ pages! {
     run: "docs/run.md",
     security: "docs/security.md",
     studies: "docs/studies.md",
+    topologies: "docs/topologies.md",
     udp_and_pacing: "docs/udp-and-pacing.md",
     watch: "docs/watch.md",
     }

@@ -31,6 +31,7 @@ mod serve;
 mod shell_record;
 mod store;
 mod sweeps;
+mod topologies;
 mod transactions;
 mod udp;
 mod watch;

@@ -399,6 +399,7 @@ mod tests {
                 host("tl-wan-c2", "10.77.2.1", None),
             ],
             created_unix_us: 1_700_000_000_000_000,
+            topology: None,
         }
     }
 

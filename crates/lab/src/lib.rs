@@ -13,9 +13,11 @@
 pub mod capture;
 pub mod daemon;
 pub mod far;
+mod graph;
 pub mod pipeline;
 pub mod pool;
 pub mod registry;
 mod topology;
 
+pub use graph::TopologyConfig;
 pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabStats};

@@ -46,11 +46,33 @@ pub struct LabEntry {
     pub server: HostEntry,
     pub clients: Vec<HostEntry>,
     pub created_unix_us: i64,
+    /// A lab of any shape (`lab up --topology`): `server` is then its first host and
+    /// `clients` the others, in the file's order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyEntry>,
+}
+
+/// What users see of a lab built from a topology file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyEntry {
+    /// The file it was built from.
+    pub file: String,
+    /// The seed each link's randomness derives from (`--seed` draws the same again).
+    pub seed: u64,
+    /// Its hosts' names: `server`'s, then each client's.
+    pub hosts: Vec<String>,
+    /// A line per link: its name, its ends and its path spec.
+    pub links: Vec<String>,
 }
 
 impl LabEntry {
     pub fn namespaces(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.server.ns.as_str()).chain(self.clients.iter().map(|c| c.ns.as_str()))
+        self.hosts().map(|h| h.ns.as_str())
+    }
+
+    /// The server, then the clients.
+    pub fn hosts(&self) -> impl Iterator<Item = &HostEntry> {
+        std::iter::once(&self.server).chain(&self.clients)
     }
 
     /// The bottleneck's spec and each client's access link, parsed back from the
@@ -65,8 +87,23 @@ impl LabEntry {
         (parse(&self.path), access)
     }
 
-    /// The host users call `host`: `server`, `client` (the first) or `clientK`.
+    /// The host users call `host`: `server`, `client` (the first) or `clientK`; in a
+    /// topology's lab, its name in the file.
     pub fn host(&self, host: &str) -> Result<&HostEntry, String> {
+        if let Some(topology) = &self.topology {
+            return topology
+                .hosts
+                .iter()
+                .position(|name| name == host)
+                .map(|k| self.hosts().nth(k).expect("a name per host"))
+                .ok_or_else(|| {
+                    format!(
+                        "lab {} has no host '{host}': its hosts are {}",
+                        self.name,
+                        topology.hosts.join(", ")
+                    )
+                });
+        }
         let client = match host {
             "server" => return Ok(&self.server),
             "client" => Some(1),
@@ -366,6 +403,7 @@ mod tests {
             server: host("w-server"),
             clients: vec![host("w-client")],
             created_unix_us: 0,
+            topology: None,
         };
         assert_eq!(lab.host("server").unwrap().ns, "w-server");
         assert_eq!(lab.host("client").unwrap().ns, "w-client");

@@ -1,0 +1,326 @@
+//! Labs of any shape (`tcplab lab up --topology FILE`): routes taken as the file says,
+//! checked by each link's counters; a chain's round trip against its links' delays, by
+//! ping; bad files refused in one line before any namespace.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+use tcplab_sys::netns::privileged_or_skip;
+
+/// `hosts` and `routers` by name, then `[[link]]`s (name, ends, path) and any extra TOML.
+fn topology_file(
+    dir: &Path,
+    hosts: &[&str],
+    routers: &[&str],
+    links: &[(&str, [&str; 2], &str)],
+    extra: &str,
+) -> std::path::PathBuf {
+    let mut text = String::new();
+    for (kind, names) in [("host", hosts), ("router", routers)] {
+        for name in names {
+            text += &format!("[[{kind}]]\nname = \"{name}\"\n");
+        }
+    }
+    for (name, [a, b], path) in links {
+        text += &format!(
+            "[[link]]\nname = \"{name}\"\nbetween = [\"{a}\", \"{b}\"]\npath = \"{path}\"\n"
+        );
+    }
+    text += extra;
+    // A file of its own: a test may write several before using them.
+    let file = dir.join(format!("t{}.toml", std::fs::read_dir(dir).unwrap().count()));
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// The counters of the hop named `name` ("LINK FROM→TO") in `lab show --json`.
+fn hop<'a>(show: &'a Value, name: &str) -> &'a Value {
+    show.pointer("/up/links")
+        .and_then(Value::as_array)
+        .and_then(|links| links.iter().find(|l| l["name"] == name))
+        .unwrap_or_else(|| panic!("no hop {name} in {show}"))
+}
+
+/// `lab show` once every hop in `expected` has delivered its count (the daemon
+/// publishes its counters every 20 ms).
+fn show_when_delivered(lab: &LabGuard, expected: &[(&str, u64)]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let show = lab.show();
+        let done = expected
+            .iter()
+            .all(|&(name, n)| u64_at(hop(&show, name), "/delivered_packets") >= n);
+        if done || Instant::now() > deadline {
+            return show;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `tcplab lab exec LAB HOST -- ping ARGS… DEST`: its output.
+fn ping_from(lab: &str, host: &str, args: &[&str], dest: &str) -> String {
+    let out = tcplab()
+        .args(["lab", "exec", lab, host, "--", "ping"])
+        .args(args)
+        .arg(dest)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Each reply's round trip, ms.
+fn round_trips(ping: &str) -> Vec<f64> {
+    ping.lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Three links in a chain through two routers: every ping crosses each link both ways
+/// (its counters), and takes at least the links' delays added (16 ms: load can only
+/// add), within 1 ms at the median, in both address families.
+#[test]
+fn a_chain_s_round_trip_is_the_sum_of_its_links_delays() {
+    if !privileged_or_skip("topology_chain") {
+        return;
+    }
+    let _machine = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let file = topology_file(
+        dir.path(),
+        &["a", "b"],
+        &["r1", "r2"],
+        &[
+            ("l1", ["a", "r1"], "rtt 2ms"),
+            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit"),
+            ("l3", ["r2", "b"], "rtt 4ms"),
+        ],
+        "",
+    );
+    let lab = LabGuard::up(&lab_name("tc", 1), &["--topology", file.to_str().unwrap()]);
+    let show = lab.show();
+    assert_eq!(str_at(&show, "/lab/topology/hosts/1"), "b");
+    assert_eq!(str_at(&show, "/clients/0/addr"), "10.77.0.2");
+    assert_eq!(str_at(&show, "/clients/0/ns"), format!("{}-b", lab.name));
+    let pings = 20;
+    one_of_three_tries("a chain's round trip", || {
+        let before = lab.show();
+        let sent = |name| u64_at(hop(&before, name), "/delivered_packets");
+        let already: Vec<(&str, u64)> = [
+            "l1 a→r1",
+            "l2 r1→r2",
+            "l3 r2→b",
+            "l3 b→r2",
+            "l2 r2→r1",
+            "l1 r1→a",
+        ]
+        .into_iter()
+        .map(|name| (name, sent(name)))
+        .collect();
+        let mut all = Vec::new();
+        for dest in ["10.77.0.2", "fd00:77::2"] {
+            let text = ping_from(
+                &lab.name,
+                "a",
+                &["-c", &pings.to_string(), "-i", "0.05"],
+                dest,
+            );
+            let rtts = round_trips(&text);
+            assert_eq!(rtts.len(), pings, "{text}");
+            all.extend(rtts);
+        }
+        let expected: Vec<(&str, u64)> = already
+            .iter()
+            .map(|&(name, n)| (name, n + 2 * pings as u64))
+            .collect();
+        let show = show_when_delivered(&lab, &expected);
+        for (name, n) in expected {
+            assert_eq!(
+                u64_at(hop(&show, name), "/delivered_packets"),
+                n,
+                "{name}: {show}"
+            );
+        }
+        all.sort_by(f64::total_cmp);
+        // ping prints 0.001 ms at this size; the links' delays are a floor.
+        assert!(all[0] >= 16.0 - 0.01, "a round trip under 16 ms: {all:?}");
+        let median = all[all.len() / 2];
+        if median > 17.0 {
+            return Err(format!(
+                "median {median} ms, not within 1 ms of 16: {all:?}"
+            ));
+        }
+        Ok(())
+    });
+    let out = tcplab()
+        .args(["lab", "exec", &lab.name, "c", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        format!(
+            "tcplab: lab {} has no host 'c': its hosts are a, b",
+            lab.name
+        )
+    );
+}
+
+/// Two ways between a and b, a short one through r1 and a long one through r2; the
+/// file sends b's packets to a the long way. Each link's counters show every packet of
+/// both directions where the routes put it, and nowhere else.
+#[test]
+fn an_asymmetric_route_is_taken_as_declared_both_ways() {
+    if !privileged_or_skip("topology_asymmetric") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let file = topology_file(
+        dir.path(),
+        &["a", "b"],
+        &["r1", "r2"],
+        &[
+            ("s1", ["a", "r1"], "rtt 2ms"),
+            ("s2", ["r1", "b"], "rtt 2ms"),
+            ("l1", ["a", "r2"], "rtt 10ms"),
+            ("l2", ["r2", "b"], "rtt 10ms"),
+        ],
+        "[[route]]\nfrom = \"b\"\nto = \"a\"\nvia = [\"r2\"]\n",
+    );
+    let lab = LabGuard::up(&lab_name("ta", 1), &["--topology", file.to_str().unwrap()]);
+    let text = ping_from(&lab.name, "a", &["-c", "5", "-i", "0.02"], "10.77.0.2");
+    assert_eq!(round_trips(&text).len(), 5, "{text}");
+    let taken = [
+        ("s1 a→r1", 5),
+        ("s2 r1→b", 5),
+        ("l2 b→r2", 5),
+        ("l1 r2→a", 5),
+    ];
+    let show = show_when_delivered(&lab, &taken);
+    for (name, n) in taken.into_iter().chain([
+        ("s2 b→r1", 0),
+        ("s1 r1→a", 0),
+        ("l1 a→r2", 0),
+        ("l2 r2→b", 0),
+    ]) {
+        assert_eq!(u64_at(hop(&show, name), "/packets_in"), n, "{name}: {show}");
+    }
+}
+
+/// A file that cannot make a lab: one line naming the file and the element at fault,
+/// a failure, and no namespace made.
+#[test]
+fn a_bad_topology_is_refused_in_one_line_before_any_namespace() {
+    if !privileged_or_skip("topology_refused") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let name = lab_name("tb", 1);
+    let ab = [("l1", ["a", "b"], "rtt 2ms")];
+    let cases: Vec<(std::path::PathBuf, String)> = vec![
+        (
+            topology_file(dir.path(), &["a", "b"], &[], &[("l1", ["a", "x"], "")], ""),
+            "link l1: no host or router named 'x'".into(),
+        ),
+        (
+            topology_file(dir.path(), &["a", "b", "c"], &[], &ab, ""),
+            "host 'c' has no link".into(),
+        ),
+        (
+            topology_file(
+                dir.path(),
+                &["a", "b", "c", "d"],
+                &[],
+                &[("l1", ["a", "b"], ""), ("l2", ["c", "d"], "")],
+                "",
+            ),
+            "host 'a' cannot reach host 'c': no links join them through routers".into(),
+        ),
+        (
+            topology_file(
+                dir.path(),
+                &["a", "b"],
+                &["r"],
+                &[("l1", ["a", "r"], ""), ("l2", ["r", "b"], "")],
+                "[[route]]\nfrom = \"a\"\nto = \"b\"\nvia = [\"r\", \"r\"]\n",
+            ),
+            "route a → b: it passes 'r' twice: a loop".into(),
+        ),
+        (
+            topology_file(
+                dir.path(),
+                &["a", "b"],
+                &[],
+                &[("l1", ["a", "b"], "rtt 2 ms")],
+                "",
+            ),
+            "link l1: ".into(),
+        ),
+        (
+            topology_file(
+                dir.path(),
+                &["a", "b"],
+                &[],
+                &[("l1", ["a", "b"], "rate 10mbit pace 5mbit")],
+                "",
+            ),
+            "link l1: pace is a dumbbell's".into(),
+        ),
+    ];
+    for (file, expected) in cases {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let out = tcplab()
+            .args(["lab", "up", &name, "--topology"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let line = failure(&out);
+        let file_named = format!("tcplab: topology {}: {expected}", file.display());
+        let in_daemon = format!("tcplab: {expected}");
+        assert!(
+            line.starts_with(&file_named) || line.starts_with(&in_daemon),
+            "{line}\nexpected {expected}\nfor {text}"
+        );
+        for host in ["a", "b", "c"] {
+            assert!(!Path::new("/run/netns")
+                .join(format!("{name}-{host}"))
+                .exists());
+        }
+    }
+    let missing = dir.path().join("none.toml");
+    let out = tcplab()
+        .args(["lab", "up", &name, "--topology"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        format!(
+            "tcplab: topology {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+    let out = tcplab()
+        .args(["lab", "up", &name, "--topology"])
+        .arg(&missing)
+        .args(["--path", "rtt 2ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+}

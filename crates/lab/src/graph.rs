@@ -1,0 +1,285 @@
+//! A lab of any shape, from a topology file (`tcplab lab up --topology FILE`): a
+//! network namespace with a TUN device per host of a [`Topology`], and one emulator
+//! thread carrying every link of the graph both ways on one clock. A packet follows
+//! its route by its source and destination ([`Target::Path`]), leaving each link onto
+//! the next at its due time, so its time across a chain is the sum of its times on
+//! each link; routers are points in that thread, not namespaces.
+//!
+//! Addresses: host k (from 1, in the file's order) is 10.77.0.k/16 and fd00:77::k/64.
+//! For the commands that take a dumbbell's roles, the first host is the lab's server
+//! and the others its clients; every host answers to its name too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use tcplab_netsim::link::LinkTraces;
+use tcplab_netsim::path::{Direction, LinkSpec};
+use tcplab_netsim::topology::{Hop as TopoHop, NodeKind, Topology};
+use tcplab_netsim::traffic::Classifier;
+use tcplab_sys::clock::realtime_us;
+use tcplab_sys::netns::{self, NetNs};
+use tcplab_sys::tun::MAX_PACKET;
+
+use crate::pipeline::{DirectionPlan, Hop, Target};
+use crate::registry::{self, HostEntry, LabEntry, TopologyEntry};
+use crate::topology::{io_err, load_traces, make_host, Emulator, HostPlan};
+use crate::{Lab, LabError};
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct TopologyConfig {
+    pub name: String,
+    pub topology: Topology,
+    /// The file it was read from, as the lab's entry names it.
+    pub file: String,
+    /// Set on every host after the lab's own defaults.
+    pub sysctls: BTreeMap<String, String>,
+    /// The seed of every link's randomness; unpinned, the lab draws one.
+    pub seed: Option<u64>,
+    /// The TCP port of a tcplab server's control listener in the lab, counted apart.
+    pub control_port: Option<u16>,
+}
+
+/// Host `k`'s addresses (from 1).
+fn host_addrs(k: u16) -> (IpAddr, IpAddr) {
+    (
+        IpAddr::V4(Ipv4Addr::new(10, 77, (k >> 8) as u8, k as u8)),
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, k)),
+    )
+}
+
+/// A hop's name in the counters: its link's, and which way.
+fn hop_name(topology: &Topology, hop: TopoHop) -> String {
+    let (from, to) = topology.hop_ends(hop);
+    format!(
+        "{} {}→{}",
+        topology.links[hop.link].name, topology.nodes[from].name, topology.nodes[to].name
+    )
+}
+
+/// What a topology's link cannot have yet, in one line naming it: a gap pacer sits
+/// before a dumbbell's bottleneck, and the netem backend builds no graph.
+fn check_links(topology: &Topology) -> Result<(), LabError> {
+    for link in &topology.links {
+        for dir in [Direction::Up, Direction::Down] {
+            if link.path.link(dir).pace.is_some() {
+                return Err(LabError::Name(format!(
+                    "link {}: pace is a dumbbell's (the gap pacer before its bottleneck), not a topology's link's",
+                    link.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Lab {
+    /// Builds a topology's lab and starts its emulator. Every link's traces are read
+    /// before anything is built; on any error, what was made is removed.
+    pub fn up_topology(config: &TopologyConfig) -> Result<Lab, LabError> {
+        registry::check_name(&config.name).map_err(LabError::Name)?;
+        let topology = &config.topology;
+        check_links(topology)?;
+        let traces = topology
+            .hops()
+            .map(|hop| load_traces(topology.links[hop.link].path.link(hop.dir)))
+            .collect::<Result<Vec<LinkTraces>, _>>()?;
+        netns::ready().map_err(LabError::Privilege)?;
+        let hosts: Vec<usize> = topology.hosts().collect();
+        if hosts.len() > 250 {
+            return Err(LabError::Name(format!(
+                "a lab has at most 250 hosts, not {}",
+                hosts.len()
+            )));
+        }
+        let seed = config.seed.unwrap_or_else(rand::random);
+        let host_entries: Vec<HostEntry> = hosts
+            .iter()
+            .enumerate()
+            .map(|(k, &node)| {
+                let (v4, v6) = host_addrs(k as u16 + 1);
+                HostEntry {
+                    ns: format!("{}-{}", config.name, topology.nodes[node].name),
+                    addr: v4.to_string(),
+                    addr6: v6.to_string(),
+                    access: None,
+                }
+            })
+            .collect();
+        let entry = LabEntry {
+            name: config.name.clone(),
+            pid: netns::own_pid(),
+            path: String::new(),
+            server: host_entries[0].clone(),
+            clients: host_entries[1..].to_vec(),
+            created_unix_us: realtime_us(),
+            topology: Some(TopologyEntry {
+                file: config.file.clone(),
+                seed,
+                hosts: hosts
+                    .iter()
+                    .map(|&n| topology.nodes[n].name.clone())
+                    .collect(),
+                links: topology
+                    .links
+                    .iter()
+                    .map(|l| {
+                        format!(
+                            "{} {}–{} \"{}\"",
+                            l.name,
+                            topology.nodes[l.ends[0]].name,
+                            topology.nodes[l.ends[1]].name,
+                            l.path
+                        )
+                    })
+                    .collect(),
+            }),
+        };
+        registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
+        // From here on, a failure must undo what was made.
+        let mut made = Vec::new();
+        let built = build(config, seed, traces, entry, &mut made);
+        if built.is_err() {
+            for ns in made {
+                let _ = NetNs::delete(&ns);
+            }
+            registry::unregister(&config.name);
+        }
+        built
+    }
+}
+
+fn build(
+    config: &TopologyConfig,
+    seed: u64,
+    traces: Vec<LinkTraces>,
+    entry: LabEntry,
+    made: &mut Vec<NetNs>,
+) -> Result<Lab, LabError> {
+    let topology = &config.topology;
+    let mtu = topology.mtu();
+    let nodes: Vec<usize> = topology.hosts().collect();
+    let unlimited = LinkSpec::default();
+    let mut hosts = Vec::new();
+    let mut devices = Vec::new();
+    for (k, (&node, host)) in nodes.iter().zip(entry.hosts()).enumerate() {
+        // Its interface queue is the first link out of it's to set.
+        let sends = topology
+            .hops()
+            .find(|&hop| topology.hop_ends(hop).0 == node)
+            .map_or(&unlimited, |hop| {
+                topology.links[hop.link].path.link(hop.dir)
+            });
+        let plan = HostPlan {
+            ns: &host.ns,
+            addrs: host_addrs(k as u16 + 1),
+            mtu,
+            sends,
+            sysctls: &config.sysctls,
+        };
+        let (host, device) = make_host(&plan, made)?;
+        hosts.push(host);
+        devices.push(device);
+    }
+    // Segmented where any link applies a per-packet effect, as a dumbbell's direction.
+    let per_packet = topology.links.iter().any(|l| {
+        [Direction::Up, Direction::Down]
+            .into_iter()
+            .any(|dir| !l.path.link(dir).delays_only())
+    });
+    let link_mtu = if per_packet { mtu } else { MAX_PACKET as u32 };
+    let mut hops = Vec::new();
+    for (hop, traces) in topology.hops().zip(traces) {
+        hops.push(Hop {
+            name: hop_name(topology, hop),
+            link: topology
+                .hop_link(hop, seed, link_mtu, traces)
+                .map_err(LabError::Link)?,
+            then: Target::Path {
+                after: Some(hop.index()),
+            },
+            meter: None,
+            rate_control: None,
+            capture: None,
+        });
+    }
+    let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
+    let mut paths = HashMap::new();
+    for (&from, a) in nodes.iter().zip(&hosts) {
+        for (&to, b) in nodes.iter().zip(&hosts) {
+            if from == to {
+                continue;
+            }
+            let stages: Vec<Target> = topology
+                .route(from, to)
+                .iter()
+                .map(|hop| Target::Hop(hop.index()))
+                .chain([Target::Egress(egress_of[&to])])
+                .collect();
+            paths.insert((a.addr, b.addr), stages.clone());
+            paths.insert((a.addr6, b.addr6), stages);
+        }
+    }
+    debug_assert!(
+        topology
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Host)
+            .count()
+            == hosts.len()
+    );
+    let mut emulator = Emulator::new(None, &config.name)?;
+    let plan = DirectionPlan {
+        ingress: devices
+            .iter()
+            .map(|d| (Arc::clone(d), Target::Path { after: None }))
+            .collect(),
+        hops,
+        bottleneck: 0,
+        egress: devices,
+        routes: Vec::new(),
+        paths,
+        per_packet,
+        mtu,
+        classifier: Classifier {
+            control_port: config.control_port,
+        },
+        wake: Arc::clone(emulator.wake.as_ref().expect("made by new")),
+        test_start: emulator.test_start.clone(),
+    };
+    let stats = Arc::clone(&emulator.up);
+    emulator.spawn("emulator", plan, stats)?;
+    let mut hosts = hosts.into_iter();
+    let server = hosts.next().expect("a topology has two hosts or more");
+    Ok(Lab {
+        entry,
+        server,
+        clients: hosts.collect(),
+        emulator,
+        pacing_targets: Default::default(),
+        alive: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_numbered_from_one_in_both_families() {
+        assert_eq!(host_addrs(1).0.to_string(), "10.77.0.1");
+        assert_eq!(host_addrs(2).1.to_string(), "fd00:77::2");
+        assert_eq!(host_addrs(251).0.to_string(), "10.77.0.251");
+    }
+
+    #[test]
+    fn a_paced_link_is_refused_naming_it() {
+        let topology: Topology = "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n\
+             [[link]]\nname = \"l1\"\nbetween = [\"a\", \"b\"]\npath = \"rate 10mbit pace 5mbit\"\n"
+            .parse()
+            .unwrap();
+        let error = check_links(&topology).unwrap_err().to_string();
+        assert!(error.starts_with("link l1: pace"), "{error}");
+    }
+}

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCHES=("$@")
 # The longest first, so that lanes (below) end together.
-[ ${#BENCHES[@]} -gt 0 ] || BENCHES=(emulator iperf3_interop engine watch udp scale far sweep evidence aqm latency)
+[ ${#BENCHES[@]} -gt 0 ] || BENCHES=(emulator iperf3_interop engine watch udp scale far sweep evidence aqm latency topology)
 # LANES=N runs them in N lanes side by side, each taking the next bench when it is free,
 # as CI does beside its tests; each bench's output is printed whole, in the list's
 # order, at the end.

@@ -27,7 +27,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # SHORT=1: the smallest run, as CI makes it (bench/build.sh).
-if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; CYCLES=1; PINGS=20; fi
+# Of the lab variants only one: the others differ by their spec alone.
+if [ "${SHORT:-0}" = 1 ]; then REPS=1; DUR=1; CYCLES=1; PINGS=20; TPUT_VARIANTS=${TPUT_VARIANTS:-veth tun lab_rate}; fi
 REPS=${REPS:-3}
 DUR=${DUR:-5}
 CYCLES=${CYCLES:-10}

@@ -908,7 +908,7 @@ fn compare_gates_a_halved_buffer_and_passes_a_rerun() {
         std::fs::write(
             &file,
             format!(
-                "name = \"window\"\nrepetitions = 3\nduration = \"2s\"\nwarmup = \"0.5s\"\n\
+                "name = \"window\"\nrepetitions = 3\nduration = \"1s\"\nwarmup = \"0.25s\"\n\
                  path = \"rtt 20ms rate 100mbit queue 1bdp\"\n[[flow]]\ncc = \"cubic\"\nwindow = \"{window}\"\n"
             ),
         )

@@ -513,6 +513,7 @@ static SCHEDULE_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
 /// The machine as a test holds it, until dropped.
 pub struct Machine {
     alone: bool,
+    since: Instant,
 }
 
 impl Drop for Machine {
@@ -520,6 +521,15 @@ impl Drop for Machine {
         let mut schedule = SCHEDULE.lock().unwrap_or_else(|e| e.into_inner());
         if self.alone {
             schedule.alone = false;
+            // To stderr itself (libtest captures eprintln!): what each test alone costs
+            // CI, one after another, in its log.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "alone {:.1} s: {}",
+                self.since.elapsed().as_secs_f64(),
+                std::thread::current().name().unwrap_or("?")
+            );
         } else {
             schedule.among_others -= 1;
         }
@@ -541,7 +551,10 @@ pub fn alone() -> Machine {
     let mut schedule =
         wait_until(|s| !s.alone && s.among_others == 0 && s.waiting_among_others == 0);
     schedule.alone = true;
-    Machine { alone: true }
+    Machine {
+        alone: true,
+        since: Instant::now(),
+    }
 }
 
 /// Work beside the tests that asserts no figure (CI's fuzzing and the benches' short
@@ -578,7 +591,10 @@ pub fn among_others() -> Machine {
     let mut schedule = wait_until(|s| !s.alone && s.among_others < AT_ONCE);
     schedule.waiting_among_others -= 1;
     schedule.among_others += 1;
-    Machine { alone: false }
+    Machine {
+        alone: false,
+        since: Instant::now(),
+    }
 }
 
 /// For a figure that only the machine's load can spoil (a sender or the emulator kept

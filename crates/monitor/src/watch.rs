@@ -231,6 +231,13 @@ impl Connection {
     }
 }
 
+/// How long a connection's `Opened` waits for its process: an accepted socket is a
+/// process's once the server calls accept(), and the shell reads sockets' owners at
+/// most every 10 ms. It comes once the process is known, or this long after the
+/// connection was first seen (a socket of another user's stays without), or as it
+/// ends.
+pub const OPENED_WAITS_FOR_PROCESS_US: i64 = 50_000;
+
 /// Follows the connections of one watch.
 pub struct Tracker {
     config: WatchConfig,
@@ -249,6 +256,9 @@ pub struct Tracker {
     closed_count: u64,
     open_at_end: u64,
     events: Vec<WatchEvent>,
+    /// Open connections whose `Opened` waits for their process
+    /// ([`OPENED_WAITS_FOR_PROCESS_US`]).
+    unannounced: Vec<u32>,
     /// With [`WatchConfig::keep`], the samples not yet taken, each under its
     /// connection's id, on the client's side.
     kept: Vec<SampleRecord>,
@@ -288,6 +298,7 @@ impl Tracker {
             closed_at: HashMap::new(),
             closed_count: 0,
             open_at_end: 0,
+            unannounced: Vec::new(),
             events: Vec::new(),
             kept: Vec::new(),
             next_id: 0,
@@ -426,6 +437,7 @@ impl Tracker {
 
     /// Cuts each open connection's interval when a report tick has come.
     pub fn advance(&mut self, now: i64) {
+        self.announce(now);
         for interval in self.monitor.cut_sampled(now) {
             let record = self.record(interval);
             self.events.push(WatchEvent::Interval(record));
@@ -473,6 +485,7 @@ impl Tracker {
         let open = std::mem::take(&mut self.open);
         for (_, conn) in open {
             self.open_at_end += 1;
+            self.announce_now(conn.id);
             self.end(conn);
         }
         self.by_tuple.clear();
@@ -605,6 +618,11 @@ impl Tracker {
             };
             let id = self.next_id;
             self.next_id += 1;
+            if process.is_some() {
+                self.events.push(WatchEvent::Opened(id));
+            } else {
+                self.unannounced.push(id);
+            }
             let conn = Connection {
                 id,
                 key: sample.key,
@@ -634,7 +652,6 @@ impl Tracker {
             self.by_tuple
                 .insert((sample.key.local, sample.key.remote), cookie);
             self.open.insert(cookie, conn);
-            self.events.push(WatchEvent::Opened(id));
         }
         let t0 = self.config.t0_us;
         let keep = self.config.keep;
@@ -684,8 +701,34 @@ impl Tracker {
         conn.closed = true;
         self.closed_count += 1;
         let id = conn.id;
+        self.announce_now(id);
         self.end(conn);
         self.events.push(WatchEvent::Closed(id));
+    }
+
+    /// The `Opened` of each connection waiting for its process that has it now, or has
+    /// waited long enough at `now`.
+    fn announce(&mut self, now: i64) {
+        let open = &self.open;
+        let mut due = Vec::new();
+        self.unannounced.retain(|&id| {
+            let ready = open.values().find(|c| c.id == id).is_none_or(|c| {
+                c.process.is_some() || now - c.first_us >= OPENED_WAITS_FOR_PROCESS_US
+            });
+            if ready {
+                due.push(id);
+            }
+            !ready
+        });
+        self.events.extend(due.into_iter().map(WatchEvent::Opened));
+    }
+
+    /// Connection `id`'s `Opened`, if it still waits: it ends now.
+    fn announce_now(&mut self, id: u32) {
+        if let Some(k) = self.unannounced.iter().position(|&u| u == id) {
+            self.unannounced.remove(k);
+            self.events.push(WatchEvent::Opened(id));
+        }
     }
 
     /// Cuts its last interval, at its latest sample, and keeps what was learned of it.

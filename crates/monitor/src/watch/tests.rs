@@ -633,3 +633,53 @@ fn an_ipv6_socket_s_v4_mapped_end_pairs_with_its_ipv4_peer() {
     let w = run.flows[0].watched.as_ref().unwrap();
     assert_eq!(w.peer.as_ref().unwrap().cookie, 71);
 }
+
+/// A server's socket is seen before the server accepts it: its `Opened` waits for the
+/// process the shell reads later, or says none once it waited long enough, or comes
+/// before its `Closed` if it ends first.
+#[test]
+fn an_opening_waits_for_its_process_for_a_while() {
+    let mut t = Tracker::new(config());
+    let mut unknown = |_: &SocketSample| Admit::Watch(None);
+    let (accepted, foreign, brief) = (key(40010, 50), key(40011, 51), key(40012, 52));
+    t.dump(
+        T0,
+        &[
+            SocketSample {
+                inode: 0,
+                ..sample(accepted, T0, TcpState::Established, 0)
+            },
+            sample(foreign, T0, TcpState::Established, 0),
+            sample(brief, T0, TcpState::Established, 0),
+        ],
+        &mut unknown,
+    );
+    t.advance(T0);
+    assert_eq!(events(&mut t), vec![], "each waits for its process");
+    t.dump(
+        T0 + 10 * MS,
+        &[
+            sample(accepted, T0 + 10 * MS, TcpState::Established, 10),
+            sample(foreign, T0 + 10 * MS, TcpState::Established, 10),
+            sample(brief, T0 + 10 * MS, TcpState::TimeWait, 10),
+        ],
+        &mut unknown,
+    );
+    let ended = events(&mut t);
+    assert_eq!(ended.first(), Some(&WatchEvent::Opened(2)), "{ended:?}");
+    assert_eq!(ended.last(), Some(&WatchEvent::Closed(2)), "{ended:?}");
+    t.set_process(
+        0,
+        Process {
+            pid: 8,
+            comm: "python3".into(),
+        },
+    );
+    t.advance(T0 + 10 * MS);
+    assert_eq!(events(&mut t), vec![WatchEvent::Opened(0)]);
+    t.advance(T0 + OPENED_WAITS_FOR_PROCESS_US - 1);
+    assert_eq!(events(&mut t), vec![]);
+    t.advance(T0 + OPENED_WAITS_FOR_PROCESS_US);
+    assert_eq!(events(&mut t), vec![WatchEvent::Opened(1)]);
+    assert!(t.connection(1).unwrap().process.is_none());
+}

@@ -641,8 +641,9 @@ pub struct PathArgs {
 #[derive(Args, Debug, Clone)]
 pub struct TopologyArg {
     /// Hosts, routers and links (each with a path spec), and routes, from a TOML file
-    /// (docs/topologies.md): a namespace per host, instead of --path's dumbbell
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["path", "clients", "client_paths", "backend", "capture"])]
+    /// (docs/topologies.md): a namespace per host, instead of --path's dumbbell; with
+    /// it, --capture names a directory, which gets a pcapng file per link
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["path", "clients", "client_paths", "backend", "capture_at"])]
     pub topology: Option<PathBuf>,
 }
 

@@ -23,7 +23,7 @@ use tcplab_experiment::watch::{WatchLabels, Watched};
 use tcplab_lab::daemon::{self, Startup, ANSWER_TIMEOUT};
 use tcplab_lab::far::FarHost;
 use tcplab_lab::registry::{self, LabEntry};
-use tcplab_lab::{Backend, Lab, LabConfig, TopologyConfig};
+use tcplab_lab::{Backend, Lab, LabConfig, LinkCaptures, TopologyConfig};
 use tcplab_model::sockdiag::{Extensions, Families, StateSet};
 use tcplab_netsim::path::{Pace, PathSpec};
 use tcplab_netsim::topology::{Topology, TopologyError};
@@ -190,10 +190,15 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
     match topology {
         Some(file) => {
             // Checked here, before any namespace: the daemon reads it again.
-            topology_config(name, file, args)?;
+            let config = topology_config(name, file, args)?;
             let file = std::path::absolute(file)
                 .with_context(|| format!("topology {}", file.display()))?;
             cmd.arg("--topology").arg(file);
+            if let Some(capture) = config.capture {
+                cmd.arg("--capture").arg(capture.dir);
+                cmd.arg("--capture-snaplen")
+                    .arg(capture.snaplen.to_string());
+            }
         }
         None => daemon_path_args(name, args, &mut cmd)?,
     }
@@ -231,7 +236,20 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
     }
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
-    if let Some(spec) = args.capture.spec()? {
+    if let (Some(topology), Some(dir)) = (&entry.topology, &args.capture.capture) {
+        outln!(
+            "  capturing both ways of each link, with each packet's fate, into {} until lab down",
+            topology
+                .links
+                .iter()
+                .map(|link| dir
+                    .join(format!("{}.pcapng", link.name))
+                    .display()
+                    .to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    } else if let Some(spec) = args.capture.spec()? {
         outln!(
             "  capturing both directions {}, with each packet's fate, into {} until lab down",
             spec.at.place(),
@@ -292,6 +310,19 @@ fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Result<TopologyC
         TopologyError::Syntax(why) => anyhow!("topology {}: {why}", file.display()),
         e => anyhow!("topology {}: {e}", file.display()),
     })?;
+    let capture = args
+        .capture
+        .capture
+        .as_deref()
+        .map(|dir| {
+            std::path::absolute(dir)
+                .map(|dir| LinkCaptures {
+                    dir,
+                    snaplen: args.capture.capture_snaplen,
+                })
+                .with_context(|| format!("--capture {}", dir.display()))
+        })
+        .transpose()?;
     Ok(TopologyConfig {
         name: name.to_owned(),
         seed: topology.seed,
@@ -299,6 +330,7 @@ fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Result<TopologyC
         file: file.display().to_string(),
         sysctls: args.sysctls.iter().cloned().collect(),
         control_port: None,
+        capture,
     })
 }
 
@@ -312,7 +344,8 @@ fn print_entry(entry: &LabEntry) {
             topology.seed
         );
         for link in &topology.links {
-            outln!("  link {link}");
+            let [a, b] = &link.between;
+            outln!("  link {} {a}–{b} \"{}\"", link.name, link.path);
         }
         for (name, host) in topology.hosts.iter().zip(entry.hosts()) {
             outln!(

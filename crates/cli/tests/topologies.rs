@@ -324,3 +324,106 @@ fn a_bad_topology_is_refused_in_one_line_before_any_namespace() {
         stderr(&out)
     );
 }
+
+/// `--capture DIR` through a three-link chain: a pcapng per link, read by tshark. Each
+/// echo request and reply enters each link of its way, and enters the next one its
+/// link's one-way delay (and serialization at 100 Mbit/s) after the last, on the
+/// emulator's clock: within 0.1 ms per link, every time (load can delay a packet's read,
+/// not its time from link to link). Each record's comment is its fate on that link.
+#[test]
+fn a_capture_per_link_times_each_packet_link_by_link() {
+    if !privileged_or_skip("topology_capture") || !tshark_or_skip("topology_capture") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let file = topology_file(
+        dir.path(),
+        &["a", "b"],
+        &["r1", "r2"],
+        &[
+            ("l1", ["a", "r1"], "rtt 2ms"),
+            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit"),
+            ("l3", ["r2", "b"], "rtt 4ms"),
+        ],
+        "",
+    );
+    let captures = dir.path().join("captures");
+    let lab = LabGuard::up(
+        &lab_name("tk", 1),
+        &[
+            "--topology",
+            file.to_str().unwrap(),
+            "--capture",
+            captures.to_str().unwrap(),
+        ],
+    );
+    let pings = 5;
+    let text = ping_from(
+        &lab.name,
+        "a",
+        &["-c", &pings.to_string(), "-i", "0.05"],
+        "10.77.0.2",
+    );
+    assert_eq!(round_trips(&text).len(), pings, "{text}");
+    drop(lab);
+    // When each echo (type, sequence) entered each link, s, and its comment there.
+    let entered = |link: &str| -> Vec<(String, f64, String)> {
+        tshark(
+            &captures.join(format!("{link}.pcapng")),
+            "icmp",
+            &["icmp.type", "icmp.seq", "frame.time_epoch", "frame.comment"],
+        )
+        .into_iter()
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            (
+                format!("{} {}", f[0], f[1]),
+                f[2].parse().unwrap(),
+                f[3].to_owned(),
+            )
+        })
+        .collect()
+    };
+    let links: Vec<_> = ["l1", "l2", "l3"].into_iter().map(entered).collect();
+    for records in &links {
+        assert_eq!(records.len(), 2 * pings, "{records:?}");
+        for (_, _, comment) in records {
+            assert!(comment.contains(" delivered, queued "), "{comment}");
+        }
+    }
+    let at = |link: usize, echo: &str| {
+        links[link]
+            .iter()
+            .find(|(e, _, _)| e == echo)
+            .unwrap_or_else(|| panic!("no {echo} on link {}", link + 1))
+            .1
+    };
+    // One way's time on l2 at 100 Mbit/s: 84 IP bytes serialized.
+    let serialization = 84.0 * 8.0 / 100e6;
+    for seq in 1..=pings {
+        let (request, reply) = (format!("8 {seq}"), format!("0 {seq}"));
+        let steps = [
+            (at(1, &request) - at(0, &request), 0.001, "l1 a→r1"),
+            (
+                at(2, &request) - at(1, &request),
+                0.005 + serialization,
+                "l2 r1→r2",
+            ),
+            (at(1, &reply) - at(2, &reply), 0.002, "l3 b→r2"),
+            (
+                at(0, &reply) - at(1, &reply),
+                0.005 + serialization,
+                "l2 r2→r1",
+            ),
+        ];
+        for (took, expected, link) in steps {
+            assert!(
+                (took - expected).abs() < 1e-4,
+                "echo {seq} on {link}: {:.6} ms, not {:.6}",
+                took * 1e3,
+                expected * 1e3
+            );
+        }
+    }
+}

@@ -67,9 +67,6 @@ impl Capture {
     /// Creates the file (a failure is the caller's, before any link runs) and starts its
     /// writer; `epoch_unix_ns` is the wall-clock time of the emulator's time 0.
     pub fn start(spec: &CaptureSpec, epoch_unix_ns: u64, lab: &str) -> io::Result<Capture> {
-        let file = File::create(&spec.file)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.file.display())))?;
-        let (sender, batches) = sync_channel(QUEUED_BATCHES);
         let seen = match spec.at {
             CapturePoint::Bottleneck => "each direction's packets where they enter its bottleneck",
             CapturePoint::Client => "the client's packets as it sent them and the packets that reached it as they arrived",
@@ -78,10 +75,46 @@ impl Capture {
         let header = format!(
             "tcplab lab {lab}: {seen}, each with its fate in the bottleneck and its queueing delay there, its headers as the bottleneck let it go; times are the emulator's (the lab's epoch plus its clock)"
         );
-        let (snaplen, at) = (spec.snaplen, spec.at);
+        Capture::writing(spec, spec.at.name(), header, epoch_unix_ns)
+    }
+
+    /// One link of a topology's lab (`spec.at` its entry): both ways' packets where
+    /// they enter it, up from its first node to its second.
+    pub fn start_link(
+        spec: &CaptureSpec,
+        epoch_unix_ns: u64,
+        lab: &str,
+        link: &str,
+    ) -> io::Result<Capture> {
+        let header = format!(
+            "tcplab lab {lab}, link {link}: each way's packets where they enter the link (up: from its first node to its second), each with its fate on the link and its queueing delay there, its headers as the link let it go; times are the emulator's (the lab's epoch plus its clock)"
+        );
+        Capture::writing(spec, link, header, epoch_unix_ns)
+    }
+
+    /// The file made, its interface named `interface`, and the writer started.
+    fn writing(
+        spec: &CaptureSpec,
+        interface: &str,
+        header: String,
+        epoch_unix_ns: u64,
+    ) -> io::Result<Capture> {
+        let file = File::create(&spec.file)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", spec.file.display())))?;
+        let (sender, batches) = sync_channel(QUEUED_BATCHES);
+        let (snaplen, at, interface) = (spec.snaplen, spec.at, interface.to_owned());
         let writer = std::thread::Builder::new()
             .name("capture".into())
-            .spawn(move || write(file, &header, snaplen, at, epoch_unix_ns, batches))?;
+            .spawn(move || {
+                write(
+                    file,
+                    &header,
+                    (snaplen, &interface),
+                    at,
+                    epoch_unix_ns,
+                    batches,
+                )
+            })?;
         Ok(Capture {
             sender: Some(sender),
             writer: Some(writer),
@@ -297,7 +330,7 @@ impl Tap {
 fn write(
     file: File,
     header: &str,
-    snaplen: u32,
+    (snaplen, interface): (u32, &str),
     at: CapturePoint,
     epoch_unix_ns: u64,
     batches: Receiver<Batch>,
@@ -316,7 +349,7 @@ fn write(
         linktype: DataLink::RAW,
         snaplen,
         options: vec![
-            InterfaceDescriptionOption::IfName(Cow::Borrowed(at.name())),
+            InterfaceDescriptionOption::IfName(Cow::Borrowed(interface)),
             InterfaceDescriptionOption::IfTsResol(9),
         ],
     })

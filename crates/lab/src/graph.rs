@@ -11,18 +11,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tcplab_netsim::link::LinkTraces;
 use tcplab_netsim::path::{Direction, LinkSpec};
 use tcplab_netsim::topology::{Hop as TopoHop, NodeKind, Topology};
 use tcplab_netsim::traffic::Classifier;
+use tcplab_record::capture::CapturePoint;
 use tcplab_sys::clock::realtime_us;
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::MAX_PACKET;
 
+use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{DirectionPlan, Hop, Target};
-use crate::registry::{self, HostEntry, LabEntry, TopologyEntry};
+use crate::registry::{self, HostEntry, LabEntry, TopologyEntry, TopologyLinkEntry};
 use crate::topology::{io_err, load_traces, make_host, Emulator, HostPlan};
 use crate::{Lab, LabError};
 
@@ -39,6 +42,26 @@ pub struct TopologyConfig {
     pub seed: Option<u64>,
     /// The TCP port of a tcplab server's control listener in the lab, counted apart.
     pub control_port: Option<u16>,
+    /// A pcapng file per link (`--capture DIR`): DIR/LINK.pcapng.
+    pub capture: Option<LinkCaptures>,
+}
+
+/// Where each link's capture goes, and how much of each packet it keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkCaptures {
+    pub dir: PathBuf,
+    pub snaplen: u32,
+}
+
+impl LinkCaptures {
+    /// Link `name`'s capture.
+    fn spec(&self, name: &str) -> CaptureSpec {
+        CaptureSpec {
+            file: self.dir.join(format!("{name}.pcapng")),
+            snaplen: self.snaplen,
+            at: CapturePoint::Bottleneck,
+        }
+    }
 }
 
 /// Host `k`'s addresses (from 1).
@@ -86,6 +109,12 @@ impl Lab {
             .map(|hop| load_traces(topology.links[hop.link].path.link(hop.dir)))
             .collect::<Result<Vec<LinkTraces>, _>>()?;
         netns::ready().map_err(LabError::Privilege)?;
+        if let Some(capture) = &config.capture {
+            std::fs::create_dir_all(&capture.dir).map_err(io_err(format!(
+                "the captures' directory {}",
+                capture.dir.display()
+            )))?;
+        }
         let hosts: Vec<usize> = topology.hosts().collect();
         if hosts.len() > 250 {
             return Err(LabError::Name(format!(
@@ -124,14 +153,10 @@ impl Lab {
                 links: topology
                     .links
                     .iter()
-                    .map(|l| {
-                        format!(
-                            "{} {}–{} \"{}\"",
-                            l.name,
-                            topology.nodes[l.ends[0]].name,
-                            topology.nodes[l.ends[1]].name,
-                            l.path
-                        )
+                    .map(|l| TopologyLinkEntry {
+                        name: l.name.clone(),
+                        between: l.ends.map(|end| topology.nodes[end].name.clone()),
+                        path: l.path.to_string(),
                     })
                     .collect(),
             }),
@@ -189,6 +214,18 @@ fn build(
             .any(|dir| !l.path.link(dir).delays_only())
     });
     let link_mtu = if per_packet { mtu } else { MAX_PACKET as u32 };
+    let mut emulator = Emulator::new(None, &config.name)?;
+    if let Some(capture) = &config.capture {
+        let epoch_unix_ns = emulator.epoch_unix_us as u64 * 1000;
+        for link in &topology.links {
+            let spec = capture.spec(&link.name);
+            emulator.captures.push(
+                Capture::start_link(&spec, epoch_unix_ns, &config.name, &link.name)
+                    .map_err(io_err("starting the capture"))?,
+            );
+        }
+        emulator.capture_file = Some(capture.dir.display().to_string());
+    }
     let mut hops = Vec::new();
     for (hop, traces) in topology.hops().zip(traces) {
         hops.push(Hop {
@@ -201,7 +238,7 @@ fn build(
             },
             meter: None,
             rate_control: None,
-            capture: None,
+            capture: emulator.captures.get(hop.link).map(|c| c.tap(hop.dir)),
         });
     }
     let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
@@ -229,7 +266,6 @@ fn build(
             .count()
             == hosts.len()
     );
-    let mut emulator = Emulator::new(None, &config.name)?;
     let plan = DirectionPlan {
         ingress: devices
             .iter()

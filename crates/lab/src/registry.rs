@@ -61,8 +61,17 @@ pub struct TopologyEntry {
     pub seed: u64,
     /// Its hosts' names: `server`'s, then each client's.
     pub hosts: Vec<String>,
-    /// A line per link: its name, its ends and its path spec.
-    pub links: Vec<String>,
+    pub links: Vec<TopologyLinkEntry>,
+}
+
+/// One link of a topology's lab.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyLinkEntry {
+    pub name: String,
+    /// Its ends: `up` runs from the first to the second.
+    pub between: [String; 2],
+    /// Its path spec, normalized.
+    pub path: String,
 }
 
 impl LabEntry {

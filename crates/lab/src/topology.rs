@@ -244,14 +244,14 @@ pub(crate) struct Emulator {
     down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch, and the same
     /// on the monotonic clock, ns.
-    epoch_unix_us: i64,
+    pub(crate) epoch_unix_us: i64,
     epoch_ns: u64,
     /// When the test started: the path's schedule counts from it.
     pub(crate) test_start: TestStart,
-    /// The capture's writer, finished once the threads that feed it are done, its
-    /// file and where it sees the packets.
-    capture: Option<Capture>,
-    capture_file: Option<String>,
+    /// The captures' writers, finished once the threads that feed them are done, the
+    /// file (a topology's: the directory) and where they see the packets.
+    pub(crate) captures: Vec<Capture>,
+    pub(crate) capture_file: Option<String>,
     capture_at: CapturePoint,
 }
 
@@ -277,7 +277,7 @@ impl Emulator {
             epoch_unix_us,
             epoch_ns: epoch,
             test_start: TestStart::default(),
-            capture: writer,
+            captures: writer.into_iter().collect(),
             capture_file: capture.map(|spec| spec.file.display().to_string()),
             capture_at: capture.map_or(CapturePoint::Bottleneck, |spec| spec.at),
         })
@@ -293,7 +293,7 @@ impl Emulator {
                 dir,
                 devices,
                 clients,
-                emulator.capture.as_ref(),
+                emulator.captures.first(),
                 (&wake, &emulator.test_start),
             )
         };
@@ -339,7 +339,7 @@ impl Emulator {
             epoch_unix_us: realtime_us(),
             epoch_ns: monotonic_ns(),
             test_start: TestStart::default(),
-            capture: None,
+            captures: Vec::new(),
             capture_file: None,
             capture_at: CapturePoint::Bottleneck,
         }
@@ -376,8 +376,10 @@ impl Emulator {
             }
         }
         // The threads' taps are gone with them: the writer has all there is.
-        if let Some(Err(e)) = self.capture.take().map(Capture::finish) {
-            failure.get_or_insert(e);
+        for capture in self.captures.drain(..) {
+            if let Err(e) = capture.finish() {
+                failure.get_or_insert(e);
+            }
         }
         match failure {
             Some(error) => Err(LabError::Io {

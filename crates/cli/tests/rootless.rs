@@ -754,6 +754,43 @@ fn without_user_namespaces_labs_stop_in_one_line() {
     nobody.assert_nothing_left();
 }
 
+/// A topology's lab as nobody: up from a file, a ping through its three links by a
+/// host's name (never under their 16 ms, within 1 ms at the minimum at normal
+/// priority), down, and nothing left.
+#[test]
+fn a_topology_lab_as_nobody() {
+    if !nobody_or_skip("rootless_topology") {
+        return;
+    }
+    let nobody = Nobody::new(Runtime::Xdg);
+    let file = nobody.home().join("chain.toml");
+    fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies/chain.toml"),
+        &file,
+    )
+    .unwrap();
+    let name = lab_name("nt", 1);
+    let said = nobody.ok(&["lab", "up", &name, "--topology", "chain.toml"]);
+    assert!(said.contains(&format!("lab {name} up")), "{said}");
+    let text = nobody.ok(&[
+        "lab",
+        "exec",
+        &name,
+        "a",
+        "--",
+        "ping",
+        "-c",
+        "5",
+        "-i",
+        "0.2",
+        "10.77.0.2",
+    ]);
+    let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
+    assert!((16.0..17.0).contains(&min_ms), "min RTT {min_ms} ms");
+    nobody.ok(&["lab", "down", &name]);
+    nobody.assert_nothing_left();
+}
+
 /// `tcplab watch` in the machine's own namespace, as nobody and as root, of two loopback
 /// connections: one held by root (this test), one by nobody (a python3 of its own).
 /// Nobody sees all four sockets with their tcp_info, only its own with their process,

@@ -36,20 +36,6 @@ fn probe_rtts_ms(run: &Value) -> Vec<f64> {
         .collect()
 }
 
-/// Each reply's "time=" of ping's output, ms.
-fn ping_times_ms(text: &str) -> Vec<f64> {
-    text.lines()
-        .filter_map(|l| {
-            l.split("time=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
 /// Probes and ping side by side through one lab agree on the round trip, and the
 /// probes split it as the path does: 15 ms up, 5 ms down.
 #[test]

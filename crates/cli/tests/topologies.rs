@@ -37,6 +37,21 @@ fn topology_file(
     file
 }
 
+/// a — r1 — r2 — b: 2, 10 and 4 ms of round trip, the middle link at 100 Mbit/s.
+fn chain_file(dir: &Path) -> std::path::PathBuf {
+    topology_file(
+        dir,
+        &["a", "b"],
+        &["r1", "r2"],
+        &[
+            ("l1", ["a", "r1"], "rtt 2ms"),
+            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit"),
+            ("l3", ["r2", "b"], "rtt 4ms"),
+        ],
+        "",
+    )
+}
+
 /// The counters of the hop named `name` ("LINK FROM→TO") in `lab show --json`.
 fn hop<'a>(show: &'a Value, name: &str) -> &'a Value {
     show.pointer("/up/links")
@@ -72,20 +87,6 @@ fn ping_from(lab: &str, host: &str, args: &[&str], dest: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Each reply's round trip, ms.
-fn round_trips(ping: &str) -> Vec<f64> {
-    ping.lines()
-        .filter_map(|l| {
-            l.split("time=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
 /// Three links in a chain through two routers: every ping crosses each link both ways
 /// (its counters), and takes at least the links' delays added (16 ms: load can only
 /// add), within 1 ms at the median, in both address families.
@@ -96,17 +97,7 @@ fn a_chain_s_round_trip_is_the_sum_of_its_links_delays() {
     }
     let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
-    let file = topology_file(
-        dir.path(),
-        &["a", "b"],
-        &["r1", "r2"],
-        &[
-            ("l1", ["a", "r1"], "rtt 2ms"),
-            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit"),
-            ("l3", ["r2", "b"], "rtt 4ms"),
-        ],
-        "",
-    );
+    let file = chain_file(dir.path());
     let lab = LabGuard::up(&lab_name("tc", 1), &["--topology", file.to_str().unwrap()]);
     let show = lab.show();
     assert_eq!(str_at(&show, "/lab/topology/hosts/1"), "b");
@@ -135,7 +126,7 @@ fn a_chain_s_round_trip_is_the_sum_of_its_links_delays() {
                 &["-c", &pings.to_string(), "-i", "0.05"],
                 dest,
             );
-            let rtts = round_trips(&text);
+            let rtts = ping_times_ms(&text);
             assert_eq!(rtts.len(), pings, "{text}");
             all.extend(rtts);
         }
@@ -199,7 +190,7 @@ fn an_asymmetric_route_is_taken_as_declared_both_ways() {
     );
     let lab = LabGuard::up(&lab_name("ta", 1), &["--topology", file.to_str().unwrap()]);
     let text = ping_from(&lab.name, "a", &["-c", "5", "-i", "0.02"], "10.77.0.2");
-    assert_eq!(round_trips(&text).len(), 5, "{text}");
+    assert_eq!(ping_times_ms(&text).len(), 5, "{text}");
     let taken = [
         ("s1 a→r1", 5),
         ("s2 r1→b", 5),
@@ -337,17 +328,7 @@ fn a_capture_per_link_times_each_packet_link_by_link() {
     }
     let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
-    let file = topology_file(
-        dir.path(),
-        &["a", "b"],
-        &["r1", "r2"],
-        &[
-            ("l1", ["a", "r1"], "rtt 2ms"),
-            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit"),
-            ("l3", ["r2", "b"], "rtt 4ms"),
-        ],
-        "",
-    );
+    let file = chain_file(dir.path());
     let captures = dir.path().join("captures");
     let lab = LabGuard::up(
         &lab_name("tk", 1),
@@ -365,7 +346,7 @@ fn a_capture_per_link_times_each_packet_link_by_link() {
         &["-c", &pings.to_string(), "-i", "0.05"],
         "10.77.0.2",
     );
-    assert_eq!(round_trips(&text).len(), pings, "{text}");
+    assert_eq!(ping_times_ms(&text).len(), pings, "{text}");
     drop(lab);
     // When each echo (type, sequence) entered each link, s, and its comment there.
     let entered = |link: &str| -> Vec<(String, f64, String)> {

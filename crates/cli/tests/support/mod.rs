@@ -393,6 +393,20 @@ pub fn ping(ns: &str, args: &[&str], dest: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Each reply's "time=" of ping's output, ms.
+pub fn ping_times_ms(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(|l| {
+            l.split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 /// ping's summary: (transmitted, received, [min, avg, max, mdev] in ms if any reply).
 pub fn ping_summary(text: &str) -> (u64, u64, Option<[f64; 4]>) {
     let line = text

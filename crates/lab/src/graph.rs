@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use tcplab_netsim::link::LinkTraces;
 use tcplab_netsim::path::{Direction, LinkSpec};
-use tcplab_netsim::topology::{Hop as TopoHop, NodeKind, Topology};
+use tcplab_netsim::topology::{Hop as TopoHop, Topology};
 use tcplab_netsim::traffic::Classifier;
 use tcplab_record::capture::CapturePoint;
 use tcplab_sys::clock::realtime_us;
@@ -258,14 +258,6 @@ fn build(
             paths.insert((a.addr6, b.addr6), stages);
         }
     }
-    debug_assert!(
-        topology
-            .nodes
-            .iter()
-            .filter(|n| n.kind == NodeKind::Host)
-            .count()
-            == hosts.len()
-    );
     let plan = DirectionPlan {
         ingress: devices
             .iter()

@@ -89,6 +89,8 @@ pub enum TopologyError {
     Syntax(String),
     #[error("a topology needs at least two hosts")]
     TooFewHosts,
+    #[error("invalid name '{name}': a host or router is 1 to 16 letters, digits, '-' or '_' (a host's namespace is LAB-NAME)")]
+    BadName { name: String },
     #[error("'{name}' is named twice; hosts and routers share one set of names")]
     DuplicateName { name: String },
     #[error("link {link}: no host or router named '{name}'")]
@@ -175,6 +177,18 @@ impl Topology {
             .chain(router.into_iter().map(|n| (n.name, NodeKind::Router)))
             .map(|(name, kind)| Node { name, kind })
             .collect();
+        if let Some(node) = nodes.iter().find(|n| {
+            n.name.is_empty()
+                || n.name.len() > 16
+                || !n
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        }) {
+            return Err(TopologyError::BadName {
+                name: node.name.clone(),
+            });
+        }
         let mut ids = HashMap::new();
         for (id, node) in nodes.iter().enumerate() {
             if ids.insert(node.name.clone(), id).is_some() {

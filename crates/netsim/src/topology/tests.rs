@@ -123,6 +123,14 @@ fn bad_topologies_are_one_line_naming_the_element() {
     let cases = [
         ("host = [{ name = \"a\" }]", "a topology needs at least two hosts"),
         (
+            "host = [{ name = \"a b\" }, { name = \"b\" }]",
+            "invalid name 'a b': a host or router is 1 to 16 letters, digits, '-' or '_'",
+        ),
+        (
+            "host = [{ name = \"a\" }, { name = \"b\" }]\nrouter = [{ name = \"\" }]",
+            "invalid name '': a host or router",
+        ),
+        (
             "host = [{ name = \"a\" }, { name = \"a\" }]",
             "'a' is named twice; hosts and routers share one set of names",
         ),

@@ -723,6 +723,8 @@ pub fn parse_path(s: &str) -> Result<PathSpec, tcplab_netsim::path::PathError> {
 #[derive(Args, Debug)]
 pub struct ShellArgs {
     #[command(flatten)]
+    pub topology: TopologyArg,
+    #[command(flatten)]
     pub path: PathArgs,
     /// What lies beyond the path: the lab's server host, or also the namespace tcplab
     /// was started in (IPv4; TCPLAB_HOST is where it answers), through NAT as root or
@@ -750,8 +752,9 @@ pub struct ShellArgs {
     /// host listens on once --server-cmd listens, else on none
     #[arg(long, requires = "record")]
     pub trace_events: bool,
-    /// The command, run in the (first) client host; TCPLAB_SERVER, TCPLAB_SERVER6,
-    /// TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it where the far side is.
+    /// The command, run in the (first) client host (a topology's second host);
+    /// TCPLAB_SERVER, TCPLAB_SERVER6, TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it
+    /// where the far side is (a topology's first host).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

@@ -37,7 +37,7 @@ use tcplab_sys::trace::{Trace, TraceError};
 use tcplab_sys::{netns, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
-use crate::shared::{interrupt_flag, lab_lines, open_store, priority_note};
+use crate::shared::{interrupt_flag, lab_lines, open_store, priority_note, topology_lines};
 use crate::stdio::{errln, outln, Stdout};
 
 /// The lab `PathArgs` ask for, or `None` without `--path`.
@@ -262,6 +262,12 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
+/// A lab `--path` or `--topology` asks for.
+enum LabToBuild {
+    Dumbbell(Box<LabConfig>),
+    Topology(Box<TopologyConfig>),
+}
+
 /// The daemon's flags for a dumbbell `args` ask for, checked first.
 fn daemon_path_args(name: &str, args: &PathArgs, cmd: &mut Command) -> Result<()> {
     let Some(path) = &args.path else {
@@ -336,24 +342,8 @@ fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Result<TopologyC
 
 fn print_entry(entry: &LabEntry) {
     if let Some(topology) = &entry.topology {
-        outln!(
-            "lab {} up (pid {}): topology {}, seed {}",
-            entry.name,
-            entry.pid,
-            topology.file,
-            topology.seed
-        );
-        for link in &topology.links {
-            let [a, b] = &link.between;
-            outln!("  link {} {a}–{b} \"{}\"", link.name, link.path);
-        }
-        for (name, host) in topology.hosts.iter().zip(entry.hosts()) {
-            outln!(
-                "  host {name:<8} {:<12} {} {}",
-                host.ns,
-                host.addr,
-                host.addr6
-            );
+        for line in topology_lines(entry, topology) {
+            outln!("{line}");
         }
         return;
     }
@@ -512,19 +502,40 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
 /// `tcplab --netns $TCPLAB_SERVER_NS …`) and, with `--far host`, the caller's namespace
 /// beyond it, as in mahimahi.
 pub fn shell(args: ShellArgs) -> Result<ExitCode> {
-    let config = config(&args.path, &format!("sh{}", netns::own_pid()))?
-        .ok_or_else(|| anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path)"))?;
-    if args.far == FarArg::Host {
-        if config.backend == Backend::Netem {
-            bail!("--far host needs the emulator: leave out --backend netem");
+    let name = format!("sh{}", netns::own_pid());
+    let lab = match &args.topology.topology {
+        Some(file) => {
+            // A run's record has no topology yet: stored, it would read as an ideal path.
+            if args.record.is_some() {
+                bail!("--record cannot store a topology's run yet: leave out --record, or capture each link (--capture DIR)");
+            }
+            if args.far == FarArg::Host {
+                bail!("--far host reaches through a dumbbell's server host: use --path");
+            }
+            LabToBuild::Topology(Box::new(topology_config(&name, file, &args.path)?))
         }
-        FarHost::possible().context("cannot reach this namespace through the lab")?;
-    }
+        None => {
+            let config = config(&args.path, &name)?.ok_or_else(|| {
+                anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path) or --topology FILE")
+            })?;
+            if args.far == FarArg::Host {
+                if config.backend == Backend::Netem {
+                    bail!("--far host needs the emulator: leave out --backend netem");
+                }
+                FarHost::possible().context("cannot reach this namespace through the lab")?;
+            }
+            LabToBuild::Dumbbell(Box::new(config))
+        }
+    };
     // Checked before the lab is built: a database that cannot be opened.
     let mut store = args.record.as_deref().map(open_store).transpose()?;
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();
-    let lab = Lab::up(&config).context("cannot build the lab")?;
+    let lab = match &lab {
+        LabToBuild::Dumbbell(config) => Lab::up(config),
+        LabToBuild::Topology(config) => Lab::up_topology(config),
+    }
+    .context("cannot build the lab")?;
     // Dropped before the lab goes down.
     let far = match args.far {
         FarArg::Server => None,

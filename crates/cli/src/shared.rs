@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
+use tcplab_lab::registry::{LabEntry, TopologyEntry};
 use tcplab_lab::{pipeline, Lab};
 use tcplab_store::Store;
 
@@ -44,9 +45,43 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
     }))
 }
 
+/// A topology's lab as `lab up` and `shell` say it: its file and seed (what the links
+/// draw from), a line per link, a line per host.
+pub(crate) fn topology_lines(entry: &LabEntry, topology: &TopologyEntry) -> Vec<String> {
+    let mut lines = vec![format!(
+        "lab {} up (pid {}): topology {}, seed {}",
+        entry.name, entry.pid, topology.file, topology.seed
+    )];
+    for link in &topology.links {
+        let [a, b] = &link.between;
+        lines.push(format!("  link {} {a}–{b} \"{}\"", link.name, link.path));
+    }
+    for (name, host) in topology.hosts.iter().zip(entry.hosts()) {
+        lines.push(format!(
+            "  host {name:<8} {:<12} {} {}",
+            host.ns, host.addr, host.addr6
+        ));
+    }
+    lines
+}
+
 /// The lab's opening lines: its path (with the seed its links draw from), how a queue
-/// in BDP was sized, and each client's way to the server.
+/// in BDP was sized, and each client's way to the server; a topology's, its links and
+/// hosts.
 pub(crate) fn lab_lines(lab: &Lab) -> Vec<String> {
+    if let Some(topology) = &lab.entry.topology {
+        let mut lines = topology_lines(&lab.entry, topology);
+        // Where a command in the lab's client finds its server: the first two hosts.
+        lines.push(format!(
+            "  client {} ({}) → server {} ({})",
+            lab.clients[0].addr,
+            lab.clients[0].ns.name(),
+            lab.server.addr,
+            lab.server.ns.name()
+        ));
+        lines.extend(priority_note().map(|note| format!("  {note}")));
+        return lines;
+    }
     let mut lines = vec![format!("lab {}: path \"{}\"", lab.name(), lab.entry.path)];
     lines.extend(lab.entry.bdp_lines().iter().map(|l| format!("  {l}")));
     for (host, entry) in lab.clients.iter().zip(&lab.entry.clients) {

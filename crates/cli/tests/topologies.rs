@@ -408,3 +408,45 @@ fn a_capture_per_link_times_each_packet_link_by_link() {
         }
     }
 }
+
+/// `shell --topology`: an ephemeral lab of the file's shape, the command in its second
+/// host (a client's place) reaching the first (the server's), its exit status passed
+/// on, and nothing left; `--record` refused in one line, as a run's record has no
+/// topology yet.
+#[test]
+fn a_shell_runs_its_command_across_a_topology() {
+    if !privileged_or_skip("topology_shell") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let file = chain_file(dir.path());
+    let shell = |command: &[&str], extra: &[&str]| {
+        tcplab()
+            .args(["shell", "--topology", file.to_str().unwrap()])
+            .args(extra)
+            .arg("--")
+            .args(command)
+            .output()
+            .unwrap()
+    };
+    let out = shell(&["ping", "-c", "3", "-i", "0.2", "10.77.0.1"], &[]);
+    assert_success(&out);
+    let rtts = ping_times_ms(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(rtts.len(), 3, "{out:?}");
+    assert!(rtts.iter().all(|&ms| ms >= 16.0 - 0.01), "{rtts:?}");
+    let said = stderr(&out);
+    assert!(
+        said.contains("topology ") && said.contains("host b "),
+        "{said}"
+    );
+    let out = shell(&["sh", "-c", "exit 3"], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let db = dir.path().join("shell.db");
+    let out = shell(&["true"], &["--record", db.to_str().unwrap()]);
+    assert_eq!(
+        failure(&out),
+        "tcplab: --record cannot store a topology's run yet: leave out --record, or capture each link (--capture DIR)"
+    );
+    assert!(!db.exists());
+}

@@ -193,12 +193,8 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
         for flow in &flows {
             let watched = json_column(flow, "watched_json");
             let (sender, receiver) = (str_at(flow, "/client_addr"), str_at(flow, "/server_addr"));
-            let forward = captured
-                .remove(&(sender.to_owned(), receiver.to_owned()))
-                .unwrap_or_default();
-            let back = captured
-                .remove(&(receiver.to_owned(), sender.to_owned()))
-                .unwrap_or_default();
+            let forward = captured.take(sender, receiver);
+            let back = captured.take(receiver, sender);
             let peer = &watched["peer"];
             if !peer.is_object() {
                 return Err(format!("{label}: one end only of {sender} → {receiver}"));
@@ -239,7 +235,7 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
             );
             checked += 1;
         }
-        if let Some(((from, to), _)) = captured.iter().next() {
+        if let Some((from, to)) = captured.left() {
             return Err(format!(
                 "{label}: {from} → {to} is in the capture but was not watched"
             ));

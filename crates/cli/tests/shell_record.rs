@@ -195,7 +195,7 @@ fn curl_watched_has_a_captures_bytes_and_retransmits() {
                 // The flow's client is the sender: the HTTP server.
                 let (sender, receiver) = (str_at(f, "/client_addr"), str_at(f, "/server_addr"));
                 let from_server = captured
-                    .get(&(sender.to_owned(), receiver.to_owned()))
+                    .get(sender, receiver)
                     .unwrap_or_else(|| panic!("{sender} → {receiver} is not in the capture"));
                 let (highest, retransmitted) = (from_server.payload, from_server.retransmitted);
                 let received = f["received_bytes"].as_u64().unwrap();

@@ -1193,6 +1193,8 @@ pub fn tshark(file: &std::path::Path, filter: &str, fields: &[&str]) -> Vec<Stri
 /// One direction of a TCP connection in a capture, as tshark reads its packets.
 #[derive(Default, Debug)]
 pub struct CapturedDirection {
+    /// tshark's index of the connection (`tcp.stream`).
+    stream: u64,
     /// The payload: the highest relative sequence number reached, less the SYN's.
     pub payload: u64,
     /// The relative sequence number after the last one sent so far: a SYN and a FIN
@@ -1205,12 +1207,43 @@ pub struct CapturedDirection {
     pub retransmitted: u64,
 }
 
-/// Each direction of each TCP connection in `file`, by ("src:port", "dst:port").
-pub fn capture_directions(
-    file: &Path,
-) -> std::collections::BTreeMap<(String, String), CapturedDirection> {
-    let mut seen: std::collections::BTreeMap<(String, String), CapturedDirection> =
-        Default::default();
+/// Each direction of each TCP connection in a capture, by ("src:port", "dst:port"):
+/// the connections of one address pair in the order they opened, as a client's port
+/// may be taken again once its last connection closed (the server's end in TIME_WAIT
+/// takes a new SYN).
+#[derive(Default, Debug)]
+pub struct CapturedConnections(
+    std::collections::BTreeMap<(String, String), std::collections::VecDeque<CapturedDirection>>,
+);
+
+impl CapturedConnections {
+    /// The first connection left from `from` to `to`, taken out (an empty one if none).
+    pub fn take(&mut self, from: &str, to: &str) -> CapturedDirection {
+        let key = (from.to_owned(), to.to_owned());
+        let Some(directions) = self.0.get_mut(&key) else {
+            return CapturedDirection::default();
+        };
+        let first = directions.pop_front().unwrap_or_default();
+        if directions.is_empty() {
+            self.0.remove(&key);
+        }
+        first
+    }
+
+    /// The first connection from `from` to `to`.
+    pub fn get(&self, from: &str, to: &str) -> Option<&CapturedDirection> {
+        self.0.get(&(from.to_owned(), to.to_owned()))?.front()
+    }
+
+    /// One direction not taken yet: ("src:port", "dst:port").
+    pub fn left(&self) -> Option<&(String, String)> {
+        self.0.keys().next()
+    }
+}
+
+/// Each direction of each TCP connection in `file`.
+pub fn capture_directions(file: &Path) -> CapturedConnections {
+    let mut seen = CapturedConnections::default();
     let lines = tshark(
         file,
         "tcp.len > 0 or tcp.flags.syn == 1 or tcp.flags.fin == 1",
@@ -1223,6 +1256,7 @@ pub fn capture_directions(
             "tcp.len",
             "tcp.flags.syn",
             "tcp.flags.fin",
+            "tcp.stream",
         ],
     );
     // tshark prints a flag as 1 or 0, newer releases as True or False.
@@ -1231,8 +1265,19 @@ pub fn capture_directions(
         let f: Vec<&str> = line.split('\t').collect();
         let key = (format!("{}:{}", f[0], f[1]), format!("{}:{}", f[2], f[3]));
         let (seq, len): (u64, u64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
+        let stream: u64 = f[8].parse().unwrap();
         let span = len + u64::from(flag(f[6])) + u64::from(flag(f[7]));
-        let d = seen.entry(key).or_default();
+        let directions = seen.0.entry(key).or_default();
+        let d = match directions.iter().position(|d| d.stream == stream) {
+            Some(k) => &mut directions[k],
+            None => {
+                directions.push_back(CapturedDirection {
+                    stream,
+                    ..CapturedDirection::default()
+                });
+                directions.back_mut().expect("just pushed")
+            }
+        };
         // Relative sequence numbers: the SYN is 0, the first byte of data 1.
         if seq < d.sent_end {
             d.retransmitted += 1;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::bounds;
 use crate::changes;
 use crate::events::{kernel_episodes, KernelEpisodes};
+use crate::links::{self, FlowLinks};
 use crate::stats::jain;
 use crate::throughput::{self, Counted};
 use crate::tseq::RetransmitCauses;
@@ -118,6 +119,9 @@ pub struct Explanation {
     pub verdict: Verdict,
     pub findings: Vec<Finding>,
     pub recommendations: Vec<String>,
+    /// A topology run: each TCP flow's way through it and the link that bound it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_links: Option<Vec<FlowLinks>>,
     /// The senders' answer to each change of the path's schedule (`at`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<changes::Response>,
@@ -392,6 +396,8 @@ finding_kinds! {
         "when the first sender left slow start, and how many times the senders left it",
     OtherDirection => "other_direction":
         "a bidirectional run: what the other direction's flows, left out of the figures, carried through their own bottleneck",
+    BindingLink => "binding_link":
+        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them, what the other links on its way added, and its bound, the slowest link's goodput",
     RetransmitCauses => "retransmit_causes":
         "what the retransmissions in the run's capture (`--capture`) followed: the emulator's drops by why, and those no drop explains",
 }
@@ -487,9 +493,15 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
     let window = throughput::window(&run.intervals, Counted::Received, 0, |id| {
         tcp.iter().any(|f| f.id == id)
     });
+    let flow_links: Option<Vec<FlowLinks>> = links::flow_links(run).map(|all| {
+        all.into_iter()
+            .filter(|l| tcp.iter().any(|f| f.id == l.flow))
+            .collect()
+    });
     let facts = run
         .path
         .as_ref()
+        .filter(|p| p.topology.is_none())
         .zip(spec.as_ref())
         .map(|(p, s)| PathFacts {
             capacity: window
@@ -517,13 +529,19 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         .zip(window.as_ref())
         .map(|(p, w)| p.bound_bps(w.end_us.saturating_sub(w.start_us)));
     let policed = policer_rate.is_some_and(|p| link_rate.is_none_or(|l| p < l));
+    // A topology's flows: no more than links each of them crosses one of carry.
+    let topology_bound = flow_links
+        .as_ref()
+        .filter(|flows| flows.len() == tcp.len())
+        .and_then(|flows| links::together_bound_bps(run, flows));
     let bounds = Bounds {
         link_bps: link_rate
             .into_iter()
             .chain(policer_rate)
             .min()
             .filter(|_| mss > 0)
-            .map(|r| bounds::link_goodput_bps(r, mss, 0)),
+            .map(|r| bounds::link_goodput_bps(r, mss, 0))
+            .or(topology_bound),
         window_bps: sum_over_flows(&tcp, &samples, &|f, s| {
             bounds::window_bps(window_bytes(f, s)?, min_rtt_us(f, s)?)
         }),
@@ -564,7 +582,9 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         gap_pacer,
         &link,
     );
-    let real_path = facts.is_none().then(|| real_path(run, &tcp)).flatten();
+    let real_path = (facts.is_none() && flow_links.is_none())
+        .then(|| real_path(run, &tcp))
+        .flatten();
     let mut explanation = Explanation {
         path: facts,
         real_path,
@@ -580,6 +600,7 @@ fn explain_in(run: &RunRecord, direction: Direction) -> Explanation {
         findings: Vec::new(),
         recommendations: Vec::new(),
         changes: changes::responses(run, direction, &samples, mss),
+        flow_links,
     };
     detect(run, &tcp, &steady, direction, &mut explanation);
     if !other.is_empty() {
@@ -1293,6 +1314,9 @@ fn detect(
     if let Some(message) = own_delay(run, direction) {
         find(FindingKind::Delay, message, None);
     }
+    for l in e.flow_links.iter().flatten() {
+        find(FindingKind::BindingLink, binding_link(l), None);
+    }
     if let Some(message) = min_rtt_beside_base(run, tcp, direction, e.path.as_ref()) {
         find(FindingKind::MinRtt, message, None);
     }
@@ -1775,8 +1799,35 @@ fn min_rtt_beside_base(
 /// Where the run lands in delay (Pantheon's chart): its data packets' one-way delay
 /// across the emulator, how much of it beyond the path's own delay they spent queued
 /// (with their serialization), and what the bottleneck queue held.
+/// One flow's binding link, in a line.
+fn binding_link(l: &FlowLinks) -> String {
+    let ms = |us: f64| format_duration_us(us.max(0.0).round() as u64);
+    let way = format!(
+        "flow {} ({} → {}, {})",
+        l.flow,
+        l.from,
+        l.to,
+        count(l.hops.len() as u64, "link")
+    );
+    let bound = l.bound_bps.map_or(String::new(), |b| {
+        format!(
+            "; its bound, the slowest link's goodput: {}",
+            format_rate(b)
+        )
+    });
+    match &l.binding {
+        Some(link) => format!(
+            "{way}: bound at {link}, whose queue held its packets {} on average and dropped {} of them; the other links added {} of queueing{bound}",
+            ms(l.binding_queue_us),
+            l.binding_drops,
+            ms(l.others_queue_us),
+        ),
+        None => format!("{way}: no link on its way queued or dropped its packets{bound}"),
+    }
+}
+
 fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
-    let record = run.path.as_ref()?;
+    let record = run.path.as_ref().filter(|p| p.topology.is_none())?;
     let spec = record.spec.parse::<PathSpec>().ok()?;
     let (link, stats) = match direction {
         Direction::Up => (&spec.up, &record.up),
@@ -2004,10 +2055,11 @@ fn queue_overflow(
     if dropped == 0 {
         return None;
     }
-    let mut message = format!(
-        "the bottleneck queue overflowed: {} dropped",
-        count(dropped, "packet")
-    );
+    let queue = match &record.topology {
+        Some(_) => "the topology's link queues",
+        None => "the bottleneck queue",
+    };
+    let mut message = format!("{queue} overflowed: {} dropped", count(dropped, "packet"));
     let trains = stats
         .bursts
         .iter()
@@ -2138,6 +2190,7 @@ pub(crate) mod tests {
         FlowRecord {
             id,
             host: None,
+            name: None,
             direction: Direction::Up,
             client_addr: String::new(),
             server_addr: String::new(),
@@ -2974,7 +3027,7 @@ pub(crate) mod tests {
                 dropped_queue: 39,
                 ..LinkCounters::default()
             }),
-            probe: None,
+            ..NamedCounters::default()
         }];
         path.up.bursts = trains
             .map(|(mean, p99, max)| {

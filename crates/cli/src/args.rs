@@ -306,6 +306,10 @@ pub struct ResultsArgs {
     /// Which experiment of the database, by id [default: the latest].
     #[arg(long, value_name = "ID")]
     pub experiment: Option<i64>,
+    /// One flow's share: the metric (throughput, fairness or retransmits) of the flows
+    /// of the experiment file's [[flow]] of this name alone.
+    #[arg(long, value_name = "NAME")]
+    pub flow: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long, short = 'J')]
     pub json: bool,

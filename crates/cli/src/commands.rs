@@ -158,9 +158,11 @@ fn run_in_lab(
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
 ) -> Result<RunRecord> {
-    let groups: Vec<FlowGroup> = (0..config.clients.len())
+    let groups: Vec<FlowGroup> = (1..=config.clients.len())
         .map(|client| FlowGroup {
-            client,
+            name: None,
+            from: client,
+            to: 0,
             start_us: 0,
             params: params.clone(),
             label: out.store.label.clone(),

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use tcplab_lab::registry::{LabEntry, TopologyEntry};
+use tcplab_lab::registry::LabEntry;
 use tcplab_lab::{pipeline, Lab};
+use tcplab_record::topology::TopologyRecord;
 use tcplab_store::Store;
 
 /// Opens a database the command only reads, which must exist, without writing to it:
@@ -47,7 +48,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 
 /// A topology's lab as `lab up` and `shell` say it: its file and seed (what the links
 /// draw from), a line per link, a line per host.
-pub(crate) fn topology_lines(entry: &LabEntry, topology: &TopologyEntry) -> Vec<String> {
+pub(crate) fn topology_lines(entry: &LabEntry, topology: &TopologyRecord) -> Vec<String> {
     let mut lines = vec![format!(
         "lab {} up (pid {}): topology {}, seed {}",
         entry.name, entry.pid, topology.file, topology.seed

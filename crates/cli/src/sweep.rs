@@ -50,6 +50,8 @@ pub fn sweep(args: SweepArgs) -> Result<ExitCode> {
     sweep::check_congestion(&experiment.points)?;
     sweep::check_traces(&experiment.points, &args.file).map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_schedules(&experiment.points).map_err(|e| anyhow!("{file}: {e:#}"))?;
+    sweep::check_topologies(&experiment.points, &args.file)
+        .map_err(|e| anyhow!("{file}: {e:#}"))?;
     sweep::check_labs(&experiment.points)?;
     // Its lock file goes beside it, in a directory made for it if it is the first there
     // (`--db results/part-3.db`).
@@ -373,7 +375,16 @@ fn status_name(status: PlanStatus) -> &'static str {
 pub fn results(args: ResultsArgs) -> Result<ExitCode> {
     let store = open_existing_store(args.db.path())?;
     let id = experiment_id(&store, args.db.path(), args.experiment)?;
-    let table = summary(&store, id, args.metric, args.confidence)?;
+    let data = ExperimentRuns::load(&store, id)?
+        .ok_or_else(|| anyhow!("{} has no experiment {id}", store.path().display()))?;
+    let data = match &args.flow {
+        Some(name) => data
+            .only_flow(name, args.metric)
+            .map_err(anyhow::Error::msg)?,
+        None => data,
+    };
+    let mut table = summarize(&data, args.metric, args.confidence);
+    table.flow = args.flow.clone();
     if args.json {
         serde_json::to_writer_pretty(Stdout, &table)?;
         outln!();

@@ -450,3 +450,102 @@ fn a_shell_runs_its_command_across_a_topology() {
     );
     assert!(!db.exists());
 }
+
+/// `tcplab results DB --json --flow NAME`: that flow's mean throughput per cc.
+fn flow_means(db: &Path, flow: &str) -> Vec<(String, f64)> {
+    let out = tcplab()
+        .arg("results")
+        .arg(db)
+        .args(["--json", "--flow", flow])
+        .output()
+        .unwrap();
+    parse_success(&out)["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["values"]["flow.cc"].as_str().unwrap().to_owned(),
+                f64_at(p, "/mean"),
+            )
+        })
+        .collect()
+}
+
+/// The quick parking lot (examples/quick/parking-lot.toml) gives the textbook result
+/// under reno and cubic: the long flow across three bottlenecks gets less than each
+/// one-hop flow, while each link's two flows fill it (95 % of its goodput or more, and
+/// no more than it but for the 5 % that measuring each flow over its own window allows:
+/// a BBR long flow drains its three queues after the one-hop flow stopped). explain names each one-hop flow's own link as its binding link, and one of
+/// the three bottlenecks for the long flow. Among others: the shares are TCP's, which
+/// load does not reorder, and the links are full whatever the emulator's lateness.
+#[test]
+fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
+    if !privileged_or_skip("parking_lot") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("parking-lot.db");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quick/parking-lot.toml");
+    let out = tcplab()
+        .arg("sweep")
+        .arg(&file)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let long = flow_means(&db, "long");
+    let goodput = 20e6 * 1448.0 / 1500.0;
+    for hop in ["hop1", "hop2", "hop3"] {
+        for ((cc, long_bps), (_, hop_bps)) in long.iter().zip(flow_means(&db, hop)) {
+            println!("{cc}: long {long_bps:.0} bit/s, {hop} {hop_bps:.0} bit/s");
+            if cc != "bbr" {
+                assert!(
+                    long_bps < &hop_bps,
+                    "{cc}: long {long_bps}, {hop} {hop_bps}"
+                );
+            }
+            let sum = long_bps + hop_bps;
+            assert!(
+                (0.95 * goodput..=1.05 * goodput).contains(&sum),
+                "{cc}: the link of {hop} carried {sum} bit/s of its goodput {goodput}"
+            );
+        }
+    }
+    for run in export_jsonl(&db, "runs") {
+        let id = run["id"].as_i64().unwrap();
+        let out = tcplab()
+            .args(["explain", "--json", "--db"])
+            .arg(&db)
+            .arg(id.to_string())
+            .output()
+            .unwrap();
+        let e = parse_success(&out);
+        let flows = e["flow_links"].as_array().expect("a topology's flows");
+        assert_eq!(flows.len(), 4, "{e:#}");
+        for f in flows {
+            let binding = f["binding"].as_str().unwrap_or("none");
+            let expected: &[&str] = match (f["from"].as_str(), f["to"].as_str()) {
+                (Some("long"), Some("far")) => &["b1 r1→r2", "b2 r2→r3", "b3 r3→r4"],
+                (Some("a1"), Some("z1")) => &["b1 r1→r2"],
+                (Some("a2"), Some("z2")) => &["b2 r2→r3"],
+                (Some("a3"), Some("z3")) => &["b3 r3→r4"],
+                other => panic!("a flow {other:?}"),
+            };
+            assert!(expected.contains(&binding), "run {id}: {f:#}");
+        }
+        let kinds: Vec<&str> = e["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["kind"].as_str())
+            .collect();
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "binding_link").count(),
+            4,
+            "{kinds:?}"
+        );
+    }
+}

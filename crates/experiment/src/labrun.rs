@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use tcplab_lab::{Lab, LabConfig};
+use tcplab_lab::{Lab, LabConfig, TopologyConfig};
 use tcplab_netsim::path::{Direction, PathSpec};
 use tcplab_record::{IntervalRecord, RunRecord, TestEnd, TestParams};
 use tcplab_traffic::auth::PreSharedKey;
@@ -40,11 +40,15 @@ pub fn check_schedules<'a>(
     Ok(())
 }
 
-/// Flows with one set of parameters, from one client host.
+/// Flows with one set of parameters, between two of the lab's hosts.
 #[derive(Clone, Debug)]
 pub struct FlowGroup {
-    /// 0-based client host.
-    pub client: usize,
+    /// The experiment file's `[[flow]]` it is, by name: its flows' records carry it.
+    pub name: Option<String>,
+    /// The host its connections start from ([`Lab::host`]: k for a dumbbell's client k).
+    pub from: usize,
+    /// The host they go to (a dumbbell's server: 0).
+    pub to: usize,
     /// When its test starts, µs after the first one.
     pub start_us: u64,
     pub params: TestParams,
@@ -78,18 +82,17 @@ pub fn run_in_lab(
     live: Option<IntervalSink>,
 ) -> Result<LabRun> {
     let started = Instant::now();
-    if let Some(g) = groups.iter().find(|g| g.client >= config.clients.len()) {
+    if let Some(g) = groups
+        .iter()
+        .find(|g| g.from == 0 || g.from > config.clients.len() || g.to != 0)
+    {
         return Err(anyhow!(
             "a flow runs from client {} but the lab has {}",
-            g.client + 1,
+            g.from,
             config.clients.len()
         ));
     }
-    // What the lab's server would refuse is refused before the lab is built.
-    for g in groups {
-        tcplab_traffic::limits::check_request(&g.params, &ServerLimits::lab())
-            .map_err(anyhow::Error::msg)?;
-    }
+    check_requests(groups)?;
     check_schedules(
         std::iter::once(&config.path).chain(&config.clients),
         groups.iter().map(|g| (g.start_us, g.params.end)),
@@ -102,39 +105,129 @@ pub fn run_in_lab(
     };
     let lab = Lab::up(&config).context("cannot build the lab")?;
     on_ready(&lab);
-    let server_addr = SocketAddr::new(lab.server.addr, client::DEFAULT_PORT);
-    let listener = lab
-        .server
-        .ns
-        .try_run(move || TcpListener::bind(server_addr))
-        .context("starting the lab's server")?;
-    // Its clone stops the server at once after the tests.
-    let stopper = listener.try_clone().context("starting the lab's server")?;
-    let server_stop = Arc::new(AtomicBool::new(false));
-    // Senders feed a dynamic gap pacer (`pace cwnd`) their window rate: the clients
-    // send up, the server down.
-    let down_pacing = rate_target(&lab, Direction::Down);
-    let serving = {
-        let server_stop = Arc::clone(&server_stop);
-        lab.server
-            .ns
-            .spawn(move || {
-                // Only the lab's own hosts reach this server.
-                let config = ServerConfig {
-                    access: Access::Open,
-                    limits: ServerLimits::lab(),
-                };
-                server::serve(listener, config, |_| {}, &server_stop, down_pacing)
-            })
-            .context("starting the lab's server")?
+    run_across(lab, started, groups, &stop, live)
+}
+
+/// Runs `groups` across a lab of any shape made from `config`, each between the hosts it
+/// names (by their place in the file), and removes the lab, whatever happens.
+pub fn run_in_topology(
+    config: &TopologyConfig,
+    groups: &[FlowGroup],
+    stop: Arc<AtomicBool>,
+) -> Result<LabRun> {
+    let started = Instant::now();
+    let hosts = config.topology.hosts().count();
+    if let Some(g) = groups
+        .iter()
+        .find(|g| g.from >= hosts || g.to >= hosts || g.from == g.to)
+    {
+        return Err(anyhow!(
+            "a flow runs from host {} to host {} but the topology has {hosts}",
+            g.from,
+            g.to
+        ));
+    }
+    check_requests(groups)?;
+    check_schedules(
+        config.topology.links.iter().map(|l| &l.path),
+        groups.iter().map(|g| (g.start_us, g.params.end)),
+    )?;
+    let config = TopologyConfig {
+        control_port: Some(client::DEFAULT_PORT),
+        ..config.clone()
     };
+    let lab = Lab::up_topology(&config).context("cannot build the lab")?;
+    run_across(lab, started, groups, &stop, None)
+}
+
+/// What the lab's servers would refuse, refused before the lab is built.
+fn check_requests(groups: &[FlowGroup]) -> Result<()> {
+    for g in groups {
+        tcplab_traffic::limits::check_request(&g.params, &ServerLimits::lab())
+            .map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
+}
+
+/// A tcplab server in one of a lab's hosts.
+struct LabServer {
+    /// A clone of its listener, which stops it at once.
+    stopper: TcpListener,
+    stop: Arc<AtomicBool>,
+    serving: tcplab_sys::netns::NsThread<std::io::Result<()>>,
+}
+
+impl LabServer {
+    /// Starts serving in host `k` of `lab`.
+    fn start(lab: &Lab, k: usize) -> Result<LabServer> {
+        let host = lab
+            .host(k)
+            .ok_or_else(|| anyhow!("the lab has no host {k}"))?;
+        let name = lab.host_name(k);
+        let addr = SocketAddr::new(host.addr, client::DEFAULT_PORT);
+        let listener = host
+            .ns
+            .try_run(move || TcpListener::bind(addr))
+            .with_context(|| format!("starting the server in {name}"))?;
+        let stopper = listener
+            .try_clone()
+            .with_context(|| format!("starting the server in {name}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        // Senders feed a dynamic gap pacer (`pace cwnd`) their window rate: the clients
+        // send up, the server down.
+        let down_pacing = rate_target(lab, Direction::Down);
+        let serving = {
+            let stop = Arc::clone(&stop);
+            host.ns
+                .spawn(move || {
+                    // Only the lab's own hosts reach this server.
+                    let config = ServerConfig {
+                        access: Access::Open,
+                        limits: ServerLimits::lab(),
+                    };
+                    server::serve(listener, config, |_| {}, &stop, down_pacing)
+                })
+                .with_context(|| format!("starting the server in {name}"))?
+        };
+        Ok(LabServer {
+            stopper,
+            stop,
+            serving,
+        })
+    }
+
+    fn stop(self) {
+        server::stop_now(&self.stopper, &self.stop);
+        let _ = self.serving.join();
+    }
+}
+
+/// Runs `groups` across a lab that is up, with a server in each host a group goes to,
+/// and takes the lab down with its links' counters.
+fn run_across(
+    lab: Lab,
+    started: Instant,
+    groups: &[FlowGroup],
+    stop: &Arc<AtomicBool>,
+    live: Option<IntervalSink>,
+) -> Result<LabRun> {
+    let destinations: std::collections::BTreeSet<usize> = groups.iter().map(|g| g.to).collect();
+    let mut servers = Vec::new();
+    for &k in &destinations {
+        match LabServer::start(&lab, k) {
+            Ok(server) => servers.push(server),
+            Err(e) => {
+                servers.into_iter().for_each(LabServer::stop);
+                return Err(e);
+            }
+        }
+    }
     let setup = started.elapsed();
     let tests = Instant::now();
-    let outcome = run_groups(Reach::Lab(&lab, server_addr), groups, &stop, live);
+    let outcome = run_groups(Reach::Lab(&lab), groups, stop, live);
     let test = tests.elapsed();
     let teardown_start = Instant::now();
-    server::stop_now(&stopper, &server_stop);
-    let _ = serving.join();
+    servers.into_iter().for_each(LabServer::stop);
     let entry = lab.entry.clone();
     let stats = lab.down().context("tearing the lab down")?;
     let mut record = outcome?;
@@ -159,10 +252,10 @@ pub struct RealHost {
 
 /// Runs `groups` from this machine against a real host: no lab, no emulated path.
 pub fn run_against(host: &RealHost, groups: &[FlowGroup], stop: Arc<AtomicBool>) -> Result<LabRun> {
-    if let Some(g) = groups.iter().find(|g| g.client != 0) {
+    if let Some(g) = groups.iter().find(|g| g.from != 1) {
         return Err(anyhow!(
             "a flow runs from client {}, but against a real host only this machine is a client",
-            g.client + 1
+            g.from
         ));
     }
     let tests = Instant::now();
@@ -178,8 +271,8 @@ pub fn run_against(host: &RealHost, groups: &[FlowGroup], stop: Arc<AtomicBool>)
 /// Where a run's tests go.
 #[derive(Clone, Copy)]
 enum Reach<'a> {
-    /// The lab's server, from each group's client namespace.
-    Lab(&'a Lab, SocketAddr),
+    /// A server in the lab's host each group goes to, from its client's namespace.
+    Lab(&'a Lab),
     /// A real host, from this thread's namespace.
     Host(&'a RealHost),
 }
@@ -197,8 +290,10 @@ type Joiner = Box<dyn FnOnce() -> std::thread::Result<GroupResult>>;
 impl Reach<'_> {
     fn request(&self, group: &FlowGroup) -> Request {
         let (target, pacing, key, test_start) = match self {
-            Reach::Lab(lab, addr) => (
-                addr.to_string(),
+            Reach::Lab(lab) => (
+                lab.host(group.to).map_or(String::new(), |host| {
+                    SocketAddr::new(host.addr, client::DEFAULT_PORT).to_string()
+                }),
                 rate_target(lab, Direction::Up),
                 None,
                 Some(lab.test_start()),
@@ -224,8 +319,11 @@ impl Reach<'_> {
         job: impl FnOnce() -> GroupResult + Send + 'static,
     ) -> std::io::Result<Joiner> {
         Ok(match self {
-            Reach::Lab(lab, _) => {
-                let thread = lab.clients[group.client].ns.spawn(job)?;
+            Reach::Lab(lab) => {
+                let host = lab.host(group.from).ok_or_else(|| {
+                    std::io::Error::other(format!("the lab has no host {}", group.from))
+                })?;
+                let thread = host.ns.spawn(job)?;
                 Box::new(move || thread.join())
             }
             Reach::Host(_) => {
@@ -246,11 +344,14 @@ fn run_groups(
     let iperf3 = matches!(reach, Reach::Host(host) if host.iperf3);
     // A flow asks for ECN through its client host, which opens the connections: Linux
     // negotiates ECN per host (net.ipv4.tcp_ecn), not per socket.
-    if let Reach::Lab(lab, _) = &reach {
+    if let Reach::Lab(lab) = &reach {
         for group in groups.iter().filter(|g| g.params.tuning.ecn) {
-            let ns = &lab.clients[group.client].ns;
-            tcplab_sys::netns::write_sysctl_in(ns, "net.ipv4.tcp_ecn", "1")
-                .with_context(|| format!("asking for ECN in client{}", group.client + 1))?;
+            let name = lab.host_name(group.from);
+            let host = lab
+                .host(group.from)
+                .ok_or_else(|| anyhow!("the lab has no host {name}"))?;
+            tcplab_sys::netns::write_sysctl_in(&host.ns, "net.ipv4.tcp_ecn", "1")
+                .with_context(|| format!("asking for ECN in {name}"))?;
         }
     }
     let threads = groups
@@ -282,10 +383,16 @@ fn run_groups(
         .context("starting the clients")?;
     let mut records = Vec::new();
     for (group, join) in groups.iter().zip(threads) {
-        let host = format!("client{}", group.client + 1);
+        let host = match reach {
+            Reach::Lab(lab) => lab.host_name(group.from),
+            Reach::Host(_) => "client1".into(),
+        };
         let result = join().map_err(|_| anyhow!("{host}: the test panicked"))?;
         // None: stopped before it started; the run ends with what the others measured.
-        if let Some(record) = result.map_err(|e| anyhow!("{host}: {e}"))? {
+        if let Some(mut record) = result.map_err(|e| anyhow!("{host}: {e}"))? {
+            for flow in &mut record.flows {
+                flow.name.clone_from(&group.name);
+            }
             records.push((host, record));
         }
     }

@@ -14,10 +14,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_analysis::stats::Metric;
 use tcplab_lab::capture::CaptureSpec;
-use tcplab_lab::{registry, Backend, LabConfig};
-use tcplab_model::experiment::{Experiment, FlowConfig, Point, RemoteHost, Shard};
+use tcplab_lab::{registry, Backend, LabConfig, LinkCaptures, TopologyConfig};
+use tcplab_model::experiment::{
+    check_flow_hosts, Experiment, FlowConfig, Point, RemoteHost, RunConfig, Shard, TopologySource,
+};
 use tcplab_netsim::capture::DEFAULT_SNAPLEN;
 use tcplab_netsim::link::{LinkTraces, TraceFileError};
+use tcplab_netsim::topology::Topology;
 use tcplab_record::capture::CapturePoint;
 use tcplab_record::{Mode, RunRecord, RunStatus};
 use tcplab_store::{NotStored, Outcome, PlanRow, PlanStatus, Store};
@@ -25,7 +28,7 @@ use tcplab_sys::sockopt;
 use tcplab_traffic::auth::{self, PreSharedKey};
 
 use crate::command::{run_command_in_lab, CommandFlow};
-use crate::labrun::{run_against, run_in_lab, FlowGroup, RealHost};
+use crate::labrun::{run_against, run_in_lab, run_in_topology, FlowGroup, RealHost};
 
 /// What the user asked of a sweep.
 pub struct SweepRequest<'a> {
@@ -202,6 +205,51 @@ pub fn host_key(host: &RemoteHost, experiment_file: &Path) -> Result<Option<PreS
 /// study moves together with its keys and traces.
 fn file_dir(experiment_file: &Path) -> &Path {
     experiment_file.parent().unwrap_or(Path::new("."))
+}
+
+/// A point's topology, if it has one, read and checked with its flows' hosts; each
+/// link's trace files taken from the topology file's directory (an inline one's, from
+/// the experiment file's).
+pub fn load_topology(c: &RunConfig, file_dir: &Path) -> Result<Option<Topology>> {
+    let Some(source) = &c.topology else {
+        return Ok(None);
+    };
+    let mut topology = source
+        .load(|file| std::fs::read_to_string(file_dir.join(file)))
+        .map_err(anyhow::Error::msg)?;
+    let traces_dir = match source {
+        TopologySource::File(file) => file_dir
+            .join(file)
+            .parent()
+            .map_or(file_dir.to_path_buf(), Path::to_path_buf),
+        TopologySource::Inline(_) => file_dir.to_path_buf(),
+    };
+    for link in &mut topology.links {
+        link.path = link.path.traces_under(&traces_dir);
+    }
+    check_flow_hosts(&topology, &c.flows).map_err(anyhow::Error::msg)?;
+    Ok(Some(topology))
+}
+
+/// Refuses, before any run, a plan whose topologies cannot be read or whose flows do not
+/// run between their hosts.
+pub fn check_topologies(points: &[Point], experiment_file: &Path) -> Result<()> {
+    let dir = file_dir(experiment_file);
+    for p in points {
+        let at_point = || format!("point {}", p.values.join(", "));
+        let Some(topology) = load_topology(&p.config, dir).with_context(at_point)? else {
+            continue;
+        };
+        for link in &topology.links {
+            crate::labrun::check_schedules(
+                [&link.path],
+                p.config.flows.iter().map(|f| (f.start_us, f.params.end)),
+            )
+            .with_context(|| format!("link {}", link.name))
+            .with_context(at_point)?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a plan whose lab points name a trace file (rate, delay or loss) that is not
@@ -477,6 +525,12 @@ fn run_point(
     let tags = |f: &FlowConfig| -> Vec<String> {
         std::iter::once(format!("flow={}", f.name))
             .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
+            .chain(f.hosts.iter().flat_map(|h| {
+                [
+                    format!("client={}", h.client),
+                    format!("server={}", h.server),
+                ]
+            }))
             .collect()
     };
     // A command flow runs alone (the file's check): its programs, watched.
@@ -491,26 +545,62 @@ fn run_point(
             tags: tags(f),
         })
     });
+    let topology = load_topology(c, &prepared.file_dir).map_err(|e| format!("{e:#}"))?;
+    let host_index = |name: &str| -> std::result::Result<usize, String> {
+        let topology = topology
+            .as_ref()
+            .expect("flows name hosts only in a topology");
+        topology
+            .hosts()
+            .position(|id| topology.nodes[id].name == name)
+            .ok_or_else(|| format!("the topology has no host '{name}'"))
+    };
     let groups: Vec<FlowGroup> = c
         .flows
         .iter()
-        .map(|f| FlowGroup {
-            client: usize::from(f.client) - 1,
-            start_us: f.start_us,
-            params: f.params.clone(),
-            label: label.clone(),
-            tags: tags(f),
-            trace_events: c.trace_events,
+        .map(|f| {
+            let (from, to) = match &f.hosts {
+                Some(hosts) => (host_index(&hosts.client)?, host_index(&hosts.server)?),
+                None => (usize::from(f.client), 0),
+            };
+            Ok(FlowGroup {
+                name: Some(f.name.clone()),
+                from,
+                to,
+                start_us: f.start_us,
+                params: f.params.clone(),
+                label: label.clone(),
+                tags: tags(f),
+                trace_events: c.trace_events,
+            })
         })
-        .collect();
-    let run = match &c.server {
-        Some(server) => {
+        .collect::<std::result::Result<_, String>>()?;
+    let run = match (&c.server, topology) {
+        (_, Some(topology)) => {
+            let config = TopologyConfig {
+                name: lab_name.to_owned(),
+                file: match c.topology.as_ref() {
+                    Some(TopologySource::File(file)) => file.clone(),
+                    _ => "inline".into(),
+                },
+                topology,
+                sysctls: c.sysctl.clone(),
+                seed: Some(lab_seed),
+                control_port: None,
+                capture: capture.map(|spec| LinkCaptures {
+                    dir: spec.file.with_extension(""),
+                    snaplen: spec.snaplen,
+                }),
+            };
+            run_in_topology(&config, &groups, Arc::clone(stop))
+        }
+        (Some(server), None) => {
             let host = hosts
                 .get(&server.name)
                 .ok_or_else(|| format!("host '{}' was not prepared", server.name))?;
             run_against(host, &groups, Arc::clone(stop))
         }
-        None => {
+        (None, None) => {
             let mut path = c.path.traces_under(&prepared.file_dir);
             path.seed = Some(lab_seed);
             let config = LabConfig {

@@ -19,15 +19,20 @@ use tcplab_netsim::path::{Direction, LinkSpec};
 use tcplab_netsim::topology::{Hop as TopoHop, Topology};
 use tcplab_netsim::traffic::Classifier;
 use tcplab_record::capture::CapturePoint;
+use tcplab_record::topology::{self as record, TopologyLink, TopologyRecord, TopologyRoute};
 use tcplab_sys::clock::realtime_us;
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::MAX_PACKET;
 
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{DirectionPlan, Hop, Target};
-use crate::registry::{self, HostEntry, LabEntry, TopologyEntry, TopologyLinkEntry};
+use crate::registry::{self, HostEntry, LabEntry};
 use crate::topology::{io_err, load_traces, make_host, Emulator, HostPlan};
 use crate::{Lab, LabError};
+use tcplab_analysis::hop::HopMeter;
+
+/// How often each link's queue is kept: 1000 samples a link for 10 s.
+const HOP_QUEUE_SAMPLE_NS: u64 = 10_000_000;
 
 /// What to build.
 #[derive(Clone, Debug)]
@@ -75,10 +80,46 @@ fn host_addrs(k: u16) -> (IpAddr, IpAddr) {
 /// A hop's name in the counters: its link's, and which way.
 fn hop_name(topology: &Topology, hop: TopoHop) -> String {
     let (from, to) = topology.hop_ends(hop);
-    format!(
-        "{} {}→{}",
-        topology.links[hop.link].name, topology.nodes[from].name, topology.nodes[to].name
+    record::hop_name(
+        &topology.links[hop.link].name,
+        &topology.nodes[from].name,
+        &topology.nodes[to].name,
     )
+}
+
+/// What the lab's entry and its runs' records hold of `topology`: hosts, links and the
+/// route between every two hosts.
+pub fn topology_record(topology: &Topology, file: &str, seed: u64) -> TopologyRecord {
+    let hosts: Vec<usize> = topology.hosts().collect();
+    let name = |node: usize| topology.nodes[node].name.clone();
+    TopologyRecord {
+        file: file.to_owned(),
+        seed,
+        hosts: hosts.iter().map(|&n| name(n)).collect(),
+        links: topology
+            .links
+            .iter()
+            .map(|l| TopologyLink {
+                name: l.name.clone(),
+                between: l.ends.map(name),
+                path: l.path.to_string(),
+            })
+            .collect(),
+        routes: hosts
+            .iter()
+            .flat_map(|&from| hosts.iter().map(move |&to| (from, to)))
+            .filter(|(from, to)| from != to)
+            .map(|(from, to)| TopologyRoute {
+                from: name(from),
+                to: name(to),
+                hops: topology
+                    .route(from, to)
+                    .iter()
+                    .map(|&hop| hop_name(topology, hop))
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// What a topology's link cannot have yet, in one line naming it: a gap pacer sits
@@ -143,23 +184,7 @@ impl Lab {
             server: host_entries[0].clone(),
             clients: host_entries[1..].to_vec(),
             created_unix_us: realtime_us(),
-            topology: Some(TopologyEntry {
-                file: config.file.clone(),
-                seed,
-                hosts: hosts
-                    .iter()
-                    .map(|&n| topology.nodes[n].name.clone())
-                    .collect(),
-                links: topology
-                    .links
-                    .iter()
-                    .map(|l| TopologyLinkEntry {
-                        name: l.name.clone(),
-                        between: l.ends.map(|end| topology.nodes[end].name.clone()),
-                        path: l.path.to_string(),
-                    })
-                    .collect(),
-            }),
+            topology: Some(topology_record(topology, &config.file, seed)),
         };
         registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
         // From here on, a failure must undo what was made.
@@ -237,6 +262,7 @@ fn build(
                 after: Some(hop.index()),
             },
             meter: None,
+            hop_meter: Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS)),
             rate_control: None,
             capture: emulator.captures.get(hop.link).map(|c| c.tap(hop.dir)),
         });

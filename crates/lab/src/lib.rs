@@ -19,5 +19,5 @@ pub mod pool;
 pub mod registry;
 mod topology;
 
-pub use graph::{LinkCaptures, TopologyConfig};
+pub use graph::{topology_record, LinkCaptures, TopologyConfig};
 pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabStats};

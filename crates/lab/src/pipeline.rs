@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use hdrhistogram::Histogram;
 use tcplab_analysis::burst::BurstMeter;
 use tcplab_analysis::delay::DelayMeter;
+use tcplab_analysis::hop::HopMeter;
 use tcplab_netsim::capture::Fate;
 use tcplab_netsim::link::{Link, PacketMeta, PushOutcome};
 use tcplab_netsim::packet::{
@@ -90,6 +91,8 @@ pub struct Hop {
     pub then: Target,
     /// Measures the burstiness of what enters the link and its queue over time.
     pub meter: Option<BurstMeter>,
+    /// What each flow met on the link, and its queue over time (a topology's links).
+    pub hop_meter: Option<HopMeter>,
     /// A rate set from outside (a dynamic pacer's target, bit/s; 0 = none yet).
     pub rate_control: Option<Arc<AtomicU64>>,
     /// Records what enters the link and its fate (`--capture`).
@@ -512,6 +515,7 @@ impl Direction {
                 }
                 for outcome in [Some(outcome), copy_outcome].into_iter().flatten() {
                     if let PushOutcome::Dropped(d) = outcome {
+                        self.meter_drop(h, d.packet, headers);
                         self.pool.release(d.packet);
                     }
                 }
@@ -600,6 +604,14 @@ impl Direction {
                         tap.left(d.packet, fate, d.queue_delay, d.due, ip)
                     });
                 }
+                let classifier = &self.plan.classifier;
+                if let Some(meter) = &mut self.plan.hops[h].hop_meter {
+                    if let Some(headers) =
+                        Headers::of(self.pool.bytes(packet).headers_from(), classifier)
+                    {
+                        meter.delivered(headers.key, d.queue_delay);
+                    }
+                }
                 let then = self.plan.hops[h].then;
                 self.dispatch(then, d.due, packet, d.wire_len, None, d.traffic);
             }
@@ -621,9 +633,23 @@ impl Direction {
             .min_by_key(|&(h, t)| (t, h))
     }
 
+    /// Counts a packet hop `h` dropped against its flow, where the hop is metered;
+    /// `headers` where they were read already.
+    fn meter_drop(&mut self, h: usize, id: BufId, headers: Option<Headers>) {
+        let classifier = &self.plan.classifier;
+        if let Some(meter) = &mut self.plan.hops[h].hop_meter {
+            if let Some(headers) =
+                headers.or_else(|| Headers::of(self.pool.bytes(id).headers_from(), classifier))
+            {
+                meter.dropped(headers.key);
+            }
+        }
+    }
+
     /// Lets go of what hop `h` dropped inside (an AQM at dequeue), recorded first.
     fn collect_dropped(&mut self, h: usize) {
         while let Some(dropped) = self.plan.hops[h].link.pop_dropped() {
+            self.meter_drop(h, dropped.packet, None);
             let (hop, pool) = (&mut self.plan.hops[h], &self.pool);
             if let Some(tap) = &mut hop.capture {
                 let fate = Fate::Dropped(dropped.reason);
@@ -805,8 +831,12 @@ impl Direction {
 
     fn sample_queues(&mut self, now: u64) {
         for hop in &mut self.plan.hops {
+            let queued = hop.link.counters_of(Traffic::Test).queue_bytes;
             if let Some(meter) = &mut hop.meter {
-                meter.queue(now, hop.link.counters_of(Traffic::Test).queue_bytes);
+                meter.queue(now, queued);
+            }
+            if let Some(meter) = &mut hop.hop_meter {
+                meter.queue(now, queued);
             }
         }
         let from = self.capacity_from;
@@ -865,11 +895,19 @@ impl Direction {
                 .map(|h| {
                     let own =
                         |traffic| Some(*h.link.counters_of(traffic)).filter(|c| !c.is_empty());
+                    let (flows, queue) = h
+                        .hop_meter
+                        .as_ref()
+                        .filter(|_| last)
+                        .map(HopMeter::report)
+                        .unwrap_or_default();
                     NamedCounters {
                         name: h.name.clone(),
                         counters: *h.link.counters_of(Traffic::Test),
                         control: own(Traffic::Control),
                         probe: own(Traffic::Probe),
+                        flows,
+                        queue,
                     }
                 })
                 .collect(),

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tcplab_netsim::dumbbell::Dumbbell;
 use tcplab_netsim::path::PathSpec;
+use tcplab_record::topology::TopologyRecord;
 use tcplab_sys::netns::{self, Ended, Leftover, NetNs};
 use tcplab_sys::userns;
 
@@ -49,29 +50,7 @@ pub struct LabEntry {
     /// A lab of any shape (`lab up --topology`): `server` is then its first host and
     /// `clients` the others, in the file's order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topology: Option<TopologyEntry>,
-}
-
-/// What users see of a lab built from a topology file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopologyEntry {
-    /// The file it was built from.
-    pub file: String,
-    /// The seed each link's randomness derives from (`--seed` draws the same again).
-    pub seed: u64,
-    /// Its hosts' names: `server`'s, then each client's.
-    pub hosts: Vec<String>,
-    pub links: Vec<TopologyLinkEntry>,
-}
-
-/// One link of a topology's lab.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopologyLinkEntry {
-    pub name: String,
-    /// Its ends: `up` runs from the first to the second.
-    pub between: [String; 2],
-    /// Its path spec, normalized.
-    pub path: String,
+    pub topology: Option<TopologyRecord>,
 }
 
 impl LabEntry {

@@ -204,6 +204,7 @@ impl LabStats {
             test_start_us: self.test_start_us,
             capture_file: self.capture_file,
             capture_at: self.capture_at,
+            topology: entry.topology.clone(),
         }
     }
 }
@@ -466,6 +467,7 @@ fn pacer_hop(path: &Timeline, mtu: u32, target: Option<Arc<AtomicU64>>) -> Resul
         link: Link::new(&pacer, 0, mtu, 0, LinkTraces::default()).map_err(LabError::Link)?,
         then: Target::Route,
         meter: None,
+        hop_meter: None,
         rate_control: target,
         capture: None,
     })
@@ -811,6 +813,7 @@ impl Lab {
                 }
                 _ => None,
             },
+            hop_meter: None,
             rate_control: None,
             capture: capture.map(|c| c.tap(dir)),
         };
@@ -829,6 +832,7 @@ impl Lab {
                     link: make_link(config, LinkRole::Access(k), dir, per_packet)?,
                     then: beyond,
                     meter: None,
+                    hop_meter: None,
                     rate_control: None,
                     capture: None,
                 });
@@ -884,6 +888,24 @@ impl Lab {
 
     pub fn name(&self) -> &str {
         &self.entry.name
+    }
+
+    /// Host `k`: 0 the server, k client k; a topology's k-th host from 0, in the
+    /// file's order.
+    pub fn host(&self, k: usize) -> Option<&Host> {
+        match k {
+            0 => Some(&self.server),
+            k => self.clients.get(k - 1),
+        }
+    }
+
+    /// Host `k`'s name ([`Lab::host`]): a topology's, else "server" or "clientK".
+    pub fn host_name(&self, k: usize) -> String {
+        match (&self.entry.topology, k) {
+            (Some(topology), k) => topology.hosts.get(k).cloned().unwrap_or_default(),
+            (None, 0) => "server".into(),
+            (None, k) => format!("client{k}"),
+        }
     }
 
     /// Where the senders of direction `dir` publish the rate a dynamic gap pacer

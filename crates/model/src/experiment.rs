@@ -43,6 +43,7 @@ use crate::test_builder::{
 };
 use tcplab_netsim::dumbbell::{derive_seed, Dumbbell};
 use tcplab_netsim::path::{Pace, PaceRtt, PathSpec};
+use tcplab_netsim::topology::{NodeKind, Topology};
 use tcplab_record::units::{parse_duration, parse_rate, parse_size, UnitError};
 use tcplab_record::{Mode, SendMethod, TestEnd, TestParams, Tuning};
 
@@ -123,6 +124,78 @@ pub struct RunConfig {
     /// Record the kernel's events of each run's sockets.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub trace_events: bool,
+    /// A lab of any shape instead of the dumbbell of `path` and `access`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologySource>,
+}
+
+/// Where a run's topology comes from (`topology = "FILE"` or its tables inline).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopologySource {
+    /// A topology file as written: relative to the experiment file.
+    File(String),
+    /// The topology's tables written in the experiment file, as TOML text.
+    Inline(String),
+}
+
+impl TopologySource {
+    /// The checked graph; `read` reads a file named relative to the experiment file.
+    pub fn load(
+        &self,
+        read: impl FnOnce(&str) -> std::io::Result<String>,
+    ) -> Result<Topology, String> {
+        match self {
+            TopologySource::File(file) => {
+                let text = read(file).map_err(|e| format!("topology file '{file}': {e}"))?;
+                text.parse()
+                    .map_err(|e| format!("topology file '{file}': {e}"))
+            }
+            TopologySource::Inline(text) => text.parse().map_err(|e| format!("{e}")),
+        }
+    }
+}
+
+/// Refuses flows that do not run between two hosts of `topology`: one line naming the
+/// flow and the host.
+pub fn check_flow_hosts(topology: &Topology, flows: &[FlowConfig]) -> Result<(), String> {
+    for flow in flows {
+        let Some(hosts) = &flow.hosts else {
+            return Err(format!(
+                "flow '{}': in a topology a flow names its hosts: client = \"…\" and server = \"…\"",
+                flow.name
+            ));
+        };
+        for (role, name) in [("client", &hosts.client), ("server", &hosts.server)] {
+            match topology.node(name).map(|id| topology.nodes[id].kind) {
+                Some(NodeKind::Host) => {}
+                Some(NodeKind::Router) => {
+                    return Err(format!(
+                        "flow '{}': {role} '{name}' is a router; a flow runs between hosts",
+                        flow.name
+                    ))
+                }
+                None => {
+                    let known: Vec<&str> = topology
+                        .hosts()
+                        .map(|id| topology.nodes[id].name.as_str())
+                        .collect();
+                    return Err(format!(
+                        "flow '{}': {role} '{name}' is not a host of the topology (hosts: {})",
+                        flow.name,
+                        known.join(", ")
+                    ));
+                }
+            }
+        }
+        if hosts.client == hosts.server {
+            return Err(format!(
+                "flow '{}': client and server are both '{}'; a flow runs between two hosts",
+                flow.name, hosts.client
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl RunConfig {
@@ -168,6 +241,26 @@ pub struct FlowConfig {
     /// `protocol = "command"`: the programs run instead of tcplab's own flows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandSpec>,
+    /// In a topology: the hosts it runs between, by name (`client` is then unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<FlowHosts>,
+}
+
+impl FlowConfig {
+    /// The host its connections start from: a topology's by name, else "client N".
+    pub fn client_host(&self) -> String {
+        match &self.hosts {
+            Some(hosts) => hosts.client.clone(),
+            None => format!("client {}", self.client),
+        }
+    }
+}
+
+/// A topology's flow: its client opens the connections to its server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowHosts {
+    pub client: String,
+    pub server: String,
 }
 
 /// A command flow's programs, each run by `sh -c` in a lab's host.
@@ -458,6 +551,39 @@ struct File {
     /// Accepted here, read with positions by [`Sweep`].
     #[serde(rename = "axis")]
     _axis: Option<de::IgnoredAny>,
+    /// A lab of any shape: a topology file's name, or its tables inline.
+    topology: Option<TopologyValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TopologyValue {
+    File(String),
+    Inline(Table),
+}
+
+/// A flow's client: a dumbbell's by number, a topology's host by name.
+#[derive(Clone, Deserialize)]
+#[serde(untagged)]
+enum FlowClient {
+    Number(u16),
+    Name(String),
+}
+
+impl fmt::Display for FlowClient {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            FlowClient::Number(n) => write!(f, "{n}"),
+            FlowClient::Name(name) => write!(f, "'{name}'"),
+        }
+    }
+}
+
+/// The lab a file's flows run in: a dumbbell with its clients, or a topology.
+#[derive(Clone, Copy)]
+enum Shape {
+    Dumbbell { clients: usize },
+    Topology,
 }
 
 #[derive(Deserialize)]
@@ -485,7 +611,10 @@ struct FlowFile {
     response: Option<Bytes>,
     /// Writes each request is split into (1 when not given).
     request_writes: Option<u32>,
-    client: Option<u16>,
+    /// A dumbbell's client by number (from 1), a topology's host by name.
+    client: Option<FlowClient>,
+    /// A topology's host the flow's connections go to.
+    server: Option<String>,
     direction: Option<Mode>,
     streams: Option<u16>,
     start: Option<Micros>,
@@ -619,6 +748,17 @@ impl File {
         if let Some(host) = &server {
             self.check_against_real_host(host, flows)?;
         }
+        let topology = self.topology()?;
+        let inline = match &topology {
+            Some(source @ TopologySource::Inline(_)) => Some(source.load(|_| unreachable!())?),
+            _ => None,
+        };
+        let shape = match &topology {
+            Some(_) => Shape::Topology,
+            None => Shape::Dumbbell {
+                clients: access.len(),
+            },
+        };
         let flows = flows
             .iter()
             .enumerate()
@@ -626,7 +766,7 @@ impl File {
                 f.config(
                     i,
                     duration_us,
-                    access.len(),
+                    shape,
                     sample_interval_us,
                     report_interval_us,
                 )
@@ -635,6 +775,9 @@ impl File {
         let mut names = HashSet::new();
         if let Some(dup) = flows.iter().find(|f| !names.insert(&f.name)) {
             return Err(format!("two flows are named '{}'", dup.name));
+        }
+        if let Some(inline) = &inline {
+            check_flow_hosts(inline, &flows)?;
         }
         if let Some(command) = flows.iter().find(|f| f.command.is_some()) {
             // Its watch takes every connection of the lab's hosts as the command's.
@@ -653,15 +796,14 @@ impl File {
         }
         // ECN is the client host's: its flows ask for it together or not at all.
         for (i, a) in flows.iter().enumerate() {
-            if let Some(b) = flows[..i]
-                .iter()
-                .find(|b| b.client == a.client && b.params.tuning.ecn != a.params.tuning.ecn)
-            {
+            if let Some(b) = flows[..i].iter().find(|b| {
+                b.client_host() == a.client_host() && b.params.tuning.ecn != a.params.tuning.ecn
+            }) {
                 return Err(format!(
-                    "flows '{}' and '{}' run from client {} but only one asks for ecn: it is the host's (net.ipv4.tcp_ecn), so give both the same",
+                    "flows '{}' and '{}' run from {} but only one asks for ecn: it is the host's (net.ipv4.tcp_ecn), so give both the same",
                     b.name,
                     a.name,
-                    a.client
+                    a.client_host()
                 ));
             }
         }
@@ -704,7 +846,54 @@ impl File {
             server,
             capture: self.capture,
             trace_events: self.trace_events,
+            topology,
         })
+    }
+
+    /// `topology`, checked against the keys only a dumbbell has; an inline one as text.
+    fn topology(&self) -> Result<Option<TopologySource>, String> {
+        let Some(value) = &self.topology else {
+            return Ok(None);
+        };
+        let dumbbell_only = [
+            ("path", self.path.is_some()),
+            ("access", !self.access.is_empty()),
+            ("server", self.server.is_some()),
+        ];
+        if let Some((key, _)) = dumbbell_only.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{key} is a dumbbell's, but topology gives the lab its links: remove one of them (a topology's link has its own path)"
+            ));
+        }
+        for (i, flow) in self.flow.iter().enumerate() {
+            if flow.protocol == Some(Protocol::Command) {
+                return Err(format!(
+                    "flow '{}': protocol = \"command\" runs in a dumbbell's lab, not a topology's",
+                    flow.name(i)
+                ));
+            }
+            if matches!(
+                flow.pacing,
+                Some(Pacing::Gap | Pacing::GapCwnd | Pacing::GapCwndMinrtt)
+            ) {
+                return Err(format!(
+                    "flow '{}': the gap pacer sits before a dumbbell's bottleneck, not on a topology's link: use pacing = \"kernel\" or \"app\"",
+                    flow.name(i)
+                ));
+            }
+        }
+        Ok(Some(match value {
+            TopologyValue::File(file) if file.trim().is_empty() => {
+                return Err("topology: the file name is empty".into())
+            }
+            TopologyValue::File(file) => TopologySource::File(file.trim().to_owned()),
+            TopologyValue::Inline(table) => {
+                let text = toml::to_string(table).map_err(|e| format!("topology: {e}"))?;
+                let source = TopologySource::Inline(text);
+                source.load(|_| unreachable!())?;
+                source
+            }
+        }))
     }
 
     /// The host `server` names, checked.
@@ -760,7 +949,11 @@ impl File {
                     flow.name(i)
                 ));
             }
-            if let Some(client) = flow.client.filter(|&c| c != 1) {
+            if let Some(client) = flow
+                .client
+                .as_ref()
+                .filter(|c| !matches!(c, FlowClient::Number(1)))
+            {
                 return Err(format!(
                     "flow '{}': client {client}, but against a real host every flow runs from this machine (client 1)",
                     flow.name(i)
@@ -816,18 +1009,12 @@ impl FlowFile {
         &self,
         index: usize,
         run_us: u64,
-        clients: usize,
+        shape: Shape,
         sample_interval_us: u64,
         report_interval_us: u64,
     ) -> Result<FlowConfig, String> {
         let name = self.name(index);
-        let client = self.client.unwrap_or(1);
-        if client == 0 || usize::from(client) > clients {
-            return Err(format!(
-                "flow '{name}': client {client} does not exist (the lab has {}; `access` lists one link per client)",
-                tcplab_record::units::count(clients, "client")
-            ));
-        }
+        let (client, hosts) = self.ends(&name, shape)?;
         let Some(protocol) = self.protocol.unwrap_or(Protocol::Tcp).engine() else {
             return self.command_config(
                 name,
@@ -939,7 +1126,50 @@ impl FlowFile {
             start_us,
             params,
             command: None,
+            hosts,
         })
+    }
+
+    /// Where the flow runs: a dumbbell's client by number, or a topology's two hosts by
+    /// name (checked against its graph by [`check_flow_hosts`]).
+    fn ends(&self, name: &str, shape: Shape) -> Result<(u16, Option<FlowHosts>), String> {
+        match (shape, &self.client) {
+            (Shape::Dumbbell { .. }, Some(FlowClient::Name(host))) => Err(format!(
+                "flow '{name}': client '{host}' names a host, which only a topology's flows do; a dumbbell's client is a number (1 for the first)"
+            )),
+            (Shape::Dumbbell { .. }, _) if self.server.is_some() => Err(format!(
+                "flow '{name}': server names a topology's host; a dumbbell has one server"
+            )),
+            (Shape::Dumbbell { clients }, client) => {
+                let client = match client {
+                    Some(FlowClient::Number(n)) => *n,
+                    _ => 1,
+                };
+                if client == 0 || usize::from(client) > clients {
+                    return Err(format!(
+                        "flow '{name}': client {client} does not exist (the lab has {}; `access` lists one link per client)",
+                        tcplab_record::units::count(clients, "client")
+                    ));
+                }
+                Ok((client, None))
+            }
+            (Shape::Topology, Some(FlowClient::Name(client))) => {
+                let server = self.server.clone().ok_or_else(|| {
+                    format!("flow '{name}': in a topology a flow names its server host too: server = \"…\"")
+                })?;
+                Ok((
+                    1,
+                    Some(FlowHosts {
+                        client: client.clone(),
+                        server,
+                    }),
+                ))
+            }
+            (Shape::Topology, client) => Err(format!(
+                "flow '{name}': {}; in a topology a flow names its hosts: client = \"…\" and server = \"…\"",
+                client.as_ref().map_or("no client".to_owned(), |c| format!("client {c}"))
+            )),
+        }
     }
 
     /// SO_MAX_PACING_RATE: `pacing_rate` with `pacing = "kernel"` or no `pacing`.
@@ -990,6 +1220,7 @@ impl FlowFile {
             name: _,
             protocol: _,
             client: _,
+            server: _,
             start,
             duration,
             cc,
@@ -1093,6 +1324,7 @@ impl FlowFile {
                 server: program("server_command", server_command)?,
                 limit_us,
             }),
+            hosts: None,
         })
     }
 }

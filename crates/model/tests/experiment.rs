@@ -789,3 +789,134 @@ fn shards_split_the_plan_into_disjoint_parts_that_make_it_whole() {
     let seeded = ok("seed = 42\n[[flow]]\n");
     assert_eq!(seeded.shard_seed(), 42);
 }
+
+/// A topology inline: two hosts through a router, `{rate}` an axis.
+const INLINE_TOPOLOGY: &str = r#"
+[[topology.host]]
+name = "a"
+[[topology.host]]
+name = "b"
+[[topology.router]]
+name = "r"
+[[topology.link]]
+between = ["a", "r"]
+path = "rtt 2ms"
+[[topology.link]]
+name = "core"
+between = ["r", "b"]
+path = "rtt 10ms rate {rate}"
+"#;
+
+#[test]
+fn a_topologys_flows_name_their_hosts_and_axes_reach_its_links() {
+    use tcplab_model::experiment::{FlowHosts, TopologySource};
+    let e = ok(&format!(
+        "{INLINE_TOPOLOGY}\n[[flow]]\nclient = \"a\"\nserver = \"b\"\n[[axis]]\nname = \"rate\"\nvalues = [\"10mbit\", \"50mbit\"]\n"
+    ));
+    assert_eq!(e.points.len(), 2);
+    let c = &e.points[1].config;
+    let flow = &c.flows[0];
+    assert_eq!(
+        flow.hosts,
+        Some(FlowHosts {
+            client: "a".into(),
+            server: "b".into()
+        })
+    );
+    assert_eq!(flow.client_host(), "a");
+    let Some(source @ TopologySource::Inline(_)) = &c.topology else {
+        panic!("{:?}", c.topology);
+    };
+    let topology = source.load(|_| unreachable!()).unwrap();
+    let core = topology.links.iter().find(|l| l.name == "core").unwrap();
+    assert_eq!(core.path.to_string(), "rtt 10ms rate 50mbit");
+}
+
+#[test]
+fn a_topology_file_is_named_and_read_later_with_its_flows_checked() {
+    use tcplab_model::experiment::{check_flow_hosts, TopologySource};
+    let e = ok("topology = \"lot.toml\"\n[[flow]]\nclient = \"a\"\nserver = \"c\"\n");
+    let c = &e.points[0].config;
+    assert_eq!(c.topology, Some(TopologySource::File("lot.toml".into())));
+    let graph =
+        "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\nbetween = [\"a\", \"b\"]\n";
+    let topology = c
+        .topology
+        .as_ref()
+        .unwrap()
+        .load(|file| {
+            assert_eq!(file, "lot.toml");
+            Ok(graph.into())
+        })
+        .unwrap();
+    assert_eq!(
+        check_flow_hosts(&topology, &c.flows).unwrap_err(),
+        "flow 'flow1': server 'c' is not a host of the topology (hosts: a, b)"
+    );
+    let missing = TopologySource::File("gone.toml".into())
+        .load(|_| Err(std::io::Error::from(std::io::ErrorKind::NotFound)))
+        .unwrap_err();
+    assert!(
+        missing.starts_with("topology file 'gone.toml': "),
+        "{missing}"
+    );
+}
+
+#[test]
+fn a_topologys_flows_and_keys_are_checked_in_one_line() {
+    let flow = "[[flow]]\nclient = \"a\"\nserver = \"b\"\n";
+    let cases = [
+        (
+            format!("path = \"rtt 2ms\"\n{INLINE_TOPOLOGY}{flow}"),
+            "path is a dumbbell's, but topology gives the lab its links",
+        ),
+        (
+            format!("{INLINE_TOPOLOGY}[[flow]]\nclient = 2\n"),
+            "flow 'flow1': client 2; in a topology a flow names its hosts",
+        ),
+        (
+            format!("{INLINE_TOPOLOGY}[[flow]]\nclient = \"a\"\n"),
+            "flow 'flow1': in a topology a flow names its server host too",
+        ),
+        (
+            format!("{INLINE_TOPOLOGY}[[flow]]\nclient = \"a\"\nserver = \"r\"\n"),
+            "flow 'flow1': server 'r' is a router; a flow runs between hosts",
+        ),
+        (
+            format!("{INLINE_TOPOLOGY}[[flow]]\nclient = \"x\"\nserver = \"b\"\n"),
+            "flow 'flow1': client 'x' is not a host of the topology (hosts: a, b)",
+        ),
+        (
+            format!("{INLINE_TOPOLOGY}[[flow]]\nclient = \"a\"\nserver = \"a\"\n"),
+            "flow 'flow1': client and server are both 'a'",
+        ),
+        (
+            format!("{INLINE_TOPOLOGY}{flow}pacing = \"gap\"\npacing_rate = \"5mbit\"\n"),
+            "flow 'flow1': the gap pacer sits before a dumbbell's bottleneck",
+        ),
+        (
+            "[[flow]]\nclient = \"a\"\n".to_owned(),
+            "flow 'flow1': client 'a' names a host, which only a topology's flows do",
+        ),
+        (
+            "[[flow]]\nserver = \"b\"\n".to_owned(),
+            "flow 'flow1': server names a topology's host",
+        ),
+        (
+            format!(
+                "{}{flow}",
+                INLINE_TOPOLOGY.replace("[\"r\", \"b\"]", "[\"r\", \"q\"]")
+            ),
+            "link core: no host or router named 'q'",
+        ),
+        (
+            format!("topology = \" \"\n{flow}"),
+            "topology: the file name is empty",
+        ),
+    ];
+    for (text, expected) in cases {
+        let text = text.replace("{rate}", "10mbit");
+        let message = err(&text).message;
+        assert!(message.starts_with(expected), "{message}\nfor:\n{text}");
+    }
+}

@@ -1091,6 +1091,7 @@ fn flow_record(id: u32, ends: &Ends<'_>, t0_us: i64) -> FlowRecord {
     FlowRecord {
         id,
         host: None,
+        name: None,
         direction: Direction::Up,
         client_addr: client_addr.to_string(),
         server_addr: server_addr.to_string(),

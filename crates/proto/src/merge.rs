@@ -316,6 +316,7 @@ fn flow_record(
     FlowRecord {
         id,
         host: None,
+        name: None,
         direction,
         client_addr,
         server_addr,

@@ -15,6 +15,7 @@ pub mod events;
 pub mod link;
 pub mod tcp_state;
 pub mod tcpinfo;
+pub mod topology;
 pub mod traffic;
 pub mod units;
 
@@ -614,6 +615,9 @@ pub struct FlowRecord {
     /// The client host that ran it, in a lab with several clients ("client2").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The experiment file's `[[flow]]` it belongs to, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub direction: Direction,
     /// Client-side and server-side socket addresses.
     pub client_addr: String,
@@ -925,6 +929,10 @@ pub struct PathRecord {
     /// Where that capture saw them (`--capture-at`).
     #[serde(default, skip_serializing_if = "CapturePoint::is_bottleneck")]
     pub capture_at: CapturePoint,
+    /// A lab of any shape: its hosts, links and routes (`spec` and `access` are then
+    /// empty, and `up` holds every link's counters, each way named apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<topology::TopologyRecord>,
 }
 
 impl PathRecord {
@@ -1140,6 +1148,25 @@ pub struct NamedCounters {
     /// tcplab's round-trip probes and their echoes; absent when none crossed the link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<LinkCounters>,
+    /// In a topology: what each flow met on this link, busiest first (every traffic's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<HopFlow>,
+    /// In a topology: this link's queue over time (the test's packets), every 10 ms.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<QueueSample>,
+}
+
+/// One flow on one link of a topology.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HopFlow {
+    /// "tcp 10.77.0.1:40000 > 10.77.0.2:5201".
+    pub flow: String,
+    /// Its packets that left the link, and those the link dropped.
+    pub packets: u64,
+    pub dropped: u64,
+    /// The time they queued on this link (not its delay or serialization), µs.
+    pub queue_delay_mean_us: f64,
+    pub queue_delay_max_us: f64,
 }
 
 impl NamedCounters {

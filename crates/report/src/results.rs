@@ -57,6 +57,43 @@ impl ExperimentRuns {
             .collect()
     }
 
+    /// The same runs with only the flows of the file's `[[flow]]` named `name` (and
+    /// their intervals), for `metric`: one that those flows' records alone give.
+    pub fn only_flow(mut self, name: &str, metric: Metric) -> Result<ExperimentRuns, String> {
+        if !matches!(
+            metric,
+            Metric::Throughput | Metric::Fairness | Metric::Retransmits
+        ) {
+            return Err(format!(
+                "--flow takes throughput, fairness or retransmits (a flow's own figures), not {}",
+                metric.name()
+            ));
+        }
+        let names: std::collections::BTreeSet<&str> = self
+            .runs
+            .values()
+            .flat_map(|r| r.flows.iter().filter_map(|f| f.name.as_deref()))
+            .collect();
+        if !names.contains(name) {
+            return Err(format!(
+                "no flow named '{name}' in experiment {} (its flows: {})",
+                self.experiment.name,
+                if names.is_empty() {
+                    "none named".to_owned()
+                } else {
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                }
+            ));
+        }
+        for run in self.runs.values_mut() {
+            run.flows.retain(|f| f.name.as_deref() == Some(name));
+            let kept: Vec<u32> = run.flows.iter().map(|f| f.id).collect();
+            run.intervals.retain(|i| kept.contains(&i.flow));
+            run.summary.retransmits = run.flows.iter().map(|f| f.retransmits).sum();
+        }
+        Ok(self)
+    }
+
     /// The done runs of point `index`, with their ids, in plan order.
     pub fn runs_of(&self, index: u32) -> impl Iterator<Item = (i64, &RunRecord)> {
         self.rows_of(index)
@@ -71,6 +108,9 @@ impl ExperimentRuns {
 pub struct ResultTable {
     pub experiment: ExperimentInfo,
     pub metric: Metric,
+    /// The one `[[flow]]` whose flows it is of (`--flow`), where not all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<String>,
     pub unit: &'static str,
     pub confidence: f64,
     pub points: Vec<PointResult>,
@@ -148,6 +188,7 @@ pub fn summarize(data: &ExperimentRuns, metric: Metric, confidence: Option<f64>)
     ResultTable {
         experiment: info(data),
         metric,
+        flow: None,
         unit: metric.unit(),
         confidence,
         points: results,
@@ -185,7 +226,10 @@ impl ResultTable {
             e.done,
             e.failed,
             e.pending,
-            self.metric.name(),
+            match &self.flow {
+                Some(flow) => format!("{} of flow '{flow}'", self.metric.name()),
+                None => self.metric.name().to_owned(),
+            },
             if warmup > 0 && matches!(self.metric, Metric::Throughput | Metric::Fairness) {
                 format!(" after a {} warm-up", format_duration_us(warmup))
             } else {

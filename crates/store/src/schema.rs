@@ -31,10 +31,11 @@ pub(crate) static MIGRATIONS: &[Migration] = &[
     Migration::Sql(migration_9),
     Migration::Code(crate::legacy_samples::migration_10),
     Migration::Sql(migration_11),
+    Migration::Sql(migration_12),
 ];
 
 /// The schema version this build writes (`PRAGMA user_version` after all migrations).
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// Migration 2: runs through an emulated path record it, and flows their client host.
 fn migration_2() -> String {
@@ -210,6 +211,11 @@ ALTER TABLE runs ADD COLUMN watch_json TEXT;
 ALTER TABLE flows ADD COLUMN watched_json TEXT;
 "#
     .to_string()
+}
+
+/// Migration 12: each flow's `[[flow]]` of its experiment file, by name.
+fn migration_12() -> String {
+    "ALTER TABLE flows ADD COLUMN name TEXT;".to_string()
 }
 
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);

@@ -56,6 +56,7 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
     FlowRecord {
         id,
         host: (id % 2 == 1).then(|| format!("client{id}")),
+        name: id.is_multiple_of(2).then(|| format!("bulk{id}")),
         direction,
         client_addr: format!("10.0.0.1:{}", 40000 + id),
         server_addr: "10.0.0.2:5201".into(),
@@ -326,6 +327,17 @@ fn sample_record(n_samples: usize) -> RunRecord {
                         ..Default::default()
                     }),
                     probe: None,
+                    flows: vec![tcplab_record::HopFlow {
+                        flow: "tcp 10.77.0.1:40000 > 10.77.0.2:5201".into(),
+                        packets: 880,
+                        dropped: 12,
+                        queue_delay_mean_us: 1250.5,
+                        queue_delay_max_us: 4000.0,
+                    }],
+                    queue: vec![tcplab_record::QueueSample {
+                        t_us: 10_000,
+                        bytes: 15_000,
+                    }],
                 }],
                 ..Default::default()
             },
@@ -340,6 +352,21 @@ fn sample_record(n_samples: usize) -> RunRecord {
             }),
             capture_file: Some("/tmp/run.pcapng".into()),
             capture_at: tcplab_record::capture::CapturePoint::Client,
+            topology: Some(tcplab_record::topology::TopologyRecord {
+                file: "chain.toml".into(),
+                seed: 7,
+                hosts: vec!["a".into(), "b".into()],
+                links: vec![tcplab_record::topology::TopologyLink {
+                    name: "l1".into(),
+                    between: ["a".into(), "b".into()],
+                    path: "rtt 2ms".into(),
+                }],
+                routes: vec![tcplab_record::topology::TopologyRoute {
+                    from: "a".into(),
+                    to: "b".into(),
+                    hops: vec!["l1 a→b".into()],
+                }],
+            }),
         }),
         samples,
         trace: Some(TraceRecord {

@@ -117,6 +117,12 @@ pub fn render(e: &Explanation) -> String {
             opt(p.queue_bytes, format_size),
         );
     }
+    if let Some(flows) = &e.flow_links {
+        s += &format!(
+            "path:      a topology; each of its {} TCP flows' way and binding link are findings below\n",
+            flows.len()
+        );
+    }
     if let Some(p) = &e.real_path {
         s += &format!(
             "path:      {}, not emulated\n           RTT min {}, mean {} as TCP measured it; bottleneck and BDP unknown\n",

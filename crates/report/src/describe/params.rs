@@ -206,6 +206,7 @@ mod tests {
                 start_us: 0,
                 params,
                 command: None,
+                hosts: None,
             }
         };
         let (a, b) = ([flow(8192)], [flow(65536)]);

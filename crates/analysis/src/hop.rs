@@ -1,0 +1,152 @@
+//! What each flow met on one link of a topology: its packets through, those the link
+//! dropped, and the time they queued there; and the link's queue over time. From these
+//! explain names the link that bound each flow (the one whose queue held it longest, or
+//! that dropped most of it). Pure: the emulator feeds it packets and times.
+
+use std::collections::HashMap;
+
+use tcplab_netsim::packet::FlowKey;
+use tcplab_record::{HopFlow, QueueSample};
+
+/// Flows kept apart at most (the first seen), so a flood of one-packet flows cannot
+/// grow the emulator's memory.
+const MAX_FLOWS: usize = 1024;
+
+/// One link's meter.
+pub struct HopMeter {
+    flows: HashMap<FlowKey, Tally>,
+    queue: Vec<QueueSample>,
+    queue_period_ns: u64,
+    next_queue_sample_ns: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    dropped: u64,
+    queued_ns: u64,
+    max_queued_ns: u64,
+}
+
+impl HopMeter {
+    /// A meter that keeps the queue once per `queue_period_ns`.
+    pub fn new(queue_period_ns: u64) -> HopMeter {
+        HopMeter {
+            flows: HashMap::new(),
+            queue: Vec::new(),
+            queue_period_ns: queue_period_ns.max(1),
+            next_queue_sample_ns: 0,
+        }
+    }
+
+    fn tally(&mut self, flow: FlowKey) -> Option<&mut Tally> {
+        if !self.flows.contains_key(&flow) && self.flows.len() >= MAX_FLOWS {
+            return None;
+        }
+        Some(self.flows.entry(flow).or_default())
+    }
+
+    /// A packet of `flow` left the link after queueing `queued_ns` there.
+    pub fn delivered(&mut self, flow: FlowKey, queued_ns: u64) {
+        if let Some(t) = self.tally(flow) {
+            t.packets += 1;
+            t.queued_ns += queued_ns;
+            t.max_queued_ns = t.max_queued_ns.max(queued_ns);
+        }
+    }
+
+    /// The link dropped a packet of `flow` (at its door or inside).
+    pub fn dropped(&mut self, flow: FlowKey) {
+        if let Some(t) = self.tally(flow) {
+            t.dropped += 1;
+        }
+    }
+
+    /// The link's queue holds `bytes` (the test's) at `now_ns`; kept once per period.
+    pub fn queue(&mut self, now_ns: u64, bytes: u64) {
+        if now_ns >= self.next_queue_sample_ns {
+            self.queue.push(QueueSample {
+                t_us: now_ns / 1000,
+                bytes,
+            });
+            self.next_queue_sample_ns =
+                now_ns - now_ns % self.queue_period_ns + self.queue_period_ns;
+        }
+    }
+
+    /// Each flow's tally (busiest first), and the queue's samples so far.
+    pub fn report(&self) -> (Vec<HopFlow>, Vec<QueueSample>) {
+        let mut flows: Vec<HopFlow> = self
+            .flows
+            .iter()
+            .map(|(key, t)| HopFlow {
+                flow: key.to_string(),
+                packets: t.packets,
+                dropped: t.dropped,
+                queue_delay_mean_us: if t.packets == 0 {
+                    0.0
+                } else {
+                    t.queued_ns as f64 / t.packets as f64 / 1000.0
+                },
+                queue_delay_max_us: t.max_queued_ns as f64 / 1000.0,
+            })
+            .collect();
+        flows.sort_by(|a, b| {
+            (b.packets + b.dropped)
+                .cmp(&(a.packets + a.dropped))
+                .then_with(|| a.flow.cmp(&b.flow))
+        });
+        (flows, self.queue.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16) -> FlowKey {
+        FlowKey {
+            src: "10.77.0.1".parse().unwrap(),
+            dst: "10.77.0.2".parse().unwrap(),
+            protocol: 6,
+            src_port: port,
+            dst_port: 5201,
+        }
+    }
+
+    #[test]
+    fn each_flow_has_its_packets_drops_and_queueing() {
+        let mut m = HopMeter::new(10_000_000);
+        m.delivered(key(1), 1_000_000);
+        m.delivered(key(1), 3_000_000);
+        m.dropped(key(1));
+        m.delivered(key(2), 0);
+        let (flows, _) = m.report();
+        assert_eq!(flows.len(), 2);
+        let one = &flows[0];
+        assert_eq!(one.flow, "tcp 10.77.0.1:1 > 10.77.0.2:5201");
+        assert_eq!((one.packets, one.dropped), (2, 1));
+        assert_eq!(one.queue_delay_mean_us, 2000.0);
+        assert_eq!(one.queue_delay_max_us, 3000.0);
+        assert_eq!(flows[1].queue_delay_mean_us, 0.0);
+    }
+
+    #[test]
+    fn the_queue_is_kept_once_per_period() {
+        let mut m = HopMeter::new(10_000_000);
+        for (t, bytes) in [(0, 1), (5_000_000, 2), (10_000_000, 3), (29_000_000, 4)] {
+            m.queue(t, bytes);
+        }
+        let kept: Vec<u64> = m.report().1.iter().map(|s| s.bytes).collect();
+        assert_eq!(kept, [1, 3, 4]);
+    }
+
+    #[test]
+    fn flows_beyond_the_cap_are_not_kept() {
+        let mut m = HopMeter::new(1);
+        for port in 0..(MAX_FLOWS as u16 + 10) {
+            m.delivered(key(port), 1);
+        }
+        assert_eq!(m.report().0.len(), MAX_FLOWS);
+    }
+}

@@ -451,7 +451,8 @@ fn a_shell_runs_its_command_across_a_topology() {
     assert!(!db.exists());
 }
 
-/// `tcplab results DB --json --flow NAME`: that flow's mean throughput per cc.
+/// `tcplab results DB --json --flow NAME`: that flow's mean throughput at each point,
+/// with the point's label.
 fn flow_means(db: &Path, flow: &str) -> Vec<(String, f64)> {
     let out = tcplab()
         .arg("results")
@@ -463,13 +464,54 @@ fn flow_means(db: &Path, flow: &str) -> Vec<(String, f64)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| {
-            (
-                p["values"]["flow.cc"].as_str().unwrap().to_owned(),
-                f64_at(p, "/mean"),
-            )
-        })
+        .map(|p| (p["label"].as_str().unwrap().to_owned(), f64_at(p, "/mean")))
         .collect()
+}
+
+/// Sweeps the quick example `name` into a database in `dir`.
+fn sweep_quick(name: &str, dir: &Path) -> std::path::PathBuf {
+    let db = dir.join(format!("{name}.db"));
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/quick")
+        .join(format!("{name}.toml"));
+    let out = tcplab()
+        .arg("sweep")
+        .arg(&file)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    db
+}
+
+/// Each run's flows as explain sees them through the topology: (run, from, to,
+/// binding link), with a `binding_link` finding for each.
+fn binding_links(db: &Path) -> Vec<(i64, String, String, String)> {
+    let mut all = Vec::new();
+    for run in export_jsonl(db, "runs") {
+        let id = run["id"].as_i64().unwrap();
+        let out = tcplab()
+            .args(["explain", "--json", "--db"])
+            .arg(db)
+            .arg(id.to_string())
+            .output()
+            .unwrap();
+        let e = parse_success(&out);
+        let flows = e["flow_links"].as_array().expect("a topology's flows");
+        let findings = e["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "binding_link")
+            .count();
+        assert_eq!(findings, flows.len(), "{e:#}");
+        for f in flows {
+            let text = |key: &str| f[key].as_str().unwrap_or("none").to_owned();
+            all.push((id, text("from"), text("to"), text("binding")));
+        }
+    }
+    all
 }
 
 /// The quick parking lot (examples/quick/parking-lot.toml) gives the textbook result
@@ -486,22 +528,14 @@ fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
     }
     let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("parking-lot.db");
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quick/parking-lot.toml");
-    let out = tcplab()
-        .arg("sweep")
-        .arg(&file)
-        .arg("--db")
-        .arg(&db)
-        .output()
-        .unwrap();
-    assert_success(&out);
+    let db = sweep_quick("parking-lot", dir.path());
     let long = flow_means(&db, "long");
+    assert_eq!(long.len(), 3, "{long:?}");
     let goodput = 20e6 * 1448.0 / 1500.0;
     for hop in ["hop1", "hop2", "hop3"] {
         for ((cc, long_bps), (_, hop_bps)) in long.iter().zip(flow_means(&db, hop)) {
             println!("{cc}: long {long_bps:.0} bit/s, {hop} {hop_bps:.0} bit/s");
-            if cc != "bbr" {
+            if !cc.contains("bbr") {
                 assert!(
                     long_bps < &hop_bps,
                     "{cc}: long {long_bps}, {hop} {hop_bps}"
@@ -514,38 +548,55 @@ fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
             );
         }
     }
-    for run in export_jsonl(&db, "runs") {
-        let id = run["id"].as_i64().unwrap();
-        let out = tcplab()
-            .args(["explain", "--json", "--db"])
-            .arg(&db)
-            .arg(id.to_string())
-            .output()
-            .unwrap();
-        let e = parse_success(&out);
-        let flows = e["flow_links"].as_array().expect("a topology's flows");
-        assert_eq!(flows.len(), 4, "{e:#}");
-        for f in flows {
-            let binding = f["binding"].as_str().unwrap_or("none");
-            let expected: &[&str] = match (f["from"].as_str(), f["to"].as_str()) {
-                (Some("long"), Some("far")) => &["b1 r1→r2", "b2 r2→r3", "b3 r3→r4"],
-                (Some("a1"), Some("z1")) => &["b1 r1→r2"],
-                (Some("a2"), Some("z2")) => &["b2 r2→r3"],
-                (Some("a3"), Some("z3")) => &["b3 r3→r4"],
-                other => panic!("a flow {other:?}"),
-            };
-            assert!(expected.contains(&binding), "run {id}: {f:#}");
-        }
-        let kinds: Vec<&str> = e["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|f| f["kind"].as_str())
-            .collect();
+    let flows = binding_links(&db);
+    assert_eq!(flows.len(), 12, "{flows:?}");
+    for (run, from, to, binding) in flows {
+        let expected: &[&str] = match (from.as_str(), to.as_str()) {
+            ("long", "far") => &["b1 r1→r2", "b2 r2→r3", "b3 r3→r4"],
+            ("a1", "z1") => &["b1 r1→r2"],
+            ("a2", "z2") => &["b2 r2→r3"],
+            ("a3", "z3") => &["b3 r3→r4"],
+            other => panic!("a flow {other:?}"),
+        };
+        assert!(
+            expected.contains(&binding.as_str()),
+            "run {run}: {from} → {to} bound at {binding}"
+        );
+    }
+}
+
+/// flent's rtt_fair as flent runs it (examples/quick/rtt-fair-servers.toml): one
+/// client, four servers at 6 to 101 ms behind one bottleneck. Cubic's RTT unfairness:
+/// the nearest server's flow gets more than the farthest's; together they fill the
+/// bottleneck (95-105 % of its goodput, each over its own window), and explain binds
+/// every flow at it. Among others, as the parking lot.
+#[test]
+fn rtt_fair_servers_favour_the_nearest_and_bind_at_the_shared_link() {
+    if !privileged_or_skip("rtt_fair_servers") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let db = sweep_quick("rtt-fair-servers", dir.path());
+    let means: Vec<f64> = ["s6", "s21", "s51", "s101"]
+        .iter()
+        .map(|flow| flow_means(&db, flow)[0].1)
+        .collect();
+    println!("6, 21, 51, 101 ms: {means:?} bit/s");
+    assert!(means[0] > means[3], "{means:?}");
+    let goodput = 50e6 * 1448.0 / 1500.0;
+    let sum: f64 = means.iter().sum();
+    assert!(
+        (0.95 * goodput..=1.05 * goodput).contains(&sum),
+        "{sum} bit/s of the bottleneck's {goodput}"
+    );
+    let flows = binding_links(&db);
+    assert_eq!(flows.len(), 4, "{flows:?}");
+    for (_, from, to, binding) in flows {
         assert_eq!(
-            kinds.iter().filter(|k| **k == "binding_link").count(),
-            4,
-            "{kinds:?}"
+            (from.as_str(), binding.as_str()),
+            ("client", "bottleneck client→r"),
+            "{to}"
         );
     }
 }

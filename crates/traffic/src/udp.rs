@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tcplab_model::udp::{Header, Receiver, Schedule, HEADER_LEN};
 use tcplab_record::{
@@ -136,6 +136,10 @@ pub fn run_side(
     }
 }
 
+/// How long the interval cut at the deadline waits for the senders to stop: they stop
+/// at the deadline, and a sender kept off the CPU a while longer is counted then.
+const SENDER_STOPS_WITHIN: Duration = Duration::from_millis(500);
+
 /// Cuts a report interval of every flow each report period until all flows are done.
 fn cut_intervals(
     params: &TestParams,
@@ -168,6 +172,21 @@ fn cut_intervals(
             }
             monotonic_us().min(due)
         };
+        // A sender sends nothing after the deadline, but may still be counting what it
+        // sent just before: the interval that ends there waits for it to stop (it does
+        // at once), or its last datagrams would land in the drain interval as sent
+        // after the deadline.
+        if deadline.is_some_and(|d| !drain && end_us >= d) {
+            let waited = Instant::now();
+            while waited.elapsed() < SENDER_STOPS_WITHIN
+                && roles
+                    .iter()
+                    .zip(shared)
+                    .any(|(role, s)| *role == Role::Send && !s.done.load(Ordering::Acquire))
+            {
+                thread::sleep(Duration::from_micros(200));
+            }
+        }
         let records = shared
             .iter()
             .zip(roles)

@@ -535,18 +535,19 @@ impl Drop for Machine {
         let mut schedule = SCHEDULE.lock().unwrap_or_else(|e| e.into_inner());
         if self.alone {
             schedule.alone = false;
-            // To stderr itself (libtest captures eprintln!): what each test alone costs
-            // CI, one after another, in its log.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "alone {:.1} s: {}",
-                self.since.elapsed().as_secs_f64(),
-                std::thread::current().name().unwrap_or("?")
-            );
         } else {
             schedule.among_others -= 1;
         }
+        // To stderr itself (libtest captures eprintln!): what each test costs CI, in
+        // its log: those alone one after another, those among others AT_ONCE at a time.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "{} {:.1} s: {}",
+            if self.alone { "alone" } else { "among" },
+            self.since.elapsed().as_secs_f64(),
+            std::thread::current().name().unwrap_or("?")
+        );
         SCHEDULE_CHANGED.notify_all();
     }
 }

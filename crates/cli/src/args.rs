@@ -307,7 +307,7 @@ pub struct ResultsArgs {
     #[arg(long, value_name = "ID")]
     pub experiment: Option<i64>,
     /// One flow's share: the metric (throughput, fairness or retransmits) of the flows
-    /// of the experiment file's [[flow]] of this name alone.
+    /// of the experiment file's `[[flow]]` of this name alone.
     #[arg(long, value_name = "NAME")]
     pub flow: Option<String>,
     /// Print JSON instead of a table.

@@ -577,7 +577,11 @@ fn version_4_database(path: &std::path::Path) {
 fn migration_10_moves_every_sample_exactly_into_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v9.db");
-    let run = sample_record(5000);
+    let mut run = sample_record(5000);
+    // Flows' names came with migration 12.
+    for flow in &mut run.flows {
+        flow.name = None;
+    }
     old_database(&path, 9, &run);
     let before = std::fs::metadata(&path).unwrap().len();
     let store = Store::open(&path).unwrap();
@@ -1088,7 +1092,7 @@ fn expected_columns(table: Table) -> Vec<String> {
              receiver_samples limit_rwnd limit_sndbuf limit_cwnd limit_app rtt_min_us \
              rtt_mean_us rtt_max_us host udp_json limit_pacing kernel_limit_rwnd \
              kernel_limit_sndbuf kernel_limit_cwnd kernel_limit_app timed_json \
-             transactions_json watched_json",
+             transactions_json watched_json name",
         ),
         Table::Intervals => names(
             "run_id flow idx start_us end_us acked_bytes received_bytes retransmits cwnd \

@@ -485,6 +485,58 @@ fn sweep_quick(name: &str, dir: &Path) -> std::path::PathBuf {
     db
 }
 
+/// Each run's report charts of its links: `full` links (each way named) carried their
+/// rate (90-105 % of `bps`, on average over the run) and drew their queues; every link
+/// each way that dropped packets says how many, as its counters do.
+fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
+    use tcplab_report::{find_chart, Body, Target};
+    let store = tcplab_store::Store::open(db).unwrap();
+    for row in store.list_runs().unwrap() {
+        let run = store.load_run(row.id).unwrap();
+        let links = &run.path.as_ref().unwrap().up.links;
+        let chart = find_chart(
+            &store,
+            Some(Target::Run(row.id)),
+            "links",
+            Default::default(),
+        )
+        .unwrap();
+        let Body::Bars {
+            categories, series, ..
+        } = &chart.body
+        else {
+            panic!("run {}: links are bars", row.id);
+        };
+        for (category, carried) in categories.iter().zip(&series[0].points) {
+            let name = category.split(" (").next().unwrap();
+            let counters = &links.iter().find(|l| l.name == name).unwrap().counters;
+            match counters.dropped() {
+                0 => assert_eq!(category, name),
+                n => assert_eq!(category, &format!("{name} ({n} dropped)")),
+            }
+            if full.contains(&name) {
+                assert!(
+                    (0.9 * bps..=1.05 * bps).contains(&carried.y),
+                    "run {}: {name} carried {} bit/s of {bps}",
+                    row.id,
+                    carried.y
+                );
+            }
+        }
+        let queue = find_chart(
+            &store,
+            Some(Target::Run(row.id)),
+            "queue",
+            Default::default(),
+        )
+        .unwrap();
+        let drawn = queue.series_names();
+        for name in full {
+            assert!(drawn.contains(name), "run {}: queues {drawn:?}", row.id);
+        }
+    }
+}
+
 /// Each run's flows as explain sees them through the topology: (run, from, to,
 /// binding link), with a `binding_link` finding for each.
 fn binding_links(db: &Path) -> Vec<(i64, String, String, String)> {
@@ -548,6 +600,7 @@ fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
             );
         }
     }
+    assert_links_drawn(&db, &["b1 r1→r2", "b2 r2→r3", "b3 r3→r4"], 20e6);
     let flows = binding_links(&db);
     assert_eq!(flows.len(), 12, "{flows:?}");
     for (run, from, to, binding) in flows {
@@ -590,6 +643,7 @@ fn rtt_fair_servers_favour_the_nearest_and_bind_at_the_shared_link() {
         (0.95 * goodput..=1.05 * goodput).contains(&sum),
         "{sum} bit/s of the bottleneck's {goodput}"
     );
+    assert_links_drawn(&db, &["bottleneck client→r"], 50e6);
     let flows = binding_links(&db);
     assert_eq!(flows.len(), 4, "{flows:?}");
     for (_, from, to, binding) in flows {

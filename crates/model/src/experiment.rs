@@ -151,9 +151,14 @@ impl TopologySource {
                 text.parse()
                     .map_err(|e| format!("topology file '{file}': {e}"))
             }
-            TopologySource::Inline(text) => text.parse().map_err(|e| format!("{e}")),
+            TopologySource::Inline(text) => parse_inline(text),
         }
     }
+}
+
+/// A topology written in the experiment file, as its TOML text.
+fn parse_inline(text: &str) -> Result<Topology, String> {
+    text.parse().map_err(|e| format!("{e}"))
 }
 
 /// Refuses flows that do not run between two hosts of `topology`: one line naming the
@@ -750,7 +755,7 @@ impl File {
         }
         let topology = self.topology()?;
         let inline = match &topology {
-            Some(source @ TopologySource::Inline(_)) => Some(source.load(|_| unreachable!())?),
+            Some(TopologySource::Inline(text)) => Some(parse_inline(text)?),
             _ => None,
         };
         let shape = match &topology {
@@ -889,9 +894,8 @@ impl File {
             TopologyValue::File(file) => TopologySource::File(file.trim().to_owned()),
             TopologyValue::Inline(table) => {
                 let text = toml::to_string(table).map_err(|e| format!("topology: {e}"))?;
-                let source = TopologySource::Inline(text);
-                source.load(|_| unreachable!())?;
-                source
+                parse_inline(&text)?;
+                TopologySource::Inline(text)
             }
         }))
     }

@@ -40,13 +40,14 @@ pub enum RunChart {
     UdpLoss,
     UdpJitter,
     Queue,
+    Links,
     Latency,
     Delay,
     Tseq,
 }
 
 impl RunChart {
-    pub const ALL: [RunChart; 11] = [
+    pub const ALL: [RunChart; 12] = [
         RunChart::Throughput,
         RunChart::Cwnd,
         RunChart::Rtt,
@@ -55,6 +56,7 @@ impl RunChart {
         RunChart::UdpLoss,
         RunChart::UdpJitter,
         RunChart::Queue,
+        RunChart::Links,
         RunChart::Latency,
         RunChart::Delay,
         RunChart::Tseq,
@@ -71,6 +73,7 @@ impl RunChart {
             RunChart::UdpLoss => "udp_loss",
             RunChart::UdpJitter => "udp_jitter",
             RunChart::Queue => "queue",
+            RunChart::Links => "links",
             RunChart::Latency => "latency",
             RunChart::Delay => "delay",
             RunChart::Tseq => "tseq",
@@ -87,6 +90,7 @@ impl RunChart {
             RunChart::UdpLoss => "UDP loss",
             RunChart::UdpJitter => "UDP jitter",
             RunChart::Queue => "bottleneck queue",
+            RunChart::Links => "each link's load",
             RunChart::Latency => "latency under load",
             RunChart::Delay => "one-way delay",
             RunChart::Tseq => "time-sequence graph",
@@ -258,11 +262,16 @@ impl Run<'_> {
             ),
             RunChart::Queue => {
                 let end = self.time.span.map_or(0.0, |s| s.1);
+                let what = match run.path.as_ref().and_then(|p| p.topology.as_ref()) {
+                    Some(_) => "Bytes waiting in each queue of the topology's links that held any, each way (sampled every 10 ms by the emulator, moved onto the test's time base).",
+                    None => "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).",
+                };
                 (
-                    "Bytes waiting in the emulated bottleneck's queue (sampled every millisecond by the emulator, moved onto the test's time base).".into(),
+                    what.into(),
                     self.lines("queue", Quantity::Size, queue(run, end, palette)),
                 )
             }
+            RunChart::Links => links(run, palette)?,
         })
     }
 
@@ -827,25 +836,71 @@ fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {
     let Some(path) = &run.path else {
         return Vec::new();
     };
-    [("up", &path.up.queue), ("down", &path.down.queue)]
+    let bottleneck = [("up", &path.up.queue), ("down", &path.down.queue)]
         .into_iter()
+        .map(|(direction, q)| (format!("bottleneck {direction}"), q));
+    // A topology's links, each way.
+    let links = path.up.links.iter().map(|l| (l.name.clone(), &l.queue));
+    bottleneck
+        .chain(links)
         .filter(|(_, q)| q.iter().any(|s| s.bytes > 0))
-        .map(|(direction, q)| {
-            let name = format!("bottleneck {direction}");
-            Series {
-                color: palette.color(&name),
-                name,
-                dashed: false,
-                points: thin(
-                    on_run_time(q, run.started_unix_us, path.epoch_unix_us)
-                        .into_iter()
-                        .filter(|p| p.x <= end)
-                        .collect(),
-                    MAX_TRACE_POINTS,
-                ),
-            }
+        .map(|(name, q)| Series {
+            color: palette.color(&name),
+            name,
+            dashed: false,
+            points: thin(
+                on_run_time(q, run.started_unix_us, path.epoch_unix_us)
+                    .into_iter()
+                    .filter(|p| p.x <= end)
+                    .collect(),
+                MAX_TRACE_POINTS,
+            ),
         })
         .collect()
+}
+
+/// A topology's links, each way, that the test's packets crossed: what each carried on
+/// average over the run, its drops in its name.
+fn links(run: &RunRecord, palette: &mut Palette) -> Option<(String, Body)> {
+    let path = run.path.as_ref()?;
+    path.topology.as_ref()?;
+    let span = end_seconds(run);
+    let crossed: Vec<&tcplab_record::NamedCounters> = path
+        .up
+        .links
+        .iter()
+        .filter(|l| l.counters.packets_in > 0)
+        .collect();
+    let categories = crossed
+        .iter()
+        .map(|l| match l.counters.dropped() {
+            0 => l.name.clone(),
+            n => format!("{} ({n} dropped)", l.name),
+        })
+        .collect();
+    let name = "carried".to_owned();
+    let series = Series {
+        color: palette.color(&name),
+        name,
+        dashed: false,
+        points: crossed
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Pt::at(i as f64, l.counters.delivered_bytes as f64 * 8.0 / span))
+            .collect(),
+    };
+    Some((
+        format!("What each link of the topology carried each way, the test's packets as IP bytes, on average over the run's {span:.1} s; its drops (queue, loss, AQM, policer) beside its name."),
+        Body::Bars {
+            x_label: "link, each way".into(),
+            categories,
+            y: YAxis {
+                label: "carried".into(),
+                quantity: Quantity::Rate,
+            },
+            series: vec![series],
+        },
+    ))
 }
 
 /// Queue samples (µs on the emulator's clock, whose 0 is `epoch_unix_us` on the wall

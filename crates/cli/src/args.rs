@@ -601,15 +601,25 @@ pub struct RunArgs {
     /// with --path: the test then runs across a lab built for it.
     // The doc comment is --help's text, where [IPv6] is not a link.
     #[allow(rustdoc::broken_intra_doc_links)]
-    #[arg(required_unless_present = "path", conflicts_with = "path")]
+    #[arg(required_unless_present_any = ["path", "topology"], conflicts_with_all = ["path", "topology"])]
     pub target: Option<String>,
     /// The server's pre-shared key (the file its --key-file names): proved to the
     /// server, which must prove it back.
-    #[arg(long, value_name = "FILE", conflicts_with = "path")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["path", "topology"])]
     pub key_file: Option<PathBuf>,
     /// The server is a stock iperf3 (`iperf3 -s`): speak iperf3's control protocol.
     #[arg(long, requires = "target", conflicts_with = "key_file")]
     pub iperf3: bool,
+    #[command(flatten)]
+    pub topology: TopologyArg,
+    /// With --topology: the host the test's connections start from [default: its
+    /// second host]
+    #[arg(long, requires = "topology", value_name = "HOST")]
+    pub client_host: Option<String>,
+    /// With --topology: the host they go to, where the server runs [default: its first
+    /// host]
+    #[arg(long, requires = "topology", value_name = "HOST")]
+    pub server_host: Option<String>,
     #[command(flatten)]
     pub lab: PathArgs,
     #[command(flatten)]

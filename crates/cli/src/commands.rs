@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
-use tcplab_lab::{Lab, LabConfig};
+use tcplab_lab::{Lab, LabConfig, TopologyConfig};
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::units::count;
 use tcplab_record::{IntervalRecord, RunRecord, RunStatus, TestParams, SCHEMA};
@@ -81,10 +81,26 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     // A bad database path should fail before a test is spent on it.
     let store = open_output_store(&args.output)?;
     let stop = interrupt_flag();
-    let record = match (
-        &args.target,
-        lab::config(&args.lab, &format!("run{}", tcplab_sys::netns::own_pid()))?,
-    ) {
+    let name = format!("run{}", tcplab_sys::netns::own_pid());
+    if let Some(file) = &args.topology.topology {
+        let config = lab::topology_config(&name, file, &args.lab)?;
+        let hosts = [
+            (&args.client_host, 1, "--client-host"),
+            (&args.server_host, 0, "--server-host"),
+        ]
+        .map(|(host, default, flag)| host_index(&config, host.as_deref(), default, flag));
+        let [from, to] = hosts;
+        let (from, to) = (
+            from.map_err(anyhow::Error::msg)?,
+            to.map_err(anyhow::Error::msg)?,
+        );
+        if from == to {
+            bail!("--client-host and --server-host are the same host: a test runs between two");
+        }
+        let record = run_in_topology(&config, from, to, &params, &args.output, stop)?;
+        return report(record, &args.output, store);
+    }
+    let record = match (&args.target, lab::config(&args.lab, &name)?) {
         (Some(_), None) if params.tuning.ecn => bail!(
             "--ecn sets a lab client's net.ipv4.tcp_ecn and needs --path; against a real host set it on this machine (sysctl -w net.ipv4.tcp_ecn=1)"
         ),
@@ -148,6 +164,53 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         crate::report::say_unread_captures(&written);
     }
     Ok(code)
+}
+
+/// Host `name`'s place among the topology's hosts (`flag` names it), or the `default`th.
+fn host_index(
+    config: &TopologyConfig,
+    name: Option<&str>,
+    default: usize,
+    flag: &str,
+) -> Result<usize, String> {
+    let topology = &config.topology;
+    let hosts: Vec<&str> = topology
+        .hosts()
+        .map(|id| topology.nodes[id].name.as_str())
+        .collect();
+    match name {
+        None => Ok(default),
+        Some(name) => hosts.iter().position(|h| *h == name).ok_or_else(|| {
+            format!(
+                "{flag} {name}: no such host in topology {} (hosts: {})",
+                config.file,
+                hosts.join(", ")
+            )
+        }),
+    }
+}
+
+/// Builds a topology's lab, runs the test from host `from` to host `to` (places in its
+/// hosts), and records each link and what it did.
+fn run_in_topology(
+    config: &TopologyConfig,
+    from: usize,
+    to: usize,
+    params: &TestParams,
+    out: &OutputArgs,
+    stop: Arc<AtomicBool>,
+) -> Result<RunRecord> {
+    let group = FlowGroup {
+        name: None,
+        from,
+        to,
+        start_us: 0,
+        params: params.clone(),
+        label: out.store.label.clone(),
+        tags: out.store.tags.clone(),
+        trace_events: out.trace_events,
+    };
+    Ok(labrun::run_in_topology(config, &[group], stop)?.record)
 }
 
 /// Builds the lab, runs the test from every client host at once, and records the path

@@ -309,7 +309,7 @@ fn daemon_path_args(name: &str, args: &PathArgs, cmd: &mut Command) -> Result<()
 
 /// The lab a topology file asks for, read and checked: one line naming the file and
 /// what is wrong in it.
-fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Result<TopologyConfig> {
+pub(crate) fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Result<TopologyConfig> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("topology {}", file.display()))?;
     let topology: Topology = text.parse().map_err(|e| match e {

@@ -654,3 +654,102 @@ fn rtt_fair_servers_favour_the_nearest_and_bind_at_the_shared_link() {
         );
     }
 }
+
+/// `tcplab run --topology FILE --client-host a --server-host b`: one test across the
+/// chain, recorded link by link. Every data packet of the flow that left l1 entered l2,
+/// and what l2 did not drop left l3 (each link's own tally of the flow, asserted every
+/// time); TCP's shortest round trip is no shorter than the links' 16 ms; the route is
+/// the one the file gives; explain binds the flow at the one rated link. A host the
+/// file lacks is one line before anything is built. Among others: only the round trip's
+/// floor is a time, and load only lengthens it.
+#[test]
+fn a_run_across_a_topology_is_recorded_link_by_link() {
+    if !privileged_or_skip("run_topology") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let file = chain_file(dir.path());
+    let db = dir.path().join("runs.db");
+    let out = tcplab()
+        .args(["run", "--topology"])
+        .arg(&file)
+        .args([
+            "--client-host",
+            "a",
+            "--server-host",
+            "b",
+            "-C",
+            "cubic",
+            "-t",
+            "2s",
+            "--json",
+            "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let run = parse_success(&out);
+    let path = &run["path"];
+    assert_eq!(path["topology"]["hosts"], serde_json::json!(["a", "b"]));
+    let route = path["topology"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["from"] == "a" && r["to"] == "b")
+        .unwrap();
+    assert_eq!(
+        route["hops"],
+        serde_json::json!(["l1 a→r1", "l2 r1→r2", "l3 r2→b"])
+    );
+    let flow = &run["flows"][0];
+    let key = format!(
+        "tcp {} > {}",
+        str_at(flow, "/client_addr"),
+        str_at(flow, "/server_addr")
+    );
+    let tally = |hop: &str| -> (u64, u64) {
+        let link = path["up"]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == hop)
+            .unwrap_or_else(|| panic!("no {hop}"));
+        let f = link["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["flow"] == key.as_str())
+            .unwrap_or_else(|| panic!("{hop} did not see {key}: {link}"));
+        (u64_at(f, "/packets"), u64_at(f, "/dropped"))
+    };
+    let (l1, l2, l3) = (tally("l1 a→r1"), tally("l2 r1→r2"), tally("l3 r2→b"));
+    println!("{key}: l1 {l1:?}, l2 {l2:?}, l3 {l3:?}");
+    assert_eq!(l1.1 + l3.1, 0, "only l2 has a queue");
+    assert_eq!(l1.0, l2.0 + l2.1, "what left l1 entered l2");
+    assert_eq!(l2.0, l3.0, "what left l2 left l3");
+    assert!(l1.0 > 1000, "{l1:?}");
+    let min_rtt_us = u64_at(&run, "/summary/rtt/min_us");
+    assert!(min_rtt_us >= 16_000, "{min_rtt_us} µs");
+    let explained = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let e = parse_success(&explained);
+    assert_eq!(e["flow_links"][0]["binding"], "l2 r1→r2", "{e:#}");
+
+    let out = tcplab()
+        .args(["run", "--topology"])
+        .arg(&file)
+        .args(["--client-host", "zz"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        format!(
+            "tcplab: --client-host zz: no such host in topology {} (hosts: a, b)",
+            file.display()
+        )
+    );
+}

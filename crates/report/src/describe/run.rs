@@ -270,8 +270,24 @@ pub fn summary(run: &RunRecord) -> Vec<String> {
         s.cpu_server.system_pct
     ));
     if let Some(path) = &run.path {
-        lines.push(format!("path:   \"{}\"", path.spec));
-        for (dir, stats) in [("up", &path.up), ("down", &path.down)] {
+        // A topology's links are each named with their way, all under `up`.
+        let ways = match &path.topology {
+            Some(t) => {
+                lines.push(format!(
+                    "path:   topology {} (seed {}): {}, {}",
+                    t.file,
+                    t.seed,
+                    count(t.hosts.len(), "host"),
+                    count(t.links.len(), "link")
+                ));
+                [("", &path.up), ("", &path.down)]
+            }
+            None => {
+                lines.push(format!("path:   \"{}\"", path.spec));
+                [("up", &path.up), ("down", &path.down)]
+            }
+        };
+        for (dir, stats) in ways {
             for link in &stats.links {
                 let c = &link.counters;
                 let marked = match c.marked_ce {

@@ -397,7 +397,7 @@ finding_kinds! {
     OtherDirection => "other_direction":
         "a bidirectional run: what the other direction's flows, left out of the figures, carried through their own bottleneck",
     BindingLink => "binding_link":
-        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them, what the other links on its way added, and its bound, the slowest link's goodput",
+        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them, what the other links on its way added, its one-way delay across them all, and its bound, the slowest link's goodput",
     RetransmitCauses => "retransmit_causes":
         "what the retransmissions in the run's capture (`--capture`) followed: the emulator's drops by why, and those no drop explains",
 }
@@ -1817,12 +1817,16 @@ fn binding_link(l: &FlowLinks) -> String {
     });
     match &l.binding {
         Some(link) => format!(
-            "{way}: bound at {link}, whose queue held its packets {} on average and dropped {} of them; the other links added {} of queueing{bound}",
+            "{way}: bound at {link}, whose queue held its packets {} on average and dropped {} of them; the other links added {} of queueing, {} one way in all{bound}",
             ms(l.binding_queue_us),
             l.binding_drops,
             ms(l.others_queue_us),
+            ms(l.one_way_us),
         ),
-        None => format!("{way}: no link on its way queued or dropped its packets{bound}"),
+        None => format!(
+            "{way}: no link on its way queued or dropped its packets, {} one way{bound}",
+            ms(l.one_way_us)
+        ),
     }
 }
 
@@ -2186,7 +2190,7 @@ pub(crate) mod tests {
     }
 
     /// A bulk flow up, 10 s, cubic, a 4 MiB send buffer, 10 ms of smoothed RTT.
-    fn flow(id: u32, received_bps: f64) -> FlowRecord {
+    pub(crate) fn flow(id: u32, received_bps: f64) -> FlowRecord {
         FlowRecord {
             id,
             host: None,

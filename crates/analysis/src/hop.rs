@@ -1,5 +1,7 @@
 //! What each flow met on one link of a topology: its packets through, those the link
-//! dropped, and the time they queued there; and the link's queue over time. From these
+//! dropped, the time they queued there and the time they spent on it (entering to
+//! leaving: queueing, serialization and the link's delay); and the link's queue over
+//! time. From these
 //! explain names the link that bound each flow (the one whose queue held it longest, or
 //! that dropped most of it). Pure: the emulator feeds it packets and times.
 
@@ -26,6 +28,8 @@ struct Tally {
     dropped: u64,
     queued_ns: u64,
     max_queued_ns: u64,
+    spent_ns: u64,
+    max_spent_ns: u64,
 }
 
 impl HopMeter {
@@ -46,12 +50,15 @@ impl HopMeter {
         Some(self.flows.entry(flow).or_default())
     }
 
-    /// A packet of `flow` left the link after queueing `queued_ns` there.
-    pub fn delivered(&mut self, flow: FlowKey, queued_ns: u64) {
+    /// A packet of `flow` left the link `spent_ns` after it entered, `queued_ns` of it
+    /// in the queue.
+    pub fn delivered(&mut self, flow: FlowKey, queued_ns: u64, spent_ns: u64) {
         if let Some(t) = self.tally(flow) {
             t.packets += 1;
             t.queued_ns += queued_ns;
             t.max_queued_ns = t.max_queued_ns.max(queued_ns);
+            t.spent_ns += spent_ns;
+            t.max_spent_ns = t.max_spent_ns.max(spent_ns);
         }
     }
 
@@ -79,16 +86,20 @@ impl HopMeter {
         let mut flows: Vec<HopFlow> = self
             .flows
             .iter()
-            .map(|(key, t)| HopFlow {
-                flow: key.to_string(),
-                packets: t.packets,
-                dropped: t.dropped,
-                queue_delay_mean_us: if t.packets == 0 {
-                    0.0
-                } else {
-                    t.queued_ns as f64 / t.packets as f64 / 1000.0
-                },
-                queue_delay_max_us: t.max_queued_ns as f64 / 1000.0,
+            .map(|(key, t)| {
+                let mean_us = |ns: u64| match t.packets {
+                    0 => 0.0,
+                    n => ns as f64 / n as f64 / 1000.0,
+                };
+                HopFlow {
+                    flow: key.to_string(),
+                    packets: t.packets,
+                    dropped: t.dropped,
+                    queue_delay_mean_us: mean_us(t.queued_ns),
+                    queue_delay_max_us: t.max_queued_ns as f64 / 1000.0,
+                    delay_mean_us: mean_us(t.spent_ns),
+                    delay_max_us: t.max_spent_ns as f64 / 1000.0,
+                }
             })
             .collect();
         flows.sort_by(|a, b| {
@@ -117,10 +128,10 @@ mod tests {
     #[test]
     fn each_flow_has_its_packets_drops_and_queueing() {
         let mut m = HopMeter::new(10_000_000);
-        m.delivered(key(1), 1_000_000);
-        m.delivered(key(1), 3_000_000);
+        m.delivered(key(1), 1_000_000, 6_000_000);
+        m.delivered(key(1), 3_000_000, 8_000_000);
         m.dropped(key(1));
-        m.delivered(key(2), 0);
+        m.delivered(key(2), 0, 5_000_000);
         let (flows, _) = m.report();
         assert_eq!(flows.len(), 2);
         let one = &flows[0];
@@ -128,6 +139,7 @@ mod tests {
         assert_eq!((one.packets, one.dropped), (2, 1));
         assert_eq!(one.queue_delay_mean_us, 2000.0);
         assert_eq!(one.queue_delay_max_us, 3000.0);
+        assert_eq!((one.delay_mean_us, one.delay_max_us), (7000.0, 8000.0));
         assert_eq!(flows[1].queue_delay_mean_us, 0.0);
     }
 
@@ -145,7 +157,7 @@ mod tests {
     fn flows_beyond_the_cap_are_not_kept() {
         let mut m = HopMeter::new(1);
         for port in 0..(MAX_FLOWS as u16 + 10) {
-            m.delivered(key(port), 1);
+            m.delivered(key(port), 1, 1);
         }
         assert_eq!(m.report().0.len(), MAX_FLOWS);
     }

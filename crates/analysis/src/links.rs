@@ -28,6 +28,9 @@ pub struct FlowLinks {
     pub binding_drops: u64,
     /// The mean time its packets queued on the other links, added, µs.
     pub others_queue_us: f64,
+    /// The mean time its packets took across every link of its way (each link's
+    /// queueing, serialization and delay, added), µs: its one-way delay in the emulator.
+    pub one_way_us: f64,
     /// The goodput of the slowest fixed rate on its way, bit/s (`None` without one).
     pub bound_bps: Option<f64>,
 }
@@ -113,6 +116,7 @@ fn one_flow(
                 .then(a.dropped.cmp(&b.dropped))
         });
     let queued: f64 = on_route.iter().map(|t| t.queue_delay_mean_us).sum();
+    let one_way_us = on_route.iter().map(|t| t.delay_mean_us).sum();
     let bound_bps = route
         .hops
         .iter()
@@ -128,6 +132,7 @@ fn one_flow(
         binding_queue_us: binding.map_or(0.0, |(_, t)| t.queue_delay_mean_us),
         binding_drops: binding.map_or(0, |(_, t)| t.dropped),
         others_queue_us: queued - binding.map_or(0.0, |(_, t)| t.queue_delay_mean_us),
+        one_way_us,
         bound_bps,
     })
 }
@@ -153,4 +158,134 @@ fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
             Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tcplab_record::link::LinkCounters;
+    use tcplab_record::topology::{TopologyLink, TopologyRoute};
+    use tcplab_record::PathRecord;
+
+    /// a → r → b and c → r → b: two flows meeting on r → b (10 Mbit/s), a's also on
+    /// its own a → r (100 Mbit/s).
+    fn run() -> RunRecord {
+        let link = |name: &str, between: [&str; 2], path: &str| TopologyLink {
+            name: name.into(),
+            between: between.map(String::from),
+            path: path.into(),
+        };
+        let route = |from: &str, to: &str, hops: &[&str]| TopologyRoute {
+            from: from.into(),
+            to: to.into(),
+            hops: hops.iter().map(|h| h.to_string()).collect(),
+        };
+        let met = |flow: &str, packets, dropped, queue: f64, delay: f64| HopFlow {
+            flow: flow.into(),
+            packets,
+            dropped,
+            queue_delay_mean_us: queue,
+            queue_delay_max_us: queue * 2.0,
+            delay_mean_us: delay,
+            delay_max_us: delay * 2.0,
+        };
+        let (a, c) = (
+            "tcp 10.77.0.1:40000 > 10.77.0.3:5201",
+            "tcp 10.77.0.2:40001 > 10.77.0.3:5201",
+        );
+        let hop = |name: &str, flows: Vec<HopFlow>| NamedCounters {
+            name: name.into(),
+            counters: LinkCounters::default(),
+            flows,
+            ..NamedCounters::default()
+        };
+        let flows = [
+            ("10.77.0.1:40000", "10.77.0.3:5201"),
+            ("10.77.0.2:40001", "10.77.0.3:5201"),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(id, (client, server))| FlowRecord {
+            client_addr: client.into(),
+            server_addr: server.into(),
+            mss: 1448,
+            ..crate::explain::tests::flow(id as u32, 5e6)
+        })
+        .collect();
+        let mut run = crate::explain::tests::run("", flows, Vec::new());
+        let mut path = PathRecord {
+            topology: Some(TopologyRecord {
+                file: "t.toml".into(),
+                seed: 1,
+                hosts: ["a", "c", "b"].map(String::from).to_vec(),
+                links: vec![
+                    link("ar", ["a", "r"], "rtt 2ms rate 100mbit"),
+                    link("cr", ["c", "r"], "rtt 2ms"),
+                    link("rb", ["r", "b"], "rtt 10ms rate 10mbit"),
+                ],
+                routes: vec![
+                    route("a", "b", &["ar a→r", "rb r→b"]),
+                    route("c", "b", &["cr c→r", "rb r→b"]),
+                    route("a", "c", &["ar a→r", "cr r→c"]),
+                ],
+            }),
+            ..PathRecord::default()
+        };
+        path.up.links = vec![
+            hop("ar a→r", vec![met(a, 100, 1, 300.0, 1400.0)]),
+            hop("cr c→r", vec![met(c, 80, 0, 0.0, 1000.0)]),
+            hop(
+                "rb r→b",
+                vec![met(a, 99, 4, 2000.0, 8200.0), met(c, 80, 6, 2100.0, 8300.0)],
+            ),
+        ];
+        run.path = Some(path);
+        run
+    }
+
+    #[test]
+    fn each_flow_is_bound_where_it_queued_longest_with_what_the_others_added() {
+        let run = run();
+        let flows = flow_links(&run).unwrap();
+        assert_eq!(flows.len(), 2);
+        let a = &flows[0];
+        assert_eq!((a.from.as_str(), a.to.as_str()), ("a", "b"));
+        assert_eq!(a.hops, ["ar a→r", "rb r→b"]);
+        assert_eq!(a.binding.as_deref(), Some("rb r→b"));
+        assert_eq!((a.binding_queue_us, a.binding_drops), (2000.0, 4));
+        assert_eq!((a.others_queue_us, a.one_way_us), (300.0, 9600.0));
+        // The slowest fixed rate on its way: 10 Mbit/s of 1448-byte segments.
+        let goodput = 10e6 * 1448.0 / 1500.0;
+        assert_eq!(a.bound_bps, Some(goodput));
+        let c = &flows[1];
+        assert_eq!(
+            (c.from.as_str(), c.binding.as_deref()),
+            ("c", Some("rb r→b"))
+        );
+        assert_eq!(c.others_queue_us, 0.0);
+        // One link both flows cross binds them together.
+        assert_eq!(together_bound_bps(&run, &flows), Some(goodput));
+    }
+
+    #[test]
+    fn a_flow_on_no_fixed_rate_has_no_bound_and_none_binds_it_unqueued() {
+        let mut run = run();
+        let path = run.path.as_mut().unwrap();
+        path.topology.as_mut().unwrap().links[2].path = "rtt 10ms".into();
+        for link in &mut path.up.links {
+            for f in &mut link.flows {
+                (f.queue_delay_mean_us, f.dropped) = (0.0, 0);
+            }
+        }
+        let flows = flow_links(&run).unwrap();
+        assert_eq!(
+            (flows[1].binding.as_deref(), flows[1].bound_bps),
+            (None, None)
+        );
+        assert_eq!(flows[0].bound_bps, Some(100e6 * 1448.0 / 1500.0));
+        assert_eq!(together_bound_bps(&run, &flows), None);
+        let mut dumbbell = run.clone();
+        dumbbell.path.as_mut().unwrap().topology = None;
+        assert_eq!(flow_links(&dumbbell), None);
+    }
 }

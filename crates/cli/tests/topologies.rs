@@ -708,22 +708,39 @@ fn a_run_across_a_topology_is_recorded_link_by_link() {
         str_at(flow, "/client_addr"),
         str_at(flow, "/server_addr")
     );
-    let tally = |hop: &str| -> (u64, u64) {
+    let met = |hop: &str| -> &Value {
         let link = path["up"]["links"]
             .as_array()
             .unwrap()
             .iter()
             .find(|l| l["name"] == hop)
             .unwrap_or_else(|| panic!("no {hop}"));
-        let f = link["flows"]
+        link["flows"]
             .as_array()
             .unwrap()
             .iter()
             .find(|f| f["flow"] == key.as_str())
-            .unwrap_or_else(|| panic!("{hop} did not see {key}: {link}"));
-        (u64_at(f, "/packets"), u64_at(f, "/dropped"))
+            .unwrap_or_else(|| panic!("{hop} did not see {key}: {link}"))
     };
+    let tally = |hop: &str| (u64_at(met(hop), "/packets"), u64_at(met(hop), "/dropped"));
     let (l1, l2, l3) = (tally("l1 a→r1"), tally("l2 r1→r2"), tally("l3 r2→b"));
+    // Each packet's time on each link, on the emulator's clock: l1 and l3 only delay
+    // (1 and 2 ms one way); l2 delays 5 ms and serializes at 100 Mbit/s (at most a
+    // 1 500-byte packet's 120 µs) besides the queueing.
+    for (hop, one_way_us) in [("l1 a→r1", 1000.0), ("l3 r2→b", 2000.0)] {
+        let f = met(hop);
+        assert_eq!(
+            (f64_at(f, "/delay_mean_us"), f64_at(f, "/delay_max_us")),
+            (one_way_us, one_way_us),
+            "{hop}: {f}"
+        );
+    }
+    let core = met("l2 r1→r2");
+    let beyond_queueing = f64_at(core, "/delay_mean_us") - f64_at(core, "/queue_delay_mean_us");
+    assert!(
+        (5000.0..=5121.0).contains(&beyond_queueing),
+        "l2: {beyond_queueing} µs beside queueing: {core}"
+    );
     println!("{key}: l1 {l1:?}, l2 {l2:?}, l3 {l3:?}");
     assert_eq!(l1.1 + l3.1, 0, "only l2 has a queue");
     assert_eq!(l1.0, l2.0 + l2.1, "what left l1 entered l2");

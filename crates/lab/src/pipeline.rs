@@ -616,7 +616,11 @@ impl Direction {
                     if let Some(headers) =
                         Headers::of(self.pool.bytes(packet).headers_from(), classifier)
                     {
-                        meter.delivered(headers.key, d.queue_delay);
+                        meter.delivered(
+                            headers.key,
+                            d.queue_delay,
+                            d.due.saturating_sub(d.pushed_at),
+                        );
                     }
                 }
                 let then = self.plan.hops[h].then;

@@ -1167,6 +1167,12 @@ pub struct HopFlow {
     /// The time they queued on this link (not its delay or serialization), µs.
     pub queue_delay_mean_us: f64,
     pub queue_delay_max_us: f64,
+    /// The time they spent on this link, entering to leaving: queueing, serialization
+    /// and the link's delay, µs (the flow's one-way delay there).
+    #[serde(default)]
+    pub delay_mean_us: f64,
+    #[serde(default)]
+    pub delay_max_us: f64,
 }
 
 impl NamedCounters {

@@ -333,6 +333,8 @@ fn sample_record(n_samples: usize) -> RunRecord {
                         dropped: 12,
                         queue_delay_mean_us: 1250.5,
                         queue_delay_max_us: 4000.0,
+                        delay_mean_us: 11_250.5,
+                        delay_max_us: 14_000.0,
                     }],
                     queue: vec![tcplab_record::QueueSample {
                         t_us: 10_000,

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use crate::queue::QueueSeries;
 use crate::stats::quantiles;
 use tcplab_netsim::packet::FlowKey;
 use tcplab_record::traffic::Traffic;
@@ -76,9 +77,7 @@ pub struct BurstMeter {
     /// The last flow that arrived and its place: a GSO packet's segments arrive one
     /// after another, and a lookup each was a tenth of the emulator's time at 10 Gbit/s.
     last: Option<(FlowKey, usize)>,
-    queue: Vec<QueueSample>,
-    queue_period_ns: u64,
-    next_queue_sample_ns: u64,
+    queue: QueueSeries,
 }
 
 impl BurstMeter {
@@ -90,9 +89,7 @@ impl BurstMeter {
             flows: Vec::new(),
             index: HashMap::new(),
             last: None,
-            queue: Vec::new(),
-            queue_period_ns: queue_period_ns.max(1),
-            next_queue_sample_ns: 0,
+            queue: QueueSeries::new(queue_period_ns),
         }
     }
 
@@ -171,14 +168,7 @@ impl BurstMeter {
 
     /// The link's queue holds `bytes` (the test's) at `now_ns`; kept once per period.
     pub fn queue(&mut self, now_ns: u64, bytes: u64) {
-        if now_ns >= self.next_queue_sample_ns {
-            self.queue.push(QueueSample {
-                t_us: now_ns / 1000,
-                bytes,
-            });
-            self.next_queue_sample_ns =
-                now_ns - now_ns % self.queue_period_ns + self.queue_period_ns;
-        }
+        self.queue.sample(now_ns, bytes);
     }
 
     /// Per-flow statistics (flows with at least one packet, busiest first) and the
@@ -206,7 +196,7 @@ impl BurstMeter {
             })
             .collect();
         flows.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.flow.cmp(&b.flow)));
-        (flows, self.queue.clone())
+        (flows, self.queue.samples().to_vec())
     }
 }
 

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use tcplab_netsim::packet::FlowKey;
 use tcplab_record::{HopFlow, QueueSample};
 
+use crate::queue::QueueSeries;
+
 /// Flows kept apart at most (the first seen), so a flood of one-packet flows cannot
 /// grow the emulator's memory.
 const MAX_FLOWS: usize = 1024;
@@ -17,9 +19,7 @@ const MAX_FLOWS: usize = 1024;
 /// One link's meter.
 pub struct HopMeter {
     flows: HashMap<FlowKey, Tally>,
-    queue: Vec<QueueSample>,
-    queue_period_ns: u64,
-    next_queue_sample_ns: u64,
+    queue: QueueSeries,
 }
 
 #[derive(Default)]
@@ -37,9 +37,7 @@ impl HopMeter {
     pub fn new(queue_period_ns: u64) -> HopMeter {
         HopMeter {
             flows: HashMap::new(),
-            queue: Vec::new(),
-            queue_period_ns: queue_period_ns.max(1),
-            next_queue_sample_ns: 0,
+            queue: QueueSeries::new(queue_period_ns),
         }
     }
 
@@ -71,14 +69,7 @@ impl HopMeter {
 
     /// The link's queue holds `bytes` (the test's) at `now_ns`; kept once per period.
     pub fn queue(&mut self, now_ns: u64, bytes: u64) {
-        if now_ns >= self.next_queue_sample_ns {
-            self.queue.push(QueueSample {
-                t_us: now_ns / 1000,
-                bytes,
-            });
-            self.next_queue_sample_ns =
-                now_ns - now_ns % self.queue_period_ns + self.queue_period_ns;
-        }
+        self.queue.sample(now_ns, bytes);
     }
 
     /// Each flow's tally (busiest first), and the queue's samples so far.
@@ -107,7 +98,7 @@ impl HopMeter {
                 .cmp(&(a.packets + a.dropped))
                 .then_with(|| a.flow.cmp(&b.flow))
         });
-        (flows, self.queue.clone())
+        (flows, self.queue.samples().to_vec())
     }
 }
 
@@ -141,16 +132,6 @@ mod tests {
         assert_eq!(one.queue_delay_max_us, 3000.0);
         assert_eq!((one.delay_mean_us, one.delay_max_us), (7000.0, 8000.0));
         assert_eq!(flows[1].queue_delay_mean_us, 0.0);
-    }
-
-    #[test]
-    fn the_queue_is_kept_once_per_period() {
-        let mut m = HopMeter::new(10_000_000);
-        for (t, bytes) in [(0, 1), (5_000_000, 2), (10_000_000, 3), (29_000_000, 4)] {
-            m.queue(t, bytes);
-        }
-        let kept: Vec<u64> = m.report().1.iter().map(|s| s.bytes).collect();
-        assert_eq!(kept, [1, 3, 4]);
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod explain;
 pub mod hop;
 pub mod limits;
 pub mod links;
+pub mod queue;
 pub mod stats;
 pub mod throughput;
 pub mod tseq;

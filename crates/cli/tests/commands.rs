@@ -6,27 +6,10 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/quick")
-        .join(name)
-}
-
-fn sweep(file: &Path, db: &Path) -> Output {
-    tcplab()
-        .arg("sweep")
-        .arg(file)
-        .arg("--db")
-        .arg(db)
-        .output()
-        .expect("running tcplab sweep")
-}
 
 fn results(db: &Path) -> Value {
     let out = tcplab()
@@ -82,7 +65,7 @@ fn the_quick_scp_study_runs_each_copy_as_a_watched_connection() {
     one_of_three_tries("scp's runs, and both-way loss the costlier", || {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("scp.db");
-        assert_success(&sweep(&example("scp.toml"), &db));
+        assert_success(&sweep(&quick_example("scp.toml"), &db, &[]));
         let r = results(&db);
         assert_eq!(r["experiment"]["done"], 3, "{r}");
         for (run, flows) in runs_and_flows(&db) {
@@ -154,7 +137,7 @@ fn the_quick_http_study_records_every_short_connection() {
     one_of_three_tries("every fetch recorded", || {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("http.db");
-        assert_success(&sweep(&example("http.toml"), &db));
+        assert_success(&sweep(&quick_example("http.toml"), &db, &[]));
         let r = results(&db);
         assert_eq!(r["experiment"]["done"], 2, "{r}");
         for (run, flows) in runs_and_flows(&db) {
@@ -183,7 +166,7 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
     let text = std::fs::read_to_string(example).unwrap();
     std::fs::write(&file, format!("capture = true\n{text}")).unwrap();
     let db = dir.join("captured.db");
-    assert_success(&sweep(&file, &db));
+    assert_success(&sweep(&file, &db, &[]));
     let mut checked = 0;
     for (run, flows) in runs_and_flows(&db) {
         let path = json_column(&run, "path_json");
@@ -249,7 +232,7 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
 fn quick_study_watched_equals_captured(name: &str) {
     let checked = one_of_three_tries(&format!("{name}: every connection watched"), || {
         let dir = tempfile::tempdir().unwrap();
-        watched_equals_captured(&example(name), dir.path())
+        watched_equals_captured(&quick_example(name), dir.path())
     });
     println!("{name}: {checked} connections equal the capture's");
     assert!(checked >= 3, "{name}: {checked}");
@@ -322,7 +305,7 @@ values = [
     )
     .unwrap();
     let db = dir.path().join("fail.db");
-    let out = sweep(&file, &db);
+    let out = sweep(&file, &db, &[]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains(
@@ -365,7 +348,7 @@ values = [
         "[[flow]]\nprotocol = \"command\"\ncommand = \"true\"\nserver_command = \"\"\"\necho bad config >&2\nexit 1\n\"\"\"\n",
     )
     .unwrap();
-    let out = sweep(&file, &dir.path().join("server.db"));
+    let out = sweep(&file, &dir.path().join("server.db"), &[]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("FAILED: flow 'flow1': server_command ended (exit status: 1) before the command started; its stderr ends: bad config ("),
@@ -402,7 +385,7 @@ fn a_command_s_cc_must_be_one_a_namespace_may_default_to() {
         format!("[[flow]]\nprotocol = \"command\"\ncommand = \"true\"\ncc = \"{restricted}\"\n"),
     )
     .unwrap();
-    let out = sweep(&file, &dir.path().join("cc.db"));
+    let out = sweep(&file, &dir.path().join("cc.db"), &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -5,7 +5,7 @@
 use crate::support;
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -141,12 +141,6 @@ fn run_ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/quick")
-        .join(name)
-}
-
 #[test]
 fn every_chart_of_the_report_is_drawn_in_a_browser() {
     let test = "report_in_a_browser";
@@ -162,7 +156,7 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
     run_ok(
         tcplab()
             .arg("sweep")
-            .arg(example("report.toml"))
+            .arg(quick_example("report.toml"))
             .arg("--db")
             .arg(&db),
     );
@@ -361,7 +355,7 @@ fn the_quick_arena_puts_bbr_below_cubic_in_delay_and_draws_each_link() {
             tcplab()
                 .current_dir(dir.path())
                 .arg("sweep")
-                .arg(example("arena.toml"))
+                .arg(quick_example("arena.toml"))
                 .arg("--db")
                 .arg(&db),
         );

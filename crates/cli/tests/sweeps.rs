@@ -5,29 +5,12 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::*;
 use tcplab_sys::netns::privileged_or_skip;
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/quick")
-        .join(name)
-}
-
-fn sweep(file: &Path, db: &Path, extra: &[&str]) -> Output {
-    tcplab()
-        .arg("sweep")
-        .arg(file)
-        .arg("--db")
-        .arg(db)
-        .args(extra)
-        .output()
-        .expect("running tcplab sweep")
-}
 
 /// `tcplab results DB --json [--metric M]`.
 fn results(db: &Path, metric: &str) -> Value {
@@ -58,7 +41,7 @@ fn point<'a>(results: &'a Value, values: &[(&str, &str)]) -> &'a Value {
 
 fn run_quick(name: &str, dir: &Path) -> PathBuf {
     let db = dir.join(format!("{name}.db"));
-    assert_success(&sweep(&example(&format!("{name}.toml")), &db, &[]));
+    assert_success(&sweep(&quick_example(&format!("{name}.toml")), &db, &[]));
     let r = results(&db, "throughput");
     let e = &r["experiment"];
     assert_eq!(e["done"], e["runs"], "{name}: every run done: {e}");
@@ -686,7 +669,7 @@ fn throughput_over_time_holds_per_bin() {
     one_of_three_tries("cross-traffic's throughput over time, per bin", || {
         tries += 1;
         let db = dir.path().join(format!("cross-traffic-{tries}.db"));
-        assert_success(&sweep(&example("cross-traffic.toml"), &db, &[]));
+        assert_success(&sweep(&quick_example("cross-traffic.toml"), &db, &[]));
         let store = tcplab_store::Store::open(&db).unwrap();
         let run = store.load_run(1).unwrap();
         let r = tcplab_report::rates::rates(&run).expect("throughput over time");
@@ -814,7 +797,7 @@ fn the_dry_run_estimates_a_sweeps_wall_time_within_20_percent() {
     }
     let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
-    let file = example("parallel.toml");
+    let file = quick_example("parallel.toml");
     let dry = sweep(&file, &dir.path().join("dry.db"), &["--dry-run"]);
     assert_success(&dry);
     let text = String::from_utf8_lossy(&dry.stdout);

@@ -471,17 +471,7 @@ fn flow_means(db: &Path, flow: &str) -> Vec<(String, f64)> {
 /// Sweeps the quick example `name` into a database in `dir`.
 fn sweep_quick(name: &str, dir: &Path) -> std::path::PathBuf {
     let db = dir.join(format!("{name}.db"));
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/quick")
-        .join(format!("{name}.toml"));
-    let out = tcplab()
-        .arg("sweep")
-        .arg(&file)
-        .arg("--db")
-        .arg(&db)
-        .output()
-        .unwrap();
-    assert_success(&out);
+    assert_success(&sweep(&quick_example(&format!("{name}.toml")), &db, &[]));
     db
 }
 

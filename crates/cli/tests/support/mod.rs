@@ -773,6 +773,25 @@ pub fn export(db: &std::path::Path, table: &str, format: &str) -> String {
 }
 
 /// A table of a database as JSON lines, one value per row.
+/// examples/quick/`name`: the quick studies the tests run.
+pub fn quick_example(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/quick")
+        .join(name)
+}
+
+/// `tcplab sweep FILE --db DB EXTRA…`.
+pub fn sweep(file: &std::path::Path, db: &std::path::Path, extra: &[&str]) -> Output {
+    tcplab()
+        .arg("sweep")
+        .arg(file)
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .output()
+        .expect("running tcplab sweep")
+}
+
 pub fn export_jsonl(db: &std::path::Path, table: &str) -> Vec<Value> {
     export(db, table, "jsonl")
         .lines()

@@ -139,7 +139,7 @@ fn one_flow(
 
 /// The fixed rate (bit/s) and per-packet overhead of the link a hop crosses, that way;
 /// `None` for an unlimited link or one whose rate changes (a trace, a schedule).
-fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
+pub fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
     topology.links.iter().find_map(|link| {
         let [a, b] = &link.between;
         let dir = if hop_name(&link.name, a, b) == hop {

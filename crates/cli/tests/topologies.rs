@@ -477,7 +477,8 @@ fn sweep_quick(name: &str, dir: &Path) -> std::path::PathBuf {
 
 /// Each run's report charts of its links: `full` links (each way named) carried their
 /// rate (90-105 % of `bps`, on average over the run) and drew their queues; every link
-/// each way that dropped packets says how many, as its counters do.
+/// each way that dropped packets says how many, as its counters do; the drawing of the
+/// topology has every node and link, the full links loaded 90 % or more.
 fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
     use tcplab_report::{find_chart, Body, Target};
     let store = tcplab_store::Store::open(db).unwrap();
@@ -512,6 +513,43 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
                     carried.y
                 );
             }
+        }
+        // The drawing: every host and router, every link labelled with its name and
+        // coloured by its load; a full link's load 90 % or more, in the SVG too.
+        let t = run.path.as_ref().unwrap().topology.as_ref().unwrap();
+        let drawing = find_chart(
+            &store,
+            Some(Target::Run(row.id)),
+            "topology",
+            Default::default(),
+        )
+        .unwrap();
+        let Body::Graph { nodes, edges } = &drawing.body else {
+            panic!("run {}: a topology is a graph", row.id);
+        };
+        for host in &t.hosts {
+            assert!(nodes.iter().any(|n| &n.name == host && n.host), "{host}");
+        }
+        assert_eq!(edges.len(), t.links.len());
+        for link in &t.links {
+            let edge = edges
+                .iter()
+                .find(|e| e.label.starts_with(&format!("{} ", link.name)))
+                .unwrap_or_else(|| panic!("no edge for {}", link.name));
+            if full
+                .iter()
+                .any(|f| f.starts_with(&format!("{} ", link.name)))
+            {
+                assert!(edge.load.is_some_and(|l| l >= 0.9), "{edge:?}");
+            }
+        }
+        let svg = tcplab_report::svg(&drawing, true).unwrap();
+        for n in nodes {
+            assert!(
+                svg.contains(&format!("\n{}\n</text>", n.name)),
+                "{} not in the SVG",
+                n.name
+            );
         }
         let queue = find_chart(
             &store,

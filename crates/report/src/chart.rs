@@ -66,6 +66,25 @@ pub enum Body {
         series: Vec<Series>,
         marks: Vec<Marks>,
     },
+    /// Nodes at their places, joined by edges coloured by their load: a topology.
+    Graph { nodes: Vec<Node>, edges: Vec<Edge> },
+}
+
+/// A node of a graph: a host (else a router), at `at` (x, y in 0..=1, y down).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub host: bool,
+    pub at: (f64, f64),
+}
+
+/// An edge between two nodes (their indices), labelled, with its load: the busier
+/// way's share of its rate (0..=1), `None` where neither way has a fixed rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    pub ends: [usize; 2],
+    pub label: String,
+    pub load: Option<f64>,
 }
 
 /// Points drawn as one shape each, named in the legend.
@@ -175,10 +194,11 @@ impl Chart {
                 series.iter().all(|s| s.points.is_empty())
                     && marks.iter().all(|m| m.points.is_empty())
             }
+            Body::Graph { nodes, .. } => nodes.is_empty(),
         }
     }
 
-    /// The series names in drawing order (a heatmap has none).
+    /// The series names in drawing order (a heatmap and a graph have none).
     pub fn series_names(&self) -> Vec<&str> {
         match &self.body {
             Body::Lines { series, .. }
@@ -187,7 +207,7 @@ impl Chart {
             | Body::Stacked { layers: series, .. } => {
                 series.iter().map(|s| s.name.as_str()).collect()
             }
-            Body::Heatmap { .. } => Vec::new(),
+            Body::Heatmap { .. } | Body::Graph { .. } => Vec::new(),
             Body::Marked { series, marks, .. } => series
                 .iter()
                 .map(|s| s.name.as_str())

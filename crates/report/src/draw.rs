@@ -13,7 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontTransform;
 
 use crate::axes::{short_number, Quantity, Scale};
-use crate::chart::{Body, Chart, Layer, Marks, Pt, Series, Shape, XAxis, YAxis};
+use crate::chart::{Body, Chart, Edge, Layer, Marks, Node, Pt, Series, Shape, XAxis, YAxis};
 use crate::palette::{Rgb, TOTAL};
 
 /// Width and height of a chart without its caption, pixels.
@@ -188,9 +188,18 @@ fn draw_on<DB: DrawingBackend>(
             series,
             marks,
         } => marked(&plot, x, y, series, marks, Fit::Values(*y_span))?,
+        Body::Graph { nodes, edges } => {
+            let scale = ColorScale::of([0.0, 1.0].into_iter());
+            graph(&plot, nodes, edges, &scale)?;
+            let load = YAxis {
+                label: "load".into(),
+                quantity: Quantity::Percent,
+            };
+            color_bar(&legend, &load, &scale)?;
+        }
     }
     match &chart.body {
-        Body::Heatmap { .. } => Ok(()),
+        Body::Heatmap { .. } | Body::Graph { .. } => Ok(()),
         Body::Stacked { layers: series, .. } | Body::Bars { series, .. } => {
             legend_entries(&legend, series, true).map(|_| ())
         }
@@ -214,7 +223,7 @@ fn rgb(c: Rgb) -> RGBColor {
 
 /// Wide enough for the longest series name, at most a third of the chart.
 pub(crate) fn legend_width(chart: &Chart) -> u32 {
-    if matches!(chart.body, Body::Heatmap { .. }) {
+    if matches!(chart.body, Body::Heatmap { .. } | Body::Graph { .. }) {
         return 110;
     }
     let font = (FONT, LEGEND_FONT_SIZE).into_font();
@@ -1214,6 +1223,63 @@ fn heatmap<DB: DrawingBackend>(
             .pos(Pos::new(HPos::Center, VPos::Center));
         chart
             .draw_series([Text::new(short_number(v / unit.factor), (x, y), style)])
+            .map_err(text)?;
+    }
+    Ok(())
+}
+
+/// A link without a fixed rate, which has no load.
+const UNRATED: RGBColor = RGBColor(170, 170, 170);
+const HOST: RGBColor = RGBColor(31, 119, 180);
+const ROUTER: RGBColor = RGBColor(90, 90, 90);
+
+/// Each edge a line coloured by its load on `scale` (grey without one), labelled at
+/// its middle; each node at its place, a host a disc and a router a square, named
+/// under it.
+fn graph<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    nodes: &[Node],
+    edges: &[Edge],
+    scale: &ColorScale,
+) -> Drawn {
+    let (w, h) = area.dim_in_pixel();
+    let (mx, my) = (70.0, 40.0);
+    let place = |n: &Node| -> (i32, i32) {
+        (
+            (mx + n.at.0 * (f64::from(w) - 2.0 * mx)) as i32,
+            (my + n.at.1 * (f64::from(h) - 2.0 * my)) as i32,
+        )
+    };
+    let note = (FONT, NOTE_FONT_SIZE)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Bottom));
+    for e in edges {
+        let (a, b) = (place(&nodes[e.ends[0]]), place(&nodes[e.ends[1]]));
+        let color = e.load.map_or(UNRATED, |l| scale.color(l));
+        area.draw(&PathElement::new(vec![a, b], color.stroke_width(3)))
+            .map_err(text)?;
+        let middle = ((a.0 + b.0) / 2, (a.1 + b.1) / 2 - 3);
+        area.draw(&Text::new(e.label.clone(), middle, note.clone()))
+            .map_err(text)?;
+    }
+    let name = (FONT, LABEL_FONT_SIZE)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    for n in nodes {
+        let (x, y) = place(n);
+        if n.host {
+            area.draw(&Circle::new((x, y), 8, HOST.filled()))
+                .map_err(text)?;
+        } else {
+            area.draw(&Rectangle::new(
+                [(x - 7, y - 7), (x + 7, y + 7)],
+                ROUTER.filled(),
+            ))
+            .map_err(text)?;
+        }
+        area.draw(&Text::new(n.name.clone(), (x, y + 11), name.clone()))
             .map_err(text)?;
     }
     Ok(())

@@ -42,7 +42,7 @@ use tcplab_record::units::{count, format_duration_us};
 use tcplab_record::RunRecord;
 use tcplab_store::{Store, StoreError};
 
-pub use chart::{Body, Chart, Pt, Series};
+pub use chart::{Body, Chart, Edge, Node, Pt, Series};
 pub use draw::{png, svg, DrawError};
 pub use palette::{Rgb, COLORS, RETRANSMITTED};
 pub use runs::RunChart;

@@ -3,10 +3,12 @@
 //! the bottleneck queue moved onto the run's time base.
 
 use tcplab_analysis::explain::explain;
+use tcplab_analysis::links::hop_rate;
 use tcplab_netsim::capture::CapturedPacket;
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::events::KernelEvent;
-use tcplab_record::units::{format_duration_us, format_size};
+use tcplab_record::topology::hop_name;
+use tcplab_record::units::{format_duration_us, format_rate, format_size};
 use tcplab_record::Limit;
 use tcplab_record::{
     DelaySample, Direction, DirectionStats, FlowRecord, ProbeRecord, QueueSample, RunRecord,
@@ -14,7 +16,7 @@ use tcplab_record::{
 };
 
 use crate::axes::Quantity;
-use crate::chart::{Body, Chart, Pt, Series, XAxis, YAxis};
+use crate::chart::{Body, Chart, Edge, Node, Pt, Series, XAxis, YAxis};
 use crate::describe::{self, flow_name};
 use crate::palette::{Palette, ALL_FLOWS, TOTAL};
 use crate::rates::{self, Cell, Rates, Source};
@@ -40,6 +42,7 @@ pub enum RunChart {
     UdpLoss,
     UdpJitter,
     Queue,
+    Topology,
     Links,
     Latency,
     Delay,
@@ -47,7 +50,7 @@ pub enum RunChart {
 }
 
 impl RunChart {
-    pub const ALL: [RunChart; 12] = [
+    pub const ALL: [RunChart; 13] = [
         RunChart::Throughput,
         RunChart::Cwnd,
         RunChart::Rtt,
@@ -56,6 +59,7 @@ impl RunChart {
         RunChart::UdpLoss,
         RunChart::UdpJitter,
         RunChart::Queue,
+        RunChart::Topology,
         RunChart::Links,
         RunChart::Latency,
         RunChart::Delay,
@@ -73,6 +77,7 @@ impl RunChart {
             RunChart::UdpLoss => "udp_loss",
             RunChart::UdpJitter => "udp_jitter",
             RunChart::Queue => "queue",
+            RunChart::Topology => "topology",
             RunChart::Links => "links",
             RunChart::Latency => "latency",
             RunChart::Delay => "delay",
@@ -90,7 +95,8 @@ impl RunChart {
             RunChart::UdpLoss => "UDP loss",
             RunChart::UdpJitter => "UDP jitter",
             RunChart::Queue => "bottleneck queue",
-            RunChart::Links => "each link's load",
+            RunChart::Topology => "the topology and each link's load",
+            RunChart::Links => "what each link carried",
             RunChart::Latency => "latency under load",
             RunChart::Delay => "one-way delay",
             RunChart::Tseq => "time-sequence graph",
@@ -271,6 +277,7 @@ impl Run<'_> {
                     self.lines("queue", Quantity::Size, queue(run, end, palette)),
                 )
             }
+            RunChart::Topology => topology(run)?,
             RunChart::Links => links(run, palette)?,
         })
     }
@@ -859,6 +866,158 @@ fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {
         .collect()
 }
 
+/// A topology drawn ([`graph_layout`]), each link labelled with what it carried the
+/// busier way and its drops, coloured by its load.
+fn topology(run: &RunRecord) -> Option<(String, Body)> {
+    let path = run.path.as_ref()?;
+    let t = path.topology.as_ref()?;
+    let mut names: Vec<&str> = t.hosts.iter().map(String::as_str).collect();
+    for l in &t.links {
+        for end in &l.between {
+            if !names.contains(&end.as_str()) {
+                names.push(end);
+            }
+        }
+    }
+    let index = |name: &str| names.iter().position(|n| *n == name);
+    let ends: Vec<[usize; 2]> = t
+        .links
+        .iter()
+        .filter_map(|l| Some([index(&l.between[0])?, index(&l.between[1])?]))
+        .collect();
+    let at = graph_layout(names.len(), &ends);
+    let span = end_seconds(run);
+    let hop = |name: &str| path.up.links.iter().find(|h| h.name == name);
+    let edges = t
+        .links
+        .iter()
+        .zip(&ends)
+        .map(|(l, &ends)| {
+            let [a, b] = &l.between;
+            let ways = [hop_name(&l.name, a, b), hop_name(&l.name, b, a)];
+            let carried = ways
+                .clone()
+                .map(|w| hop(&w).map_or(0.0, |h| h.counters.delivered_bytes as f64 * 8.0 / span));
+            let dropped: u64 = ways
+                .iter()
+                .filter_map(|w| hop(w))
+                .map(|h| h.counters.dropped())
+                .sum();
+            let load = ways
+                .iter()
+                .zip(carried)
+                .filter_map(|(w, bps)| Some(bps / hop_rate(t, w)?.0 as f64))
+                .reduce(f64::max);
+            let label = format!(
+                "{} {}{}",
+                l.name,
+                format_rate(carried[0].max(carried[1])),
+                match dropped {
+                    0 => String::new(),
+                    n => format!(", {n} dropped"),
+                }
+            );
+            Edge { ends, label, load }
+        })
+        .collect();
+    let nodes = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Node {
+            name: name.to_string(),
+            host: i < t.hosts.len(),
+            at: at[i],
+        })
+        .collect();
+    Some((
+        format!("The topology of {}: hosts (discs) and routers (squares), each link labelled with what it carried the busier way (the test's packets as IP bytes, on average over the run's {span:.1} s) and its drops both ways, and coloured by its load: the busier way's share of its rate (grey without a fixed rate). `tcplab plot --chart links` has each way.", t.file),
+        Body::Graph { nodes, edges },
+    ))
+}
+
+/// Where to draw each of `n` nodes joined by `ends` (x, y in 0..=1): the nodes with two
+/// links or more (routers, mostly) on a line across the middle in the order a walk
+/// from the first of them meets them, and each other node (a host at the edge) beside
+/// its neighbour on that line, above and below in turn.
+fn graph_layout(n: usize, ends: &[[usize; 2]]) -> Vec<(f64, f64)> {
+    let neighbours = |node: usize| {
+        ends.iter()
+            .filter_map(move |&[a, b]| match (a == node, b == node) {
+                (true, _) => Some(b),
+                (_, true) => Some(a),
+                _ => None,
+            })
+    };
+    let spine_node = |node: usize| neighbours(node).count() >= 2;
+    let mut spine: Vec<usize> = Vec::new();
+    for start in (0..n).filter(|&m| spine_node(m)) {
+        if spine.contains(&start) {
+            continue;
+        }
+        // Breadth first along the spine from each part not yet placed.
+        let mut frontier = vec![start];
+        spine.push(start);
+        while !frontier.is_empty() {
+            let mut next = Vec::new();
+            for &m in &frontier {
+                for other in neighbours(m).filter(|&o| spine_node(o)) {
+                    if !spine.contains(&other) {
+                        spine.push(other);
+                        next.push(other);
+                    }
+                }
+            }
+            frontier = next;
+        }
+    }
+    let across = |k: usize, count: usize| match count {
+        0 | 1 => 0.5,
+        _ => k as f64 / (count - 1) as f64,
+    };
+    let mut at = vec![(0.5, 0.5); n];
+    for (k, &m) in spine.iter().enumerate() {
+        at[m] = (across(k, spine.len()), 0.5);
+    }
+    // The others: beside their neighbour on the spine (around it where it is the only
+    // one: a star), or on a line of their own.
+    let loose: Vec<usize> = (0..n).filter(|m| !spine.contains(m)).collect();
+    let anchor_of = |m: usize| neighbours(m).find(|o| spine.contains(o));
+    let leaves = |anchor: usize| {
+        loose
+            .iter()
+            .filter(|&&m| anchor_of(m) == Some(anchor))
+            .count()
+    };
+    let mut hung: Vec<usize> = vec![0; n];
+    let mut alone = 0;
+    for &m in &loose {
+        match anchor_of(m) {
+            Some(anchor) if spine.len() == 1 => {
+                let k = hung[anchor];
+                hung[anchor] += 1;
+                let angle = std::f64::consts::TAU * k as f64 / leaves(anchor) as f64;
+                at[m] = (0.5 - 0.45 * angle.cos(), 0.5 - 0.45 * angle.sin());
+            }
+            Some(anchor) => {
+                let k = hung[anchor];
+                hung[anchor] += 1;
+                let (x, _) = at[anchor];
+                let side = if k.is_multiple_of(2) { -1.0 } else { 1.0 };
+                let step = (k / 2) as f64;
+                at[m] = (
+                    (x + step * 0.08 * side).clamp(0.0, 1.0),
+                    0.5 + side * (0.3 + 0.12 * step).min(0.5),
+                );
+            }
+            None => {
+                at[m] = (across(alone, loose.len()), 0.15 + 0.7 * (alone % 2) as f64);
+                alone += 1;
+            }
+        }
+    }
+    at
+}
+
 /// A topology's links, each way, that the test's packets crossed: what each carried on
 /// average over the run, its drops in its name.
 fn links(run: &RunRecord, palette: &mut Palette) -> Option<(String, Body)> {
@@ -988,5 +1147,33 @@ mod tests {
         let thinned = thin(points, 5);
         assert_eq!(thinned.len(), 5);
         assert_eq!(thinned[3], Pt::at(6.0, 100.0));
+    }
+
+    /// a — r1 — r2 — b, and c on r1: the routers across the middle in order, the hosts
+    /// beside their router, above and below in turn.
+    #[test]
+    fn a_chain_lies_across_with_its_hosts_beside_their_routers() {
+        // a 0, b 1, c 2, r1 3, r2 4.
+        let at = graph_layout(5, &[[0, 3], [3, 4], [4, 1], [2, 3]]);
+        assert_eq!((at[3], at[4]), ((0.0, 0.5), (1.0, 0.5)));
+        assert!(at[0].0 == 0.0 && at[0].1 < 0.5, "{at:?}");
+        assert!(at[1].0 == 1.0 && at[1].1 < 0.5, "{at:?}");
+        assert!(at[2].0 == 0.0 && at[2].1 > 0.5, "{at:?}");
+    }
+
+    /// One router and five hosts: a star, each host its own place around it.
+    #[test]
+    fn a_star_spreads_its_hosts_around_the_router() {
+        let at = graph_layout(6, &[[0, 5], [1, 5], [2, 5], [3, 5], [4, 5]]);
+        assert_eq!(at[5], (0.5, 0.5));
+        for (i, a) in at[..5].iter().enumerate() {
+            assert!((a.0 - 0.5).hypot(a.1 - 0.5) > 0.4, "{at:?}");
+            for b in &at[..i] {
+                assert!((a.0 - b.0).hypot(a.1 - b.1) > 0.2, "{at:?}");
+            }
+        }
+        // Two hosts and one link: no router, both on a line of their own.
+        let pair = graph_layout(2, &[[0, 1]]);
+        assert_ne!(pair[0], pair[1]);
     }
 }

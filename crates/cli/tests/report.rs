@@ -189,6 +189,14 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
                 .arg(&db),
         );
     }
+    // A run across a topology: its drawing and each link's load.
+    run_ok(
+        tcplab()
+            .args(["run", "--topology"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies/chain.toml"))
+            .args(["-t", "1", "--label", "chain", "--db"])
+            .arg(&db),
+    );
     let out = dir.path().join("report");
     let said = run_ok(tcplab().arg("report").arg(&db).arg("-o").arg(&out));
     assert!(said.starts_with("wrote "), "{said}");
@@ -224,6 +232,8 @@ fn every_chart_of_the_report_is_drawn_in_a_browser() {
         "udp-jitter",
         "delay",
         "tseq",
+        "topology",
+        "links",
     ] {
         assert!(
             ids.iter().any(|id| id.ends_with(expected)),

@@ -14,7 +14,7 @@ use plotters::style::FontTransform;
 
 use crate::axes::{short_number, Quantity, Scale};
 use crate::chart::{Body, Chart, Edge, Layer, Marks, Node, Pt, Series, Shape, XAxis, YAxis};
-use crate::palette::{Rgb, TOTAL};
+use crate::palette::{self, Rgb, TOTAL};
 
 /// Width and height of a chart without its caption, pixels.
 pub const SIZE: (u32, u32) = (760, 420);
@@ -1230,8 +1230,6 @@ fn heatmap<DB: DrawingBackend>(
 
 /// A link without a fixed rate, which has no load.
 const UNRATED: RGBColor = RGBColor(170, 170, 170);
-const HOST: RGBColor = RGBColor(31, 119, 180);
-const ROUTER: RGBColor = RGBColor(90, 90, 90);
 
 /// Each edge a line coloured by its load on `scale` (grey without one), labelled at
 /// its middle; each node at its place, a host a disc and a router a square, named
@@ -1270,16 +1268,16 @@ fn graph<DB: DrawingBackend>(
     for n in nodes {
         let (x, y) = place(n);
         if n.host {
-            area.draw(&Circle::new((x, y), 8, HOST.filled()))
+            area.draw(&Circle::new((x, y), 10, rgb(palette::HOST).filled()))
                 .map_err(text)?;
         } else {
             area.draw(&Rectangle::new(
-                [(x - 7, y - 7), (x + 7, y + 7)],
-                ROUTER.filled(),
+                [(x - 9, y - 9), (x + 9, y + 9)],
+                rgb(palette::ROUTER).filled(),
             ))
             .map_err(text)?;
         }
-        area.draw(&Text::new(n.name.clone(), (x, y + 11), name.clone()))
+        area.draw(&Text::new(n.name.clone(), (x, y + 13), name.clone()))
             .map_err(text)?;
     }
     Ok(())

@@ -46,6 +46,9 @@ pub const RETRANSMITTED: Rgb = COLORS[1];
 pub const ACKED: Rgb = COLORS[4];
 pub const RECEIVE_WINDOW: Rgb = COLORS[6];
 pub const CWND_EDGE: Rgb = Rgb(0x49, 0x98, 0x94);
+/// A topology's hosts and routers.
+pub const HOST: Rgb = COLORS[0];
+pub const ROUTER: Rgb = TOTAL;
 
 /// One colour per fate of a packet in the link, in every chart that marks it (from
 /// Tableau 10 and, past its ten, Tableau 20's darker hues).

@@ -677,6 +677,10 @@ pub struct CaptureArgs {
     /// Bytes of each packet the capture keeps (its IP and TCP headers by default)
     #[arg(long, default_value_t = DEFAULT_SNAPLEN, value_parser = clap::value_parser!(u32).range(20..=65535), value_name = "BYTES")]
     pub capture_snaplen: u32,
+    /// With --topology: capture this link only (once per link to capture several)
+    /// [default: every link]
+    #[arg(long = "capture-link", requires = "capture", value_name = "LINK")]
+    pub capture_links: Vec<String>,
 }
 
 /// `--capture-at`: [`CapturePoint`] as clap takes it.

@@ -53,6 +53,9 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
         }
         return Ok(None);
     };
+    if let Some(link) = args.capture.capture_links.first() {
+        bail!("--capture-link {link}: a dumbbell's capture is of its bottleneck (--capture-at says where); --capture-link chooses a topology's links");
+    }
     let n = args.clients as usize;
     let clients = match args.client_paths.len() {
         0 => vec![PathSpec::default(); n],
@@ -198,6 +201,9 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
                 cmd.arg("--capture").arg(capture.dir);
                 cmd.arg("--capture-snaplen")
                     .arg(capture.snaplen.to_string());
+                for link in capture.links {
+                    cmd.arg("--capture-link").arg(link);
+                }
             }
         }
         None => daemon_path_args(name, args, &mut cmd)?,
@@ -237,11 +243,18 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
     let entry = registry::get(name)?.ok_or_else(|| anyhow!("lab {name} is not registered"))?;
     print_entry(&entry);
     if let (Some(topology), Some(dir)) = (&entry.topology, &args.capture.capture) {
+        let chosen = &args.capture.capture_links;
         outln!(
-            "  capturing both ways of each link, with each packet's fate, into {} until lab down",
+            "  capturing both ways of {}, with each packet's fate, into {} until lab down",
+            if chosen.is_empty() {
+                "each link"
+            } else {
+                "these links"
+            },
             topology
                 .links
                 .iter()
+                .filter(|link| chosen.is_empty() || chosen.contains(&link.name))
                 .map(|link| dir
                     .join(format!("{}.pcapng", link.name))
                     .display()
@@ -325,6 +338,7 @@ pub(crate) fn topology_config(name: &str, file: &Path, args: &PathArgs) -> Resul
                 .map(|dir| LinkCaptures {
                     dir,
                     snaplen: args.capture.capture_snaplen,
+                    links: args.capture.capture_links.clone(),
                 })
                 .with_context(|| format!("--capture {}", dir.display()))
         })

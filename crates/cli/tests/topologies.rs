@@ -407,6 +407,93 @@ fn a_capture_per_link_times_each_packet_link_by_link() {
             );
         }
     }
+
+    // `--capture-link` chooses the links: l2 alone; a link the file lacks, or a
+    // dumbbell's, is one line.
+    let chosen = dir.path().join("chosen");
+    let lab = LabGuard::up(
+        &lab_name("tk", 2),
+        &[
+            "--topology",
+            file.to_str().unwrap(),
+            "--capture",
+            chosen.to_str().unwrap(),
+            "--capture-link",
+            "l2",
+        ],
+    );
+    let text = ping_from(&lab.name, "a", &["-c", "2", "-i", "0.05"], "10.77.0.2");
+    assert_eq!(ping_times_ms(&text).len(), 2, "{text}");
+    drop(lab);
+    let mut written: Vec<String> = std::fs::read_dir(&chosen)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["l2.pcapng"]);
+    assert_eq!(
+        tshark(&chosen.join("l2.pcapng"), "icmp", &["icmp.seq"]).len(),
+        4
+    );
+    let wrong = tcplab()
+        .args(["lab", "up", &lab_name("tk", 3), "--topology"])
+        .arg(&file)
+        .args([
+            "--capture",
+            chosen.to_str().unwrap(),
+            "--capture-link",
+            "l9",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&wrong),
+        "tcplab: --capture-link l9: the topology has no such link (links: l1, l2, l3)"
+    );
+    let dumbbell = tcplab()
+        .args(["run", "--path", "rtt 2ms", "--capture"])
+        .arg(dir.path().join("d.pcapng"))
+        .args(["--capture-link", "l2"])
+        .output()
+        .unwrap();
+    assert!(
+        failure(&dumbbell).starts_with("tcplab: --capture-link l2: a dumbbell's capture"),
+        "{dumbbell:?}"
+    );
+}
+
+/// A sweep across a topology with `capture = true`: a directory per run beside the
+/// database, a pcapng file per link in it, each holding the flow's packets (tshark
+/// reads them). Among others: counts, not times.
+#[test]
+fn a_sweep_across_a_topology_captures_each_link_per_run() {
+    if !privileged_or_skip("topology_sweep_capture") || !tshark_or_skip("topology_sweep_capture") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pair.toml");
+    std::fs::write(
+        &file,
+        "name = \"pair\"\nduration = \"1s\"\ncapture = true\n\
+         [[topology.host]]\nname = \"a\"\n[[topology.host]]\nname = \"b\"\n\
+         [[topology.router]]\nname = \"r\"\n\
+         [[topology.link]]\nname = \"ar\"\nbetween = [\"a\", \"r\"]\npath = \"rtt 2ms\"\n\
+         [[topology.link]]\nname = \"rb\"\nbetween = [\"r\", \"b\"]\npath = \"rtt 4ms rate 50mbit\"\n\
+         [[flow]]\nclient = \"a\"\nserver = \"b\"\n",
+    )
+    .unwrap();
+    let db = dir.path().join("pair.db");
+    assert_success(&sweep(&file, &db, &[]));
+    let run_dir = dir.path().join("pair-captures").join("pair-run0");
+    for link in ["ar", "rb"] {
+        let packets = tshark(
+            &run_dir.join(format!("{link}.pcapng")),
+            "tcp",
+            &["frame.number"],
+        );
+        assert!(packets.len() > 1000, "{link}: {} packets", packets.len());
+    }
 }
 
 /// `shell --topology`: an ephemeral lab of the file's shape, the command in its second

@@ -590,6 +590,7 @@ fn run_point(
                 capture: capture.map(|spec| LinkCaptures {
                     dir: spec.file.with_extension(""),
                     snaplen: spec.snaplen,
+                    links: Vec::new(),
                 }),
             };
             run_in_topology(&config, &groups, Arc::clone(stop))

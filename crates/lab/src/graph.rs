@@ -51,14 +51,41 @@ pub struct TopologyConfig {
     pub capture: Option<LinkCaptures>,
 }
 
-/// Where each link's capture goes, and how much of each packet it keeps.
+/// Where each link's capture goes, how much of each packet it keeps, and which links
+/// (by name; none: every link).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkCaptures {
     pub dir: PathBuf,
     pub snaplen: u32,
+    pub links: Vec<String>,
 }
 
 impl LinkCaptures {
+    /// Whether link `name` is captured.
+    fn takes(&self, name: &str) -> bool {
+        self.links.is_empty() || self.links.iter().any(|l| l == name)
+    }
+
+    /// A link to capture that `topology` lacks, in one line.
+    fn check(&self, topology: &Topology) -> Result<(), LabError> {
+        match self
+            .links
+            .iter()
+            .find(|l| !topology.links.iter().any(|t| &t.name == *l))
+        {
+            Some(l) => Err(LabError::Name(format!(
+                "--capture-link {l}: the topology has no such link (links: {})",
+                topology
+                    .links
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Link `name`'s capture.
     fn spec(&self, name: &str) -> CaptureSpec {
         CaptureSpec {
@@ -145,6 +172,9 @@ impl Lab {
         registry::check_name(&config.name).map_err(LabError::Name)?;
         let topology = &config.topology;
         check_links(topology)?;
+        if let Some(capture) = &config.capture {
+            capture.check(topology)?;
+        }
         let traces = topology
             .hops()
             .map(|hop| load_traces(topology.links[hop.link].path.link(hop.dir)))
@@ -240,10 +270,16 @@ fn build(
     });
     let link_mtu = if per_packet { mtu } else { MAX_PACKET as u32 };
     let mut emulator = Emulator::new(None, &config.name)?;
+    // Each link's place in the emulator's captures, where it is captured.
+    let mut capture_of: Vec<Option<usize>> = vec![None; topology.links.len()];
     if let Some(capture) = &config.capture {
         let epoch_unix_ns = emulator.epoch_unix_us as u64 * 1000;
-        for link in &topology.links {
+        for (k, link) in topology.links.iter().enumerate() {
+            if !capture.takes(&link.name) {
+                continue;
+            }
             let spec = capture.spec(&link.name);
+            capture_of[k] = Some(emulator.captures.len());
             emulator.captures.push(
                 Capture::start_link(&spec, epoch_unix_ns, &config.name, &link.name)
                     .map_err(io_err("starting the capture"))?,
@@ -264,7 +300,7 @@ fn build(
             meter: None,
             hop_meter: Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS)),
             rate_control: None,
-            capture: emulator.captures.get(hop.link).map(|c| c.tap(hop.dir)),
+            capture: capture_of[hop.link].map(|c| emulator.captures[c].tap(hop.dir)),
         });
     }
     let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();

@@ -188,6 +188,16 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
                 u64_at(peer, "/counters/retransmits"),
             );
             let theirs = (forward.payload, forward.retransmitted, back.retransmitted);
+            // A receiver that closes at once after its last read (scp's client) may be
+            // gone before the watch samples it again: its count stops short by the
+            // last bytes (once 124 of 4 009 081), as docs/watch.md says. Load makes it
+            // likelier; more than the capture, or other retransmissions, never.
+            if ours.0 < theirs.0 && (ours.1, ours.2) == (theirs.1, theirs.2) {
+                return Err(format!(
+                    "{label} {sender} → {receiver}: its receiver's last sample read {} of the {} bytes captured",
+                    ours.0, theirs.0
+                ));
+            }
             assert_eq!(
                 ours, theirs,
                 "{label} {sender} → {receiver}: (read, retransmitted, retransmitted back) watched ≠ captured"

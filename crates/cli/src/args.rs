@@ -612,14 +612,8 @@ pub struct RunArgs {
     pub iperf3: bool,
     #[command(flatten)]
     pub topology: TopologyArg,
-    /// With --topology: the host the test's connections start from [default: its
-    /// second host]
-    #[arg(long, requires = "topology", value_name = "HOST")]
-    pub client_host: Option<String>,
-    /// With --topology: the host they go to, where the server runs [default: its first
-    /// host]
-    #[arg(long, requires = "topology", value_name = "HOST")]
-    pub server_host: Option<String>,
+    #[command(flatten)]
+    pub hosts: TopologyHostsArgs,
     #[command(flatten)]
     pub lab: PathArgs,
     #[command(flatten)]
@@ -659,6 +653,19 @@ pub struct TopologyArg {
     /// it, --capture names a directory, which gets a pcapng file per link
     #[arg(long, value_name = "FILE", conflicts_with_all = ["path", "clients", "client_paths", "backend", "capture_at"])]
     pub topology: Option<PathBuf>,
+}
+
+/// Which two of a topology's hosts a test or a shell's command runs between.
+#[derive(Args, Debug, Clone)]
+pub struct TopologyHostsArgs {
+    /// With --topology: the host the connections start from (the command runs there)
+    /// [default: its second host]
+    #[arg(long, requires = "topology", value_name = "HOST")]
+    pub client_host: Option<String>,
+    /// With --topology: the host they go to, where the server runs [default: its first
+    /// host]
+    #[arg(long, requires = "topology", value_name = "HOST")]
+    pub server_host: Option<String>,
 }
 
 /// A capture of the lab's packets with their fates in the bottleneck.
@@ -743,6 +750,8 @@ pub struct ShellArgs {
     #[command(flatten)]
     pub topology: TopologyArg,
     #[command(flatten)]
+    pub hosts: TopologyHostsArgs,
+    #[command(flatten)]
     pub path: PathArgs,
     /// What lies beyond the path: the lab's server host, or also the namespace tcplab
     /// was started in (IPv4; TCPLAB_HOST is where it answers), through NAT as root or
@@ -770,9 +779,9 @@ pub struct ShellArgs {
     /// host listens on once --server-cmd listens, else on none
     #[arg(long, requires = "record")]
     pub trace_events: bool,
-    /// The command, run in the (first) client host (a topology's second host);
+    /// The command, run in the (first) client host (a topology's --client-host);
     /// TCPLAB_SERVER, TCPLAB_SERVER6, TCPLAB_SERVER_NS and TCPLAB_CLIENT_NS tell it
-    /// where the far side is (a topology's first host).
+    /// where the far side is (a topology's --server-host).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

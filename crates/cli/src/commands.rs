@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use tcplab_experiment::labrun::{self, FlowGroup, IntervalSink};
-use tcplab_lab::{Lab, LabConfig, TopologyConfig};
+use tcplab_lab::{HostPair, Lab, LabConfig, TopologyConfig};
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::units::count;
 use tcplab_record::{IntervalRecord, RunRecord, RunStatus, TestParams, SCHEMA};
@@ -84,19 +84,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let name = format!("run{}", tcplab_sys::netns::own_pid());
     if let Some(file) = &args.topology.topology {
         let config = lab::topology_config(&name, file, &args.lab)?;
-        let hosts = [
-            (&args.client_host, 1, "--client-host"),
-            (&args.server_host, 0, "--server-host"),
-        ]
-        .map(|(host, default, flag)| host_index(&config, host.as_deref(), default, flag));
-        let [from, to] = hosts;
-        let (from, to) = (
-            from.map_err(anyhow::Error::msg)?,
-            to.map_err(anyhow::Error::msg)?,
-        );
-        if from == to {
-            bail!("--client-host and --server-host are the same host: a test runs between two");
-        }
+        let HostPair {
+            client: from,
+            server: to,
+        } = lab::host_pair(&config, &args.hosts)?;
         let record = run_in_topology(&config, from, to, &params, &args.output, stop)?;
         return report(record, &args.output, store);
     }
@@ -164,30 +155,6 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
         crate::report::say_unread_captures(&written);
     }
     Ok(code)
-}
-
-/// Host `name`'s place among the topology's hosts (`flag` names it), or the `default`th.
-fn host_index(
-    config: &TopologyConfig,
-    name: Option<&str>,
-    default: usize,
-    flag: &str,
-) -> Result<usize, String> {
-    let topology = &config.topology;
-    let hosts: Vec<&str> = topology
-        .hosts()
-        .map(|id| topology.nodes[id].name.as_str())
-        .collect();
-    match name {
-        None => Ok(default),
-        Some(name) => hosts.iter().position(|h| *h == name).ok_or_else(|| {
-            format!(
-                "{flag} {name}: no such host in topology {} (hosts: {})",
-                config.file,
-                hosts.join(", ")
-            )
-        }),
-    }
 }
 
 /// Builds a topology's lab, runs the test from host `from` to host `to` (places in its

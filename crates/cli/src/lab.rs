@@ -23,7 +23,7 @@ use tcplab_experiment::watch::{WatchLabels, Watched};
 use tcplab_lab::daemon::{self, Startup, ANSWER_TIMEOUT};
 use tcplab_lab::far::FarHost;
 use tcplab_lab::registry::{self, LabEntry};
-use tcplab_lab::{Backend, Lab, LabConfig, LinkCaptures, TopologyConfig};
+use tcplab_lab::{Backend, Host, HostPair, Lab, LabConfig, LabPlan, LinkCaptures, TopologyConfig};
 use tcplab_model::sockdiag::{Extensions, Families, StateSet};
 use tcplab_netsim::path::{Pace, PathSpec};
 use tcplab_netsim::topology::{Topology, TopologyError};
@@ -36,7 +36,7 @@ use tcplab_sys::sockdiag::{Query, SockDiag};
 use tcplab_sys::trace::{Trace, TraceError};
 use tcplab_sys::{netns, reaper};
 
-use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs};
+use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs, TopologyHostsArgs};
 use crate::shared::{interrupt_flag, lab_lines, open_store, priority_note, topology_lines};
 use crate::stdio::{errln, outln, Stdout};
 
@@ -181,7 +181,7 @@ fn exec(name: &str, host: &str, command: &[String]) -> Result<ExitCode> {
     let (program, rest) = command.split_first().expect("clap requires a command");
     let error = Command::new(program)
         .args(rest)
-        .envs(entry.host_env(0))
+        .envs(entry.host_env(HostPair::client(0)).into_iter().flatten())
         .exec();
     bail!("cannot run {program}: {error}")
 }
@@ -275,10 +275,32 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// A lab `--path` or `--topology` asks for.
-enum LabToBuild {
-    Dumbbell(Box<LabConfig>),
-    Topology(Box<TopologyConfig>),
+/// The two hosts of `config`'s topology that --client-host and --server-host name (by
+/// default its second host and its first), as places of [`Lab::host`].
+pub(crate) fn host_pair(config: &TopologyConfig, args: &TopologyHostsArgs) -> Result<HostPair> {
+    let topology = &config.topology;
+    let hosts: Vec<&str> = topology
+        .hosts()
+        .map(|id| topology.nodes[id].name.as_str())
+        .collect();
+    let place = |name: &Option<String>, default: usize, flag: &str| match name {
+        None => Ok(default),
+        Some(name) => hosts.iter().position(|h| h == name).ok_or_else(|| {
+            anyhow!(
+                "{flag} {name}: no such host in topology {} (hosts: {})",
+                config.file,
+                hosts.join(", ")
+            )
+        }),
+    };
+    let pair = HostPair {
+        client: place(&args.client_host, 1, "--client-host")?,
+        server: place(&args.server_host, 0, "--server-host")?,
+    };
+    if pair.client == pair.server {
+        bail!("--client-host and --server-host are the same host: a test runs between two");
+    }
+    Ok(pair)
 }
 
 /// The daemon's flags for a dumbbell `args` ask for, checked first.
@@ -517,16 +539,14 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
 /// beyond it, as in mahimahi.
 pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     let name = format!("sh{}", netns::own_pid());
-    let lab = match &args.topology.topology {
+    let (lab, hosts) = match &args.topology.topology {
         Some(file) => {
-            // A run's record has no topology yet: stored, it would read as an ideal path.
-            if args.record.is_some() {
-                bail!("--record cannot store a topology's run yet: leave out --record, or capture each link (--capture DIR)");
-            }
             if args.far == FarArg::Host {
                 bail!("--far host reaches through a dumbbell's server host: use --path");
             }
-            LabToBuild::Topology(Box::new(topology_config(&name, file, &args.path)?))
+            let config = topology_config(&name, file, &args.path)?;
+            let hosts = host_pair(&config, &args.hosts)?;
+            (LabPlan::Topology(Box::new(config)), hosts)
         }
         None => {
             let config = config(&args.path, &name)?.ok_or_else(|| {
@@ -538,18 +558,14 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
                 }
                 FarHost::possible().context("cannot reach this namespace through the lab")?;
             }
-            LabToBuild::Dumbbell(Box::new(config))
+            (LabPlan::Dumbbell(Box::new(config)), HostPair::client(0))
         }
     };
     // Checked before the lab is built: a database that cannot be opened.
     let mut store = args.record.as_deref().map(open_store).transpose()?;
     // The command gets Ctrl-C from the terminal itself; we only wait for it.
     let _ = interrupt_flag();
-    let lab = match &lab {
-        LabToBuild::Dumbbell(config) => Lab::up(config),
-        LabToBuild::Topology(config) => Lab::up_topology(config),
-    }
-    .context("cannot build the lab")?;
+    let lab = Lab::up_plan(&lab).context("cannot build the lab")?;
     // Dropped before the lab goes down.
     let far = match args.far {
         FarArg::Server => None,
@@ -572,7 +588,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
         );
     }
     let host_addr = far.as_ref().map(|far| far.host_addr.to_string());
-    let ran = run_commands(&lab, &args, host_addr, store.is_some());
+    let ran = run_commands(&lab, hosts, &args, host_addr, store.is_some());
     let (ran, trace) = match ran {
         Ok((status, watched, trace)) => (Ok((status, watched)), trace),
         Err(e) => (Err(e), None),
@@ -646,16 +662,24 @@ fn shell_words(words: &[String]) -> String {
     quoted.join(" ")
 }
 
-/// Runs `--server-cmd` (if any), then the command, in `lab`'s hosts, watching both hosts
-/// with `record`: the command's exit code, what was watched, and the kernel's events
-/// (`--trace-events`), still to be read.
+/// Runs `--server-cmd` (if any) in `hosts`' server host, then the command in its
+/// client host, watching both with `record`: the command's exit code, what was watched,
+/// and the kernel's events (`--trace-events`), still to be read.
 fn run_commands(
     lab: &Lab,
+    hosts: HostPair,
     args: &ShellArgs,
     host_addr: Option<String>,
     record: bool,
 ) -> Result<(i32, Option<Watched>, Option<TraceStarted>)> {
-    let mut env: Vec<(&str, &str)> = lab.entry.host_env(0).to_vec();
+    let (client, server_host) = lab
+        .pair(hosts)
+        .ok_or_else(|| anyhow!("lab {} has no hosts {hosts:?}", lab.name()))?;
+    let mut env: Vec<(&str, &str)> = lab
+        .entry
+        .host_env(hosts)
+        .ok_or_else(|| anyhow!("lab {} has no hosts {hosts:?}", lab.name()))?
+        .to_vec();
     if let Some(addr) = &host_addr {
         env.push(("TCPLAB_HOST", addr));
     }
@@ -663,7 +687,7 @@ fn run_commands(
         .then(|| {
             Recorder::start(
                 lab,
-                0,
+                hosts,
                 args.sample_interval,
                 SHELL_REPORT_INTERVAL_US,
                 "tcplab shell",
@@ -674,7 +698,7 @@ fn run_commands(
         errln!("{line}");
     }
     let server = match &args.server_cmd {
-        Some(command) => match start_server(lab, command, &env) {
+        Some(command) => match start_server(lab, hosts.server, command, &env) {
             Ok(server) => Some(server),
             Err(e) => {
                 if let Some(recorder) = recorder {
@@ -686,10 +710,10 @@ fn run_commands(
         None => None,
     };
     // Started once the server listens: its ports are the filter.
-    let trace = args.trace_events.then(|| start_trace(lab));
+    let trace = args.trace_events.then(|| start_trace(server_host));
     // The path's schedule counts from the command's start.
     lab.start_test_now();
-    let status = under_init(lab, &lab.clients[0].ns, &args.command, &env, |_| {}).and_then(
+    let status = under_init(lab, &client.ns, &args.command, &env, |_| {}).and_then(
         |(mut init, lifeline)| {
             let status = init.wait().context("running the command's init");
             drop(lifeline);
@@ -708,7 +732,7 @@ type TraceStarted = Result<Trace, TraceError>;
 
 /// The kernel's tcp events of the connections to the ports the server host listens on,
 /// or of every connection where it listens on none.
-fn start_trace(lab: &Lab) -> TraceStarted {
+fn start_trace(server: &Host) -> TraceStarted {
     let listening = Query {
         families: Families::Both,
         states: StateSet::EMPTY.with(TcpState::Listen),
@@ -717,7 +741,7 @@ fn start_trace(lab: &Lab) -> TraceStarted {
     };
     let mut listeners = Vec::new();
     // A failed dump leaves the filter open: the events are attributed by their ports.
-    if let Ok(mut diag) = SockDiag::open_in(&lab.server.ns) {
+    if let Ok(mut diag) = SockDiag::open_in(&server.ns) {
         let _ = diag.dump(&listening, &mut listeners);
     }
     let mut ports: Vec<u16> = listeners.iter().map(|l| l.key.local.port()).collect();
@@ -737,12 +761,20 @@ fn start_trace(lab: &Lab) -> TraceStarted {
 /// Each watched connection's interval of `shell --record` is cut this often.
 const SHELL_REPORT_INTERVAL_US: u64 = 1_000_000;
 
-/// `--server-cmd`'s program in the server host, its stdout on our stderr (stdout is the
+/// `--server-cmd`'s program in host `server`, its stdout on our stderr (stdout is the
 /// command's); said if it listens on no port in time.
-fn start_server(lab: &Lab, command: &str, env: &[(&str, &str)]) -> Result<Server> {
+fn start_server(lab: &Lab, server: usize, command: &str, env: &[(&str, &str)]) -> Result<Server> {
     let stdout = std::io::stderr().as_fd().try_clone_to_owned()?;
     let what = format!("--server-cmd '{command}'");
-    let server = Server::start(lab, command, &what, env, stdout.into(), Stdio::inherit())?;
+    let server = Server::start(
+        lab,
+        server,
+        command,
+        &what,
+        env,
+        stdout.into(),
+        Stdio::inherit(),
+    )?;
     if !server.listening {
         errln!(
             "tcplab shell: {what} listens on no TCP port after {} s; starting the command anyway",

@@ -21,22 +21,6 @@ fn results(db: &Path) -> Value {
     parse_success(&out)
 }
 
-/// The runs' rows, and each run's flows, as `tcplab export` writes them.
-fn runs_and_flows(db: &Path) -> Vec<(Value, Vec<Value>)> {
-    let flows = export_jsonl(db, "flows");
-    export_jsonl(db, "runs")
-        .into_iter()
-        .map(|run| {
-            let of_run = flows
-                .iter()
-                .filter(|f| f["run_id"] == run["id"])
-                .cloned()
-                .collect();
-            (run, of_run)
-        })
-        .collect()
-}
-
 fn json_column(row: &Value, column: &str) -> Value {
     serde_json::from_str(
         row[column]

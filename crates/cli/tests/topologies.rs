@@ -498,8 +498,8 @@ fn a_sweep_across_a_topology_captures_each_link_per_run() {
 
 /// `shell --topology`: an ephemeral lab of the file's shape, the command in its second
 /// host (a client's place) reaching the first (the server's), its exit status passed
-/// on, and nothing left; `--record` refused in one line, as a run's record has no
-/// topology yet.
+/// on, and nothing left; `--client-host`/`--server-host` choose other hosts, and
+/// `--record` stores what their connections did, explained link by link.
 #[test]
 fn a_shell_runs_its_command_across_a_topology() {
     if !privileged_or_skip("topology_shell") {
@@ -529,13 +529,95 @@ fn a_shell_runs_its_command_across_a_topology() {
     );
     let out = shell(&["sh", "-c", "exit 3"], &[]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    let db = dir.path().join("shell.db");
-    let out = shell(&["true"], &["--record", db.to_str().unwrap()]);
     assert_eq!(
-        failure(&out),
-        "tcplab: --record cannot store a topology's run yet: leave out --record, or capture each link (--capture DIR)"
+        failure(&shell(&["true"], &["--client-host", "r1"])),
+        format!(
+            "tcplab: --client-host r1: no such host in topology {} (hosts: a, b)",
+            file.display()
+        )
     );
-    assert!(!db.exists());
+    // From a to b, the other way: b serves, a's connections are watched and stored.
+    let db = dir.path().join("shell.db");
+    let out = shell(
+        &[
+            "sh",
+            "-c",
+            "echo $TCPLAB_SERVER; iperf3 -c $TCPLAB_SERVER -t 1 > /dev/null",
+        ],
+        &[
+            "--client-host",
+            "a",
+            "--server-host",
+            "b",
+            "--server-cmd",
+            "iperf3 -s -1 -B $TCPLAB_SERVER > /dev/null",
+            "--record",
+            db.to_str().unwrap(),
+        ],
+    );
+    assert_success(&out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "10.77.0.2\n");
+    // iperf3's control connection carries too little to be explained; its data
+    // connection crosses l2 from r1 to r2, the one link with a queue.
+    let bound = binding_links(&db);
+    assert!(
+        bound.iter().any(
+            |(_, from, to, link)| (from.as_str(), to.as_str(), link.as_str())
+                == ("a", "b", "l2 r1→r2")
+        ),
+        "{bound:?}"
+    );
+}
+
+/// A command flow (`protocol = "command"`) runs between the two hosts it names, its
+/// connections watched and explained through the topology: here iperf3 from a to b,
+/// the way a chain's flows do not go by default.
+#[test]
+fn a_command_flow_runs_between_the_hosts_it_names() {
+    if !privileged_or_skip("topology_command") || !iperf3_or_skip("topology_command") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let chain = chain_file(dir.path());
+    let file = dir.path().join("command.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"name = "command-across"
+duration = "2s"
+topology = "{}"
+
+[[flow]]
+protocol = "command"
+client = "a"
+server = "b"
+server_command = "iperf3 -s -1 -B $TCPLAB_SERVER"
+command = "iperf3 -c $TCPLAB_SERVER -t 1"
+"#,
+            chain.display()
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("command.db");
+    assert_success(&sweep(&file, &db, &[]));
+    let (run, flows) = runs_and_flows(&db).remove(0);
+    assert_eq!(run["status"], "done", "{run}");
+    assert!(
+        flows
+            .iter()
+            .all(|f| str_at(f, "/client_addr").starts_with("10.77.0.1:")
+                && str_at(f, "/server_addr").starts_with("10.77.0.2:")),
+        "{flows:?}"
+    );
+    let bound = binding_links(&db);
+    assert!(
+        bound.iter().any(
+            |(_, from, to, link)| (from.as_str(), to.as_str(), link.as_str())
+                == ("a", "b", "l2 r1→r2")
+        ),
+        "{bound:?}"
+    );
 }
 
 /// `tcplab results DB --json --flow NAME`: that flow's mean throughput at each point,

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use tcplab_lab::{Lab, LabConfig};
+use tcplab_lab::{Host, HostPair, Lab, LabPlan};
 use tcplab_model::experiment::CommandSpec;
 use tcplab_record::{CommandEnd, RunRecord, RunStatus, ShellCommands, TestParams, STDERR_TAIL};
 use tcplab_sys::netns::write_sysctl_in;
@@ -28,8 +28,8 @@ use crate::watch::WatchLabels;
 pub struct CommandFlow {
     /// Its name in the experiment file, for messages.
     pub name: String,
-    /// 0-based client host.
-    pub client: usize,
+    /// The host its client's program runs in and the one its server's does.
+    pub hosts: HostPair,
     /// When the client's program starts, µs after the server's listens.
     pub start_us: u64,
     pub spec: CommandSpec,
@@ -44,24 +44,27 @@ const POLL: Duration = Duration::from_millis(10);
 /// How long a program's stderr may stay open after it ended (held by what it left).
 const TAIL_WAIT: Duration = Duration::from_secs(1);
 
-/// Runs `flow` across a lab made from `config` and removes the lab, whatever happens. A
+/// Runs `flow` across a lab made from `plan` and removes the lab, whatever happens. A
 /// program that exits non-zero makes the run failed, with its status and the end of its
 /// stderr; one its time limit ended keeps what its connections moved until then.
 pub fn run_command_in_lab(
-    config: &LabConfig,
+    plan: &LabPlan,
     flow: &CommandFlow,
     stop: Arc<AtomicBool>,
 ) -> Result<LabRun> {
     let started = Instant::now();
-    if flow.client >= config.clients.len() {
+    let hosts = match plan {
+        LabPlan::Dumbbell(config) => config.clients.len() + 1,
+        LabPlan::Topology(config) => config.topology.hosts().count(),
+    };
+    let HostPair { client, server } = flow.hosts;
+    if client >= hosts || server >= hosts || client == server {
         return Err(anyhow!(
-            "flow '{}' runs from client {} but the lab has {}",
+            "flow '{}' runs from host {client} to host {server} but the lab has {hosts}",
             flow.name,
-            flow.client + 1,
-            config.clients.len()
         ));
     }
-    let lab = Lab::up(config).context("cannot build the lab")?;
+    let lab = Lab::up_plan(plan).context("cannot build the lab")?;
     let outcome = run_programs(&lab, flow, &stop, started);
     let teardown = Instant::now();
     let entry = lab.entry.clone();
@@ -85,11 +88,15 @@ fn run_programs(
     started: Instant,
 ) -> Result<(RunRecord, Duration, Duration)> {
     set_host_tunings(lab, flow)?;
-    let env: Vec<(&str, &str)> = lab.entry.host_env(flow.client).to_vec();
+    let env: Vec<(&str, &str)> = lab
+        .entry
+        .host_env(flow.hosts)
+        .expect("run_command_in_lab checked the hosts")
+        .to_vec();
     let params = &flow.params;
     let recorder = Recorder::start(
         lab,
-        flow.client,
+        flow.hosts,
         params.sample_interval_us,
         params.report_interval_us,
         "tcplab sweep",
@@ -99,7 +106,8 @@ fn run_programs(
         Some(command) => {
             let (stderr, writer) = std::io::pipe().context("a pipe for the server's stderr")?;
             let tail = keep_tail(stderr);
-            match Server::start(lab, command, &what, &env, Stdio::null(), writer.into()) {
+            let (null, writer) = (Stdio::null(), writer.into());
+            match Server::start(lab, flow.hosts.server, command, &what, &env, null, writer) {
                 Ok(server) => Some((server, tail)),
                 Err(e) => {
                     let _ = recorder.finish();
@@ -202,9 +210,10 @@ fn tail_of(reader: JoinHandle<String>) -> String {
 /// The hosts' settings a command's sockets take, having no tunings of their own: the
 /// congestion control of both hosts, ECN asked by the client host.
 fn set_host_tunings(lab: &Lab, flow: &CommandFlow) -> Result<()> {
-    let client = &lab.clients[flow.client].ns;
+    let (client, server) = hosts(lab, flow);
+    let client = &client.ns;
     if let Some(cc) = &flow.params.tuning.cc {
-        for ns in [client, &lab.server.ns] {
+        for ns in [client, &server.ns] {
             write_sysctl_in(ns, "net.ipv4.tcp_congestion_control", cc)
                 .with_context(|| format!("flow '{}': cc {cc}", flow.name))?;
         }
@@ -214,6 +223,12 @@ fn set_host_tunings(lab: &Lab, flow: &CommandFlow) -> Result<()> {
             .with_context(|| format!("flow '{}': ecn", flow.name))?;
     }
     Ok(())
+}
+
+/// The flow's client and server hosts, which [`run_command_in_lab`] checked.
+fn hosts<'a>(lab: &'a Lab, flow: &CommandFlow) -> (&'a Host, &'a Host) {
+    lab.pair(flow.hosts)
+        .expect("run_command_in_lab checked the hosts")
 }
 
 /// Runs the client's program by `sh -c` in its host, in a process group of its own,
@@ -228,7 +243,8 @@ fn run_client(
     let command = &flow.spec.client;
     // The path's schedule counts from the client program's start.
     lab.start_test_now();
-    let mut child = lab.clients[flow.client]
+    let mut child = hosts(lab, flow)
+        .0
         .ns
         .run(|| {
             Command::new("sh")
@@ -293,7 +309,7 @@ mod tests {
     fn flow() -> CommandFlow {
         CommandFlow {
             name: "scp".into(),
-            client: 0,
+            hosts: HostPair::client(0),
             start_us: 0,
             spec: CommandSpec {
                 client: "scp a b".into(),

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use tcplab_lab::Lab;
+use tcplab_lab::{HostPair, Lab};
 use tcplab_model::sockdiag::{Extensions, Families, StateSet};
 use tcplab_record::tcp_state::TcpState;
 use tcplab_sys::netns;
@@ -43,18 +43,22 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `command` by `sh -c` in `lab`'s server host with `env`, its stdout and
+    /// Starts `command` by `sh -c` in `lab`'s host `server` ([`Lab::host`]) with `env`, its stdout and
     /// stderr on `stdout`/`stderr`, and waits until a new socket listens there, for at
     /// most [`LISTEN_TIMEOUT`]. A program that exits first is an error; `what` names it.
     pub fn start(
         lab: &Lab,
+        server: usize,
         command: &str,
         what: &str,
         env: &[(&str, &str)],
         stdout: Stdio,
         stderr: Stdio,
     ) -> Result<Server> {
-        let mut diag = SockDiag::open_in(&lab.server.ns)?;
+        let host = lab
+            .host(server)
+            .ok_or_else(|| anyhow!("lab {} has no host {server}", lab.name()))?;
+        let mut diag = SockDiag::open_in(&host.ns)?;
         let listening = Query {
             families: Families::Both,
             states: StateSet::EMPTY.with(TcpState::Listen),
@@ -65,7 +69,7 @@ impl Server {
         let before = listeners()?;
         // Under an init, as the client's command: it cannot outlive tcplab.
         let words = ["sh".to_owned(), "-c".to_owned(), command.to_owned()];
-        let (child, lifeline) = under_init(lab, &lab.server.ns, &words, env, |init| {
+        let (child, lifeline) = under_init(lab, &host.ns, &words, env, |init| {
             init.stdin(Stdio::null())
                 .stdout(stdout)
                 .stderr(stderr)
@@ -169,7 +173,7 @@ pub fn wait_for(child: &mut Child, grace: Duration) -> Result<Option<ExitStatus>
     }
 }
 
-/// A watch of the lab's client and server hosts, on a thread of its own until finished.
+/// A watch of two of a lab's hosts, on a thread of its own until finished.
 pub struct Recorder {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Result<Watched>>,
@@ -178,19 +182,22 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Watches every TCP connection of `client`'s host (0-based) and the server host,
-    /// sampling every `sample_interval_us` and cutting intervals every
-    /// `report_interval_us`; `who` names the watch in what it says.
+    /// Watches every TCP connection of `pair`'s two hosts, sampling every
+    /// `sample_interval_us` and cutting intervals every `report_interval_us`; `who`
+    /// names the watch in what it says.
     pub fn start(
         lab: &Lab,
-        client: usize,
+        pair: HostPair,
         sample_interval_us: u64,
         report_interval_us: u64,
         who: &str,
     ) -> Result<Recorder> {
+        let (client, server) = lab
+            .pair(pair)
+            .ok_or_else(|| anyhow!("lab {} has no hosts {pair:?}", lab.name()))?;
         let diags = vec![
-            SockDiag::open_in(&lab.clients[client].ns)?,
-            SockDiag::open_in(&lab.server.ns)?,
+            SockDiag::open_in(&client.ns)?,
+            SockDiag::open_in(&server.ns)?,
         ];
         let stop = Arc::new(AtomicBool::new(false));
         let (trace, polling_only) = match open_trace(&[]) {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use tcplab_analysis::stats::Metric;
 use tcplab_lab::capture::CaptureSpec;
-use tcplab_lab::{registry, Backend, LabConfig, LinkCaptures, TopologyConfig};
+use tcplab_lab::{registry, Backend, HostPair, LabConfig, LabPlan, LinkCaptures, TopologyConfig};
 use tcplab_model::experiment::{
     check_flow_hosts, Experiment, FlowConfig, Point, RemoteHost, RunConfig, Shard, TopologySource,
 };
@@ -533,18 +533,6 @@ fn run_point(
             }))
             .collect()
     };
-    // A command flow runs alone (the file's check): its programs, watched.
-    let command = c.flows.iter().find_map(|f| {
-        Some(CommandFlow {
-            name: f.name.clone(),
-            client: usize::from(f.client) - 1,
-            start_us: f.start_us,
-            spec: f.command.clone()?,
-            params: f.params.clone(),
-            label: label.clone(),
-            tags: tags(f),
-        })
-    });
     let topology = load_topology(c, &prepared.file_dir).map_err(|e| format!("{e:#}"))?;
     let host_index = |name: &str| -> std::result::Result<usize, String> {
         let topology = topology
@@ -575,6 +563,21 @@ fn run_point(
             })
         })
         .collect::<std::result::Result<_, String>>()?;
+    // A command flow runs alone (the file's check): its programs, watched.
+    let command = c.flows.iter().zip(&groups).find_map(|(f, g)| {
+        Some(CommandFlow {
+            name: f.name.clone(),
+            hosts: HostPair {
+                client: g.from,
+                server: g.to,
+            },
+            start_us: f.start_us,
+            spec: f.command.clone()?,
+            params: f.params.clone(),
+            label: label.clone(),
+            tags: tags(f),
+        })
+    });
     let run = match (&c.server, topology) {
         (_, Some(topology)) => {
             let config = TopologyConfig {
@@ -593,7 +596,12 @@ fn run_point(
                     links: Vec::new(),
                 }),
             };
-            run_in_topology(&config, &groups, Arc::clone(stop))
+            match &command {
+                Some(flow) => {
+                    run_command_in_lab(&LabPlan::Topology(Box::new(config)), flow, Arc::clone(stop))
+                }
+                None => run_in_topology(&config, &groups, Arc::clone(stop)),
+            }
         }
         (Some(server), None) => {
             let host = hosts
@@ -618,7 +626,9 @@ fn run_point(
                 control_port: None,
             };
             match &command {
-                Some(flow) => run_command_in_lab(&config, flow, Arc::clone(stop)),
+                Some(flow) => {
+                    run_command_in_lab(&LabPlan::Dumbbell(Box::new(config)), flow, Arc::clone(stop))
+                }
                 None => run_in_lab(&config, &groups, Arc::clone(stop), &mut |_| {}, None),
             }
         }

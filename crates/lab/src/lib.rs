@@ -20,4 +20,5 @@ pub mod registry;
 mod topology;
 
 pub use graph::{topology_record, LinkCaptures, TopologyConfig};
-pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabStats};
+pub use registry::HostPair;
+pub use topology::{Backend, Host, Lab, LabConfig, LabError, LabPlan, LabStats};

@@ -37,6 +37,25 @@ pub struct HostEntry {
 }
 
 /// A registered lab.
+/// Two hosts of a lab, as places of [`Lab::host`](crate::Lab::host): where a program's connections start
+/// (`client`) and where they go, its server running there (`server`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPair {
+    pub client: usize,
+    pub server: usize,
+}
+
+impl HostPair {
+    /// A dumbbell's client `k` (0-based) and its server; in a topology, its second host
+    /// and its first for `k` = 0.
+    pub fn client(k: usize) -> HostPair {
+        HostPair {
+            client: k + 1,
+            server: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LabEntry {
     pub name: String,
@@ -113,15 +132,20 @@ impl LabEntry {
             })
     }
 
-    /// Where a command in one of the lab's hosts finds the others, `client` (0-based)
-    /// being the client host it is about.
-    pub fn host_env(&self, client: usize) -> [(&'static str, &str); 4] {
-        [
-            ("TCPLAB_SERVER", &self.server.addr),
-            ("TCPLAB_SERVER6", &self.server.addr6),
-            ("TCPLAB_SERVER_NS", &self.server.ns),
-            ("TCPLAB_CLIENT_NS", &self.clients[client].ns),
-        ]
+    /// Where a command in one of the lab's hosts finds the others: `pair`'s server
+    /// host (`TCPLAB_SERVER`…) and its client host's namespace. `None` where either is
+    /// not the lab's.
+    pub fn host_env(&self, pair: HostPair) -> Option<[(&'static str, &str); 4]> {
+        let (client, server) = (
+            self.hosts().nth(pair.client)?,
+            self.hosts().nth(pair.server)?,
+        );
+        Some([
+            ("TCPLAB_SERVER", &server.addr),
+            ("TCPLAB_SERVER6", &server.addr6),
+            ("TCPLAB_SERVER_NS", &server.ns),
+            ("TCPLAB_CLIENT_NS", &client.ns),
+        ])
     }
 
     /// How the lab sized its bottleneck queues given in BDP, a line each.
@@ -408,11 +432,28 @@ mod tests {
             assert!(err.ends_with("server and client1 … client2"), "{err}");
         }
         // A command run from the second client host is told that host's namespace.
-        let env = |client| lab.host_env(client).map(|(k, v)| format!("{k}={v}"));
+        let env = |pair| {
+            lab.host_env(pair)
+                .map(|env| env.map(|(k, v)| format!("{k}={v}")))
+        };
         assert_eq!(
-            env(1)[2..],
+            env(HostPair::client(1)).unwrap()[2..],
             ["TCPLAB_SERVER_NS=w-server", "TCPLAB_CLIENT_NS=w-client2"]
         );
-        assert_eq!(env(0)[3], "TCPLAB_CLIENT_NS=w-client1");
+        assert_eq!(
+            env(HostPair::client(0)).unwrap()[3],
+            "TCPLAB_CLIENT_NS=w-client1"
+        );
+        // Any two hosts: the server host is the one the pair names.
+        let between = env(HostPair {
+            client: 2,
+            server: 1,
+        })
+        .unwrap();
+        assert_eq!(
+            between[2..],
+            ["TCPLAB_SERVER_NS=w-client1", "TCPLAB_CLIENT_NS=w-client2"]
+        );
+        assert_eq!(env(HostPair::client(2)), None);
     }
 }

@@ -34,7 +34,7 @@ use tcplab_sys::userns::{self, Mode};
 
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
-use crate::registry::{self, HostEntry, LabEntry};
+use crate::registry::{self, HostEntry, HostPair, LabEntry};
 use tcplab_record::{DirectionStats, HostQueue, PathRecord};
 
 pub(crate) const TUN_NAME: &str = "tcplab0";
@@ -156,6 +156,13 @@ impl LabConfig {
     fn seed(&self) -> u64 {
         self.path.seed.expect("Lab::up pins the seed")
     }
+}
+
+/// A lab to build: a dumbbell (`--path`, `access`) or a topology's graph.
+#[derive(Clone, Debug)]
+pub enum LabPlan {
+    Dumbbell(Box<LabConfig>),
+    Topology(Box<crate::TopologyConfig>),
 }
 
 /// One host of a running lab.
@@ -541,6 +548,14 @@ pub(crate) fn make_host(
 }
 
 impl Lab {
+    /// Builds either shape of lab ([`Lab::up`], [`Lab::up_topology`]).
+    pub fn up_plan(plan: &LabPlan) -> Result<Lab, LabError> {
+        match plan {
+            LabPlan::Dumbbell(config) => Lab::up(config),
+            LabPlan::Topology(config) => Lab::up_topology(config),
+        }
+    }
+
     /// Builds the lab and starts its emulator. On any error, what was made is removed.
     pub fn up(config: &LabConfig) -> Result<Lab, LabError> {
         registry::check_name(&config.name).map_err(LabError::Name)?;
@@ -897,6 +912,11 @@ impl Lab {
             0 => Some(&self.server),
             k => self.clients.get(k - 1),
         }
+    }
+
+    /// Both hosts of `pair`, client first; `None` where either is not the lab's.
+    pub fn pair(&self, pair: HostPair) -> Option<(&Host, &Host)> {
+        Some((self.host(pair.client)?, self.host(pair.server)?))
     }
 
     /// Host `k`'s name ([`Lab::host`]): a topology's, else "server" or "clientK".

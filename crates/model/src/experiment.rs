@@ -871,12 +871,6 @@ impl File {
             ));
         }
         for (i, flow) in self.flow.iter().enumerate() {
-            if flow.protocol == Some(Protocol::Command) {
-                return Err(format!(
-                    "flow '{}': protocol = \"command\" runs in a dumbbell's lab, not a topology's",
-                    flow.name(i)
-                ));
-            }
             if matches!(
                 flow.pacing,
                 Some(Pacing::Gap | Pacing::GapCwnd | Pacing::GapCwndMinrtt)
@@ -1022,7 +1016,7 @@ impl FlowFile {
         let Some(protocol) = self.protocol.unwrap_or(Protocol::Tcp).engine() else {
             return self.command_config(
                 name,
-                client,
+                (client, hosts),
                 run_us,
                 sample_interval_us,
                 report_interval_us,
@@ -1215,7 +1209,7 @@ impl FlowFile {
     fn command_config(
         &self,
         name: String,
-        client: u16,
+        (client, hosts): (u16, Option<FlowHosts>),
         run_us: u64,
         sample_interval_us: u64,
         report_interval_us: u64,
@@ -1328,7 +1322,7 @@ impl FlowFile {
                 server: program("server_command", server_command)?,
                 limit_us,
             }),
-            hosts: None,
+            hosts,
         })
     }
 }

@@ -833,6 +833,26 @@ fn a_topologys_flows_name_their_hosts_and_axes_reach_its_links() {
 }
 
 #[test]
+fn a_topologys_command_flow_names_the_hosts_its_programs_run_in() {
+    use tcplab_model::experiment::FlowHosts;
+    let e = ok(&format!(
+        "{INLINE_TOPOLOGY}\n[[flow]]\nprotocol = \"command\"\nclient = \"b\"\nserver = \"a\"\ncommand = \"true\"\n[[axis]]\nname = \"rate\"\nvalues = [\"10mbit\"]\n"
+    ));
+    let flow = &e.points[0].config.flows[0];
+    assert_eq!(
+        flow.command.as_ref().map(|c| c.client.as_str()),
+        Some("true")
+    );
+    assert_eq!(
+        flow.hosts,
+        Some(FlowHosts {
+            client: "b".into(),
+            server: "a".into()
+        })
+    );
+}
+
+#[test]
 fn a_topology_file_is_named_and_read_later_with_its_flows_checked() {
     use tcplab_model::experiment::{check_flow_hosts, TopologySource};
     let e = ok("topology = \"lot.toml\"\n[[flow]]\nclient = \"a\"\nserver = \"c\"\n");

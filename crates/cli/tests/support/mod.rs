@@ -780,6 +780,22 @@ pub fn quick_example(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// The runs' rows, and each run's flows, as `tcplab export` writes them.
+pub fn runs_and_flows(db: &Path) -> Vec<(Value, Vec<Value>)> {
+    let flows = export_jsonl(db, "flows");
+    export_jsonl(db, "runs")
+        .into_iter()
+        .map(|run| {
+            let of_run = flows
+                .iter()
+                .filter(|f| f["run_id"] == run["id"])
+                .cloned()
+                .collect();
+            (run, of_run)
+        })
+        .collect()
+}
+
 /// `tcplab sweep FILE --db DB EXTRA…`.
 pub fn sweep(file: &std::path::Path, db: &std::path::Path, extra: &[&str]) -> Output {
     tcplab()

@@ -397,7 +397,7 @@ finding_kinds! {
     OtherDirection => "other_direction":
         "a bidirectional run: what the other direction's flows, left out of the figures, carried through their own bottleneck",
     BindingLink => "binding_link":
-        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them, what the other links on its way added, its one-way delay across them all, and its bound, the slowest link's goodput",
+        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them, what the other links on its way added, its one-way delay across them all, and its bound, the slowest link's or pacer's goodput",
     RetransmitCauses => "retransmit_causes":
         "what the retransmissions in the run's capture (`--capture`) followed: the emulator's drops by why, and those no drop explains",
 }
@@ -1796,9 +1796,6 @@ fn min_rtt_beside_base(
     })
 }
 
-/// Where the run lands in delay (Pantheon's chart): its data packets' one-way delay
-/// across the emulator, how much of it beyond the path's own delay they spent queued
-/// (with their serialization), and what the bottleneck queue held.
 /// One flow's binding link, in a line.
 fn binding_link(l: &FlowLinks) -> String {
     let ms = |us: f64| format_duration_us(us.max(0.0).round() as u64);
@@ -1811,7 +1808,7 @@ fn binding_link(l: &FlowLinks) -> String {
     );
     let bound = l.bound_bps.map_or(String::new(), |b| {
         format!(
-            "; its bound, the slowest link's goodput: {}",
+            "; its bound, the slowest link's or pacer's goodput: {}",
             format_rate(b)
         )
     });
@@ -1830,6 +1827,9 @@ fn binding_link(l: &FlowLinks) -> String {
     }
 }
 
+/// Where the run lands in delay (Pantheon's chart): its data packets' one-way delay
+/// across the emulator, how much of it beyond the path's own delay they spent queued
+/// (with their serialization), and what the bottleneck queue held.
 fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
     let record = run.path.as_ref().filter(|p| p.topology.is_none())?;
     let spec = record.spec.parse::<PathSpec>().ok()?;

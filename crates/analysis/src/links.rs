@@ -6,8 +6,8 @@
 
 use serde::Serialize;
 
-use tcplab_netsim::path::{Bottleneck, Direction, PathSpec};
-use tcplab_record::topology::{hop_name, TopologyRecord};
+use tcplab_netsim::path::{Bottleneck, Direction, Pace, PathSpec};
+use tcplab_record::topology::{hop_name, pacer_name, TopologyRecord};
 use tcplab_record::{Direction as FlowDirection, FlowRecord, HopFlow, NamedCounters, RunRecord};
 
 use crate::bounds;
@@ -21,7 +21,8 @@ pub struct FlowLinks {
     pub to: String,
     /// The links its data crossed, in order, as the counters name them.
     pub hops: Vec<String>,
-    /// The one whose queue held it longest; `None` where no link queued or dropped it.
+    /// The one whose queue held it longest (a link's gap pacer, `pacer LINK A→B`, is
+    /// one); `None` where none queued or dropped it.
     pub binding: Option<String>,
     /// Its packets' mean time in that queue, µs, and the packets that link dropped.
     pub binding_queue_us: f64,
@@ -64,12 +65,12 @@ pub fn together_bound_bps(run: &RunRecord, flows: &[FlowLinks]) -> Option<f64> {
     let mut uncovered: Vec<&FlowLinks> = flows.iter().collect();
     let mut bound = 0.0;
     while !uncovered.is_empty() {
-        let (hop, (bps, overhead)) = uncovered
+        let (hop, goodput) = uncovered
             .iter()
             .flat_map(|l| &l.hops)
-            .filter_map(|h| Some((h, hop_rate(topology, h)?)))
+            .filter_map(|h| Some((h, hop_goodput_bps(topology, h, mss)?)))
             .max_by_key(|(h, _)| uncovered.iter().filter(|l| l.hops.contains(h)).count())?;
-        bound += bounds::link_goodput_bps(bps, mss, overhead);
+        bound += goodput;
         uncovered.retain(|l| !l.hops.contains(hop));
     }
     Some(bound)
@@ -100,35 +101,37 @@ fn one_flow(
         .iter()
         .filter(|r| r.hops.iter().all(|h| met.iter().any(|(l, _)| &l.name == h)))
         .max_by_key(|r| r.hops.len())?;
-    let on_route: Vec<&HopFlow> = route
+    // Each stage of its way: a link's gap pacer where it has one, then the link.
+    let stages: Vec<(String, &HopFlow)> = route
         .hops
         .iter()
-        .filter_map(|h| met.iter().find(|(l, _)| &l.name == h).map(|(_, t)| *t))
+        .flat_map(|h| [pacer_name(h), h.clone()])
+        .filter_map(|name| {
+            let met = met.iter().find(|(l, _)| l.name == name)?.1;
+            Some((name, met))
+        })
         .collect();
-    let binding = route
-        .hops
+    let binding = stages
         .iter()
-        .zip(&on_route)
         .filter(|(_, t)| t.queue_delay_mean_us > 0.0 || t.dropped > 0)
         .max_by(|(_, a), (_, b)| {
             a.queue_delay_mean_us
                 .total_cmp(&b.queue_delay_mean_us)
                 .then(a.dropped.cmp(&b.dropped))
         });
-    let queued: f64 = on_route.iter().map(|t| t.queue_delay_mean_us).sum();
-    let one_way_us = on_route.iter().map(|t| t.delay_mean_us).sum();
+    let queued: f64 = stages.iter().map(|(_, t)| t.queue_delay_mean_us).sum();
+    let one_way_us = stages.iter().map(|(_, t)| t.delay_mean_us).sum();
     let bound_bps = route
         .hops
         .iter()
-        .filter_map(|h| hop_rate(topology, h))
-        .map(|(bps, overhead)| bounds::link_goodput_bps(bps, flow.mss, overhead))
+        .filter_map(|h| hop_goodput_bps(topology, h, flow.mss))
         .reduce(f64::min);
     Some(FlowLinks {
         flow: flow.id,
         from: route.from.clone(),
         to: route.to.clone(),
         hops: route.hops.clone(),
-        binding: binding.map(|(h, _)| h.clone()),
+        binding: binding.map(|(name, _)| name.clone()),
         binding_queue_us: binding.map_or(0.0, |(_, t)| t.queue_delay_mean_us),
         binding_drops: binding.map_or(0, |(_, t)| t.dropped),
         others_queue_us: queued - binding.map_or(0.0, |(_, t)| t.queue_delay_mean_us),
@@ -140,6 +143,34 @@ fn one_flow(
 /// The fixed rate (bit/s) and per-packet overhead of the link a hop crosses, that way;
 /// `None` for an unlimited link or one whose rate changes (a trace, a schedule).
 pub fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
+    let (spec, dir) = hop_spec(topology, hop)?;
+    match spec.link(dir).bottleneck {
+        Bottleneck::Rate { bps, overhead } => Some((bps, overhead)),
+        Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
+    }
+}
+
+/// The most TCP goodput (bit/s, segments of `mss` bytes) a hop lets through: its
+/// link's fixed rate, or its gap pacer's where that is less; `None` with neither.
+fn hop_goodput_bps(topology: &TopologyRecord, hop: &str, mss: u32) -> Option<f64> {
+    let link =
+        hop_rate(topology, hop).map(|(bps, overhead)| bounds::link_goodput_bps(bps, mss, overhead));
+    let pacer = hop_pace(topology, hop).map(|bps| bounds::link_goodput_bps(bps, mss, 0));
+    link.into_iter().chain(pacer).reduce(f64::min)
+}
+
+/// The rate (bit/s) of the gap pacer before a hop's link that way (`pace RATE`), where
+/// it has one that does not change.
+fn hop_pace(topology: &TopologyRecord, hop: &str) -> Option<u64> {
+    let (spec, dir) = hop_spec(topology, hop)?;
+    match spec.link(dir).pace? {
+        Pace::Rate(bps) => Some(bps),
+        Pace::Window(_) => None,
+    }
+}
+
+/// The path spec of the link a hop crosses and which way, where it has no schedule.
+fn hop_spec(topology: &TopologyRecord, hop: &str) -> Option<(PathSpec, Direction)> {
     topology.links.iter().find_map(|link| {
         let [a, b] = &link.between;
         let dir = if hop_name(&link.name, a, b) == hop {
@@ -150,13 +181,7 @@ pub fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
             return None;
         };
         let spec: PathSpec = link.path.parse().ok()?;
-        if !spec.schedule.is_empty() {
-            return None;
-        }
-        match spec.link(dir).bottleneck {
-            Bottleneck::Rate { bps, overhead } => Some((bps, overhead)),
-            Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
-        }
+        spec.schedule.is_empty().then_some((spec, dir))
     })
 }
 
@@ -287,5 +312,53 @@ mod tests {
         let mut dumbbell = run.clone();
         dumbbell.path.as_mut().unwrap().topology = None;
         assert_eq!(flow_links(&dumbbell), None);
+    }
+
+    #[test]
+    fn a_gap_pacer_that_holds_a_flow_longest_binds_it_at_its_rate() {
+        let mut run = run();
+        let path = run.path.as_mut().unwrap();
+        path.topology.as_mut().unwrap().links[0].path = "rtt 2ms rate 100mbit up.pace 5mbit".into();
+        let a = path.up.links[0].flows[0].flow.clone();
+        path.up.links.push(NamedCounters {
+            name: pacer_name("ar a→r"),
+            counters: LinkCounters::default(),
+            flows: vec![HopFlow {
+                flow: a,
+                packets: 100,
+                dropped: 0,
+                queue_delay_mean_us: 40_000.0,
+                queue_delay_max_us: 80_000.0,
+                delay_mean_us: 42_000.0,
+                delay_max_us: 84_000.0,
+            }],
+            ..NamedCounters::default()
+        });
+        let flows = flow_links(&run).unwrap();
+        let a = &flows[0];
+        assert_eq!(a.hops, ["ar a→r", "rb r→b"], "the links, the pacer apart");
+        assert_eq!(a.binding.as_deref(), Some("pacer ar a→r"));
+        assert_eq!(a.binding_queue_us, 40_000.0);
+        // The link's 300 µs and rb's 2 000 µs; the pacer's time is part of the way.
+        assert_eq!((a.others_queue_us, a.one_way_us), (2300.0, 51_600.0));
+        // 5 Mbit/s paced, no per-packet overhead counted: below rb's 10 Mbit/s.
+        assert_eq!(
+            a.bound_bps,
+            Some(bounds::link_goodput_bps(5_000_000, 1448, 0))
+        );
+        // The other flow's way has no pacer: as before. Together: rb, which both cross.
+        assert_eq!(flows[1].binding.as_deref(), Some("rb r→b"));
+        assert_eq!(
+            together_bound_bps(&run, &flows),
+            Some(10e6 * 1448.0 / 1500.0)
+        );
+        // Paced below its rate, rb binds them together at its pacer's.
+        let path = run.path.as_mut().unwrap();
+        path.topology.as_mut().unwrap().links[2].path = "rtt 10ms rate 10mbit pace 2mbit".into();
+        let flows = flow_links(&run).unwrap();
+        assert_eq!(
+            together_bound_bps(&run, &flows),
+            Some(bounds::link_goodput_bps(2_000_000, 1448, 0))
+        );
     }
 }

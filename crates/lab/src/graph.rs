@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tcplab_netsim::link::LinkTraces;
-use tcplab_netsim::path::{Direction, LinkSpec};
+use tcplab_netsim::path::{Direction, LinkSpec, Pace};
 use tcplab_netsim::topology::{Hop as TopoHop, Topology};
 use tcplab_netsim::traffic::Classifier;
 use tcplab_record::capture::CapturePoint;
@@ -27,7 +27,7 @@ use tcplab_sys::tun::MAX_PACKET;
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
-use crate::topology::{io_err, load_traces, make_host, Emulator, HostPlan};
+use crate::topology::{io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan};
 use crate::{Lab, LabError};
 use tcplab_analysis::hop::HopMeter;
 
@@ -149,15 +149,17 @@ pub fn topology_record(topology: &Topology, file: &str, seed: u64) -> TopologyRe
     }
 }
 
-/// What a topology's link cannot have yet, in one line naming it: a gap pacer sits
-/// before a dumbbell's bottleneck, and the netem backend builds no graph.
+/// What a topology's link cannot have, in one line naming it: a gap pacer that follows
+/// the senders' windows (`pace cwnd`) needs a dumbbell's direction, whose senders
+/// publish the rate it follows.
 fn check_links(topology: &Topology) -> Result<(), LabError> {
     for link in &topology.links {
         for dir in [Direction::Up, Direction::Down] {
-            if link.path.link(dir).pace.is_some() {
+            if let Some(Pace::Window(rtt)) = link.path.link(dir).pace {
                 return Err(LabError::Name(format!(
-                    "link {}: pace is a dumbbell's (the gap pacer before its bottleneck), not a topology's link's",
-                    link.name
+                    "link {}: pace {} follows the senders of a dumbbell's direction, not a topology's link's: give pace a rate",
+                    link.name,
+                    rtt.name()
                 )));
             }
         }
@@ -287,7 +289,27 @@ fn build(
         }
         emulator.capture_file = Some(capture.dir.display().to_string());
     }
+    // Each link way's hop at its index ([`TopoHop::index`]), then the gap pacers
+    // (`pace RATE`) before the link ways that have one, as a dumbbell's before its
+    // bottleneck: the link way's hop index, its pacer's.
     let mut hops = Vec::new();
+    let mut pacers = Vec::new();
+    for hop in topology.hops() {
+        let path = &topology.links[hop.link].path;
+        if path.link(hop.dir).pace.is_some() {
+            let mut pacer = pacer_hop(&path.timeline(hop.dir), link_mtu, None)?;
+            pacer.name = record::pacer_name(&hop_name(topology, hop));
+            pacer.then = Target::Hop(hop.index());
+            pacer.hop_meter = Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS));
+            pacers.push((hop.index(), pacer));
+        }
+    }
+    let first_pacer = topology.hops().count();
+    let pacer_of: HashMap<usize, usize> = pacers
+        .iter()
+        .enumerate()
+        .map(|(k, (link_way, _))| (*link_way, first_pacer + k))
+        .collect();
     for (hop, traces) in topology.hops().zip(traces) {
         hops.push(Hop {
             name: hop_name(topology, hop),
@@ -303,6 +325,7 @@ fn build(
             capture: capture_of[hop.link].map(|c| emulator.captures[c].tap(hop.dir)),
         });
     }
+    hops.extend(pacers.into_iter().map(|(_, pacer)| pacer));
     let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
     let mut paths = HashMap::new();
     for (&from, a) in nodes.iter().zip(&hosts) {
@@ -313,7 +336,10 @@ fn build(
             let stages: Vec<Target> = topology
                 .route(from, to)
                 .iter()
-                .map(|hop| Target::Hop(hop.index()))
+                .flat_map(|hop| {
+                    let pacer = pacer_of.get(&hop.index()).map(|&p| Target::Hop(p));
+                    pacer.into_iter().chain([Target::Hop(hop.index())])
+                })
                 .chain([Target::Egress(egress_of[&to])])
                 .collect();
             paths.insert((a.addr, b.addr), stages.clone());
@@ -363,13 +389,24 @@ mod tests {
         assert_eq!(host_addrs(251).0.to_string(), "10.77.0.251");
     }
 
+    fn link(path: &str) -> Topology {
+        format!(
+            "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n\
+             [[link]]\nname = \"l1\"\nbetween = [\"a\", \"b\"]\npath = \"{path}\"\n"
+        )
+        .parse()
+        .unwrap()
+    }
+
     #[test]
-    fn a_paced_link_is_refused_naming_it() {
-        let topology: Topology = "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n\
-             [[link]]\nname = \"l1\"\nbetween = [\"a\", \"b\"]\npath = \"rate 10mbit pace 5mbit\"\n"
-            .parse()
-            .unwrap();
-        let error = check_links(&topology).unwrap_err().to_string();
-        assert!(error.starts_with("link l1: pace"), "{error}");
+    fn a_link_paced_at_a_rate_is_taken_and_one_following_the_window_refused() {
+        assert!(check_links(&link("rate 10mbit pace 5mbit")).is_ok());
+        let error = check_links(&link("rate 10mbit up.pace cwnd"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "link l1: pace cwnd follows the senders of a dumbbell's direction, not a topology's link's: give pace a rate"
+        );
     }
 }

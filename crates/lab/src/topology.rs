@@ -457,7 +457,11 @@ const UNPACED_BPS: u64 = 1_000_000_000_000;
 /// short of [`PACER_QUEUE_PACKETS`]; a dynamic one follows `target`. Its `then` is set
 /// by the caller. `path` is the direction's settings over the test: a scheduled pacing
 /// rate changes the pacer's.
-fn pacer_hop(path: &Timeline, mtu: u32, target: Option<Arc<AtomicU64>>) -> Result<Hop, LabError> {
+pub(crate) fn pacer_hop(
+    path: &Timeline,
+    mtu: u32,
+    target: Option<Arc<AtomicU64>>,
+) -> Result<Hop, LabError> {
     let pacer = path.map(|spec| {
         let bps = match spec.pace {
             Some(Pace::Rate(bps)) => bps,

@@ -876,7 +876,7 @@ impl File {
                 Some(Pacing::Gap | Pacing::GapCwnd | Pacing::GapCwndMinrtt)
             ) {
                 return Err(format!(
-                    "flow '{}': the gap pacer sits before a dumbbell's bottleneck, not on a topology's link: use pacing = \"kernel\" or \"app\"",
+                    "flow '{}': pacing = \"gap\" paces a dumbbell's direction; in a topology give a link pace RATE (a gap pacer before it), or use pacing = \"kernel\" or \"app\"",
                     flow.name(i)
                 ));
             }

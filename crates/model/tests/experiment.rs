@@ -912,7 +912,7 @@ fn a_topologys_flows_and_keys_are_checked_in_one_line() {
         ),
         (
             format!("{INLINE_TOPOLOGY}{flow}pacing = \"gap\"\npacing_rate = \"5mbit\"\n"),
-            "flow 'flow1': the gap pacer sits before a dumbbell's bottleneck",
+            "flow 'flow1': pacing = \"gap\" paces a dumbbell's direction; in a topology give a link pace RATE",
         ),
         (
             "[[flow]]\nclient = \"a\"\n".to_owned(),

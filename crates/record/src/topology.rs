@@ -44,6 +44,12 @@ pub fn hop_name(link: &str, from: &str, to: &str) -> String {
     format!("{link} {from}→{to}")
 }
 
+/// The gap pacer (`pace RATE`) before the link way `hop` ([`hop_name`]), as its
+/// counters are named: "pacer l1 a→b".
+pub fn pacer_name(hop: &str) -> String {
+    format!("pacer {hop}")
+}
+
 impl TopologyRecord {
     /// The hops from host `from` to host `to`; empty for a pair it does not know.
     pub fn route(&self, from: &str, to: &str) -> &[String] {

@@ -8,7 +8,7 @@ use tcplab_netsim::capture::CapturedPacket;
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::events::KernelEvent;
 use tcplab_record::topology::hop_name;
-use tcplab_record::units::{format_duration_us, format_rate, format_size};
+use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_record::Limit;
 use tcplab_record::{
     DelaySample, Direction, DirectionStats, FlowRecord, ProbeRecord, QueueSample, RunRecord,
@@ -345,7 +345,10 @@ fn context(id: i64, run: &RunRecord) -> String {
         .map(|l| format!(" \"{}\"", l.trim()))
         .unwrap_or_default();
     let path = match (&run.path, &run.watch) {
-        (Some(p), _) => format!("path \"{}\"", p.spec),
+        (Some(p), _) => match &p.topology {
+            Some(t) => format!("topology {} ({})", t.file, count(t.links.len() as u64, "link")),
+            None => format!("path \"{}\"", p.spec),
+        },
         (None, Some(_)) => "no emulated path (the host's own network, or its namespace's)".into(),
         (None, None) => format!("no emulated path (server {})", run.target),
     };

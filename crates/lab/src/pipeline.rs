@@ -611,20 +611,26 @@ impl Direction {
                         tap.left(d.packet, fate, d.queue_delay, d.due, ip)
                     });
                 }
-                let classifier = &self.plan.classifier;
-                if let Some(meter) = &mut self.plan.hops[h].hop_meter {
-                    if let Some(headers) =
-                        Headers::of(self.pool.bytes(packet).headers_from(), classifier)
-                    {
-                        meter.delivered(
-                            headers.key,
-                            d.queue_delay,
-                            d.due.saturating_sub(d.pushed_at),
-                        );
-                    }
-                }
+                // Read once as it leaves, for its flow's tally here and its route on.
                 let then = self.plan.hops[h].then;
-                self.dispatch(then, d.due, packet, d.wire_len, None, d.traffic);
+                let routed = matches!(then, Target::Route | Target::Path { .. });
+                let hop = &mut self.plan.hops[h];
+                let headers = (hop.hop_meter.is_some() || routed)
+                    .then(|| {
+                        Headers::of(
+                            self.pool.bytes(packet).headers_from(),
+                            &self.plan.classifier,
+                        )
+                    })
+                    .flatten();
+                if let (Some(meter), Some(headers)) = (&mut hop.hop_meter, headers) {
+                    meter.delivered(
+                        headers.key,
+                        d.queue_delay,
+                        d.due.saturating_sub(d.pushed_at),
+                    );
+                }
+                self.dispatch(then, d.due, packet, d.wire_len, headers, d.traffic);
             }
         }
         for h in 0..self.plan.hops.len() {

@@ -346,7 +346,11 @@ fn context(id: i64, run: &RunRecord) -> String {
         .unwrap_or_default();
     let path = match (&run.path, &run.watch) {
         (Some(p), _) => match &p.topology {
-            Some(t) => format!("topology {} ({})", t.file, count(t.links.len() as u64, "link")),
+            Some(t) => format!(
+                "topology {} ({})",
+                t.file,
+                count(t.links.len() as u64, "link")
+            ),
             None => format!("path \"{}\"", p.spec),
         },
         (None, Some(_)) => "no emulated path (the host's own network, or its namespace's)".into(),

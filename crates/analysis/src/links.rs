@@ -52,8 +52,8 @@ pub fn flow_links(run: &RunRecord) -> Option<Vec<FlowLinks>> {
 }
 
 /// What `flows` can carry together at most, bit/s: the goodputs of a set of links each
-/// flow crosses one of, added (chosen greedily, the link on most flows' ways first: a
-/// bound, if not always the least one). `None` where a flow crosses no fixed rate.
+/// flow crosses one of, added (chosen greedily, the link on most flows' ways first, the
+/// slowest of those: a bound, if not always the least one). `None` where a flow crosses no fixed rate.
 pub fn together_bound_bps(run: &RunRecord, flows: &[FlowLinks]) -> Option<f64> {
     let topology = run.path.as_ref()?.topology.as_ref()?;
     let mss = run
@@ -65,11 +65,15 @@ pub fn together_bound_bps(run: &RunRecord, flows: &[FlowLinks]) -> Option<f64> {
     let mut uncovered: Vec<&FlowLinks> = flows.iter().collect();
     let mut bound = 0.0;
     while !uncovered.is_empty() {
+        // The link on most flows' ways, the least goodput of those.
         let (hop, goodput) = uncovered
             .iter()
             .flat_map(|l| &l.hops)
             .filter_map(|h| Some((h, hop_goodput_bps(topology, h, mss)?)))
-            .max_by_key(|(h, _)| uncovered.iter().filter(|l| l.hops.contains(h)).count())?;
+            .max_by(|(a, a_bps), (b, b_bps)| {
+                let on = |h: &String| uncovered.iter().filter(|l| l.hops.contains(h)).count();
+                on(a).cmp(&on(b)).then(b_bps.total_cmp(a_bps))
+            })?;
         bound += goodput;
         uncovered.retain(|l| !l.hops.contains(hop));
     }

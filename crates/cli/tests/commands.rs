@@ -21,15 +21,6 @@ fn results(db: &Path) -> Value {
     parse_success(&out)
 }
 
-fn json_column(row: &Value, column: &str) -> Value {
-    serde_json::from_str(
-        row[column]
-            .as_str()
-            .unwrap_or_else(|| panic!("{column}: {row}")),
-    )
-    .unwrap()
-}
-
 /// What scp and sshd need; in CI they must be here.
 fn ssh_or_skip(test: &str) -> bool {
     program_or_skip(test, "scp") && program_or_skip(test, "/usr/sbin/sshd")

@@ -193,7 +193,7 @@ fn pings(args: &[&str], count: &str) -> (Vec<(f64, f64)>, f64) {
         .unwrap();
     assert_success(&out);
     let runs = export_jsonl(&db, "runs");
-    let path: Value = serde_json::from_str(runs[0]["path_json"].as_str().unwrap()).unwrap();
+    let path: Value = json_column(&runs[0], "path_json");
     // "[1795000000.123456] 64 bytes from …: icmp_seq=1 ttl=64 time=20.1 ms": sent at
     // the reply's time less its round trip.
     let sent_and_rtt = String::from_utf8_lossy(&out.stdout)

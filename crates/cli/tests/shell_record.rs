@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    alone, among_others, capture_directions, export_jsonl, kill_once_running, one_of_three_tries,
-    stderr, str_at, tcplab, tshark_or_skip,
+    alone, among_others, capture_directions, export_jsonl, json_column, kill_once_running,
+    one_of_three_tries, stderr, str_at, tcplab, tshark_or_skip,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -69,13 +69,13 @@ fn iperf3_behind_a_path_is_one_run_with_its_bytes_and_a_link_verdict() {
         let runs = runs(&db);
         assert_eq!(runs.len(), 1, "{runs:?}");
         assert_eq!(runs[0]["kind"], "watch");
-        let watch: Value = serde_json::from_str(runs[0]["watch_json"].as_str().unwrap()).unwrap();
+        let watch: Value = json_column(&runs[0], "watch_json");
         assert_eq!(
             watch["shell"]["client"],
             serde_json::json!(["sh", "-c", client])
         );
         assert_eq!(watch["shell"]["server"], "iperf3 -s -1");
-        let path: Value = serde_json::from_str(runs[0]["path_json"].as_str().unwrap()).unwrap();
+        let path: Value = json_column(&runs[0], "path_json");
         assert!(path["spec"]
             .as_str()
             .unwrap()
@@ -84,7 +84,7 @@ fn iperf3_behind_a_path_is_one_run_with_its_bytes_and_a_link_verdict() {
         let flows = export_jsonl(&db, "flows");
         assert_eq!(flows.len(), 2, "{flows:?}");
         for f in &flows {
-            let w: Value = serde_json::from_str(f["watched_json"].as_str().unwrap()).unwrap();
+            let w: Value = json_column(f, "watched_json");
             assert!(w["peer"].is_object(), "one end only: {w}");
             // Both ends seen closing: the watch outlasts the FINs crossing the path.
             assert!(w["closed"].as_bool().unwrap(), "{w}");
@@ -141,7 +141,7 @@ fn short_http_connections_are_each_recorded_with_their_bytes() {
     let flows = export_jsonl(&db, "flows");
     assert_eq!(flows.len(), 5, "{flows:?}");
     for f in &flows {
-        let w: Value = serde_json::from_str(f["watched_json"].as_str().unwrap()).unwrap();
+        let w: Value = json_column(f, "watched_json");
         assert!(w["closed"].as_bool().unwrap(), "{w}");
         assert!(w["peer"].is_object(), "one end only: {w}");
         // The server's end sends: the file and a header of some 200 bytes.
@@ -252,7 +252,7 @@ fn trace_events_are_stored_with_the_watched_flow() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let runs = runs(&db);
-    let trace: Value = serde_json::from_str(runs[0]["trace_json"].as_str().unwrap()).unwrap();
+    let trace: Value = json_column(&runs[0], "trace_json");
     assert_eq!(trace["taken"], true, "{trace}");
     let flows = export_jsonl(&db, "flows");
     assert_eq!(flows.len(), 1, "{flows:?}");

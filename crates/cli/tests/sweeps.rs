@@ -210,7 +210,7 @@ fn the_quick_txqueue_study_shows_host_drops_not_send_stalls() {
         let dir = tempfile::tempdir().unwrap();
         let db = run_quick("txqueue", dir.path());
         for run in export_jsonl(&db, "runs") {
-            let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
+            let path: Value = json_column(&run, "path_json");
             for queue in path["up"]["host_queues"].as_array().unwrap() {
                 assert_eq!(u64_at(queue, "/qdisc_drops"), 0, "{queue}");
                 assert_eq!(u64_at(queue, "/requeues"), 0, "{queue}");
@@ -771,7 +771,7 @@ fn staggered_flows_through_one_link_total_at_most_its_goodput() {
             // ...and the totals are what the bottleneck delivered of the test: its bytes
             // less 52 header bytes a packet, the data connections' handshakes aside (the
             // control connections' are counted apart).
-            let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
+            let path: Value = json_column(run, "path_json");
             let up = &path["up"]["links"]
                 .as_array()
                 .unwrap()
@@ -866,8 +866,7 @@ fn a_sweep_with_capture_and_events_writes_one_file_per_run_and_stores_the_events
     }
     let events = export_jsonl(&db, "events");
     for run in &runs {
-        let trace: serde_json::Value =
-            serde_json::from_str(run["trace_json"].as_str().unwrap()).unwrap();
+        let trace: serde_json::Value = json_column(run, "trace_json");
         assert_eq!(trace["taken"], true, "{trace}");
         let stored = events.iter().filter(|e| e["run_id"] == run["id"]).count() as u64;
         assert_eq!(stored, trace["events"].as_u64().unwrap());
@@ -1099,7 +1098,7 @@ fn the_quick_rate_step_and_policer_studies_explain_their_changes_and_drops() {
     }
     let db = run_quick("policer", dir.path());
     for run in export_jsonl(&db, "runs") {
-        let path: Value = serde_json::from_str(run["path_json"].as_str().unwrap()).unwrap();
+        let path: Value = json_column(&run, "path_json");
         let bottleneck = path["up"]["links"]
             .as_array()
             .unwrap()

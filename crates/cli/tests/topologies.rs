@@ -1053,3 +1053,68 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
     let allowed = bound_bps * (1.0 + STALL_US as f64 / 2e6);
     assert!(received <= allowed, "{received} bit/s over {bound_bps}");
 }
+
+/// A topology flow's `pacing = "gap"`: a gap pacer on its sending host's first link
+/// toward the server (PSPacer on the sender's egress), which binds it at its rate; two
+/// rates for one link way are refused in one line before any run.
+#[test]
+fn a_flows_gap_pacer_sits_on_its_senders_first_link() {
+    if !privileged_or_skip("topology_flow_gap") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let chain = chain_file(dir.path());
+    let flow = |name: &str, rate: &str| {
+        format!(
+            "[[flow]]\nname = \"{name}\"\nclient = \"a\"\nserver = \"b\"\ncc = \"cubic\"\npacing = \"gap\"\npacing_rate = \"{rate}\"\n"
+        )
+    };
+    let head = format!(
+        "name = \"gap-across\"\nduration = \"2s\"\ntopology = \"{}\"\n",
+        chain.display()
+    );
+    let file = dir.path().join("gap.toml");
+    std::fs::write(&file, format!("{head}{}", flow("paced", "20mbit"))).unwrap();
+    let db = dir.path().join("gap.db");
+    assert_success(&sweep(&file, &db, &[]));
+    let (run, flows) = runs_and_flows(&db).remove(0);
+    let path = json_column(&run, "path_json");
+    let pacer = path["up"]["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "pacer l1 a→r1")
+        .unwrap_or_else(|| panic!("no pacer before l1: {path}"));
+    assert!(u64_at(pacer, "/delivered_packets") > 100, "{pacer}");
+    let e = parse_success(
+        &tcplab()
+            .args(["explain", "--json", "--db"])
+            .arg(&db)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(e["flow_links"][0]["binding"], "pacer l1 a→r1", "{e:#}");
+    let bound_bps = f64_at(&e["flow_links"][0], "/bound_bps");
+    assert!((18e6..20e6).contains(&bound_bps), "{bound_bps}");
+    let received = f64_at(&flows[0], "/received_bps");
+    let allowed = bound_bps * (1.0 + STALL_US as f64 / 2e6);
+    assert!(received <= allowed, "{received} bit/s over {bound_bps}");
+
+    std::fs::write(
+        &file,
+        format!(
+            "{head}{}{}",
+            flow("paced", "20mbit"),
+            flow("other", "30mbit")
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        failure(&sweep(&file, &dir.path().join("two.db"), &[])),
+        format!(
+            "tcplab: {}: the run: flow 'other': link l1 (\"rtt 2ms up.pace 20mbit\") is paced already where a sends: one gap pacer per link way",
+            file.display()
+        )
+    );
+}

@@ -228,7 +228,31 @@ pub fn load_topology(c: &RunConfig, file_dir: &Path) -> Result<Option<Topology>>
         link.path = link.path.traces_under(&traces_dir);
     }
     check_flow_hosts(&topology, &c.flows).map_err(anyhow::Error::msg)?;
+    pace_senders(&mut topology, &c.flows).map_err(anyhow::Error::msg)?;
     Ok(Some(topology))
+}
+
+/// Each flow's `pacing = "gap"`: a gap pacer on its sending hosts' first link toward
+/// the other (both hosts for a bidirectional flow), one per link way.
+fn pace_senders(topology: &mut Topology, flows: &[FlowConfig]) -> std::result::Result<(), String> {
+    for flow in flows {
+        let (Some(bps), Some(hosts)) = (flow.gap_pace_bps, &flow.hosts) else {
+            continue;
+        };
+        let node = |name: &str| topology.node(name).expect("check_flow_hosts found it");
+        let (client, server) = (node(&hosts.client), node(&hosts.server));
+        let senders: &[(usize, usize)] = match flow.params.mode {
+            Mode::Up => &[(client, server)],
+            Mode::Down => &[(server, client)],
+            Mode::Bidir => &[(client, server), (server, client)],
+        };
+        for &(from, to) in senders {
+            topology
+                .pace_first_link(from, to, bps)
+                .map_err(|e| format!("flow '{}': {e}", flow.name))?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuses, before any run, a plan whose topologies cannot be read or whose flows do not
@@ -236,7 +260,7 @@ pub fn load_topology(c: &RunConfig, file_dir: &Path) -> Result<Option<Topology>>
 pub fn check_topologies(points: &[Point], experiment_file: &Path) -> Result<()> {
     let dir = file_dir(experiment_file);
     for p in points {
-        let at_point = || format!("point {}", p.values.join(", "));
+        let at_point = || point_name(p);
         let Some(topology) = load_topology(&p.config, dir).with_context(at_point)? else {
             continue;
         };
@@ -284,9 +308,17 @@ pub fn check_schedules(points: &[Point]) -> Result<()> {
             std::iter::once(&c.path).chain(&c.access),
             c.flows.iter().map(|f| (f.start_us, f.params.end)),
         )
-        .with_context(|| format!("point {}", p.values.join(", ")))?;
+        .with_context(|| point_name(p))?;
     }
     Ok(())
+}
+
+/// How a refusal names a point: by its axes' values, or as the run where none vary.
+fn point_name(p: &Point) -> String {
+    match p.values.is_empty() {
+        true => "the run".to_owned(),
+        false => format!("point {}", p.values.join(", ")),
+    }
 }
 
 /// Holds the database's sweep lock: two sweeps on one database would run the same

@@ -249,6 +249,11 @@ pub struct FlowConfig {
     /// In a topology: the hosts it runs between, by name (`client` is then unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<FlowHosts>,
+    /// In a topology, `pacing = "gap"`: the gap pacer's rate (bit/s) on each sending
+    /// host's first link toward the other ([`Topology::pace_first_link`]); a
+    /// dumbbell's is its path's `pace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gap_pace_bps: Option<u64>,
 }
 
 impl FlowConfig {
@@ -702,7 +707,8 @@ enum Pacing {
     /// The application writes at `pacing_rate`.
     App,
     /// A gap pacer (PSPacer) at `pacing_rate` on the sending host's egress: the path's
-    /// `pace` in the flow's direction (it spaces every flow of that direction).
+    /// `pace` in the flow's direction (it spaces every flow of that direction); in a
+    /// topology, `pace` on the sending host's first link toward the other.
     Gap,
     /// The gap pacer following the senders' cwnd × MSS / smoothed RTT (`pace cwnd`).
     GapCwnd,
@@ -764,7 +770,7 @@ impl File {
                 clients: access.len(),
             },
         };
-        let flows = flows
+        let mut flows = flows
             .iter()
             .enumerate()
             .map(|(i, f)| {
@@ -816,7 +822,7 @@ impl File {
         Dumbbell::new(&path, &access)
             .check()
             .map_err(|e| format!("path: {e}"))?;
-        for (file, flow) in self.flow.iter().zip(&flows) {
+        for (file, flow) in self.flow.iter().zip(&mut flows) {
             let pace = match file.pacing {
                 Some(Pacing::Gap) => Some(Pace::Rate(
                     file.pacing_rate
@@ -829,7 +835,12 @@ impl File {
                 Some(Pacing::GapCwndMinrtt) => Some(Pace::Window(PaceRtt::Min)),
                 _ => None,
             };
-            if pace.is_some() {
+            if topology.is_some() {
+                flow.gap_pace_bps = match pace {
+                    Some(Pace::Rate(bps)) => Some(bps),
+                    Some(Pace::Window(_)) | None => None,
+                };
+            } else if pace.is_some() {
                 match flow.params.mode {
                     Mode::Up => path.up.pace = pace,
                     Mode::Down => path.down.pace = pace,
@@ -871,15 +882,15 @@ impl File {
             ));
         }
         for (i, flow) in self.flow.iter().enumerate() {
-            if matches!(
-                flow.pacing,
-                Some(Pacing::Gap | Pacing::GapCwnd | Pacing::GapCwndMinrtt)
-            ) {
-                return Err(format!(
-                    "flow '{}': pacing = \"gap\" paces a dumbbell's direction; in a topology give a link pace RATE (a gap pacer before it), or use pacing = \"kernel\" or \"app\"",
-                    flow.name(i)
-                ));
-            }
+            let window = match flow.pacing {
+                Some(Pacing::GapCwnd) => "gap_cwnd",
+                Some(Pacing::GapCwndMinrtt) => "gap_cwnd_minrtt",
+                _ => continue,
+            };
+            return Err(format!(
+                "flow '{}': pacing = \"{window}\" follows the senders of a dumbbell's direction; in a topology use pacing = \"gap\" with a pacing_rate, or a link's pace RATE",
+                flow.name(i)
+            ));
         }
         Ok(Some(match value {
             TopologyValue::File(file) if file.trim().is_empty() => {
@@ -1125,6 +1136,7 @@ impl FlowFile {
             params,
             command: None,
             hosts,
+            gap_pace_bps: None,
         })
     }
 
@@ -1323,6 +1335,7 @@ impl FlowFile {
                 limit_us,
             }),
             hosts,
+            gap_pace_bps: None,
         })
     }
 }

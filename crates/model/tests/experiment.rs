@@ -833,6 +833,19 @@ fn a_topologys_flows_name_their_hosts_and_axes_reach_its_links() {
 }
 
 #[test]
+fn a_topologys_gap_paced_flow_keeps_its_rate_for_its_senders_first_link() {
+    let e = ok(&format!(
+        "{INLINE_TOPOLOGY}\n[[flow]]\nclient = \"a\"\nserver = \"b\"\npacing = \"gap\"\npacing_rate = \"5mbit\"\n[[axis]]\nname = \"rate\"\nvalues = [\"10mbit\"]\n"
+    ));
+    let c = &e.points[0].config;
+    assert_eq!(c.flows[0].gap_pace_bps, Some(5_000_000));
+    assert_eq!(
+        c.path.up.pace, None,
+        "a topology's flow paces no dumbbell path"
+    );
+}
+
+#[test]
 fn a_topologys_command_flow_names_the_hosts_its_programs_run_in() {
     use tcplab_model::experiment::FlowHosts;
     let e = ok(&format!(
@@ -911,8 +924,8 @@ fn a_topologys_flows_and_keys_are_checked_in_one_line() {
             "flow 'flow1': client and server are both 'a'",
         ),
         (
-            format!("{INLINE_TOPOLOGY}{flow}pacing = \"gap\"\npacing_rate = \"5mbit\"\n"),
-            "flow 'flow1': pacing = \"gap\" paces a dumbbell's direction; in a topology give a link pace RATE",
+            format!("{INLINE_TOPOLOGY}{flow}pacing = \"gap_cwnd\"\n"),
+            "flow 'flow1': pacing = \"gap_cwnd\" follows the senders of a dumbbell's direction",
         ),
         (
             "[[flow]]\nclient = \"a\"\n".to_owned(),

@@ -34,7 +34,7 @@ use serde::Deserialize;
 
 use crate::dumbbell::derive_seed;
 use crate::link::{Link, LinkError, LinkTraces};
-use crate::path::{Direction, PathSpec};
+use crate::path::{Direction, Pace, PathSpec};
 
 /// A node of the graph: its index in [`Topology::nodes`].
 pub type NodeId = usize;
@@ -271,6 +271,33 @@ impl Topology {
     /// The links a packet from host `from` to host `to` crosses, in order.
     pub fn route(&self, from: NodeId, to: NodeId) -> &[Hop] {
         &self.routes[&(from, to)]
+    }
+
+    /// A gap pacer at `bps` on host `from`'s egress toward host `to` (PSPacer on the
+    /// sending host, as a flow's `pacing = "gap"` asks): `pace` on the first link of
+    /// their route, that way. One pacer per link way: another rate there already is an
+    /// error naming the link.
+    pub fn pace_first_link(&mut self, from: NodeId, to: NodeId, bps: u64) -> Result<(), String> {
+        let hop = *self
+            .route(from, to)
+            .first()
+            .expect("a route between two hosts crosses a link");
+        let link = &mut self.links[hop.link];
+        let spec = match hop.dir {
+            Direction::Up => &mut link.path.up,
+            Direction::Down => &mut link.path.down,
+        };
+        match spec.pace {
+            Some(Pace::Rate(other)) if other == bps => Ok(()),
+            Some(_) => Err(format!(
+                "link {} (\"{}\") is paced already where {} sends: one gap pacer per link way",
+                link.name, link.path, self.nodes[from].name
+            )),
+            None => {
+                spec.pace = Some(Pace::Rate(bps));
+                Ok(())
+            }
+        }
     }
 
     /// Every hop: each link up, then down, in the file's order ([`Hop::index`]).

@@ -780,6 +780,16 @@ pub fn quick_example(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// A JSON column of an exported row (`path_json`, `watch_json` …), parsed.
+pub fn json_column(row: &Value, column: &str) -> Value {
+    serde_json::from_str(
+        row[column]
+            .as_str()
+            .unwrap_or_else(|| panic!("{column}: {row}")),
+    )
+    .unwrap()
+}
+
 /// The runs' rows, and each run's flows, as `tcplab export` writes them.
 pub fn runs_and_flows(db: &Path) -> Vec<(Value, Vec<Value>)> {
     let flows = export_jsonl(db, "flows");

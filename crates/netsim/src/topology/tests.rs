@@ -191,3 +191,29 @@ fn bad_topologies_are_one_line_naming_the_element() {
         assert_eq!(err(&text), expected);
     }
 }
+
+#[test]
+fn a_senders_gap_pacer_goes_on_the_first_link_of_its_way_once() {
+    let mut t: Topology = PARKING_LOT.parse().unwrap();
+    let (src, dst, x1) = (
+        t.node("src").unwrap(),
+        t.node("dst").unwrap(),
+        t.node("x1").unwrap(),
+    );
+    t.pace_first_link(src, dst, 5_000_000).unwrap();
+    // The same rate again, from the same host: the same pacer.
+    t.pace_first_link(src, x1, 5_000_000).unwrap();
+    let first = &t.links[0];
+    assert_eq!(first.path.to_string(), "rtt 2ms up.pace 5mbit");
+    // Back from dst: the last link's down way.
+    t.pace_first_link(dst, src, 7_000_000).unwrap();
+    assert_eq!(t.links[3].path.to_string(), "rtt 2ms down.pace 7mbit");
+    let error = t.pace_first_link(src, dst, 6_000_000).unwrap_err();
+    assert_eq!(
+        error,
+        format!(
+            "link {} (\"rtt 2ms up.pace 5mbit\") is paced already where src sends: one gap pacer per link way",
+            t.links[0].name
+        )
+    );
+}

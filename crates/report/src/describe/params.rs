@@ -99,6 +99,9 @@ fn tuning(t: &Tuning, transactions: Option<TransactionParams>) -> Vec<String> {
 
 fn flow_parts(f: &FlowConfig) -> Vec<String> {
     let mut parts = parts(&f.params);
+    if let Some(bps) = f.gap_pace_bps {
+        parts.push(format!("gap-paced at {}", format_rate(bps as f64)));
+    }
     if f.start_us > 0 {
         parts.push(format!("from {}", format_duration_us(f.start_us)));
     }
@@ -207,6 +210,7 @@ mod tests {
                 params,
                 command: None,
                 hosts: None,
+                gap_pace_bps: (window == 8192).then_some(5_000_000),
             }
         };
         let (a, b) = ([flow(8192)], [flow(65536)]);
@@ -214,9 +218,10 @@ mod tests {
             flows_in_common(&[&a, &b]),
             "bulk: 1 TCP stream up for 10.0 s, default cc, 128 KiB writes, Nagle on (and what the axes set)"
         );
+        // A topology flow's gap pacer, where every point has it.
         assert_eq!(
             flows_in_common(&[&a, &a]),
-            "bulk: 1 TCP stream up for 10.0 s, default cc, window 8 KiB, 128 KiB writes, Nagle on"
+            "bulk: 1 TCP stream up for 10.0 s, default cc, window 8 KiB, 128 KiB writes, Nagle on, gap-paced at 5.00 Mbit/s"
         );
     }
 }

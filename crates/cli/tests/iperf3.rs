@@ -13,7 +13,7 @@ use std::thread;
 use serde_json::Value;
 use support::{
     alone, await_listening, binomial99, free_port, iperf3_or_skip, lab_name, one_of_three_tries,
-    serve_in_with, tcplab, LabGuard, IPERF3,
+    serve_in_with, tcplab, KilledOnDrop, LabGuard, IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -237,17 +237,8 @@ fn udp_from_iperf3_agrees_with_its_sender_report() {
 }
 
 /// A server the test started, killed when the test ends, passed or not.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `tcplab serve --iperf3` on 127.0.0.1:`port`, once it listens.
-fn tcplab_iperf3_server(port: u16) -> Server {
+fn tcplab_iperf3_server(port: u16) -> KilledOnDrop {
     let child = tcplab()
         .args([
             "serve",
@@ -259,7 +250,7 @@ fn tcplab_iperf3_server(port: u16) -> Server {
         .spawn()
         .expect("starting tcplab serve --iperf3");
     await_listening(&child, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-    Server(child)
+    KilledOnDrop(child)
 }
 
 #[test]
@@ -483,11 +474,7 @@ fn an_iperf3_client_hears_the_loss_tcplab_counted() {
         &lab_name("i3", 1),
         &["--path", "rate 100mbit up.loss 2% seed 1"],
     );
-    let _server = Server(serve_in_with(
-        &lab.server_ns(),
-        &lab.client_ns(),
-        &["--iperf3"],
-    ));
+    let _server = serve_in_with(&lab.server_ns(), &lab.client_ns(), &["--iperf3"]);
     let report = iperf3_client(
         Some(&lab.client_ns()),
         "10.77.0.1",

@@ -448,13 +448,38 @@ pub fn ping_replies(text: &str) -> std::collections::BTreeSet<u64> {
 
 /// Starts `tcplab --netns NS serve` and waits until it accepts on 10.77.0.1:5201 as
 /// seen from `client_ns`; kill the child when done.
-pub fn serve_in(server_ns: &str, client_ns: &str) -> Child {
+pub fn serve_in(server_ns: &str, client_ns: &str) -> KilledOnDrop {
     serve_in_with(server_ns, client_ns, &[])
 }
 
+/// A child process killed and reaped when dropped: a test that fails (a panic in
+/// [`one_of_three_tries`] too) leaves no server behind.
+pub struct KilledOnDrop(pub Child);
+
+impl std::ops::Deref for KilledOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KilledOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        // Killed already where the test ended it: nothing to say then.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// [`serve_in`] with more `serve` flags.
-pub fn serve_in_with(server_ns: &str, client_ns: &str, args: &[&str]) -> Child {
-    let mut child = tcplab()
+pub fn serve_in_with(server_ns: &str, client_ns: &str, args: &[&str]) -> KilledOnDrop {
+    let child = tcplab()
         .args(["--netns", server_ns, "serve"])
         .args(args)
         .stdout(Stdio::null())
@@ -469,12 +494,11 @@ pub fn serve_in_with(server_ns: &str, client_ns: &str, args: &[&str]) -> Child {
             .run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())
             .unwrap();
         if up {
-            return child;
+            return KilledOnDrop(child);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(KilledOnDrop(child));
     panic!("server in {server_ns} did not listen");
 }
 

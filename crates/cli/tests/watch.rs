@@ -657,20 +657,37 @@ fn pid_comm_and_cgroup_select_the_test_s_own_connection() {
     let _empty = RemovedAtEnd::made(tcplab_sys::sockdiag::cgroup2_root().unwrap().join(&empty));
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
-    let watched = |filter: &[&str]| -> (usize, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let watch = tcplab()
-            .args(["watch", "--json", "--port", &port, "-t", "1500ms"])
-            .args(filter)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.path().join("err")).unwrap())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        drop((client, server));
+    // Each filter and the connections it takes: this test's own pid, name and cgroup
+    // take both ends; another process's, a name no process has and an empty cgroup
+    // none. Every watch at once, over the same connection.
+    let filters = [
+        (["--pid", own.as_str()], 2),
+        (["--comm", comm], 2),
+        (["--cgroup", &cgroup], 2),
+        (["--pid", other.as_str()], 0),
+        (["--comm", "no-such-comm"], 0),
+        (["--cgroup", &empty], 0),
+    ];
+    let watches: Vec<_> = filters
+        .iter()
+        .map(|(filter, _)| {
+            let dir = tempfile::tempdir().unwrap();
+            let watch = tcplab()
+                .args(["watch", "--json", "--port", &port, "-t", "2500ms"])
+                .args(filter)
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(dir.path().join("err")).unwrap())
+                .spawn()
+                .unwrap();
+            (watch, dir)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop((client, server));
+    for ((filter, expected), (watch, dir)) in filters.iter().zip(watches) {
         let out = watch.wait_with_output().unwrap();
         let err = std::fs::read_to_string(dir.path().join("err")).unwrap();
         assert!(out.status.success(), "{filter:?}: {err}");
@@ -680,23 +697,10 @@ fn pid_comm_and_cgroup_select_the_test_s_own_connection() {
             .filter(|l| l.contains(r#""event":"opened""#))
             .inspect(|l| assert!(l.contains(&format!(r#""pid":{own}"#)), "{filter:?}: {l}"))
             .count();
-        (opened, err)
-    };
-    for filter in [
-        ["--pid", own.as_str()],
-        ["--comm", comm],
-        ["--cgroup", &cgroup],
-    ] {
-        assert_eq!(watched(&filter).0, 2, "{filter:?}");
-    }
-    for filter in [
-        ["--pid", other.as_str()],
-        ["--comm", "no-such-comm"],
-        ["--cgroup", &empty],
-    ] {
-        let (opened, err) = watched(&filter);
-        assert_eq!(opened, 0, "{filter:?}");
-        assert_eq!(err.matches("no connection matches").count(), 1, "{err}");
+        assert_eq!(opened, *expected, "{filter:?}: {err}");
+        if *expected == 0 {
+            assert_eq!(err.matches("no connection matches").count(), 1, "{err}");
+        }
     }
     let _ = sleeper.kill();
     let _ = sleeper.wait();

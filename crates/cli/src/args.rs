@@ -818,6 +818,20 @@ pub enum LabCommand {
         #[arg(long, short = 'J')]
         json: bool,
     },
+    /// Print the topology file of the dumbbell --path, --clients and --client-path
+    /// build (hosts server and clients, router r, its links): `lab up --topology` builds
+    /// the same lab from it, and it may be edited into any shape.
+    Topology {
+        /// Path spec of the bottleneck (`tcplab path-spec`).
+        #[arg(long, value_parser = parse_path, value_name = "SPEC")]
+        path: PathSpec,
+        /// Client hosts sharing the bottleneck.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=250))]
+        clients: u16,
+        /// A client's own access link, in client order; one spec applies to every client.
+        #[arg(long = "client-path", value_parser = parse_path, value_name = "SPEC")]
+        client_paths: Vec<PathSpec>,
+    },
     /// Remove what labs of dead processes left behind.
     Gc,
     /// Run a command in a host of a lab (as `ip netns exec` would, with or without root).

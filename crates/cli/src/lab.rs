@@ -25,6 +25,7 @@ use tcplab_lab::far::FarHost;
 use tcplab_lab::registry::{self, LabEntry};
 use tcplab_lab::{Backend, Host, HostPair, Lab, LabConfig, LabPlan, LinkCaptures, TopologyConfig};
 use tcplab_model::sockdiag::{Extensions, Families, StateSet};
+use tcplab_netsim::dumbbell::Dumbbell;
 use tcplab_netsim::path::{Pace, PathSpec};
 use tcplab_netsim::topology::{Topology, TopologyError};
 use tcplab_record::tcp_state::TcpState;
@@ -38,7 +39,7 @@ use tcplab_sys::{netns, reaper};
 
 use crate::args::{BackendArg, FarArg, LabCommand, PathArgs, ShellArgs, TopologyHostsArgs};
 use crate::shared::{interrupt_flag, lab_lines, open_store, priority_note, topology_lines};
-use crate::stdio::{errln, outln, Stdout};
+use crate::stdio::{errln, out, outln, Stdout};
 
 /// The lab `PathArgs` ask for, or `None` without `--path`.
 pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
@@ -56,17 +57,7 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
     if let Some(link) = args.capture.capture_links.first() {
         bail!("--capture-link {link}: a dumbbell's capture is of its bottleneck (--capture-at says where); --capture-link chooses a topology's links");
     }
-    let n = args.clients as usize;
-    let clients = match args.client_paths.len() {
-        0 => vec![PathSpec::default(); n],
-        1 => vec![args.client_paths[0].clone(); n],
-        k if k == n => args.client_paths.clone(),
-        k => bail!(
-            "--client-path given {} for {}: give it once (for all) or once per client",
-            count(k, "time"),
-            count(n, "client")
-        ),
-    };
+    let clients = access_links(args.clients, &args.client_paths)?;
     let backend = match args.backend {
         BackendArg::Emulator => Backend::Emulator,
         BackendArg::Netem => Backend::Netem,
@@ -86,6 +77,31 @@ pub fn config(args: &PathArgs, name: &str) -> Result<Option<LabConfig>> {
     }))
 }
 
+/// Each of `clients` clients' access link from --client-path: none (ideal), one for
+/// all, or one each.
+fn access_links(clients: u16, given: &[PathSpec]) -> Result<Vec<PathSpec>> {
+    let n = clients as usize;
+    Ok(match given.len() {
+        0 => vec![PathSpec::default(); n],
+        1 => vec![given[0].clone(); n],
+        k if k == n => given.to_vec(),
+        k => bail!(
+            "--client-path given {} for {}: give it once (for all) or once per client",
+            count(k, "time"),
+            count(n, "client")
+        ),
+    })
+}
+
+/// `lab topology`: the dumbbell's topology file, on stdout.
+fn print_topology(path: &PathSpec, clients: u16, client_paths: &[PathSpec]) -> Result<ExitCode> {
+    let access = access_links(clients, client_paths)?;
+    let dumbbell = Dumbbell::new(path, &access);
+    dumbbell.check()?;
+    out!("{}", dumbbell.topology_file()?);
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn command(cmd: LabCommand) -> Result<ExitCode> {
     match cmd {
         LabCommand::Up {
@@ -96,6 +112,11 @@ pub fn command(cmd: LabCommand) -> Result<ExitCode> {
         LabCommand::Down { name } => down(&name),
         LabCommand::List { json } => list(json),
         LabCommand::Show { name, json } => show(&name, json),
+        LabCommand::Topology {
+            path,
+            clients,
+            client_paths,
+        } => print_topology(&path, clients, &client_paths),
         LabCommand::Gc => {
             let lines = gc_lines(&registry::gc().context("removing leftover labs")?);
             if lines.is_empty() {

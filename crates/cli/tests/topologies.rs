@@ -1118,3 +1118,53 @@ fn a_flows_gap_pacer_sits_on_its_senders_first_link() {
         )
     );
 }
+
+/// `lab topology` prints the topology file of a dumbbell (hosts server and client1 …,
+/// router r, the bottleneck and each access link); the lab built from it gives each
+/// client the dumbbell's round trip to the server (the links' delays a floor load
+/// cannot lower), and its bottleneck the queue the dumbbell sizes (`lab show`). A
+/// window-following pacer, which a topology's link cannot have, is refused in one line.
+#[test]
+fn a_dumbbell_printed_as_a_topology_builds_the_same_lab() {
+    if !privileged_or_skip("dumbbell_topology") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let out = tcplab()
+        .args([
+            "lab",
+            "topology",
+            "--path",
+            "rtt 20ms rate 50mbit queue 1bdp",
+        ])
+        .args(["--clients", "2", "--client-path", "rtt 10ms"])
+        .args(["--client-path", "rtt 40ms"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let file = dir.path().join("dumbbell.toml");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let lab = LabGuard::up(&lab_name("td", 1), &["--topology", file.to_str().unwrap()]);
+    for (client, floor_ms) in [("client1", 30.0), ("client2", 60.0)] {
+        let text = ping_from(&lab.name, client, &["-c", "3", "-i", "0.2"], "10.77.0.1");
+        let rtts = ping_times_ms(&text);
+        assert_eq!(rtts.len(), 3, "{text}");
+        assert!(
+            rtts.iter().all(|&ms| ms >= floor_ms - 0.01),
+            "{client}: {rtts:?}"
+        );
+    }
+    // 50 Mbit/s × client2's 60 ms, as `lab up --path … --clients 2` sizes it.
+    let show = lab.show();
+    let queue = str_at(&show, "/lab/topology/links/0/path");
+    assert_eq!(queue, "rtt 20ms rate 50mbit queue 375kB");
+    let out = tcplab()
+        .args(["lab", "topology", "--path", "rate 10mbit up.pace cwnd"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        "tcplab: pace cwnd follows the senders of a dumbbell's direction; a topology's link takes pace RATE only"
+    );
+}

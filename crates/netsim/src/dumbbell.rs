@@ -26,6 +26,8 @@ pub enum DumbbellError {
     TxQueueLenOnAccess { client: usize },
     #[error("{link}: a queue in bdp is rate × round trip, and no link on the way has a delay (rtt 0): give the path an rtt, or the queue in packets (100p) or bytes (256KiB)")]
     BdpWithoutRtt { link: String },
+    #[error("pace cwnd follows the senders of a dumbbell's direction; a topology's link takes pace RATE only")]
+    WindowPacer,
 }
 
 /// A lab's bottleneck and its clients' access links.
@@ -235,6 +237,88 @@ impl<'a> Dumbbell<'a> {
     }
 }
 
+impl Dumbbell<'_> {
+    /// The same lab as a topology file (docs/topologies.md): hosts `server` and
+    /// `client` (`client1` … with several), a router `r`, the link `bottleneck` from r to
+    /// the server (its up way toward the server, as the path's) and each client's
+    /// access link (`access`, `access1` …) from the client to r, its spec or an ideal
+    /// one. So the topology's lab carries every packet as this one's does: a queue given
+    /// in BDP is the bytes this lab sizes it to, the clients' interface queue
+    /// (`up.txqueuelen`) is set on their access links, where a topology takes a host's,
+    /// every link has the path's MTU, and the seed is the file's. A checked dumbbell
+    /// ([`Dumbbell::check`]); a window-following pacer (`pace cwnd`) is refused, a
+    /// topology's links taking a rate only.
+    pub fn topology_file(&self) -> Result<String, DumbbellError> {
+        let several = self.access.len() > 1;
+        let numbered = |name: &str, k: usize| match several {
+            true => format!("{name}{}", k + 1),
+            false => name.to_owned(),
+        };
+        let mut text = String::from(
+            "# A dumbbell as a topology (`tcplab lab topology`): its clients reach the server\n\
+             # through router r, each over its access link, all over the bottleneck.\n",
+        );
+        if let Some(seed) = self.path.seed {
+            text += &format!("seed = {seed}\n");
+        }
+        text += "\n[[host]]\nname = \"server\"\n";
+        for k in 0..self.clients() {
+            text += &format!("[[host]]\nname = \"{}\"\n", numbered("client", k));
+        }
+        text += "[[router]]\nname = \"r\"\n";
+        let ideal = PathSpec::default();
+        let links = self.links().map(|role| match role {
+            LinkRole::Bottleneck => (
+                "bottleneck".to_owned(),
+                ["r".to_owned(), "server".into()],
+                role,
+            ),
+            LinkRole::Access(k) => (
+                numbered("access", k),
+                [numbered("client", k), "r".into()],
+                role,
+            ),
+        });
+        let clients_links: Vec<_> = match self.access.is_empty() {
+            // One client without an access link: an ideal one.
+            true => vec![("access".to_owned(), ["client".to_owned(), "r".into()], None)],
+            false => Vec::new(),
+        };
+        for (name, [a, b], role) in links.map(|(n, e, r)| (n, e, Some(r))).chain(clients_links) {
+            let mut spec = match role {
+                Some(role) => self.spec(role).clone(),
+                None => ideal.clone(),
+            };
+            for dir in [Direction::Up, Direction::Down] {
+                let link = match dir {
+                    Direction::Up => &mut spec.up,
+                    Direction::Down => &mut spec.down,
+                };
+                if let Some(Pace::Window(_)) = link.pace {
+                    return Err(DumbbellError::WindowPacer);
+                }
+                if let (QueueLimit::Bdp(_), Some(role)) = (link.queue, role) {
+                    link.queue = match self.queue_limit(role, dir) {
+                        Some(Limit::Bytes(b)) => QueueLimit::Bytes(b),
+                        Some(Limit::Packets(n)) => QueueLimit::Packets(n),
+                        None => link.queue,
+                    };
+                }
+            }
+            spec.seed = None;
+            spec.mtu = self.path.mtu;
+            (spec.up.txqueuelen, spec.down.txqueuelen) = match role {
+                Some(LinkRole::Bottleneck) => (None, self.path.down.txqueuelen),
+                _ => (self.path.up.txqueuelen, None),
+            };
+            text += &format!(
+                "\n[[link]]\nname = \"{name}\"\nbetween = [\"{a}\", \"{b}\"]\npath = \"{spec}\"\n"
+            );
+        }
+        Ok(text)
+    }
+}
+
 /// `us` as printed, never more than it: three significant figures where they round down
 /// (a floor rounded up would promise too much), whole µs otherwise.
 fn at_most(us: u64) -> String {
@@ -279,6 +363,82 @@ mod tests {
 
     fn spec(text: &str) -> PathSpec {
         text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn a_dumbbell_is_a_topology_that_carries_each_client_as_it_does() {
+        let path = spec("rtt 20ms rate 50mbit queue 1bdp up.txqueuelen 50 pace 40mbit seed 7");
+        let access = [spec("rtt 10ms rate 20mbit queue 2bdp"), spec("rtt 40ms")];
+        let d = Dumbbell::new(&path, &access);
+        let text = d.topology_file().unwrap();
+        let t: crate::topology::Topology = text.parse().unwrap_or_else(|e| panic!("{text}\n{e}"));
+        assert_eq!(t.seed, Some(7));
+        let names: Vec<&str> = t.hosts().map(|h| t.nodes[h].name.as_str()).collect();
+        assert_eq!(names, ["server", "client1", "client2"]);
+        let server = t.node("server").unwrap();
+        for k in 0..2 {
+            let client = t.node(&format!("client{}", k + 1)).unwrap();
+            // Each client's base round trip to the server is the dumbbell's, over its
+            // access link then the bottleneck, up toward the server.
+            assert_eq!(t.rtt_us(client, server), d.client_rtt_us(k));
+            let way: Vec<(&str, Direction)> = t
+                .route(client, server)
+                .iter()
+                .map(|h| (t.links[h.link].name.as_str(), h.dir))
+                .collect();
+            let access = format!("access{}", k + 1);
+            assert_eq!(
+                way,
+                [
+                    (access.as_str(), Direction::Up),
+                    ("bottleneck", Direction::Up)
+                ]
+            );
+        }
+        let link = |name: &str| &t.links.iter().find(|l| l.name == name).unwrap().path;
+        // Queues in BDP are the bytes the dumbbell sizes: the bottleneck over client2's
+        // 60 ms (50 Mbit/s × 60 ms), client1's access link over its own 30 ms, twice.
+        let bytes = |role, dir| match d.queue_limit(role, dir) {
+            Some(Limit::Bytes(b)) => QueueLimit::Bytes(b),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bytes(LinkRole::Bottleneck, Direction::Up),
+            QueueLimit::Bytes(375_000)
+        );
+        assert_eq!(link("bottleneck").up.queue, QueueLimit::Bytes(375_000));
+        assert_eq!(link("bottleneck").down.queue, QueueLimit::Bytes(375_000));
+        assert_eq!(
+            link("access1").up.queue,
+            bytes(LinkRole::Access(0), Direction::Up)
+        );
+        assert_eq!(link("access1").up.queue, QueueLimit::Bytes(150_000));
+        // The gap pacer before the bottleneck, both ways; the clients' interface queue
+        // on their access links (a topology's host takes its first link's).
+        assert_eq!(link("bottleneck").up.pace, Some(Pace::Rate(40_000_000)));
+        assert_eq!(link("bottleneck").up.txqueuelen, None);
+        assert_eq!(
+            (link("access1").up.txqueuelen, link("access2").up.txqueuelen),
+            (Some(50), Some(50))
+        );
+        assert_eq!(link("access2").to_string(), "rtt 40ms up.txqueuelen 50");
+    }
+
+    #[test]
+    fn one_client_reaches_r_over_an_ideal_link_and_a_window_pacer_is_refused() {
+        let path = spec("rtt 20ms rate 10mbit");
+        let d = Dumbbell::new(&path, &[]);
+        let t: crate::topology::Topology = d.topology_file().unwrap().parse().unwrap();
+        let names: Vec<&str> = t.links.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["bottleneck", "access"]);
+        assert_eq!(t.links[1].path, PathSpec::default());
+        let (client, server) = (t.node("client").unwrap(), t.node("server").unwrap());
+        assert_eq!(t.rtt_us(client, server), 20_000);
+        let paced = spec("rtt 20ms rate 10mbit up.pace cwnd");
+        assert_eq!(
+            Dumbbell::new(&paced, &[]).topology_file(),
+            Err(DumbbellError::WindowPacer)
+        );
     }
 
     #[test]

@@ -734,19 +734,24 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
     }
 }
 
+/// `tcplab explain --json --db DB [RUN…]`: the explanation (of the last run without one).
+fn explained(db: &Path, runs: &[String]) -> Value {
+    let out = tcplab()
+        .args(["explain", "--json", "--db"])
+        .arg(db)
+        .args(runs)
+        .output()
+        .unwrap();
+    parse_success(&out)
+}
+
 /// Each run's flows as explain sees them through the topology: (run, from, to,
 /// binding link), with a `binding_link` finding for each.
 fn binding_links(db: &Path) -> Vec<(i64, String, String, String)> {
     let mut all = Vec::new();
     for run in export_jsonl(db, "runs") {
         let id = run["id"].as_i64().unwrap();
-        let out = tcplab()
-            .args(["explain", "--json", "--db"])
-            .arg(db)
-            .arg(id.to_string())
-            .output()
-            .unwrap();
-        let e = parse_success(&out);
+        let e = explained(db, &[id.to_string()]);
         let flows = e["flow_links"].as_array().expect("a topology's flows");
         let findings = e["findings"]
             .as_array()
@@ -945,12 +950,7 @@ fn a_run_across_a_topology_is_recorded_link_by_link() {
     assert!(l1.0 > 1000, "{l1:?}");
     let min_rtt_us = u64_at(&run, "/summary/rtt/min_us");
     assert!(min_rtt_us >= 16_000, "{min_rtt_us} µs");
-    let explained = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let e = parse_success(&explained);
+    let e = explained(&db, &[]);
     assert_eq!(e["flow_links"][0]["binding"], "l2 r1→r2", "{e:#}");
 
     let out = tcplab()
@@ -1039,12 +1039,7 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
     assert!(link_us <= 121.0, "{link_us} µs at l2");
     assert!(paced_us > link_us, "{paced_us} µs at the pacer");
     let received = f64_at(&run, "/summary/received_bps");
-    let explained = tcplab()
-        .args(["explain", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let e = parse_success(&explained);
+    let e = explained(&db, &[]);
     let bound = &e["flow_links"][0];
     assert_eq!(bound["binding"], "pacer l2 r1→r2", "{e:#}");
     let bound_bps = f64_at(bound, "/bound_bps");
@@ -1087,13 +1082,7 @@ fn a_flows_gap_pacer_sits_on_its_senders_first_link() {
         .find(|l| l["name"] == "pacer l1 a→r1")
         .unwrap_or_else(|| panic!("no pacer before l1: {path}"));
     assert!(u64_at(pacer, "/delivered_packets") > 100, "{pacer}");
-    let e = parse_success(
-        &tcplab()
-            .args(["explain", "--json", "--db"])
-            .arg(&db)
-            .output()
-            .unwrap(),
-    );
+    let e = explained(&db, &[]);
     assert_eq!(e["flow_links"][0]["binding"], "pacer l1 a→r1", "{e:#}");
     let bound_bps = f64_at(&e["flow_links"][0], "/bound_bps");
     assert!((18e6..20e6).contains(&bound_bps), "{bound_bps}");

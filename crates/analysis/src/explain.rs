@@ -397,7 +397,7 @@ finding_kinds! {
     OtherDirection => "other_direction":
         "a bidirectional run: what the other direction's flows, left out of the figures, carried through their own bottleneck",
     BindingLink => "binding_link":
-        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them, what the other links on its way added, its one-way delay across them all, and its bound, the slowest link's or pacer's goodput",
+        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them and the trains they reached it in, what the other links on its way added, its one-way delay across them all, and its bound, the slowest link's or pacer's goodput",
     RetransmitCauses => "retransmit_causes":
         "what the retransmissions in the run's capture (`--capture`) followed: the emulator's drops by why, and those no drop explains",
 }
@@ -1812,9 +1812,15 @@ fn binding_link(l: &FlowLinks) -> String {
             format_rate(b)
         )
     });
+    let trains = l.binding_trains.map_or(String::new(), |t| {
+        format!(
+            " (they reached it in trains of {:.1} packets on average, {:.0} at p99)",
+            t.mean, t.p99
+        )
+    });
     match &l.binding {
         Some(link) => format!(
-            "{way}: bound at {link}, whose queue held its packets {} on average and dropped {} of them; the other links added {} of queueing, {} one way in all{bound}",
+            "{way}: bound at {link}, whose queue held its packets {} on average and dropped {} of them{trains}; the other links added {} of queueing, {} one way in all{bound}",
             ms(l.binding_queue_us),
             l.binding_drops,
             ms(l.others_queue_us),

@@ -34,6 +34,18 @@ pub struct FlowLinks {
     pub one_way_us: f64,
     /// The goodput of the slowest fixed rate on its way, bit/s (`None` without one).
     pub bound_bps: Option<f64>,
+    /// The trains its packets arrived at the binding link in, where that link meters
+    /// them (a fixed rate, packets one by one).
+    pub binding_trains: Option<Trains>,
+}
+
+/// A flow's trains at a link: runs of packets arriving back to back
+/// ([`crate::burst`]), their mean length and the length within which 99 % of its
+/// packets arrived, packets.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Trains {
+    pub mean: f64,
+    pub p99: f64,
 }
 
 /// Each TCP flow's way through the run's topology, in flow order; `None` for a run
@@ -130,6 +142,14 @@ fn one_flow(
         .iter()
         .filter_map(|h| hop_goodput_bps(topology, h, flow.mss))
         .reduce(f64::min);
+    let binding_trains = binding.and_then(|(name, _)| {
+        let link = links.iter().find(|l| &l.name == name)?;
+        let trains = link.bursts.iter().find(|b| b.flow == key)?;
+        Some(Trains {
+            mean: trains.burst_mean,
+            p99: trains.burst_p99,
+        })
+    });
     Some(FlowLinks {
         flow: flow.id,
         from: route.from.clone(),
@@ -141,6 +161,7 @@ fn one_flow(
         others_queue_us: queued - binding.map_or(0.0, |(_, t)| t.queue_delay_mean_us),
         one_way_us,
         bound_bps,
+        binding_trains,
     })
 }
 
@@ -327,6 +348,12 @@ mod tests {
         path.up.links.push(NamedCounters {
             name: pacer_name("ar a→r"),
             counters: LinkCounters::default(),
+            bursts: vec![tcplab_record::BurstStats {
+                flow: a.clone(),
+                burst_mean: 12.5,
+                burst_p99: 44.0,
+                ..Default::default()
+            }],
             flows: vec![HopFlow {
                 flow: a,
                 packets: 100,
@@ -343,6 +370,14 @@ mod tests {
         assert_eq!(a.hops, ["ar a→r", "rb r→b"], "the links, the pacer apart");
         assert_eq!(a.binding.as_deref(), Some("pacer ar a→r"));
         assert_eq!(a.binding_queue_us, 40_000.0);
+        // The trains it reached the pacer in (the sender's own), which the pacer meters.
+        assert_eq!(
+            a.binding_trains,
+            Some(Trains {
+                mean: 12.5,
+                p99: 44.0
+            })
+        );
         // The link's 300 µs and rb's 2 000 µs; the pacer's time is part of the way.
         assert_eq!((a.others_queue_us, a.one_way_us), (2300.0, 51_600.0));
         // 5 Mbit/s paced, no per-packet overhead counted: below rb's 10 Mbit/s.

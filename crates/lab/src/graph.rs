@@ -27,7 +27,9 @@ use tcplab_sys::tun::MAX_PACKET;
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
-use crate::topology::{io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan};
+use crate::topology::{
+    burst_meter, fixed_rate, io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan,
+};
 use crate::{Lab, LabError};
 use tcplab_analysis::hop::HopMeter;
 
@@ -301,6 +303,10 @@ fn build(
             pacer.name = record::pacer_name(&hop_name(topology, hop));
             pacer.then = Target::Hop(hop.index());
             pacer.hop_meter = Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS));
+            pacer.meter = match path.link(hop.dir).pace {
+                Some(Pace::Rate(bps)) => burst_meter(Some(bps), per_packet),
+                Some(Pace::Window(_)) | None => None,
+            };
             pacers.push((hop.index(), pacer));
         }
     }
@@ -319,7 +325,10 @@ fn build(
             then: Target::Path {
                 after: Some(hop.index()),
             },
-            meter: None,
+            meter: burst_meter(
+                fixed_rate(topology.links[hop.link].path.link(hop.dir)),
+                per_packet,
+            ),
             hop_meter: Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS)),
             rate_control: None,
             capture: capture_of[hop.link].map(|c| emulator.captures[c].tap(hop.dir)),

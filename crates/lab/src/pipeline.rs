@@ -889,11 +889,13 @@ impl Direction {
             self.delay_published = self.written.delays.overall();
             *at = now;
         }
+        // A dumbbell's bottleneck's trains are the direction's; a topology's links (each
+        // metered per flow) keep their own.
         let (bursts, queue) = self
             .plan
             .hops
             .iter()
-            .filter(|_| last)
+            .filter(|h| last && h.hop_meter.is_none())
             .find_map(|h| h.meter.as_ref())
             .map(BurstMeter::report)
             .unwrap_or_default();
@@ -918,6 +920,10 @@ impl Direction {
                         .filter(|_| last)
                         .map(HopMeter::report)
                         .unwrap_or_default();
+                    let bursts = match (&h.meter, &h.hop_meter) {
+                        (Some(meter), Some(_)) if last => meter.report().0,
+                        _ => Vec::new(),
+                    };
                     NamedCounters {
                         name: h.name.clone(),
                         counters: *h.link.counters_of(Traffic::Test),
@@ -925,6 +931,7 @@ impl Direction {
                         probe: own(Traffic::Probe),
                         flows,
                         queue,
+                        bursts,
                     }
                 })
                 .collect(),

@@ -446,6 +446,20 @@ fn check_traces(lab: &Dumbbell) -> Result<(), LabError> {
     Ok(())
 }
 
+/// A link's fixed rate, bit/s; `None` without one (unlimited, a trace).
+pub(crate) fn fixed_rate(link: &LinkSpec) -> Option<u64> {
+    match link.bottleneck {
+        Bottleneck::Rate { bps, .. } => Some(bps),
+        Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
+    }
+}
+
+/// The trains of what enters a link at `rate` (bit/s), where packets go one by one.
+pub(crate) fn burst_meter(rate: Option<u64>, per_packet: bool) -> Option<BurstMeter> {
+    rate.filter(|_| per_packet)
+        .map(|bps| BurstMeter::new(bps, pipeline::QUEUE_SAMPLE_NS))
+}
+
 /// Packets a gap pacer holds at most: it spaces, it is not meant to drop (what it does
 /// drop is counted under its name).
 const PACER_QUEUE_PACKETS: u64 = 10_000;
@@ -826,12 +840,7 @@ impl Lab {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
             },
-            meter: match config.path.link(dir).bottleneck {
-                Bottleneck::Rate { bps, .. } if per_packet => {
-                    Some(BurstMeter::new(bps, pipeline::QUEUE_SAMPLE_NS))
-                }
-                _ => None,
-            },
+            meter: burst_meter(fixed_rate(config.path.link(dir)), per_packet),
             hop_meter: None,
             rate_control: None,
             capture: capture.map(|c| c.tap(dir)),

@@ -1154,6 +1154,10 @@ pub struct NamedCounters {
     /// In a topology: this link's queue over time (the test's packets), every 10 ms.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<QueueSample>,
+    /// In a topology, on a link with a fixed rate (a gap pacer's too): the trains each
+    /// flow arrived in, busiest flow first, as a dumbbell's bottleneck has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bursts: Vec<BurstStats>,
 }
 
 /// One flow on one link of a topology.

@@ -340,6 +340,15 @@ fn sample_record(n_samples: usize) -> RunRecord {
                         t_us: 10_000,
                         bytes: 15_000,
                     }],
+                    bursts: vec![tcplab_record::BurstStats {
+                        flow: "tcp 10.77.0.1:40000 > 10.77.0.2:5201".into(),
+                        packets: 880,
+                        bursts: 440,
+                        burst_mean: 2.0,
+                        burst_p99: 4.0,
+                        burst_max: 5,
+                        ..Default::default()
+                    }],
                 }],
                 ..Default::default()
             },

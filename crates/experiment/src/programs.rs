@@ -43,9 +43,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `command` by `sh -c` in `lab`'s host `server` ([`Lab::host`]) with `env`, its stdout and
-    /// stderr on `stdout`/`stderr`, and waits until a new socket listens there, for at
-    /// most [`LISTEN_TIMEOUT`]. A program that exits first is an error; `what` names it.
+    /// Starts `command` by `sh -c` in `lab`'s host `server` ([`Lab::host`]) with `env`,
+    /// its stdout and stderr on `stdout`/`stderr`, and waits until a new socket listens
+    /// there, for at most [`LISTEN_TIMEOUT`]. A program that exits first is an error;
+    /// `what` names it.
     pub fn start(
         lab: &Lab,
         server: usize,

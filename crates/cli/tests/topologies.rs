@@ -1036,20 +1036,28 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
     println!("{key}: queued {paced_us} µs at the pacer, {link_us} µs at l2");
     // Each link meters the trains each flow arrived in: into the pacer, the sender's
     // (its GSO packets' segments together); into l2, one packet at a time, spaced at
-    // 50 Mbit/s on the emulator's clock, which load does not move.
-    let trains = |l: &Value| -> (f64, u64) {
+    // 50 Mbit/s. An emulator woken late on a loaded machine may hand l2 two of them at
+    // once, now and then: 99 % of the packets come alone whatever the load.
+    let trains = |l: &Value| -> (f64, f64, u64) {
         let b = l["bursts"]
             .as_array()
             .unwrap()
             .iter()
             .find(|b| b["flow"] == key.as_str())
             .unwrap_or_else(|| panic!("{} has no trains of {key}", l["name"]));
-        (f64_at(b, "/burst_mean"), u64_at(b, "/burst_max"))
+        (
+            f64_at(b, "/burst_mean"),
+            f64_at(b, "/burst_p99"),
+            u64_at(b, "/burst_max"),
+        )
     };
     let (into_pacer, into_link) = (trains(pacer), trains(core));
     println!("trains into the pacer {into_pacer:?}, into l2 {into_link:?}");
-    assert_eq!(into_link, (1.0, 1), "l2's trains behind the pacer");
-    assert!(into_pacer.1 > 1, "the sender's trains: {into_pacer:?}");
+    assert!(
+        into_link.0 < 1.05 && into_link.1 == 1.0,
+        "l2's trains behind the pacer: {into_link:?}"
+    );
+    assert!(into_pacer.2 > 1, "the sender's trains: {into_pacer:?}");
     // Spaced at 50 Mbit/s, a packet finds l2's 100 Mbit/s free but for what another
     // flow (the test's control connection) put there: one packet's 120 µs at most.
     assert!(link_us <= 121.0, "{link_us} µs at l2");

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use tcplab_analysis::throughput::drain_limit_us;
-use tcplab_model::experiment::{FlowConfig, Point};
+use tcplab_model::experiment::{FlowConfig, FlowEnds, Point};
 use tcplab_netsim::path::{Loss, PathSpec};
 use tcplab_record::{Mode, TestEnd};
 use tcplab_traffic::udp::QUIET_AFTER_END_US;
@@ -40,12 +40,12 @@ pub fn run_time(point: &Point) -> Duration {
         .flows
         .iter()
         .map(|f| {
-            test_time_us(
-                f,
-                &c.path,
-                c.access.get(usize::from(f.client) - 1),
-                c.duration_us,
-            )
+            // A topology's flows: its links are not a dumbbell's path and access.
+            let access = match f.ends {
+                FlowEnds::Dumbbell { client } => c.access.get(usize::from(client) - 1),
+                FlowEnds::Topology { .. } => None,
+            };
+            test_time_us(f, &c.path, access, c.duration_us)
         })
         .max()
         .unwrap_or(c.duration_us);

@@ -16,7 +16,8 @@ use tcplab_analysis::stats::Metric;
 use tcplab_lab::capture::CaptureSpec;
 use tcplab_lab::{registry, Backend, HostPair, LabConfig, LabPlan, LinkCaptures, TopologyConfig};
 use tcplab_model::experiment::{
-    check_flow_hosts, Experiment, FlowConfig, Point, RemoteHost, RunConfig, Shard, TopologySource,
+    check_flow_hosts, Experiment, FlowConfig, FlowEnds, Point, RemoteHost, RunConfig, Shard,
+    TopologySource,
 };
 use tcplab_netsim::capture::DEFAULT_SNAPLEN;
 use tcplab_netsim::link::{LinkTraces, TraceFileError};
@@ -236,7 +237,7 @@ pub fn load_topology(c: &RunConfig, file_dir: &Path) -> Result<Option<Topology>>
 /// the other (both hosts for a bidirectional flow), one per link way.
 fn pace_senders(topology: &mut Topology, flows: &[FlowConfig]) -> std::result::Result<(), String> {
     for flow in flows {
-        let (Some(bps), Some(hosts)) = (flow.gap_pace_bps, &flow.hosts) else {
+        let (Some(bps), Some(hosts)) = (flow.gap_pace_bps, flow.hosts()) else {
             continue;
         };
         let node = |name: &str| topology.node(name).expect("check_flow_hosts found it");
@@ -557,7 +558,7 @@ fn run_point(
     let tags = |f: &FlowConfig| -> Vec<String> {
         std::iter::once(format!("flow={}", f.name))
             .chain(c.server.as_ref().map(|h| format!("server={}", h.name)))
-            .chain(f.hosts.iter().flat_map(|h| {
+            .chain(f.hosts().iter().flat_map(|h| {
                 [
                     format!("client={}", h.client),
                     format!("server={}", h.server),
@@ -579,9 +580,11 @@ fn run_point(
         .flows
         .iter()
         .map(|f| {
-            let (from, to) = match &f.hosts {
-                Some(hosts) => (host_index(&hosts.client)?, host_index(&hosts.server)?),
-                None => (usize::from(f.client), 0),
+            let (from, to) = match &f.ends {
+                FlowEnds::Topology { hosts } => {
+                    (host_index(&hosts.client)?, host_index(&hosts.server)?)
+                }
+                FlowEnds::Dumbbell { client } => (usize::from(*client), 0),
             };
             Ok(FlowGroup {
                 name: Some(f.name.clone()),

@@ -165,7 +165,7 @@ fn parse_inline(text: &str) -> Result<Topology, String> {
 /// flow and the host.
 pub fn check_flow_hosts(topology: &Topology, flows: &[FlowConfig]) -> Result<(), String> {
     for flow in flows {
-        let Some(hosts) = &flow.hosts else {
+        let Some(hosts) = flow.hosts() else {
             return Err(format!(
                 "flow '{}': in a topology a flow names its hosts: client = \"…\" and server = \"…\"",
                 flow.name
@@ -236,8 +236,9 @@ pub struct RemoteHost {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlowConfig {
     pub name: String,
-    /// 1-based client host.
-    pub client: u16,
+    /// The hosts it runs between.
+    #[serde(flatten)]
+    pub ends: FlowEnds,
     /// When its test starts, µs after the run's start.
     pub start_us: u64,
     /// A command flow's: its time limit (`end`, as the command's `limit_us`), its hosts'
@@ -246,9 +247,6 @@ pub struct FlowConfig {
     /// `protocol = "command"`: the programs run instead of tcplab's own flows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandSpec>,
-    /// In a topology: the hosts it runs between, by name (`client` is then unused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hosts: Option<FlowHosts>,
     /// In a topology, `pacing = "gap"`: the gap pacer's rate (bit/s) on each sending
     /// host's first link toward the other ([`Topology::pace_first_link`]); a
     /// dumbbell's is its path's `pace`.
@@ -256,12 +254,35 @@ pub struct FlowConfig {
     pub gap_pace_bps: Option<u64>,
 }
 
+/// Where a flow runs: from a dumbbell's client to its server, or between two hosts of a
+/// topology. Stored as `"client": N` or `"hosts": {…}` (a plan stored before this type
+/// has both for a topology's flow, its `client` unused: `hosts` is read first).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FlowEnds {
+    Topology {
+        hosts: FlowHosts,
+    },
+    /// Client k, from 1.
+    Dumbbell {
+        client: u16,
+    },
+}
+
 impl FlowConfig {
     /// The host its connections start from: a topology's by name, else "client N".
     pub fn client_host(&self) -> String {
-        match &self.hosts {
-            Some(hosts) => hosts.client.clone(),
-            None => format!("client {}", self.client),
+        match &self.ends {
+            FlowEnds::Topology { hosts } => hosts.client.clone(),
+            FlowEnds::Dumbbell { client } => format!("client {client}"),
+        }
+    }
+
+    /// A topology's hosts it runs between; `None` for a dumbbell's flow.
+    pub fn hosts(&self) -> Option<&FlowHosts> {
+        match &self.ends {
+            FlowEnds::Topology { hosts } => Some(hosts),
+            FlowEnds::Dumbbell { .. } => None,
         }
     }
 }
@@ -1023,15 +1044,9 @@ impl FlowFile {
         report_interval_us: u64,
     ) -> Result<FlowConfig, String> {
         let name = self.name(index);
-        let (client, hosts) = self.ends(&name, shape)?;
+        let ends = self.ends(&name, shape)?;
         let Some(protocol) = self.protocol.unwrap_or(Protocol::Tcp).engine() else {
-            return self.command_config(
-                name,
-                (client, hosts),
-                run_us,
-                sample_interval_us,
-                report_interval_us,
-            );
+            return self.command_config(name, ends, run_us, sample_interval_us, report_interval_us);
         };
         if self.command.is_some() || self.server_command.is_some() {
             return Err(format!(
@@ -1131,18 +1146,17 @@ impl FlowFile {
             test_builder::build(&input, Source::Key).map_err(|e| format!("flow '{name}': {e}"))?;
         Ok(FlowConfig {
             name,
-            client,
+            ends,
             start_us,
             params,
             command: None,
-            hosts,
             gap_pace_bps: None,
         })
     }
 
     /// Where the flow runs: a dumbbell's client by number, or a topology's two hosts by
     /// name (checked against its graph by [`check_flow_hosts`]).
-    fn ends(&self, name: &str, shape: Shape) -> Result<(u16, Option<FlowHosts>), String> {
+    fn ends(&self, name: &str, shape: Shape) -> Result<FlowEnds, String> {
         match (shape, &self.client) {
             (Shape::Dumbbell { .. }, Some(FlowClient::Name(host))) => Err(format!(
                 "flow '{name}': client '{host}' names a host, which only a topology's flows do; a dumbbell's client is a number (1 for the first)"
@@ -1161,19 +1175,18 @@ impl FlowFile {
                         tcplab_record::units::count(clients, "client")
                     ));
                 }
-                Ok((client, None))
+                Ok(FlowEnds::Dumbbell { client })
             }
             (Shape::Topology, Some(FlowClient::Name(client))) => {
                 let server = self.server.clone().ok_or_else(|| {
                     format!("flow '{name}': in a topology a flow names its server host too: server = \"…\"")
                 })?;
-                Ok((
-                    1,
-                    Some(FlowHosts {
+                Ok(FlowEnds::Topology {
+                    hosts: FlowHosts {
                         client: client.clone(),
                         server,
-                    }),
-                ))
+                    },
+                })
             }
             (Shape::Topology, client) => Err(format!(
                 "flow '{name}': {}; in a topology a flow names its hosts: client = \"…\" and server = \"…\"",
@@ -1221,7 +1234,7 @@ impl FlowFile {
     fn command_config(
         &self,
         name: String,
-        (client, hosts): (u16, Option<FlowHosts>),
+        ends: FlowEnds,
         run_us: u64,
         sample_interval_us: u64,
         report_interval_us: u64,
@@ -1315,7 +1328,7 @@ impl FlowFile {
         let defaults = Tuning::default();
         Ok(FlowConfig {
             name: name.clone(),
-            client,
+            ends,
             start_us,
             params: TestParams {
                 streams: 1,
@@ -1334,7 +1347,6 @@ impl FlowFile {
                 server: program("server_command", server_command)?,
                 limit_us,
             }),
-            hosts,
             gap_pace_bps: None,
         })
     }

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use tcplab_model::experiment::{parse, Combine, Experiment, SpecError};
+use tcplab_model::experiment::{parse, Combine, Experiment, FlowEnds, SpecError};
 use tcplab_netsim::path::{Pace, PaceRtt};
 use tcplab_record::{Mode, ProbeParams, TestEnd, TransactionParams};
 
@@ -30,7 +30,10 @@ fn a_file_without_axes_is_one_point_with_defaults() {
     );
     assert_eq!(c.flows.len(), 1);
     let f = &c.flows[0];
-    assert_eq!((f.name.as_str(), f.client, f.start_us), ("flow1", 1, 0));
+    assert_eq!(
+        (f.name.as_str(), &f.ends, f.start_us),
+        ("flow1", &FlowEnds::Dumbbell { client: 1 }, 0)
+    );
     assert_eq!(f.params.end, TestEnd::Duration { us: 10_000_000 });
     assert_eq!(f.params.mode, Mode::Up);
 }
@@ -636,7 +639,10 @@ fn a_file_can_run_against_real_hosts_and_vary_which() {
     assert!(servers[2].iperf3 && servers[2].key_file.is_none());
     // No lab: the path stays empty and the flows run from this machine.
     assert!(e.points.iter().all(|p| p.config.path == Default::default()));
-    assert_eq!(e.points[0].config.flows[0].client, 1);
+    assert_eq!(
+        e.points[0].config.flows[0].ends,
+        FlowEnds::Dumbbell { client: 1 }
+    );
     // A lab file's plan (and so its stored hash) does not change with the feature.
     assert!(ok("path = \"rtt 5ms\"\n").points[0].config.server.is_none());
     // Nor with a capture unless asked for: `capture` is left out of a plan without it.
@@ -817,8 +823,8 @@ fn a_topologys_flows_name_their_hosts_and_axes_reach_its_links() {
     let c = &e.points[1].config;
     let flow = &c.flows[0];
     assert_eq!(
-        flow.hosts,
-        Some(FlowHosts {
+        flow.hosts(),
+        Some(&FlowHosts {
             client: "a".into(),
             server: "b".into()
         })
@@ -857,8 +863,8 @@ fn a_topologys_command_flow_names_the_hosts_its_programs_run_in() {
         Some("true")
     );
     assert_eq!(
-        flow.hosts,
-        Some(FlowHosts {
+        flow.hosts(),
+        Some(&FlowHosts {
             client: "b".into(),
             server: "a".into()
         })
@@ -952,4 +958,26 @@ fn a_topologys_flows_and_keys_are_checked_in_one_line() {
         let message = err(&text).message;
         assert!(message.starts_with(expected), "{message}\nfor:\n{text}");
     }
+}
+
+/// A flow's ends as a plan stores them (`config_json`), read back; and as a plan stored
+/// before `FlowEnds` holds them: a topology's flow with both `client` (unused) and
+/// `hosts`, a dumbbell's with `client` alone.
+#[test]
+fn a_flows_ends_read_back_from_plans_stored_now_and_before() {
+    use tcplab_model::experiment::FlowConfig;
+    let e = ok(&format!(
+        "{INLINE_TOPOLOGY}\n[[flow]]\nclient = \"a\"\nserver = \"b\"\n[[axis]]\nname = \"rate\"\nvalues = [\"10mbit\"]\n"
+    ));
+    let flow = &e.points[0].config.flows[0];
+    let mut stored = serde_json::to_value(flow).unwrap();
+    assert_eq!(stored["hosts"]["client"], "a");
+    assert!(stored.get("client").is_none(), "{stored}");
+    let read = |v: &serde_json::Value| serde_json::from_value::<FlowConfig>(v.clone()).unwrap();
+    assert_eq!(&read(&stored), flow);
+    stored["client"] = 1.into();
+    assert_eq!(&read(&stored), flow);
+    stored.as_object_mut().unwrap().remove("hosts");
+    stored["client"] = 2.into();
+    assert_eq!(read(&stored).ends, FlowEnds::Dumbbell { client: 2 });
 }

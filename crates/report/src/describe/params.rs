@@ -142,6 +142,7 @@ pub fn flows_in_common(points: &[&[FlowConfig]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcplab_model::experiment::FlowEnds;
     use tcplab_record::UdpParams;
 
     #[test]
@@ -205,11 +206,10 @@ mod tests {
             params.tuning.rcvbuf = Some(window);
             FlowConfig {
                 name: "bulk".into(),
-                client: 1,
+                ends: FlowEnds::Dumbbell { client: 1 },
                 start_us: 0,
                 params,
                 command: None,
-                hosts: None,
                 gap_pace_bps: (window == 8192).then_some(5_000_000),
             }
         };

@@ -84,11 +84,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let name = format!("run{}", tcplab_sys::netns::own_pid());
     if let Some(file) = &args.topology.topology {
         let config = lab::topology_config(&name, file, &args.lab)?;
-        let HostPair {
-            client: from,
-            server: to,
-        } = lab::host_pair(&config, &args.hosts)?;
-        let record = run_in_topology(&config, from, to, &params, &args.output, stop)?;
+        let hosts = lab::host_pair(&config, &args.hosts)?;
+        let record = run_in_topology(&config, hosts, &params, &args.output, stop)?;
         return report(record, &args.output, store);
     }
     let record = match (&args.target, lab::config(&args.lab, &name)?) {
@@ -157,20 +154,18 @@ pub fn quickstart(args: QuickstartArgs) -> Result<ExitCode> {
     Ok(code)
 }
 
-/// Builds a topology's lab, runs the test from host `from` to host `to` (places in its
-/// hosts), and records each link and what it did.
+/// Builds a topology's lab, runs the test between `hosts` (places in its hosts), and
+/// records each link and what it did.
 fn run_in_topology(
     config: &TopologyConfig,
-    from: usize,
-    to: usize,
+    hosts: HostPair,
     params: &TestParams,
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
 ) -> Result<RunRecord> {
     let group = FlowGroup {
         name: None,
-        from,
-        to,
+        hosts,
         start_us: 0,
         params: params.clone(),
         label: out.store.label.clone(),
@@ -188,11 +183,10 @@ fn run_in_lab(
     out: &OutputArgs,
     stop: Arc<AtomicBool>,
 ) -> Result<RunRecord> {
-    let groups: Vec<FlowGroup> = (1..=config.clients.len())
+    let groups: Vec<FlowGroup> = (0..config.clients.len())
         .map(|client| FlowGroup {
             name: None,
-            from: client,
-            to: 0,
+            hosts: HostPair::client(client),
             start_us: 0,
             params: params.clone(),
             label: out.store.label.clone(),

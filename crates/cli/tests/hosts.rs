@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use serde_json::Value;
 use support::{
     alone, among_others, await_listening, export_jsonl, iperf3_or_skip, key_file, lab_name,
-    report_html, tcplab, LabGuard, IPERF3,
+    report_html, sweep_by, tcplab, LabGuard, IPERF3,
 };
 use tcplab_sys::netns::privileged_or_skip;
 
@@ -105,14 +105,9 @@ impl Network {
 
     /// `tcplab sweep FILE --db DB` from the client namespace.
     fn sweep(&self, file: &Path, db: &Path, extra: &[&str]) -> Output {
-        tcplab()
-            .args(["--netns", &self.lab.client_ns(), "sweep"])
-            .arg(file)
-            .arg("--db")
-            .arg(db)
-            .args(extra)
-            .output()
-            .expect("running tcplab sweep")
+        let mut tcplab = tcplab();
+        tcplab.args(["--netns", &self.lab.client_ns()]);
+        sweep_by(tcplab, file, db, extra)
     }
 }
 

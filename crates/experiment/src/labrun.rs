@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use tcplab_lab::{Lab, LabConfig, TopologyConfig};
+use tcplab_lab::{HostPair, Lab, LabConfig, TopologyConfig};
 use tcplab_netsim::path::{Direction, PathSpec};
 use tcplab_record::{IntervalRecord, RunRecord, TestEnd, TestParams};
 use tcplab_traffic::auth::PreSharedKey;
@@ -45,10 +45,9 @@ pub fn check_schedules<'a>(
 pub struct FlowGroup {
     /// The experiment file's `[[flow]]` it is, by name: its flows' records carry it.
     pub name: Option<String>,
-    /// The host its connections start from ([`Lab::host`]: k for a dumbbell's client k).
-    pub from: usize,
-    /// The host they go to (a dumbbell's server: 0).
-    pub to: usize,
+    /// The host its connections start from and the one they go to ([`Lab::host`]:
+    /// k and 0 for a dumbbell's client k and its server).
+    pub hosts: HostPair,
     /// When its test starts, µs after the first one.
     pub start_us: u64,
     pub params: TestParams,
@@ -82,13 +81,12 @@ pub fn run_in_lab(
     live: Option<IntervalSink>,
 ) -> Result<LabRun> {
     let started = Instant::now();
-    if let Some(g) = groups
-        .iter()
-        .find(|g| g.from == 0 || g.from > config.clients.len() || g.to != 0)
-    {
+    if let Some(g) = groups.iter().find(|g| {
+        g.hosts.client == 0 || g.hosts.client > config.clients.len() || g.hosts.server != 0
+    }) {
         return Err(anyhow!(
             "a flow runs from client {} but the lab has {}",
-            g.from,
+            g.hosts.client,
             config.clients.len()
         ));
     }
@@ -117,14 +115,13 @@ pub fn run_in_topology(
 ) -> Result<LabRun> {
     let started = Instant::now();
     let hosts = config.topology.hosts().count();
-    if let Some(g) = groups
-        .iter()
-        .find(|g| g.from >= hosts || g.to >= hosts || g.from == g.to)
-    {
+    if let Some(g) = groups.iter().find(|g| {
+        g.hosts.client >= hosts || g.hosts.server >= hosts || g.hosts.client == g.hosts.server
+    }) {
         return Err(anyhow!(
             "a flow runs from host {} to host {} but the topology has {hosts}",
-            g.from,
-            g.to
+            g.hosts.client,
+            g.hosts.server
         ));
     }
     check_requests(groups)?;
@@ -211,7 +208,8 @@ fn run_across(
     stop: &Arc<AtomicBool>,
     live: Option<IntervalSink>,
 ) -> Result<LabRun> {
-    let destinations: std::collections::BTreeSet<usize> = groups.iter().map(|g| g.to).collect();
+    let destinations: std::collections::BTreeSet<usize> =
+        groups.iter().map(|g| g.hosts.server).collect();
     let mut servers = Vec::new();
     for &k in &destinations {
         match LabServer::start(&lab, k) {
@@ -252,10 +250,10 @@ pub struct RealHost {
 
 /// Runs `groups` from this machine against a real host: no lab, no emulated path.
 pub fn run_against(host: &RealHost, groups: &[FlowGroup], stop: Arc<AtomicBool>) -> Result<LabRun> {
-    if let Some(g) = groups.iter().find(|g| g.from != 1) {
+    if let Some(g) = groups.iter().find(|g| g.hosts.client != 1) {
         return Err(anyhow!(
             "a flow runs from client {}, but against a real host only this machine is a client",
-            g.from
+            g.hosts.client
         ));
     }
     let tests = Instant::now();
@@ -291,7 +289,7 @@ impl Reach<'_> {
     fn request(&self, group: &FlowGroup) -> Request {
         let (target, pacing, key, test_start) = match self {
             Reach::Lab(lab) => (
-                lab.host(group.to).map_or(String::new(), |host| {
+                lab.host(group.hosts.server).map_or(String::new(), |host| {
                     SocketAddr::new(host.addr, client::DEFAULT_PORT).to_string()
                 }),
                 rate_target(lab, Direction::Up),
@@ -320,8 +318,8 @@ impl Reach<'_> {
     ) -> std::io::Result<Joiner> {
         Ok(match self {
             Reach::Lab(lab) => {
-                let host = lab.host(group.from).ok_or_else(|| {
-                    std::io::Error::other(format!("the lab has no host {}", group.from))
+                let host = lab.host(group.hosts.client).ok_or_else(|| {
+                    std::io::Error::other(format!("the lab has no host {}", group.hosts.client))
                 })?;
                 let thread = host.ns.spawn(job)?;
                 Box::new(move || thread.join())
@@ -346,9 +344,9 @@ fn run_groups(
     // negotiates ECN per host (net.ipv4.tcp_ecn), not per socket.
     if let Reach::Lab(lab) = &reach {
         for group in groups.iter().filter(|g| g.params.tuning.ecn) {
-            let name = lab.host_name(group.from);
+            let name = lab.host_name(group.hosts.client);
             let host = lab
-                .host(group.from)
+                .host(group.hosts.client)
                 .ok_or_else(|| anyhow!("the lab has no host {name}"))?;
             tcplab_sys::netns::write_sysctl_in(&host.ns, "net.ipv4.tcp_ecn", "1")
                 .with_context(|| format!("asking for ECN in {name}"))?;
@@ -384,7 +382,7 @@ fn run_groups(
     let mut records = Vec::new();
     for (group, join) in groups.iter().zip(threads) {
         let host = match reach {
-            Reach::Lab(lab) => lab.host_name(group.from),
+            Reach::Lab(lab) => lab.host_name(group.hosts.client),
             Reach::Host(_) => "client1".into(),
         };
         let result = join().map_err(|_| anyhow!("{host}: the test panicked"))?;

@@ -580,16 +580,16 @@ fn run_point(
         .flows
         .iter()
         .map(|f| {
-            let (from, to) = match &f.ends {
-                FlowEnds::Topology { hosts } => {
-                    (host_index(&hosts.client)?, host_index(&hosts.server)?)
-                }
-                FlowEnds::Dumbbell { client } => (usize::from(*client), 0),
+            let hosts = match &f.ends {
+                FlowEnds::Topology { hosts } => HostPair {
+                    client: host_index(&hosts.client)?,
+                    server: host_index(&hosts.server)?,
+                },
+                FlowEnds::Dumbbell { client } => HostPair::client(usize::from(*client) - 1),
             };
             Ok(FlowGroup {
                 name: Some(f.name.clone()),
-                from,
-                to,
+                hosts,
                 start_us: f.start_us,
                 params: f.params.clone(),
                 label: label.clone(),
@@ -602,10 +602,7 @@ fn run_point(
     let command = c.flows.iter().zip(&groups).find_map(|(f, g)| {
         Some(CommandFlow {
             name: f.name.clone(),
-            hosts: HostPair {
-                client: g.from,
-                server: g.to,
-            },
+            hosts: g.hosts,
             start_us: f.start_us,
             spec: f.command.clone()?,
             params: f.params.clone(),

@@ -832,7 +832,17 @@ pub fn runs_and_flows(db: &Path) -> Vec<(Value, Vec<Value>)> {
 
 /// `tcplab sweep FILE --db DB EXTRA…`.
 pub fn sweep(file: &std::path::Path, db: &std::path::Path, extra: &[&str]) -> Output {
-    tcplab()
+    sweep_by(tcplab(), file, db, extra)
+}
+
+/// [`sweep`] by `tcplab`, a command with its global flags set (`--netns NS`).
+pub fn sweep_by(
+    mut tcplab: Command,
+    file: &std::path::Path,
+    db: &std::path::Path,
+    extra: &[&str],
+) -> Output {
+    tcplab
         .arg("sweep")
         .arg(file)
         .arg("--db")

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use tcplab_netsim::path::{Bottleneck, Direction, Pace, PathSpec};
+use tcplab_netsim::path::{Direction, Pace, PathSpec};
 use tcplab_record::topology::{hop_name, pacer_name, TopologyRecord};
 use tcplab_record::{Direction as FlowDirection, FlowRecord, HopFlow, NamedCounters, RunRecord};
 
@@ -169,29 +169,22 @@ fn one_flow(
 /// `None` for an unlimited link or one whose rate changes (a trace, a schedule).
 pub fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
     let (spec, dir) = hop_spec(topology, hop)?;
-    match spec.link(dir).bottleneck {
-        Bottleneck::Rate { bps, overhead } => Some((bps, overhead)),
-        Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
-    }
+    spec.link(dir).fixed_rate()
 }
 
 /// The most TCP goodput (bit/s, segments of `mss` bytes) a hop lets through: its
 /// link's fixed rate, or its gap pacer's where that is less; `None` with neither.
 fn hop_goodput_bps(topology: &TopologyRecord, hop: &str, mss: u32) -> Option<f64> {
-    let link =
-        hop_rate(topology, hop).map(|(bps, overhead)| bounds::link_goodput_bps(bps, mss, overhead));
-    let pacer = hop_pace(topology, hop).map(|bps| bounds::link_goodput_bps(bps, mss, 0));
-    link.into_iter().chain(pacer).reduce(f64::min)
-}
-
-/// The rate (bit/s) of the gap pacer before a hop's link that way (`pace RATE`), where
-/// it has one that does not change.
-fn hop_pace(topology: &TopologyRecord, hop: &str) -> Option<u64> {
     let (spec, dir) = hop_spec(topology, hop)?;
-    match spec.link(dir).pace? {
-        Pace::Rate(bps) => Some(bps),
-        Pace::Window(_) => None,
-    }
+    let link = spec.link(dir);
+    let rate = link
+        .fixed_rate()
+        .map(|(bps, overhead)| bounds::link_goodput_bps(bps, mss, overhead));
+    let pacer = match link.pace {
+        Some(Pace::Rate(bps)) => Some(bounds::link_goodput_bps(bps, mss, 0)),
+        Some(Pace::Window(_)) | None => None,
+    };
+    rate.into_iter().chain(pacer).reduce(f64::min)
 }
 
 /// The path spec of the link a hop crosses and which way, where it has no schedule.

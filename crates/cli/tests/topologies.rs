@@ -39,25 +39,50 @@ fn topology_file(
 
 /// a — r1 — r2 — b: 2, 10 and 4 ms of round trip, the middle link at 100 Mbit/s.
 fn chain_file(dir: &Path) -> std::path::PathBuf {
+    chain_with(dir, "rtt 10ms rate 100mbit")
+}
+
+/// The chain of [`chain_file`] with `l2` for its middle link's path.
+fn chain_with(dir: &Path, l2: &str) -> std::path::PathBuf {
     topology_file(
         dir,
         &["a", "b"],
         &["r1", "r2"],
         &[
             ("l1", ["a", "r1"], "rtt 2ms"),
-            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit"),
+            ("l2", ["r1", "r2"], l2),
             ("l3", ["r2", "b"], "rtt 4ms"),
         ],
         "",
     )
 }
 
-/// The counters of the hop named `name` ("LINK FROM→TO") in `lab show --json`.
+/// The counters of the hop named `name` ("LINK FROM→TO") in `lab show --json`, or in a
+/// run's `path`.
 fn hop<'a>(show: &'a Value, name: &str) -> &'a Value {
     show.pointer("/up/links")
         .and_then(Value::as_array)
         .and_then(|links| links.iter().find(|l| l["name"] == name))
         .unwrap_or_else(|| panic!("no hop {name} in {show}"))
+}
+
+/// A flow's data as a link's tallies name it: "tcp CLIENT > SERVER".
+fn data_key(flow: &Value) -> String {
+    format!(
+        "tcp {} > {}",
+        str_at(flow, "/client_addr"),
+        str_at(flow, "/server_addr")
+    )
+}
+
+/// The entry of flow `key` in a hop's per-flow list `list` (`flows`, `bursts`).
+fn of_flow<'a>(hop: &'a Value, list: &str, key: &str) -> &'a Value {
+    hop[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{} has no {list}", hop["name"]))
+        .iter()
+        .find(|f| f["flow"] == key)
+        .unwrap_or_else(|| panic!("{}'s {list} have no {key}: {hop}", hop["name"]))
 }
 
 /// `lab show` once every hop in `expected` has delivered its count (the daemon
@@ -904,26 +929,8 @@ fn a_run_across_a_topology_is_recorded_link_by_link() {
         route["hops"],
         serde_json::json!(["l1 a→r1", "l2 r1→r2", "l3 r2→b"])
     );
-    let flow = &run["flows"][0];
-    let key = format!(
-        "tcp {} > {}",
-        str_at(flow, "/client_addr"),
-        str_at(flow, "/server_addr")
-    );
-    let met = |hop: &str| -> &Value {
-        let link = path["up"]["links"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["name"] == hop)
-            .unwrap_or_else(|| panic!("no {hop}"));
-        link["flows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["flow"] == key.as_str())
-            .unwrap_or_else(|| panic!("{hop} did not see {key}: {link}"))
-    };
+    let key = data_key(&run["flows"][0]);
+    let met = |name: &str| of_flow(hop(path, name), "flows", &key);
     let tally = |hop: &str| (u64_at(met(hop), "/packets"), u64_at(met(hop), "/dropped"));
     let (l1, l2, l3) = (tally("l1 a→r1"), tally("l2 r1→r2"), tally("l3 r2→b"));
     // Each packet's time on each link, on the emulator's clock: l1 and l3 only delay
@@ -979,17 +986,7 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
     }
     let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
-    let file = topology_file(
-        dir.path(),
-        &["a", "b"],
-        &["r1", "r2"],
-        &[
-            ("l1", ["a", "r1"], "rtt 2ms"),
-            ("l2", ["r1", "r2"], "rtt 10ms rate 100mbit pace 50mbit"),
-            ("l3", ["r2", "b"], "rtt 4ms"),
-        ],
-        "",
-    );
+    let file = chain_with(dir.path(), "rtt 10ms rate 100mbit pace 50mbit");
     let db = dir.path().join("paced.db");
     let out = tcplab()
         .args(["run", "--topology"])
@@ -1000,13 +997,7 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
         .output()
         .unwrap();
     let run = parse_success(&out);
-    let links = run["path"]["up"]["links"].as_array().unwrap();
-    let link = |name: &str| {
-        links
-            .iter()
-            .find(|l| l["name"] == name)
-            .unwrap_or_else(|| panic!("no {name}: {links:?}"))
-    };
+    let link = |name: &str| hop(&run["path"], name);
     let (pacer, core) = (link("pacer l2 r1→r2"), link("l2 r1→r2"));
     assert_eq!(
         u64_at(pacer, "/delivered_packets"),
@@ -1017,21 +1008,8 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
         u64_at(pacer, "/packets_in"),
         u64_at(link("l1 a→r1"), "/delivered_packets")
     );
-    let flow = &run["flows"][0];
-    let key = format!(
-        "tcp {} > {}",
-        str_at(flow, "/client_addr"),
-        str_at(flow, "/server_addr")
-    );
-    let met = |l: &Value| -> f64 {
-        let f = l["flows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["flow"] == key.as_str())
-            .unwrap_or_else(|| panic!("{} did not see {key}", l["name"]));
-        f64_at(f, "/queue_delay_mean_us")
-    };
+    let key = data_key(&run["flows"][0]);
+    let met = |l: &Value| f64_at(of_flow(l, "flows", &key), "/queue_delay_mean_us");
     let (paced_us, link_us) = (met(pacer), met(core));
     println!("{key}: queued {paced_us} µs at the pacer, {link_us} µs at l2");
     // Each link meters the trains each flow arrived in: into the pacer, the sender's
@@ -1039,12 +1017,7 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
     // 50 Mbit/s. An emulator woken late on a loaded machine may hand l2 two of them at
     // once, now and then: 99 % of the packets come alone whatever the load.
     let trains = |l: &Value| -> (f64, f64, u64) {
-        let b = l["bursts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["flow"] == key.as_str())
-            .unwrap_or_else(|| panic!("{} has no trains of {key}", l["name"]));
+        let b = of_flow(l, "bursts", &key);
         (
             f64_at(b, "/burst_mean"),
             f64_at(b, "/burst_p99"),
@@ -1099,12 +1072,7 @@ fn a_flows_gap_pacer_sits_on_its_senders_first_link() {
     assert_success(&sweep(&file, &db, &[]));
     let (run, flows) = runs_and_flows(&db).remove(0);
     let path = json_column(&run, "path_json");
-    let pacer = path["up"]["links"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == "pacer l1 a→r1")
-        .unwrap_or_else(|| panic!("no pacer before l1: {path}"));
+    let pacer = hop(&path, "pacer l1 a→r1");
     assert!(u64_at(pacer, "/delivered_packets") > 100, "{pacer}");
     let e = explained(&db, &[]);
     assert_eq!(e["flow_links"][0]["binding"], "pacer l1 a→r1", "{e:#}");

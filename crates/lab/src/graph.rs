@@ -27,9 +27,7 @@ use tcplab_sys::tun::MAX_PACKET;
 use crate::capture::{Capture, CaptureSpec};
 use crate::pipeline::{DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, LabEntry};
-use crate::topology::{
-    burst_meter, fixed_rate, io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan,
-};
+use crate::topology::{burst_meter, io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan};
 use crate::{Lab, LabError};
 use tcplab_analysis::hop::HopMeter;
 
@@ -304,7 +302,7 @@ fn build(
             pacer.then = Target::Hop(hop.index());
             pacer.hop_meter = Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS));
             pacer.meter = match path.link(hop.dir).pace {
-                Some(Pace::Rate(bps)) => burst_meter(Some(bps), per_packet),
+                Some(Pace::Rate(bps)) => burst_meter(Some((bps, 0)), per_packet),
                 Some(Pace::Window(_)) | None => None,
             };
             pacers.push((hop.index(), pacer));
@@ -326,7 +324,7 @@ fn build(
                 after: Some(hop.index()),
             },
             meter: burst_meter(
-                fixed_rate(topology.links[hop.link].path.link(hop.dir)),
+                topology.links[hop.link].path.link(hop.dir).fixed_rate(),
                 per_packet,
             ),
             hop_meter: Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS)),

@@ -849,11 +849,12 @@ impl Direction {
     fn sample_queues(&mut self, now: u64) {
         for hop in &mut self.plan.hops {
             let queued = hop.link.counters_of(Traffic::Test).queue_bytes;
-            if let Some(meter) = &mut hop.meter {
-                meter.queue(now, queued);
-            }
-            if let Some(meter) = &mut hop.hop_meter {
-                meter.queue(now, queued);
+            // A topology's link keeps its queue in its hop meter (its burst meter's
+            // would go unread); a dumbbell's bottleneck in its burst meter.
+            match (&mut hop.hop_meter, &mut hop.meter) {
+                (Some(meter), _) => meter.queue(now, queued),
+                (None, Some(meter)) => meter.queue(now, queued),
+                (None, None) => {}
             }
         }
         let from = self.capacity_from;

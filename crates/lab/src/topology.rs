@@ -446,18 +446,11 @@ fn check_traces(lab: &Dumbbell) -> Result<(), LabError> {
     Ok(())
 }
 
-/// A link's fixed rate, bit/s; `None` without one (unlimited, a trace).
-pub(crate) fn fixed_rate(link: &LinkSpec) -> Option<u64> {
-    match link.bottleneck {
-        Bottleneck::Rate { bps, .. } => Some(bps),
-        Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
-    }
-}
-
-/// The trains of what enters a link at `rate` (bit/s), where packets go one by one.
-pub(crate) fn burst_meter(rate: Option<u64>, per_packet: bool) -> Option<BurstMeter> {
+/// The trains of what enters a link at `rate` (bit/s, overhead), where packets go one
+/// by one.
+pub(crate) fn burst_meter(rate: Option<(u64, u32)>, per_packet: bool) -> Option<BurstMeter> {
     rate.filter(|_| per_packet)
-        .map(|bps| BurstMeter::new(bps, pipeline::QUEUE_SAMPLE_NS))
+        .map(|(bps, _)| BurstMeter::new(bps, pipeline::QUEUE_SAMPLE_NS))
 }
 
 /// Packets a gap pacer holds at most: it spaces, it is not meant to drop (what it does
@@ -840,7 +833,7 @@ impl Lab {
                 Direction::Up => Target::Egress(0),
                 Direction::Down => Target::Route,
             },
-            meter: burst_meter(fixed_rate(config.path.link(dir)), per_packet),
+            meter: burst_meter(config.path.link(dir).fixed_rate(), per_packet),
             hop_meter: None,
             rate_control: None,
             capture: capture.map(|c| c.tap(dir)),

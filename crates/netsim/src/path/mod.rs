@@ -416,6 +416,15 @@ impl LinkSpec {
             && pace.is_none()
     }
 
+    /// Its fixed rate (bit/s) and per-packet overhead (bytes); `None` unlimited or
+    /// following a trace.
+    pub fn fixed_rate(&self) -> Option<(u64, u32)> {
+        match self.bottleneck {
+            Bottleneck::Rate { bps, overhead } => Some((bps, overhead)),
+            Bottleneck::Unlimited | Bottleneck::Trace { .. } => None,
+        }
+    }
+
     /// The buffer in packets or bytes; a BDP multiple becomes
     /// ⌊multiple × rate × path RTT / 8⌋ bytes. `None` for a BDP multiple without a fixed
     /// rate, which the parser rejects.

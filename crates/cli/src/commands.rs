@@ -57,7 +57,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         config,
         |line| errln!("tcplab serve: {line}"),
         &AtomicBool::new(false),
-        None,
+        server::PeerPacing::new(),
     )?;
     Ok(ExitCode::SUCCESS)
 }

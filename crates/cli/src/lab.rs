@@ -215,6 +215,7 @@ fn up(name: &str, topology: Option<&Path>, args: &PathArgs) -> Result<ExitCode> 
         Some(file) => {
             // Checked here, before any namespace: the daemon reads it again.
             let config = topology_config(name, file, args)?;
+            refuse_window_pacers(named_links(&config), STANDING_SENDERS)?;
             let file = std::path::absolute(file)
                 .with_context(|| format!("topology {}", file.display()))?;
             cmd.arg("--topology").arg(file);
@@ -329,13 +330,7 @@ fn daemon_path_args(name: &str, args: &PathArgs, cmd: &mut Command) -> Result<()
     let Some(path) = &args.path else {
         bail!("lab up needs --path SPEC (an empty spec \"\" is an ideal path) or --topology FILE");
     };
-    if let Some(Pace::Window(rtt)) = [path.up.pace, path.down.pace]
-        .into_iter()
-        .flatten()
-        .find(|p| matches!(p, Pace::Window(_)))
-    {
-        bail!("pace {} follows the senders' tcp_info, which a standing lab cannot see: use it with `tcplab run --path` or a sweep, or give pace a rate", rtt.name());
-    }
+    refuse_window_pacers([("--path".to_owned(), path)], STANDING_SENDERS)?;
     config(args, name)?;
     // Every flag the daemon needs: a field added to PathArgs must be passed on here.
     let PathArgs {
@@ -361,6 +356,33 @@ fn daemon_path_args(name: &str, args: &PathArgs, cmd: &mut Command) -> Result<()
         cmd.arg("--capture-at").arg(spec.at.name());
     }
     Ok(())
+}
+
+/// A dynamic gap pacer (`pace cwnd`) on any of `paths` (each named by where it is
+/// given), refused where the lab's senders are not tcplab's own, which publish the
+/// window rate it follows: `unseen` says why.
+fn refuse_window_pacers<'a>(
+    paths: impl IntoIterator<Item = (String, &'a PathSpec)>,
+    unseen: &str,
+) -> Result<()> {
+    for (place, path) in paths {
+        for pace in [path.up.pace, path.down.pace] {
+            if let Some(Pace::Window(rtt)) = pace {
+                bail!("{place}: pace {} follows the senders' tcp_info, which {unseen}: use it with `tcplab run` or a sweep, or give pace a rate", rtt.name());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A topology's links, named for [`refuse_window_pacers`].
+fn named_links(config: &TopologyConfig) -> impl Iterator<Item = (String, &PathSpec)> {
+    config.topology.links.iter().map(move |link| {
+        (
+            format!("topology {}: link {}", config.file, link.name),
+            &link.path,
+        )
+    })
 }
 
 /// The lab a topology file asks for, read and checked: one line naming the file and
@@ -554,6 +576,11 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Why a shell's lab has no dynamic gap pacer.
+const SHELL_SENDERS: &str = "a shell's programs do not publish";
+/// Why a standing lab (`lab up`) has none.
+const STANDING_SENDERS: &str = "a standing lab cannot see";
+
 /// `tcplab shell`: an ephemeral lab, the command in its client host, the command's exit
 /// status. The far side is the lab's server host (start a peer there with
 /// `tcplab --netns $TCPLAB_SERVER_NS …`) and, with `--far host`, the caller's namespace
@@ -566,6 +593,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
                 bail!("--far host reaches through a dumbbell's server host: use --path");
             }
             let config = topology_config(&name, file, &args.path)?;
+            refuse_window_pacers(named_links(&config), SHELL_SENDERS)?;
             let hosts = host_pair(&config, &args.hosts)?;
             (LabPlan::Topology(Box::new(config)), hosts)
         }
@@ -573,6 +601,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
             let config = config(&args.path, &name)?.ok_or_else(|| {
                 anyhow!("shell needs --path SPEC (an empty spec \"\" is an ideal path) or --topology FILE")
             })?;
+            refuse_window_pacers([("--path".to_owned(), &config.path)], SHELL_SENDERS)?;
             if args.far == FarArg::Host {
                 if config.backend == Backend::Netem {
                     bail!("--far host needs the emulator: leave out --backend netem");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    alone, among_others, capture_directions, export_jsonl, json_column, kill_once_running,
+    alone, among_others, capture_directions, export_jsonl, failure, json_column, kill_once_running,
     one_of_three_tries, stderr, str_at, tcplab, tshark_or_skip,
 };
 use tcplab_sys::netns::privileged_or_skip;
@@ -288,6 +288,16 @@ fn bad_input_is_one_line_and_leaves_no_lab() {
         stderr(&out).contains("shell needs --path"),
         "{}",
         stderr(&out)
+    );
+
+    // A dynamic gap pacer follows tcplab's own senders, which a shell has none of.
+    let out = tcplab()
+        .args(["shell", "--path", "rate 10mbit up.pace cwnd", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        failure(&out),
+        "tcplab: --path: pace cwnd follows the senders' tcp_info, which a shell's programs do not publish: use it with `tcplab run` or a sweep, or give pace a rate"
     );
 
     let out = tcplab()

@@ -11,15 +11,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use tcplab_lab::{HostPair, Lab, LabConfig, TopologyConfig};
-use tcplab_netsim::path::{Direction, PathSpec};
+use tcplab_netsim::path::PathSpec;
 use tcplab_record::{IntervalRecord, RunRecord, TestEnd, TestParams};
 use tcplab_traffic::auth::PreSharedKey;
 use tcplab_traffic::client::{self, Request};
-use tcplab_traffic::engine::RateTarget;
 use tcplab_traffic::iperf3;
 use tcplab_traffic::limits::ServerLimits;
 use tcplab_traffic::merge;
-use tcplab_traffic::server::{self, Access, ServerConfig};
+use tcplab_traffic::server::{self, Access, PeerPacing, ServerConfig};
 
 /// Refuses paths whose schedule (`at`) changes nothing within the test: the groups'
 /// (start, end) say how long it lasts, unless one ends on a byte count.
@@ -170,9 +169,12 @@ impl LabServer {
             .try_clone()
             .with_context(|| format!("starting the server in {name}"))?;
         let stop = Arc::new(AtomicBool::new(false));
-        // Senders feed a dynamic gap pacer (`pace cwnd`) their window rate: the clients
-        // send up, the server down.
-        let down_pacing = rate_target(lab, Direction::Down);
+        // Its senders feed the dynamic gap pacers (`pace cwnd`) on their way to each
+        // client their window rate.
+        let pacing: PeerPacing = (0..=lab.clients.len())
+            .filter_map(|j| Some((lab.host(j)?, lab.pacing_target(k, j)?)))
+            .flat_map(|(peer, target)| [(peer.addr, target.clone()), (peer.addr6, target)])
+            .collect();
         let serving = {
             let stop = Arc::clone(&stop);
             host.ns
@@ -182,7 +184,7 @@ impl LabServer {
                         access: Access::Open,
                         limits: ServerLimits::lab(),
                     };
-                    server::serve(listener, config, |_| {}, &stop, down_pacing)
+                    server::serve(listener, config, |_| {}, &stop, pacing)
                 })
                 .with_context(|| format!("starting the server in {name}"))?
         };
@@ -275,13 +277,6 @@ enum Reach<'a> {
     Host(&'a RealHost),
 }
 
-/// Where direction `dir`'s senders publish their window rate, if its gap pacer follows
-/// them.
-fn rate_target(lab: &Lab, dir: Direction) -> Option<RateTarget> {
-    lab.pacing_target(dir)
-        .map(|(rate, rtt)| RateTarget { rate, rtt })
-}
-
 type GroupResult = std::result::Result<Option<RunRecord>, String>;
 type Joiner = Box<dyn FnOnce() -> std::thread::Result<GroupResult>>;
 
@@ -292,7 +287,7 @@ impl Reach<'_> {
                 lab.host(group.hosts.server).map_or(String::new(), |host| {
                     SocketAddr::new(host.addr, client::DEFAULT_PORT).to_string()
                 }),
-                rate_target(lab, Direction::Up),
+                lab.pacing_target(group.hosts.client, group.hosts.server),
                 None,
                 Some(lab.test_start()),
             ),

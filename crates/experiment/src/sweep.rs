@@ -233,11 +233,11 @@ pub fn load_topology(c: &RunConfig, file_dir: &Path) -> Result<Option<Topology>>
     Ok(Some(topology))
 }
 
-/// Each flow's `pacing = "gap"`: a gap pacer on its sending hosts' first link toward
-/// the other (both hosts for a bidirectional flow), one per link way.
+/// Each flow's `pacing = "gap"` or `"gap_cwnd…"`: a gap pacer on its sending hosts'
+/// first link toward the other (both hosts for a bidirectional flow), one per link way.
 fn pace_senders(topology: &mut Topology, flows: &[FlowConfig]) -> std::result::Result<(), String> {
     for flow in flows {
-        let (Some(bps), Some(hosts)) = (flow.gap_pace_bps, flow.hosts()) else {
+        let (Some(pace), Some(hosts)) = (flow.gap_pace, flow.hosts()) else {
             continue;
         };
         let node = |name: &str| topology.node(name).expect("check_flow_hosts found it");
@@ -249,11 +249,11 @@ fn pace_senders(topology: &mut Topology, flows: &[FlowConfig]) -> std::result::R
         };
         for &(from, to) in senders {
             topology
-                .pace_first_link(from, to, bps)
+                .pace_first_link(from, to, pace)
                 .map_err(|e| format!("flow '{}': {e}", flow.name))?;
         }
     }
-    Ok(())
+    topology.check_window_pacers().map_err(|e| e.to_string())
 }
 
 /// Refuses, before any run, a plan whose topologies cannot be read or whose flows do not

@@ -12,10 +12,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use tcplab_netsim::link::LinkTraces;
-use tcplab_netsim::path::{Direction, LinkSpec, Pace};
+use tcplab_netsim::path::{Direction, LinkSpec, Pace, PacingTarget};
 use tcplab_netsim::topology::{Hop as TopoHop, Topology};
 use tcplab_netsim::traffic::Classifier;
 use tcplab_record::capture::CapturePoint;
@@ -149,31 +150,12 @@ pub fn topology_record(topology: &Topology, file: &str, seed: u64) -> TopologyRe
     }
 }
 
-/// What a topology's link cannot have, in one line naming it: a gap pacer that follows
-/// the senders' windows (`pace cwnd`) needs a dumbbell's direction, whose senders
-/// publish the rate it follows.
-fn check_links(topology: &Topology) -> Result<(), LabError> {
-    for link in &topology.links {
-        for dir in [Direction::Up, Direction::Down] {
-            if let Some(Pace::Window(rtt)) = link.path.link(dir).pace {
-                return Err(LabError::Name(format!(
-                    "link {}: pace {} follows the senders of a dumbbell's direction, not a topology's link's: give pace a rate",
-                    link.name,
-                    rtt.name()
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 impl Lab {
     /// Builds a topology's lab and starts its emulator. Every link's traces are read
     /// before anything is built; on any error, what was made is removed.
     pub fn up_topology(config: &TopologyConfig) -> Result<Lab, LabError> {
         registry::check_name(&config.name).map_err(LabError::Name)?;
         let topology = &config.topology;
-        check_links(topology)?;
         if let Some(capture) = &config.capture {
             capture.check(topology)?;
         }
@@ -292,12 +274,19 @@ fn build(
     // Each link way's hop at its index ([`TopoHop::index`]), then the gap pacers
     // (`pace RATE`) before the link ways that have one, as a dumbbell's before its
     // bottleneck: the link way's hop index, its pacer's.
+    // A dynamic one (`pace cwnd`) follows the rate at its link way's index here.
     let mut hops = Vec::new();
     let mut pacers = Vec::new();
+    let mut window_rates = HashMap::new();
     for hop in topology.hops() {
         let path = &topology.links[hop.link].path;
         if path.link(hop.dir).pace.is_some() {
-            let mut pacer = pacer_hop(&path.timeline(hop.dir), link_mtu, None)?;
+            let target = matches!(path.link(hop.dir).pace, Some(Pace::Window(_))).then(|| {
+                let rate = Arc::new(AtomicU64::new(0));
+                window_rates.insert(hop.index(), Arc::clone(&rate));
+                rate
+            });
+            let mut pacer = pacer_hop(&path.timeline(hop.dir), link_mtu, target)?;
             pacer.name = record::pacer_name(&hop_name(topology, hop));
             pacer.then = Target::Hop(hop.index());
             pacer.hop_meter = Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS));
@@ -373,6 +362,23 @@ fn build(
     };
     let stats = Arc::clone(&emulator.up);
     emulator.spawn("emulator", plan, stats)?;
+    let mut pacing_targets = HashMap::new();
+    for (a, &from) in nodes.iter().enumerate() {
+        for (b, &to) in nodes.iter().enumerate() {
+            if from == to {
+                continue;
+            }
+            let pacers = topology.window_pacers(from, to);
+            // One round trip for all ([`Topology::check_window_pacers`]).
+            if let Some(&(_, rtt)) = pacers.first() {
+                let rates = pacers
+                    .iter()
+                    .map(|(hop, _)| Arc::clone(&window_rates[&hop.index()]))
+                    .collect();
+                pacing_targets.insert((a, b), PacingTarget { rates, rtt });
+            }
+        }
+    }
     let mut hosts = hosts.into_iter();
     let server = hosts.next().expect("a topology has two hosts or more");
     Ok(Lab {
@@ -380,7 +386,7 @@ fn build(
         server,
         clients: hosts.collect(),
         emulator,
-        pacing_targets: Default::default(),
+        pacing_targets,
         alive: true,
     })
 }
@@ -394,26 +400,5 @@ mod tests {
         assert_eq!(host_addrs(1).0.to_string(), "10.77.0.1");
         assert_eq!(host_addrs(2).1.to_string(), "fd00:77::2");
         assert_eq!(host_addrs(251).0.to_string(), "10.77.0.251");
-    }
-
-    fn link(path: &str) -> Topology {
-        format!(
-            "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n\
-             [[link]]\nname = \"l1\"\nbetween = [\"a\", \"b\"]\npath = \"{path}\"\n"
-        )
-        .parse()
-        .unwrap()
-    }
-
-    #[test]
-    fn a_link_paced_at_a_rate_is_taken_and_one_following_the_window_refused() {
-        assert!(check_links(&link("rate 10mbit pace 5mbit")).is_ok());
-        let error = check_links(&link("rate 10mbit up.pace cwnd"))
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            error,
-            "link l1: pace cwnd follows the senders of a dumbbell's direction, not a topology's link's: give pace a rate"
-        );
     }
 }

@@ -16,14 +16,11 @@ use tcplab_analysis::burst::BurstMeter;
 use tcplab_netsim::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
 use tcplab_netsim::link::{Link, LinkError, LinkTraces, TraceFileError};
 use tcplab_netsim::path::{
-    Bottleneck, Direction, LinkSpec, Pace, PaceRtt, PathSpec, QueueLimit, Timeline,
+    Bottleneck, Direction, LinkSpec, Pace, PacingTarget, PathSpec, QueueLimit, Timeline,
 };
 use tcplab_netsim::traffic::{Classifier, TestStart};
 use tcplab_record::capture::CapturePoint;
 
-/// Where a direction's senders publish the rate its window-following gap pacer
-/// follows (bit/s), and the round trip that rate is over.
-pub type PacingTarget = (Arc<AtomicU64>, PaceRtt);
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::ifqueue;
 use tcplab_sys::netem::{self, NetemError};
@@ -237,7 +234,7 @@ struct LinkPlan<'a> {
     /// Whether each direction (up, down) segments super-packets.
     per_packet: [bool; 2],
     /// A dynamic pacer's target rate, per direction.
-    pacing_targets: &'a [Option<PacingTarget>; 2],
+    pacing_targets: &'a [Option<Arc<AtomicU64>>; 2],
     /// What to capture at the bottlenecks' entry.
     capture: Option<&'a CaptureSpec>,
 }
@@ -405,8 +402,9 @@ pub struct Lab {
     pub server: Host,
     pub clients: Vec<Host>,
     pub(crate) emulator: Emulator,
-    /// The rates a dynamic pacer (`pace cwnd`) follows, up and down, bit/s.
-    pub(crate) pacing_targets: [Option<PacingTarget>; 2],
+    /// Where the senders from one host to another (by [`Lab::host`]) publish the rate
+    /// of the dynamic gap pacers (`pace cwnd`) on their way.
+    pub(crate) pacing_targets: HashMap<(usize, usize), PacingTarget>,
     /// Until torn down: what Drop still has to do.
     pub(crate) alive: bool,
 }
@@ -680,19 +678,32 @@ impl Lab {
             clients: client_tuns,
         };
         let per_packet = per_packet(&config.path, &config.clients);
-        // A dynamic pacer's target rate, published by the direction's senders.
-        let pacing_targets =
+        // A dynamic pacer's rate, published by the direction's senders: the clients
+        // up, the server down.
+        let window_pacers =
             [Direction::Up, Direction::Down].map(|dir| match config.path.link(dir).pace {
-                Some(Pace::Window(rtt)) => Some((Arc::new(AtomicU64::new(0)), rtt)),
+                Some(Pace::Window(rtt)) => Some(PacingTarget {
+                    rates: vec![Arc::new(AtomicU64::new(0))],
+                    rtt,
+                }),
                 _ => None,
             });
+        let rates = window_pacers
+            .clone()
+            .map(|target| target.map(|t| Arc::clone(&t.rates[0])));
         let links = LinkPlan {
             config,
             per_packet,
-            pacing_targets: &pacing_targets,
+            pacing_targets: &rates,
             capture: config.capture.as_ref(),
         };
         let emulator = Emulator::start(&links, &devices, &clients)?;
+        let [up, down] = window_pacers;
+        let mut pacing_targets = HashMap::new();
+        for k in 1..=clients.len() {
+            pacing_targets.extend(up.clone().map(|target| ((k, 0), target)));
+            pacing_targets.extend(down.clone().map(|target| ((0, k), target)));
+        }
         Ok(Lab {
             entry,
             server,
@@ -809,7 +820,7 @@ impl Lab {
                 pacer_hop(
                     &config.path.timeline(dir),
                     config.path.mtu,
-                    pacing_targets[dir as usize].clone().map(|(rate, _)| rate),
+                    pacing_targets[dir as usize].clone(),
                 )
             })
             .transpose()?;
@@ -934,11 +945,11 @@ impl Lab {
         }
     }
 
-    /// Where the senders of direction `dir` publish the rate a dynamic gap pacer
-    /// (`pace cwnd`, `pace cwnd/minrtt`) follows, bit/s, and the round trip it is
-    /// over; `None` when that direction has none.
-    pub fn pacing_target(&self, dir: Direction) -> Option<PacingTarget> {
-        self.pacing_targets[dir as usize].clone()
+    /// Where the senders from host `from` to host `to` ([`Lab::host`]) publish the
+    /// rate the dynamic gap pacers on their way (`pace cwnd`, `pace cwnd/minrtt`)
+    /// follow; `None` when their way has none.
+    pub fn pacing_target(&self, from: usize, to: usize) -> Option<PacingTarget> {
+        self.pacing_targets.get(&(from, to)).cloned()
     }
 
     /// Where the first test across the lab publishes its start: the path's schedule

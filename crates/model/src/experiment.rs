@@ -247,11 +247,34 @@ pub struct FlowConfig {
     /// `protocol = "command"`: the programs run instead of tcplab's own flows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandSpec>,
-    /// In a topology, `pacing = "gap"`: the gap pacer's rate (bit/s) on each sending
-    /// host's first link toward the other ([`Topology::pace_first_link`]); a
-    /// dumbbell's is its path's `pace`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gap_pace_bps: Option<u64>,
+    /// In a topology, `pacing = "gap"` or `"gap_cwnd…"`: the gap pacer on each sending
+    /// host's first link toward the other ([`Topology::pace_first_link`]); a dumbbell's
+    /// is its path's `pace`. A plan stored before it could follow the window kept the
+    /// rate alone, as `gap_pace_bps`.
+    #[serde(
+        default,
+        alias = "gap_pace_bps",
+        deserialize_with = "stored_pace",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gap_pace: Option<Pace>,
+}
+
+/// A flow's gap pacer as stored: a [`Pace`], or a rate alone (bit/s) as plans stored it
+/// before.
+fn stored_pace<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Pace>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Bps(u64),
+        Pace(Pace),
+    }
+    Ok(
+        Option::<Stored>::deserialize(d)?.map(|stored| match stored {
+            Stored::Bps(bps) => Pace::Rate(bps),
+            Stored::Pace(pace) => pace,
+        }),
+    )
 }
 
 /// Where a flow runs: from a dumbbell's client to its server, or between two hosts of a
@@ -857,10 +880,7 @@ impl File {
                 _ => None,
             };
             if topology.is_some() {
-                flow.gap_pace_bps = match pace {
-                    Some(Pace::Rate(bps)) => Some(bps),
-                    Some(Pace::Window(_)) | None => None,
-                };
+                flow.gap_pace = pace;
             } else if pace.is_some() {
                 match flow.params.mode {
                     Mode::Up => path.up.pace = pace,
@@ -900,17 +920,6 @@ impl File {
         if let Some((key, _)) = dumbbell_only.iter().find(|(_, set)| *set) {
             return Err(format!(
                 "{key} is a dumbbell's, but topology gives the lab its links: remove one of them (a topology's link has its own path)"
-            ));
-        }
-        for (i, flow) in self.flow.iter().enumerate() {
-            let window = match flow.pacing {
-                Some(Pacing::GapCwnd) => "gap_cwnd",
-                Some(Pacing::GapCwndMinrtt) => "gap_cwnd_minrtt",
-                _ => continue,
-            };
-            return Err(format!(
-                "flow '{}': pacing = \"{window}\" follows the senders of a dumbbell's direction; in a topology use pacing = \"gap\" with a pacing_rate, or a link's pace RATE",
-                flow.name(i)
             ));
         }
         Ok(Some(match value {
@@ -1150,7 +1159,7 @@ impl FlowFile {
             start_us,
             params,
             command: None,
-            gap_pace_bps: None,
+            gap_pace: None,
         })
     }
 
@@ -1347,7 +1356,7 @@ impl FlowFile {
                 server: program("server_command", server_command)?,
                 limit_us,
             }),
-            gap_pace_bps: None,
+            gap_pace: None,
         })
     }
 }

@@ -26,8 +26,6 @@ pub enum DumbbellError {
     TxQueueLenOnAccess { client: usize },
     #[error("{link}: a queue in bdp is rate × round trip, and no link on the way has a delay (rtt 0): give the path an rtt, or the queue in packets (100p) or bytes (256KiB)")]
     BdpWithoutRtt { link: String },
-    #[error("pace cwnd follows the senders of a dumbbell's direction; a topology's link takes pace RATE only")]
-    WindowPacer,
 }
 
 /// A lab's bottleneck and its clients' access links.
@@ -294,9 +292,6 @@ impl Dumbbell<'_> {
                     Direction::Up => &mut spec.up,
                     Direction::Down => &mut spec.down,
                 };
-                if let Some(Pace::Window(_)) = link.pace {
-                    return Err(DumbbellError::WindowPacer);
-                }
                 if let (QueueLimit::Bdp(_), Some(role)) = (link.queue, role) {
                     link.queue = match self.queue_limit(role, dir) {
                         Some(Limit::Bytes(b)) => QueueLimit::Bytes(b),
@@ -425,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn one_client_reaches_r_over_an_ideal_link_and_a_window_pacer_is_refused() {
+    fn one_client_reaches_r_over_an_ideal_link_and_a_window_pacer_stays() {
         let path = spec("rtt 20ms rate 10mbit");
         let d = Dumbbell::new(&path, &[]);
         let t: crate::topology::Topology = d.topology_file().unwrap().parse().unwrap();
@@ -434,10 +429,16 @@ mod tests {
         assert_eq!(t.links[1].path, PathSpec::default());
         let (client, server) = (t.node("client").unwrap(), t.node("server").unwrap());
         assert_eq!(t.rtt_us(client, server), 20_000);
+        // Every client's senders up cross the bottleneck's pacer, as a dumbbell's.
         let paced = spec("rtt 20ms rate 10mbit up.pace cwnd");
+        let t: crate::topology::Topology = Dumbbell::new(&paced, &[])
+            .topology_file()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(
-            Dumbbell::new(&paced, &[]).topology_file(),
-            Err(DumbbellError::WindowPacer)
+            t.links[0].path.up.pace,
+            Some(Pace::Window(crate::path::PaceRtt::Smoothed))
         );
     }
 

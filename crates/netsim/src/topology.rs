@@ -34,7 +34,7 @@ use serde::Deserialize;
 
 use crate::dumbbell::derive_seed;
 use crate::link::{Link, LinkError, LinkTraces};
-use crate::path::{Direction, Pace, PathSpec};
+use crate::path::{Direction, Pace, PaceRtt, PathSpec};
 
 /// A node of the graph: its index in [`Topology::nodes`].
 pub type NodeId = usize;
@@ -255,6 +255,7 @@ impl Topology {
             let (key, hops) = topology.given_route(&ids, &entry)?;
             topology.routes.insert(key, hops);
         }
+        topology.check_window_pacers()?;
         Ok(topology)
     }
 
@@ -273,11 +274,11 @@ impl Topology {
         &self.routes[&(from, to)]
     }
 
-    /// A gap pacer at `bps` on host `from`'s egress toward host `to` (PSPacer on the
+    /// A gap pacer (`pace`) on host `from`'s egress toward host `to` (PSPacer on the
     /// sending host, as a flow's `pacing = "gap"` asks): `pace` on the first link of
-    /// their route, that way. One pacer per link way: another rate there already is an
+    /// their route, that way. One pacer per link way: another pace there already is an
     /// error naming the link.
-    pub fn pace_first_link(&mut self, from: NodeId, to: NodeId, bps: u64) -> Result<(), String> {
+    pub fn pace_first_link(&mut self, from: NodeId, to: NodeId, pace: Pace) -> Result<(), String> {
         let hop = *self
             .route(from, to)
             .first()
@@ -288,16 +289,59 @@ impl Topology {
             Direction::Down => &mut link.path.down,
         };
         match spec.pace {
-            Some(Pace::Rate(other)) if other == bps => Ok(()),
+            Some(other) if other == pace => Ok(()),
             Some(_) => Err(format!(
                 "link {} (\"{}\") is paced already where {} sends: one gap pacer per link way",
                 link.name, link.path, self.nodes[from].name
             )),
             None => {
-                spec.pace = Some(Pace::Rate(bps));
+                spec.pace = Some(pace);
                 Ok(())
             }
         }
+    }
+
+    /// The dynamic gap pacers (`pace cwnd`) on the route from host `from` to host
+    /// `to`, in order, and the round trip each spreads a window over.
+    pub fn window_pacers(&self, from: NodeId, to: NodeId) -> Vec<(Hop, PaceRtt)> {
+        self.route(from, to)
+            .iter()
+            .filter_map(|&hop| match self.links[hop.link].path.link(hop.dir).pace {
+                Some(Pace::Window(rtt)) => Some((hop, rtt)),
+                Some(Pace::Rate(_)) | None => None,
+            })
+            .collect()
+    }
+
+    /// A route through dynamic gap pacers that spread the window over different round
+    /// trips (`pace cwnd` and `pace cwnd/minrtt`): its senders publish one window rate.
+    pub fn check_window_pacers(&self) -> Result<(), TopologyError> {
+        let hosts: Vec<NodeId> = self.hosts().collect();
+        for &from in &hosts {
+            for &to in hosts.iter().filter(|&&to| to != from) {
+                let pacers = self.window_pacers(from, to);
+                let Some(((first, a), (second, b))) = pacers
+                    .iter()
+                    .zip(pacers.iter().skip(1))
+                    .find(|((_, a), (_, b))| a != b)
+                else {
+                    continue;
+                };
+                let link = |hop: &Hop| self.links[hop.link].name.clone();
+                return Err(TopologyError::Route {
+                    from: self.nodes[from].name.clone(),
+                    to: self.nodes[to].name.clone(),
+                    message: format!(
+                        "link {} paces by {} and link {} by {}: the senders on a route publish one window rate, so give its dynamic pacers one round trip",
+                        link(first),
+                        a.name(),
+                        link(second),
+                        b.name()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every hop: each link up, then down, in the file's order ([`Hop::index`]).

@@ -14,7 +14,7 @@ use tcplab_sys::clock::{monotonic_us, realtime_us};
 use tcplab_sys::sysctl;
 
 use crate::auth::{self, PreSharedKey};
-use crate::engine::{self, End, FlowSocket, Flows, RateTarget};
+use crate::engine::{self, End, FlowSocket, Flows};
 use crate::events::{self, TestTrace};
 use crate::flow::Renew;
 use crate::merge::{self, EndReport, IntervalMerger, TestContext};
@@ -24,6 +24,7 @@ use crate::setup;
 use crate::shell::{self, Input};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
+use tcplab_netsim::path::PacingTarget;
 use tcplab_proto::handshake::tcplab::{Accepted, Client as Handshake, ClientAction, ClientConfig};
 pub use tcplab_proto::handshake::tcplab::{HELLO_TIMEOUT as HANDSHAKE_TIMEOUT, TIME_PROBES};
 
@@ -45,7 +46,7 @@ pub struct Request {
     pub label: Option<String>,
     pub tags: Vec<String>,
     /// Where this end's senders publish their window rate for a lab's dynamic pacer.
-    pub pacing: Option<RateTarget>,
+    pub pacing: Option<PacingTarget>,
     /// The server's pre-shared key: proved to the server, and the server must prove it.
     pub key: Option<PreSharedKey>,
     /// Take the kernel's events of the test's sockets (`--trace-events`).
@@ -351,7 +352,7 @@ enum Event {
 struct ClientSide {
     flows: Flows,
     /// Where the senders publish their window rate for a lab's dynamic pacer.
-    pacing: Option<RateTarget>,
+    pacing: Option<PacingTarget>,
     prober: Option<Prober>,
 }
 

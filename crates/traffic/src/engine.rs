@@ -22,7 +22,7 @@ use std::time::Duration;
 use tcplab_analysis::limits;
 use tcplab_analysis::throughput;
 use tcplab_monitor::{Config, FlowStart, Monitor, Snapshot, Status, Watched, BOOK_EVERY_US};
-use tcplab_netsim::path::PaceRtt;
+use tcplab_netsim::path::{PacingTarget, RateShare};
 use tcplab_record::tcpinfo::TcpInfo;
 use tcplab_record::{
     BufferSize, Host, LimitShares, SampleRecord, SendMethod, TestEnd, TestParams, Transaction,
@@ -64,15 +64,6 @@ pub struct FlowSocket {
     pub renew: Option<Renew>,
 }
 
-/// Where an end's TCP senders publish their combined window rate at every sample: cwnd
-/// × MSS over the round trip `rtt` names, bit/s, the rate a dynamic gap pacer in a lab
-/// follows (`pace cwnd`, `pace cwnd/minrtt`).
-#[derive(Clone, Debug)]
-pub struct RateTarget {
-    pub rate: Arc<AtomicU64>,
-    pub rtt: PaceRtt,
-}
-
 /// One end's data sockets, ready to run.
 pub enum Flows {
     Tcp(Vec<FlowSocket>),
@@ -92,8 +83,9 @@ pub struct End {
     /// The peer's monotonic clock minus ours, ns (0 on one machine), for UDP's one-way
     /// delays.
     pub peer_offset_ns: i64,
-    /// Where the TCP senders publish their window rate, for a lab's dynamic pacer.
-    pub pacing: Option<RateTarget>,
+    /// Where the TCP senders publish their combined window rate at every sample (cwnd ×
+    /// MSS over a round trip), for the dynamic gap pacers on their way in a lab.
+    pub pacing: Option<PacingTarget>,
     /// Whether a sender that the drain limit stopped resets its connection, so that the
     /// receiver (a tcplab peer takes the reset as the end) stops waiting for the rest. A
     /// stock iperf3 would fail its test on a reset; it ends the test itself.
@@ -212,7 +204,7 @@ pub fn run_side(
                     host,
                     t0_us,
                     &intervals,
-                    pacing.as_ref(),
+                    pacing.map(RateShare::new),
                 );
                 (
                     result,
@@ -681,9 +673,15 @@ fn monitor(
     host: Host,
     t0_us: i64,
     intervals: &Sender<Vec<SideInterval>>,
-    pacing: Option<&RateTarget>,
+    mut pacing: Option<RateShare>,
 ) -> (Vec<Watched>, Vec<SampleRecord>) {
-    let config = Config::of_test(params, host, t0_us, flows.len(), pacing.map(|p| p.rtt));
+    let config = Config::of_test(
+        params,
+        host,
+        t0_us,
+        flows.len(),
+        pacing.as_ref().map(RateShare::rtt),
+    );
     let starts = flows
         .iter()
         .zip(start_infos)
@@ -717,8 +715,8 @@ fn monitor(
         }
         let tick = core.tick(due, &status, &snapshots);
         snapshots.fill(None);
-        if let Some((target, rate)) = pacing.zip(tick.window_rate_bps) {
-            target.rate.store(rate, Ordering::Relaxed);
+        if let Some((share, rate)) = pacing.as_mut().zip(tick.window_rate_bps) {
+            share.publish(rate);
         }
         for i in tick.resets {
             // Where no SOCK_DESTROY ended it: a retransmission between the last count and

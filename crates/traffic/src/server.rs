@@ -31,7 +31,7 @@ use tcplab_sys::localnet::Neighbourhood;
 use tcplab_sys::{clock::monotonic_us, poll, sockopt, sysctl};
 
 use crate::auth::{self, PreSharedKey};
-use crate::engine::{End, FlowSocket, Flows, RateTarget};
+use crate::engine::{End, FlowSocket, Flows};
 use crate::flow::Renew;
 use crate::limits::{Admission, ServerLimits, Slot, Source};
 use crate::probe::{self, Echo};
@@ -42,6 +42,7 @@ use crate::setup;
 use crate::shell::{self, Input};
 use crate::udp::{self, UdpFlow};
 use crate::{flow_roles, TrafficError};
+use tcplab_netsim::path::PacingTarget;
 use tcplab_proto::handshake::tcplab::{
     DataIntro, Listening as HandshakeListening, Server as Handshake, ServerAction,
     ServerConfig as HandshakeConfig, Start,
@@ -86,19 +87,23 @@ struct Shared {
     config: ServerConfig,
     admission: Admission,
     log: fn(&str),
-    pacing: Option<RateTarget>,
+    pacing: PeerPacing,
 }
+
+/// Where a lab server's senders publish their window rate, by the client's address:
+/// the dynamic gap pacers (`pace cwnd`) on the way to that client.
+pub type PeerPacing = std::collections::HashMap<std::net::IpAddr, PacingTarget>;
 
 /// Serves until `stop` is set (noticed within `ACCEPT_POLL_MS`, or at once when the
 /// listener is also shut down for reading). Each admitted control connection gets its own
-/// thread. `pacing`: where the tests' senders publish their window rate (a lab's dynamic
-/// pacer).
+/// thread. `pacing`: where the tests' senders publish their window rate, by the client's
+/// address (a lab's dynamic pacers).
 pub fn serve(
     listener: TcpListener,
     config: ServerConfig,
     log: fn(&str),
     stop: &AtomicBool,
-    pacing: Option<RateTarget>,
+    pacing: PeerPacing,
 ) -> io::Result<()> {
     let shared = Arc::new(Shared {
         admission: Admission::new(&config.limits),
@@ -554,7 +559,7 @@ fn run_test(
             // The client's start on our clock.
             peer_t0_us: client_t0_us - peer_offset_ns / 1000,
             peer_offset_ns,
-            pacing: server.pacing.clone(),
+            pacing: server.pacing.get(&peer.ip().to_canonical()).cloned(),
             reset_cut_drains: true,
         };
         thread::spawn(move || flows.run(&params, end, tx, stop))
@@ -957,7 +962,7 @@ mod tests {
                     access: Access::LocalOnly,
                     limits,
                 };
-                thread::spawn(move || serve(listener, config, |_| {}, &stop, None))
+                thread::spawn(move || serve(listener, config, |_| {}, &stop, PeerPacing::new()))
             };
             Loopback {
                 addr,

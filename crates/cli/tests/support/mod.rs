@@ -830,6 +830,22 @@ pub fn runs_and_flows(db: &Path) -> Vec<(Value, Vec<Value>)> {
         .collect()
 }
 
+/// `tcplab results DB --json [--flow NAME]`: the mean throughput at each point (of
+/// that flow's connections alone, with a name), with the point's label.
+pub fn point_means(db: &Path, flow: Option<&str>) -> Vec<(String, f64)> {
+    let mut results = tcplab();
+    results.arg("results").arg(db).arg("--json");
+    if let Some(flow) = flow {
+        results.args(["--flow", flow]);
+    }
+    parse_success(&results.output().unwrap())["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["label"].as_str().unwrap().to_owned(), f64_at(p, "/mean")))
+        .collect()
+}
+
 /// `tcplab sweep FILE --db DB EXTRA…`.
 pub fn sweep(file: &std::path::Path, db: &std::path::Path, extra: &[&str]) -> Output {
     sweep_by(tcplab(), file, db, extra)

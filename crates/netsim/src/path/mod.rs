@@ -31,6 +31,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde::de::Error as _;
 use serde::ser::SerializeMap;
@@ -339,8 +341,9 @@ pub struct DelayTrace {
     pub reorder: bool,
 }
 
-/// A gap pacer's rate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A gap pacer's rate. Stored as `{"rate": BPS}` or `{"window": "smoothed"}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Pace {
     /// Fixed, bit/s.
     Rate(u64),
@@ -349,7 +352,8 @@ pub enum Pace {
 }
 
 /// The round trip a window-following gap pacer divides the senders' windows by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PaceRtt {
     /// The smoothed RTT (`pace cwnd`), PSPacer's dynamic mode. It includes the queue
     /// the pacer itself holds, so the rate it follows falls as that queue grows.
@@ -379,6 +383,56 @@ impl PaceRtt {
             return 0.0;
         }
         f64::from(info.snd_cwnd) * f64::from(info.snd_mss) * 8e6 / f64::from(rtt_us)
+    }
+}
+
+/// Where a sender publishes the rate the window-following gap pacers on its way follow
+/// (`pace cwnd`, `pace cwnd/minrtt`): each pacer's rate, bit/s, and the round trip they
+/// spread a window over. Each pacer's rate is the sum of what every end sending through
+/// it publishes ([`RateShare`]).
+#[derive(Clone, Debug)]
+pub struct PacingTarget {
+    pub rates: Vec<Arc<AtomicU64>>,
+    pub rtt: PaceRtt,
+}
+
+/// One end's part of its [`PacingTarget`]'s rates: publishing replaces what this end
+/// published before, leaving the other ends' parts, and dropping it takes its part out.
+/// Ends sharing a pacer so add up their senders' window rates, where storing each end's
+/// sum would keep only the last.
+#[derive(Debug)]
+pub struct RateShare {
+    target: PacingTarget,
+    published: u64,
+}
+
+impl RateShare {
+    pub fn new(target: PacingTarget) -> Self {
+        RateShare {
+            target,
+            published: 0,
+        }
+    }
+
+    /// The round trip the end's window rate is over.
+    pub fn rtt(&self) -> PaceRtt {
+        self.target.rtt
+    }
+
+    /// This end's senders' window rate now, bit/s.
+    pub fn publish(&mut self, bps: u64) {
+        // Wrapping: a part that falls moves every pacer's sum down by the difference.
+        let change = bps.wrapping_sub(self.published);
+        for rate in &self.target.rates {
+            rate.fetch_add(change, Ordering::Relaxed);
+        }
+        self.published = bps;
+    }
+}
+
+impl Drop for RateShare {
+    fn drop(&mut self) {
+        self.publish(0);
     }
 }
 
@@ -2096,6 +2150,29 @@ mod tests {
 
     fn err(s: &str) -> String {
         s.parse::<PathSpec>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn ends_sharing_a_pacer_add_up_and_an_end_that_goes_takes_its_part() {
+        let (first, second) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let target = |rates: Vec<&Arc<AtomicU64>>| PacingTarget {
+            rates: rates.into_iter().map(Arc::clone).collect(),
+            rtt: PaceRtt::Smoothed,
+        };
+        let read = |rate: &AtomicU64| rate.load(Ordering::Relaxed);
+        // One end crosses both pacers, the other only the second.
+        let mut long = RateShare::new(target(vec![&first, &second]));
+        let mut short = RateShare::new(target(vec![&second]));
+        long.publish(30_000_000);
+        short.publish(20_000_000);
+        assert_eq!((read(&first), read(&second)), (30_000_000, 50_000_000));
+        // A part that falls lowers the sums by as much.
+        long.publish(10_000_000);
+        assert_eq!((read(&first), read(&second)), (10_000_000, 30_000_000));
+        drop(short);
+        assert_eq!((read(&first), read(&second)), (10_000_000, 10_000_000));
+        drop(long);
+        assert_eq!((read(&first), read(&second)), (0, 0));
     }
 
     #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::path::PaceRtt;
 
 /// The parking lot: the long flow's hosts src and dst at the ends of a chain of three
 /// routers and two bottlenecks, a host at r1 and one at r2 for the one-hop flows.
@@ -200,20 +201,50 @@ fn a_senders_gap_pacer_goes_on_the_first_link_of_its_way_once() {
         t.node("dst").unwrap(),
         t.node("x1").unwrap(),
     );
-    t.pace_first_link(src, dst, 5_000_000).unwrap();
+    let rate = |bps| Pace::Rate(bps);
+    t.pace_first_link(src, dst, rate(5_000_000)).unwrap();
     // The same rate again, from the same host: the same pacer.
-    t.pace_first_link(src, x1, 5_000_000).unwrap();
+    t.pace_first_link(src, x1, rate(5_000_000)).unwrap();
     let first = &t.links[0];
     assert_eq!(first.path.to_string(), "rtt 2ms up.pace 5mbit");
-    // Back from dst: the last link's down way.
-    t.pace_first_link(dst, src, 7_000_000).unwrap();
-    assert_eq!(t.links[3].path.to_string(), "rtt 2ms down.pace 7mbit");
-    let error = t.pace_first_link(src, dst, 6_000_000).unwrap_err();
+    // Back from dst: the last link's down way, following the window.
+    t.pace_first_link(dst, src, Pace::Window(PaceRtt::Min))
+        .unwrap();
+    assert_eq!(t.links[3].path.to_string(), "rtt 2ms down.pace cwnd/minrtt");
+    let error = t.pace_first_link(src, dst, rate(6_000_000)).unwrap_err();
     assert_eq!(
         error,
         format!(
             "link {} (\"rtt 2ms up.pace 5mbit\") is paced already where src sends: one gap pacer per link way",
             t.links[0].name
         )
+    );
+}
+
+#[test]
+fn a_route_s_dynamic_pacers_spread_the_window_over_one_round_trip() {
+    let chain = |l2: &str| {
+        format!(
+            "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[router]]\nname = \"r\"\n\
+             [[link]]\nname = \"l1\"\nbetween = [\"a\", \"r\"]\npath = \"rate 10mbit pace cwnd\"\n\
+             [[link]]\nname = \"l2\"\nbetween = [\"r\", \"b\"]\npath = \"{l2}\"\n"
+        )
+        .parse::<Topology>()
+    };
+    let same = chain("rate 10mbit pace cwnd").unwrap();
+    let (a, b) = (same.node("a").unwrap(), same.node("b").unwrap());
+    let ways = |t: &Topology, from, to| -> Vec<String> {
+        t.window_pacers(from, to)
+            .iter()
+            .map(|(hop, rtt)| format!("{} {:?} {}", t.links[hop.link].name, hop.dir, rtt.name()))
+            .collect()
+    };
+    assert_eq!(ways(&same, a, b), ["l1 Up cwnd", "l2 Up cwnd"]);
+    // Each way its own: back from b, only l1 is paced (l2 paces up alone).
+    let up_only = chain("rate 10mbit up.pace cwnd").unwrap();
+    assert_eq!(ways(&up_only, b, a), ["l1 Down cwnd"]);
+    assert_eq!(
+        chain("rate 10mbit pace cwnd/minrtt").unwrap_err().to_string(),
+        "route a → b: link l1 paces by cwnd and link l2 by cwnd/minrtt: the senders on a route publish one window rate, so give its dynamic pacers one round trip"
     );
 }

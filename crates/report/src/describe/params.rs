@@ -2,6 +2,7 @@
 //! each flow's name in legends.
 
 use tcplab_model::experiment::FlowConfig;
+use tcplab_netsim::path::Pace;
 use tcplab_record::units::{format_duration_us, format_rate, format_size};
 use tcplab_record::{FlowRecord, Mode, TestEnd, TestParams, TransactionParams, Tuning};
 
@@ -99,8 +100,10 @@ fn tuning(t: &Tuning, transactions: Option<TransactionParams>) -> Vec<String> {
 
 fn flow_parts(f: &FlowConfig) -> Vec<String> {
     let mut parts = parts(&f.params);
-    if let Some(bps) = f.gap_pace_bps {
-        parts.push(format!("gap-paced at {}", format_rate(bps as f64)));
+    match f.gap_pace {
+        Some(Pace::Rate(bps)) => parts.push(format!("gap-paced at {}", format_rate(bps as f64))),
+        Some(Pace::Window(rtt)) => parts.push(format!("gap-paced at its {}", rtt.name())),
+        None => {}
     }
     if f.start_us > 0 {
         parts.push(format!("from {}", format_duration_us(f.start_us)));
@@ -210,7 +213,7 @@ mod tests {
                 start_us: 0,
                 params,
                 command: None,
-                gap_pace_bps: (window == 8192).then_some(5_000_000),
+                gap_pace: (window == 8192).then_some(Pace::Rate(5_000_000)),
             }
         };
         let (a, b) = ([flow(8192)], [flow(65536)]);

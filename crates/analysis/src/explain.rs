@@ -1812,7 +1812,7 @@ fn binding_link(l: &FlowLinks) -> String {
             format_rate(b)
         )
     });
-    let trains = l.binding_trains.map_or(String::new(), |t| {
+    let trains = l.binding_trains().map_or(String::new(), |t| {
         format!(
             " (they reached it in trains of {:.1} packets on average, {:.0} at p99)",
             t.mean, t.p99

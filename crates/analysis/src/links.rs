@@ -34,9 +34,9 @@ pub struct FlowLinks {
     pub one_way_us: f64,
     /// The goodput of the slowest fixed rate on its way, bit/s (`None` without one).
     pub bound_bps: Option<f64>,
-    /// The trains its packets arrived at the binding link in, where that link meters
-    /// them (a fixed rate, packets one by one).
-    pub binding_trains: Option<Trains>,
+    /// The trains it arrived in at each stage of its way that meters them, in order:
+    /// the stage's name (a link way, or its pacer) and its trains.
+    pub trains: Vec<(String, Trains)>,
 }
 
 /// A flow's trains at a link: runs of packets arriving back to back
@@ -61,6 +61,18 @@ pub fn flow_links(run: &RunRecord) -> Option<Vec<FlowLinks>> {
             .filter_map(|f| one_flow(topology, links, f))
             .collect(),
     )
+}
+
+impl FlowLinks {
+    /// The trains its packets arrived at the binding link in, where that link meters
+    /// them (a fixed rate, packets one by one).
+    pub fn binding_trains(&self) -> Option<Trains> {
+        let binding = self.binding.as_ref()?;
+        self.trains
+            .iter()
+            .find(|(stage, _)| stage == binding)
+            .map(|&(_, trains)| trains)
+    }
 }
 
 /// What `flows` can carry together at most, bit/s: the goodputs of a set of links each
@@ -142,14 +154,18 @@ fn one_flow(
         .iter()
         .filter_map(|h| hop_goodput_bps(topology, h, flow.mss))
         .reduce(f64::min);
-    let binding_trains = binding.and_then(|(name, _)| {
-        let link = links.iter().find(|l| &l.name == name)?;
-        let trains = link.bursts.iter().find(|b| b.flow == key)?;
-        Some(Trains {
-            mean: trains.burst_mean,
-            p99: trains.burst_p99,
+    let trains: Vec<(String, Trains)> = stages
+        .iter()
+        .filter_map(|(name, _)| {
+            let link = links.iter().find(|l| &l.name == name)?;
+            let met = link.bursts.iter().find(|b| b.flow == key)?;
+            let trains = Trains {
+                mean: met.burst_mean,
+                p99: met.burst_p99,
+            };
+            Some((name.clone(), trains))
         })
-    });
+        .collect();
     Some(FlowLinks {
         flow: flow.id,
         from: route.from.clone(),
@@ -161,7 +177,7 @@ fn one_flow(
         others_queue_us: queued - binding.map_or(0.0, |(_, t)| t.queue_delay_mean_us),
         one_way_us,
         bound_bps,
-        binding_trains,
+        trains,
     })
 }
 
@@ -364,13 +380,12 @@ mod tests {
         assert_eq!(a.binding.as_deref(), Some("pacer ar a→r"));
         assert_eq!(a.binding_queue_us, 40_000.0);
         // The trains it reached the pacer in (the sender's own), which the pacer meters.
-        assert_eq!(
-            a.binding_trains,
-            Some(Trains {
-                mean: 12.5,
-                p99: 44.0
-            })
-        );
+        let sender_s = Trains {
+            mean: 12.5,
+            p99: 44.0,
+        };
+        assert_eq!(a.binding_trains(), Some(sender_s));
+        assert_eq!(a.trains, [("pacer ar a→r".to_owned(), sender_s)]);
         // The link's 300 µs and rb's 2 000 µs; the pacer's time is part of the way.
         assert_eq!((a.others_queue_us, a.one_way_us), (2300.0, 51_600.0));
         // 5 Mbit/s paced, no per-packet overhead counted: below rb's 10 Mbit/s.

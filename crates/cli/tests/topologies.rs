@@ -669,7 +669,8 @@ fn sweep_quick(name: &str, dir: &Path) -> std::path::PathBuf {
 /// Each run's report charts of its links: `full` links (each way named) carried their
 /// rate (90-105 % of `bps`, on average over the run) and drew their queues; every link
 /// each way that dropped packets says how many, as its counters do; the drawing of the
-/// topology has every node and link, the full links loaded 90 % or more.
+/// topology has every node and link, the full links loaded 90 % or more; each flow's
+/// trains at each link are the ones its record holds.
 fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
     use tcplab_report::{find_chart, Body, Target};
     let store = tcplab_store::Store::open(db).unwrap();
@@ -752,6 +753,45 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
         let drawn = queue.series_names();
         for name in full {
             assert!(drawn.contains(name), "run {}: queues {drawn:?}", row.id);
+        }
+        // Each flow's trains at each link that meters them, as the link's record has
+        // them: its mean a bar, its p99 the level across it; the full links among them.
+        let trains = find_chart(
+            &store,
+            Some(Target::Run(row.id)),
+            "trains",
+            Default::default(),
+        )
+        .unwrap();
+        let Body::Bars {
+            categories, series, ..
+        } = &trains.body
+        else {
+            panic!("run {}: trains are bars", row.id);
+        };
+        for name in full {
+            assert!(categories.iter().any(|c| c == name), "{categories:?}");
+        }
+        for s in series {
+            let flow = run
+                .flows
+                .iter()
+                .find(|f| s.name.trim_end_matches(" p99") == format!("flow {}", f.id))
+                .unwrap_or_else(|| panic!("no flow for {}", s.name));
+            let key = data_key(&serde_json::to_value(flow).unwrap());
+            for p in &s.points {
+                let link = &categories[p.x as usize];
+                let met = links
+                    .iter()
+                    .find(|l| &l.name == link)
+                    .and_then(|l| l.bursts.iter().find(|b| b.flow == key))
+                    .unwrap_or_else(|| panic!("{link} metered no trains of {key}"));
+                let recorded = match s.dashed {
+                    true => met.burst_p99,
+                    false => met.burst_mean,
+                };
+                assert_eq!(p.y, recorded, "{} at {link}", s.name);
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the bottleneck queue moved onto the run's time base.
 
 use tcplab_analysis::explain::explain;
-use tcplab_analysis::links::hop_rate;
+use tcplab_analysis::links::{flow_links, hop_rate, Trains};
 use tcplab_netsim::capture::CapturedPacket;
 use tcplab_netsim::path::PathSpec;
 use tcplab_record::events::KernelEvent;
@@ -44,13 +44,14 @@ pub enum RunChart {
     Queue,
     Topology,
     Links,
+    Trains,
     Latency,
     Delay,
     Tseq,
 }
 
 impl RunChart {
-    pub const ALL: [RunChart; 13] = [
+    pub const ALL: [RunChart; 14] = [
         RunChart::Throughput,
         RunChart::Cwnd,
         RunChart::Rtt,
@@ -61,6 +62,7 @@ impl RunChart {
         RunChart::Queue,
         RunChart::Topology,
         RunChart::Links,
+        RunChart::Trains,
         RunChart::Latency,
         RunChart::Delay,
         RunChart::Tseq,
@@ -79,6 +81,7 @@ impl RunChart {
             RunChart::Queue => "queue",
             RunChart::Topology => "topology",
             RunChart::Links => "links",
+            RunChart::Trains => "trains",
             RunChart::Latency => "latency",
             RunChart::Delay => "delay",
             RunChart::Tseq => "tseq",
@@ -97,6 +100,7 @@ impl RunChart {
             RunChart::Queue => "bottleneck queue",
             RunChart::Topology => "the topology and each link's load",
             RunChart::Links => "what each link carried",
+            RunChart::Trains => "the trains each flow reached each link in",
             RunChart::Latency => "latency under load",
             RunChart::Delay => "one-way delay",
             RunChart::Tseq => "time-sequence graph",
@@ -279,6 +283,7 @@ impl Run<'_> {
             }
             RunChart::Topology => topology(run)?,
             RunChart::Links => links(run, palette)?,
+            RunChart::Trains => trains(run, palette)?,
         })
     }
 
@@ -1065,6 +1070,45 @@ fn links(run: &RunRecord, palette: &mut Palette) -> Option<(String, Body)> {
                 quantity: Quantity::Rate,
             },
             series: vec![series],
+        },
+    ))
+}
+
+/// Across a topology, the trains each TCP flow reached each metered stage of its way in
+/// (a link way with a fixed rate, or a gap pacer, where packets go one by one): the
+/// mean length as a bar, the length 99 % of its packets arrived within as a level
+/// across it.
+fn trains(run: &RunRecord, palette: &mut Palette) -> Option<(String, Body)> {
+    let ways = flow_links(run)?;
+    let mut categories: Vec<String> = Vec::new();
+    for (stage, _) in ways.iter().flat_map(|w| &w.trains) {
+        if !categories.contains(stage) {
+            categories.push(stage.clone());
+        }
+    }
+    let at = |stage: &String| categories.iter().position(|c| c == stage).expect("listed") as f64;
+    let mut series = Vec::new();
+    for way in ways.iter().filter(|w| !w.trains.is_empty()) {
+        let flow = run.flows.iter().find(|f| f.id == way.flow)?;
+        let points = |value: &dyn Fn(&Trains) -> f64| {
+            way.trains
+                .iter()
+                .map(|(stage, t)| Pt::at(at(stage), value(t)))
+                .collect()
+        };
+        series.push(flow_series(palette, "", false, flow, points(&|t| t.mean)));
+        series.push(flow_series(palette, " p99", true, flow, points(&|t| t.p99)));
+    }
+    Some((
+        "The trains each TCP flow reached each link of its way in (packets arriving back to back at the link's rate), where a link with a fixed rate or a gap pacer meters them: the mean length (bars) and the length within which 99 % of its packets arrived (dashed); a flow spaced by an earlier, slower link reaches the next one packet at a time.".into(),
+        Body::Bars {
+            x_label: "link, each way".into(),
+            categories,
+            y: YAxis {
+                label: "packets a train".into(),
+                quantity: Quantity::Number,
+            },
+            series,
         },
     ))
 }

@@ -612,12 +612,12 @@ fn bad_input_is_refused_in_one_line() {
         return;
     }
     let _machine = among_others();
-    let out = lab(&["up", "bad name!", "--path", "rtt 1ms"]);
+    let out = lab_up_refused("bad name!", &["--path".as_ref(), "rtt 1ms".as_ref()]);
     one_line(&out, 1, "bad name!");
     assert!(!netns_exists("bad name!-client"));
 
     let name = lab_name("lb", 1);
-    let out = lab(&["up", &name, "--path", "ratte 1"]);
+    let out = lab_up_refused(&name, &["--path".as_ref(), "ratte 1".as_ref()]);
     one_line(&out, 2, "ratte");
     assert!(!registry_file(&name).exists());
 
@@ -630,7 +630,10 @@ fn bad_input_is_refused_in_one_line() {
         .unwrap();
     one_line(&out, 2, "--path");
 
-    let out = lab(&["up", &name, "--path", "trace /nonexistent/trace.up"]);
+    let out = lab_up_refused(
+        &name,
+        &["--path".as_ref(), "trace /nonexistent/trace.up".as_ref()],
+    );
     one_line(&out, 1, "/nonexistent/trace.up");
     assert_lab_gone(&name);
     assert!(list_json()
@@ -648,14 +651,15 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
     }
     let _machine = among_others();
     let name = lab_name("ln", 1);
-    let out = lab(&[
-        "up",
+    let out = lab_up_refused(
         &name,
-        "--path",
-        "rtt 2ms trace /x up.pace 9mbit",
-        "--backend",
-        "netem",
-    ]);
+        &[
+            "--path".as_ref(),
+            "rtt 2ms trace /x up.pace 9mbit".as_ref(),
+            "--backend".as_ref(),
+            "netem".as_ref(),
+        ],
+    );
     one_line(
         &out,
         1,
@@ -681,7 +685,15 @@ fn the_netem_backend_says_when_the_kernel_has_none() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("rtt min/avg/max"));
         return;
     }
-    let out = lab(&["up", &name, "--path", "rtt 20ms", "--backend", "netem"]);
+    let out = lab_up_refused(
+        &name,
+        &[
+            "--path".as_ref(),
+            "rtt 20ms".as_ref(),
+            "--backend".as_ref(),
+            "netem".as_ref(),
+        ],
+    );
     one_line(&out, 1, "no sch_netem");
     let out = tcplab()
         .args([

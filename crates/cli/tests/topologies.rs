@@ -310,11 +310,7 @@ fn a_bad_topology_is_refused_in_one_line_before_any_namespace() {
     ];
     for (file, expected) in cases {
         let text = std::fs::read_to_string(&file).unwrap();
-        let out = tcplab()
-            .args(["lab", "up", &name, "--topology"])
-            .arg(&file)
-            .output()
-            .unwrap();
+        let out = lab_up_refused(&name, &["--topology".as_ref(), file.as_os_str()]);
         let line = failure(&out);
         let file_named = format!("tcplab: topology {}: {expected}", file.display());
         let in_daemon = format!("tcplab: {expected}");
@@ -329,11 +325,7 @@ fn a_bad_topology_is_refused_in_one_line_before_any_namespace() {
         }
     }
     let missing = dir.path().join("none.toml");
-    let out = tcplab()
-        .args(["lab", "up", &name, "--topology"])
-        .arg(&missing)
-        .output()
-        .unwrap();
+    let out = lab_up_refused(&name, &["--topology".as_ref(), missing.as_os_str()]);
     assert_eq!(
         failure(&out),
         format!(
@@ -341,12 +333,15 @@ fn a_bad_topology_is_refused_in_one_line_before_any_namespace() {
             missing.display()
         )
     );
-    let out = tcplab()
-        .args(["lab", "up", &name, "--topology"])
-        .arg(&missing)
-        .args(["--path", "rtt 2ms"])
-        .output()
-        .unwrap();
+    let out = lab_up_refused(
+        &name,
+        &[
+            "--topology".as_ref(),
+            missing.as_os_str(),
+            "--path".as_ref(),
+            "rtt 2ms".as_ref(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("cannot be used with"),
@@ -474,17 +469,17 @@ fn a_capture_per_link_times_each_packet_link_by_link() {
         tshark(&chosen.join("l2.pcapng"), "icmp", &["icmp.seq"]).len(),
         4
     );
-    let wrong = tcplab()
-        .args(["lab", "up", &lab_name("tk", 3), "--topology"])
-        .arg(&file)
-        .args([
-            "--capture",
-            chosen.to_str().unwrap(),
-            "--capture-link",
-            "l9",
-        ])
-        .output()
-        .unwrap();
+    let wrong = lab_up_refused(
+        &lab_name("tk", 3),
+        &[
+            "--topology".as_ref(),
+            file.as_os_str(),
+            "--capture".as_ref(),
+            chosen.as_os_str(),
+            "--capture-link".as_ref(),
+            "l9".as_ref(),
+        ],
+    );
     assert_eq!(
         failure(&wrong),
         "tcplab: --capture-link l9: the topology has no such link (links: l1, l2, l3)"

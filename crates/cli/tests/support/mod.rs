@@ -382,6 +382,22 @@ impl Drop for LabGuard {
     }
 }
 
+/// `tcplab lab up NAME ARGS…` where it must be refused: its output. Should it build the
+/// lab after all, the lab is taken down before the caller's assertion fails.
+pub fn lab_up_refused(name: &str, args: &[&std::ffi::OsStr]) -> Output {
+    let out = tcplab()
+        .args(["lab", "up", name])
+        .args(args)
+        .output()
+        .expect("running tcplab lab up");
+    if out.status.success() {
+        drop(LabGuard {
+            name: name.to_owned(),
+        });
+    }
+    out
+}
+
 /// `ip netns exec NS ping ARGS… DEST`: the output, whatever ping's exit status.
 pub fn ping(ns: &str, args: &[&str], dest: &str) -> String {
     let out = Command::new("ip")

@@ -672,19 +672,16 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
     for row in store.list_runs().unwrap() {
         let run = store.load_run(row.id).unwrap();
         let links = &run.path.as_ref().unwrap().up.links;
-        let chart = find_chart(
-            &store,
-            Some(Target::Run(row.id)),
-            "links",
-            Default::default(),
-        )
-        .unwrap();
-        let Body::Bars {
-            categories, series, ..
-        } = &chart.body
-        else {
-            panic!("run {}: links are bars", row.id);
+        let chart = |name: &str| {
+            find_chart(&store, Some(Target::Run(row.id)), name, Default::default()).unwrap()
         };
+        let bars = |name: &str| match chart(name).body {
+            Body::Bars {
+                categories, series, ..
+            } => (categories, series),
+            _ => panic!("run {}: {name} are bars", row.id),
+        };
+        let (categories, series) = bars("links");
         for (category, carried) in categories.iter().zip(&series[0].points) {
             let name = category.split(" (").next().unwrap();
             let counters = &links.iter().find(|l| l.name == name).unwrap().counters;
@@ -704,13 +701,7 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
         // The drawing: every host and router, every link labelled with its name and
         // coloured by its load; a full link's load 90 % or more, in the SVG too.
         let t = run.path.as_ref().unwrap().topology.as_ref().unwrap();
-        let drawing = find_chart(
-            &store,
-            Some(Target::Run(row.id)),
-            "topology",
-            Default::default(),
-        )
-        .unwrap();
+        let drawing = chart("topology");
         let Body::Graph { nodes, edges } = &drawing.body else {
             panic!("run {}: a topology is a graph", row.id);
         };
@@ -738,32 +729,14 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
                 n.name
             );
         }
-        let queue = find_chart(
-            &store,
-            Some(Target::Run(row.id)),
-            "queue",
-            Default::default(),
-        )
-        .unwrap();
+        let queue = chart("queue");
         let drawn = queue.series_names();
         for name in full {
             assert!(drawn.contains(name), "run {}: queues {drawn:?}", row.id);
         }
         // Each flow's trains at each link that meters them, as the link's record has
         // them: its mean a bar, its p99 the level across it; the full links among them.
-        let trains = find_chart(
-            &store,
-            Some(Target::Run(row.id)),
-            "trains",
-            Default::default(),
-        )
-        .unwrap();
-        let Body::Bars {
-            categories, series, ..
-        } = &trains.body
-        else {
-            panic!("run {}: trains are bars", row.id);
-        };
+        let (categories, series) = bars("trains");
         for name in full {
             assert!(categories.iter().any(|c| c == name), "{categories:?}");
         }

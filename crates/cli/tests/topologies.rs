@@ -654,19 +654,22 @@ command = "iperf3 -c $TCPLAB_SERVER -t 1"
     );
 }
 
-/// Sweeps the quick example `name` into a database in `dir`.
+/// Sweeps the quick example `name` into a database in `dir` (made if need be).
 fn sweep_quick(name: &str, dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let db = dir.join(format!("{name}.db"));
     assert_success(&sweep(&quick_example(&format!("{name}.toml")), &db, &[]));
     db
 }
 
-/// Each run's report charts of its links: `full` links (each way named) carried their
-/// rate (90-105 % of `bps`, on average over the run) and drew their queues; every link
-/// each way that dropped packets says how many, as its counters do; the drawing of the
-/// topology has every node and link, the full links loaded 90 % or more; each flow's
-/// trains at each link are the ones its record holds.
-fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
+/// Each run's report charts of its links: `full` links (each way named) drew their
+/// queues; every link each way that dropped packets says how many, as its counters do;
+/// the drawing of the topology has every node and link; each flow's trains at each
+/// link are the ones its record holds — asserted. What load can spoil is an error:
+/// a full link that carried less than 90 % of `bps` on average over the run (a flow
+/// started late on a loaded machine leaves it idle at first), or more than 105 %, or
+/// drawn loaded under 90 %.
+fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) -> Result<(), String> {
     use tcplab_report::{find_chart, Body, Target};
     let store = tcplab_store::Store::open(db).unwrap();
     for row in store.list_runs().unwrap() {
@@ -689,17 +692,15 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
                 0 => assert_eq!(category, name),
                 n => assert_eq!(category, &format!("{name} ({n} dropped)")),
             }
-            if full.contains(&name) {
-                assert!(
-                    (0.9 * bps..=1.05 * bps).contains(&carried.y),
+            if full.contains(&name) && !(0.9 * bps..=1.05 * bps).contains(&carried.y) {
+                return Err(format!(
                     "run {}: {name} carried {} bit/s of {bps}",
-                    row.id,
-                    carried.y
-                );
+                    row.id, carried.y
+                ));
             }
         }
         // The drawing: every host and router, every link labelled with its name and
-        // coloured by its load; a full link's load 90 % or more, in the SVG too.
+        // coloured by its load (a full link's 90 % or more), in the SVG too.
         let t = run.path.as_ref().unwrap().topology.as_ref().unwrap();
         let drawing = chart("topology");
         let Body::Graph { nodes, edges } = &drawing.body else {
@@ -717,8 +718,9 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
             if full
                 .iter()
                 .any(|f| f.starts_with(&format!("{} ", link.name)))
+                && !edge.load.is_some_and(|l| l >= 0.9)
             {
-                assert!(edge.load.is_some_and(|l| l >= 0.9), "{edge:?}");
+                return Err(format!("run {}: {edge:?}", row.id));
             }
         }
         let svg = tcplab_report::svg(&drawing, true).unwrap();
@@ -762,6 +764,7 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) {
             }
         }
     }
+    Ok(())
 }
 
 /// `tcplab explain --json --db DB [RUN…]`: the explanation (of the last run without one).
@@ -802,9 +805,10 @@ fn binding_links(db: &Path) -> Vec<(i64, String, String, String)> {
 /// under reno and cubic: the long flow across three bottlenecks gets less than each
 /// one-hop flow, while each link's two flows fill it (95 % of its goodput or more, and
 /// no more than it but for the 5 % that measuring each flow over its own window allows:
-/// a BBR long flow drains its three queues after the one-hop flow stopped). explain names each one-hop flow's own link as its binding link, and one of
-/// the three bottlenecks for the long flow. Among others: the shares are TCP's, which
-/// load does not reorder, and the links are full whatever the emulator's lateness.
+/// a BBR long flow drains its three queues after the one-hop flow stopped). explain
+/// names each one-hop flow's own link as its binding link, and one of the three
+/// bottlenecks for the long flow, every time. Among others, once in three tries: a
+/// flow started late on a loaded machine leaves its links idle at first.
 #[test]
 fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
     if !privileged_or_skip("parking_lot") {
@@ -812,27 +816,31 @@ fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
     }
     let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
-    let db = sweep_quick("parking-lot", dir.path());
-    let long = point_means(&db, Some("long"));
-    assert_eq!(long.len(), 3, "{long:?}");
-    let goodput = 20e6 * 1448.0 / 1500.0;
-    for hop in ["hop1", "hop2", "hop3"] {
-        for ((cc, long_bps), (_, hop_bps)) in long.iter().zip(point_means(&db, Some(hop))) {
-            println!("{cc}: long {long_bps:.0} bit/s, {hop} {hop_bps:.0} bit/s");
-            if !cc.contains("bbr") {
-                assert!(
-                    long_bps < &hop_bps,
-                    "{cc}: long {long_bps}, {hop} {hop_bps}"
-                );
+    let mut tries = 0;
+    let db = one_of_three_tries("the parking lot's shares", || {
+        tries += 1;
+        let db = sweep_quick("parking-lot", &dir.path().join(tries.to_string()));
+        let long = point_means(&db, Some("long"));
+        assert_eq!(long.len(), 3, "{long:?}");
+        let goodput = 20e6 * 1448.0 / 1500.0;
+        for hop in ["hop1", "hop2", "hop3"] {
+            for ((cc, long_bps), (_, hop_bps)) in long.iter().zip(point_means(&db, Some(hop))) {
+                let seen = format!("{cc}: long {long_bps:.0} bit/s, {hop} {hop_bps:.0} bit/s");
+                println!("{seen}");
+                let sum = long_bps + hop_bps;
+                if !cc.contains("bbr") && long_bps >= &hop_bps {
+                    return Err(seen);
+                }
+                if !(0.95 * goodput..=1.05 * goodput).contains(&sum) {
+                    return Err(format!(
+                        "{seen}: the link carried {sum} bit/s of its goodput {goodput}"
+                    ));
+                }
             }
-            let sum = long_bps + hop_bps;
-            assert!(
-                (0.95 * goodput..=1.05 * goodput).contains(&sum),
-                "{cc}: the link of {hop} carried {sum} bit/s of its goodput {goodput}"
-            );
         }
-    }
-    assert_links_drawn(&db, &["b1 r1→r2", "b2 r2→r3", "b3 r3→r4"], 20e6);
+        assert_links_drawn(&db, &["b1 r1→r2", "b2 r2→r3", "b3 r3→r4"], 20e6)?;
+        Ok(db)
+    });
     let flows = binding_links(&db);
     assert_eq!(flows.len(), 12, "{flows:?}");
     for (run, from, to, binding) in flows {
@@ -854,7 +862,7 @@ fn the_parking_lots_long_flow_gets_less_than_each_one_hop_flow() {
 /// client, four servers at 6 to 101 ms behind one bottleneck. Cubic's RTT unfairness:
 /// the nearest server's flow gets more than the farthest's; together they fill the
 /// bottleneck (95-105 % of its goodput, each over its own window), and explain binds
-/// every flow at it. Among others, as the parking lot.
+/// every flow at it, every time. Among others, as the parking lot.
 #[test]
 fn rtt_fair_servers_favour_the_nearest_and_bind_at_the_shared_link() {
     if !privileged_or_skip("rtt_fair_servers") {
@@ -862,20 +870,25 @@ fn rtt_fair_servers_favour_the_nearest_and_bind_at_the_shared_link() {
     }
     let _machine = among_others();
     let dir = tempfile::tempdir().unwrap();
-    let db = sweep_quick("rtt-fair-servers", dir.path());
-    let means: Vec<f64> = ["s6", "s21", "s51", "s101"]
-        .iter()
-        .map(|flow| point_means(&db, Some(flow))[0].1)
-        .collect();
-    println!("6, 21, 51, 101 ms: {means:?} bit/s");
-    assert!(means[0] > means[3], "{means:?}");
-    let goodput = 50e6 * 1448.0 / 1500.0;
-    let sum: f64 = means.iter().sum();
-    assert!(
-        (0.95 * goodput..=1.05 * goodput).contains(&sum),
-        "{sum} bit/s of the bottleneck's {goodput}"
-    );
-    assert_links_drawn(&db, &["bottleneck client→r"], 50e6);
+    let mut tries = 0;
+    let db = one_of_three_tries("the servers' shares", || {
+        tries += 1;
+        let db = sweep_quick("rtt-fair-servers", &dir.path().join(tries.to_string()));
+        let means: Vec<f64> = ["s6", "s21", "s51", "s101"]
+            .iter()
+            .map(|flow| point_means(&db, Some(flow))[0].1)
+            .collect();
+        let goodput = 50e6 * 1448.0 / 1500.0;
+        let sum: f64 = means.iter().sum();
+        let seen =
+            format!("6, 21, 51, 101 ms: {means:?} bit/s, {sum} of the bottleneck's {goodput}");
+        println!("{seen}");
+        if means[0] <= means[3] || !(0.95 * goodput..=1.05 * goodput).contains(&sum) {
+            return Err(seen);
+        }
+        assert_links_drawn(&db, &["bottleneck client→r"], 50e6)?;
+        Ok(db)
+    });
     let flows = binding_links(&db);
     assert_eq!(flows.len(), 4, "{flows:?}");
     for (_, from, to, binding) in flows {

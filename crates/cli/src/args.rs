@@ -259,7 +259,7 @@ pub struct PlotArgs {
     #[command(flatten)]
     pub db: DbArg,
     /// A run's chart: throughput, cwnd, rtt, inflight, limits, udp_loss, udp_jitter, queue,
-    /// topology, links, latency, delay, tseq.
+    /// topology, links, trains, latency, delay, tseq.
     #[arg(long, value_name = "ID", conflicts_with = "experiment", value_parser = parse_run_id)]
     pub run: Option<i64>,
     /// An experiment's chart: throughput, retransmits, rtt, fairness, udp_loss, jitter,

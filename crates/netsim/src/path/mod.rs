@@ -854,7 +854,7 @@ impl Key {
                 ("", "the bottleneck: packets leave it spaced as at"),
                 ("", "rate R, none dropped (`up.pace 900mbit`)"),
                 ("pace cwnd", "the same, following the senders' cwnd ×"),
-                ("", "MSS / smoothed RTT (run --path and sweeps)"),
+                ("", "MSS / smoothed RTT (run and sweeps)"),
                 (
                     "pace cwnd/minrtt",
                     "the same over their min RTT: the pacer's",

@@ -211,9 +211,16 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
     // its rate, never merging bursts). The emulator joins two datagrams when it reads
     // them within half a datagram's time at the link (82 µs) less its reads' 25 µs lag;
     // at 100 Mbit/s that leaves 16 µs, less than its own wake-ups stretch a burst's
-    // gaps (20–40 µs), and it splits them. The mean, not the extremes: a burst splits
-    // when the sending thread is preempted mid-burst (measured mean 7.3 in a debug
-    // build beside a sweep) or the emulator wakes late.
+    // gaps (20–40 µs), and it splits them.
+    //
+    // Each try: the longest trains are the bursts, whole (p99 = the burst: the sender
+    // sent them together, and never merged two), and the mean is well above a lone
+    // datagram's. Not the whole burst on average: a run whose real-time emulator
+    // thread shares the sender's CPU preempts the sender after each datagram of its
+    // sendmmsg, and in a debug build its cycle spaces them 42 µs apart at the median
+    // (measured on a day this VM woke late: runs bimodal, trains of 9–10 or of 3.6–5.6
+    // with p99 10 either way); a preempted sending thread does the same (mean 7.3
+    // beside a sweep).
     for (burst, size) in [("1", 1.0), ("10", 10.0)] {
         one_of_three_tries(&format!("--burst {burst}"), || {
             let v = udp_run(
@@ -228,12 +235,15 @@ fn configured_bursts_arrive_whole_at_the_bottleneck() {
                 .iter()
                 .find(|b| str_at(b, "/flow").starts_with("udp"))
                 .unwrap_or_else(|| panic!("{bursts}"));
-            let mean = f64_at(udp_flow, "/burst_mean");
+            let (mean, p99) = (
+                f64_at(udp_flow, "/burst_mean"),
+                f64_at(udp_flow, "/burst_p99"),
+            );
             let rate = f64_at(&flows(&v)[0], "/sent_bps");
             if (rate / 20e6 - 1.0).abs() >= 0.01 {
                 Err(format!("sent {rate} bit/s"))
-            } else if mean < size / 2.0 || mean > size * 1.2 {
-                Err(format!("bursts at the bottleneck mean {mean}"))
+            } else if p99 != size || mean < size.min(2.5) || mean > size * 1.2 {
+                Err(format!("bursts at the bottleneck mean {mean}, p99 {p99}"))
             } else {
                 Ok(())
             }

@@ -165,12 +165,14 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
             let theirs = (forward.payload, forward.retransmitted, back.retransmitted);
             // A receiver that closes at once after its last read (scp's client) may be
             // gone before the watch samples it again: its count stops short by the
-            // last bytes (once 124 of 4 009 081), as docs/watch.md says. Load makes it
-            // likelier; more than the capture, or other retransmissions, never.
-            if ours.0 < theirs.0 && (ours.1, ours.2) == (theirs.1, theirs.2) {
+            // last bytes (once 124 of 4 009 081), as docs/watch.md says; a sender
+            // retransmitting to the end stops short by its last retransmissions
+            // likewise (once, under load, 144 of 147 and 3 979 633 of 4 009 073
+            // bytes). Load makes it likelier; more than the capture, never.
+            let short = ours.0 <= theirs.0 && ours.1 <= theirs.1 && ours.2 <= theirs.2;
+            if short && ours != theirs {
                 return Err(format!(
-                    "{label} {sender} → {receiver}: its receiver's last sample read {} of the {} bytes captured",
-                    ours.0, theirs.0
+                    "{label} {sender} → {receiver}: its ends' last samples saw (read, retransmitted, retransmitted back) {ours:?} of the {theirs:?} captured"
                 ));
             }
             assert_eq!(

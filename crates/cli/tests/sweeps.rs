@@ -39,15 +39,28 @@ fn point<'a>(results: &'a Value, values: &[(&str, &str)]) -> &'a Value {
         .unwrap_or_else(|| panic!("no point {values:?}"))
 }
 
+/// Sweeps the quick study `name` into a database in `dir`: every run done and none
+/// beyond its bound, asserted; its charts against their references ([`chart_errors`],
+/// a stall of [`STALL_US`] allowed) once in three tries, each sweeping again: a
+/// receiver starved of the CPU for longer reads that much less by the deadline than
+/// its sender saw acknowledged (a 1 Gbit/s run beside the fuzzers and benches read
+/// 32 and 38 MB less, twice in one day's clean-clone CI).
 fn run_quick(name: &str, dir: &Path) -> PathBuf {
-    let db = dir.join(format!("{name}.db"));
-    assert_success(&sweep(&quick_example(&format!("{name}.toml")), &db, &[]));
-    let r = results(&db, "throughput");
-    let e = &r["experiment"];
-    assert_eq!(e["done"], e["runs"], "{name}: every run done: {e}");
-    assert_no_run_exceeds_its_bound(&db);
-    assert_charts_hold(&db);
-    db
+    let mut tries = 0;
+    one_of_three_tries(&format!("{name}: its charts hold"), || {
+        tries += 1;
+        let db = dir.join(format!("{name}-{tries}.db"));
+        assert_success(&sweep(&quick_example(&format!("{name}.toml")), &db, &[]));
+        let r = results(&db, "throughput");
+        let e = &r["experiment"];
+        assert_eq!(e["done"], e["runs"], "{name}: every run done: {e}");
+        assert_no_run_exceeds_its_bound(&db);
+        let errors = chart_errors(&db, STALL_US);
+        match errors.is_empty() {
+            true => Ok(db),
+            false => Err(errors.join("\n")),
+        }
+    })
 }
 
 /// Each point's mean of `metric`, by the value of `axis`.

@@ -1233,10 +1233,11 @@ fn trace_bin_errors(
 /// 1 Gbit/s, 754 then 1184 Mbit/s were seen in bins of 100 ms, and a CI run moved 66 ms
 /// of 1 Gbit/s into the next bin. This much of a stall the checks of
 /// [`assert_charts_hold`] allow; they hold per bin in
-/// `throughput_over_time_holds_per_bin`.
+/// `throughput_over_time_holds_per_bin`. A receiver starved longer (32 and 38 MB
+/// unread at 1 Gbit/s, on one loaded day) is load's doing: the quick studies retry it.
 pub const STALL_US: u64 = 100_000;
 
-/// [`chart_errors`] with a [`STALL_US`] stall allowed, which load does not exceed: none.
+/// [`chart_errors`] with a [`STALL_US`] stall allowed: none.
 pub fn assert_charts_hold(db: &std::path::Path) {
     let errors = chart_errors(db, STALL_US);
     assert!(errors.is_empty(), "{}", errors.join("\n"));

@@ -181,19 +181,20 @@ fn watched_equals_captured(example: &Path, dir: &Path) -> Result<usize, String> 
             );
             // A sender that closed first (an HTTP/1.0 server) is a mini-socket without
             // tcp_info once its last data is acknowledged: its count stops at its last
-            // sample in FIN_WAIT1. Any other sender saw everything acknowledged.
+            // sample in FIN_WAIT1. Any other sender saw everything acknowledged, but
+            // for a last sample the watch missed under load (once 124 B short of
+            // 4 009 081), which a try may lose; more than the capture, never.
             let acked = u64_at(flow, "/sent_bytes");
-            if watched["last_state"] == "FinWait1" {
-                assert!(
-                    acked <= forward.payload,
-                    "{label}: acked {acked} B of {}",
+            assert!(
+                acked <= forward.payload,
+                "{label} {sender} → {receiver}: acked {acked} B of {}",
+                forward.payload
+            );
+            if watched["last_state"] != "FinWait1" && acked < forward.payload {
+                return Err(format!(
+                    "{label} {sender} → {receiver}: its sender's last sample saw {acked} of the {} bytes acknowledged",
                     forward.payload
-                );
-            } else {
-                assert_eq!(
-                    acked, forward.payload,
-                    "{label} {sender} → {receiver}: acked"
-                );
+                ));
             }
             // What went back: the receiver's end sent it, the sender read it (its count
             // takes the FIN as a byte once received).

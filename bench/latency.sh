@@ -10,6 +10,7 @@
 #
 #   bash bench/latency.sh
 #   RTTS="0.2ms 2ms" SPACINGS="0.01 flood" COUNT=300 bash bench/latency.sh
+#   PEER=/path/to/other/tcplab bash bench/latency.sh   # each row by both, interleaved
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # SHORT=1: the smallest run, as CI makes it (bench/build.sh).
@@ -22,10 +23,13 @@ LAB=lat$$
 trap '"$BIN" lab down $LAB >/dev/null 2>&1 || true' EXIT
 
 us() { awk -v ms="$1" -v rtt="$2" 'BEGIN { printf "%+.0f", ms * 1000 - rtt }'; }
-echo "| rtt | ping spacing | min − rtt (µs) | mean − rtt (µs) | floor held |"
-echo "|---|---|---|---|---|"
+BINS=("$BIN" ${PEER:+"$PEER"})
+echo "| rtt | ping spacing | tcplab | min − rtt (µs) | mean − rtt (µs) | floor held |"
+echo "|---|---|---|---|---|---|"
 for rtt in $RTTS; do
-    out=$("$BIN" lab up "$LAB" --path "rtt $rtt")
+  for bin in "${BINS[@]}"; do
+    name=$([ "$bin" = "$BIN" ] && echo this || echo peer)
+    out=$("$bin" lab up "$LAB" --path "rtt $rtt")
     # "every round trip takes at least the path's 200 µs: …"
     floor=$(sed -n "s/.*at least the path's \([0-9.]*\) \(µs\|ms\|s\):.*/\1 \2/p" <<<"$out")
     conf=$(awk -v v="${floor% *}" -v u="${floor#* }" 'BEGIN { print v * (u == "ms" ? 1000 : u == "s" ? 1e6 : 1) }')
@@ -37,7 +41,8 @@ for rtt in $RTTS; do
         stats=$(ip netns exec "$LAB-client" ping -q "${args[@]}" 10.77.0.1 | grep '^rtt' | cut -d= -f2)
         IFS=/ read -r min mean _ <<<"${stats// /}"
         held=$(awk -v ms="$min" -v rtt="$conf" 'BEGIN { print (ms * 1000 >= rtt) ? "yes" : "NO" }')
-        echo "| $rtt | $i | $(us "$min" "$conf") | $(us "$mean" "$conf") | $held |"
+        echo "| $rtt | $i | $name | $(us "$min" "$conf") | $(us "$mean" "$conf") | $held |"
     done
-    "$BIN" lab down "$LAB" >/dev/null
+    "$bin" lab down "$LAB" >/dev/null
+  done
 done

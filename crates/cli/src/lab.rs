@@ -560,7 +560,7 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
             s.lateness.p99_us,
             s.lateness.max_us,
             count(s.lateness.packets, "packet"),
-            if s.realtime { "" } else { " (normal priority)" }
+            unprivileged(s)
         );
         if let Some(d) = &s.delay {
             outln!(
@@ -580,6 +580,23 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
 const SHELL_SENDERS: &str = "a shell's programs do not publish";
 /// Why a standing lab (`lab up`) has none.
 const STANDING_SENDERS: &str = "a standing lab cannot see";
+
+/// What a direction of the emulator ran without, to read its lateness by: " (normal
+/// priority, CPUs may sleep)", or nothing.
+fn unprivileged(s: &tcplab_record::DirectionStats) -> String {
+    let missing: Vec<&str> = [
+        (!s.realtime).then_some("normal priority"),
+        (!s.cpus_awake).then_some("CPUs may sleep"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", missing.join(", "))
+    }
+}
 
 /// `tcplab shell`: an ephemeral lab, the command in its client host, the command's exit
 /// status. The far side is the lab's server host (start a peer there with

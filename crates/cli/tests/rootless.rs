@@ -363,6 +363,7 @@ fn quickstart_and_a_lossy_run_as_nobody_leave_nothing() {
         "{retransmits} retransmits for {lost} drops ({cut} segments cut at the drain limit)"
     );
     assert_eq!(run["path"]["up"]["realtime"], false);
+    assert_eq!(run["path"]["up"]["cpus_awake"], false);
     nobody.assert_nothing_left();
 }
 
@@ -446,7 +447,7 @@ fn labs_up_exec_down_and_gc_as_nobody() {
     assert!(rate > 0.0, "{run}");
 
     let show = nobody.ok(&["lab", "show", &name]);
-    assert!(show.contains("(normal priority)"), "{show}");
+    assert!(show.contains("(normal priority, CPUs may sleep)"), "{show}");
     println!("{show}");
     nobody.ok(&["lab", "down", &name]);
     let listed = parse_success(&nobody.run(&["lab", "list", "--json"]));

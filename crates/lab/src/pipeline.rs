@@ -34,6 +34,7 @@ use tcplab_netsim::traffic::{Classifier, TestStart};
 use tcplab_record::traffic::Traffic;
 use tcplab_record::{CapacitySample, DelayQuantiles, DirectionStats, Lateness, NamedCounters};
 use tcplab_sys::clock::monotonic_ns;
+use tcplab_sys::cpu::CpusAwake;
 use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{Tun, MAX_PACKET};
 
@@ -159,10 +160,14 @@ pub fn run(
     // loop never spins, so real-time priority cannot starve them; without the privilege
     // it runs at normal priority and says so in its counters.
     let realtime = set_realtime();
+    // An idle lab's packet wakes this thread twice a crossing (its arrival, then its due
+    // time), each on a CPU that may have gone to sleep: held awake (root), the idle
+    // echo's excess halves here (docs/performance.md).
+    let awake = tcplab_sys::cpu::hold_cpus_awake().ok();
     for (tun, _) in &plan.ingress {
         tun.set_nonblocking(true)?;
     }
-    let mut direction = Direction::new(plan, epoch_ns, realtime);
+    let mut direction = Direction::new(plan, epoch_ns, realtime, awake);
     let (mut next_publish, mut next_capture_flush) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
         direction.follow_rates();
@@ -260,6 +265,8 @@ struct Direction {
     write_errors: u64,
     pollfds: Vec<libc::pollfd>,
     realtime: bool,
+    /// Idle CPUs held awake while this thread runs, where allowed.
+    awake: Option<CpusAwake>,
     watch: Watch,
     /// How much earlier than their times the packets being dispatched may have
     /// arrived: read from a device in the current batch, or 0, delivered by a link.
@@ -300,7 +307,12 @@ impl Watch {
 }
 
 impl Direction {
-    fn new(plan: DirectionPlan, epoch_ns: u64, realtime: bool) -> Direction {
+    fn new(
+        plan: DirectionPlan,
+        epoch_ns: u64,
+        realtime: bool,
+        awake: Option<CpusAwake>,
+    ) -> Direction {
         let small = VirtioNetHdr::LEN + plan.mtu as usize + 64;
         let pollfds = plan
             .ingress
@@ -333,6 +345,7 @@ impl Direction {
             write_errors: 0,
             pollfds,
             realtime,
+            awake,
             watch: Watch {
                 empty: vec![(0, 0); plan.ingress.len()],
                 slept_ns: 0,
@@ -908,6 +921,7 @@ impl Direction {
         DirectionStats {
             per_packet: self.plan.per_packet,
             realtime: self.realtime,
+            cpus_awake: self.awake.is_some(),
             links: self
                 .plan
                 .hops

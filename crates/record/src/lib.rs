@@ -970,6 +970,10 @@ pub struct DirectionStats {
     /// Whether the emulator thread got real-time priority (needs CAP_SYS_NICE).
     #[serde(default)]
     pub realtime: bool,
+    /// Whether idle CPUs were held in their shallowest idle state while it ran (needs
+    /// root): else an idle lab's packets also wait for a sleeping CPU to wake.
+    #[serde(default)]
+    pub cpus_awake: bool,
     pub links: Vec<NamedCounters>,
     /// How late packets left the emulator against their due time.
     pub lateness: Lateness,

@@ -83,6 +83,28 @@ pub fn usage(spent: CpuTime, wall_us: u64) -> CpuUse {
     }
 }
 
+/// A request that idle CPUs stay in their shallowest idle state (polling) while it is
+/// held: the PM QoS CPU latency limit at 0 µs through `/dev/cpu_dma_latency`, as
+/// cyclictest holds it. A thread woken on an idle CPU then runs at once, not after the
+/// CPU's exit from a deeper state (in a VM, a halted vCPU's: 100 µs and more here). The
+/// kernel drops the request when the file is closed: on drop, or however the process ends.
+#[derive(Debug)]
+pub struct CpusAwake {
+    /// Held open, never read: the request lasts as long as the file is open.
+    _request: std::fs::File,
+}
+
+/// Holds idle CPUs awake until the result is dropped; fails without the privilege to
+/// write the limit (root, as the device's mode is 0600).
+pub fn hold_cpus_awake() -> io::Result<CpusAwake> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency")?;
+    file.write_all(&0i32.to_ne_bytes())?;
+    Ok(CpusAwake { _request: file })
+}
+
 /// Gives the calling thread real-time priority (SCHED_FIFO at `priority`, 1–99); false
 /// without the privilege (CAP_SYS_NICE, or an RLIMIT_RTPRIO).
 pub fn set_realtime(priority: i32) -> bool {

@@ -87,6 +87,45 @@ pub enum Target {
     /// Along the packet's path, by its source and destination ([`DirectionPlan::paths`]):
     /// the stage after hop `after`, or the path's first from an ingress device.
     Path { after: Option<usize> },
+    /// Into hop `hop` of another thread, through its [`Inbox`] (`outboxes[thread]`).
+    Handoff { thread: usize, hop: usize },
+}
+
+/// A packet one thread hands another: its bytes as they would be written to a device
+/// (a segment whole, with its own virtio header), and when it is due at the hop.
+pub struct Handed {
+    bytes: Vec<u8>,
+    at: u64,
+    arrived: u64,
+    hop: usize,
+    wire_len: u32,
+    traffic: Traffic,
+}
+
+/// The packets handed to one thread, and what wakes it when there are some.
+pub struct Inbox {
+    handed: Mutex<Vec<Handed>>,
+    waker: Waker,
+}
+
+impl Inbox {
+    pub fn new() -> io::Result<Inbox> {
+        Ok(Inbox {
+            handed: Mutex::default(),
+            waker: Waker::new()?,
+        })
+    }
+
+    fn push(&self, packet: Handed) {
+        self.handed.lock().expect("inbox lock").push(packet);
+    }
+
+    /// Everything handed so far. The waker is taken first: a packet handed after it is
+    /// taken here or wakes the thread again.
+    fn take(&self, into: &mut Vec<Handed>) {
+        self.waker.take();
+        std::mem::swap(into, &mut self.handed.lock().expect("inbox lock"));
+    }
 }
 
 pub struct Hop {
@@ -133,6 +172,10 @@ pub struct DirectionPlan {
     pub wake: Arc<Waker>,
     /// When the test started: the links' schedules count from it.
     pub test_start: TestStart,
+    /// Where other threads hand this one their packets ([`Target::Handoff`]), and each
+    /// thread's, by its number; none where routes never change threads (a dumbbell).
+    pub inbox: Option<Arc<Inbox>>,
+    pub outboxes: Vec<Arc<Inbox>>,
 }
 
 fn set_realtime() -> bool {
@@ -175,6 +218,7 @@ pub fn run(
         direction.ingest()?;
         let now = direction.now();
         direction.deliver(now);
+        direction.wake_handed();
         direction.flush();
         direction.sample_queues(now);
         if now >= next_capture_flush {
@@ -267,6 +311,10 @@ struct Direction {
     realtime: bool,
     /// Idle CPUs held awake while this thread runs, where allowed.
     awake: Option<CpusAwake>,
+    /// What other threads handed this one, taken from its inbox (kept for its space).
+    handed: Vec<Handed>,
+    /// The threads handed packets since they were last woken, one bit each.
+    to_wake: u64,
     watch: Watch,
     /// How much earlier than their times the packets being dispatched may have
     /// arrived: read from a device in the current batch, or 0, delivered by a link.
@@ -319,6 +367,11 @@ impl Direction {
             .iter()
             .map(|(tun, _)| tun.as_raw_fd())
             .chain([plan.wake.as_fd().as_raw_fd()])
+            .chain(
+                plan.inbox
+                    .iter()
+                    .map(|inbox| inbox.waker.as_fd().as_raw_fd()),
+            )
             .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -346,6 +399,8 @@ impl Direction {
             pollfds,
             realtime,
             awake,
+            handed: Vec::new(),
+            to_wake: 0,
             watch: Watch {
                 empty: vec![(0, 0); plan.ingress.len()],
                 slept_ns: 0,
@@ -412,7 +467,71 @@ impl Direction {
             }
         }
         self.lag_ns = 0;
+        self.take_handed();
         Ok(())
+    }
+
+    /// Puts what other threads handed this one into its hops, each at its due time
+    /// there, or the hop's clock if that is later: it may have waited for this thread
+    /// to wake, as a read packet does, and its lag says how long.
+    fn take_handed(&mut self) {
+        let Some(inbox) = &self.plan.inbox else {
+            return;
+        };
+        let mut handed = std::mem::take(&mut self.handed);
+        inbox.take(&mut handed);
+        let now = self.now();
+        for packet in handed.drain(..) {
+            let n = packet.bytes.len();
+            let id = self.pool.alloc_fitting(n);
+            let buf = self.pool.get_mut(id);
+            buf.data[..n].copy_from_slice(&packet.bytes);
+            buf.len = n;
+            buf.arrived = packet.arrived;
+            self.lag_ns = now.saturating_sub(packet.at);
+            let to = Target::Hop(packet.hop);
+            self.dispatch(to, packet.at, id, packet.wire_len, None, packet.traffic);
+        }
+        self.lag_ns = 0;
+        self.handed = handed;
+    }
+
+    /// Hands packet `id`, due at `at`, to hop `hop` of thread `thread`, as the bytes a
+    /// device would be written.
+    fn hand_off(
+        &mut self,
+        (thread, hop): (usize, usize),
+        at: u64,
+        id: BufId,
+        wire_len: u32,
+        traffic: Traffic,
+    ) {
+        let mut scratch = [0u8; MAX_SEGMENT_HEAD];
+        let Some(parts) = Parts::of(&self.pool, id, &mut scratch) else {
+            self.malformed += 1;
+            self.pool.release(id);
+            return;
+        };
+        let packet = Handed {
+            bytes: [parts.head, parts.payload].concat(),
+            at,
+            arrived: self.pool.arrived(id),
+            hop,
+            wire_len,
+            traffic,
+        };
+        self.pool.release(id);
+        self.plan.outboxes[thread].push(packet);
+        self.to_wake |= 1 << thread;
+    }
+
+    /// Wakes the threads handed packets since the last call, once each.
+    fn wake_handed(&mut self) {
+        while self.to_wake != 0 {
+            let thread = self.to_wake.trailing_zeros() as usize;
+            self.plan.outboxes[thread].waker.wake();
+            self.to_wake &= self.to_wake - 1;
+        }
     }
 
     /// Splits the packet read into large buffer `packet` into wire-size segments: those
@@ -541,6 +660,9 @@ impl Direction {
                 }
             }
             Target::Egress(e) => self.write(e, id, at),
+            Target::Handoff { thread, hop } => {
+                self.hand_off((thread, hop), at, id, wire_len, traffic)
+            }
             Target::Route | Target::Path { .. } => match self.route(target, id, headers) {
                 Some(next) => self.dispatch(next, at, id, wire_len, headers, traffic),
                 None => {

@@ -246,6 +246,15 @@ impl Pool {
         }
     }
 
+    /// A buffer for `len` bytes: a small one where they fit.
+    pub fn alloc_fitting(&mut self, len: usize) -> BufId {
+        if len <= self.small.capacity {
+            self.alloc_small()
+        } else {
+            self.alloc_large()
+        }
+    }
+
     /// Moves a large buffer's bytes into a small buffer if they fit, releasing the large
     /// one; returns the buffer now holding them.
     pub fn shrink(&mut self, id: BufId) -> BufId {

@@ -27,7 +27,8 @@ pub fn wait_for(fd: impl AsFd, events: libc::c_short, timeout_ms: i32) -> io::Re
 }
 
 /// An eventfd a thread polls beside what it waits for: [`Waker::wake`] makes it readable
-/// for good, so the waiter returns at once, now and at every later wait.
+/// until [`Waker::take`]n (for good if never taken), so the waiter returns at once, now
+/// and at every later wait.
 #[derive(Debug)]
 pub struct Waker(OwnedFd);
 
@@ -50,6 +51,17 @@ impl Waker {
     }
 }
 
+impl Waker {
+    /// Makes it unreadable again until the next [`Waker::wake`]; whether it was woken.
+    pub fn take(&self) -> bool {
+        let mut count = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a valid buffer; a non-blocking eventfd
+        // with nothing to read fails with EAGAIN, which means not woken.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+        n == 8
+    }
+}
+
 impl AsFd for Waker {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
@@ -66,6 +78,18 @@ mod tests {
         assert!(!wait_for(&waker, libc::POLLIN, 0).unwrap());
         waker.wake();
         assert!(wait_for(&waker, libc::POLLIN, 1000).unwrap());
+        assert!(wait_for(&waker, libc::POLLIN, 0).unwrap());
+    }
+
+    #[test]
+    fn a_taken_waker_waits_for_the_next_wake() {
+        let waker = Waker::new().unwrap();
+        assert!(!waker.take());
+        waker.wake();
+        waker.wake();
+        assert!(waker.take());
+        assert!(!wait_for(&waker, libc::POLLIN, 0).unwrap());
+        waker.wake();
         assert!(wait_for(&waker, libc::POLLIN, 0).unwrap());
     }
 

@@ -155,9 +155,9 @@ import json, statistics, sys, re
 out, reps = sys.argv[1], int(sys.argv[2])
 def show(v, r):
     s = json.load(open(f"{out}/{v}.{r}.show.json"))
-    # A topology's one thread carries every hop in `up`; the dumbbell's up carries
-    # the flow's data.
-    l = s["up"]["lateness"]
+    # The emulator thread that carried the flow's data: the one with more packets
+    # (a dumbbell's up; a topology's up carries the ways toward its first host).
+    l = max((s[d]["lateness"] for d in ("up", "down")), key=lambda l: l["packets"])
     return l["p50_us"], l["p99_us"], l["packets"]
 def gbps(v, r):
     try:

@@ -53,12 +53,12 @@ pub struct Trains {
 pub fn flow_links(run: &RunRecord) -> Option<Vec<FlowLinks>> {
     let path = run.path.as_ref()?;
     let topology = path.topology.as_ref()?;
-    let links = &path.up.links;
+    let links: Vec<&NamedCounters> = path.links().collect();
     Some(
         run.flows
             .iter()
             .filter(|f| f.udp.is_none())
-            .filter_map(|f| one_flow(topology, links, f))
+            .filter_map(|f| one_flow(topology, &links, f))
             .collect(),
     )
 }
@@ -115,12 +115,13 @@ fn data_key(flow: &FlowRecord) -> String {
 
 fn one_flow(
     topology: &TopologyRecord,
-    links: &[NamedCounters],
+    links: &[&NamedCounters],
     flow: &FlowRecord,
 ) -> Option<FlowLinks> {
     let key = data_key(flow);
     let met: Vec<(&NamedCounters, &HopFlow)> = links
         .iter()
+        .copied()
         .filter_map(|l| Some((l, l.flows.iter().find(|h| h.flow == key)?)))
         .collect();
     // Its route: the longest whose every link saw its data.

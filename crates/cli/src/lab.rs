@@ -527,13 +527,9 @@ fn show(name: &str, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_entry(&shown.lab);
-    // A topology's one emulator thread carries every link both ways: its hops are named
-    // by their ends, and its counters are all in `up`.
-    let directions = match shown.lab.topology {
-        Some(_) => vec![("", &shown.up)],
-        None => vec![("up   ", &shown.up), ("down ", &shown.down)],
-    };
-    for (dir, s) in directions {
+    // Each emulator thread's: a dumbbell's directions, a topology's ways toward its
+    // first host (`up`) and the others (its hops named by their ends).
+    for (dir, s) in [("up   ", &shown.up), ("down ", &shown.down)] {
         for link in &s.links {
             let c = &link.counters;
             outln!(

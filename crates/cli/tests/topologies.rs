@@ -57,12 +57,20 @@ fn chain_with(dir: &Path, l2: &str) -> std::path::PathBuf {
     )
 }
 
+/// Every hop's counters in `lab show --json`, or in a run's `path`: both emulator
+/// threads' (the ways toward the first host are `up`'s).
+fn hops(show: &Value) -> impl Iterator<Item = &Value> {
+    ["/up/links", "/down/links"]
+        .into_iter()
+        .filter_map(|at| show.pointer(at)?.as_array())
+        .flatten()
+}
+
 /// The counters of the hop named `name` ("LINK FROM→TO") in `lab show --json`, or in a
 /// run's `path`.
 fn hop<'a>(show: &'a Value, name: &str) -> &'a Value {
-    show.pointer("/up/links")
-        .and_then(Value::as_array)
-        .and_then(|links| links.iter().find(|l| l["name"] == name))
+    hops(show)
+        .find(|l| l["name"] == name)
         .unwrap_or_else(|| panic!("no hop {name} in {show}"))
 }
 
@@ -112,6 +120,67 @@ fn ping_from(lab: &str, host: &str, args: &[&str], dest: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// 20 pings from host `from` to each of `dests` across `lab`: each of the hops `way`
+/// delivers every one (asserted), and no round trip is under the links' delays,
+/// `floor_ms` (asserted: load only adds); a median more than 1 ms above is an error.
+fn pings_cross(
+    lab: &LabGuard,
+    from: &str,
+    dests: &[&str],
+    way: &[&str],
+    floor_ms: f64,
+) -> Result<(), String> {
+    let pings = 20;
+    let before = lab.show();
+    let expected: Vec<(&str, u64)> = way
+        .iter()
+        .map(|&name| {
+            let sent = u64_at(hop(&before, name), "/delivered_packets");
+            (name, sent + pings * dests.len() as u64)
+        })
+        .collect();
+    let mut all = Vec::new();
+    for dest in dests {
+        let args = ["-c", &pings.to_string(), "-i", "0.05"];
+        let text = ping_from(&lab.name, from, &args, dest);
+        let rtts = ping_times_ms(&text);
+        assert_eq!(rtts.len(), pings as usize, "{text}");
+        all.extend(rtts);
+    }
+    let show = show_when_delivered(lab, &expected);
+    for (name, n) in expected {
+        let delivered = u64_at(hop(&show, name), "/delivered_packets");
+        assert_eq!(delivered, n, "{name}: {show}");
+    }
+    all.sort_by(f64::total_cmp);
+    // ping prints 0.001 ms at this size; the links' delays are a floor.
+    assert!(
+        all[0] >= floor_ms - 0.01,
+        "a round trip under {floor_ms} ms: {all:?}"
+    );
+    let median = all[all.len() / 2];
+    if median > floor_ms + 1.0 {
+        return Err(format!(
+            "median {median} ms, not within 1 ms of {floor_ms}: {all:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// `tcplab run --topology FILE` of one cubic flow from host a to host b for 2 s, with
+/// `args`: its JSON, asserting success.
+fn run_a_to_b(file: &Path, args: &[&str]) -> Value {
+    let out = tcplab()
+        .args(["run", "--topology"])
+        .arg(file)
+        .args(["--client-host", "a", "--server-host", "b"])
+        .args(["-C", "cubic", "-t", "2s", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    parse_success(&out)
+}
+
 /// Three links in a chain through two routers: every ping crosses each link both ways
 /// (its counters), and takes at least the links' delays added (16 ms: load can only
 /// add), within 1 ms at the median, in both address families.
@@ -128,55 +197,16 @@ fn a_chain_s_round_trip_is_the_sum_of_its_links_delays() {
     assert_eq!(str_at(&show, "/lab/topology/hosts/1"), "b");
     assert_eq!(str_at(&show, "/clients/0/addr"), "10.77.0.2");
     assert_eq!(str_at(&show, "/clients/0/ns"), format!("{}-b", lab.name));
-    let pings = 20;
+    let way = [
+        "l1 a→r1",
+        "l2 r1→r2",
+        "l3 r2→b",
+        "l3 b→r2",
+        "l2 r2→r1",
+        "l1 r1→a",
+    ];
     one_of_three_tries("a chain's round trip", || {
-        let before = lab.show();
-        let sent = |name| u64_at(hop(&before, name), "/delivered_packets");
-        let already: Vec<(&str, u64)> = [
-            "l1 a→r1",
-            "l2 r1→r2",
-            "l3 r2→b",
-            "l3 b→r2",
-            "l2 r2→r1",
-            "l1 r1→a",
-        ]
-        .into_iter()
-        .map(|name| (name, sent(name)))
-        .collect();
-        let mut all = Vec::new();
-        for dest in ["10.77.0.2", "fd00:77::2"] {
-            let text = ping_from(
-                &lab.name,
-                "a",
-                &["-c", &pings.to_string(), "-i", "0.05"],
-                dest,
-            );
-            let rtts = ping_times_ms(&text);
-            assert_eq!(rtts.len(), pings, "{text}");
-            all.extend(rtts);
-        }
-        let expected: Vec<(&str, u64)> = already
-            .iter()
-            .map(|&(name, n)| (name, n + 2 * pings as u64))
-            .collect();
-        let show = show_when_delivered(&lab, &expected);
-        for (name, n) in expected {
-            assert_eq!(
-                u64_at(hop(&show, name), "/delivered_packets"),
-                n,
-                "{name}: {show}"
-            );
-        }
-        all.sort_by(f64::total_cmp);
-        // ping prints 0.001 ms at this size; the links' delays are a floor.
-        assert!(all[0] >= 16.0 - 0.01, "a round trip under 16 ms: {all:?}");
-        let median = all[all.len() / 2];
-        if median > 17.0 {
-            return Err(format!(
-                "median {median} ms, not within 1 ms of 16: {all:?}"
-            ));
-        }
-        Ok(())
+        pings_cross(&lab, "a", &["10.77.0.2", "fd00:77::2"], &way, 16.0)
     });
     let out = tcplab()
         .args(["lab", "exec", &lab.name, "c", "--", "true"])
@@ -189,6 +219,85 @@ fn a_chain_s_round_trip_is_the_sum_of_its_links_delays() {
             lab.name
         )
     );
+}
+
+/// The emulator's two threads split a topology as a dumbbell's directions: the ways
+/// toward the first host (s) on `up`, the others on `down`. A route between two other
+/// hosts (a and b, through r) turns there and is handed from one thread to the other,
+/// each way: every ping crosses each of its links once, takes at least their delays
+/// (10 ms) and, in one of three tries, at most 1 ms more at the median; a TCP flow
+/// across it (segmented: lb has a rate) spends exactly each delay-only link's delay on
+/// it, and fills lb's 100 Mbit/s (one of three tries: load only slows it).
+#[test]
+fn a_route_that_turns_is_handed_between_the_emulator_threads() {
+    if !privileged_or_skip("topology_handoff") {
+        return;
+    }
+    let _machine = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let file = topology_file(
+        dir.path(),
+        &["s", "a", "b"],
+        &["r"],
+        &[
+            ("ls", ["s", "r"], "rtt 2ms"),
+            ("la", ["a", "r"], "rtt 4ms"),
+            ("lb", ["r", "b"], "rtt 6ms rate 100mbit queue 1bdp"),
+        ],
+        "",
+    );
+    let lab = LabGuard::up(&lab_name("th", 1), &["--topology", file.to_str().unwrap()]);
+    let show = lab.show();
+    let names = |thread: &str| -> Vec<String> {
+        show[thread]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names("up"), ["ls r→s", "la a→r", "lb b→r"], "{show}");
+    assert_eq!(names("down"), ["ls s→r", "la r→a", "lb r→b"], "{show}");
+    let way = ["la a→r", "lb r→b", "lb b→r", "la r→a"];
+    one_of_three_tries("a turning route's round trip", || {
+        pings_cross(&lab, "a", &["10.77.0.3"], &way, 10.0)
+    });
+    drop(lab);
+    one_of_three_tries("a TCP flow through a turning route", || {
+        let run = run_a_to_b(&file, &[]);
+        let path = &run["path"];
+        let flow = &run["flows"][0];
+        let key = data_key(flow);
+        let acks = format!(
+            "tcp {} > {}",
+            str_at(flow, "/server_addr"),
+            str_at(flow, "/client_addr")
+        );
+        // Each delay-only link holds every packet exactly its one-way delay, whichever
+        // thread carries it.
+        for (name, key) in [("la a→r", &key), ("la r→a", &acks)] {
+            let one_way_us = 2000.0;
+            let f = of_flow(hop(path, name), "flows", key);
+            assert_eq!(
+                (f64_at(f, "/delay_mean_us"), f64_at(f, "/delay_max_us")),
+                (one_way_us, one_way_us),
+                "{name}: {f}"
+            );
+        }
+        // Every data packet that crossed la was handed to lb and left it or was dropped.
+        let data = u64_at(of_flow(hop(path, "la a→r"), "flows", &key), "/packets");
+        let lb = of_flow(hop(path, "lb r→b"), "flows", &key);
+        let handed = u64_at(lb, "/packets") + u64_at(lb, "/dropped");
+        assert!(
+            data > 1000 && handed.abs_diff(data) <= 10,
+            "{data} packets across la, {handed} into lb: {lb}"
+        );
+        let received = f64_at(&run, "/summary/received_bps");
+        if received < 85e6 {
+            return Err(format!("{:.1} Mbit/s through 100 Mbit/s", received / 1e6));
+        }
+        Ok(())
+    });
 }
 
 /// Two ways between a and b, a short one through r1 and a long one through r2; the
@@ -674,7 +783,7 @@ fn assert_links_drawn(db: &Path, full: &[&str], bps: f64) -> Result<(), String> 
     let store = tcplab_store::Store::open(db).unwrap();
     for row in store.list_runs().unwrap() {
         let run = store.load_run(row.id).unwrap();
-        let links = &run.path.as_ref().unwrap().up.links;
+        let links: Vec<_> = run.path.as_ref().unwrap().links().collect();
         let chart = |name: &str| {
             find_chart(&store, Some(Target::Run(row.id)), name, Default::default()).unwrap()
         };
@@ -916,25 +1025,7 @@ fn a_run_across_a_topology_is_recorded_link_by_link() {
     let dir = tempfile::tempdir().unwrap();
     let file = chain_file(dir.path());
     let db = dir.path().join("runs.db");
-    let out = tcplab()
-        .args(["run", "--topology"])
-        .arg(&file)
-        .args([
-            "--client-host",
-            "a",
-            "--server-host",
-            "b",
-            "-C",
-            "cubic",
-            "-t",
-            "2s",
-            "--json",
-            "--db",
-        ])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let run = parse_success(&out);
+    let run = run_a_to_b(&file, &["--db", db.to_str().unwrap()]);
     let path = &run["path"];
     assert_eq!(path["topology"]["hosts"], serde_json::json!(["a", "b"]));
     let route = path["topology"]["routes"]
@@ -1221,14 +1312,10 @@ fn a_window_pacer_follows_every_sender_that_crosses_it() {
             let db = dir.path().join(format!("{shape}-{tries}.db"));
             assert_success(&sweep(&file, &db, &[]));
             // The paced run, by its pacer; every flow of it crossed that pacer.
-            let has_pacer = |links: &Value| {
-                links
-                    .as_array()
-                    .is_some_and(|l| l.iter().any(|h| h["name"] == pacer))
-            };
+            let has_pacer = |path: &Value| hops(path).any(|h| h["name"] == pacer);
             let (run, flows) = runs_and_flows(&db)
                 .into_iter()
-                .find(|(run, _)| has_pacer(&json_column(run, "path_json")["up"]["links"]))
+                .find(|(run, _)| has_pacer(&json_column(run, "path_json")))
                 .expect("a paced run");
             let paced = hop(&json_column(&run, "path_json"), pacer).clone();
             assert!(u64_at(&paced, "/delivered_packets") > 100, "{paced}");

@@ -26,7 +26,7 @@ use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::MAX_PACKET;
 
 use crate::capture::{Capture, CaptureSpec};
-use crate::pipeline::{DirectionPlan, Hop, Target};
+use crate::pipeline::{DirectionPlan, Hop, Inbox, Target};
 use crate::registry::{self, HostEntry, LabEntry};
 use crate::topology::{burst_meter, io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan};
 use crate::{Lab, LabError};
@@ -294,14 +294,14 @@ fn build(
                 Some(Pace::Rate(bps)) => burst_meter(Some((bps, 0)), per_packet),
                 Some(Pace::Window(_)) | None => None,
             };
-            pacers.push((hop.index(), pacer));
+            pacers.push((hop, pacer));
         }
     }
     let first_pacer = topology.hops().count();
     let pacer_of: HashMap<usize, usize> = pacers
         .iter()
         .enumerate()
-        .map(|(k, (link_way, _))| (*link_way, first_pacer + k))
+        .map(|(k, (link_way, _))| (link_way.index(), first_pacer + k))
         .collect();
     for (hop, traces) in topology.hops().zip(traces) {
         hops.push(Hop {
@@ -321,6 +321,13 @@ fn build(
             capture: capture_of[hop.link].map(|c| emulator.captures[c].tap(hop.dir)),
         });
     }
+    // Each stage's thread: a link way's side, a pacer with the way it paces.
+    let sides: Vec<usize> = topology
+        .hops()
+        .map(|hop| topology.side(hop))
+        .chain(pacers.iter().map(|&(way, _)| topology.side(way)))
+        .map(side_index)
+        .collect();
     hops.extend(pacers.into_iter().map(|(_, pacer)| pacer));
     let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
     let mut paths = HashMap::new();
@@ -342,26 +349,62 @@ fn build(
             paths.insert((a.addr6, b.addr6), stages);
         }
     }
-    let plan = DirectionPlan {
-        ingress: devices
-            .iter()
-            .map(|d| (Arc::clone(d), Target::Path { after: None }))
-            .collect(),
-        hops,
-        bottleneck: 0,
-        egress: devices,
-        routes: Vec::new(),
-        paths,
-        per_packet,
-        mtu,
-        classifier: Classifier {
-            control_port: config.control_port,
-        },
-        wake: Arc::clone(emulator.wake.as_ref().expect("made by new")),
-        test_start: emulator.test_start.clone(),
+    // A host's device is read by the thread of its way toward the first host (the
+    // first host's: toward the second); a route starting on the other hands over.
+    let ingress_side: Vec<usize> = nodes
+        .iter()
+        .map(|&node| {
+            let to = if node == nodes[0] { nodes[1] } else { nodes[0] };
+            side_index(topology.side(topology.route(node, to)[0]))
+        })
+        .collect();
+    let split = Split::new(sides);
+    let inbox = || {
+        Inbox::new()
+            .map(Arc::new)
+            .map_err(io_err("starting the emulator"))
     };
-    let stats = Arc::clone(&emulator.up);
-    emulator.spawn("emulator", plan, stats)?;
+    let inboxes = [inbox()?, inbox()?];
+    let mut plans = [Direction::Up, Direction::Down].map(|dir| {
+        let side = side_index(dir);
+        DirectionPlan {
+            ingress: devices
+                .iter()
+                .zip(&ingress_side)
+                .filter(|&(_, &s)| s == side)
+                .map(|(d, _)| (Arc::clone(d), Target::Path { after: None }))
+                .collect(),
+            hops: Vec::new(),
+            bottleneck: 0,
+            egress: devices.clone(),
+            routes: Vec::new(),
+            paths: paths
+                .iter()
+                .map(|(&ends, stages)| {
+                    let stages = stages.iter().map(|&t| split.localize(t, side)).collect();
+                    (ends, stages)
+                })
+                .collect(),
+            per_packet,
+            mtu,
+            classifier: Classifier {
+                control_port: config.control_port,
+            },
+            wake: Arc::clone(emulator.wake.as_ref().expect("made by new")),
+            test_start: emulator.test_start.clone(),
+            inbox: Some(Arc::clone(&inboxes[side])),
+            outboxes: inboxes.to_vec(),
+        }
+    });
+    for (stage, mut hop) in hops.into_iter().enumerate() {
+        let side = split.sides[stage];
+        hop.then = split.localize(hop.then, side);
+        plans[side].hops.push(hop);
+    }
+    let [up, down] = plans;
+    let (up_stats, down_stats) = (Arc::clone(&emulator.up), Arc::clone(&emulator.down));
+    emulator.spawn("emulator-up", up, up_stats)?;
+    emulator.spawn("emulator-down", down, down_stats)?;
     let mut pacing_targets = HashMap::new();
     for (a, &from) in nodes.iter().enumerate() {
         for (b, &to) in nodes.iter().enumerate() {
@@ -391,9 +434,75 @@ fn build(
     })
 }
 
+/// The emulator thread of a side ([`Topology::side`]): 0 up, 1 down.
+fn side_index(side: Direction) -> usize {
+    match side {
+        Direction::Up => 0,
+        Direction::Down => 1,
+    }
+}
+
+/// The stages of a topology's emulator (its link ways, then its pacers) split between
+/// its two threads: each stage's thread, and its index among that thread's hops.
+struct Split {
+    sides: Vec<usize>,
+    local: Vec<usize>,
+}
+
+impl Split {
+    fn new(sides: Vec<usize>) -> Split {
+        let mut count = [0; 2];
+        let local = sides
+            .iter()
+            .map(|&side| {
+                count[side] += 1;
+                count[side] - 1
+            })
+            .collect();
+        Split { sides, local }
+    }
+
+    /// A stage's target as thread `side` sees it: its own hops by their index there,
+    /// the other thread's handed over.
+    fn localize(&self, target: Target, side: usize) -> Target {
+        match target {
+            Target::Hop(g) if self.sides[g] == side => Target::Hop(self.local[g]),
+            Target::Hop(g) => Target::Handoff {
+                thread: self.sides[g],
+                hop: self.local[g],
+            },
+            Target::Path { after: Some(g) } => Target::Path {
+                after: Some(self.local[g]),
+            },
+            Target::Path { after: None }
+            | Target::Egress(_)
+            | Target::Route
+            | Target::Handoff { .. } => target,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each thread numbers its own stages from 0 in order; a stage of the other thread
+    /// is handed over, and a hop's own path position stays its own.
+    #[test]
+    fn a_split_numbers_each_thread_s_stages_and_hands_over_the_others() {
+        let split = Split::new(vec![0, 1, 1, 0, 1]);
+        assert_eq!(split.local, [0, 0, 1, 1, 2]);
+        assert_eq!(split.localize(Target::Hop(3), 0), Target::Hop(1));
+        assert_eq!(
+            split.localize(Target::Hop(4), 0),
+            Target::Handoff { thread: 1, hop: 2 }
+        );
+        assert_eq!(
+            split.localize(Target::Path { after: Some(2) }, 1),
+            Target::Path { after: Some(1) }
+        );
+        assert_eq!(split.localize(Target::Egress(3), 1), Target::Egress(3));
+    }
 
     #[test]
     fn hosts_are_numbered_from_one_in_both_families() {

@@ -239,14 +239,14 @@ struct LinkPlan<'a> {
     capture: Option<&'a CaptureSpec>,
 }
 
-/// The emulator's two threads, one per direction, and what they publish.
+/// The emulator's two threads (a dumbbell's directions, a topology's sides) and what they publish.
 pub(crate) struct Emulator {
     stop: Arc<AtomicBool>,
     /// Wakes the threads when `stop` is set (none without threads).
     pub(crate) wake: Option<Arc<Waker>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
     pub(crate) up: Arc<Mutex<DirectionStats>>,
-    down: Arc<Mutex<DirectionStats>>,
+    pub(crate) down: Arc<Mutex<DirectionStats>>,
     /// Wall-clock time of the emulator's time 0, µs since the Unix epoch, and the same
     /// on the monotonic clock, ns.
     pub(crate) epoch_unix_us: i64,
@@ -897,6 +897,8 @@ impl Lab {
                 classifier,
                 wake: Arc::clone(wake),
                 test_start: test_start.clone(),
+                inbox: None,
+                outboxes: Vec::new(),
             },
             Direction::Down => DirectionPlan {
                 ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
@@ -914,6 +916,8 @@ impl Lab {
                 classifier,
                 wake: Arc::clone(wake),
                 test_start: test_start.clone(),
+                inbox: None,
+                outboxes: Vec::new(),
             },
         })
     }

@@ -391,6 +391,26 @@ impl Topology {
         }
     }
 
+    /// The emulator thread that carries a link way, as a dumbbell's two directions:
+    /// `Up` where some host's route to the first host (a dumbbell's server) crosses it,
+    /// `Down` otherwise. A route to or from the first host stays on one thread; one
+    /// between two others turns where their ways toward it meet.
+    pub fn side(&self, hop: Hop) -> Direction {
+        let first = self
+            .hosts()
+            .next()
+            .expect("a topology has two hosts or more");
+        let toward_first = self
+            .hosts()
+            .filter(|&h| h != first)
+            .any(|h| self.route(h, first).contains(&hop));
+        if toward_first {
+            Direction::Up
+        } else {
+            Direction::Down
+        }
+    }
+
     /// A hop's one-way base delay, µs.
     pub fn hop_delay_us(&self, hop: Hop) -> u64 {
         self.links[hop.link].path.link(hop.dir).delay_us

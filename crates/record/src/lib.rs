@@ -936,6 +936,12 @@ pub struct PathRecord {
 }
 
 impl PathRecord {
+    /// Every link way's counters, both emulator threads': a topology's ways toward its
+    /// first host are `up`'s, the others `down`'s.
+    pub fn links(&self) -> impl Iterator<Item = &NamedCounters> {
+        self.up.links.iter().chain(&self.down.links)
+    }
+
     /// The direction that carried more data packets: the one whose delay and drops are
     /// the run's.
     pub fn data_direction(&self) -> &DirectionStats {

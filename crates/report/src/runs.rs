@@ -859,7 +859,7 @@ fn queue(run: &RunRecord, end: f64, palette: &mut Palette) -> Vec<Series> {
         .into_iter()
         .map(|(direction, q)| (format!("bottleneck {direction}"), q));
     // A topology's links, each way.
-    let links = path.up.links.iter().map(|l| (l.name.clone(), &l.queue));
+    let links = path.links().map(|l| (l.name.clone(), &l.queue));
     bottleneck
         .chain(links)
         .filter(|(_, q)| q.iter().any(|s| s.bytes > 0))
@@ -899,7 +899,7 @@ fn topology(run: &RunRecord) -> Option<(String, Body)> {
         .collect();
     let at = graph_layout(names.len(), &ends);
     let span = end_seconds(run);
-    let hop = |name: &str| path.up.links.iter().find(|h| h.name == name);
+    let hop = |name: &str| path.links().find(|h| h.name == name);
     let edges = t
         .links
         .iter()
@@ -1036,12 +1036,8 @@ fn links(run: &RunRecord, palette: &mut Palette) -> Option<(String, Body)> {
     let path = run.path.as_ref()?;
     path.topology.as_ref()?;
     let span = end_seconds(run);
-    let crossed: Vec<&tcplab_record::NamedCounters> = path
-        .up
-        .links
-        .iter()
-        .filter(|l| l.counters.packets_in > 0)
-        .collect();
+    let crossed: Vec<&tcplab_record::NamedCounters> =
+        path.links().filter(|l| l.counters.packets_in > 0).collect();
     let categories = crossed
         .iter()
         .map(|l| match l.counters.dropped() {

@@ -64,6 +64,31 @@ fn every_host_reaches_every_other_by_the_shortest_way_through_routers() {
     assert_eq!(t.rtt_us(id("src"), id("dst")), 24_000);
 }
 
+/// The sides split a topology as a dumbbell's directions: every way toward the first
+/// host on one, every way from it on the other, so only a route between two other
+/// hosts changes sides, where it turns.
+#[test]
+fn the_ways_toward_the_first_host_are_one_side_and_the_others_the_other() {
+    let t: Topology = PARKING_LOT.parse().unwrap();
+    let side_of = |from: &str, to: &str| -> Vec<Direction> {
+        t.route(t.node(from).unwrap(), t.node(to).unwrap())
+            .iter()
+            .map(|&hop| t.side(hop))
+            .collect()
+    };
+    assert_eq!(side_of("dst", "src"), [Direction::Up; 4]);
+    assert_eq!(side_of("x2", "src"), [Direction::Up; 3]);
+    assert_eq!(side_of("src", "dst"), [Direction::Down; 4]);
+    assert_eq!(side_of("src", "x1"), [Direction::Down; 2]);
+    // x1 to x2 meets the way toward src at r1 and leaves it there.
+    assert_eq!(
+        side_of("x1", "x2"),
+        [Direction::Up, Direction::Down, Direction::Down]
+    );
+    let ups = t.hops().filter(|&hop| t.side(hop) == Direction::Up).count();
+    assert_eq!(ups, t.links.len(), "one way of each link toward src");
+}
+
 #[test]
 fn the_least_delay_wins_over_fewer_links_and_a_host_never_forwards() {
     let t: Topology = r#"

@@ -6,7 +6,7 @@
 //! busy. Also the link's queue occupancy over time. Pure: the emulator feeds it times,
 //! sizes and how late each time may be.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::queue::QueueSeries;
 use crate::stats::quantiles;

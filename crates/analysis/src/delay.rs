@@ -6,7 +6,7 @@
 //! tcplab's own flows (its control connection, its probes) are kept apart, named. Pure:
 //! the emulator feeds it flows and times.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use hdrhistogram::Histogram;
 

@@ -5,7 +5,7 @@
 //! explain names the link that bound each flow (the one whose queue held it longest, or
 //! that dropped most of it). Pure: the emulator feeds it packets and times.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use tcplab_netsim::packet::FlowKey;
 use tcplab_record::{HopFlow, QueueSample};
@@ -42,7 +42,8 @@ impl HopMeter {
     }
 
     fn tally(&mut self, flow: FlowKey) -> Option<&mut Tally> {
-        if !self.flows.contains_key(&flow) && self.flows.len() >= MAX_FLOWS {
+        // The cap is looked up only once reached: one hash a packet until then.
+        if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&flow) {
             return None;
         }
         Some(self.flows.entry(flow).or_default())

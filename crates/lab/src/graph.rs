@@ -273,10 +273,10 @@ fn build(
     }
     // Each link way's hop at its index ([`TopoHop::index`]), then the gap pacers
     // (`pace RATE`) before the link ways that have one, as a dumbbell's before its
-    // bottleneck: the link way's hop index, its pacer's.
-    // A dynamic one (`pace cwnd`) follows the rate at its link way's index here.
+    // bottleneck: each with the link way it paces.
     let mut hops = Vec::new();
     let mut pacers = Vec::new();
+    // A dynamic pacer's (`pace cwnd`) rate, by its link way's index.
     let mut window_rates = HashMap::new();
     for hop in topology.hops() {
         let path = &topology.links[hop.link].path;

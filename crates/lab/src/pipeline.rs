@@ -12,7 +12,6 @@
 //! the receiving kernel's per-packet cost does not cap the emulator. Where no link
 //! does (delay only), super-packets pass through whole.
 
-use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::ops::Range;
@@ -160,7 +159,7 @@ pub struct DirectionPlan {
     pub routes: Vec<(IpAddr, Target)>,
     /// The stages a packet from one address to another takes, in order, the last an
     /// egress device ([`Target::Path`]): a route may differ by source, and each way.
-    pub paths: HashMap<(IpAddr, IpAddr), Vec<Target>>,
+    pub paths: foldhash::HashMap<(IpAddr, IpAddr), Vec<Target>>,
     /// Segment super-packets (some link applies a per-packet effect).
     pub per_packet: bool,
     /// Largest IP packet on the wire.

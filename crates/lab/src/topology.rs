@@ -678,19 +678,16 @@ impl Lab {
             clients: client_tuns,
         };
         let per_packet = per_packet(&config.path, &config.clients);
-        // A dynamic pacer's rate, published by the direction's senders: the clients
-        // up, the server down.
+        // A dynamic pacer's rate, published by the direction's senders (the clients
+        // up, the server down), and the round trip it spreads their windows over.
         let window_pacers =
             [Direction::Up, Direction::Down].map(|dir| match config.path.link(dir).pace {
-                Some(Pace::Window(rtt)) => Some(PacingTarget {
-                    rates: vec![Arc::new(AtomicU64::new(0))],
-                    rtt,
-                }),
+                Some(Pace::Window(rtt)) => Some((Arc::new(AtomicU64::new(0)), rtt)),
                 _ => None,
             });
         let rates = window_pacers
             .clone()
-            .map(|target| target.map(|t| Arc::clone(&t.rates[0])));
+            .map(|pacer| pacer.map(|(rate, _)| rate));
         let links = LinkPlan {
             config,
             per_packet,
@@ -698,7 +695,12 @@ impl Lab {
             capture: config.capture.as_ref(),
         };
         let emulator = Emulator::start(&links, &devices, &clients)?;
-        let [up, down] = window_pacers;
+        let [up, down] = window_pacers.map(|pacer| {
+            pacer.map(|(rate, rtt)| PacingTarget {
+                rates: vec![rate],
+                rtt,
+            })
+        });
         let mut pacing_targets = HashMap::new();
         for k in 1..=clients.len() {
             pacing_targets.extend(up.clone().map(|target| ((k, 0), target)));
@@ -891,7 +893,7 @@ impl Lab {
                 bottleneck,
                 egress: vec![Arc::clone(&devices.server)],
                 routes: Vec::new(),
-                paths: HashMap::new(),
+                paths: Default::default(),
                 per_packet,
                 mtu: config.path.mtu,
                 classifier,
@@ -910,7 +912,7 @@ impl Lab {
                     .zip(&client_side)
                     .flat_map(|(c, &t)| [(c.addr, t), (c.addr6, t)])
                     .collect(),
-                paths: HashMap::new(),
+                paths: Default::default(),
                 per_packet,
                 mtu: config.path.mtu,
                 classifier,

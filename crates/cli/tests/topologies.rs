@@ -292,6 +292,10 @@ fn a_route_that_turns_is_handed_between_the_emulator_threads() {
             data > 1000 && handed.abs_diff(data) <= 10,
             "{data} packets across la, {handed} into lb: {lb}"
         );
+        // Every packet the down thread took from up counts in its lateness, as every
+        // one it wrote: each data packet twice.
+        let late = u64_at(path, "/down/lateness/packets");
+        assert!(late >= 2 * data, "{late} late packets for {data}: {path}");
         let received = f64_at(&run, "/summary/received_bps");
         if received < 85e6 {
             return Err(format!("{:.1} Mbit/s through 100 Mbit/s", received / 1e6));

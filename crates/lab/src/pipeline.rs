@@ -488,6 +488,9 @@ impl Direction {
             buf.len = n;
             buf.arrived = packet.arrived;
             self.lag_ns = now.saturating_sub(packet.at);
+            // Its time slips by as much as it waited to be taken: lateness, as a
+            // write's is.
+            let _ = self.written.lateness.record(self.lag_ns.max(1));
             let to = Target::Hop(packet.hop);
             self.dispatch(to, packet.at, id, packet.wire_len, None, packet.traffic);
         }

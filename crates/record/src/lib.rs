@@ -981,7 +981,8 @@ pub struct DirectionStats {
     #[serde(default)]
     pub cpus_awake: bool,
     pub links: Vec<NamedCounters>,
-    /// How late packets left the emulator against their due time.
+    /// How late packets left the emulator against their due time: written to a device,
+    /// or taken by its other thread where a topology's route turns.
     pub lateness: Lateness,
     /// Packets the emulator could not parse, route, or write.
     pub malformed: u64,

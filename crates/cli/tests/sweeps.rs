@@ -56,9 +56,10 @@ fn run_quick(name: &str, dir: &Path) -> PathBuf {
         assert_eq!(e["done"], e["runs"], "{name}: every run done: {e}");
         assert_no_run_exceeds_its_bound(&db);
         let errors = chart_errors(&db, STALL_US);
-        match errors.is_empty() {
-            true => Ok(db),
-            false => Err(errors.join("\n")),
+        if errors.is_empty() {
+            Ok(db)
+        } else {
+            Err(errors.join("\n"))
         }
     })
 }

@@ -326,7 +326,7 @@ fn build(
         .hops()
         .map(|hop| topology.side(hop))
         .chain(pacers.iter().map(|&(way, _)| topology.side(way)))
-        .map(side_index)
+        .map(Direction::index)
         .collect();
     hops.extend(pacers.into_iter().map(|(_, pacer)| pacer));
     let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
@@ -355,7 +355,7 @@ fn build(
         .iter()
         .map(|&node| {
             let to = if node == nodes[0] { nodes[1] } else { nodes[0] };
-            side_index(topology.side(topology.route(node, to)[0]))
+            topology.side(topology.route(node, to)[0]).index()
         })
         .collect();
     let split = Split::new(sides);
@@ -366,7 +366,7 @@ fn build(
     };
     let inboxes = [inbox()?, inbox()?];
     let mut plans = [Direction::Up, Direction::Down].map(|dir| {
-        let side = side_index(dir);
+        let side = dir.index();
         DirectionPlan {
             ingress: devices
                 .iter()
@@ -434,16 +434,9 @@ fn build(
     })
 }
 
-/// The emulator thread of a side ([`Topology::side`]): 0 up, 1 down.
-fn side_index(side: Direction) -> usize {
-    match side {
-        Direction::Up => 0,
-        Direction::Down => 1,
-    }
-}
-
 /// The stages of a topology's emulator (its link ways, then its pacers) split between
-/// its two threads: each stage's thread, and its index among that thread's hops.
+/// its two threads: each stage's thread ([`Topology::side`]'s index), and its index
+/// among that thread's hops.
 struct Split {
     sides: Vec<usize>,
     local: Vec<usize>,

@@ -338,11 +338,7 @@ pub fn link_seed(lab_seed: u64, link: LinkRole, dir: Direction) -> u64 {
         LinkRole::Bottleneck => 0,
         LinkRole::Access(k) => 1 + k as u64,
     };
-    let lane = match dir {
-        Direction::Up => 0,
-        Direction::Down => 1,
-    };
-    derive_seed(lab_seed, 2 * index + lane)
+    derive_seed(lab_seed, 2 * index + dir.index() as u64)
 }
 
 fn splitmix64(mut x: u64) -> u64 {

@@ -566,11 +566,7 @@ impl NodeKind {
 impl Hop {
     /// Its place in [`Topology::hops`]: link `l` up at `2 l`, down at `2 l + 1`.
     pub fn index(self) -> usize {
-        2 * self.link
-            + match self.dir {
-                Direction::Up => 0,
-                Direction::Down => 1,
-            }
+        2 * self.link + self.dir.index()
     }
 }
 

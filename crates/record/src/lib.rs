@@ -65,6 +65,14 @@ impl Direction {
         }
     }
 
+    /// 0 up, 1 down: the place of each in what is kept per direction.
+    pub fn index(self) -> usize {
+        match self {
+            Direction::Up => 0,
+            Direction::Down => 1,
+        }
+    }
+
     pub fn sender(self) -> Host {
         match self {
             Direction::Up => Host::Client,

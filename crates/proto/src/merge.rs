@@ -326,8 +326,8 @@ fn flow_record(
         rcvbuf: receiver.map(|f| f.buffer).unwrap_or_default(),
         sent_bytes: bytes(sender),
         received_bytes: bytes(receiver),
-        sent_bps: timed.map_or_else(|| bps(sender), |t| t.bps(t.acked_bytes)),
-        received_bps: timed.map_or_else(|| bps(receiver), |t| t.bps(t.received_bytes)),
+        sent_bps: timed.map_or_else(|| bps(sender), |t| t.acked_bps()),
+        received_bps: timed.map_or_else(|| bps(receiver), |t| t.received_bps()),
         sender_seconds: seconds(sender),
         receiver_seconds: seconds(receiver),
         retransmits: sender.map_or(0, |f| f.retransmits),
@@ -367,12 +367,13 @@ fn timed(
     if !matches!(params.end, TestEnd::Duration { .. }) {
         return None;
     }
-    let sender = sender?;
-    let (sent, read) = (sender.at_deadline?, receiver?.at_deadline?);
+    let (sender, receiver) = (sender?, receiver?);
+    let (sent, read) = (sender.at_deadline?, receiver.at_deadline?);
     Some(Timed {
         seconds: (sent.t_us - sender.start_us).max(0) as f64 / 1e6,
         acked_bytes: sent.bytes,
         received_bytes: read.bytes,
+        received_seconds: (read.t_us - receiver.start_us).max(0) as f64 / 1e6,
         drain_seconds: (sender.end_us - sent.t_us).max(0) as f64 / 1e6,
         unacked_bytes: sender.unacked,
     })
@@ -789,7 +790,7 @@ mod tests {
         let mut receiver = side_flow(0, Role::Receive, 2_999_950, 1_500_000, 2.6);
         receiver.at_deadline = Some(DeadlineCount {
             bytes: 1_990_000,
-            t_us: 3_500_100,
+            t_us: 3_500_000,
         });
         let end = |flow| EndReport {
             report: SideReport {
@@ -815,6 +816,16 @@ mod tests {
         let mut drained = half(0, 2, Role::Send, 3_000_000, 999_900);
         drained.drain = true;
         merger.add(Host::Client, vec![drained]);
+        // A receiver woken 0.2 s late counts 0.2 s more of its bytes, over its own 2.2 s:
+        // the same rate, not 8.76 Mbit/s over the sender's 2 s.
+        let mut late = receiver.clone();
+        late.at_deadline = Some(DeadlineCount {
+            bytes: 2_189_000,
+            t_us: 3_700_000,
+        });
+        let late = merge(&ctx, end(sender.clone()), Some(end(late)), vec![], None);
+        let late_bps = late.flows[0].received_bps;
+        assert!((late_bps / 7.96e6 - 1.0).abs() < 1e-9, "{late_bps}");
         let run = merge(
             &ctx,
             end(sender),

@@ -802,6 +802,11 @@ pub struct Timed {
     pub acked_bytes: u64,
     /// Bytes the receiver had read by the deadline.
     pub received_bytes: u64,
+    /// From the receiver's start to its count at the deadline, s, on its own clock: a
+    /// receiver woken late counts the bytes of a longer time, and its rate is theirs over
+    /// it. 0 in records stored before it was kept (then `seconds` stands for it).
+    #[serde(default)]
+    pub received_seconds: f64,
     /// From the deadline until the sender's last byte was acknowledged, or until the
     /// drain limit ended the connection, s.
     pub drain_seconds: f64,
@@ -813,13 +818,27 @@ pub struct Timed {
 }
 
 impl Timed {
-    /// `bytes` over the timed part, bit/s.
-    pub fn bps(&self, bytes: u64) -> f64 {
-        if self.seconds > 0.0 {
-            bytes as f64 * 8.0 / self.seconds
+    /// The bytes acknowledged by the deadline over the sender's timed part, bit/s.
+    pub fn acked_bps(&self) -> f64 {
+        rate_bps(self.acked_bytes, self.seconds)
+    }
+
+    /// The bytes read by the deadline over the receiver's timed part, bit/s.
+    pub fn received_bps(&self) -> f64 {
+        let seconds = if self.received_seconds > 0.0 {
+            self.received_seconds
         } else {
-            0.0
-        }
+            self.seconds
+        };
+        rate_bps(self.received_bytes, seconds)
+    }
+}
+
+fn rate_bps(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
     }
 }
 

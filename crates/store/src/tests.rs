@@ -101,6 +101,7 @@ fn flow(id: u32, direction: Direction) -> FlowRecord {
             seconds: 10.0,
             acked_bytes: 1_200_000_000,
             received_bytes: 1_199_000_000,
+            received_seconds: 10.0125,
             drain_seconds: 0.0625,
             unacked_bytes: 1448,
         }),

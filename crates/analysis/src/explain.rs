@@ -27,8 +27,8 @@ use tcplab_record::events::EventRecord;
 use tcplab_record::tcpinfo::TcpInfo;
 use tcplab_record::units::{count, format_duration_us, format_rate, format_size};
 use tcplab_record::{
-    BufferSize, Direction, DirectionStats, FlowRecord, Host, LimitShares, PathRecord, RunRecord,
-    SampleRecord,
+    BufferSize, Direction, FlowRecord, Host, LimitShares, NamedCounters, PathRecord, QueueSample,
+    RunRecord, SampleRecord,
 };
 
 /// tcp_info's ssthresh before the first loss ("infinite").
@@ -194,7 +194,8 @@ impl PolicerFacts {
     /// The most it lets through over `span_us`: its rate, and its full bucket at the
     /// start, bit/s.
     pub fn bound_bps(&self, span_us: u64) -> u64 {
-        self.bps + self.burst_bytes * 8 * 1_000_000 / span_us.max(1)
+        let PolicerFacts { bps, burst_bytes } = *self;
+        path::Police { bps, burst_bytes }.bound_bps(span_us)
     }
 }
 
@@ -377,9 +378,9 @@ finding_kinds! {
     QueueOverflow => "queue_overflow":
         "the bottleneck queue dropped packets, with the flows' trains against the queue (and pacing advised where the trains overflow it from half full)",
     Aqm => "aqm":
-        "what an AQM at the bottleneck did: its early drops, CE marks and drops on overflow, and the delay its queue held against its target",
+        "what an AQM did where the data met it (a dumbbell's bottleneck, each link of a topology on the flows' ways): its early drops, CE marks and drops on overflow, and the delay its queue held against its target",
     Policer => "policer":
-        "what a policer (`police`) dropped: the packets beyond its rate and bucket, each a loss to the senders where a shaper would have queued it",
+        "what a policer (`police`) dropped where the data met it (as `aqm`): the packets beyond its rate and bucket, each a loss to the senders where a shaper would have queued it",
     HostQueue => "host_queue":
         "a sending host's interface queue (`txqueuelen`) overflowed: its device's drops, and the retransmissions the host held back",
     UnfairStreams => "unfair_streams":
@@ -397,7 +398,7 @@ finding_kinds! {
     OtherDirection => "other_direction":
         "a bidirectional run: what the other direction's flows, left out of the figures, carried through their own bottleneck",
     BindingLink => "binding_link":
-        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them and the trains they reached it in, what the other links on its way added, its one-way delay across them all, and its bound, the slowest link's or pacer's goodput",
+        "a topology run: for each TCP flow, the link whose queue held its packets longest (its binding link) with that link's drops of them and the trains they reached it in, what the other links on its way added, its one-way delay across them all, and its bound, the least goodput of its links, pacers and policers",
     RetransmitCauses => "retransmit_causes":
         "what the retransmissions in the run's capture (`--capture`) followed: the emulator's drops by why, and those no drop explains",
 }
@@ -1419,11 +1420,13 @@ fn detect(
     {
         find(FindingKind::QueueOverflow, message, pace);
     }
-    if let Some(message) = aqm_effect(run, direction) {
-        find(FindingKind::Aqm, message, None);
-    }
-    if let Some(message) = policer_drops(run, e.path.as_ref(), direction) {
-        find(FindingKind::Policer, message, None);
+    for way in data_ways(run, direction, e.flow_links.as_deref()) {
+        if let Some(message) = aqm_effect(run, &way) {
+            find(FindingKind::Aqm, message, None);
+        }
+        if let Some(message) = policer_drops(&way) {
+            find(FindingKind::Policer, message, None);
+        }
     }
     if let Some((message, advice)) = host_queue(run, direction, e.episodes.retransmits) {
         find(FindingKind::HostQueue, message, Some(advice));
@@ -1808,7 +1811,7 @@ fn binding_link(l: &FlowLinks) -> String {
     );
     let bound = l.bound_bps.map_or(String::new(), |b| {
         format!(
-            "; its bound, the slowest link's or pacer's goodput: {}",
+            "; its bound, the least goodput of its links, pacers and policers: {}",
             format_rate(b)
         )
     });
@@ -1874,7 +1877,7 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
             ms(delay.p95_us - link.delay_us as f64),
         ),
     };
-    let mut queue = queue_while_testing(run, stats);
+    let mut queue = queue_while_testing(run, &stats.queue);
     if let Some(&most) = queue.iter().max() {
         queue.sort_unstable();
         let median = queue[queue.len() / 2];
@@ -1904,35 +1907,93 @@ fn own_delay(run: &RunRecord, direction: Direction) -> Option<String> {
 
 /// The test's bytes in a direction's bottleneck queue, sampled from the run's start to
 /// the end of its window (the emulator samples from the lab's start to its end).
-fn queue_while_testing(run: &RunRecord, stats: &DirectionStats) -> Vec<u64> {
+fn queue_while_testing(run: &RunRecord, queue: &[QueueSample]) -> Vec<u64> {
     let Some(record) = &run.path else {
         return Vec::new();
     };
     // The emulator's clock at the run's t0, µs.
     let t0_us = run.started_unix_us - record.epoch_unix_us;
     let end_us = t0_us + (run.summary.window_seconds * 1e6) as i64;
-    stats
-        .queue
+    queue
         .iter()
         .filter(|s| (t0_us..=end_us).contains(&(s.t_us as i64)))
         .map(|s| s.bytes)
         .collect()
 }
 
-fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
-    let record = run.path.as_ref()?;
-    let spec = record.spec.parse::<PathSpec>().ok()?;
-    let (link, stats) = match direction {
-        Direction::Up => (&spec.up, &record.up),
-        Direction::Down => (&spec.down, &record.down),
+/// A link way the data crossed, as the link findings (`aqm`, `policer`) read it: a
+/// dumbbell's bottleneck in the data's direction, or each link way of a topology on
+/// the TCP flows' routes.
+struct DataWay<'a> {
+    /// How a finding names it: "the bottleneck", "link l2 r1→r2".
+    label: String,
+    /// Its settings that way.
+    link: LinkSpec,
+    counters: &'a NamedCounters,
+    /// Its queue over time.
+    queue: &'a [QueueSample],
+}
+
+fn data_ways<'a>(
+    run: &'a RunRecord,
+    direction: Direction,
+    flow_links: Option<&[FlowLinks]>,
+) -> Vec<DataWay<'a>> {
+    let Some(record) = &run.path else {
+        return Vec::new();
     };
+    let Some(topology) = &record.topology else {
+        let Ok(spec) = record.spec.parse::<PathSpec>() else {
+            return Vec::new();
+        };
+        let stats = match direction {
+            Direction::Up => &record.up,
+            Direction::Down => &record.down,
+        };
+        return stats
+            .links
+            .iter()
+            .find(|l| l.name == "bottleneck")
+            .map(|counters| DataWay {
+                label: "the bottleneck".into(),
+                link: spec.link(direction).clone(),
+                counters,
+                queue: &stats.queue,
+            })
+            .into_iter()
+            .collect();
+    };
+    let mut hops: Vec<&String> = flow_links
+        .into_iter()
+        .flatten()
+        .flat_map(|l| &l.hops)
+        .collect();
+    hops.sort();
+    hops.dedup();
+    hops.into_iter()
+        .filter_map(|hop| {
+            let (spec, dir) = links::hop_link(topology, hop)?;
+            let counters = record.links().find(|l| &l.name == hop)?;
+            Some(DataWay {
+                label: format!("link {hop}"),
+                link: spec.link(dir).clone(),
+                counters,
+                queue: &counters.queue,
+            })
+        })
+        .collect()
+}
+
+/// What an AQM on `way` did: its early drops and marks, its drops on overflow, and the
+/// delay its queue held against its target.
+fn aqm_effect(run: &RunRecord, way: &DataWay) -> Option<String> {
+    let link = &way.link;
     let target_us = link.aqm.target_us()?;
     let Bottleneck::Rate { bps, .. } = link.bottleneck else {
         return None;
     };
-    let bottleneck = stats.links.iter().find(|l| l.name == "bottleneck")?;
-    let c = &bottleneck.counters;
-    let mut queue = queue_while_testing(run, stats);
+    let c = &way.counters.counters;
+    let mut queue = queue_while_testing(run, way.queue);
     queue.sort_unstable();
     let held = queue
         .get(queue.len() / 2)
@@ -1953,32 +2014,22 @@ fn aqm_effect(run: &RunRecord, direction: Direction) -> Option<String> {
         String::new()
     };
     Some(format!(
-        "the bottleneck's {} dropped {} early{ecn} and {} on overflow{held}",
+        "{}'s {} dropped {} early{ecn} and {} on overflow{held}",
+        way.label,
         link.aqm.name(),
         count(c.dropped_aqm, "packet"),
         count(c.dropped_queue, "packet"),
     ))
 }
 
-/// What the data direction's policer dropped, where it dropped any.
-fn policer_drops(
-    run: &RunRecord,
-    path: Option<&PathFacts>,
-    direction: Direction,
-) -> Option<String> {
-    let police = path?.police?;
-    let stats = match direction {
-        Direction::Up => &run.path.as_ref()?.up,
-        Direction::Down => &run.path.as_ref()?.down,
-    };
-    let c = &stats
-        .links
-        .iter()
-        .find(|l| l.name == "bottleneck")?
-        .counters;
+/// What a policer on `way` dropped, where it dropped any.
+fn policer_drops(way: &DataWay) -> Option<String> {
+    let police = way.link.police?;
+    let c = &way.counters.counters;
     (c.dropped_police > 0).then(|| {
         format!(
-            "the policer ({}, a bucket of {}) dropped {} of the {} that reached it ({:.1} %) instead of queueing them: each was a loss to the senders, where a shaper of its rate would have delayed it",
+            "the policer of {} ({}, a bucket of {}) dropped {} of the {} that reached it ({:.1} %) instead of queueing them: each was a loss to the senders, where a shaper of its rate would have delayed it",
+            way.label,
             format_rate(police.bps as f64),
             format_size(police.burst_bytes),
             count(c.dropped_police, "packet"),
@@ -2286,6 +2337,48 @@ pub(crate) mod tests {
     }
 
     /// A finished run across `spec` with `flows` and `samples` (also changes.rs's).
+    /// In a topology, the aqm and policer findings name each link way on the flows'
+    /// routes that has one, with that way's own counters and queue; a policer bounds
+    /// the flow it polices, its bucket spread over the run's window.
+    #[test]
+    fn a_topology_s_links_each_say_what_their_aqm_and_policer_did() {
+        let mut run = crate::links::tests::run();
+        run.summary.window_seconds = 10.0;
+        let path = run.path.as_mut().unwrap();
+        let links = &mut path.topology.as_mut().unwrap().links;
+        // a → r polices a's flow at 4 Mbit/s; r → b's CoDel acts on both flows.
+        links[0].path = "rtt 2ms rate 100mbit police 4mbit burst 10kB".into();
+        links[2].path = "rtt 10ms rate 10mbit aqm codel".into();
+        path.up.links[0].counters.packets_in = 1000;
+        path.up.links[0].counters.dropped_police = 37;
+        let rb = &mut path.up.links[2];
+        (rb.counters.dropped_aqm, rb.counters.dropped_queue) = (12, 3);
+        // 12.5 kB at 10 Mbit/s: 10 ms held.
+        rb.queue = [12_500, 12_500, 20_000]
+            .map(|bytes| QueueSample { t_us: 0, bytes })
+            .to_vec();
+        let e = explain(&run);
+        let said = |kind| {
+            e.findings
+                .iter()
+                .filter(|f| f.kind == kind)
+                .map(|f| f.message.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            said(FindingKind::Aqm),
+            ["link rb r→b's codel dropped 12 packets early and 3 packets on overflow; its queue held a median 10.0 ms of delay (target 5.00 ms)"]
+        );
+        assert_eq!(
+            said(FindingKind::Policer),
+            ["the policer of link ar a→r (4.00 Mbit/s, a bucket of 9.77 KiB) dropped 37 packets of the 1000 that reached it (3.7 %) instead of queueing them: each was a loss to the senders, where a shaper of its rate would have delayed it"]
+        );
+        // a's bound: the policer's 4 Mbit/s and its bucket over 10 s, as goodput.
+        let a = &e.flow_links.as_ref().unwrap()[0];
+        let policed = bounds::link_goodput_bps(4_000_000 + 10_000 * 8 / 10, 1448, 0);
+        assert_eq!(a.bound_bps, Some(policed));
+    }
+
     pub(crate) fn run(spec: &str, flows: Vec<FlowRecord>, samples: Vec<SampleRecord>) -> RunRecord {
         RunRecord {
             schema: String::new(),

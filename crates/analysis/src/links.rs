@@ -58,7 +58,7 @@ pub fn flow_links(run: &RunRecord) -> Option<Vec<FlowLinks>> {
         run.flows
             .iter()
             .filter(|f| f.udp.is_none())
-            .filter_map(|f| one_flow(topology, &links, f))
+            .filter_map(|f| one_flow(topology, &links, f, span_us(run)))
             .collect(),
     )
 }
@@ -93,7 +93,7 @@ pub fn together_bound_bps(run: &RunRecord, flows: &[FlowLinks]) -> Option<f64> {
         let (hop, goodput) = uncovered
             .iter()
             .flat_map(|l| &l.hops)
-            .filter_map(|h| Some((h, hop_goodput_bps(topology, h, mss)?)))
+            .filter_map(|h| Some((h, hop_goodput_bps(topology, h, mss, span_us(run))?)))
             .max_by(|(a, a_bps), (b, b_bps)| {
                 let on = |h: &String| uncovered.iter().filter(|l| l.hops.contains(h)).count();
                 on(a).cmp(&on(b)).then(b_bps.total_cmp(a_bps))
@@ -117,6 +117,7 @@ fn one_flow(
     topology: &TopologyRecord,
     links: &[&NamedCounters],
     flow: &FlowRecord,
+    span_us: u64,
 ) -> Option<FlowLinks> {
     let key = data_key(flow);
     let met: Vec<(&NamedCounters, &HopFlow)> = links
@@ -153,7 +154,7 @@ fn one_flow(
     let bound_bps = route
         .hops
         .iter()
-        .filter_map(|h| hop_goodput_bps(topology, h, flow.mss))
+        .filter_map(|h| hop_goodput_bps(topology, h, flow.mss, span_us))
         .reduce(f64::min);
     let trains: Vec<(String, Trains)> = stages
         .iter()
@@ -189,9 +190,10 @@ pub fn hop_rate(topology: &TopologyRecord, hop: &str) -> Option<(u64, u32)> {
     spec.link(dir).fixed_rate()
 }
 
-/// The most TCP goodput (bit/s, segments of `mss` bytes) a hop lets through: its
-/// link's fixed rate, or its gap pacer's where that is less; `None` with neither.
-fn hop_goodput_bps(topology: &TopologyRecord, hop: &str, mss: u32) -> Option<f64> {
+/// The most TCP goodput (bit/s, segments of `mss` bytes) a hop lets through over
+/// `span_us`: the least of its link's fixed rate, its gap pacer's and its policer's
+/// (with its full bucket at the start); `None` with none of them.
+fn hop_goodput_bps(topology: &TopologyRecord, hop: &str, mss: u32, span_us: u64) -> Option<f64> {
     let (spec, dir) = hop_spec(topology, hop)?;
     let link = spec.link(dir);
     let rate = link
@@ -201,11 +203,27 @@ fn hop_goodput_bps(topology: &TopologyRecord, hop: &str, mss: u32) -> Option<f64
         Some(Pace::Rate(bps)) => Some(bounds::link_goodput_bps(bps, mss, 0)),
         Some(Pace::Window(_)) | None => None,
     };
-    rate.into_iter().chain(pacer).reduce(f64::min)
+    let policer = link
+        .police
+        .map(|p| bounds::link_goodput_bps(p.bound_bps(span_us), mss, 0));
+    rate.into_iter()
+        .chain(pacer)
+        .chain(policer)
+        .reduce(f64::min)
+}
+
+/// The run's measured window, µs: what a policer's bucket is spread over.
+fn span_us(run: &RunRecord) -> u64 {
+    (run.summary.window_seconds * 1e6) as u64
 }
 
 /// The path spec of the link a hop crosses and which way, where it has no schedule.
 fn hop_spec(topology: &TopologyRecord, hop: &str) -> Option<(PathSpec, Direction)> {
+    hop_link(topology, hop).filter(|(spec, _)| spec.schedule.is_empty())
+}
+
+/// The path spec of the link a hop crosses, and which way.
+pub fn hop_link(topology: &TopologyRecord, hop: &str) -> Option<(PathSpec, Direction)> {
     topology.links.iter().find_map(|link| {
         let [a, b] = &link.between;
         let dir = if hop_name(&link.name, a, b) == hop {
@@ -215,13 +233,12 @@ fn hop_spec(topology: &TopologyRecord, hop: &str) -> Option<(PathSpec, Direction
         } else {
             return None;
         };
-        let spec: PathSpec = link.path.parse().ok()?;
-        spec.schedule.is_empty().then_some((spec, dir))
+        Some((link.path.parse().ok()?, dir))
     })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tcplab_record::link::LinkCounters;
     use tcplab_record::topology::{TopologyLink, TopologyRoute};
@@ -229,7 +246,7 @@ mod tests {
 
     /// a → r → b and c → r → b: two flows meeting on r → b (10 Mbit/s), a's also on
     /// its own a → r (100 Mbit/s).
-    fn run() -> RunRecord {
+    pub(crate) fn run() -> RunRecord {
         let link = |name: &str, between: [&str; 2], path: &str| TopologyLink {
             name: name.into(),
             between: between.map(String::from),

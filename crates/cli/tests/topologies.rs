@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::*;
+use tcplab_record::units;
 use tcplab_sys::netns::privileged_or_skip;
 
 /// `hosts` and `routers` by name, then `[[link]]`s (name, ends, path) and any extra TOML.
@@ -1210,6 +1211,88 @@ fn a_flows_gap_pacer_sits_on_its_senders_first_link() {
             "tcplab: {}: the run: flow 'other': link l1 (\"rtt 2ms up.pace 20mbit\") is paced already where a sends: one gap pacer per link way",
             file.display()
         )
+    );
+}
+
+/// An AQM and a policer on a topology's link each say what they did in explain, from
+/// that link's own counters, as a dumbbell's bottleneck does: CoDel on l2 (20 Mbit/s,
+/// where the flow queues), then a policer on l2 instead (10 Mbit/s, a 20 kB bucket),
+/// which drops, and bounds the flow at its rate with its bucket over the window.
+#[test]
+fn a_topology_link_s_aqm_and_policer_say_what_they_did() {
+    if !privileged_or_skip("topology_aqm_policer") {
+        return;
+    }
+    let _machine = among_others();
+    let dir = tempfile::tempdir().unwrap();
+    let said = |name: &str, l2: &str| {
+        let file = chain_with(dir.path(), l2);
+        let db = dir.path().join(format!("{name}.db"));
+        let out = tcplab()
+            .args(["run", "--topology"])
+            .arg(&file)
+            .args(["--client-host", "a", "--server-host", "b", "-C", "cubic"])
+            .args(["-t", "2s", "--json", "--db"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        let run = parse_success(&out);
+        let e = explained(&db, &[]);
+        let messages = |kind: &str| -> Vec<String> {
+            e["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["kind"] == kind)
+                .map(|f| f["message"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let (aqm, policer) = (messages("aqm"), messages("policer"));
+        (run, e, aqm, policer)
+    };
+    let (run, _, aqm, policer) = said("codel", "rtt 10ms rate 20mbit aqm codel");
+    let l2 = hop(&run["path"], "l2 r1→r2");
+    let early = u64_at(l2, "/dropped_aqm");
+    let overflow = u64_at(l2, "/dropped_queue");
+    assert!(early > 0, "CoDel on a 20 Mbit/s link under cubic: {l2}");
+    assert_eq!(aqm.len(), 1, "{aqm:?}");
+    assert!(
+        aqm[0].starts_with(&format!(
+            "link l2 r1→r2's codel dropped {} early and {} on overflow; its queue held a median ",
+            units::count(early, "packet"),
+            units::count(overflow, "packet")
+        )),
+        "{aqm:?}"
+    );
+    assert!(policer.is_empty(), "{policer:?}");
+
+    let (run, e, aqm, policer) = said("policer", "rtt 10ms police 10mbit burst 20kB");
+    let l2 = hop(&run["path"], "l2 r1→r2");
+    let policed = u64_at(l2, "/dropped_police");
+    assert!(policed > 0, "a 10 Mbit/s policer under cubic: {l2}");
+    assert!(aqm.is_empty(), "{aqm:?}");
+    assert_eq!(policer.len(), 1, "{policer:?}");
+    assert!(
+        policer[0].starts_with(&format!(
+            "the policer of link l2 r1→r2 (10.0 Mbit/s, a bucket of 19.5 KiB) dropped {} of the {} that reached it",
+            units::count(policed, "packet"),
+            u64_at(l2, "/packets_in")
+        )),
+        "{policer:?}"
+    );
+    // The policer binds: its rate and its bucket over the run's window, as goodput; the
+    // flow got no more.
+    let window_us = f64_at(&run, "/summary/window_seconds") * 1e6;
+    let allowed = (10e6 + 20_000.0 * 8.0 * 1e6 / window_us) * 1448.0 / 1500.0;
+    let bound = f64_at(&e["flow_links"][0], "/bound_bps");
+    assert!(
+        (bound / allowed - 1.0).abs() < 0.01,
+        "{bound} against {allowed}"
+    );
+    let received = f64_at(&run["flows"][0], "/received_bps");
+    assert!(
+        received <= bound,
+        "{received} bit/s over the policer's {bound}"
     );
 }
 

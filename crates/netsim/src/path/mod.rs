@@ -332,6 +332,14 @@ pub struct Police {
     pub burst_bytes: u64,
 }
 
+impl Police {
+    /// The most it lets through over `span_us`: its rate, and its full bucket at the
+    /// start, bit/s.
+    pub fn bound_bps(&self, span_us: u64) -> u64 {
+        self.bps + self.burst_bytes * 8 * 1_000_000 / span_us.max(1)
+    }
+}
+
 /// A delay trace: its file (see `link::StepTrace` for the format), and whether a delay
 /// that falls faster than packets are spaced may reorder them (by default a packet is
 /// held until the one before it is out).

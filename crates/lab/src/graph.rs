@@ -1,13 +1,16 @@
-//! A lab of any shape, from a topology file (`tcplab lab up --topology FILE`): a
-//! network namespace with a TUN device per host of a [`Topology`], and one emulator
-//! thread carrying every link of the graph both ways on one clock. A packet follows
-//! its route by its source and destination ([`Target::Path`]), leaving each link onto
-//! the next at its due time, so its time across a chain is the sum of its times on
-//! each link; routers are points in that thread, not namespaces.
+//! Every lab the emulator carries is built here from a [`Topology`]: a topology file's
+//! (`tcplab lab up --topology FILE`), or a dumbbell's (`--path`, `access`) as `tcplab
+//! lab topology` prints it ([`Shape`]). A network namespace with a TUN device per host,
+//! and two emulator threads carrying the links, split as a dumbbell's directions
+//! ([`Topology::side`]). A packet follows its route by its source and destination
+//! ([`Target::Path`]; a stage whose every route goes on the same way skips the look),
+//! leaving each link onto the next at its due time, so its time across a chain is the
+//! sum of its times on each link; routers are points in those threads, not namespaces.
 //!
-//! Addresses: host k (from 1, in the file's order) is 10.77.0.k/16 and fd00:77::k/64.
-//! For the commands that take a dumbbell's roles, the first host is the lab's server
-//! and the others its clients; every host answers to its name too.
+//! Addresses of a topology file's lab: host k (from 1, in the file's order) is
+//! 10.77.0.k/16 and fd00:77::k/64. For the commands that take a dumbbell's roles, the
+//! first host is the lab's server and the others its clients; every host answers to its
+//! name too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -15,7 +18,8 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use tcplab_netsim::link::LinkTraces;
+use tcplab_netsim::dumbbell::LinkRole;
+use tcplab_netsim::link::{Link, LinkError, LinkTraces};
 use tcplab_netsim::path::{Direction, LinkSpec, Pace, PacingTarget};
 use tcplab_netsim::topology::{Hop as TopoHop, Topology};
 use tcplab_netsim::traffic::Classifier;
@@ -26,10 +30,13 @@ use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::tun::MAX_PACKET;
 
 use crate::capture::{Capture, CaptureSpec};
-use crate::pipeline::{DirectionPlan, Hop, Inbox, Target};
+use crate::pipeline::{any_of, DirectionPlan, Hop, Inbox, Target};
+use crate::pool::BufId;
 use crate::registry::{self, HostEntry, LabEntry};
-use crate::topology::{burst_meter, io_err, load_traces, make_host, pacer_hop, Emulator, HostPlan};
-use crate::{Lab, LabError};
+use crate::topology::{
+    burst_meter, io_err, is_ideal, load_traces, make_host, pacer_hop, Emulator, HostPlan,
+};
+use crate::{Lab, LabConfig, LabError};
 use tcplab_analysis::hop::HopMeter;
 
 /// How often each link's queue is kept: 1000 samples a link for 10 s.
@@ -159,10 +166,7 @@ impl Lab {
         if let Some(capture) = &config.capture {
             capture.check(topology)?;
         }
-        let traces = topology
-            .hops()
-            .map(|hop| load_traces(topology.links[hop.link].path.link(hop.dir)))
-            .collect::<Result<Vec<LinkTraces>, _>>()?;
+        let traces = load_all_traces(topology)?;
         netns::ready().map_err(LabError::Privilege)?;
         if let Some(capture) = &config.capture {
             std::fs::create_dir_all(&capture.dir).map_err(io_err(format!(
@@ -178,17 +182,15 @@ impl Lab {
             )));
         }
         let seed = config.seed.unwrap_or_else(rand::random);
+        let addrs: Vec<(IpAddr, IpAddr)> = (1..=hosts.len() as u16).map(host_addrs).collect();
         let host_entries: Vec<HostEntry> = hosts
             .iter()
-            .enumerate()
-            .map(|(k, &node)| {
-                let (v4, v6) = host_addrs(k as u16 + 1);
-                HostEntry {
-                    ns: format!("{}-{}", config.name, topology.nodes[node].name),
-                    addr: v4.to_string(),
-                    addr6: v6.to_string(),
-                    access: None,
-                }
+            .zip(&addrs)
+            .map(|(&node, (v4, v6))| HostEntry {
+                ns: format!("{}-{}", config.name, topology.nodes[node].name),
+                addr: v4.to_string(),
+                addr6: v6.to_string(),
+                access: None,
             })
             .collect();
         let entry = LabEntry {
@@ -203,7 +205,14 @@ impl Lab {
         registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
         // From here on, a failure must undo what was made.
         let mut made = Vec::new();
-        let built = build(config, seed, traces, entry, &mut made);
+        let built = build(
+            topology,
+            Shape::File(config),
+            seed,
+            traces,
+            (entry, &addrs),
+            &mut made,
+        );
         if built.is_err() {
             for ns in made {
                 let _ = NetNs::delete(&ns);
@@ -214,20 +223,138 @@ impl Lab {
     }
 }
 
-fn build(
-    config: &TopologyConfig,
+/// Every link way's traces, read and parsed (by [`TopoHop::index`]): a bad line is one
+/// error naming its file and line, before anything is built.
+pub(crate) fn load_all_traces(topology: &Topology) -> Result<Vec<LinkTraces>, LabError> {
+    topology
+        .hops()
+        .map(|hop| load_traces(topology.links[hop.link].path.link(hop.dir)))
+        .collect()
+}
+
+/// What a lab built from a topology is besides its graph. A topology file's: each link
+/// way named by its link and ends ("l2 r1→r2"), metered flow by flow, captured link by
+/// link. Or a dumbbell's (`--path`, `access`), built from the topology `lab topology`
+/// prints for it (link 0 its bottleneck, link k client k's access link), whose record
+/// keeps what it has always had: links named `bottleneck`, `access clientK` (where a
+/// client's is more than ideal) and `pacer`, the bottleneck's trains and queue its
+/// direction's, and the lab's one capture at the bottleneck or at a host.
+pub(crate) enum Shape<'a> {
+    File(&'a TopologyConfig),
+    Dumbbell(&'a LabConfig),
+}
+
+impl Shape<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Shape::File(c) => &c.name,
+            Shape::Dumbbell(c) => &c.name,
+        }
+    }
+
+    fn sysctls(&self) -> &BTreeMap<String, String> {
+        match self {
+            Shape::File(c) => &c.sysctls,
+            Shape::Dumbbell(c) => &c.sysctls,
+        }
+    }
+
+    fn control_port(&self) -> Option<u16> {
+        match self {
+            Shape::File(c) => c.control_port,
+            Shape::Dumbbell(c) => c.control_port,
+        }
+    }
+
+    /// Whether a link way is a stage of the emulator: a dumbbell's ideal access link
+    /// is none (its client's packets go straight to the bottleneck).
+    fn carries(&self, hop: TopoHop) -> bool {
+        match self {
+            Shape::File(_) => true,
+            Shape::Dumbbell(c) => hop.link == 0 || !is_ideal(&c.clients[hop.link - 1]),
+        }
+    }
+
+    /// Whether the emulator routes between two hosts, by whether each is the first: a
+    /// dumbbell's only to and from its server (a client's packet to another client
+    /// goes to the server, as the kernel would send it through a plain path).
+    fn routes(&self, from_first: bool, to_first: bool) -> bool {
+        match self {
+            Shape::File(_) => true,
+            Shape::Dumbbell(_) => from_first || to_first,
+        }
+    }
+
+    /// Whether a host's packets that no route names (IPv6 neighbour discovery from
+    /// `::`, a link-local source) go where its every route goes: a dumbbell's, as a
+    /// plain path carries them to the server; a topology file's are dropped, counted
+    /// unroutable, so that each link counts only what its routes carry.
+    fn carries_unrouted(&self) -> bool {
+        matches!(self, Shape::Dumbbell(_))
+    }
+
+    /// A link way's name in the counters.
+    fn way_name(&self, topology: &Topology, hop: TopoHop) -> String {
+        match self {
+            Shape::File(_) => hop_name(topology, hop),
+            Shape::Dumbbell(_) if hop.link == 0 => "bottleneck".into(),
+            Shape::Dumbbell(_) => format!("access client{}", hop.link),
+        }
+    }
+
+    /// The name of the gap pacer before a link way named `way`.
+    fn pacer_name(&self, way: &str) -> String {
+        match self {
+            Shape::File(_) => record::pacer_name(way),
+            Shape::Dumbbell(_) => "pacer".into(),
+        }
+    }
+
+    /// Whether every stage meters each flow's packets and queue (a topology file's),
+    /// or only the bottleneck its trains (a dumbbell's).
+    fn meters_flows(&self) -> bool {
+        matches!(self, Shape::File(_))
+    }
+
+    /// A link way's model: a dumbbell's seeded and sized as it always was
+    /// ([`Link::in_lab`], the same draws as the topology's own).
+    fn link(
+        &self,
+        topology: &Topology,
+        hop: TopoHop,
+        seed: u64,
+        mtu: u32,
+        traces: LinkTraces,
+    ) -> Result<Link<BufId>, LinkError> {
+        match self {
+            Shape::File(_) => topology.hop_link(hop, seed, mtu, traces),
+            Shape::Dumbbell(c) => {
+                let role = match hop.link {
+                    0 => LinkRole::Bottleneck,
+                    k => LinkRole::Access(k - 1),
+                };
+                Link::in_lab(&c.dumbbell(), role, hop.dir, seed, mtu, traces)
+            }
+        }
+    }
+}
+
+/// Builds the lab of `topology` as `shape` says, its hosts `entry`'s with the
+/// addresses `addrs` (v4, v6) in order, and starts its emulator's two threads.
+pub(crate) fn build(
+    topology: &Topology,
+    shape: Shape,
     seed: u64,
     traces: Vec<LinkTraces>,
-    entry: LabEntry,
+    (entry, addrs): (LabEntry, &[(IpAddr, IpAddr)]),
     made: &mut Vec<NetNs>,
 ) -> Result<Lab, LabError> {
-    let topology = &config.topology;
     let mtu = topology.mtu();
     let nodes: Vec<usize> = topology.hosts().collect();
     let unlimited = LinkSpec::default();
     let mut hosts = Vec::new();
     let mut devices = Vec::new();
-    for (k, (&node, host)) in nodes.iter().zip(entry.hosts()).enumerate() {
+    for ((&node, host), &addrs) in nodes.iter().zip(entry.hosts()).zip(addrs) {
         // Its interface queue is the first link out of it's to set.
         let sends = topology
             .hops()
@@ -237,147 +364,249 @@ fn build(
             });
         let plan = HostPlan {
             ns: &host.ns,
-            addrs: host_addrs(k as u16 + 1),
+            addrs,
             mtu,
             sends,
-            sysctls: &config.sysctls,
+            sysctls: shape.sysctls(),
         };
         let (host, device) = make_host(&plan, made)?;
         hosts.push(host);
         devices.push(device);
     }
-    // Segmented where any link applies a per-packet effect, as a dumbbell's direction.
-    let per_packet = topology.links.iter().any(|l| {
-        [Direction::Up, Direction::Down]
-            .into_iter()
-            .any(|dir| !l.path.link(dir).delays_only())
-    });
-    let link_mtu = if per_packet { mtu } else { MAX_PACKET as u32 };
-    let mut emulator = Emulator::new(None, &config.name)?;
+    let emulator_capture = match &shape {
+        Shape::Dumbbell(c) => c.capture.as_ref(),
+        Shape::File(_) => None,
+    };
+    let mut emulator = Emulator::new(emulator_capture, shape.name())?;
     // Each link's place in the emulator's captures, where it is captured.
     let mut capture_of: Vec<Option<usize>> = vec![None; topology.links.len()];
-    if let Some(capture) = &config.capture {
-        let epoch_unix_ns = emulator.epoch_unix_us as u64 * 1000;
-        for (k, link) in topology.links.iter().enumerate() {
-            if !capture.takes(&link.name) {
-                continue;
+    match &shape {
+        Shape::Dumbbell(c) => capture_of[0] = c.capture.as_ref().map(|_| 0),
+        Shape::File(config) => {
+            if let Some(capture) = &config.capture {
+                let epoch_unix_ns = emulator.epoch_unix_us as u64 * 1000;
+                for (k, link) in topology.links.iter().enumerate() {
+                    if !capture.takes(&link.name) {
+                        continue;
+                    }
+                    let spec = capture.spec(&link.name);
+                    capture_of[k] = Some(emulator.captures.len());
+                    emulator.captures.push(
+                        Capture::start_link(&spec, epoch_unix_ns, &config.name, &link.name)
+                            .map_err(io_err("starting the capture"))?,
+                    );
+                }
+                emulator.capture_file = Some(capture.dir.display().to_string());
             }
-            let spec = capture.spec(&link.name);
-            capture_of[k] = Some(emulator.captures.len());
-            emulator.captures.push(
-                Capture::start_link(&spec, epoch_unix_ns, &config.name, &link.name)
-                    .map_err(io_err("starting the capture"))?,
-            );
-        }
-        emulator.capture_file = Some(capture.dir.display().to_string());
-    }
-    // Each link way's hop at its index ([`TopoHop::index`]), then the gap pacers
-    // (`pace RATE`) before the link ways that have one, as a dumbbell's before its
-    // bottleneck: each with the link way it paces.
-    let mut hops = Vec::new();
-    let mut pacers = Vec::new();
-    // A dynamic pacer's (`pace cwnd`) rate, by its link way's index.
-    let mut window_rates = HashMap::new();
-    for hop in topology.hops() {
-        let path = &topology.links[hop.link].path;
-        if path.link(hop.dir).pace.is_some() {
-            let target = matches!(path.link(hop.dir).pace, Some(Pace::Window(_))).then(|| {
-                let rate = Arc::new(AtomicU64::new(0));
-                window_rates.insert(hop.index(), Arc::clone(&rate));
-                rate
-            });
-            let mut pacer = pacer_hop(&path.timeline(hop.dir), link_mtu, target)?;
-            pacer.name = record::pacer_name(&hop_name(topology, hop));
-            pacer.then = Target::Hop(hop.index());
-            pacer.hop_meter = Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS));
-            pacer.meter = match path.link(hop.dir).pace {
-                Some(Pace::Rate(bps)) => burst_meter(Some((bps, 0)), per_packet),
-                Some(Pace::Window(_)) | None => None,
-            };
-            pacers.push((hop, pacer));
         }
     }
-    let first_pacer = topology.hops().count();
-    let pacer_of: HashMap<usize, usize> = pacers
+    // The emulator's stages: each link way it carries, then the gap pacers (`pace
+    // RATE`) before the link ways that have one, as a dumbbell's before its
+    // bottleneck, each with the link way it paces; and each stage's number.
+    let ways: Vec<TopoHop> = topology.hops().filter(|&hop| shape.carries(hop)).collect();
+    let paced: Vec<TopoHop> = ways
+        .iter()
+        .copied()
+        .filter(|&hop| topology.links[hop.link].path.link(hop.dir).pace.is_some())
+        .collect();
+    let stage_of_way: HashMap<TopoHop, usize> =
+        ways.iter().enumerate().map(|(k, &hop)| (hop, k)).collect();
+    let stage_of_pacer: HashMap<TopoHop, usize> = paced
         .iter()
         .enumerate()
-        .map(|(k, (link_way, _))| (link_way.index(), first_pacer + k))
+        .map(|(k, &hop)| (hop, ways.len() + k))
         .collect();
-    for (hop, traces) in topology.hops().zip(traces) {
-        hops.push(Hop {
-            name: hop_name(topology, hop),
-            link: topology
-                .hop_link(hop, seed, link_mtu, traces)
+    // Each stage's thread: a link way's side, a pacer with the way it paces.
+    let sides: Vec<usize> = ways
+        .iter()
+        .chain(&paced)
+        .map(|&hop| topology.side(hop).index())
+        .collect();
+    // Every route's stages, by its ends' addresses, and for beyond the lab (`--far
+    // host`, through the first host): a host's way to the first host, and the first
+    // host's way to it.
+    let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
+    let route_stages = |from: usize, to: usize| -> Vec<Target> {
+        topology
+            .route(from, to)
+            .iter()
+            .filter(|hop| shape.carries(**hop))
+            .flat_map(|hop| {
+                let pacer = stage_of_pacer.get(hop).map(|&p| Target::Hop(p));
+                pacer.into_iter().chain([Target::Hop(stage_of_way[hop])])
+            })
+            .chain([Target::Egress(egress_of[&to])])
+            .collect()
+    };
+    let mut paths = HashMap::new();
+    for (&from, &(a4, a6)) in nodes.iter().zip(addrs) {
+        for (&to, &(b4, b6)) in nodes.iter().zip(addrs) {
+            if from == to || !shape.routes(from == nodes[0], to == nodes[0]) {
+                continue;
+            }
+            let stages = route_stages(from, to);
+            paths.insert((a4, b4), stages.clone());
+            paths.insert((a6, b6), stages.clone());
+            let beyond = match (from == nodes[0], to == nodes[0]) {
+                (false, true) => [(a4, any_of(a4)), (a6, any_of(a6))],
+                (true, false) => [(any_of(b4), b4), (any_of(b6), b6)],
+                _ => continue,
+            };
+            for ends in beyond {
+                paths.insert(ends, stages.clone());
+            }
+        }
+    }
+    // Each thread segments super-packets where any of its stages applies a per-packet
+    // effect; both do where any does and a route turns from one thread to the other (a
+    // handed packet is taken whole).
+    let effect = |side: usize| {
+        ways.iter().zip(&sides).any(|(hop, &s)| {
+            s == side && !topology.links[hop.link].path.link(hop.dir).delays_only()
+        })
+    };
+    let turns = paths.values().any(|stages| {
+        let mut on = stages.iter().filter_map(|t| match *t {
+            Target::Hop(g) => Some(sides[g]),
+            _ => None,
+        });
+        let first = on.next();
+        on.any(|side| Some(side) != first)
+    });
+    let per_packet = match turns {
+        true => [effect(0) || effect(1); 2],
+        false => [effect(0), effect(1)],
+    };
+    // A dynamic pacer's (`pace cwnd`) rate, by the link way it paces.
+    let mut window_rates = HashMap::new();
+    let mut traces: Vec<Option<LinkTraces>> = traces.into_iter().map(Some).collect();
+    let mut stages = Vec::new();
+    for &hop in &ways {
+        let spec = topology.links[hop.link].path.link(hop.dir);
+        let traces = traces[hop.index()].take().expect("one link way each");
+        stages.push(Hop {
+            name: shape.way_name(topology, hop),
+            link: shape
+                .link(
+                    topology,
+                    hop,
+                    seed,
+                    link_mtu(per_packet[sides[stage_of_way[&hop]]], mtu),
+                    traces,
+                )
                 .map_err(LabError::Link)?,
             then: Target::Path {
-                after: Some(hop.index()),
+                after: Some(stage_of_way[&hop]),
             },
-            meter: burst_meter(
-                topology.links[hop.link].path.link(hop.dir).fixed_rate(),
-                per_packet,
-            ),
-            hop_meter: Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS)),
+            meter: match shape.meters_flows() || hop.link == 0 {
+                true => burst_meter(spec.fixed_rate(), per_packet[sides[stage_of_way[&hop]]]),
+                false => None,
+            },
+            hop_meter: shape
+                .meters_flows()
+                .then(|| HopMeter::new(HOP_QUEUE_SAMPLE_NS)),
             rate_control: None,
             capture: capture_of[hop.link].map(|c| emulator.captures[c].tap(hop.dir)),
         });
     }
-    // Each stage's thread: a link way's side, a pacer with the way it paces.
-    let sides: Vec<usize> = topology
-        .hops()
-        .map(|hop| topology.side(hop))
-        .chain(pacers.iter().map(|&(way, _)| topology.side(way)))
-        .map(Direction::index)
-        .collect();
-    hops.extend(pacers.into_iter().map(|(_, pacer)| pacer));
-    let egress_of: HashMap<usize, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
-    let mut paths = HashMap::new();
-    for (&from, a) in nodes.iter().zip(&hosts) {
-        for (&to, b) in nodes.iter().zip(&hosts) {
-            if from == to {
-                continue;
+    for &hop in &paced {
+        let path = &topology.links[hop.link].path;
+        let pace = path.link(hop.dir).pace;
+        let target = matches!(pace, Some(Pace::Window(_))).then(|| {
+            let rate = Arc::new(AtomicU64::new(0));
+            window_rates.insert(hop, Arc::clone(&rate));
+            rate
+        });
+        let then = Target::Hop(stage_of_way[&hop]);
+        let mut pacer = pacer_hop(
+            &path.timeline(hop.dir),
+            link_mtu(per_packet[sides[stage_of_way[&hop]]], mtu),
+            target,
+            then,
+        )?;
+        pacer.name = shape.pacer_name(&stages[stage_of_way[&hop]].name);
+        if shape.meters_flows() {
+            pacer.hop_meter = Some(HopMeter::new(HOP_QUEUE_SAMPLE_NS));
+            pacer.meter = match pace {
+                Some(Pace::Rate(bps)) => {
+                    burst_meter(Some((bps, 0)), per_packet[sides[stage_of_pacer[&hop]]])
+                }
+                Some(Pace::Window(_)) | None => None,
+            };
+        }
+        stages.push(pacer);
+    }
+    // A stage whose every path goes on to the same next one goes there without a look
+    // at the packet's addresses (a chain's links, a dumbbell's but its bottleneck down).
+    for (g, stage) in stages.iter_mut().enumerate() {
+        if let Target::Path { .. } = stage.then {
+            if let Some(next) = only_next(paths.values(), Some(g)) {
+                stage.then = next;
             }
-            let stages: Vec<Target> = topology
-                .route(from, to)
-                .iter()
-                .flat_map(|hop| {
-                    let pacer = pacer_of.get(&hop.index()).map(|&p| Target::Hop(p));
-                    pacer.into_iter().chain([Target::Hop(hop.index())])
-                })
-                .chain([Target::Egress(egress_of[&to])])
-                .collect();
-            paths.insert((a.addr, b.addr), stages.clone());
-            paths.insert((a.addr6, b.addr6), stages);
         }
     }
     // A host's device is read by the thread of its way toward the first host (the
-    // first host's: toward the second); a route starting on the other hands over.
-    let ingress_side: Vec<usize> = nodes
+    // first host's: toward the second); a route starting on the other hands over. Its
+    // packets go to their path's first stage, without a look where every path from it
+    // starts alike and unrouted packets go along.
+    let ingress: Vec<(usize, Target)> = nodes
         .iter()
-        .map(|&node| {
+        .zip(addrs)
+        .map(|(&node, &(v4, v6))| {
             let to = if node == nodes[0] { nodes[1] } else { nodes[0] };
-            topology.side(topology.route(node, to)[0]).index()
+            let side = topology.side(topology.route(node, to)[0]).index();
+            let from_here = paths
+                .iter()
+                .filter(|((src, _), _)| *src == v4 || *src == v6)
+                .map(|(_, stages)| stages);
+            let first = only_next(from_here, None)
+                .filter(|_| shape.carries_unrouted())
+                .unwrap_or(Target::Path { after: None });
+            (side, first)
         })
         .collect();
-    let split = Split::new(sides);
+    // Each thread lists its stages in the order packets cross them (the earliest any
+    // route meets each), then the file's.
+    let met_at = |g: usize| {
+        paths
+            .values()
+            .filter_map(|stages| stages.iter().position(|&t| t == Target::Hop(g)))
+            .min()
+            .unwrap_or(usize::MAX)
+    };
+    let mut order: Vec<usize> = (0..sides.len()).collect();
+    order.sort_by_key(|&g| (met_at(g), g));
+    let split = Split::new(sides, &order);
     let inbox = || {
         Inbox::new()
             .map(Arc::new)
             .map_err(io_err("starting the emulator"))
     };
-    let inboxes = [inbox()?, inbox()?];
+    // Where routes turn, each thread takes what the other hands it from its inbox.
+    let inboxes = match turns {
+        true => vec![inbox()?, inbox()?],
+        false => Vec::new(),
+    };
+    let classifier = Classifier {
+        control_port: shape.control_port(),
+    };
     let mut plans = [Direction::Up, Direction::Down].map(|dir| {
         let side = dir.index();
         DirectionPlan {
             ingress: devices
                 .iter()
-                .zip(&ingress_side)
-                .filter(|&(_, &s)| s == side)
-                .map(|(d, _)| (Arc::clone(d), Target::Path { after: None }))
+                .zip(&ingress)
+                .filter(|&(_, &(s, _))| s == side)
+                .map(|(d, &(_, first))| (Arc::clone(d), split.localize(first, side)))
                 .collect(),
             hops: Vec::new(),
-            bottleneck: 0,
+            // A dumbbell's bottleneck that way; a topology charts no one link's capacity.
+            bottleneck: stage_of_way
+                .iter()
+                .filter(|_| matches!(shape, Shape::Dumbbell(_)))
+                .find(|&(hop, &g)| hop.link == 0 && split.sides[g] == side)
+                .map_or(0, |(_, &g)| split.local[g]),
             egress: devices.clone(),
-            routes: Vec::new(),
             paths: paths
                 .iter()
                 .map(|(&ends, stages)| {
@@ -385,21 +614,21 @@ fn build(
                     (ends, stages)
                 })
                 .collect(),
-            per_packet,
+            per_packet: per_packet[side],
             mtu,
-            classifier: Classifier {
-                control_port: config.control_port,
-            },
+            classifier,
             wake: Arc::clone(emulator.wake.as_ref().expect("made by new")),
             test_start: emulator.test_start.clone(),
-            inbox: Some(Arc::clone(&inboxes[side])),
-            outboxes: inboxes.to_vec(),
+            inbox: inboxes.get(side).cloned(),
+            outboxes: inboxes.clone(),
         }
     });
-    for (stage, mut hop) in hops.into_iter().enumerate() {
-        let side = split.sides[stage];
-        hop.then = split.localize(hop.then, side);
-        plans[side].hops.push(hop);
+    let mut stages: Vec<Option<Hop>> = stages.into_iter().map(Some).collect();
+    for &g in &order {
+        let mut stage = stages[g].take().expect("each stage once");
+        let side = split.sides[g];
+        stage.then = split.localize(stage.then, side);
+        plans[side].hops.push(stage);
     }
     let [up, down] = plans;
     let (up_stats, down_stats) = (Arc::clone(&emulator.up), Arc::clone(&emulator.down));
@@ -416,7 +645,7 @@ fn build(
             if let Some(&(_, rtt)) = pacers.first() {
                 let rates = pacers
                     .iter()
-                    .map(|(hop, _)| Arc::clone(&window_rates[&hop.index()]))
+                    .map(|(hop, _)| Arc::clone(&window_rates[hop]))
                     .collect();
                 pacing_targets.insert((a, b), PacingTarget { rates, rtt });
             }
@@ -434,6 +663,33 @@ fn build(
     })
 }
 
+/// The largest packet a link takes: whole super-packets are larger than the MTU, and
+/// only segmented traffic is held to it.
+fn link_mtu(per_packet: bool, mtu: u32) -> u32 {
+    if per_packet {
+        mtu
+    } else {
+        MAX_PACKET as u32
+    }
+}
+
+/// The one stage every path in `paths` that crosses stage `after` (`None`: every
+/// path, from its start) goes to next, if they all go to the same.
+fn only_next<'a>(
+    paths: impl Iterator<Item = &'a Vec<Target>>,
+    after: Option<usize>,
+) -> Option<Target> {
+    let mut next = paths.filter_map(|stages| match after {
+        None => stages.first().copied(),
+        Some(g) => {
+            let at = stages.iter().position(|&t| t == Target::Hop(g))?;
+            stages.get(at + 1).copied()
+        }
+    });
+    let first = next.next()?;
+    next.all(|t| t == first).then_some(first)
+}
+
 /// The stages of a topology's emulator (its link ways, then its pacers) split between
 /// its two threads: each stage's thread ([`Topology::side`]'s index), and its index
 /// among that thread's hops.
@@ -443,15 +699,14 @@ struct Split {
 }
 
 impl Split {
-    fn new(sides: Vec<usize>) -> Split {
+    /// Stage g on thread `sides[g]`, each thread's numbered in `order`.
+    fn new(sides: Vec<usize>, order: &[usize]) -> Split {
         let mut count = [0; 2];
-        let local = sides
-            .iter()
-            .map(|&side| {
-                count[side] += 1;
-                count[side] - 1
-            })
-            .collect();
+        let mut local = vec![0; sides.len()];
+        for &g in order {
+            local[g] = count[sides[g]];
+            count[sides[g]] += 1;
+        }
         Split { sides, local }
     }
 
@@ -467,10 +722,7 @@ impl Split {
             Target::Path { after: Some(g) } => Target::Path {
                 after: Some(self.local[g]),
             },
-            Target::Path { after: None }
-            | Target::Egress(_)
-            | Target::Route
-            | Target::Handoff { .. } => target,
+            Target::Path { after: None } | Target::Egress(_) | Target::Handoff { .. } => target,
         }
     }
 }
@@ -479,12 +731,15 @@ impl Split {
 mod tests {
     use super::*;
 
-    /// Each thread numbers its own stages from 0 in order; a stage of the other thread
-    /// is handed over, and a hop's own path position stays its own.
+    /// Each thread numbers its own stages from 0 in the order given; a stage of the
+    /// other thread is handed over, and a hop's own path position stays its own.
     #[test]
     fn a_split_numbers_each_thread_s_stages_and_hands_over_the_others() {
-        let split = Split::new(vec![0, 1, 1, 0, 1]);
+        let split = Split::new(vec![0, 1, 1, 0, 1], &[0, 1, 2, 3, 4]);
         assert_eq!(split.local, [0, 0, 1, 1, 2]);
+        // In another order, each thread's stages numbered in it.
+        let reordered = Split::new(vec![0, 1, 1, 0, 1], &[3, 4, 0, 1, 2]);
+        assert_eq!(reordered.local, [1, 1, 2, 0, 0]);
         assert_eq!(split.localize(Target::Hop(3), 0), Target::Hop(1));
         assert_eq!(
             split.localize(Target::Hop(4), 0),

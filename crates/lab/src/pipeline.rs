@@ -1,8 +1,8 @@
-//! One direction of the emulator, binding link models to TUN devices in real time.
+//! One thread of the emulator, binding link models to TUN devices in real time.
 //!
-//! Packets read from the ingress devices pass through a chain of links (an access
-//! link, then the shared bottleneck, or the reverse) and are written to an egress
-//! device when the last link delivers them. The links are the sans-IO models of
+//! Packets read from the ingress devices pass through the links of their route (an
+//! access link, then the shared bottleneck, or the reverse; any chain of a topology's)
+//! and are written to an egress device when the last link delivers them. The links are the sans-IO models of
 //! `tcplab_netsim::link`; this loop only reads the clock, moves buffers and sleeps until
 //! the next deadline.
 //!
@@ -13,7 +13,7 @@
 //! does (delay only), super-packets pass through whole.
 
 use std::io::{self, IoSlice};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,8 +81,6 @@ pub enum Target {
     Hop(usize),
     /// Out through the egress device with this index.
     Egress(usize),
-    /// By destination address, through the direction's routes.
-    Route,
     /// Along the packet's path, by its source and destination ([`DirectionPlan::paths`]):
     /// the stage after hop `after`, or the path's first from an ingress device.
     Path { after: Option<usize> },
@@ -156,9 +154,10 @@ pub struct DirectionPlan {
     /// Which of them is the bottleneck, whose capacity a chart draws where it changes.
     pub bottleneck: usize,
     pub egress: Vec<Arc<Tun>>,
-    pub routes: Vec<(IpAddr, Target)>,
     /// The stages a packet from one address to another takes, in order, the last an
-    /// egress device ([`Target::Path`]): a route may differ by source, and each way.
+    /// egress device ([`Target::Path`]): a route may differ by source, and each way. A
+    /// path from or to [`any_of`] an address's family is the way of a packet to or from
+    /// beyond the lab (`--far host`), where no path names both its addresses.
     pub paths: foldhash::HashMap<(IpAddr, IpAddr), Vec<Target>>,
     /// Segment super-packets (some link applies a per-packet effect).
     pub per_packet: bool,
@@ -175,6 +174,15 @@ pub struct DirectionPlan {
     /// thread's, by its number; none where routes never change threads (a dumbbell).
     pub inbox: Option<Arc<Inbox>>,
     pub outboxes: Vec<Arc<Inbox>>,
+}
+
+/// The address that stands for every other of `addr`'s family in
+/// [`DirectionPlan::paths`]: the unspecified one.
+pub fn any_of(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    }
 }
 
 fn set_realtime() -> bool {
@@ -665,7 +673,7 @@ impl Direction {
             Target::Handoff { thread, hop } => {
                 self.hand_off((thread, hop), at, id, wire_len, traffic)
             }
-            Target::Route | Target::Path { .. } => match self.route(target, id, headers) {
+            Target::Path { after } => match self.route(after, id, headers) {
                 Some(next) => self.dispatch(next, at, id, wire_len, headers, traffic),
                 None => {
                     self.unroutable += 1;
@@ -675,27 +683,22 @@ impl Direction {
         }
     }
 
-    /// Where a packet routed by `by` ([`Target::Route`] or [`Target::Path`]) goes next.
-    fn route(&self, by: Target, id: BufId, headers: Option<Headers>) -> Option<Target> {
+    /// Where a packet goes along its path ([`Target::Path`]) after hop `after`, or
+    /// first from an ingress device.
+    fn route(&self, after: Option<usize>, id: BufId, headers: Option<Headers>) -> Option<Target> {
         let key = headers
             .or_else(|| Headers::of(self.pool.bytes(id).headers_from(), &self.plan.classifier))?
             .key;
-        match by {
-            Target::Path { after } => {
-                let stages = self.plan.paths.get(&(key.src, key.dst))?;
-                let next = match after {
-                    None => 0,
-                    Some(h) => stages.iter().position(|&t| t == Target::Hop(h))? + 1,
-                };
-                stages.get(next).copied()
-            }
-            _ => self
-                .plan
-                .routes
-                .iter()
-                .find(|(addr, _)| *addr == key.dst)
-                .map(|(_, t)| *t),
-        }
+        let paths = &self.plan.paths;
+        let stages = paths
+            .get(&(key.src, key.dst))
+            .or_else(|| paths.get(&(key.src, any_of(key.dst))))
+            .or_else(|| paths.get(&(any_of(key.src), key.dst)))?;
+        let next = match after {
+            None => 0,
+            Some(h) => stages.iter().position(|&t| t == Target::Hop(h))? + 1,
+        };
+        stages.get(next).copied()
     }
 
     /// Moves every packet due by `now` to its next stage, in time order across the
@@ -750,7 +753,7 @@ impl Direction {
                 }
                 // Read once as it leaves, for its flow's tally here and its route on.
                 let then = self.plan.hops[h].then;
-                let routed = matches!(then, Target::Route | Target::Path { .. });
+                let routed = matches!(then, Target::Path { .. });
                 let hop = &mut self.plan.hops[h];
                 let headers = (hop.hop_meter.is_some() || routed)
                     .then(|| {

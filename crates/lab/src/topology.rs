@@ -1,5 +1,6 @@
-//! Building and tearing down a lab: namespaces, TUN devices, host sysctls, links and
-//! the emulator's threads.
+//! Building and tearing down a lab: namespaces, TUN devices, host sysctls, and the
+//! emulator's threads (a dumbbell's links are built as its topology's, in
+//! [`crate::graph`]) or netem.
 //!
 //! Addresses: the server is 10.77.0.1/16 and fd00:77::1/64; client k (from 1) is
 //! 10.77.1.k and fd00:77::1:k. Every lab has its own namespaces, so labs never clash.
@@ -18,7 +19,8 @@ use tcplab_netsim::link::{Link, LinkError, LinkTraces, TraceFileError};
 use tcplab_netsim::path::{
     Bottleneck, Direction, LinkSpec, Pace, PacingTarget, PathSpec, QueueLimit, Timeline,
 };
-use tcplab_netsim::traffic::{Classifier, TestStart};
+use tcplab_netsim::topology::Topology;
+use tcplab_netsim::traffic::TestStart;
 use tcplab_record::capture::CapturePoint;
 
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
@@ -26,10 +28,11 @@ use tcplab_sys::ifqueue;
 use tcplab_sys::netem::{self, NetemError};
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::poll::Waker;
-use tcplab_sys::tun::{self, Offloads, Tun, TunOptions, MAX_PACKET};
+use tcplab_sys::tun::{self, Offloads, Tun, TunOptions};
 use tcplab_sys::userns::{self, Mode};
 
 use crate::capture::{Capture, CaptureSpec};
+use crate::graph::{self, Shape};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
 use crate::registry::{self, HostEntry, HostPair, LabEntry};
 use tcplab_record::{DirectionStats, HostQueue, PathRecord};
@@ -145,7 +148,7 @@ pub struct LabConfig {
 }
 
 impl LabConfig {
-    fn dumbbell(&self) -> Dumbbell<'_> {
+    pub(crate) fn dumbbell(&self) -> Dumbbell<'_> {
         Dumbbell::new(&self.path, &self.clients)
     }
 
@@ -170,9 +173,9 @@ pub struct Host {
     pub addr6: IpAddr,
 }
 
-/// Live counters of a lab, per direction. A topology's lab carries every link both
-/// ways in one emulator thread: its counters are all in `up`, each hop named by its
-/// link and its ends.
+/// Live counters of a lab, per emulator thread: a dumbbell's directions, a topology's
+/// sides ([`tcplab_netsim::topology::Topology::side`]), each hop of a topology named by
+/// its link and its ends.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LabStats {
     pub up: DirectionStats,
@@ -211,32 +214,6 @@ impl LabStats {
             topology: entry.topology.clone(),
         }
     }
-}
-
-/// Whether each direction (up, down) of a lab segments super-packets: where any of its
-/// links applies a per-packet effect.
-fn per_packet(path: &PathSpec, clients: &[PathSpec]) -> [bool; 2] {
-    [Direction::Up, Direction::Down].map(|dir| {
-        !path.link(dir).delays_only() || clients.iter().any(|a| !a.link(dir).delays_only())
-    })
-}
-
-/// The TUN devices of a lab's hosts.
-struct Devices {
-    server: Arc<Tun>,
-    clients: Vec<Arc<Tun>>,
-}
-
-/// What the emulator's links are built from.
-#[derive(Clone, Copy)]
-struct LinkPlan<'a> {
-    config: &'a LabConfig,
-    /// Whether each direction (up, down) segments super-packets.
-    per_packet: [bool; 2],
-    /// A dynamic pacer's target rate, per direction.
-    pacing_targets: &'a [Option<Arc<AtomicU64>>; 2],
-    /// What to capture at the bottlenecks' entry.
-    capture: Option<&'a CaptureSpec>,
 }
 
 /// The emulator's two threads (a dumbbell's directions, a topology's sides) and what they publish.
@@ -286,27 +263,6 @@ impl Emulator {
             capture_file: capture.map(|spec| spec.file.display().to_string()),
             capture_at: capture.map_or(CapturePoint::Bottleneck, |spec| spec.at),
         })
-    }
-
-    /// The dumbbell's two threads, one per direction.
-    fn start(links: &LinkPlan, devices: &Devices, clients: &[Host]) -> Result<Emulator, LabError> {
-        let mut emulator = Emulator::new(links.capture, &links.config.name)?;
-        let wake = Arc::clone(emulator.wake.as_ref().expect("made by new"));
-        let plan = |dir| {
-            Lab::plan(
-                links,
-                dir,
-                devices,
-                clients,
-                emulator.captures.first(),
-                (&wake, &emulator.test_start),
-            )
-        };
-        let (up_plan, down_plan) = (plan(Direction::Up)?, plan(Direction::Down)?);
-        let (up, down) = (Arc::clone(&emulator.up), Arc::clone(&emulator.down));
-        emulator.spawn("emulator-up", up_plan, up)?;
-        emulator.spawn("emulator-down", down_plan, down)?;
-        Ok(emulator)
     }
 
     /// A thread carrying `plan`'s packets, publishing into `stats`; on failure, the
@@ -423,7 +379,7 @@ fn client_addrs(k: u16) -> (IpAddr, IpAddr) {
     )
 }
 
-fn is_ideal(path: &PathSpec) -> bool {
+pub(crate) fn is_ideal(path: &PathSpec) -> bool {
     path.up.delays_only() && path.down.delays_only() && path.rtt_us() == 0
 }
 
@@ -433,15 +389,12 @@ pub(crate) fn load_traces(spec: &LinkSpec) -> Result<LinkTraces, LabError> {
         .map_err(|TraceFileError { path, message }| LabError::Trace { path, message })
 }
 
-/// Every trace of the lab read and parsed before anything is built: a bad line is one
-/// error naming its file and line, with nothing to undo.
-fn check_traces(lab: &Dumbbell) -> Result<(), LabError> {
-    for role in lab.links() {
-        for dir in [Direction::Up, Direction::Down] {
-            load_traces(lab.spec(role).link(dir))?;
-        }
-    }
-    Ok(())
+/// A dumbbell as the topology `lab topology` prints for it: hosts server and its
+/// clients, router r, link 0 the bottleneck, link k client k's access link.
+fn as_topology(config: &LabConfig) -> Result<Topology, LabError> {
+    let file = config.dumbbell().topology_file().map_err(LabError::Specs)?;
+    file.parse()
+        .map_err(|e| LabError::Name(format!("the dumbbell as a topology: {e}")))
 }
 
 /// The trains of what enters a link at `rate` (bit/s, overhead), where packets go one
@@ -458,14 +411,15 @@ const PACER_QUEUE_PACKETS: u64 = 10_000;
 /// A dynamic pacer's rate before the first target arrives: no pacing to speak of.
 const UNPACED_BPS: u64 = 1_000_000_000_000;
 
-/// A gap pacer (PSPacer): packets leave spaced as at its rate, queued without a limit
-/// short of [`PACER_QUEUE_PACKETS`]; a dynamic one follows `target`. Its `then` is set
-/// by the caller. `path` is the direction's settings over the test: a scheduled pacing
-/// rate changes the pacer's.
+/// A gap pacer (PSPacer) before stage `then`: packets leave spaced as at its rate,
+/// queued without a limit short of [`PACER_QUEUE_PACKETS`]; a dynamic one follows
+/// `target`. `path` is the link way's settings over the test: a scheduled pacing rate
+/// changes the pacer's.
 pub(crate) fn pacer_hop(
     path: &Timeline,
     mtu: u32,
     target: Option<Arc<AtomicU64>>,
+    then: Target,
 ) -> Result<Hop, LabError> {
     let pacer = path.map(|spec| {
         let bps = match spec.pace {
@@ -481,30 +435,12 @@ pub(crate) fn pacer_hop(
     Ok(Hop {
         name: "pacer".into(),
         link: Link::new(&pacer, 0, mtu, 0, LinkTraces::default()).map_err(LabError::Link)?,
-        then: Target::Route,
+        then,
         meter: None,
         hop_meter: None,
         rate_control: target,
         capture: None,
     })
-}
-
-/// One link of the lab in one direction.
-fn make_link(
-    config: &LabConfig,
-    link: LinkRole,
-    dir: Direction,
-    per_packet: bool,
-) -> Result<Link<crate::pool::BufId>, LabError> {
-    let lab = config.dumbbell();
-    // Whole super-packets are larger than the MTU; only segmented traffic is held to it.
-    let mtu = if per_packet {
-        config.path.mtu
-    } else {
-        MAX_PACKET as u32
-    };
-    let traces = load_traces(lab.spec(link).link(dir))?;
-    Link::in_lab(&lab, link, dir, config.seed(), mtu, traces).map_err(LabError::Link)
 }
 
 /// One host to make: its namespace, addresses (v4, v6), its device's MTU, what it
@@ -581,10 +517,16 @@ impl Lab {
         config.path.seed.get_or_insert_with(rand::random);
         let config = &config;
         config.dumbbell().check().map_err(LabError::Specs)?;
-        // The emulator reads the traces; netem refuses them, naming them, when it builds.
-        if config.backend == Backend::Emulator {
-            check_traces(&config.dumbbell())?;
-        }
+        // The emulator carries the dumbbell as the topology `lab topology` prints, every
+        // trace read first; netem refuses traces, naming them, when it builds.
+        let emulated = match config.backend {
+            Backend::Emulator => {
+                let topology = as_topology(config)?;
+                let traces = graph::load_all_traces(&topology)?;
+                Some((topology, traces))
+            }
+            Backend::Netem => None,
+        };
         if let Some(spec) = &config.capture {
             if !spec.at.is_bottleneck() && config.clients.iter().any(|a| !is_ideal(a)) {
                 return Err(LabError::Name(format!(
@@ -632,7 +574,7 @@ impl Lab {
         registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
         // From here on, a failure must undo what was made.
         let mut made = Vec::new();
-        let built = Self::build(config, entry.clone(), &mut made);
+        let built = Self::build(config, emulated, entry.clone(), &mut made);
         if built.is_err() {
             for ns in made {
                 let _ = NetNs::delete(&ns);
@@ -642,78 +584,28 @@ impl Lab {
         built
     }
 
-    fn build(config: &LabConfig, entry: LabEntry, made: &mut Vec<NetNs>) -> Result<Lab, LabError> {
-        if config.backend == Backend::Netem {
+    /// The lab: the emulator carrying `emulated` (the dumbbell's topology and its
+    /// traces), or else netem.
+    fn build(
+        config: &LabConfig,
+        emulated: Option<(Topology, Vec<LinkTraces>)>,
+        entry: LabEntry,
+        made: &mut Vec<NetNs>,
+    ) -> Result<Lab, LabError> {
+        let Some((topology, traces)) = emulated else {
             return Self::build_netem(config, entry, made);
-        }
-        let make_host = |ns_name: &str, v4, v6, sends: Direction, made: &mut Vec<NetNs>| {
-            let host = HostPlan {
-                ns: ns_name,
-                addrs: (v4, v6),
-                mtu: config.path.mtu,
-                sends: config.path.link(sends),
-                sysctls: &config.sysctls,
-            };
-            make_host(&host, made)
         };
-        let (server_v4, server_v6) = server_addrs();
-        let (server, server_tun) = make_host(
-            &entry.server.ns,
-            server_v4,
-            server_v6,
-            Direction::Down,
+        let addrs: Vec<(IpAddr, IpAddr)> = std::iter::once(server_addrs())
+            .chain((1..=config.clients.len() as u16).map(client_addrs))
+            .collect();
+        graph::build(
+            &topology,
+            Shape::Dumbbell(config),
+            config.seed(),
+            traces,
+            (entry, &addrs),
             made,
-        )?;
-        let mut clients = Vec::new();
-        let mut client_tuns = Vec::new();
-        for (i, host) in entry.clients.iter().enumerate() {
-            let (v4, v6) = client_addrs(i as u16 + 1);
-            let (client, tun) = make_host(&host.ns, v4, v6, Direction::Up, made)?;
-            clients.push(client);
-            client_tuns.push(tun);
-        }
-
-        let devices = Devices {
-            server: server_tun,
-            clients: client_tuns,
-        };
-        let per_packet = per_packet(&config.path, &config.clients);
-        // A dynamic pacer's rate, published by the direction's senders (the clients
-        // up, the server down), and the round trip it spreads their windows over.
-        let window_pacers =
-            [Direction::Up, Direction::Down].map(|dir| match config.path.link(dir).pace {
-                Some(Pace::Window(rtt)) => Some((Arc::new(AtomicU64::new(0)), rtt)),
-                _ => None,
-            });
-        let rates = window_pacers
-            .clone()
-            .map(|pacer| pacer.map(|(rate, _)| rate));
-        let links = LinkPlan {
-            config,
-            per_packet,
-            pacing_targets: &rates,
-            capture: config.capture.as_ref(),
-        };
-        let emulator = Emulator::start(&links, &devices, &clients)?;
-        let [up, down] = window_pacers.map(|pacer| {
-            pacer.map(|(rate, rtt)| PacingTarget {
-                rates: vec![rate],
-                rtt,
-            })
-        });
-        let mut pacing_targets = HashMap::new();
-        for k in 1..=clients.len() {
-            pacing_targets.extend(up.clone().map(|target| ((k, 0), target)));
-            pacing_targets.extend(down.clone().map(|target| ((0, k), target)));
-        }
-        Ok(Lab {
-            entry,
-            server,
-            clients,
-            emulator,
-            pacing_targets,
-            alive: true,
-        })
+        )
     }
 
     /// The same path with the kernel's netem on a veth pair: up on the client's end,
@@ -782,145 +674,6 @@ impl Lab {
             emulator: Emulator::none(),
             pacing_targets: Default::default(),
             alive: true,
-        })
-    }
-
-    /// The links of one direction, chained: up = client → access → bottleneck →
-    /// server; down = server → bottleneck → access (by destination) → client.
-    fn plan(
-        links: &LinkPlan,
-        dir: Direction,
-        devices: &Devices,
-        clients: &[Host],
-        capture: Option<&Capture>,
-        (wake, test_start): (&Arc<Waker>, &TestStart),
-    ) -> Result<DirectionPlan, LabError> {
-        let LinkPlan {
-            config,
-            per_packet,
-            pacing_targets,
-            capture: _,
-        } = *links;
-        let per_packet = per_packet[dir as usize];
-        let classifier = Classifier {
-            control_port: config.control_port,
-        };
-        // Hops are listed upstream first: up = access links, then the bottleneck;
-        // down = the bottleneck, then the access links.
-        let access: Vec<(usize, &PathSpec)> = config
-            .clients
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| !is_ideal(a))
-            .collect();
-        // A gap pacer sits right before the bottleneck: where the path enters it.
-        let pacer = config
-            .path
-            .link(dir)
-            .pace
-            .map(|_| {
-                pacer_hop(
-                    &config.path.timeline(dir),
-                    config.path.mtu,
-                    pacing_targets[dir as usize].clone(),
-                )
-            })
-            .transpose()?;
-        let entry = match dir {
-            Direction::Up => access.len(),
-            Direction::Down => 0,
-        };
-        let bottleneck = entry + usize::from(pacer.is_some());
-        let first_access = match dir {
-            Direction::Up => 0,
-            Direction::Down => bottleneck + 1,
-        };
-        let pacer = pacer.map(|mut hop| {
-            hop.then = Target::Hop(bottleneck);
-            hop
-        });
-        let bottleneck_hop = Hop {
-            name: "bottleneck".into(),
-            link: make_link(config, LinkRole::Bottleneck, dir, per_packet)?,
-            then: match dir {
-                Direction::Up => Target::Egress(0),
-                Direction::Down => Target::Route,
-            },
-            meter: burst_meter(config.path.link(dir).fixed_rate(), per_packet),
-            hop_meter: None,
-            rate_control: None,
-            capture: capture.map(|c| c.tap(dir)),
-        };
-        // The client side of each client: its access link if it has one, else its device.
-        let mut access_hops = Vec::new();
-        let mut client_side = Vec::new();
-        for k in 0..config.clients.len() {
-            let beyond = match dir {
-                Direction::Up => Target::Hop(entry),
-                Direction::Down => Target::Egress(k),
-            };
-            if access.iter().any(|(i, _)| *i == k) {
-                client_side.push(Target::Hop(first_access + access_hops.len()));
-                access_hops.push(Hop {
-                    name: format!("access client{}", k + 1),
-                    link: make_link(config, LinkRole::Access(k), dir, per_packet)?,
-                    then: beyond,
-                    meter: None,
-                    hop_meter: None,
-                    rate_control: None,
-                    capture: None,
-                });
-            } else {
-                client_side.push(beyond);
-            }
-        }
-        let hops: Vec<Hop> = match dir {
-            Direction::Up => access_hops
-                .into_iter()
-                .chain(pacer)
-                .chain([bottleneck_hop])
-                .collect(),
-            Direction::Down => pacer
-                .into_iter()
-                .chain([bottleneck_hop])
-                .chain(access_hops)
-                .collect(),
-        };
-        Ok(match dir {
-            Direction::Up => DirectionPlan {
-                ingress: devices.clients.iter().cloned().zip(client_side).collect(),
-                hops,
-                bottleneck,
-                egress: vec![Arc::clone(&devices.server)],
-                routes: Vec::new(),
-                paths: Default::default(),
-                per_packet,
-                mtu: config.path.mtu,
-                classifier,
-                wake: Arc::clone(wake),
-                test_start: test_start.clone(),
-                inbox: None,
-                outboxes: Vec::new(),
-            },
-            Direction::Down => DirectionPlan {
-                ingress: vec![(Arc::clone(&devices.server), Target::Hop(entry))],
-                hops,
-                bottleneck,
-                egress: devices.clients.clone(),
-                routes: clients
-                    .iter()
-                    .zip(&client_side)
-                    .flat_map(|(c, &t)| [(c.addr, t), (c.addr6, t)])
-                    .collect(),
-                paths: Default::default(),
-                per_packet,
-                mtu: config.path.mtu,
-                classifier,
-                wake: Arc::clone(wake),
-                test_start: test_start.clone(),
-                inbox: None,
-                outboxes: Vec::new(),
-            },
         })
     }
 

@@ -243,9 +243,9 @@ impl Dumbbell<'_> {
     /// one. So the topology's lab carries every packet as this one's does: a queue given
     /// in BDP is the bytes this lab sizes it to, the clients' interface queue
     /// (`up.txqueuelen`) is set on their access links, where a topology takes a host's,
-    /// every link has the path's MTU, and the seed is the file's. A checked dumbbell
-    /// ([`Dumbbell::check`]); a window-following pacer (`pace cwnd`) is refused, a
-    /// topology's links taking a rate only.
+    /// every link has the path's MTU, and the seed is the file's, whose link k draws
+    /// as [`link_seed`] draws the dumbbell's. A checked dumbbell ([`Dumbbell::check`]).
+    /// The emulator builds every dumbbell's lab from it.
     pub fn topology_file(&self) -> Result<String, DumbbellError> {
         let several = self.access.len() > 1;
         let numbered = |name: &str, k: usize| match several {

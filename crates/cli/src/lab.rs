@@ -603,7 +603,7 @@ pub fn shell(args: ShellArgs) -> Result<ExitCode> {
     let (lab, hosts) = match &args.topology.topology {
         Some(file) => {
             if args.far == FarArg::Host {
-                bail!("--far host reaches through a dumbbell's server host: use --path");
+                FarHost::possible().context("cannot reach this namespace through the lab")?;
             }
             let config = topology_config(&name, file, &args.path)?;
             refuse_window_pacers(named_links(&config), SHELL_SENDERS)?;

@@ -130,6 +130,54 @@ fn a_program_behind_the_path_reaches_the_callers_namespace_and_leaves_it_as_it_w
     server.wait().unwrap();
 }
 
+/// A topology's far side is reached through its first host, along the route there:
+/// from the chain's b, over l3, l2 and l1 to a (16 ms round trip), then the caller.
+#[test]
+fn a_topology_s_hosts_reach_the_callers_namespace_through_its_first_host() {
+    if !privileged_or_skip("far_host_topology") {
+        return;
+    }
+    let _machine = alone();
+    let caller = Caller::new();
+    let before = state_of(&caller.0);
+    let chain = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/topologies/chain.toml"
+    );
+    one_of_three_tries(
+        "pings from a topology's host to the caller's namespace",
+        || {
+            let out = tcplab()
+                .args(["--netns", &caller.0, "shell", "--far", "host"])
+                .args(["--topology", chain, "--", "sh", "-c"])
+                .arg("ping -c 5 -i 0.2 $TCPLAB_HOST")
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{said}");
+            assert!(
+                said.contains("far side: this namespace, at 10.78."),
+                "{said}"
+            );
+            assert_eq!(
+                state_of(&caller.0),
+                before,
+                "the caller's namespace changed"
+            );
+            let text = String::from_utf8_lossy(&out.stdout);
+            let (sent, received, summary) = ping_summary(&text);
+            assert_eq!((sent, received), (5, 5), "{text}");
+            let [min_ms, ..] = summary.expect("ping replies");
+            // The links' 16 ms is a floor, asserted every time; the lab's own time on top.
+            assert!(min_ms >= 16.0, "{text}");
+            match min_ms < 17.0 {
+                true => Ok(()),
+                false => Err(format!("ping min {min_ms} ms through 16 ms")),
+            }
+        },
+    );
+}
+
 /// The far side needs the emulator; a caller's namespace whose every /30 of 10.78/16 is
 /// taken cannot get one. Each is said in one line, and the lab is removed.
 #[test]

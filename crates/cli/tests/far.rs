@@ -65,6 +65,30 @@ fn state_of(ns: &str) -> String {
     state + &String::from_utf8_lossy(&sysctls.stdout)
 }
 
+/// `tcplab shell --far host` from `caller` with `lab` (the lab's flags) running `script`:
+/// its output, once it succeeded, said where the far side is, and left the caller's
+/// namespace as it was (`before`): load cannot explain a change, asserted every time.
+fn far_shell(caller: &Caller, before: &str, lab: &[&str], script: &str) -> String {
+    let out = tcplab()
+        .args(["--netns", &caller.0, "shell", "--far", "host"])
+        .args(lab)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("far side: this namespace, at 10.78."),
+        "{said}"
+    );
+    assert_eq!(
+        state_of(&caller.0),
+        before,
+        "the caller's namespace changed"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The bar: a server in the caller's namespace reached from behind `rtt 50ms rate
 /// 10mbit` at the path's round trip and rate; the caller's namespace unchanged after.
 #[test]
@@ -91,24 +115,12 @@ fn a_program_behind_the_path_reaches_the_callers_namespace_and_leaves_it_as_it_w
         json.display()
     );
     one_of_three_tries("a run behind the path to the caller's namespace", || {
-        let out = tcplab()
-            .args(["--netns", &caller.0, "shell", "--far", "host"])
-            .args(["--path", "rtt 50ms rate 10mbit", "--", "sh", "-c", &script])
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{said}");
-        assert!(
-            said.contains("far side: this namespace, at 10.78."),
-            "{said}"
+        let text = far_shell(
+            &caller,
+            &before,
+            &["--path", "rtt 50ms rate 10mbit"],
+            &script,
         );
-        // The state is asserted every time: load cannot explain a change.
-        assert_eq!(
-            state_of(&caller.0),
-            before,
-            "the caller's namespace changed"
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
         let [min_ms, ..] = ping_summary(&text).2.expect("ping replies");
         let run: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         let rate = f64_at(&run, "/summary/received_bps");
@@ -147,24 +159,8 @@ fn a_topology_s_hosts_reach_the_callers_namespace_through_its_first_host() {
     one_of_three_tries(
         "pings from a topology's host to the caller's namespace",
         || {
-            let out = tcplab()
-                .args(["--netns", &caller.0, "shell", "--far", "host"])
-                .args(["--topology", chain, "--", "sh", "-c"])
-                .arg("ping -c 5 -i 0.2 $TCPLAB_HOST")
-                .output()
-                .unwrap();
-            let said = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{said}");
-            assert!(
-                said.contains("far side: this namespace, at 10.78."),
-                "{said}"
-            );
-            assert_eq!(
-                state_of(&caller.0),
-                before,
-                "the caller's namespace changed"
-            );
-            let text = String::from_utf8_lossy(&out.stdout);
+            let script = "ping -c 5 -i 0.2 $TCPLAB_HOST";
+            let text = far_shell(&caller, &before, &["--topology", chain], script);
             let (sent, received, summary) = ping_summary(&text);
             assert_eq!((sent, received), (5, 5), "{text}");
             let [min_ms, ..] = summary.expect("ping replies");

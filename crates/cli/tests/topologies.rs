@@ -1102,15 +1102,7 @@ fn a_gap_pacer_on_a_link_holds_the_queue_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let file = chain_with(dir.path(), "rtt 10ms rate 100mbit pace 50mbit");
     let db = dir.path().join("paced.db");
-    let out = tcplab()
-        .args(["run", "--topology"])
-        .arg(&file)
-        .args(["--client-host", "a", "--server-host", "b", "-C", "cubic"])
-        .args(["-t", "2s", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let run = parse_success(&out);
+    let run = run_a_to_b(&file, &["--db", db.to_str().unwrap()]);
     let link = |name: &str| hop(&run["path"], name);
     let (pacer, core) = (link("pacer l2 r1→r2"), link("l2 r1→r2"));
     assert_eq!(
@@ -1228,15 +1220,7 @@ fn a_topology_link_s_aqm_and_policer_say_what_they_did() {
     let said = |name: &str, l2: &str| {
         let file = chain_with(dir.path(), l2);
         let db = dir.path().join(format!("{name}.db"));
-        let out = tcplab()
-            .args(["run", "--topology"])
-            .arg(&file)
-            .args(["--client-host", "a", "--server-host", "b", "-C", "cubic"])
-            .args(["-t", "2s", "--json", "--db"])
-            .arg(&db)
-            .output()
-            .unwrap();
-        let run = parse_success(&out);
+        let run = run_a_to_b(&file, &["--db", db.to_str().unwrap()]);
         let e = explained(&db, &[]);
         let messages = |kind: &str| -> Vec<String> {
             e["findings"]

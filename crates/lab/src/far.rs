@@ -39,7 +39,7 @@ use tcplab_sys::poll;
 use tcplab_sys::relay;
 use tcplab_sys::userns::{self, Mode};
 
-use crate::topology::{Lab, LabError, TUN_NAME};
+use crate::lab::{Lab, LabError, TUN_NAME};
 
 /// The server host's link to the far side.
 pub const FAR_LINK: &str = "far0";

@@ -25,17 +25,16 @@ use tcplab_netsim::topology::{Hop as TopoHop, Topology};
 use tcplab_netsim::traffic::Classifier;
 use tcplab_record::capture::CapturePoint;
 use tcplab_record::topology::{self as record, TopologyLink, TopologyRecord, TopologyRoute};
-use tcplab_sys::clock::realtime_us;
-use tcplab_sys::netns::{self, NetNs};
+use tcplab_sys::netns::NetNs;
 use tcplab_sys::tun::MAX_PACKET;
 
 use crate::capture::{Capture, CaptureSpec};
-use crate::pipeline::{any_of, DirectionPlan, Hop, Inbox, Target};
-use crate::pool::BufId;
-use crate::registry::{self, HostEntry, LabEntry};
-use crate::topology::{
+use crate::lab::{
     burst_meter, io_err, is_ideal, load_traces, make_host, pacer_hop, Emulator, HostPlan,
 };
+use crate::pipeline::{any_of, DirectionPlan, Hop, Inbox, Target};
+use crate::pool::BufId;
+use crate::registry::LabEntry;
 use crate::{Lab, LabConfig, LabError};
 use tcplab_analysis::hop::HopMeter;
 
@@ -75,7 +74,7 @@ impl LinkCaptures {
     }
 
     /// A link to capture that `topology` lacks, in one line.
-    fn check(&self, topology: &Topology) -> Result<(), LabError> {
+    pub(crate) fn check(&self, topology: &Topology) -> Result<(), LabError> {
         match self
             .links
             .iter()
@@ -105,7 +104,7 @@ impl LinkCaptures {
 }
 
 /// Host `k`'s addresses (from 1).
-fn host_addrs(k: u16) -> (IpAddr, IpAddr) {
+pub(crate) fn host_addrs(k: u16) -> (IpAddr, IpAddr) {
     (
         IpAddr::V4(Ipv4Addr::new(10, 77, (k >> 8) as u8, k as u8)),
         IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, k)),
@@ -154,72 +153,6 @@ pub fn topology_record(topology: &Topology, file: &str, seed: u64) -> TopologyRe
                     .collect(),
             })
             .collect(),
-    }
-}
-
-impl Lab {
-    /// Builds a topology's lab and starts its emulator. Every link's traces are read
-    /// before anything is built; on any error, what was made is removed.
-    pub fn up_topology(config: &TopologyConfig) -> Result<Lab, LabError> {
-        registry::check_name(&config.name).map_err(LabError::Name)?;
-        let topology = &config.topology;
-        if let Some(capture) = &config.capture {
-            capture.check(topology)?;
-        }
-        let traces = load_all_traces(topology)?;
-        netns::ready().map_err(LabError::Privilege)?;
-        if let Some(capture) = &config.capture {
-            std::fs::create_dir_all(&capture.dir).map_err(io_err(format!(
-                "the captures' directory {}",
-                capture.dir.display()
-            )))?;
-        }
-        let hosts: Vec<usize> = topology.hosts().collect();
-        if hosts.len() > 250 {
-            return Err(LabError::Name(format!(
-                "a lab has at most 250 hosts, not {}",
-                hosts.len()
-            )));
-        }
-        let seed = config.seed.unwrap_or_else(rand::random);
-        let addrs: Vec<(IpAddr, IpAddr)> = (1..=hosts.len() as u16).map(host_addrs).collect();
-        let host_entries: Vec<HostEntry> = hosts
-            .iter()
-            .zip(&addrs)
-            .map(|(&node, (v4, v6))| HostEntry {
-                ns: format!("{}-{}", config.name, topology.nodes[node].name),
-                addr: v4.to_string(),
-                addr6: v6.to_string(),
-                access: None,
-            })
-            .collect();
-        let entry = LabEntry {
-            name: config.name.clone(),
-            pid: netns::own_pid(),
-            path: String::new(),
-            server: host_entries[0].clone(),
-            clients: host_entries[1..].to_vec(),
-            created_unix_us: realtime_us(),
-            topology: Some(topology_record(topology, &config.file, seed)),
-        };
-        registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
-        // From here on, a failure must undo what was made.
-        let mut made = Vec::new();
-        let built = build(
-            topology,
-            Shape::File(config),
-            seed,
-            traces,
-            (entry, &addrs),
-            &mut made,
-        );
-        if built.is_err() {
-            for ns in made {
-                let _ = NetNs::delete(&ns);
-            }
-            registry::unregister(&config.name);
-        }
-        built
     }
 }
 

@@ -1,40 +1,35 @@
-//! Building and tearing down a lab: namespaces, TUN devices, host sysctls, and the
-//! emulator's threads (a dumbbell's links are built as its topology's, in
-//! [`crate::graph`]) or netem.
-//!
-//! Addresses: the server is 10.77.0.1/16 and fd00:77::1/64; client k (from 1) is
-//! 10.77.1.k and fd00:77::1:k. Every lab has its own namespaces, so labs never clash.
+//! A running lab and its parts: hosts (a namespace and a TUN device each, with the lab's
+//! sysctls), the emulator's threads and what they publish, and tearing it all down.
+//! What is built, and how, is [`crate::up`]'s and [`crate::graph`]'s.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 use tcplab_analysis::burst::BurstMeter;
-use tcplab_netsim::dumbbell::{link_seed, Dumbbell, DumbbellError, LinkRole};
+use tcplab_netsim::dumbbell::{Dumbbell, DumbbellError};
 use tcplab_netsim::link::{Link, LinkError, LinkTraces, TraceFileError};
 use tcplab_netsim::path::{
-    Bottleneck, Direction, LinkSpec, Pace, PacingTarget, PathSpec, QueueLimit, Timeline,
+    Bottleneck, LinkSpec, Pace, PacingTarget, PathSpec, QueueLimit, Timeline,
 };
-use tcplab_netsim::topology::Topology;
 use tcplab_netsim::traffic::TestStart;
 use tcplab_record::capture::CapturePoint;
 
 use tcplab_sys::clock::{monotonic_ns, realtime_us};
 use tcplab_sys::ifqueue;
-use tcplab_sys::netem::{self, NetemError};
+use tcplab_sys::netem::NetemError;
 use tcplab_sys::netns::{self, NetNs};
 use tcplab_sys::poll::Waker;
 use tcplab_sys::tun::{self, Offloads, Tun, TunOptions};
 use tcplab_sys::userns::{self, Mode};
 
 use crate::capture::{Capture, CaptureSpec};
-use crate::graph::{self, Shape};
 use crate::pipeline::{self, DirectionPlan, Hop, Target};
-use crate::registry::{self, HostEntry, HostPair, LabEntry};
+use crate::registry::{self, HostPair, LabEntry};
 use tcplab_record::{DirectionStats, HostQueue, PathRecord};
 
 pub(crate) const TUN_NAME: &str = "tcplab0";
@@ -50,7 +45,7 @@ const HOST_SYSCTLS: &[(&str, &str)] = &[
 ];
 
 /// The lab's defaults, then the user's sysctls, in one host.
-fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
+pub(crate) fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabError> {
     // Anyone inside a lab may ping (ICMP datagram sockets), whatever their group.
     let ping = ("net.ipv4.ping_group_range", userns::ping_group_range());
     let defaults = HOST_SYSCTLS
@@ -80,7 +75,7 @@ fn set_sysctls(ns: &NetNs, user: &BTreeMap<String, String>) -> Result<(), LabErr
 }
 
 /// A host's interface queue, where the direction it sends into sets one.
-fn set_txqueuelen(ns: &NetNs, sends: &LinkSpec) -> Result<(), LabError> {
+pub(crate) fn set_txqueuelen(ns: &NetNs, sends: &LinkSpec) -> Result<(), LabError> {
     match sends.txqueuelen {
         Some(packets) => ns
             .try_run(|| ifqueue::set_txqueuelen(TUN_NAME, packets))
@@ -153,7 +148,7 @@ impl LabConfig {
     }
 
     /// The seed of every link's randomness, which [`Lab::up`] pins before building.
-    fn seed(&self) -> u64 {
+    pub(crate) fn seed(&self) -> u64 {
         self.path.seed.expect("Lab::up pins the seed")
     }
 }
@@ -290,7 +285,7 @@ impl Emulator {
     }
 
     /// No emulator: the kernel carries the packets (netem).
-    fn none() -> Emulator {
+    pub(crate) fn none() -> Emulator {
         Emulator {
             stop: Arc::default(),
             wake: None,
@@ -365,20 +360,6 @@ pub struct Lab {
     pub(crate) alive: bool,
 }
 
-fn server_addrs() -> (IpAddr, IpAddr) {
-    (
-        IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1)),
-        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1)),
-    )
-}
-
-fn client_addrs(k: u16) -> (IpAddr, IpAddr) {
-    (
-        IpAddr::V4(Ipv4Addr::new(10, 77, 1, k as u8)),
-        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 1, k)),
-    )
-}
-
 pub(crate) fn is_ideal(path: &PathSpec) -> bool {
     path.up.delays_only() && path.down.delays_only() && path.rtt_us() == 0
 }
@@ -387,14 +368,6 @@ pub(crate) fn is_ideal(path: &PathSpec) -> bool {
 pub(crate) fn load_traces(spec: &LinkSpec) -> Result<LinkTraces, LabError> {
     LinkTraces::load(spec, |path| std::fs::read_to_string(path))
         .map_err(|TraceFileError { path, message }| LabError::Trace { path, message })
-}
-
-/// A dumbbell as the topology `lab topology` prints for it: hosts server and its
-/// clients, router r, link 0 the bottleneck, link k client k's access link.
-fn as_topology(config: &LabConfig) -> Result<Topology, LabError> {
-    let file = config.dumbbell().topology_file().map_err(LabError::Specs)?;
-    file.parse()
-        .map_err(|e| LabError::Name(format!("the dumbbell as a topology: {e}")))
 }
 
 /// The trains of what enters a link at `rate` (bit/s, overhead), where packets go one
@@ -493,190 +466,6 @@ pub(crate) fn make_host(
 }
 
 impl Lab {
-    /// Builds either shape of lab ([`Lab::up`], [`Lab::up_topology`]).
-    pub fn up_plan(plan: &LabPlan) -> Result<Lab, LabError> {
-        match plan {
-            LabPlan::Dumbbell(config) => Lab::up(config),
-            LabPlan::Topology(config) => Lab::up_topology(config),
-        }
-    }
-
-    /// Builds the lab and starts its emulator. On any error, what was made is removed.
-    pub fn up(config: &LabConfig) -> Result<Lab, LabError> {
-        registry::check_name(&config.name).map_err(LabError::Name)?;
-        netns::ready().map_err(LabError::Privilege)?;
-        if config.clients.is_empty() || config.clients.len() > 250 {
-            return Err(LabError::Name(format!(
-                "a lab has 1 to 250 clients, not {}",
-                config.clients.len()
-            )));
-        }
-        // Unpinned, each lab draws its own seed; the spec it prints and records names
-        // it, so that `seed N` gives the same draws again.
-        let mut config = config.clone();
-        config.path.seed.get_or_insert_with(rand::random);
-        let config = &config;
-        config.dumbbell().check().map_err(LabError::Specs)?;
-        // The emulator carries the dumbbell as the topology `lab topology` prints, every
-        // trace read first; netem refuses traces, naming them, when it builds.
-        let emulated = match config.backend {
-            Backend::Emulator => {
-                let topology = as_topology(config)?;
-                let traces = graph::load_all_traces(&topology)?;
-                Some((topology, traces))
-            }
-            Backend::Netem => None,
-        };
-        if let Some(spec) = &config.capture {
-            if !spec.at.is_bottleneck() && config.clients.iter().any(|a| !is_ideal(a)) {
-                return Err(LabError::Name(format!(
-                    "--capture-at {} needs clients without an access link (--client-path): the host would see its packets elsewhere than the bottleneck's ends; capture at the bottleneck",
-                    spec.at.name()
-                )));
-            }
-        }
-        let (server_v4, server_v6) = server_addrs();
-        let single = config.clients.len() == 1;
-        let client_ns = |k: usize| {
-            if single {
-                format!("{}-client", config.name)
-            } else {
-                format!("{}-client{k}", config.name)
-            }
-        };
-        let entry = LabEntry {
-            name: config.name.clone(),
-            pid: netns::own_pid(),
-            path: config.path.to_string(),
-            server: HostEntry {
-                ns: format!("{}-server", config.name),
-                addr: server_v4.to_string(),
-                addr6: server_v6.to_string(),
-                access: None,
-            },
-            clients: config
-                .clients
-                .iter()
-                .enumerate()
-                .map(|(i, access)| {
-                    let (v4, v6) = client_addrs(i as u16 + 1);
-                    HostEntry {
-                        ns: client_ns(i + 1),
-                        addr: v4.to_string(),
-                        addr6: v6.to_string(),
-                        access: (!is_ideal(access)).then(|| access.to_string()),
-                    }
-                })
-                .collect(),
-            created_unix_us: realtime_us(),
-            topology: None,
-        };
-        registry::register(&entry).map_err(io_err(format!("registering lab '{}'", config.name)))?;
-        // From here on, a failure must undo what was made.
-        let mut made = Vec::new();
-        let built = Self::build(config, emulated, entry.clone(), &mut made);
-        if built.is_err() {
-            for ns in made {
-                let _ = NetNs::delete(&ns);
-            }
-            registry::unregister(&config.name);
-        }
-        built
-    }
-
-    /// The lab: the emulator carrying `emulated` (the dumbbell's topology and its
-    /// traces), or else netem.
-    fn build(
-        config: &LabConfig,
-        emulated: Option<(Topology, Vec<LinkTraces>)>,
-        entry: LabEntry,
-        made: &mut Vec<NetNs>,
-    ) -> Result<Lab, LabError> {
-        let Some((topology, traces)) = emulated else {
-            return Self::build_netem(config, entry, made);
-        };
-        let addrs: Vec<(IpAddr, IpAddr)> = std::iter::once(server_addrs())
-            .chain((1..=config.clients.len() as u16).map(client_addrs))
-            .collect();
-        graph::build(
-            &topology,
-            Shape::Dumbbell(config),
-            config.seed(),
-            traces,
-            (entry, &addrs),
-            made,
-        )
-    }
-
-    /// The same path with the kernel's netem on a veth pair: up on the client's end,
-    /// down on the server's. Translated and probed before anything is made.
-    fn build_netem(
-        config: &LabConfig,
-        entry: LabEntry,
-        made: &mut Vec<NetNs>,
-    ) -> Result<Lab, LabError> {
-        if config.clients.len() != 1 || !is_ideal(&config.clients[0]) {
-            return Err(LabError::Name(
-                "the netem backend builds no dumbbell: use the emulator backend".into(),
-            ));
-        }
-        let path = &config.path;
-        netem::check_path(path)?;
-        let rtt_us = config.dumbbell().bdp_rtt_us(LinkRole::Bottleneck);
-        let options = |dir| -> Result<_, LabError> {
-            let mut options = netem::netem_options(path.link(dir), rtt_us, path.mtu)?;
-            options.seed = Some(link_seed(config.seed(), LinkRole::Bottleneck, dir));
-            Ok(options)
-        };
-        let (up, down) = (options(Direction::Up)?, options(Direction::Down)?);
-        netem::probe_netem()?;
-        let make = |name: &str, made: &mut Vec<NetNs>| {
-            let ns = NetNs::create(name).map_err(io_err(format!("creating netns {name}")))?;
-            made.push(ns.clone());
-            Ok::<_, LabError>(ns)
-        };
-        let server_ns = make(&entry.server.ns, made)?;
-        let client_ns = make(&entry.clients[0].ns, made)?;
-        client_ns
-            .try_run(|| netns::create_veth(TUN_NAME, TUN_NAME, Some(&server_ns)))
-            .map_err(io_err("creating the veth pair"))?;
-        let (server_v4, server_v6) = server_addrs();
-        let (client_v4, client_v6) = client_addrs(1);
-        for (ns, v4, v6, opts, sends) in [
-            (&server_ns, server_v4, server_v6, &down, Direction::Down),
-            (&client_ns, client_v4, client_v6, &up, Direction::Up),
-        ] {
-            ns.try_run(|| {
-                netns::link_up("lo")?;
-                netns::set_mtu(TUN_NAME, path.mtu)?;
-                netns::add_address(TUN_NAME, v4, 16)?;
-                netns::add_address(TUN_NAME, v6, 64)?;
-                netns::link_up(TUN_NAME)
-            })
-            .map_err(io_err(format!("setting up {}", ns.name())))?;
-            set_txqueuelen(ns, path.link(sends))?;
-            set_sysctls(ns, &config.sysctls)?;
-            ns.run(|| netem::apply_netem(TUN_NAME, opts))
-                .map_err(io_err(format!("entering {}", ns.name())))??;
-        }
-        Ok(Lab {
-            entry,
-            server: Host {
-                ns: server_ns,
-                addr: server_v4,
-                addr6: server_v6,
-            },
-            clients: vec![Host {
-                ns: client_ns,
-                addr: client_v4,
-                addr6: client_v6,
-            }],
-            emulator: Emulator::none(),
-            pacing_targets: Default::default(),
-            alive: true,
-        })
-    }
-
     pub fn name(&self) -> &str {
         &self.entry.name
     }

@@ -9,8 +9,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use tcplab_netsim::dumbbell::link_seed;
-use tcplab_netsim::dumbbell::LinkRole;
+use tcplab_netsim::dumbbell::{link_seed, LinkRole};
 use tcplab_netsim::link::LinkTraces;
 use tcplab_netsim::path::Direction;
 use tcplab_netsim::topology::Topology;
@@ -32,7 +31,8 @@ impl Lab {
         }
     }
 
-    /// Builds the lab and starts its emulator. On any error, what was made is removed.
+    /// Builds a dumbbell's lab (`--path`, `access`) and starts what carries its packets.
+    /// On any error, what was made is removed.
     pub fn up(config: &LabConfig) -> Result<Lab, LabError> {
         registry::check_name(&config.name).map_err(LabError::Name)?;
         netns::ready().map_err(LabError::Privilege)?;
@@ -207,9 +207,7 @@ impl Lab {
             alive: true,
         })
     }
-}
 
-impl Lab {
     /// Builds a topology's lab and starts its emulator. Every link's traces are read
     /// before anything is built; on any error, what was made is removed.
     pub fn up_topology(config: &TopologyConfig) -> Result<Lab, LabError> {

@@ -204,7 +204,7 @@ impl Shape<'_> {
     fn carries(&self, hop: TopoHop) -> bool {
         match self {
             Shape::File(_) => true,
-            Shape::Dumbbell(c) => hop.link == 0 || !is_ideal(&c.clients[hop.link - 1]),
+            Shape::Dumbbell(c) => self.is_bottleneck(hop) || !is_ideal(&c.clients[hop.link - 1]),
         }
     }
 
@@ -226,11 +226,17 @@ impl Shape<'_> {
         matches!(self, Shape::Dumbbell(_))
     }
 
+    /// Whether a link way is a dumbbell's bottleneck (link 0 of its file): metered for
+    /// trains, its queue and capacity the direction's. A topology file has none.
+    fn is_bottleneck(&self, hop: TopoHop) -> bool {
+        matches!(self, Shape::Dumbbell(_)) && hop.link == 0
+    }
+
     /// A link way's name in the counters.
     fn way_name(&self, topology: &Topology, hop: TopoHop) -> String {
         match self {
             Shape::File(_) => hop_name(topology, hop),
-            Shape::Dumbbell(_) if hop.link == 0 => "bottleneck".into(),
+            Shape::Dumbbell(_) if self.is_bottleneck(hop) => "bottleneck".into(),
             Shape::Dumbbell(_) => format!("access client{}", hop.link),
         }
     }
@@ -431,7 +437,7 @@ pub(crate) fn build(
             then: Target::Path {
                 after: Some(stage_of_way[&hop]),
             },
-            meter: match shape.meters_flows() || hop.link == 0 {
+            meter: match shape.meters_flows() || shape.is_bottleneck(hop) {
                 true => burst_meter(spec.fixed_rate(), per_packet[sides[stage_of_way[&hop]]]),
                 false => None,
             },
@@ -536,8 +542,7 @@ pub(crate) fn build(
             // A dumbbell's bottleneck that way; a topology charts no one link's capacity.
             bottleneck: stage_of_way
                 .iter()
-                .filter(|_| matches!(shape, Shape::Dumbbell(_)))
-                .find(|&(hop, &g)| hop.link == 0 && split.sides[g] == side)
+                .find(|&(&hop, &g)| shape.is_bottleneck(hop) && split.sides[g] == side)
                 .map_or(0, |(_, &g)| split.local[g]),
             egress: devices.clone(),
             paths: paths
